@@ -1,0 +1,228 @@
+/* weft.h - the public API of weft, a heterogeneous compute fabric.
+ *
+ * One header, one prefix. Handles are opaque; every call that can fail returns a weft_status, writes its
+ * outputs last (through out_* pointers, cleared first) and leaves a message a person can act on in the
+ * fabric's last error (weft_fabric_last_error). The library never aborts and never exits on bad input.
+ *
+ * Ownership: a tensor belongs to the fabric that created it and must be destroyed before that fabric is
+ * closed (weft_fabric_close destroys any left over). Strings returned by the library live as long as the
+ * object they were read from. A fabric is used from one thread at a time. */
+#ifndef WEFT_H
+#define WEFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define WEFT_API __declspec(dllexport)
+#else
+#define WEFT_API __attribute__((visibility("default")))
+#endif
+
+#define WEFT_VERSION_MAJOR 0
+#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_PATCH 0
+#define WEFT_VERSION_STRING "0.1.0"
+/* One number that orders versions: major * 10000 + minor * 100 + patch. */
+#define WEFT_VERSION_NUMBER (WEFT_VERSION_MAJOR * 10000 + WEFT_VERSION_MINOR * 100 + WEFT_VERSION_PATCH)
+
+/* The version of the library actually loaded, "MAJOR.MINOR.PATCH"; compare with WEFT_VERSION_STRING. */
+WEFT_API const char *weft_version(void);
+/* The loaded library's WEFT_VERSION_NUMBER. */
+WEFT_API int weft_version_number(void);
+
+/* ---------------------------------------------------------------------------------------------- status */
+
+/* What went wrong, chosen so that a caller can act on it. Codes only grow at the end. */
+typedef enum weft_status {
+  WEFT_OK = 0,
+  WEFT_ERR_INVALID_ARGUMENT = 1, /* a NULL, an unknown enum value, a bad option: fix the call */
+  WEFT_ERR_SHAPE = 2,            /* shapes or ranks do not agree, or a dimension is out of range: fix the call */
+  WEFT_ERR_OVERFLOW = 3,         /* a size product does not fit: the tensor is too large to describe */
+  WEFT_ERR_WRONG_FABRIC = 4,     /* a tensor from another fabric was passed: use tensors of this fabric */
+  WEFT_ERR_OUT_OF_MEMORY = 5,    /* host or device memory ran out: free tensors or use smaller work */
+  WEFT_ERR_UNSUPPORTED = 6,      /* no lane honours this op under this contract (or the named lane does not) */
+  WEFT_ERR_LANE_FAILED = 7,      /* the lane failed (device lost, driver error) and is out of the fabric */
+  WEFT_ERR_NOT_FOUND = 8,        /* a lane name or index that does not exist */
+  WEFT_ERR_STATE = 9,            /* the call is not valid now (scope not open, tensor destroyed) */
+  WEFT_ERR_IO = 10,              /* a file or socket could not be read or written */
+  WEFT_ERR_INTERNAL = 11,        /* a bug in weft: please report it with the message */
+} weft_status;
+
+/* A short, fixed description of a status code ("invalid argument"); never NULL. */
+WEFT_API const char *weft_status_str(weft_status status);
+
+/* ------------------------------------------------------------------------------------ precision contract */
+
+/* What an op allows. The router never weakens a contract silently: an op runs only on a lane that honours
+ * its contract, or fails with WEFT_ERR_UNSUPPORTED. */
+typedef enum weft_contract {
+  WEFT_CONTRACT_EXACT = 0, /* the canonical order: every exact lane returns the same bits (the default) */
+  WEFT_CONTRACT_FP32 = 1,  /* fp32 arithmetic in any accumulation order (vendor BLAS, fused multiply-add) */
+  WEFT_CONTRACT_TF32 = 2,  /* tensor units with tf32 inputs: opt-in only */
+  WEFT_CONTRACT_BF16 = 3,  /* tensor units with bf16 inputs, fp32 accumulation: opt-in only */
+  WEFT_CONTRACT_COUNT
+} weft_contract;
+
+/* "exact", "fp32", "tf32", "bf16"; "?" for a value out of range. */
+WEFT_API const char *weft_contract_str(weft_contract contract);
+/* Parses a contract name; WEFT_ERR_INVALID_ARGUMENT for an unknown name. */
+WEFT_API weft_status weft_contract_parse(const char *name, weft_contract *out_contract);
+
+/* ---------------------------------------------------------------------------------------------- fabric */
+
+typedef struct weft_fabric weft_fabric;
+typedef struct weft_tensor weft_tensor;
+
+/* How to open a fabric. Start from WEFT_FABRIC_DESC_INIT and change what you need. */
+typedef struct weft_fabric_desc {
+  /* Comma-separated lane kinds or names to open ("cpu", "cpu,vulkan", "vulkan:0"); NULL or "" opens every
+   * lane found. A lane left out is listed as absent with the reason "not requested". */
+  const char *lanes;
+  /* Threads the CPU lane may use; 0 = one per online core. */
+  int cpu_threads;
+  /* Test hook: caps the Vulkan lane's largest storage-buffer binding in bytes (0 = the device's own), so the
+   * row-chunking of large tensors can be exercised on small data. */
+  uint64_t vulkan_max_binding;
+} weft_fabric_desc;
+
+#define WEFT_FABRIC_DESC_INIT {NULL, 0, 0}
+
+/* Opens a fabric over every lane found (or those desc->lanes asks for). desc may be NULL for defaults.
+ * Lanes that cannot run here are recorded as absent with a reason; that is not an error. */
+WEFT_API weft_status weft_fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fabric);
+/* Closes the fabric, destroying any tensors still alive. NULL is ignored. */
+WEFT_API void weft_fabric_close(weft_fabric *fabric);
+/* The message of the last failed call on this fabric ("" if none); valid until the next call. */
+WEFT_API const char *weft_fabric_last_error(const weft_fabric *fabric);
+/* The message of the last weft_fabric_open that failed on this thread (it has no fabric to hold it). */
+WEFT_API const char *weft_open_error(void);
+
+/* -------------------------------------------------------------------------------------------- lanes */
+
+/* Bit i set: the lane honours weft_contract i. */
+typedef uint32_t weft_contract_mask;
+#define WEFT_CONTRACT_BIT(c) ((weft_contract_mask)1u << (c))
+
+/* A lane as the fabric sees it. Strings live as long as the fabric. */
+typedef struct weft_lane_info {
+  const char *name;              /* "cpu", "vulkan:0", "cuda:0.tensor" */
+  const char *kind;              /* "cpu", "vulkan", "cuda", "remote", "browser", "plugin" */
+  const char *device;            /* what the hardware calls itself ("AMD EPYC", "llvmpipe (LLVM 15.0.6, 256 bits)") */
+  const char *driver;            /* driver and API version where the lane has one; "" otherwise */
+  const char *details;           /* one line of lane-specific facts: ISA, threads, limits */
+  weft_contract_mask contracts;  /* the contracts this lane honours */
+  int failed;                    /* 1 once the lane has failed and left the fabric */
+} weft_lane_info;
+
+/* Number of lanes present in the fabric (failed ones included, marked). */
+WEFT_API size_t weft_fabric_lane_count(const weft_fabric *fabric);
+/* Describes lane `index` (0 .. count-1). */
+WEFT_API weft_status weft_fabric_lane_info(const weft_fabric *fabric, size_t index, weft_lane_info *out_info);
+/* Finds a lane by name; WEFT_ERR_NOT_FOUND (with the names that exist in the message) if there is none. */
+WEFT_API weft_status weft_fabric_lane_find(weft_fabric *fabric, const char *name, size_t *out_index);
+/* Number of lanes that were looked for and are absent. */
+WEFT_API size_t weft_fabric_absent_count(const weft_fabric *fabric);
+/* Names an absent lane (or lane kind) and why it is absent ("no Vulkan loader: libvulkan.so.1 not found"). */
+WEFT_API weft_status weft_fabric_absent_info(const weft_fabric *fabric, size_t index, const char **out_name,
+                                             const char **out_reason);
+
+/* ------------------------------------------------------------------------------------------- tensors */
+
+#define WEFT_MAX_DIMS 4
+
+/* Creates an fp32 tensor of `ndim` (1..4) dimensions. Every dimension must be >= 1, except batch
+ * dimensions (all but the last two of a tensor of rank 3 or 4), which may be 0: an empty batch.
+ * `data` (row-major, dims[0] slowest) is copied in; NULL gives zeros. The tensor starts on the host. */
+WEFT_API weft_status weft_tensor_create(weft_fabric *fabric, int ndim, const int64_t *dims, const float *data,
+                                        weft_tensor **out_tensor);
+/* Destroys a tensor and every copy of it on every lane. NULL is ignored. */
+WEFT_API void weft_tensor_destroy(weft_tensor *tensor);
+/* Copies `count` floats (must equal the element count) from host memory into the tensor. */
+WEFT_API weft_status weft_tensor_write(weft_tensor *tensor, const float *data, size_t count);
+/* Copies the tensor into host memory; `count` must equal the element count. Waits for pending work and
+ * flushes an open scope on the lane that holds the data. */
+WEFT_API weft_status weft_tensor_read(weft_tensor *tensor, float *out_data, size_t count);
+/* Rank and dimensions (out_dims needs WEFT_MAX_DIMS entries; unused ones are set to 1). */
+WEFT_API weft_status weft_tensor_shape(const weft_tensor *tensor, int *out_ndim, int64_t *out_dims);
+/* Number of elements. */
+WEFT_API size_t weft_tensor_numel(const weft_tensor *tensor);
+/* Where the tensor's current value lives: "host", a lane name, or several joined by ','
+ * ("host,vulkan:0"). Valid until the tensor is next used. */
+WEFT_API const char *weft_tensor_location(const weft_tensor *tensor);
+
+/* ----------------------------------------------------------------------------------------------- ops */
+
+/* Run on whichever lane the fabric chooses. */
+#define WEFT_LANE_AUTO (-1)
+
+/* Options every op takes. Start from WEFT_OP_DESC_INIT. */
+typedef struct weft_op_desc {
+  weft_contract contract; /* default WEFT_CONTRACT_EXACT */
+  int lane;               /* a lane index to pin the op to, or WEFT_LANE_AUTO (default) */
+} weft_op_desc;
+
+#define WEFT_OP_DESC_INIT {WEFT_CONTRACT_EXACT, WEFT_LANE_AUTO}
+
+/* Batched matmul: c[p] = op(a[p]) . op(b[p]) for each batch entry p, op(x) = x or x transposed.
+ * a: [m,k] or [batch..,m,k] ([..,k,m] when trans_a); b: [k,n] (shared by the batch) or [batch..,k,n]
+ * ([..,n,k] when trans_b); c: [m,n] or [batch..,m,n], created by the caller. A rank-2 b with a batched a is
+ * the "[b,m,k].[k,n]" form. Canonical order: for each c[i,j]: acc = 0; for k ascending
+ * acc = acc + a[i,k]*b[k,j], multiply and add rounded separately. desc may be NULL for defaults. */
+WEFT_API weft_status weft_op_matmul(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *a, int trans_a,
+                                    weft_tensor *b, int trans_b, weft_tensor *c);
+/* out = x + y, where y has x's shape or is a row [n] / [1,n] broadcast over every row of x (a bias).
+ * out may be x. */
+WEFT_API weft_status weft_op_add(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *x, weft_tensor *y,
+                                 weft_tensor *out);
+/* out = max(x, 0) (a NaN stays NaN). out may be x. */
+WEFT_API weft_status weft_op_relu(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out);
+/* out = x > 0 ? grad : 0, the gradient through relu given the relu's input x. out may be grad. */
+WEFT_API weft_status weft_op_relu_backward(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *grad,
+                                           weft_tensor *x, weft_tensor *out);
+/* out = alpha * x. out may be x. */
+WEFT_API weft_status weft_op_scale(weft_fabric *fabric, const weft_op_desc *desc, float alpha, weft_tensor *x,
+                                   weft_tensor *out);
+/* y = alpha * x + y, in place (the product rounded, then the sum). */
+WEFT_API weft_status weft_op_axpy(weft_fabric *fabric, const weft_op_desc *desc, float alpha, weft_tensor *x,
+                                  weft_tensor *y);
+/* out[j] = sum over rows i of x[i,j], i ascending; x is [.., n] (every leading dimension counts as rows),
+ * out has n elements (shape [n] or [1,n]). The gradient of a bias. */
+WEFT_API weft_status weft_op_sum_rows(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *x,
+                                      weft_tensor *out);
+/* Softmax cross-entropy of logits [r,c] against target probabilities [r,c] (one-hot labels or soft ones):
+ * loss (1 element) = mean over rows of -sum_j t[i,j] * log_softmax(z)[i,j];
+ * grad [r,c] = (softmax(z) - t) / r, the gradient of that mean loss. Either output may be NULL, not both.
+ * exp and log are weft's own (weft_expf, weft_logf: multiplies and adds only), so every exact lane agrees. */
+WEFT_API weft_status weft_op_softmax_xent(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *logits,
+                                          weft_tensor *targets, weft_tensor *out_loss, weft_tensor *out_grad);
+
+/* The lane the last successful op on this fabric ran on (an index), or -1 if none ran yet. */
+WEFT_API int weft_fabric_last_lane(const weft_fabric *fabric);
+
+/* -------------------------------------------------------------------------------------------- scopes */
+
+/* Opens a scope: until weft_scope_end, the fabric's lanes may batch their dispatches into one submission
+ * and one synchronisation. Reading a tensor inside the scope flushes it, so results are always right.
+ * Scopes do not nest: a second begin is WEFT_ERR_STATE. */
+WEFT_API weft_status weft_scope_begin(weft_fabric *fabric);
+/* Submits what the scope recorded and waits for it. */
+WEFT_API weft_status weft_scope_end(weft_fabric *fabric);
+/* Waits for every lane to finish what it was given. */
+WEFT_API weft_status weft_fabric_sync(weft_fabric *fabric);
+
+/* --------------------------------------------------------------------------- reference and exact math */
+
+/* weft's exp and log: range reduction and polynomials in separately rounded fp32 multiplies and adds, so
+ * the same bits come out on every lane (no libm, no fused multiply-add). Accurate to a few ulp. */
+WEFT_API float weft_expf(float x);
+WEFT_API float weft_logf(float x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_H */

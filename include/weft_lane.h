@@ -1,0 +1,151 @@
+/* weft_lane.h - the interface a lane implements: the built-in lanes (cpu, vulkan, cuda, ...) and, later,
+ * plugins built outside weft.
+ *
+ * A lane is one place an op can run. The core owns tensors, validation and routing; a lane owns memory on
+ * its device and kernels. The core calls a lane only with ops it has already validated (shapes agree, sizes
+ * fit, buffers are the lane's own), so a lane checks only what is specific to its device.
+ *
+ * Versioning: the vtable starts with its ABI version and its size and only ever grows at the end. A lane
+ * built against an older header gets the slots it knows; the core treats missing trailing slots as NULL. */
+#ifndef WEFT_LANE_H
+#define WEFT_LANE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WEFT_LANE_ABI_VERSION 1
+
+/* The ops of the fabric. Numbers are stable; new ops are added at the end. */
+typedef enum weft_op_kind {
+  WEFT_OP_MATMUL = 0,
+  WEFT_OP_ADD = 1,
+  WEFT_OP_RELU = 2,
+  WEFT_OP_RELU_BACKWARD = 3,
+  WEFT_OP_SCALE = 4,
+  WEFT_OP_AXPY = 5,
+  WEFT_OP_SUM_ROWS = 6,
+  WEFT_OP_SOFTMAX_XENT = 7,
+  WEFT_OP_COUNT
+} weft_op_kind;
+
+/* "matmul", "add", ... */
+WEFT_API const char *weft_op_kind_str(weft_op_kind kind);
+
+/* A lane-owned allocation; what it points to is the lane's business (a host pointer, a VkBuffer record, a
+ * device pointer). For lanes with WEFT_LANE_HOST_MEMORY it is a plain float array in host memory. */
+typedef void weft_buffer;
+
+/* One op, validated and resolved to the lane's buffers. Sizes are element counts (not bytes).
+ * Which fields an op uses:
+ *   MATMUL        in[0]=a in[1]=b out[0]=c; batch, m, n, k, trans_a, trans_b, b_batched
+ *                 a is [batch,m,k] ([batch,k,m] when trans_a); b is [k,n] ([n,k] when trans_b), or one per
+ *                 batch entry when b_batched; c is [batch,m,n]. batch may be 0.
+ *   ADD           in[0]=x in[1]=y out[0]=out; rows, cols; y_broadcast (y is one row of cols)
+ *   RELU          in[0]=x out[0]=out; rows*cols elements
+ *   RELU_BACKWARD in[0]=grad in[1]=x out[0]=out; rows*cols elements
+ *   SCALE         in[0]=x out[0]=out; alpha; rows*cols elements
+ *   AXPY          in[0]=x out[0]=y (read and written); alpha; rows*cols elements
+ *   SUM_ROWS      in[0]=x out[0]=out (cols); rows, cols
+ *   SOFTMAX_XENT  in[0]=logits in[1]=targets out[0]=loss (1 element, may be NULL) out[1]=grad (may be NULL);
+ *                 rows, cols; inv_rows = 1.0f/rows computed once on the host so no lane divides.
+ * An output buffer may be the same as an input buffer where the public API allows it (elementwise ops). */
+typedef struct weft_op {
+  weft_op_kind kind;
+  weft_contract contract;
+  weft_buffer *in[2];
+  weft_buffer *out[2];
+  int64_t batch, m, n, k;
+  int trans_a, trans_b, b_batched;
+  int64_t rows, cols;
+  int y_broadcast;
+  float alpha;
+  float inv_rows;
+} weft_op;
+
+/* Lane properties. */
+#define WEFT_LANE_HOST_MEMORY 1u /* buffers are host float arrays: the core hands the lane host memory */
+
+/* What a lane says about itself. The strings are the lane's and live as long as it does. */
+typedef struct weft_lane_desc {
+  const char *name;             /* unique in the fabric: "cpu", "vulkan:0" */
+  const char *kind;             /* "cpu", "vulkan", "cuda", ... */
+  const char *device;           /* the device's own name */
+  const char *driver;           /* driver / API version, "" if none */
+  const char *details;          /* one line of facts worth printing (ISA, threads, limits) */
+  weft_contract_mask contracts; /* contracts honoured */
+  uint32_t flags;               /* WEFT_LANE_* properties */
+} weft_lane_desc;
+
+/* What the core gives a lane: a way to report errors. The lane calls report() with a status and a message
+ * a person can act on, and returns the same status. */
+typedef struct weft_lane_host {
+  void *ctx;
+  weft_status (*report)(void *ctx, weft_status status, const char *fmt, va_list args);
+} weft_lane_host;
+
+/* Formats a message into the host's last error and returns `status`. */
+WEFT_API weft_status weft_lane_report(const weft_lane_host *host, weft_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* The vtable. `self` is the lane's own state. Slots marked optional may be NULL. */
+typedef struct weft_lane_vtable {
+  uint32_t abi_version; /* WEFT_LANE_ABI_VERSION the lane was built against */
+  uint32_t size;        /* sizeof(weft_lane_vtable) the lane was built against */
+  /* Fills *out with the lane's name, device and contracts. */
+  void (*describe)(void *self, weft_lane_desc *out);
+  /* Releases everything the lane holds; buffers are freed before this is called. */
+  void (*destroy)(void *self);
+  /* Allocates `bytes` (>= 4) on the lane; WEFT_ERR_OUT_OF_MEMORY when the device is full. */
+  weft_status (*buffer_alloc)(void *self, size_t bytes, weft_buffer **out_buffer);
+  /* Frees a buffer from buffer_alloc (waiting for work that uses it if needed). */
+  void (*buffer_free)(void *self, weft_buffer *buffer);
+  /* Copies host memory into a buffer at byte `offset`; the source may be reused when this returns. */
+  weft_status (*upload)(void *self, weft_buffer *buffer, size_t offset, const void *src, size_t bytes);
+  /* Copies a buffer into host memory; waits for work writing the buffer, flushing an open scope first. */
+  weft_status (*download)(void *self, weft_buffer *buffer, size_t offset, void *dst, size_t bytes);
+  /* Optional: WEFT_OK if the lane can run this op (beyond its contract mask), else UNSUPPORTED and why. */
+  weft_status (*supports)(void *self, const weft_op *op);
+  /* Runs (or records, inside a scope) one op. May return before the work is done. */
+  weft_status (*run)(void *self, const weft_op *op);
+  /* Optional: opens a scope: later runs may be recorded into one submission. */
+  weft_status (*scope_begin)(void *self);
+  /* Optional: submits what the scope recorded and waits for it. */
+  weft_status (*scope_end)(void *self);
+  /* Optional: waits until all work given to the lane is done. */
+  weft_status (*sync)(void *self);
+} weft_lane_vtable;
+
+/* A lane provider's probe hands each lane it finds to add_lane and each one it cannot open to add_absent.
+ * The sink copies the strings it is given. */
+typedef struct weft_lane_sink {
+  void *ctx;
+  /* Adds a lane; the fabric takes ownership of `self` (destroy is called on close, or at once on failure). */
+  weft_status (*add_lane)(void *ctx, const weft_lane_vtable *vtable, void *self);
+  /* Records a lane or lane kind that is not available here, and the reason. */
+  void (*add_absent)(void *ctx, const char *name, const char *reason);
+} weft_lane_sink;
+
+/* What a probe is told. */
+typedef struct weft_probe_args {
+  const weft_fabric_desc *desc; /* the fabric's options (never NULL) */
+  const weft_lane_host *host;   /* the error channel the lane must keep and use */
+} weft_probe_args;
+
+/* A lane provider: finds its devices and adds a lane per device to the sink. Returning an error means the
+ * provider itself broke; a provider with no device adds an absent entry and returns WEFT_OK. */
+typedef weft_status (*weft_lane_probe_fn)(const weft_probe_args *args, const weft_lane_sink *sink);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_LANE_H */

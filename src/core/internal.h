@@ -1,0 +1,92 @@
+/* internal.h - the core's own structures: the fabric, its lanes and tensors. Not installed. */
+#ifndef WEFT_INTERNAL_H
+#define WEFT_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+#include "weft_lane.h"
+
+#define WEFT_ERR_LEN 1024
+
+/* One lane in the fabric: the vtable it registered, its state, what it said about itself. */
+typedef struct weft_lane_slot {
+  weft_lane_vtable vt; /* copied, with slots beyond the lane's own size zeroed */
+  void *self;
+  weft_lane_desc desc;
+  int failed;
+  int in_scope;
+} weft_lane_slot;
+
+typedef struct weft_absent {
+  char *name;
+  char *reason;
+} weft_absent;
+
+struct weft_fabric {
+  weft_fabric_desc desc;
+  char *lanes_filter; /* owned copy of desc.lanes */
+  weft_lane_host host;
+  weft_lane_slot *lanes;
+  size_t nlanes;
+  weft_absent *absent;
+  size_t nabsent;
+  weft_tensor *tensors; /* every live tensor, so close can free them */
+  int in_scope;
+  int last_lane;
+  char err[WEFT_ERR_LEN];
+};
+
+#define WEFT_TENSOR_MAGIC 0x7466657774656e73ull /* "tsnetwef": catches destroyed or foreign pointers */
+
+struct weft_tensor {
+  uint64_t magic;
+  weft_fabric *fabric;
+  weft_tensor *prev, *next;
+  int ndim;
+  int64_t dims[WEFT_MAX_DIMS];
+  size_t numel;
+  size_t bytes;        /* numel * sizeof(float), at least 4 so empty tensors still have storage */
+  float *host;         /* host copy; allocated at creation */
+  int host_valid;      /* the host copy holds the current value */
+  weft_buffer **buf;   /* per lane, NULL until used there; host-memory lanes use `host` instead */
+  uint8_t *valid;      /* per lane: that lane's copy holds the current value */
+  char location[256];
+};
+
+/* Records a message in the fabric's last error and returns `status`. */
+weft_status weft_fail(weft_fabric *f, weft_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+weft_status weft_vfail(weft_fabric *f, weft_status status, const char *fmt, va_list args);
+
+/* Lane providers, in probe order (src/core/lanes.c). */
+typedef struct weft_lane_provider {
+  const char *kind;
+  weft_lane_probe_fn probe; /* NULL: built without it; `why` says so */
+  const char *why;
+} weft_lane_provider;
+extern const weft_lane_provider weft_lane_providers[];
+extern const size_t weft_lane_provider_count;
+
+/* Makes the tensor's current value valid on lane `lane` (or on the host when lane < 0 or the lane uses host
+ * memory). Downloads and uploads as needed. */
+weft_status weft_tensor_make_valid(weft_tensor *t, int lane);
+/* The buffer an op on `lane` uses for t, allocating it if needed (no data moved). */
+weft_status weft_tensor_lane_buffer(weft_tensor *t, int lane, weft_buffer **out_buffer);
+/* Records that only `lane`'s copy (the host's for lane < 0 or host-memory lanes) is now current. */
+void weft_tensor_mark_written(weft_tensor *t, int lane);
+/* Checks that t is a live tensor of fabric f; `what` names the argument in the message. */
+weft_status weft_tensor_check(weft_fabric *f, const weft_tensor *t, const char *what);
+/* 1 when lane i keeps its data in host memory. */
+static inline int weft_lane_is_host(const weft_fabric *f, int i) {
+  return i < 0 || (f->lanes[i].desc.flags & WEFT_LANE_HOST_MEMORY) != 0;
+}
+/* Marks a lane failed after it returned WEFT_ERR_LANE_FAILED. */
+void weft_lane_mark_failed(weft_fabric *f, int lane);
+
+#endif /* WEFT_INTERNAL_H */

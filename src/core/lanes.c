@@ -1,0 +1,18 @@
+/* lanes.c - the lane providers weft was built with, in the order the fabric probes them. A provider left
+ * out of the build is still listed, with the reason, so `weft devices` can say why its lanes are absent. */
+#include "internal.h"
+
+weft_status weft_cpu_probe(const weft_probe_args *args, const weft_lane_sink *sink);
+#ifdef WEFT_HAVE_VULKAN
+weft_status weft_vulkan_probe(const weft_probe_args *args, const weft_lane_sink *sink);
+#endif
+
+const weft_lane_provider weft_lane_providers[] = {
+    {"cpu", weft_cpu_probe, NULL},
+#ifdef WEFT_HAVE_VULKAN
+    {"vulkan", weft_vulkan_probe, NULL},
+#else
+    {"vulkan", NULL, "weft was built without the Vulkan lane (no Vulkan headers or glslc at build time)"},
+#endif
+};
+const size_t weft_lane_provider_count = sizeof weft_lane_providers / sizeof weft_lane_providers[0];

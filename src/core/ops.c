@@ -1,0 +1,287 @@
+/* ops.c - the public ops: validate every argument at the boundary, resolve the op to a lane and its
+ * buffers, run it, and record where the result now lives. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../sched/route.h"
+#include "internal.h"
+
+static weft_status check_desc(weft_fabric *f, const weft_op_desc *desc, const char *fn, weft_op *op) {
+  weft_op_desc d = WEFT_OP_DESC_INIT;
+  if (desc) d = *desc;
+  if ((unsigned)d.contract >= WEFT_CONTRACT_COUNT)
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "%s: contract %d is not a weft_contract", fn, (int)d.contract);
+  if (d.lane != WEFT_LANE_AUTO && (d.lane < 0 || (size_t)d.lane >= f->nlanes))
+    return weft_fail(f, WEFT_ERR_NOT_FOUND, "%s: lane %d does not exist (the fabric has %zu lanes)", fn, d.lane,
+                     f->nlanes);
+  op->contract = d.contract;
+  return WEFT_OK;
+}
+
+/* Rows and columns of a tensor seen as a matrix whose rows are every leading dimension. */
+static void as_rows_cols(const weft_tensor *t, int64_t *rows, int64_t *cols) {
+  *cols = t->dims[t->ndim - 1];
+  *rows = *cols ? (int64_t)(t->numel / (size_t)*cols) : 0;
+}
+
+static int same_shape(const weft_tensor *a, const weft_tensor *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->dims[d] != b->dims[d]) return 0;
+  return 1;
+}
+
+static const char *shape_str(const weft_tensor *t, char *buf, size_t len) {
+  size_t used = (size_t)snprintf(buf, len, "[");
+  for (int d = 0; d < t->ndim && used < len; d++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%lld", d ? "," : "", (long long)t->dims[d]);
+  if (used < len) snprintf(buf + used, len - used, "]");
+  return buf;
+}
+
+/* Moves inputs to the chosen lane, runs, and marks outputs as living there. */
+static weft_status dispatch(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
+                            weft_tensor **out, int nout) {
+  int pinned = desc ? desc->lane : WEFT_LANE_AUTO;
+  int lane;
+  if (pinned != WEFT_LANE_AUTO) {
+    weft_lane_slot *s = &f->lanes[pinned];
+    if (s->failed)
+      return weft_fail(f, WEFT_ERR_LANE_FAILED, "%s: lane %s has failed and left the fabric", weft_op_kind_str(op->kind),
+                       s->desc.name);
+    if (!(s->desc.contracts & WEFT_CONTRACT_BIT(op->contract)))
+      return weft_fail(f, WEFT_ERR_UNSUPPORTED, "%s: lane %s does not honour the '%s' contract",
+                       weft_op_kind_str(op->kind), s->desc.name, weft_contract_str(op->contract));
+    if (s->vt.supports) {
+      weft_status st = s->vt.supports(s->self, op);
+      if (st != WEFT_OK) return st;
+    }
+    lane = pinned;
+  } else {
+    lane = weft_route_pick(f, op, in, nin);
+    if (lane < 0) return WEFT_ERR_UNSUPPORTED;
+  }
+  weft_status st;
+  for (int i = 0; i < nin; i++) {
+    if ((st = weft_tensor_make_valid(in[i], lane)) != WEFT_OK) return st;
+    if ((st = weft_tensor_lane_buffer(in[i], lane, &op->in[i])) != WEFT_OK) return st;
+  }
+  for (int o = 0; o < nout; o++) {
+    op->out[o] = NULL;
+    if (!out[o]) continue;
+    /* AXPY reads its output; an output that is also an input is already current there. */
+    if (op->kind == WEFT_OP_AXPY && (st = weft_tensor_make_valid(out[o], lane)) != WEFT_OK) return st;
+    if ((st = weft_tensor_lane_buffer(out[o], lane, &op->out[o])) != WEFT_OK) return st;
+  }
+  weft_lane_slot *s = &f->lanes[lane];
+  st = s->vt.run(s->self, op);
+  if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
+  if (st != WEFT_OK) return st;
+  for (int o = 0; o < nout; o++)
+    if (out[o]) weft_tensor_mark_written(out[o], lane);
+  f->last_lane = lane;
+  return WEFT_OK;
+}
+
+#define CHECK_T(t, name)                                                                                           \
+  do {                                                                                                             \
+    weft_status st_ = weft_tensor_check(f, (t), name);                                                           \
+    if (st_ != WEFT_OK) return st_;                                                                                \
+  } while (0)
+
+weft_status weft_op_matmul(weft_fabric *f, const weft_op_desc *desc, weft_tensor *a, int trans_a, weft_tensor *b,
+                           int trans_b, weft_tensor *c) {
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  weft_op op;
+  memset(&op, 0, sizeof op);
+  op.kind = WEFT_OP_MATMUL;
+  weft_status st = check_desc(f, desc, "weft_op_matmul", &op);
+  if (st != WEFT_OK) return st;
+  CHECK_T(a, "matmul: a");
+  CHECK_T(b, "matmul: b");
+  CHECK_T(c, "matmul: c");
+  if (c == a || c == b) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "matmul: c must not be a or b (no in-place matmul)");
+  char sa[96], sb[96], sc[96];
+  if (a->ndim < 2 || b->ndim < 2 || c->ndim < 2)
+    return weft_fail(f, WEFT_ERR_SHAPE, "matmul: a %s, b %s and c %s must each have rank 2 to 4",
+                     shape_str(a, sa, sizeof sa), shape_str(b, sb, sizeof sb), shape_str(c, sc, sizeof sc));
+  int64_t am = a->dims[a->ndim - 2], ak = a->dims[a->ndim - 1];
+  if (trans_a) am = a->dims[a->ndim - 1], ak = a->dims[a->ndim - 2];
+  int64_t bk = b->dims[b->ndim - 2], bn = b->dims[b->ndim - 1];
+  if (trans_b) bk = b->dims[b->ndim - 1], bn = b->dims[b->ndim - 2];
+  int64_t batch = (int64_t)(a->numel / (size_t)(am * ak));
+  int b_batched = b->ndim > 2;
+  int64_t bbatch = (int64_t)(b->numel / (size_t)(bk * bn));
+  if (ak != bk)
+    return weft_fail(f, WEFT_ERR_SHAPE, "matmul: inner dimensions differ: a %s%s gives k=%lld, b %s%s gives k=%lld",
+                     shape_str(a, sa, sizeof sa), trans_a ? "^T" : "", (long long)ak, shape_str(b, sb, sizeof sb),
+                     trans_b ? "^T" : "", (long long)bk);
+  if (b_batched && (b->ndim != a->ndim || bbatch != batch || memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)(a->ndim - 2))))
+    return weft_fail(f, WEFT_ERR_SHAPE, "matmul: batched b %s must have a %s's batch dimensions",
+                     shape_str(b, sb, sizeof sb), shape_str(a, sa, sizeof sa));
+  int shape_ok = c->ndim == a->ndim && c->dims[c->ndim - 2] == am && c->dims[c->ndim - 1] == bn &&
+                 memcmp(a->dims, c->dims, sizeof(int64_t) * (size_t)(a->ndim - 2)) == 0;
+  if (!shape_ok)
+    return weft_fail(f, WEFT_ERR_SHAPE, "matmul: c is %s; a %s%s . b %s%s needs c of a's batch dimensions then [%lld,%lld]",
+                     shape_str(c, sc, sizeof sc), shape_str(a, sa, sizeof sa), trans_a ? "^T" : "",
+                     shape_str(b, sb, sizeof sb), trans_b ? "^T" : "", (long long)am, (long long)bn);
+  op.batch = batch, op.m = am, op.n = bn, op.k = ak;
+  op.trans_a = trans_a != 0, op.trans_b = trans_b != 0, op.b_batched = b_batched;
+  weft_tensor *in[2] = {a, b}, *out[1] = {c};
+  return dispatch(f, desc, &op, in, 2, out, 1);
+}
+
+/* Shared checks for the one-input elementwise ops (relu, scale). */
+static weft_status unary(weft_fabric *f, const weft_op_desc *desc, weft_op *op, const char *fn, weft_tensor *x,
+                         weft_tensor *out) {
+  weft_status st = check_desc(f, desc, fn, op);
+  if (st != WEFT_OK) return st;
+  CHECK_T(x, "x");
+  CHECK_T(out, "out");
+  char sx[96], so[96];
+  if (!same_shape(x, out))
+    return weft_fail(f, WEFT_ERR_SHAPE, "%s: out %s must have x's shape %s", fn, shape_str(out, so, sizeof so),
+                     shape_str(x, sx, sizeof sx));
+  as_rows_cols(x, &op->rows, &op->cols);
+  weft_tensor *in[1] = {x}, *o[1] = {out};
+  return dispatch(f, desc, op, in, 1, o, 1);
+}
+
+weft_status weft_op_relu(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out) {
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  weft_op op;
+  memset(&op, 0, sizeof op);
+  op.kind = WEFT_OP_RELU;
+  return unary(f, desc, &op, "weft_op_relu", x, out);
+}
+
+weft_status weft_op_scale(weft_fabric *f, const weft_op_desc *desc, float alpha, weft_tensor *x, weft_tensor *out) {
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  weft_op op;
+  memset(&op, 0, sizeof op);
+  op.kind = WEFT_OP_SCALE;
+  op.alpha = alpha;
+  return unary(f, desc, &op, "weft_op_scale", x, out);
+}
+
+weft_status weft_op_axpy(weft_fabric *f, const weft_op_desc *desc, float alpha, weft_tensor *x, weft_tensor *y) {
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  weft_op op;
+  memset(&op, 0, sizeof op);
+  op.kind = WEFT_OP_AXPY;
+  op.alpha = alpha;
+  weft_status st = check_desc(f, desc, "weft_op_axpy", &op);
+  if (st != WEFT_OK) return st;
+  CHECK_T(x, "axpy: x");
+  CHECK_T(y, "axpy: y");
+  char sx[96], sy[96];
+  if (!same_shape(x, y))
+    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_axpy: y %s must have x's shape %s", shape_str(y, sy, sizeof sy),
+                     shape_str(x, sx, sizeof sx));
+  if (x == y) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_axpy: x and y must be different tensors (use scale)");
+  as_rows_cols(x, &op.rows, &op.cols);
+  weft_tensor *in[1] = {x}, *o[1] = {y};
+  return dispatch(f, desc, &op, in, 1, o, 1);
+}
+
+weft_status weft_op_add(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *y, weft_tensor *out) {
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  weft_op op;
+  memset(&op, 0, sizeof op);
+  op.kind = WEFT_OP_ADD;
+  weft_status st = check_desc(f, desc, "weft_op_add", &op);
+  if (st != WEFT_OK) return st;
+  CHECK_T(x, "add: x");
+  CHECK_T(y, "add: y");
+  CHECK_T(out, "add: out");
+  char sx[96], sy[96], so[96];
+  as_rows_cols(x, &op.rows, &op.cols);
+  int row = (y->ndim == 1 || (y->ndim == 2 && y->dims[0] == 1)) && y->dims[y->ndim - 1] == op.cols;
+  if (same_shape(x, y)) op.y_broadcast = 0;
+  else if (row) op.y_broadcast = 1;
+  else
+    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_add: y %s must have x's shape %s or be one row [%lld] to broadcast",
+                     shape_str(y, sy, sizeof sy), shape_str(x, sx, sizeof sx), (long long)op.cols);
+  if (!same_shape(x, out))
+    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_add: out %s must have x's shape %s", shape_str(out, so, sizeof so),
+                     shape_str(x, sx, sizeof sx));
+  if (out == y && op.y_broadcast)
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_add: out must not be the broadcast row y");
+  weft_tensor *in[2] = {x, y}, *o[1] = {out};
+  return dispatch(f, desc, &op, in, 2, o, 1);
+}
+
+weft_status weft_op_relu_backward(weft_fabric *f, const weft_op_desc *desc, weft_tensor *grad, weft_tensor *x,
+                                  weft_tensor *out) {
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  weft_op op;
+  memset(&op, 0, sizeof op);
+  op.kind = WEFT_OP_RELU_BACKWARD;
+  weft_status st = check_desc(f, desc, "weft_op_relu_backward", &op);
+  if (st != WEFT_OK) return st;
+  CHECK_T(grad, "relu_backward: grad");
+  CHECK_T(x, "relu_backward: x");
+  CHECK_T(out, "relu_backward: out");
+  char sg[96], sx[96], so[96];
+  if (!same_shape(grad, x) || !same_shape(grad, out))
+    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_relu_backward: grad %s, x %s and out %s must have one shape",
+                     shape_str(grad, sg, sizeof sg), shape_str(x, sx, sizeof sx), shape_str(out, so, sizeof so));
+  as_rows_cols(x, &op.rows, &op.cols);
+  weft_tensor *in[2] = {grad, x}, *o[1] = {out};
+  return dispatch(f, desc, &op, in, 2, o, 1);
+}
+
+weft_status weft_op_sum_rows(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out) {
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  weft_op op;
+  memset(&op, 0, sizeof op);
+  op.kind = WEFT_OP_SUM_ROWS;
+  weft_status st = check_desc(f, desc, "weft_op_sum_rows", &op);
+  if (st != WEFT_OK) return st;
+  CHECK_T(x, "sum_rows: x");
+  CHECK_T(out, "sum_rows: out");
+  if (x == out) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_sum_rows: out must not be x");
+  as_rows_cols(x, &op.rows, &op.cols);
+  char sx[96], so[96];
+  int ok = (out->ndim == 1 || (out->ndim == 2 && out->dims[0] == 1)) && out->dims[out->ndim - 1] == op.cols;
+  if (!ok)
+    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_sum_rows: out %s must be [%lld] or [1,%lld] for x %s",
+                     shape_str(out, so, sizeof so), (long long)op.cols, (long long)op.cols, shape_str(x, sx, sizeof sx));
+  weft_tensor *in[1] = {x}, *o[1] = {out};
+  return dispatch(f, desc, &op, in, 1, o, 1);
+}
+
+weft_status weft_op_softmax_xent(weft_fabric *f, const weft_op_desc *desc, weft_tensor *logits, weft_tensor *targets,
+                                 weft_tensor *out_loss, weft_tensor *out_grad) {
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  weft_op op;
+  memset(&op, 0, sizeof op);
+  op.kind = WEFT_OP_SOFTMAX_XENT;
+  weft_status st = check_desc(f, desc, "weft_op_softmax_xent", &op);
+  if (st != WEFT_OK) return st;
+  CHECK_T(logits, "softmax_xent: logits");
+  CHECK_T(targets, "softmax_xent: targets");
+  if (!out_loss && !out_grad)
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_softmax_xent: out_loss and out_grad are both NULL");
+  if (out_loss) CHECK_T(out_loss, "softmax_xent: out_loss");
+  if (out_grad) CHECK_T(out_grad, "softmax_xent: out_grad");
+  char sl[96], st2[96], so[96];
+  if (!same_shape(logits, targets))
+    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_softmax_xent: targets %s must have the logits' shape %s",
+                     shape_str(targets, st2, sizeof st2), shape_str(logits, sl, sizeof sl));
+  if (out_grad && !same_shape(logits, out_grad))
+    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_softmax_xent: out_grad %s must have the logits' shape %s",
+                     shape_str(out_grad, so, sizeof so), shape_str(logits, sl, sizeof sl));
+  if (out_loss && out_loss->numel != 1)
+    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_softmax_xent: out_loss %s must hold one element",
+                     shape_str(out_loss, so, sizeof so));
+  if (out_loss && (out_loss == logits || out_loss == targets || out_loss == out_grad))
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_softmax_xent: out_loss must be a tensor of its own");
+  if (out_grad && (out_grad == logits || out_grad == targets))
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_softmax_xent: out_grad must not be an input");
+  as_rows_cols(logits, &op.rows, &op.cols);
+  if (op.rows == 0) return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_softmax_xent: the logits have no rows");
+  op.inv_rows = 1.0f / (float)op.rows;
+  weft_tensor *in[2] = {logits, targets}, *o[2] = {out_loss, out_grad};
+  return dispatch(f, desc, &op, in, 2, o, 2);
+}

@@ -1,0 +1,187 @@
+/* tensor.c - tensors: shape checks, the host copy, the per-lane copies and which of them is current. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+weft_status weft_tensor_check(weft_fabric *f, const weft_tensor *t, const char *what) {
+  if (!t) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "%s is NULL", what);
+  if (t->magic != WEFT_TENSOR_MAGIC)
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "%s is not a live weft tensor (destroyed, or not a tensor)", what);
+  if (f && t->fabric != f)
+    return weft_fail(f, WEFT_ERR_WRONG_FABRIC, "%s belongs to another fabric; tensors cannot be shared between fabrics",
+                     what);
+  return WEFT_OK;
+}
+
+weft_status weft_tensor_create(weft_fabric *f, int ndim, const int64_t *dims, const float *data,
+                               weft_tensor **out_tensor) {
+  if (out_tensor) *out_tensor = NULL;
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!out_tensor) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_create: out_tensor is NULL");
+  if (ndim < 1 || ndim > WEFT_MAX_DIMS)
+    return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_create: rank %d; a tensor has 1 to %d dimensions", ndim,
+                     WEFT_MAX_DIMS);
+  if (!dims) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_create: dims is NULL");
+  size_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    int batch_dim = ndim >= 3 && d < ndim - 2;
+    if (dims[d] < 0 || (dims[d] == 0 && !batch_dim))
+      return weft_fail(f, WEFT_ERR_SHAPE,
+                       "weft_tensor_create: dimension %d is %lld; dimensions must be >= 1 (only batch dimensions, "
+                       "before the last two of a rank-3 or rank-4 tensor, may be 0)",
+                       d, (long long)dims[d]);
+    if (__builtin_mul_overflow(numel, (size_t)dims[d], &numel) || numel > ((size_t)1 << 40))
+      return weft_fail(f, WEFT_ERR_OVERFLOW,
+                       "weft_tensor_create: the element count overflows at dimension %d (%lld); a tensor holds at "
+                       "most 2^40 elements",
+                       d, (long long)dims[d]);
+  }
+  weft_tensor *t = calloc(1, sizeof *t);
+  if (!t) return weft_fail(f, WEFT_ERR_OUT_OF_MEMORY, "weft_tensor_create: out of host memory");
+  t->numel = numel;
+  t->bytes = (numel ? numel : 1) * sizeof(float);
+  t->host = aligned_alloc(64, (t->bytes + 63) & ~(size_t)63);
+  t->buf = calloc(f->nlanes ? f->nlanes : 1, sizeof *t->buf);
+  t->valid = calloc(f->nlanes ? f->nlanes : 1, 1);
+  if (!t->host || !t->buf || !t->valid) {
+    free(t->host), free(t->buf), free(t->valid), free(t);
+    return weft_fail(f, WEFT_ERR_OUT_OF_MEMORY, "weft_tensor_create: out of host memory for %zu floats", numel);
+  }
+  if (data) memcpy(t->host, data, numel * sizeof(float));
+  else memset(t->host, 0, t->bytes);
+  t->magic = WEFT_TENSOR_MAGIC;
+  t->fabric = f;
+  t->ndim = ndim;
+  for (int d = 0; d < WEFT_MAX_DIMS; d++) t->dims[d] = d < ndim ? dims[d] : 1;
+  t->host_valid = 1;
+  t->next = f->tensors;
+  if (f->tensors) f->tensors->prev = t;
+  f->tensors = t;
+  *out_tensor = t;
+  return WEFT_OK;
+}
+
+void weft_tensor_destroy(weft_tensor *t) {
+  if (!t || t->magic != WEFT_TENSOR_MAGIC) return;
+  weft_fabric *f = t->fabric;
+  for (size_t i = 0; i < f->nlanes; i++)
+    if (t->buf[i]) f->lanes[i].vt.buffer_free(f->lanes[i].self, t->buf[i]);
+  if (t->prev) t->prev->next = t->next;
+  else f->tensors = t->next;
+  if (t->next) t->next->prev = t->prev;
+  t->magic = 0;
+  free(t->host), free(t->buf), free(t->valid), free(t);
+}
+
+weft_status weft_tensor_lane_buffer(weft_tensor *t, int lane, weft_buffer **out_buffer) {
+  weft_fabric *f = t->fabric;
+  if (weft_lane_is_host(f, lane)) {
+    *out_buffer = t->host;
+    return WEFT_OK;
+  }
+  if (!t->buf[lane]) {
+    weft_lane_slot *s = &f->lanes[lane];
+    weft_status st = s->vt.buffer_alloc(s->self, t->bytes, &t->buf[lane]);
+    if (st != WEFT_OK) {
+      t->buf[lane] = NULL;
+      if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
+      return st;
+    }
+  }
+  *out_buffer = t->buf[lane];
+  return WEFT_OK;
+}
+
+/* Makes the host copy current, downloading from a lane that holds the value. */
+static weft_status make_host_valid(weft_tensor *t) {
+  if (t->host_valid) return WEFT_OK;
+  weft_fabric *f = t->fabric;
+  for (size_t i = 0; i < f->nlanes; i++) {
+    if (!t->valid[i] || !t->buf[i]) continue;
+    weft_lane_slot *s = &f->lanes[i];
+    weft_status st = s->vt.download(s->self, t->buf[i], 0, t->host, t->numel * sizeof(float));
+    if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, (int)i);
+    if (st != WEFT_OK) return st;
+    t->host_valid = 1;
+    return WEFT_OK;
+  }
+  return weft_fail(f, WEFT_ERR_INTERNAL, "tensor has no current copy anywhere (please report this)");
+}
+
+weft_status weft_tensor_make_valid(weft_tensor *t, int lane) {
+  weft_fabric *f = t->fabric;
+  weft_status st = WEFT_OK;
+  if (weft_lane_is_host(f, lane)) return make_host_valid(t);
+  if (t->valid[lane]) return WEFT_OK;
+  if ((st = make_host_valid(t)) != WEFT_OK) return st;
+  weft_buffer *b;
+  if ((st = weft_tensor_lane_buffer(t, lane, &b)) != WEFT_OK) return st;
+  weft_lane_slot *s = &f->lanes[lane];
+  if (t->numel) st = s->vt.upload(s->self, b, 0, t->host, t->numel * sizeof(float));
+  if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
+  if (st == WEFT_OK) t->valid[lane] = 1;
+  return st;
+}
+
+void weft_tensor_mark_written(weft_tensor *t, int lane) {
+  weft_fabric *f = t->fabric;
+  memset(t->valid, 0, f->nlanes);
+  if (weft_lane_is_host(f, lane)) {
+    t->host_valid = 1;
+  } else {
+    t->host_valid = 0;
+    t->valid[lane] = 1;
+  }
+}
+
+weft_status weft_tensor_write(weft_tensor *t, const float *data, size_t count) {
+  weft_status st = weft_tensor_check(NULL, t, "tensor");
+  if (st != WEFT_OK) return st;
+  weft_fabric *f = t->fabric;
+  if (!data) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_write: data is NULL");
+  if (count != t->numel)
+    return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_write: %zu floats given, the tensor holds %zu", count, t->numel);
+  /* Work still reading a lane copy must finish before the host copy changes under an upload. */
+  memcpy(t->host, data, count * sizeof(float));
+  weft_tensor_mark_written(t, -1);
+  return WEFT_OK;
+}
+
+weft_status weft_tensor_read(weft_tensor *t, float *out_data, size_t count) {
+  weft_status st = weft_tensor_check(NULL, t, "tensor");
+  if (st != WEFT_OK) return st;
+  weft_fabric *f = t->fabric;
+  if (!out_data) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_read: out_data is NULL");
+  if (count != t->numel)
+    return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_read: room for %zu floats given, the tensor holds %zu", count,
+                     t->numel);
+  if ((st = make_host_valid(t)) != WEFT_OK) return st;
+  memcpy(out_data, t->host, count * sizeof(float));
+  return WEFT_OK;
+}
+
+weft_status weft_tensor_shape(const weft_tensor *t, int *out_ndim, int64_t *out_dims) {
+  if (out_ndim) *out_ndim = 0;
+  if (!t || t->magic != WEFT_TENSOR_MAGIC || !out_ndim || !out_dims) return WEFT_ERR_INVALID_ARGUMENT;
+  *out_ndim = t->ndim;
+  memcpy(out_dims, t->dims, sizeof t->dims);
+  return WEFT_OK;
+}
+
+size_t weft_tensor_numel(const weft_tensor *t) { return t && t->magic == WEFT_TENSOR_MAGIC ? t->numel : 0; }
+
+const char *weft_tensor_location(const weft_tensor *tc) {
+  if (!tc || tc->magic != WEFT_TENSOR_MAGIC) return "";
+  weft_tensor *t = (weft_tensor *)tc;
+  weft_fabric *f = t->fabric;
+  size_t used = 0;
+  t->location[0] = '\0';
+  if (t->host_valid) used = (size_t)snprintf(t->location, sizeof t->location, "host");
+  for (size_t i = 0; i < f->nlanes && used < sizeof t->location; i++)
+    if (t->valid[i])
+      used += (size_t)snprintf(t->location + used, sizeof t->location - used, "%s%s", used ? "," : "",
+                               f->lanes[i].desc.name);
+  return t->location;
+}

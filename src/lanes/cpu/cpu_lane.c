@@ -1,0 +1,98 @@
+/* cpu_lane.c - the CPU lane: host memory, the reference kernels for elementwise ops, the blocked matmul
+ * framework (gemm.c) for matmul. Honours the exact and fp32 contracts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../core/reference.h"
+#include "cpu.h"
+
+struct weft_cpu_lane {
+  const weft_lane_host *host;
+  int threads;
+  char device[128];
+  char details[160];
+};
+
+static void cpu_describe(void *self, weft_lane_desc *out) {
+  weft_cpu_lane *l = self;
+  memset(out, 0, sizeof *out);
+  out->name = "cpu";
+  out->kind = "cpu";
+  out->device = l->device;
+  out->driver = "";
+  out->details = l->details;
+  out->contracts = WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32);
+  out->flags = WEFT_LANE_HOST_MEMORY;
+}
+
+static void cpu_destroy(void *self) { free(self); }
+
+static weft_status cpu_alloc(void *self, size_t bytes, weft_buffer **out) {
+  weft_cpu_lane *l = self;
+  *out = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+  if (!*out) return weft_lane_report(l->host, WEFT_ERR_OUT_OF_MEMORY, "cpu: out of host memory for %zu bytes", bytes);
+  return WEFT_OK;
+}
+
+static void cpu_free(void *self, weft_buffer *b) {
+  (void)self;
+  free(b);
+}
+
+static weft_status cpu_upload(void *self, weft_buffer *b, size_t off, const void *src, size_t bytes) {
+  (void)self;
+  memcpy((char *)b + off, src, bytes);
+  return WEFT_OK;
+}
+
+static weft_status cpu_download(void *self, weft_buffer *b, size_t off, void *dst, size_t bytes) {
+  (void)self;
+  memcpy(dst, (const char *)b + off, bytes);
+  return WEFT_OK;
+}
+
+static weft_status cpu_run(void *self, const weft_op *op) {
+  weft_cpu_lane *l = self;
+  if (op->kind == WEFT_OP_MATMUL) weft_cpu_matmul(l, op);
+  else weft_reference_run(op);
+  return WEFT_OK;
+}
+
+static const weft_lane_vtable CPU_VTABLE = {
+    WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), cpu_describe, cpu_destroy, cpu_alloc, cpu_free, cpu_upload,
+    cpu_download, NULL, cpu_run, NULL, NULL, NULL,
+};
+
+/* The processor's name from /proc/cpuinfo, or a plain word where that is not readable. */
+static void cpu_model_name(char *buf, size_t len) {
+  snprintf(buf, len, "host CPU");
+  FILE *fp = fopen("/proc/cpuinfo", "r");
+  if (!fp) return;
+  char line[512];
+  while (fgets(line, sizeof line, fp)) {
+    if (strncmp(line, "model name", 10) == 0) {
+      char *colon = strchr(line, ':');
+      if (colon) {
+        colon++;
+        while (*colon == ' ') colon++;
+        colon[strcspn(colon, "\n")] = '\0';
+        snprintf(buf, len, "%s", colon);
+      }
+      break;
+    }
+  }
+  fclose(fp);
+}
+
+weft_status weft_cpu_probe(const weft_probe_args *args, const weft_lane_sink *sink) {
+  weft_cpu_lane *l = calloc(1, sizeof *l);
+  if (!l) return WEFT_ERR_OUT_OF_MEMORY;
+  l->host = args->host;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  l->threads = args->desc->cpu_threads > 0 ? args->desc->cpu_threads : (online > 0 ? (int)online : 1);
+  cpu_model_name(l->device, sizeof l->device);
+  snprintf(l->details, sizeof l->details, "%s kernels, %d threads", weft_cpu_isa_name(), l->threads);
+  return sink->add_lane(sink->ctx, &CPU_VTABLE, l);
+}
