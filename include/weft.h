@@ -88,9 +88,20 @@ typedef struct weft_fabric_desc {
   /* Test hook: caps the Vulkan lane's largest storage-buffer binding in bytes (0 = the device's own), so the
    * row-chunking of large tensors can be exercised on small data. */
   uint64_t vulkan_max_binding;
+  /* When the cost model is measured: WEFT_CALIBRATION_AUTO (default) reads the on-disk cache and measures
+   * lanes missing from it the first time routing has to choose between lanes; WEFT_CALIBRATION_FORCE measures
+   * every lane at open and rewrites the cache; WEFT_CALIBRATION_OFF uses built-in priors and never touches
+   * the disk (tests, or callers who set models with weft_fabric_set_cost_model). */
+  int calibration;
+  /* Receives one line per calibration step and note ("calibrating cpu: matmul n=256 ..."). NULL: notes
+   * (cache mismatches, recalibration) go to stderr and progress is silent. */
+  void (*on_note)(void *ctx, const char *line);
+  void *note_ctx;
 } weft_fabric_desc;
 
-#define WEFT_FABRIC_DESC_INIT {NULL, 0, 0}
+enum { WEFT_CALIBRATION_AUTO = 0, WEFT_CALIBRATION_FORCE = 1, WEFT_CALIBRATION_OFF = 2 };
+
+#define WEFT_FABRIC_DESC_INIT {NULL, 0, 0, WEFT_CALIBRATION_AUTO, NULL, NULL}
 
 /* Opens a fabric over every lane found (or those desc->lanes asks for). desc may be NULL for defaults.
  * Lanes that cannot run here are recorded as absent with a reason; that is not an error. */
@@ -157,6 +168,24 @@ WEFT_API const char *weft_tensor_location(const weft_tensor *tensor);
 
 /* ----------------------------------------------------------------------------------------------- ops */
 
+/* The ops of the fabric. Numbers are stable; new ops are added at the end. */
+typedef enum weft_op_kind {
+  WEFT_OP_MATMUL = 0,
+  WEFT_OP_ADD = 1,
+  WEFT_OP_RELU = 2,
+  WEFT_OP_RELU_BACKWARD = 3,
+  WEFT_OP_SCALE = 4,
+  WEFT_OP_AXPY = 5,
+  WEFT_OP_SUM_ROWS = 6,
+  WEFT_OP_SOFTMAX_XENT = 7,
+  WEFT_OP_COUNT
+} weft_op_kind;
+
+/* "matmul", "add", "relu", "relu_backward", "scale", "axpy", "sum_rows", "softmax_xent"; "?" otherwise. */
+WEFT_API const char *weft_op_kind_str(weft_op_kind kind);
+/* Parses an op name; WEFT_ERR_INVALID_ARGUMENT for an unknown name. */
+WEFT_API weft_status weft_op_kind_parse(const char *name, weft_op_kind *out_kind);
+
 /* Run on whichever lane the fabric chooses. */
 #define WEFT_LANE_AUTO (-1)
 
@@ -214,6 +243,83 @@ WEFT_API weft_status weft_scope_begin(weft_fabric *fabric);
 WEFT_API weft_status weft_scope_end(weft_fabric *fabric);
 /* Waits for every lane to finish what it was given. */
 WEFT_API weft_status weft_fabric_sync(weft_fabric *fabric);
+
+/* -------------------------------------------------------------------------------- cost model, routing */
+
+/* What a cost line measures. t = alpha + work / beta, where work is flops for matmul, elements for the
+ * elementwise ops (softmax_xent counts 8 per element) and bytes for transfers. */
+typedef enum weft_cost_class {
+  WEFT_COST_MATMUL = 0,
+  WEFT_COST_ELEMENTWISE = 1,
+  WEFT_COST_UPLOAD = 2,   /* host -> lane */
+  WEFT_COST_DOWNLOAD = 3, /* lane -> host */
+  WEFT_COST_CLASS_COUNT
+} weft_cost_class;
+
+/* "matmul", "elementwise", "upload", "download". */
+WEFT_API const char *weft_cost_class_str(weft_cost_class cls);
+
+/* Where a cost line came from. */
+enum { WEFT_COST_PRIOR = 0, WEFT_COST_MEASURED = 1, WEFT_COST_CACHED = 2, WEFT_COST_SET = 3 };
+
+typedef struct weft_cost_line {
+  double alpha;   /* fixed cost per op in seconds (dispatch, submit, synchronise) */
+  double beta;    /* work per second: flop/s, elements/s or bytes/s; 0 means "free" (no transfer needed) */
+  double refine;  /* the online correction factor applied to predictions (median of observed/predicted) */
+  int source;     /* WEFT_COST_PRIOR, _MEASURED, _CACHED or _SET */
+  int points;     /* measurements the fit used */
+} weft_cost_line;
+
+/* Reads lane `lane`'s cost line for `cls`. Matmul lines are kept per contract (a lane's exact and fp32
+ * kernels differ); the other classes ignore `contract`. */
+WEFT_API weft_status weft_fabric_cost_model(const weft_fabric *fabric, size_t lane, weft_cost_class cls,
+                                            weft_contract contract, weft_cost_line *out_line);
+/* Replaces a cost line (alpha in seconds, beta in work per second; beta 0 = free). Marks it WEFT_COST_SET.
+ * For the non-matmul classes `contract` is ignored. */
+WEFT_API weft_status weft_fabric_set_cost_model(weft_fabric *fabric, size_t lane, weft_cost_class cls,
+                                                weft_contract contract, double alpha, double beta);
+/* Measures every live lane now (a short sweep per lane and class, medians of repeats) and writes the cache
+ * unless calibration is OFF. Progress lines go to desc.on_note. */
+WEFT_API weft_status weft_fabric_calibrate(weft_fabric *fabric);
+/* The cache file weft reads and writes ("$XDG_CACHE_HOME/weft/calibration.json" or "~/.cache/weft/...").
+ * Written into out (len bytes); WEFT_ERR_IO when no home or cache directory is known. */
+WEFT_API weft_status weft_cost_cache_path(char *out, size_t len);
+
+/* An op described by its shape, to ask the router about it without running it. */
+typedef struct weft_route_query {
+  weft_op_kind op;
+  weft_contract contract;
+  int64_t batch, m, n, k; /* matmul: [batch,m,k].[k,n] */
+  int64_t rows, cols;     /* the other ops: a [rows, cols] operand */
+} weft_route_query;
+
+/* One lane's predicted cost for an op, split into its parts (seconds). */
+typedef struct weft_route_cost {
+  const char *lane;    /* lane name */
+  int eligible;        /* 0: the lane cannot run it; why_not says why */
+  const char *why_not; /* "" when eligible */
+  double wait;         /* until the lane is free */
+  double transfer;     /* moving inputs that are not resident there (and the result home, see DESIGN) */
+  double alpha;        /* the fixed dispatch cost */
+  double compute;      /* work / beta */
+  double total;        /* wait + transfer + alpha + compute, times the refinement factor */
+} weft_route_cost;
+
+/* The router's reasoning for one op. `lanes` has one entry per lane of the fabric (failed ones included). */
+typedef struct weft_route_explanation {
+  weft_op_kind op;
+  weft_contract contract;
+  double work;   /* flops or elements */
+  int chosen;    /* lane index, or -1 when no lane can run it */
+  size_t nlanes;
+  const weft_route_cost *lanes; /* owned by the fabric; valid until the next op or explain call */
+} weft_route_explanation;
+
+/* Explains where an op of this shape would run, with inputs on the host, and why. */
+WEFT_API weft_status weft_route_explain(weft_fabric *fabric, const weft_route_query *query,
+                                        weft_route_explanation *out_explanation);
+/* Explains the last op the fabric routed (WEFT_LANE_AUTO): every lane's predicted cost and the choice. */
+WEFT_API weft_status weft_route_last(weft_fabric *fabric, weft_route_explanation *out_explanation);
 
 /* --------------------------------------------------------------------------- reference and exact math */
 

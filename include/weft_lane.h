@@ -22,22 +22,6 @@ extern "C" {
 
 #define WEFT_LANE_ABI_VERSION 1
 
-/* The ops of the fabric. Numbers are stable; new ops are added at the end. */
-typedef enum weft_op_kind {
-  WEFT_OP_MATMUL = 0,
-  WEFT_OP_ADD = 1,
-  WEFT_OP_RELU = 2,
-  WEFT_OP_RELU_BACKWARD = 3,
-  WEFT_OP_SCALE = 4,
-  WEFT_OP_AXPY = 5,
-  WEFT_OP_SUM_ROWS = 6,
-  WEFT_OP_SOFTMAX_XENT = 7,
-  WEFT_OP_COUNT
-} weft_op_kind;
-
-/* "matmul", "add", ... */
-WEFT_API const char *weft_op_kind_str(weft_op_kind kind);
-
 /* A lane-owned allocation; what it points to is the lane's business (a host pointer, a VkBuffer record, a
  * device pointer). For lanes with WEFT_LANE_HOST_MEMORY it is a plain float array in host memory. */
 typedef void weft_buffer;

@@ -4,11 +4,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+
+#include "../cost/cost.h"
+#include "../sched/route.h"
 #include "internal.h"
+#include "testing.h"
 
 static _Thread_local char open_error[WEFT_ERR_LEN];
 
 const char *weft_open_error(void) { return open_error; }
+
+double weft_monotonic_seconds(void *ctx) {
+  (void)ctx;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void weft_note(const weft_fabric *f, int always, const char *fmt, ...) {
+  char line[WEFT_ERR_LEN];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(line, sizeof line, fmt, args);
+  va_end(args);
+  if (f && f->desc.on_note) f->desc.on_note(f->desc.note_ctx, line);
+  else if (always) fprintf(stderr, "%s\n", line);
+}
 
 static char *dup_str(const char *s) {
   size_t n = strlen(s ? s : "") + 1;
@@ -65,8 +87,7 @@ static void add_absent(void *ctx, const char *name, const char *reason) {
   else free(a[f->nabsent].name), free(a[f->nabsent].reason);
 }
 
-static weft_status add_lane(void *ctx, const weft_lane_vtable *vt, void *self) {
-  weft_fabric *f = ctx;
+static weft_status add_lane_checked(weft_fabric *f, const weft_lane_vtable *vt, void *self, int apply_filter) {
   if (!vt || vt->abi_version != WEFT_LANE_ABI_VERSION || vt->size < offsetof(weft_lane_vtable, supports)) {
     if (vt && vt->destroy && vt->size >= offsetof(weft_lane_vtable, buffer_alloc)) vt->destroy(self);
     add_absent(f, "lane", "a lane was built against another lane ABI version and was refused");
@@ -83,7 +104,7 @@ static weft_status add_lane(void *ctx, const weft_lane_vtable *vt, void *self) {
     add_absent(f, slot.desc.name ? slot.desc.name : "lane", "the lane left required vtable slots empty");
     return WEFT_ERR_UNSUPPORTED;
   }
-  if (!filter_takes(f->lanes_filter, slot.desc.kind, slot.desc.name)) {
+  if (apply_filter && !filter_takes(f->lanes_filter, slot.desc.kind, slot.desc.name)) {
     add_absent(f, slot.desc.name, "not requested (the fabric's lane filter leaves it out)");
     slot.vt.destroy(self);
     return WEFT_OK;
@@ -95,13 +116,22 @@ static weft_status add_lane(void *ctx, const weft_lane_vtable *vt, void *self) {
       return WEFT_ERR_INVALID_ARGUMENT;
     }
   weft_lane_slot *grown = realloc(f->lanes, (f->nlanes + 1) * sizeof *grown);
-  if (!grown) {
+  if (grown) f->lanes = grown;
+  weft_route_cost *r1 = grown ? realloc(f->route, (f->nlanes + 1) * sizeof *r1) : NULL;
+  if (r1) f->route = r1;
+  weft_route_cost *r2 = r1 ? realloc(f->explain, (f->nlanes + 1) * sizeof *r2) : NULL;
+  if (r2) f->explain = r2;
+  if (!r2) {
     slot.vt.destroy(self);
     return WEFT_ERR_OUT_OF_MEMORY;
   }
-  f->lanes = grown;
+  weft_cost_init_lane(&slot);
   f->lanes[f->nlanes++] = slot;
   return WEFT_OK;
+}
+
+static weft_status add_lane(void *ctx, const weft_lane_vtable *vt, void *self) {
+  return add_lane_checked(ctx, vt, self, 1);
 }
 
 weft_status weft_fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fabric) {
@@ -126,6 +156,14 @@ weft_status weft_fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fab
   f->host.ctx = f;
   f->host.report = host_report;
   f->last_lane = -1;
+  f->clock = weft_monotonic_seconds;
+  if (desc->calibration < WEFT_CALIBRATION_AUTO || desc->calibration > WEFT_CALIBRATION_OFF) {
+    snprintf(open_error, sizeof open_error,
+             "weft_fabric_open: calibration is %d; use WEFT_CALIBRATION_AUTO, _FORCE or _OFF", desc->calibration);
+    free(f->lanes_filter);
+    free(f);
+    return WEFT_ERR_INVALID_ARGUMENT;
+  }
   weft_lane_sink sink = {f, add_lane, add_absent};
   weft_probe_args args = {&f->desc, &f->host};
   for (size_t p = 0; p < weft_lane_provider_count; p++) {
@@ -147,6 +185,11 @@ weft_status weft_fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fab
     }
   }
   f->err[0] = '\0';
+  if (f->nlanes > 0 && f->desc.calibration == WEFT_CALIBRATION_AUTO) weft_cost_cache_load(f);
+  if (f->nlanes > 0 && f->desc.calibration == WEFT_CALIBRATION_FORCE) {
+    weft_fabric_calibrate(f);
+    f->err[0] = '\0';
+  }
   if (f->nlanes == 0) {
     snprintf(open_error, sizeof open_error, "weft_fabric_open: no lane could be opened%s%s",
              f->lanes_filter ? " with the lane filter " : "", f->lanes_filter ? f->lanes_filter : "");
@@ -164,8 +207,85 @@ void weft_fabric_close(weft_fabric *f) {
   for (size_t i = 0; i < f->nabsent; i++) free(f->absent[i].name), free(f->absent[i].reason);
   free(f->absent);
   free(f->lanes);
+  free(f->route);
+  free(f->explain);
   free(f->lanes_filter);
   free(f);
+}
+
+static weft_status cost_args(const weft_fabric *f, size_t lane, weft_cost_class cls, weft_contract contract) {
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (lane >= f->nlanes)
+    return weft_fail((weft_fabric *)f, WEFT_ERR_NOT_FOUND, "lane index %zu: the fabric has %zu lanes", lane, f->nlanes);
+  if ((unsigned)cls >= WEFT_COST_CLASS_COUNT || (unsigned)contract >= WEFT_CONTRACT_COUNT)
+    return weft_fail((weft_fabric *)f, WEFT_ERR_INVALID_ARGUMENT, "cost class %d or contract %d out of range", (int)cls,
+                     (int)contract);
+  return WEFT_OK;
+}
+
+weft_status weft_fabric_cost_model(const weft_fabric *f, size_t lane, weft_cost_class cls, weft_contract contract,
+                                   weft_cost_line *out_line) {
+  if (out_line) memset(out_line, 0, sizeof *out_line);
+  weft_status st = cost_args(f, lane, cls, contract);
+  if (st != WEFT_OK || !out_line) return st != WEFT_OK ? st : WEFT_ERR_INVALID_ARGUMENT;
+  *out_line = weft_cost_state_of(&f->lanes[lane], cls, contract)->line;
+  return WEFT_OK;
+}
+
+weft_status weft_fabric_set_cost_model(weft_fabric *f, size_t lane, weft_cost_class cls, weft_contract contract,
+                                       double alpha, double beta) {
+  weft_status st = cost_args(f, lane, cls, contract);
+  if (st != WEFT_OK) return st;
+  if (!(alpha >= 0) || !(beta >= 0) || alpha > 1e6 || beta > 1e30)
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT,
+                     "weft_fabric_set_cost_model: alpha %g s and beta %g per s must be finite and >= 0", alpha, beta);
+  weft_cost_state *c = weft_cost_state_of(&f->lanes[lane], cls, contract);
+  memset(c, 0, sizeof *c);
+  c->line.alpha = alpha;
+  c->line.beta = beta;
+  c->line.refine = 1.0;
+  c->line.source = WEFT_COST_SET;
+  f->lanes[lane].calib_tried = 1; /* a model the caller set is not measured over */
+  return WEFT_OK;
+}
+
+weft_status weft_route_explain(weft_fabric *f, const weft_route_query *q, weft_route_explanation *out) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!q || !out) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_route_explain: query or out is NULL");
+  if ((unsigned)q->op >= WEFT_OP_COUNT || (unsigned)q->contract >= WEFT_CONTRACT_COUNT)
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_route_explain: op %d or contract %d out of range", (int)q->op,
+                     (int)q->contract);
+  weft_op op;
+  memset(&op, 0, sizeof op);
+  op.kind = q->op;
+  op.contract = q->contract;
+  if (q->op == WEFT_OP_MATMUL) {
+    if (q->batch < 0 || q->m < 1 || q->n < 1 || q->k < 1)
+      return weft_fail(f, WEFT_ERR_SHAPE, "weft_route_explain: matmul needs batch >= 0 and m, n, k >= 1");
+    op.batch = q->batch, op.m = q->m, op.n = q->n, op.k = q->k;
+  } else {
+    if (q->rows < 1 || q->cols < 1)
+      return weft_fail(f, WEFT_ERR_SHAPE, "weft_route_explain: %s needs rows and cols >= 1", weft_op_kind_str(q->op));
+    op.rows = q->rows, op.cols = q->cols;
+    op.inv_rows = 1.0f / (float)q->rows;
+  }
+  int lane = weft_route_pick(f, &op, NULL, 0, f->explain);
+  out->op = op.kind;
+  out->contract = op.contract;
+  weft_cost_op_work(&op, &out->work);
+  out->chosen = lane;
+  out->nlanes = f->nlanes;
+  out->lanes = f->explain;
+  return WEFT_OK;
+}
+
+weft_status weft_route_last(weft_fabric *f, weft_route_explanation *out) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!f || !out) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!f->last_route.lanes) return weft_fail(f, WEFT_ERR_STATE, "weft_route_last: no op has been routed yet");
+  *out = f->last_route;
+  return WEFT_OK;
 }
 
 size_t weft_fabric_lane_count(const weft_fabric *f) { return f ? f->nlanes : 0; }
@@ -260,4 +380,28 @@ weft_status weft_fabric_sync(weft_fabric *f) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
   f->err[0] = '\0';
   return each_lane(f, offsetof(weft_lane_vtable, sync), "sync");
+}
+
+weft_status weft_testing_add_lane(weft_fabric *f, const weft_lane_vtable *vt, void *self) {
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  size_t before = f->nlanes;
+  weft_status st = add_lane_checked(f, vt, self, 0);
+  if (st != WEFT_OK || f->nlanes == before) return st != WEFT_OK ? st : WEFT_ERR_INVALID_ARGUMENT;
+  /* live tensors need a slot for the new lane */
+  for (weft_tensor *t = f->tensors; t; t = t->next) {
+    weft_buffer **b = realloc(t->buf, f->nlanes * sizeof *b);
+    if (b) t->buf = b;
+    uint8_t *v = b ? realloc(t->valid, f->nlanes) : NULL;
+    if (!v) return WEFT_ERR_OUT_OF_MEMORY;
+    t->valid = v;
+    t->buf[f->nlanes - 1] = NULL;
+    t->valid[f->nlanes - 1] = 0;
+  }
+  return WEFT_OK;
+}
+
+void weft_testing_set_clock(weft_fabric *f, double (*clock)(void *ctx), void *ctx) {
+  if (!f) return;
+  f->clock = clock ? clock : weft_monotonic_seconds;
+  f->clock_ctx = clock ? ctx : NULL;
 }

@@ -12,12 +12,25 @@
 #define WEFT_ERR_LEN 1024
 
 /* One lane in the fabric: the vtable it registered, its state, what it said about itself. */
+#define WEFT_REFINE_N 15 /* observations the online refinement keeps per cost line */
+
+/* A cost line and the recent observed/predicted ratios that refine it. */
+typedef struct weft_cost_state {
+  weft_cost_line line;
+  float ratio[WEFT_REFINE_N];
+  int nratio, pos;
+} weft_cost_state;
+
+/* One lane in the fabric: the vtable it registered, its state, what it said about itself, its cost model. */
 typedef struct weft_lane_slot {
   weft_lane_vtable vt; /* copied, with slots beyond the lane's own size zeroed */
   void *self;
   weft_lane_desc desc;
   int failed;
-  int in_scope;
+  /* [class][contract]; only matmul uses the contract index, the other classes live at [cls][0]. */
+  weft_cost_state cost[WEFT_COST_CLASS_COUNT][WEFT_CONTRACT_COUNT];
+  int calib_tried;    /* calibration ran (or was attempted) for this lane */
+  double busy_until; /* predicted time (fabric clock) at which work already given to the lane is done */
 } weft_lane_slot;
 
 typedef struct weft_absent {
@@ -36,8 +49,24 @@ struct weft_fabric {
   weft_tensor *tensors; /* every live tensor, so close can free them */
   int in_scope;
   int last_lane;
+  int calibrating;                /* set while calibration runs ops of its own */
+  double (*clock)(void *ctx);     /* seconds; monotonic unless a test injects its own */
+  void *clock_ctx;
+  weft_route_cost *route;         /* per lane: the last routing decision's costs (weft_route_last) */
+  weft_route_explanation last_route;
+  weft_route_cost *explain;       /* per lane: scratch for weft_route_explain */
   char err[WEFT_ERR_LEN];
 };
+
+/* The fabric's clock in seconds. */
+static inline double weft_fabric_now(const weft_fabric *f) { return f->clock(f->clock_ctx); }
+double weft_monotonic_seconds(void *ctx);
+/* Sends a line to desc.on_note, or to stderr when `always` and no callback is set. */
+void weft_note(const weft_fabric *f, int always, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 
 #define WEFT_TENSOR_MAGIC 0x7466657774656e73ull /* "tsnetwef": catches destroyed or foreign pointers */
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../cost/cost.h"
 #include "../sched/route.h"
 #include "internal.h"
 
@@ -58,7 +59,17 @@ static weft_status dispatch(weft_fabric *f, const weft_op_desc *desc, weft_op *o
     }
     lane = pinned;
   } else {
-    lane = weft_route_pick(f, op, in, nin);
+    /* axpy also reads its output: its residency counts like an input's */
+    weft_tensor *route_in[3] = {nin > 0 ? in[0] : NULL, nin > 1 ? in[1] : NULL, NULL};
+    int nroute = nin;
+    if (op->kind == WEFT_OP_AXPY) route_in[nroute++] = out[0];
+    lane = weft_route_pick(f, op, route_in, nroute, f->route);
+    f->last_route.op = op->kind;
+    f->last_route.contract = op->contract;
+    weft_cost_op_work(op, &f->last_route.work);
+    f->last_route.chosen = lane;
+    f->last_route.nlanes = f->nlanes;
+    f->last_route.lanes = f->route;
     if (lane < 0) return WEFT_ERR_UNSUPPORTED;
   }
   weft_status st;
@@ -74,9 +85,21 @@ static weft_status dispatch(weft_fabric *f, const weft_op_desc *desc, weft_op *o
     if ((st = weft_tensor_lane_buffer(out[o], lane, &op->out[o])) != WEFT_OK) return st;
   }
   weft_lane_slot *s = &f->lanes[lane];
+  double work;
+  weft_cost_state *cs = weft_cost_state_of(s, weft_cost_op_work(op, &work), op->contract);
+  double t0 = weft_fabric_now(f);
   st = s->vt.run(s->self, op);
+  double t1 = weft_fabric_now(f);
   if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
   if (st != WEFT_OK) return st;
+  if (weft_lane_is_host(f, lane)) {
+    /* host lanes finish the op before run returns: the time is an observation for the model */
+    if (!f->calibrating) weft_cost_observe(cs, work, t1 - t0);
+    s->busy_until = t1;
+  } else {
+    /* device lanes may still be working: the lane is busy for the predicted time */
+    s->busy_until = (s->busy_until > t0 ? s->busy_until : t0) + weft_cost_predict(cs, work);
+  }
   for (int o = 0; o < nout; o++)
     if (out[o]) weft_tensor_mark_written(out[o], lane);
   f->last_lane = lane;

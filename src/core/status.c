@@ -43,10 +43,20 @@ weft_status weft_contract_parse(const char *name, weft_contract *out_contract) {
   return WEFT_ERR_INVALID_ARGUMENT;
 }
 
-const char *weft_op_kind_str(weft_op_kind kind) {
-  static const char *const names[WEFT_OP_COUNT] = {"matmul", "add",      "relu",    "relu_backward",
-                                                   "scale",  "axpy",     "sum_rows", "softmax_xent"};
-  return (unsigned)kind < WEFT_OP_COUNT ? names[kind] : "?";
+static const char *const OP_NAMES[WEFT_OP_COUNT] = {"matmul", "add",  "relu",     "relu_backward",
+                                                     "scale",  "axpy", "sum_rows", "softmax_xent"};
+
+const char *weft_op_kind_str(weft_op_kind kind) { return (unsigned)kind < WEFT_OP_COUNT ? OP_NAMES[kind] : "?"; }
+
+weft_status weft_op_kind_parse(const char *name, weft_op_kind *out_kind) {
+  if (out_kind) *out_kind = WEFT_OP_MATMUL;
+  if (!name || !out_kind) return WEFT_ERR_INVALID_ARGUMENT;
+  for (int k = 0; k < WEFT_OP_COUNT; k++)
+    if (strcmp(name, OP_NAMES[k]) == 0) {
+      *out_kind = (weft_op_kind)k;
+      return WEFT_OK;
+    }
+  return WEFT_ERR_INVALID_ARGUMENT;
 }
 
 weft_status weft_vfail(weft_fabric *f, weft_status status, const char *fmt, va_list args) {

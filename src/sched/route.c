@@ -1,32 +1,95 @@
-/* route.c - the router. For now a residency rule: run where every input already lives, else on a
- * host-memory lane (the CPU), else on the first lane that can. The measured cost model replaces this rule
- * (cost/); lanes know nothing of it either way. */
+/* route.c - the router. For each op, among the lanes that honour its contract:
+ *   finish(lane) = wait until the lane is free
+ *                + transfer of the inputs not resident there (download from where they live, upload there)
+ *                + the result's way home, when every input came from the host (the caller works on host data)
+ *                + alpha + work / beta
+ * all scaled by the lane's online refinement factor, and the least finish wins. Costs come from the cost
+ * model (cost/); lanes know nothing of routing. The whole decision is a few multiplies per lane. */
 #include "route.h"
 
-int weft_route_lane_can_run(weft_fabric *f, int lane, const weft_op *op) {
+#include "../cost/cost.h"
+
+int weft_route_lane_can_run(weft_fabric *f, int lane, const weft_op *op, const char **why) {
   weft_lane_slot *s = &f->lanes[lane];
-  if (s->failed || !(s->desc.contracts & WEFT_CONTRACT_BIT(op->contract))) return 0;
-  if (s->vt.supports && s->vt.supports(s->self, op) != WEFT_OK) return 0;
-  return 1;
+  const char *w = "";
+  if (s->failed) w = "failed earlier and left the fabric";
+  else if (!(s->desc.contracts & WEFT_CONTRACT_BIT(op->contract))) w = "does not honour the contract";
+  else if (s->vt.supports && s->vt.supports(s->self, op) != WEFT_OK) w = "declined the op (supports)";
+  if (why) *why = w;
+  return *w == '\0';
 }
 
-int weft_route_pick(weft_fabric *f, const weft_op *op, weft_tensor *const *inputs, int ninputs) {
-  int host_lane = -1, first = -1;
-  for (size_t i = 0; i < f->nlanes; i++) {
-    if (!weft_route_lane_can_run(f, (int)i, op)) continue;
-    if (first < 0) first = (int)i;
-    if (weft_lane_is_host(f, (int)i)) {
-      if (host_lane < 0) host_lane = (int)i;
-      continue;
-    }
-    int all_here = ninputs > 0;
-    for (int k = 0; k < ninputs; k++)
-      if (inputs[k] && !inputs[k]->valid[i]) all_here = 0;
-    if (all_here) return (int)i;
+/* Seconds to bring `bytes` resident on `to` from where t lives (t NULL: from the host). */
+static double move_cost(weft_fabric *f, const weft_tensor *t, int to, double bytes) {
+  weft_lane_slot *dst = &f->lanes[to];
+  int dst_host = (dst->desc.flags & WEFT_LANE_HOST_MEMORY) != 0;
+  if (t && (dst_host ? t->host_valid : t->valid[to])) return 0.0;
+  double cost = 0.0;
+  if (t && !t->host_valid) {
+    /* lives only on another device lane: it comes down first */
+    for (size_t i = 0; i < f->nlanes; i++)
+      if (t->valid[i]) {
+        cost += weft_cost_predict(&f->lanes[i].cost[WEFT_COST_DOWNLOAD][0], bytes);
+        break;
+      }
   }
-  if (host_lane >= 0) return host_lane;
-  if (first < 0)
-    weft_fail(f, WEFT_ERR_UNSUPPORTED, "%s: no lane in this fabric honours the '%s' contract for this op",
-              weft_op_kind_str(op->kind), weft_contract_str(op->contract));
-  return first;
+  if (!dst_host) cost += weft_cost_predict(&dst->cost[WEFT_COST_UPLOAD][0], bytes);
+  return cost;
+}
+
+static double out_bytes(const weft_op *op) {
+  switch (op->kind) {
+  case WEFT_OP_MATMUL: return 4.0 * (double)op->batch * (double)op->m * (double)op->n;
+  case WEFT_OP_SUM_ROWS: return 4.0 * (double)op->cols;
+  default: return 4.0 * (double)op->rows * (double)op->cols;
+  }
+}
+
+static double in_bytes(const weft_op *op, int i) {
+  if (op->kind == WEFT_OP_MATMUL)
+    return i == 0 ? 4.0 * (double)op->batch * (double)op->m * (double)op->k
+                  : 4.0 * (double)(op->b_batched ? op->batch : 1) * (double)op->k * (double)op->n;
+  if (op->kind == WEFT_OP_ADD && i == 1 && op->y_broadcast) return 4.0 * (double)op->cols;
+  return 4.0 * (double)op->rows * (double)op->cols;
+}
+
+int weft_route_pick(weft_fabric *f, const weft_op *op, weft_tensor *const *inputs, int ninputs,
+                    weft_route_cost *costs) {
+  double work;
+  weft_cost_class cls = weft_cost_op_work(op, &work);
+  double now = weft_fabric_now(f);
+  int from_host = 1;
+  for (int k = 0; inputs && k < ninputs; k++)
+    if (inputs[k] && !inputs[k]->host_valid) from_host = 0;
+  int eligible = 0;
+  for (size_t i = 0; i < f->nlanes; i++) eligible += weft_route_lane_can_run(f, (int)i, op, NULL);
+  if (eligible > 1) weft_cost_ensure(f); /* first real choice between lanes: measure what is unmeasured */
+  int best = -1;
+  double best_total = 0;
+  for (size_t i = 0; i < f->nlanes; i++) {
+    weft_lane_slot *s = &f->lanes[i];
+    weft_route_cost *c = &costs[i];
+    c->lane = s->desc.name;
+    c->eligible = weft_route_lane_can_run(f, (int)i, op, &c->why_not);
+    c->wait = c->transfer = c->alpha = c->compute = c->total = 0;
+    if (!c->eligible) continue;
+    const weft_cost_state *cs = weft_cost_state_of(s, cls, op->contract);
+    double refine = cs->line.refine;
+    c->wait = s->busy_until > now ? s->busy_until - now : 0.0;
+    /* explain passes no tensors: count the op's operands, all on the host (axpy reads x and y) */
+    int n_in = inputs ? ninputs : (op->kind == WEFT_OP_RELU || op->kind == WEFT_OP_SCALE || op->kind == WEFT_OP_SUM_ROWS ? 1 : 2);
+    for (int k = 0; k < n_in; k++)
+      c->transfer += move_cost(f, inputs && k < ninputs ? inputs[k] : NULL, (int)i, in_bytes(op, k));
+    if (from_host && !(s->desc.flags & WEFT_LANE_HOST_MEMORY))
+      c->transfer += weft_cost_predict(&s->cost[WEFT_COST_DOWNLOAD][0], out_bytes(op));
+    c->alpha = cs->line.alpha * refine;
+    c->compute = (cs->line.beta > 0 ? work / cs->line.beta : 0.0) * refine;
+    c->total = c->wait + c->transfer + c->alpha + c->compute;
+    if (best < 0 || c->total < best_total) best = (int)i, best_total = c->total;
+  }
+  if (best < 0)
+    weft_fail(f, WEFT_ERR_UNSUPPORTED, "%s: no lane in this fabric can run it under the '%s' contract%s",
+              weft_op_kind_str(op->kind), weft_contract_str(op->contract),
+              op->contract >= WEFT_CONTRACT_TF32 ? " (tf32/bf16 need a tensor-unit lane such as cuda:N.tensor)" : "");
+  return best;
 }

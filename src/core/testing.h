@@ -1,0 +1,13 @@
+/* testing.h - hooks for weft's own tests: fake lanes and an injected clock, so routing decisions are
+ * checked exactly rather than timed. Exported from the library but not installed. */
+#ifndef WEFT_TESTING_H
+#define WEFT_TESTING_H
+
+#include "weft_lane.h"
+
+/* Adds a lane to an open fabric as if a provider had found it; the fabric takes ownership of `self`. */
+WEFT_API weft_status weft_testing_add_lane(weft_fabric *fabric, const weft_lane_vtable *vtable, void *self);
+/* Replaces the fabric's clock (seconds). */
+WEFT_API void weft_testing_set_clock(weft_fabric *fabric, double (*clock)(void *ctx), void *ctx);
+
+#endif

@@ -1,0 +1,262 @@
+/* calibrate.c - measuring a lane: short sweeps of matmul (per contract the lane honours), elementwise and
+ * transfer sizes; each point is the median of repeats (a timing spike cannot move a median), and the fit
+ * (model.c) turns the points into alpha and beta. Budgeted so that every lane of a 2-core machine is
+ * measured in well under two seconds. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+
+#define MAX_POINTS 16
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void fill(float *p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    p[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+  }
+}
+
+/* A sweep's running state: the points so far and the time left. */
+typedef struct sweep {
+  double work[MAX_POINTS], secs[MAX_POINTS];
+  int n;
+  double deadline;
+} sweep;
+
+/* Times `run` (which must leave the lane idle when it returns) as the median of repeats after a warm-up. */
+typedef weft_status (*run_fn)(void *ctx);
+
+static weft_status time_point(weft_fabric *f, run_fn run, void *ctx, double *out_median) {
+  weft_status st = run(ctx); /* warm-up: first-use uploads, pipeline creation, page faults */
+  if (st != WEFT_OK) return st;
+  double t[7];
+  int reps = 0;
+  double first = 0;
+  for (; reps < 7; reps++) {
+    double t0 = weft_monotonic_seconds(NULL);
+    if ((st = run(ctx)) != WEFT_OK) return st;
+    t[reps] = weft_monotonic_seconds(NULL) - t0;
+    if (reps == 0) first = t[0];
+    /* long points get 3 repeats, short ones 7: the median of 3 already ignores one spike */
+    if (reps >= 2 && first > 2e-3) {
+      reps++;
+      break;
+    }
+  }
+  (void)f;
+  *out_median = median(t, reps);
+  return WEFT_OK;
+}
+
+typedef struct mm_ctx {
+  weft_fabric *f;
+  weft_op_desc d;
+  weft_tensor *a, *b, *c;
+} mm_ctx;
+
+static weft_status mm_run(void *p) {
+  mm_ctx *m = p;
+  weft_status st = weft_op_matmul(m->f, &m->d, m->a, 0, m->b, 0, m->c);
+  return st == WEFT_OK ? weft_fabric_sync(m->f) : st;
+}
+
+typedef struct add_ctx {
+  weft_fabric *f;
+  weft_op_desc d;
+  weft_tensor *x, *y, *out;
+} add_ctx;
+
+static weft_status add_run(void *p) {
+  add_ctx *m = p;
+  weft_status st = weft_op_add(m->f, &m->d, m->x, m->y, m->out);
+  return st == WEFT_OK ? weft_fabric_sync(m->f) : st;
+}
+
+static weft_status tensor_sq(weft_fabric *f, int64_t r, int64_t c, uint32_t seed, weft_tensor **out) {
+  int64_t dims[2] = {r, c};
+  weft_status st = weft_tensor_create(f, 2, dims, NULL, out);
+  if (st != WEFT_OK) return st;
+  if (seed) fill((*out)->host, (*out)->numel, seed);
+  return WEFT_OK;
+}
+
+static void set_line(weft_cost_state *c, sweep *s) {
+  double alpha, beta;
+  if (!weft_cost_fit(s->work, s->secs, s->n, &alpha, &beta)) return;
+  memset(c, 0, sizeof *c);
+  c->line.alpha = alpha;
+  c->line.beta = beta;
+  c->line.refine = 1.0;
+  c->line.source = WEFT_COST_MEASURED;
+  c->line.points = s->n;
+}
+
+static weft_status sweep_matmul(weft_fabric *f, int lane, weft_contract contract, double budget) {
+  static const int64_t sizes[] = {8, 16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048};
+  weft_lane_slot *slot = &f->lanes[lane];
+  sweep s = {.n = 0, .deadline = weft_monotonic_seconds(NULL) + budget};
+  weft_status st = WEFT_OK;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && s.n < MAX_POINTS; i++) {
+    int64_t n = sizes[i];
+    mm_ctx m = {f, {contract, lane}, NULL, NULL, NULL};
+    if ((st = tensor_sq(f, n, n, 11, &m.a)) == WEFT_OK && (st = tensor_sq(f, n, n, 23, &m.b)) == WEFT_OK &&
+        (st = tensor_sq(f, n, n, 0, &m.c)) == WEFT_OK) {
+      double t;
+      st = time_point(f, mm_run, &m, &t);
+      if (st == WEFT_OK) {
+        s.work[s.n] = 2.0 * (double)n * (double)n * (double)n;
+        s.secs[s.n++] = t;
+        weft_note(f, 0, "calibrate %s: matmul %s n=%lld  %.3f ms  (%.2f GFLOP/s)", slot->desc.name,
+                  weft_contract_str(contract), (long long)n, t * 1e3, s.work[s.n - 1] / t * 1e-9);
+        /* stop when the next point (8x the work) would overrun the budget */
+        double left = s.deadline - weft_monotonic_seconds(NULL);
+        if (t * 8 * 4 > left && s.n >= 3) i = sizeof sizes / sizeof sizes[0];
+      }
+    }
+    weft_tensor_destroy(m.a), weft_tensor_destroy(m.b), weft_tensor_destroy(m.c);
+    if (st != WEFT_OK) break;
+  }
+  if (s.n >= 2) set_line(weft_cost_state_of(slot, WEFT_COST_MATMUL, contract), &s);
+  return st;
+}
+
+static weft_status sweep_elementwise(weft_fabric *f, int lane, double budget) {
+  static const int64_t rows[] = {1, 8, 64, 512, 4096};
+  weft_lane_slot *slot = &f->lanes[lane];
+  sweep s = {.n = 0, .deadline = weft_monotonic_seconds(NULL) + budget};
+  weft_status st = WEFT_OK;
+  weft_contract contract = (slot->desc.contracts & WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT)) ? WEFT_CONTRACT_EXACT
+                                                                                          : WEFT_CONTRACT_FP32;
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    add_ctx m = {f, {contract, lane}, NULL, NULL, NULL};
+    if ((st = tensor_sq(f, rows[i], 1024, 5, &m.x)) == WEFT_OK && (st = tensor_sq(f, rows[i], 1024, 7, &m.y)) == WEFT_OK &&
+        (st = tensor_sq(f, rows[i], 1024, 0, &m.out)) == WEFT_OK) {
+      double t;
+      st = time_point(f, add_run, &m, &t);
+      if (st == WEFT_OK) {
+        s.work[s.n] = (double)rows[i] * 1024.0;
+        s.secs[s.n++] = t;
+        weft_note(f, 0, "calibrate %s: elementwise %lld elements  %.3f ms", slot->desc.name,
+                  (long long)(rows[i] * 1024), t * 1e3);
+        if (t * 8 * 4 > s.deadline - weft_monotonic_seconds(NULL) && s.n >= 3) i = sizeof rows / sizeof rows[0];
+      }
+    }
+    weft_tensor_destroy(m.x), weft_tensor_destroy(m.y), weft_tensor_destroy(m.out);
+    if (st != WEFT_OK) break;
+  }
+  if (s.n >= 2) set_line(weft_cost_state_of(slot, WEFT_COST_ELEMENTWISE, 0), &s);
+  return st;
+}
+
+/* Transfers through the lane's own vtable: upload then sync, and download (which waits by contract). */
+static weft_status sweep_transfers(weft_fabric *f, int lane, double budget) {
+  static const size_t bytes[] = {4096, 65536, 1u << 20, 8u << 20, 32u << 20};
+  weft_lane_slot *slot = &f->lanes[lane];
+  sweep up = {.n = 0}, down = {.n = 0};
+  double deadline = weft_monotonic_seconds(NULL) + budget;
+  weft_status st = WEFT_OK;
+  for (size_t i = 0; i < sizeof bytes / sizeof bytes[0] && st == WEFT_OK; i++) {
+    float *host = malloc(bytes[i]);
+    weft_buffer *buf = NULL;
+    if (!host) return WEFT_ERR_OUT_OF_MEMORY;
+    fill(host, bytes[i] / sizeof(float), 3);
+    st = slot->vt.buffer_alloc(slot->self, bytes[i], &buf);
+    double tu[5], td[5];
+    int reps = 0;
+    for (; st == WEFT_OK && reps < 5; reps++) {
+      double t0 = weft_monotonic_seconds(NULL);
+      st = slot->vt.upload(slot->self, buf, 0, host, bytes[i]);
+      if (st == WEFT_OK && slot->vt.sync) st = slot->vt.sync(slot->self);
+      double t1 = weft_monotonic_seconds(NULL);
+      if (st == WEFT_OK) st = slot->vt.download(slot->self, buf, 0, host, bytes[i]);
+      double t2 = weft_monotonic_seconds(NULL);
+      tu[reps] = t1 - t0, td[reps] = t2 - t1;
+    }
+    if (buf) slot->vt.buffer_free(slot->self, buf);
+    free(host);
+    if (st != WEFT_OK) break;
+    /* the first repeat pays first-touch costs: drop it */
+    up.work[up.n] = down.work[down.n] = (double)bytes[i];
+    up.secs[up.n++] = median(tu + 1, reps - 1);
+    down.secs[down.n++] = median(td + 1, reps - 1);
+    weft_note(f, 0, "calibrate %s: transfer %zu KiB  up %.3f ms  down %.3f ms", slot->desc.name, bytes[i] >> 10,
+              up.secs[up.n - 1] * 1e3, down.secs[down.n - 1] * 1e3);
+    if (weft_monotonic_seconds(NULL) > deadline && up.n >= 3) break;
+  }
+  if (up.n >= 2) set_line(weft_cost_state_of(slot, WEFT_COST_UPLOAD, 0), &up);
+  if (down.n >= 2) set_line(weft_cost_state_of(slot, WEFT_COST_DOWNLOAD, 0), &down);
+  return st;
+}
+
+weft_status weft_cost_calibrate_lane(weft_fabric *f, int lane, double budget) {
+  weft_lane_slot *slot = &f->lanes[lane];
+  if (slot->failed) return WEFT_OK;
+  int host = (slot->desc.flags & WEFT_LANE_HOST_MEMORY) != 0;
+  int ncontracts = 0;
+  for (int c = 0; c < WEFT_CONTRACT_COUNT; c++) ncontracts += (slot->desc.contracts >> c) & 1;
+  double share = budget / (ncontracts + 1 + (host ? 0 : 1));
+  int was = f->calibrating;
+  f->calibrating = 1;
+  slot->calib_tried = 1;
+  weft_status st = WEFT_OK;
+  for (int c = 0; c < WEFT_CONTRACT_COUNT && st == WEFT_OK; c++)
+    if (slot->desc.contracts & WEFT_CONTRACT_BIT(c)) st = sweep_matmul(f, lane, (weft_contract)c, share);
+  if (st == WEFT_OK) st = sweep_elementwise(f, lane, share);
+  if (st == WEFT_OK && !host) st = sweep_transfers(f, lane, share);
+  f->calibrating = was;
+  if (st != WEFT_OK)
+    weft_note(f, 1, "weft: calibrating lane %s failed (%s: %s); it keeps its prior cost model", slot->desc.name,
+              weft_status_str(st), f->err);
+  return st;
+}
+
+static int lane_needs_measuring(const weft_lane_slot *s) {
+  if (s->failed || s->calib_tried) return 0; /* a lane whose measurement failed keeps priors: no retry per op */
+  for (int c = 0; c < WEFT_CONTRACT_COUNT; c++)
+    if ((s->desc.contracts & WEFT_CONTRACT_BIT(c)) && s->cost[WEFT_COST_MATMUL][c].line.source == WEFT_COST_PRIOR)
+      return 1;
+  return s->cost[WEFT_COST_ELEMENTWISE][0].line.source == WEFT_COST_PRIOR;
+}
+
+/* Per-lane budget: the whole fabric in about 1.5 s on a small machine. */
+static double lane_budget(const weft_fabric *f) { return f->nlanes > 1 ? 1.5 / (double)f->nlanes : 1.0; }
+
+weft_status weft_fabric_calibrate(weft_fabric *f) {
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (f->in_scope) return weft_fail(f, WEFT_ERR_STATE, "weft_fabric_calibrate: close the open scope first");
+  weft_status first = WEFT_OK;
+  for (size_t i = 0; i < f->nlanes; i++) {
+    weft_note(f, 0, "calibrating %s (%s)", f->lanes[i].desc.name, f->lanes[i].desc.device);
+    weft_status st = weft_cost_calibrate_lane(f, (int)i, lane_budget(f));
+    if (st != WEFT_OK && first == WEFT_OK) first = st;
+  }
+  if (f->desc.calibration != WEFT_CALIBRATION_OFF) weft_cost_cache_save(f);
+  return first;
+}
+
+void weft_cost_ensure(weft_fabric *f) {
+  if (f->desc.calibration != WEFT_CALIBRATION_AUTO || f->calibrating || f->in_scope) return;
+  int measured = 0;
+  for (size_t i = 0; i < f->nlanes; i++) {
+    if (!lane_needs_measuring(&f->lanes[i])) continue;
+    char saved[WEFT_ERR_LEN];
+    memcpy(saved, f->err, sizeof saved);
+    weft_note(f, 0, "calibrating %s (%s)", f->lanes[i].desc.name, f->lanes[i].desc.device);
+    weft_cost_calibrate_lane(f, (int)i, lane_budget(f));
+    memcpy(f->err, saved, sizeof saved);
+    measured = 1;
+  }
+  if (measured) weft_cost_cache_save(f);
+}

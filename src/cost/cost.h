@@ -1,0 +1,31 @@
+/* cost.h - the cost model: t = alpha + work / beta per lane and op class, its fit, its online refinement,
+ * calibration and the on-disk cache. Knows nothing about kernels: it only times ops through the core. */
+#ifndef WEFT_COST_H
+#define WEFT_COST_H
+
+#include "../core/internal.h"
+
+/* The class and amount of work of an op (flops for matmul, weighted elements otherwise). */
+weft_cost_class weft_cost_op_work(const weft_op *op, double *out_work);
+/* The state of lane `lane`'s line for a class and contract (contract matters for matmul only). */
+weft_cost_state *weft_cost_state_of(weft_lane_slot *s, weft_cost_class cls, weft_contract contract);
+/* Predicted seconds for `work` on a line, refinement applied. */
+double weft_cost_predict(const weft_cost_state *c, double work);
+/* Records an observed time; the refinement factor becomes the median of recent observed/predicted ratios,
+ * so one outlier moves nothing. */
+void weft_cost_observe(weft_cost_state *c, double work, double seconds);
+/* Sets the built-in priors on a new lane (used until it is measured). */
+void weft_cost_init_lane(weft_lane_slot *s);
+/* Fits t = alpha + work/beta to points, minimising relative error; alpha >= 0. Returns 0 on too few points. */
+int weft_cost_fit(const double *work, const double *seconds, int n, double *out_alpha, double *out_beta);
+
+/* Measures one lane (every class it needs) within a time budget in seconds. */
+weft_status weft_cost_calibrate_lane(weft_fabric *f, int lane, double budget);
+/* Loads cached lines for lanes whose identity matches; notes mismatches and corrupt files. */
+void weft_cost_cache_load(weft_fabric *f);
+/* Writes every measured lane's lines into the cache (merging with entries for other devices). */
+weft_status weft_cost_cache_save(weft_fabric *f);
+/* Measures the lanes that still run on priors, if calibration is AUTO and it is safe to now. */
+void weft_cost_ensure(weft_fabric *f);
+
+#endif

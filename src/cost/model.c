@@ -1,0 +1,122 @@
+/* model.c - the cost model's arithmetic: priors, prediction, the robust fit, online refinement. */
+#include <math.h>
+#include <string.h>
+
+#include "cost.h"
+
+const char *weft_cost_class_str(weft_cost_class cls) {
+  static const char *const names[WEFT_COST_CLASS_COUNT] = {"matmul", "elementwise", "upload", "download"};
+  return (unsigned)cls < WEFT_COST_CLASS_COUNT ? names[cls] : "?";
+}
+
+weft_cost_class weft_cost_op_work(const weft_op *op, double *out_work) {
+  if (op->kind == WEFT_OP_MATMUL) {
+    *out_work = 2.0 * (double)op->batch * (double)op->m * (double)op->n * (double)op->k;
+    return WEFT_COST_MATMUL;
+  }
+  double elems = (double)op->rows * (double)op->cols;
+  /* softmax_xent evaluates two exps and a log per element: about eight elementwise ops' worth */
+  *out_work = op->kind == WEFT_OP_SOFTMAX_XENT ? 8.0 * elems : elems;
+  return WEFT_COST_ELEMENTWISE;
+}
+
+weft_cost_state *weft_cost_state_of(weft_lane_slot *s, weft_cost_class cls, weft_contract contract) {
+  return &s->cost[cls][cls == WEFT_COST_MATMUL ? (int)contract : 0];
+}
+
+double weft_cost_predict(const weft_cost_state *c, double work) {
+  double t = c->line.alpha + (c->line.beta > 0 ? work / c->line.beta : 0.0);
+  return t * c->line.refine;
+}
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+void weft_cost_observe(weft_cost_state *c, double work, double seconds) {
+  double pred = c->line.alpha + (c->line.beta > 0 ? work / c->line.beta : 0.0);
+  if (!(pred > 0) || !(seconds > 0)) return;
+  c->ratio[c->pos] = (float)(seconds / pred);
+  c->pos = (c->pos + 1) % WEFT_REFINE_N;
+  if (c->nratio < WEFT_REFINE_N) c->nratio++;
+  if (c->nratio < 3) return; /* a median of fewer than three is one observation's say */
+  float sorted[WEFT_REFINE_N];
+  memcpy(sorted, c->ratio, sizeof(float) * (size_t)c->nratio);
+  /* insertion sort: at most 15 entries, on the op path */
+  for (int i = 1; i < c->nratio; i++)
+    for (int j = i; j > 0 && cmp_float(&sorted[j - 1], &sorted[j]) > 0; j--) {
+      float t = sorted[j];
+      sorted[j] = sorted[j - 1], sorted[j - 1] = t;
+    }
+  c->line.refine = c->nratio % 2 ? sorted[c->nratio / 2] : 0.5 * (sorted[c->nratio / 2 - 1] + sorted[c->nratio / 2]);
+}
+
+/* Priors: deliberately plain guesses, used only until a lane is measured (or with calibration OFF). Host
+ * lanes move no data; device lanes pay a launch and a bus. */
+void weft_cost_init_lane(weft_lane_slot *s) {
+  int host = (s->desc.flags & WEFT_LANE_HOST_MEMORY) != 0;
+  for (int cls = 0; cls < WEFT_COST_CLASS_COUNT; cls++)
+    for (int c = 0; c < WEFT_CONTRACT_COUNT; c++) {
+      weft_cost_state *st = &s->cost[cls][c];
+      memset(st, 0, sizeof *st);
+      st->line.refine = 1.0;
+      st->line.source = WEFT_COST_PRIOR;
+      switch (cls) {
+      case WEFT_COST_MATMUL:
+        st->line.alpha = host ? 0.2e-6 : 20e-6;
+        st->line.beta = host ? 20e9 : 1e12;
+        break;
+      case WEFT_COST_ELEMENTWISE:
+        st->line.alpha = host ? 0.1e-6 : 20e-6;
+        st->line.beta = host ? 1e9 : 50e9;
+        break;
+      default: /* transfers: free for host lanes */
+        st->line.alpha = host ? 0.0 : 10e-6;
+        st->line.beta = host ? 0.0 : 10e9;
+        break;
+      }
+    }
+}
+
+int weft_cost_fit(const double *w, const double *t, int n, double *out_alpha, double *out_beta) {
+  /* Weighted least squares on t = a + w*g with weights 1/t^2: every point counts by its relative error, so
+   * the microsecond points fix alpha and the large ones fix beta. */
+  double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
+  int used = 0;
+  for (int i = 0; i < n; i++) {
+    if (!(t[i] > 0) || !(w[i] >= 0)) continue;
+    double wt = 1.0 / (t[i] * t[i]);
+    s00 += wt, s01 += wt * w[i], s11 += wt * w[i] * w[i];
+    r0 += wt * t[i], r1 += wt * w[i] * t[i];
+    used++;
+  }
+  if (used < 2) return 0;
+  double det = s00 * s11 - s01 * s01;
+  double a = 0, g = 0;
+  if (fabs(det) > 1e-300 * s00 * s11) {
+    a = (r0 * s11 - r1 * s01) / det;
+    g = (s00 * r1 - s01 * r0) / det;
+  }
+  if (!(a >= 0) || !(g > 0)) {
+    /* A negative intercept or slope is noise winning: fall back to alpha = 0 (or the smallest time) and the
+     * slope through the rest. */
+    if (!(g > 0)) {
+      double tmin = t[0];
+      for (int i = 1; i < n; i++) tmin = t[i] < tmin ? t[i] : tmin;
+      a = tmin;
+      double num = 0, den = 0;
+      for (int i = 0; i < n; i++) {
+        double wt = 1.0 / (t[i] * t[i]);
+        if (t[i] > a) num += wt * w[i] * (t[i] - a), den += wt * w[i] * w[i];
+      }
+      g = den > 0 && num > 0 ? num / den : 1e-18;
+    } else {
+      a = 0;
+      g = r1 / s11;
+    }
+  }
+  *out_alpha = a;
+  *out_beta = 1.0 / g;
+  return used;
+}

@@ -1,0 +1,342 @@
+/* test_route.c - the router and cost model, driven with fake lanes and an injected clock so every decision
+ * is checked exactly: least predicted finish time, contracts, residency, queue wait, refinement that
+ * ignores one outlier, the explanation's arithmetic, and the calibration cache surviving corrupt files. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/reference.h"
+#include "core/testing.h"
+#include "weft.h"
+
+static int failures = 0, checks = 0;
+#define CHECK(cond, ...)                                                                                           \
+  do {                                                                                                             \
+    checks++;                                                                                                      \
+    if (!(cond)) {                                                                                                 \
+      failures++;                                                                                                  \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                  \
+      printf(__VA_ARGS__);                                                                                         \
+      printf("\n");                                                                                                \
+    }                                                                                                              \
+  } while (0)
+
+/* A fake device lane: host malloc behind a device-style interface, the reference kernels, and a run
+ * counter. Its costs are whatever the test sets. */
+typedef struct fake {
+  char name[32];
+  weft_contract_mask contracts;
+  int runs;
+} fake;
+
+static void fk_describe(void *self, weft_lane_desc *out) {
+  fake *l = self;
+  memset(out, 0, sizeof *out);
+  out->name = l->name;
+  out->kind = "fake";
+  out->device = "fake device";
+  out->driver = "";
+  out->details = "test lane";
+  out->contracts = l->contracts;
+}
+static void fk_destroy(void *self) { free(self); }
+static weft_status fk_alloc(void *self, size_t bytes, weft_buffer **out) {
+  (void)self;
+  *out = calloc(1, bytes);
+  return *out ? WEFT_OK : WEFT_ERR_OUT_OF_MEMORY;
+}
+static void fk_free(void *self, weft_buffer *b) {
+  (void)self;
+  free(b);
+}
+static weft_status fk_up(void *self, weft_buffer *b, size_t off, const void *src, size_t n) {
+  (void)self;
+  memcpy((char *)b + off, src, n);
+  return WEFT_OK;
+}
+static weft_status fk_down(void *self, weft_buffer *b, size_t off, void *dst, size_t n) {
+  (void)self;
+  memcpy(dst, (char *)b + off, n);
+  return WEFT_OK;
+}
+static weft_status fk_run(void *self, const weft_op *op) {
+  ((fake *)self)->runs++;
+  weft_reference_run(op);
+  return WEFT_OK;
+}
+static const weft_lane_vtable FAKE_VT = {WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), fk_describe, fk_destroy,
+                                         fk_alloc, fk_free, fk_up, fk_down, NULL, fk_run, NULL, NULL, NULL};
+
+static fake *add_fake(weft_fabric *f, const char *name, weft_contract_mask contracts, size_t *out_index) {
+  fake *l = calloc(1, sizeof *l);
+  snprintf(l->name, sizeof l->name, "%s", name);
+  l->contracts = contracts;
+  if (weft_testing_add_lane(f, &FAKE_VT, l) != WEFT_OK) return NULL;
+  weft_fabric_lane_find(f, name, out_index);
+  return l;
+}
+
+/* The injected clock: each read advances by `step` seconds. */
+typedef struct fake_clock {
+  double t, step;
+} fake_clock;
+static double clock_read(void *ctx) {
+  fake_clock *c = ctx;
+  double now = c->t;
+  c->t += c->step;
+  return now;
+}
+
+static weft_tensor *mat(weft_fabric *f, int64_t r, int64_t c) {
+  int64_t d[2] = {r, c};
+  weft_tensor *t = NULL;
+  weft_tensor_create(f, 2, d, NULL, &t);
+  return t;
+}
+
+static const weft_contract_mask EXACT_FP32 =
+    WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32);
+
+static void set_models(weft_fabric *f, size_t cpu, size_t gpu) {
+  /* cpu: 1 us + flops / 100 GFLOP/s, no transfers. gpu: 50 us + flops / 10 TFLOP/s, 10 us + bytes / 10 GB/s each
+   * way. Crossover (from host data): roughly n = 100. */
+  for (int c = 0; c < 2; c++) {
+    weft_fabric_set_cost_model(f, cpu, WEFT_COST_MATMUL, (weft_contract)c, 1e-6, 100e9);
+    weft_fabric_set_cost_model(f, gpu, WEFT_COST_MATMUL, (weft_contract)c, 50e-6, 10e12);
+  }
+  weft_fabric_set_cost_model(f, cpu, WEFT_COST_ELEMENTWISE, 0, 0.1e-6, 1e9);
+  weft_fabric_set_cost_model(f, gpu, WEFT_COST_ELEMENTWISE, 0, 20e-6, 100e9);
+  weft_fabric_set_cost_model(f, cpu, WEFT_COST_UPLOAD, 0, 0, 0);
+  weft_fabric_set_cost_model(f, cpu, WEFT_COST_DOWNLOAD, 0, 0, 0);
+  weft_fabric_set_cost_model(f, gpu, WEFT_COST_UPLOAD, 0, 10e-6, 10e9);
+  weft_fabric_set_cost_model(f, gpu, WEFT_COST_DOWNLOAD, 0, 10e-6, 10e9);
+}
+
+static int explain_mm(weft_fabric *f, int64_t n, weft_contract c, weft_route_explanation *e) {
+  weft_route_query q = {WEFT_OP_MATMUL, c, 1, n, n, n, 0, 0};
+  if (weft_route_explain(f, &q, e) != WEFT_OK) return -2;
+  return e->chosen;
+}
+
+static int near(double a, double b) { return fabs(a - b) <= 1e-12 + 1e-9 * fabs(b); }
+
+static void test_least_finish_time(void) {
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.lanes = "cpu";
+  d.calibration = WEFT_CALIBRATION_OFF;
+  weft_fabric *f;
+  CHECK(weft_fabric_open(&d, &f) == WEFT_OK, "open");
+  fake_clock clk = {100.0, 0.0};
+  weft_testing_set_clock(f, clock_read, &clk);
+  size_t cpu = 0, gpu = 0;
+  add_fake(f, "gpu", EXACT_FP32, &gpu);
+  set_models(f, cpu, gpu);
+  weft_route_explanation e;
+  CHECK(explain_mm(f, 8, WEFT_CONTRACT_EXACT, &e) == (int)cpu, "n=8 goes to the cpu (chose %d)", e.chosen);
+  CHECK(explain_mm(f, 1024, WEFT_CONTRACT_EXACT, &e) == (int)gpu, "n=1024 goes to the gpu (chose %d)", e.chosen);
+  /* the explanation's parts, exactly: gpu at n=1024 from host data */
+  double flops = 2.0 * 1024 * 1024 * 1024, bytes = 4.0 * 1024 * 1024;
+  const weft_route_cost *g = &e.lanes[gpu], *c = &e.lanes[cpu];
+  CHECK(near(e.work, flops), "work %g", e.work);
+  CHECK(near(g->alpha, 50e-6) && near(g->compute, flops / 10e12), "gpu alpha %g compute %g", g->alpha, g->compute);
+  CHECK(near(g->transfer, 2 * (10e-6 + bytes / 10e9) + (10e-6 + bytes / 10e9)),
+        "gpu transfer: two inputs up and the result down: %g", g->transfer);
+  CHECK(near(g->total, g->wait + g->transfer + g->alpha + g->compute), "total is the sum of the parts");
+  CHECK(c->transfer == 0 && near(c->compute, flops / 100e9), "cpu moves nothing: %g %g", c->transfer, c->compute);
+  CHECK(strcmp(g->lane, "gpu") == 0 && g->eligible && g->why_not[0] == '\0', "lane entry named and eligible");
+  weft_fabric_close(f);
+}
+
+static void test_contracts(void) {
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.lanes = "cpu";
+  d.calibration = WEFT_CALIBRATION_OFF;
+  weft_fabric *f;
+  weft_fabric_open(&d, &f);
+  size_t tens = 0;
+  add_fake(f, "tensor", WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32), &tens);
+  /* make the tensor lane look irresistibly fast: it must still never get an exact op */
+  weft_fabric_set_cost_model(f, tens, WEFT_COST_MATMUL, WEFT_CONTRACT_TF32, 0, 1e18);
+  weft_route_explanation e;
+  CHECK(explain_mm(f, 2048, WEFT_CONTRACT_EXACT, &e) == 0, "exact never goes to a tf32-only lane");
+  CHECK(!e.lanes[tens].eligible && strstr(e.lanes[tens].why_not, "contract"), "why_not names the contract: '%s'",
+        e.lanes[tens].why_not);
+  CHECK(explain_mm(f, 4, WEFT_CONTRACT_TF32, &e) == (int)tens, "tf32 goes to the only lane that honours it");
+  weft_route_query q = {WEFT_OP_MATMUL, WEFT_CONTRACT_BF16, 1, 4, 4, 4, 0, 0};
+  CHECK(weft_route_explain(f, &q, &e) == WEFT_OK && e.chosen == -1, "bf16: no lane, chosen -1");
+  /* running it is an error that says so */
+  weft_tensor *a = mat(f, 4, 4), *b = mat(f, 4, 4), *c = mat(f, 4, 4);
+  weft_op_desc od = {WEFT_CONTRACT_BF16, WEFT_LANE_AUTO};
+  CHECK(weft_op_matmul(f, &od, a, 0, b, 0, c) == WEFT_ERR_UNSUPPORTED, "bf16 matmul unsupported");
+  CHECK(strstr(weft_fabric_last_error(f), "bf16") != NULL, "message names the contract: %s", weft_fabric_last_error(f));
+  weft_fabric_close(f);
+}
+
+static void test_residency(void) {
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.lanes = "cpu";
+  d.calibration = WEFT_CALIBRATION_OFF;
+  weft_fabric *f;
+  weft_fabric_open(&d, &f);
+  fake_clock clk = {0.0, 0.0};
+  weft_testing_set_clock(f, clock_read, &clk);
+  size_t cpu = 0, gpu = 0;
+  fake *g = add_fake(f, "gpu", EXACT_FP32, &gpu);
+  set_models(f, cpu, gpu);
+  /* n = 128 from host data: the cpu wins (43 us against the gpu's 100 us, mostly transfers); with the
+   * operands on the gpu it is 50 us there against 60 us for the cpu, which would have to fetch c */
+  weft_tensor *a = mat(f, 128, 128), *b = mat(f, 128, 128), *c = mat(f, 128, 128), *c2 = mat(f, 128, 128);
+  CHECK(weft_op_matmul(f, NULL, a, 0, b, 0, c) == WEFT_OK && weft_fabric_last_lane(f) == (int)cpu,
+        "host data, n=128: cpu (ran on %d)", weft_fabric_last_lane(f));
+  /* once the operands live on the gpu, the same op stays there */
+  weft_op_desc pin = {WEFT_CONTRACT_EXACT, (int)gpu};
+  CHECK(weft_op_matmul(f, &pin, a, 0, b, 0, c) == WEFT_OK, "pinned to gpu");
+  CHECK(strcmp(weft_tensor_location(c), "gpu") == 0, "c lives on the gpu: %s", weft_tensor_location(c));
+  clk.t += 1.0; /* the gpu has long finished */
+  int before = g->runs;
+  CHECK(weft_op_matmul(f, NULL, c, 0, b, 0, c2) == WEFT_OK && weft_fabric_last_lane(f) == (int)gpu,
+        "resident chain stays on the gpu (ran on %d)", weft_fabric_last_lane(f));
+  CHECK(g->runs == before + 1, "the gpu ran it");
+  weft_route_explanation e;
+  CHECK(weft_route_last(f, &e) == WEFT_OK && e.chosen == (int)gpu && e.lanes[gpu].transfer == 0,
+        "route_last: gpu with no transfer (%g)", e.lanes[gpu].transfer);
+  CHECK(e.lanes[cpu].transfer > 0, "the cpu would have to bring c down: %g", e.lanes[cpu].transfer);
+  weft_fabric_close(f);
+}
+
+static void test_queue_wait(void) {
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.lanes = "cpu";
+  d.calibration = WEFT_CALIBRATION_OFF;
+  weft_fabric *f;
+  weft_fabric_open(&d, &f);
+  fake_clock clk = {0.0, 0.0};
+  weft_testing_set_clock(f, clock_read, &clk);
+  size_t cpu = 0, gpu = 0;
+  add_fake(f, "gpu", EXACT_FP32, &gpu);
+  set_models(f, cpu, gpu);
+  weft_tensor *a = mat(f, 512, 512), *b = mat(f, 512, 512), *c = mat(f, 512, 512);
+  weft_op_desc pin = {WEFT_CONTRACT_EXACT, (int)gpu};
+  weft_op_matmul(f, &pin, a, 0, b, 0, c); /* the gpu is now busy for its predicted time */
+  weft_route_explanation e;
+  explain_mm(f, 512, WEFT_CONTRACT_EXACT, &e);
+  double busy = 50e-6 + 2.0 * 512 * 512 * 512 / 10e12;
+  CHECK(near(e.lanes[gpu].wait, busy), "gpu wait %g, expected %g", e.lanes[gpu].wait, busy);
+  clk.t += 1.0; /* a second later the lane is free again */
+  explain_mm(f, 512, WEFT_CONTRACT_EXACT, &e);
+  CHECK(e.lanes[gpu].wait == 0, "wait after the lane drained: %g", e.lanes[gpu].wait);
+  weft_fabric_close(f);
+}
+
+static void test_refinement_ignores_outlier(void) {
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.lanes = "cpu";
+  d.calibration = WEFT_CALIBRATION_OFF;
+  weft_fabric *f;
+  weft_fabric_open(&d, &f);
+  fake_clock clk = {0.0, 0.0};
+  weft_testing_set_clock(f, clock_read, &clk);
+  size_t cpu = 0, gpu = 0;
+  add_fake(f, "gpu", EXACT_FP32, &gpu);
+  set_models(f, cpu, gpu);
+  /* n = 80: predicted cpu 1 us + 10.24 us; gpu well above that with transfers */
+  weft_tensor *a = mat(f, 80, 80), *b = mat(f, 80, 80), *c = mat(f, 80, 80);
+  double pred = 1e-6 + 2.0 * 80 * 80 * 80 / 100e9;
+  /* the op's time is the step between the clock reads around the lane's run */
+  for (int i = 0; i < 10; i++) {
+    clk.step = i == 5 ? 10.0 * pred : pred; /* one 10x outlier in the middle */
+    CHECK(weft_op_matmul(f, NULL, a, 0, b, 0, c) == WEFT_OK && weft_fabric_last_lane(f) == (int)cpu,
+          "op %d stays on the cpu (ran on %d)", i, weft_fabric_last_lane(f));
+  }
+  weft_cost_line line;
+  weft_fabric_cost_model(f, cpu, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, &line);
+  CHECK(fabs(line.refine - 1.0) < 1e-3, "one outlier leaves the refinement at 1 (%g)", line.refine);
+  /* a lasting change does move it: ten observations at 3x */
+  for (int i = 0; i < 10; i++) {
+    clk.step = 3.0 * pred;
+    weft_op_matmul(f, NULL, a, 0, b, 0, c);
+  }
+  weft_fabric_cost_model(f, cpu, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, &line);
+  CHECK(fabs(line.refine - 3.0) < 1e-2, "a lasting 3x slowdown is learned (%g)", line.refine);
+  weft_fabric_close(f);
+}
+
+static void test_cache(void) {
+  char dir[] = "/tmp/weft-route-test-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  setenv("XDG_CACHE_HOME", dir, 1);
+  char path[512];
+  CHECK(weft_cost_cache_path(path, sizeof path) == WEFT_OK && strstr(path, dir) == path, "cache path %s", path);
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.lanes = "cpu";
+  d.cpu_threads = 1;
+  d.calibration = WEFT_CALIBRATION_FORCE;
+  weft_fabric *f;
+  CHECK(weft_fabric_open(&d, &f) == WEFT_OK, "open with forced calibration");
+  weft_cost_line line;
+  weft_fabric_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, &line);
+  CHECK(line.source == WEFT_COST_MEASURED && line.beta > 1e8 && line.alpha >= 0 && line.points >= 3,
+        "measured: alpha %g beta %g points %d", line.alpha, line.beta, line.points);
+  weft_fabric_close(f);
+  CHECK(access(path, R_OK) == 0, "cache written at %s", path);
+  d.calibration = WEFT_CALIBRATION_AUTO;
+  CHECK(weft_fabric_open(&d, &f) == WEFT_OK, "reopen");
+  weft_fabric_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, &line);
+  CHECK(line.source == WEFT_COST_CACHED, "read back from the cache (source %d)", line.source);
+  weft_fabric_close(f);
+  /* a corrupt file: a note, priors, no crash; then a measurement rewrites it */
+  FILE *fp = fopen(path, "w");
+  fputs("{\"format\": 1, \"lanes\": [tru", fp);
+  fclose(fp);
+  CHECK(weft_fabric_open(&d, &f) == WEFT_OK, "open over a corrupt cache");
+  weft_fabric_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, &line);
+  CHECK(line.source == WEFT_COST_PRIOR, "corrupt cache: priors until measured (source %d)", line.source);
+  CHECK(weft_fabric_calibrate(f) == WEFT_OK, "calibrate");
+  weft_fabric_close(f);
+  /* another weft version's cache is not trusted */
+  fp = fopen(path, "w");
+  fputs("{\"format\": 1, \"weft_version\": \"0.0.1\", \"lanes\": []}", fp);
+  fclose(fp);
+  CHECK(weft_fabric_open(&d, &f) == WEFT_OK, "open over a foreign-version cache");
+  weft_fabric_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, &line);
+  CHECK(line.source == WEFT_COST_PRIOR, "foreign version: priors (source %d)", line.source);
+  weft_fabric_close(f);
+  unlink(path);
+  char sub[600];
+  snprintf(sub, sizeof sub, "%s/weft", dir);
+  rmdir(sub);
+  rmdir(dir);
+}
+
+static void test_bad_queries(void) {
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.calibration = WEFT_CALIBRATION_OFF;
+  weft_fabric *f;
+  weft_fabric_open(&d, &f);
+  weft_route_explanation e;
+  weft_route_query q = {WEFT_OP_MATMUL, WEFT_CONTRACT_EXACT, 1, 0, 4, 4, 0, 0};
+  CHECK(weft_route_explain(f, &q, &e) == WEFT_ERR_SHAPE, "m = 0 is a shape error");
+  q.op = (weft_op_kind)99;
+  CHECK(weft_route_explain(f, &q, &e) == WEFT_ERR_INVALID_ARGUMENT, "unknown op");
+  CHECK(weft_route_explain(f, NULL, &e) == WEFT_ERR_INVALID_ARGUMENT, "NULL query");
+  CHECK(weft_fabric_set_cost_model(f, 0, WEFT_COST_MATMUL, 0, -1, 1) == WEFT_ERR_INVALID_ARGUMENT, "negative alpha");
+  CHECK(weft_fabric_set_cost_model(f, 0, WEFT_COST_MATMUL, 0, NAN, 1) == WEFT_ERR_INVALID_ARGUMENT, "NaN alpha");
+  CHECK(weft_fabric_set_cost_model(f, 99, WEFT_COST_MATMUL, 0, 0, 1) == WEFT_ERR_NOT_FOUND, "no such lane");
+  weft_route_explanation last;
+  CHECK(weft_route_last(f, &last) == WEFT_ERR_STATE, "nothing routed yet");
+  weft_fabric_close(f);
+}
+
+int main(void) {
+  test_least_finish_time();
+  test_contracts();
+  test_residency();
+  test_queue_wait();
+  test_refinement_ignores_outlier();
+  test_cache();
+  test_bad_queries();
+  printf("route: %d checks, %d failed\n", checks, failures);
+  return failures ? 1 : 0;
+}
