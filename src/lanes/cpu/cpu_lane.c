@@ -1,5 +1,5 @@
 /* cpu_lane.c - the CPU lane: host memory, the reference kernels for elementwise ops, the blocked matmul
- * framework (gemm.c) for matmul. Honours the exact and fp32 contracts. */
+ * framework (gemm.c) for matmul, the lane's worker threads. Honours the exact and fp32 contracts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,13 +7,6 @@
 
 #include "../../core/reference.h"
 #include "cpu.h"
-
-struct weft_cpu_lane {
-  const weft_lane_host *host;
-  int threads;
-  char device[128];
-  char details[160];
-};
 
 static void cpu_describe(void *self, weft_lane_desc *out) {
   weft_cpu_lane *l = self;
@@ -27,7 +20,12 @@ static void cpu_describe(void *self, weft_lane_desc *out) {
   out->flags = WEFT_LANE_HOST_MEMORY;
 }
 
-static void cpu_destroy(void *self) { free(self); }
+static void cpu_destroy(void *self) {
+  weft_cpu_lane *l = self;
+  weft_cpu_pool_destroy(l->pool);
+  weft_cpu_scratch_free(l);
+  free(l);
+}
 
 static weft_status cpu_alloc(void *self, size_t bytes, weft_buffer **out) {
   weft_cpu_lane *l = self;
@@ -55,8 +53,8 @@ static weft_status cpu_download(void *self, weft_buffer *b, size_t off, void *ds
 
 static weft_status cpu_run(void *self, const weft_op *op) {
   weft_cpu_lane *l = self;
-  if (op->kind == WEFT_OP_MATMUL) weft_cpu_matmul(l, op);
-  else weft_reference_run(op);
+  if (op->kind == WEFT_OP_MATMUL) return weft_cpu_matmul(l, op);
+  weft_reference_run(op);
   return WEFT_OK;
 }
 
@@ -92,7 +90,14 @@ weft_status weft_cpu_probe(const weft_probe_args *args, const weft_lane_sink *si
   l->host = args->host;
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   l->threads = args->desc->cpu_threads > 0 ? args->desc->cpu_threads : (online > 0 ? (int)online : 1);
+  l->kernels = weft_cpu_kernels_select();
+  /* The pool is started here, not on first use, so a failure to start threads shows in the details. */
+  if (l->threads > 1) {
+    weft_cpu_pool_create(l->threads, &l->pool);
+    l->threads = weft_cpu_pool_threads(l->pool);
+  }
   cpu_model_name(l->device, sizeof l->device);
-  snprintf(l->details, sizeof l->details, "%s kernels, %d threads", weft_cpu_isa_name(), l->threads);
+  snprintf(l->details, sizeof l->details, "%s kernels (%dx%d tiles), %d threads", l->kernels->isa, l->kernels->mr,
+           l->kernels->nr, l->threads);
   return sink->add_lane(sink->ctx, &CPU_VTABLE, l);
 }

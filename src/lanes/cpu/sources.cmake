@@ -1,0 +1,17 @@
+# The CPU lane's sources beyond cpu_lane.c and gemm.c: the thread pool, the instruction-set choice, and the
+# microkernels, each ISA's file built with that ISA's flags (selected at run time, so the library still runs
+# on CPUs without them). -ffp-contract=off stays on for all of them: only explicit FMA intrinsics fuse.
+# This file is included before weft_obj is defined, so it adds to the source list the target is built from.
+list(APPEND WEFT_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/pool.c
+  ${CMAKE_CURRENT_LIST_DIR}/cpu_isa.c
+  ${CMAKE_CURRENT_LIST_DIR}/kernels/ukr_portable.c
+)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i[3-6]86)$")
+  list(APPEND WEFT_SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/kernels/ukr_avx2.c
+    ${CMAKE_CURRENT_LIST_DIR}/kernels/ukr_avx512.c
+  )
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/kernels/ukr_avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/kernels/ukr_avx512.c PROPERTIES COMPILE_OPTIONS "-mavx512f")
+endif()
