@@ -107,6 +107,9 @@ typedef struct weft_lane_vtable {
   weft_status (*scope_end)(void *self);
   /* Optional: waits until all work given to the lane is done. */
   weft_status (*sync)(void *self);
+  /* Optional: starts the work recorded so far (outside a scope) without waiting for it, so the device
+   * computes while the caller does other work, e.g. the CPU's share of a split. */
+  weft_status (*flush)(void *self);
 } weft_lane_vtable;
 
 /* A lane provider's probe hands each lane it finds to add_lane and each one it cannot open to add_absent.

@@ -67,7 +67,7 @@ static weft_status fk_run(void *self, const weft_op *op) {
   return WEFT_OK;
 }
 static const weft_lane_vtable FAKE_VT = {WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), fk_describe, fk_destroy,
-                                         fk_alloc, fk_free, fk_up, fk_down, NULL, fk_run, NULL, NULL, NULL};
+                                         fk_alloc, fk_free, fk_up, fk_down, NULL, fk_run, NULL, NULL, NULL, NULL};
 
 static fake *add_fake(weft_fabric *f, const char *name, weft_contract_mask contracts, size_t *out_index) {
   fake *l = calloc(1, sizeof *l);
