@@ -1,5 +1,23 @@
-# The CLI links the static library so it runs from the build tree without an install.
-add_executable(weft_cli src/tools/weft.c src/tools/cli_bench.c src/tools/cli_util.c)
-target_link_libraries(weft_cli PRIVATE weft_static)
+# The `weft` CLI. It links the static library so it runs from the build tree without an install, and cJSON
+# (Debian: libcjson-dev) for its --json output, found once for the library's calibration cache.
+if(NOT TARGET PkgConfig::CJSON)
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(CJSON REQUIRED IMPORTED_TARGET libcjson)
+endif()
+
+add_executable(weft_cli
+  src/tools/weft.c
+  src/tools/cli_util.c
+  src/tools/cli_measure.c
+  src/tools/cli_devices.c
+  src/tools/cli_bench.c
+)
+target_link_libraries(weft_cli PRIVATE weft_static PkgConfig::CJSON)
 target_include_directories(weft_cli PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 set_target_properties(weft_cli PROPERTIES OUTPUT_NAME weft)
+
+# The CLI's contract with scripts: help and version succeed, usage errors exit 2, JSON and CSV come out,
+# and a short bench agrees across lanes.
+if(BUILD_TESTING)
+  add_test(NAME cli COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/src/tools/cli_test.sh $<TARGET_FILE:weft_cli>)
+endif()

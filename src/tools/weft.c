@@ -1,26 +1,80 @@
-/* weft.c - the `weft` command-line tool (placeholder main, being written). */
+/* weft.c - the `weft` command-line tool: the command table, top-level help and version, and dispatch to
+ * the subcommands (cli_<name>.c). A new subcommand is one line in `commands` plus its run and help. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 
+static const weft_cli_command commands[] = {
+    {"devices", "list the lanes found on this machine, the contracts they honour, and why others are absent",
+     weft_cli_devices, weft_cli_devices_help},
+    {"bench", "time matmuls of growing size on every lane; check that exact lanes agree bit for bit",
+     weft_cli_bench, weft_cli_bench_help},
+};
+static const size_t command_count = sizeof commands / sizeof commands[0];
+
+static const weft_cli_command *find_command(const char *name) {
+  for (size_t i = 0; i < command_count; i++)
+    if (strcmp(commands[i].name, name) == 0) return &commands[i];
+  return NULL;
+}
+
+static void main_help(FILE *out) {
+  fprintf(out,
+          "weft %s - a heterogeneous compute fabric: it measures every lane of this machine (CPU, GPUs)\n"
+          "and runs each op on the one that finishes it first.\n"
+          "\n"
+          "Usage: weft <command> [options]\n"
+          "       weft help [<command>]\n"
+          "       weft --version\n"
+          "\n"
+          "Commands:\n",
+          weft_version());
+  for (size_t i = 0; i < command_count; i++) fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
+  fprintf(out, "  %-9s %s\n", "help", "show this help, or a command's");
+  fprintf(out, "\nRun 'weft <command> --help' for a command's options.\n"
+               "Exit status: 0 success, 1 the command ran and failed, 2 usage error.\n");
+}
+
+static int print_version(void) {
+  printf("weft %s\n", weft_version());
+  /* A CLI linked against a different shared library than it was built with is worth saying out loud. */
+  if (strcmp(weft_version(), WEFT_VERSION_STRING) != 0) printf("(built against weft.h %s)\n", WEFT_VERSION_STRING);
+  return WEFT_CLI_OK;
+}
+
+static int help_command(int argc, char **argv) {
+  if (argc < 2) {
+    main_help(stdout);
+    return WEFT_CLI_OK;
+  }
+  if (argc > 2) return weft_cli_usage_error("help", "takes at most one command name, got %d", argc - 1);
+  const weft_cli_command *c = find_command(argv[1]);
+  if (!c) {
+    if (strcmp(argv[1], "help") == 0) {
+      main_help(stdout);
+      return WEFT_CLI_OK;
+    }
+    return weft_cli_usage_error(NULL, "unknown command '%s'", argv[1]);
+  }
+  c->help(stdout);
+  return WEFT_CLI_OK;
+}
+
 int main(int argc, char **argv) {
-  if (argc > 1 && strcmp(argv[1], "bench") == 0) return weft_cli_bench(argc - 1, argv + 1);
-  weft_fabric *f;
-  if (weft_fabric_open(NULL, &f) != WEFT_OK) {
-    fprintf(stderr, "weft: %s\n", weft_open_error());
-    return 1;
+  if (argc < 2) {
+    main_help(stderr);
+    return WEFT_CLI_USAGE;
   }
-  for (size_t i = 0; i < weft_fabric_lane_count(f); i++) {
-    weft_lane_info li;
-    weft_fabric_lane_info(f, i, &li);
-    printf("%s  %s  %s\n", li.name, li.device, li.details);
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+    main_help(stdout);
+    return WEFT_CLI_OK;
   }
-  for (size_t i = 0; i < weft_fabric_absent_count(f); i++) {
-    const char *n, *r;
-    weft_fabric_absent_info(f, i, &n, &r);
-    printf("absent %s: %s\n", n, r);
-  }
-  weft_fabric_close(f);
-  return 0;
+  if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) return print_version();
+  if (strcmp(cmd, "help") == 0) return help_command(argc - 1, argv + 1);
+  if (cmd[0] == '-') return weft_cli_usage_error(NULL, "unknown option '%s' (options go after the command)", cmd);
+  const weft_cli_command *c = find_command(cmd);
+  if (!c) return weft_cli_usage_error(NULL, "unknown command '%s'", cmd);
+  return c->run(argc - 1, argv + 1);
 }

@@ -1,0 +1,144 @@
+/* cli_devices.c - `weft devices`: every lane the fabric opened (name, kind, device, driver, contracts,
+ * details) and every lane looked for and absent, with the reason; as text or JSON. */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+void weft_cli_devices_help(FILE *out) {
+  fprintf(out,
+          "Usage: weft devices [--json] [--lanes LIST] [--cpu-threads N]\n"
+          "\n"
+          "Lists every lane of the fabric on this machine: its kind, the device and driver behind it, the\n"
+          "precision contracts it honours, and lane-specific details. Then lists every lane that was looked for\n"
+          "and is absent, with the reason (no driver, built without it, left out by --lanes).\n"
+          "\n"
+          "Options:\n"
+          "  --json             print the same as JSON\n"
+          "  --lanes LIST       open only these lane kinds or names, comma-separated (cpu,vulkan:0)\n"
+          "  --cpu-threads N    threads the CPU lane may use (default: one per online core)\n"
+          "  -h, --help         show this help\n");
+}
+
+/* The contracts in `mask` as "exact, fp32". */
+static void contracts_text(weft_contract_mask mask, char *buf, size_t len) {
+  buf[0] = '\0';
+  for (int c = 0; c < WEFT_CONTRACT_COUNT; c++) {
+    if (!(mask & WEFT_CONTRACT_BIT(c))) continue;
+    size_t used = strlen(buf);
+    snprintf(buf + used, len - used, "%s%s", used ? ", " : "", weft_contract_str((weft_contract)c));
+  }
+  if (!buf[0]) snprintf(buf, len, "none");
+}
+
+static void print_text(weft_fabric *f) {
+  size_t nl = weft_fabric_lane_count(f), na = weft_fabric_absent_count(f);
+  printf("weft %s: %zu lane%s\n", weft_version(), nl, nl == 1 ? "" : "s");
+  for (size_t i = 0; i < nl; i++) {
+    weft_lane_info li;
+    if (weft_fabric_lane_info(f, i, &li) != WEFT_OK) continue;
+    char contracts[128];
+    contracts_text(li.contracts, contracts, sizeof contracts);
+    printf("\n%s%s\n", li.name, li.failed ? "  (FAILED: out of the fabric)" : "");
+    printf("  kind       %s\n", li.kind);
+    printf("  device     %s\n", *li.device ? li.device : "-");
+    printf("  driver     %s\n", *li.driver ? li.driver : "-");
+    printf("  contracts  %s\n", contracts);
+    printf("  details    %s\n", *li.details ? li.details : "-");
+  }
+  if (na) printf("\nabsent (%zu)\n", na);
+  for (size_t i = 0; i < na; i++) {
+    const char *name, *reason;
+    if (weft_fabric_absent_info(f, i, &name, &reason) != WEFT_OK) continue;
+    printf("  %-10s %s\n", name, reason);
+  }
+}
+
+static cJSON *build_json(weft_fabric *f) {
+  cJSON *root = cJSON_CreateObject();
+  if (!cJSON_AddStringToObject(root, "weft_version", weft_version())) goto oom;
+  cJSON *lanes = cJSON_AddArrayToObject(root, "lanes");
+  if (!lanes) goto oom;
+  for (size_t i = 0; i < weft_fabric_lane_count(f); i++) {
+    weft_lane_info li;
+    if (weft_fabric_lane_info(f, i, &li) != WEFT_OK) continue;
+    cJSON *l = cJSON_CreateObject();
+    if (!cJSON_AddItemToArray(lanes, l)) {
+      cJSON_Delete(l);
+      goto oom;
+    }
+    if (!cJSON_AddNumberToObject(l, "index", (double)i) ||
+        !cJSON_AddStringToObject(l, "name", weft_cli_str(li.name)) ||
+        !cJSON_AddStringToObject(l, "kind", weft_cli_str(li.kind)) ||
+        !cJSON_AddStringToObject(l, "device", weft_cli_str(li.device)) ||
+        !cJSON_AddStringToObject(l, "driver", weft_cli_str(li.driver)))
+      goto oom;
+    cJSON *contracts = cJSON_AddArrayToObject(l, "contracts");
+    if (!contracts || !cJSON_AddStringToObject(l, "details", weft_cli_str(li.details)) ||
+        !cJSON_AddBoolToObject(l, "failed", li.failed))
+      goto oom;
+    for (int c = 0; c < WEFT_CONTRACT_COUNT; c++)
+      if ((li.contracts & WEFT_CONTRACT_BIT(c)) &&
+          !cJSON_AddItemToArray(contracts, cJSON_CreateString(weft_contract_str((weft_contract)c))))
+        goto oom;
+  }
+  cJSON *absent = cJSON_AddArrayToObject(root, "absent");
+  if (!absent) goto oom;
+  for (size_t i = 0; i < weft_fabric_absent_count(f); i++) {
+    const char *name, *reason;
+    if (weft_fabric_absent_info(f, i, &name, &reason) != WEFT_OK) continue;
+    cJSON *a = cJSON_CreateObject();
+    if (!cJSON_AddItemToArray(absent, a)) {
+      cJSON_Delete(a);
+      goto oom;
+    }
+    if (!cJSON_AddStringToObject(a, "name", weft_cli_str(name)) ||
+        !cJSON_AddStringToObject(a, "reason", weft_cli_str(reason)))
+      goto oom;
+  }
+  return root;
+oom:
+  cJSON_Delete(root);
+  return NULL;
+}
+
+int weft_cli_devices(int argc, char **argv) {
+  static const struct option longopts[] = {
+      {"json", no_argument, NULL, 'j'},
+      {"lanes", required_argument, NULL, 'l'},
+      {"cpu-threads", required_argument, NULL, 't'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  int json = 0;
+  const char *lanes = NULL;
+  long threads = 0;
+  optind = 0; /* glibc: 0 restarts getopt from scratch */
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'j': json = 1; break;
+    case 'l': lanes = optarg; break;
+    case 't':
+      if (weft_cli_parse_long("devices", "--cpu-threads", optarg, 1, 4096, &threads)) return WEFT_CLI_USAGE;
+      break;
+    case 'h': weft_cli_devices_help(stdout); return WEFT_CLI_OK;
+    default: return weft_cli_option_error("devices", c, argv);
+    }
+  }
+  if (optind < argc) return weft_cli_usage_error("devices", "takes no arguments, got '%s'", argv[optind]);
+
+  weft_fabric_desc desc = WEFT_FABRIC_DESC_INIT;
+  desc.lanes = lanes;
+  desc.cpu_threads = (int)threads;
+  desc.calibration = WEFT_CALIBRATION_OFF; /* listing lanes measures nothing and writes nothing */
+  weft_fabric *f = weft_cli_open("devices", &desc);
+  if (!f) return WEFT_CLI_FAILED;
+  int rc = WEFT_CLI_OK;
+  if (json) rc = weft_cli_print_json(build_json(f));
+  else print_text(f);
+  weft_fabric_close(f);
+  return rc;
+}

@@ -1,0 +1,80 @@
+#!/bin/sh
+# cli_test.sh - checks the `weft` CLI's contract with people and scripts: every help and the version
+# succeed, usage errors exit 2 with a message, a fabric that cannot open exits 1, and devices/bench produce
+# their text, JSON and CSV with every lane agreeing. Usage: cli_test.sh path/to/weft
+weft=${1:?usage: cli_test.sh path/to/weft}
+out=$(mktemp) err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+failures=0
+
+fail() {
+  echo "FAIL: $*"
+  echo "  stdout:"; sed 's/^/    /' "$out"
+  echo "  stderr:"; sed 's/^/    /' "$err"
+  failures=$((failures + 1))
+}
+
+# expect STATUS ARGS...: runs weft ARGS, checks the exit status.
+expect() {
+  want=$1; shift
+  "$weft" "$@" >"$out" 2>"$err"
+  got=$?
+  [ "$got" -eq "$want" ] || fail "weft $* exited $got, expected $want"
+  [ "$got" -eq "$want" ]
+}
+
+# has FILE PATTERN WHAT: the output holds a line matching PATTERN (grep -E).
+has() {
+  grep -Eq -- "$2" "$1" || fail "$3: no line matches '$2'"
+}
+
+# Help and version.
+for args in "--help" "-h" "help" "help devices" "help bench" "devices --help" "bench --help" "bench -h"; do
+  # shellcheck disable=SC2086 # the words are the arguments
+  expect 0 $args && has "$out" "^Usage: weft" "weft $args"
+done
+expect 0 --help && has "$out" "^  devices " "weft --help lists devices" && has "$out" "^  bench " "weft --help lists bench"
+expect 0 --version && has "$out" "^weft [0-9]+\.[0-9]+\.[0-9]+$" "weft --version"
+
+# Usage errors: exit 2, say what is wrong on stderr, nothing on stdout.
+expect 2
+expect 2 nosuch && has "$err" "unknown command 'nosuch'" "unknown command"
+expect 2 --nosuch && has "$err" "unknown option '--nosuch'" "unknown top-level option"
+expect 2 help nosuch && has "$err" "unknown command 'nosuch'" "help for an unknown command"
+expect 2 devices --nosuch && has "$err" "unknown option '--nosuch'" "devices: unknown option"
+expect 2 devices extra && has "$err" "takes no arguments" "devices: stray argument"
+expect 2 bench --repeats && has "$err" "needs a value" "bench: missing value"
+expect 2 bench --repeats 0 && has "$err" "--repeats wants a whole number" "bench: repeats out of range"
+expect 2 bench --sizes 16,x && has "$err" "--sizes wants sizes" "bench: bad size list"
+expect 2 bench --sizes 16, && has "$err" "--sizes wants sizes" "bench: trailing comma"
+expect 2 bench --contract nope && has "$err" "--contract wants one of exact" "bench: unknown contract"
+expect 2 bench --max-seconds -1 && has "$err" "--max-seconds wants" "bench: negative budget"
+expect 2 bench --json --csv && has "$err" "pick one" "bench: two formats"
+expect 2 bench 64 && has "$err" "takes no arguments" "bench: stray argument"
+[ -s "$out" ] && fail "a usage error wrote to stdout"
+
+# A lane filter that matches nothing: the fabric cannot open, which is a failure, not a usage error.
+expect 1 devices --lanes nosuch && has "$err" "cannot open the fabric" "devices with an empty filter"
+
+# devices: text and JSON.
+expect 0 devices && has "$out" "^cpu" "devices lists the cpu lane" && has "$out" "^  contracts  exact" "devices: cpu contracts"
+expect 0 devices --json && has "$out" "\"name\":[[:space:]]*\"cpu\"" "devices --json: cpu lane" &&
+  has "$out" "\"contracts\":[[:space:]]*\[\"exact\"" "devices --json: contracts" &&
+  has "$out" "\"absent\":" "devices --json: absent list"
+expect 0 devices --lanes cpu && has "$out" "not requested" "devices --lanes cpu lists the rest as absent"
+
+# bench: small sizes, every format; odd sizes exercise the kernels' edges. Exit 0 also means no lane differs.
+expect 0 bench --sizes 8,33 --repeats 1 && has "$out" "^ +33 \|" "bench table row"
+expect 0 bench --sizes 8,33 --repeats 1 --csv && has "$out" "^n,lane,ms,min_ms,gflops,repeats,check$" "bench --csv header" &&
+  has "$out" "^33,cpu," "bench --csv row"
+expect 0 bench --sizes 17 --repeats 2 --json && has "$out" "\"mismatches\":[[:space:]]*0" "bench --json mismatches" &&
+  has "$out" "\"lane\":[[:space:]]*\"cpu\"" "bench --json cpu point"
+expect 0 bench --sizes 24 --repeats 1 --contract fp32 --lanes cpu && has "$out" "contract fp32" "bench fp32"
+# A budget far below one run still measures the first point, then skips the larger ones and says so.
+expect 0 bench --sizes 64,128 --repeats 1 --max-seconds 0.000001 --lanes cpu && has "$out" "cpu: 1 size skipped: the n = 64 point took" "bench budget"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures CLI check(s) failed"
+  exit 1
+fi
+echo "all CLI checks passed"
