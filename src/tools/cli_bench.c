@@ -138,6 +138,9 @@ static void table_header(const bench_run *r) {
   for (size_t l = 0; l < r->nlanes; l++)
     printf("  %-9s %s%s%s\n", r->lanes[l].info.name, r->lanes[l].info.device, *r->lanes[l].info.details ? ", " : "",
            r->lanes[l].info.details);
+  if (r->nlanes > 1)
+    printf("check: each lane's result against %s's (%s)\n", r->lanes[0].info.name,
+           r->o.contract == WEFT_CONTRACT_EXACT ? "the same bits" : "within the fp32 error bound");
   printf("\n%6s", "n");
   for (size_t l = 0; l < r->nlanes; l++) printf(" | %*s", lane_width(&r->lanes[l]), r->lanes[l].info.name);
   printf(" | check\n%6s", "");
