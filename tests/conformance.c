@@ -1,0 +1,966 @@
+/* conformance.c - the conformance cases: every public op, in every form the API allows, on seeded random
+ * and edge shapes (1, odd, prime, empty batches) and on special values, against the reference.
+ *
+ * Two comparisons, chosen by the contract the case runs under:
+ *   exact: every output element must have the reference's bits (src/core/reference.c run on host copies of
+ *          the inputs; NaNs compare equal whatever their payload). The fp32 bound below is checked too, which
+ *          catches a reference that is itself wrong (the bit comparison alone cannot).
+ *   fp32:  |got - ref| <= bound per element, ref computed in float64 here. With u = 2^-24 (fp32's unit
+ *          roundoff) the bounds are the classical ones for any summation order (with or without fused
+ *          multiply-add), with a safety factor of two, plus an absolute term of a few 2^-126 per
+ *          operation so that a lane that flushes subnormals to zero still meets fp32:
+ *            matmul   2 (k+1) u sum_k |a b|                + (2k+2) 2^-126
+ *            sum_rows 2 (r+1) u sum_i |x|                  + (r+1) 2^-126
+ *            add, scale           2u |ref|                 + 2^-126
+ *            axpy                 2u (|alpha x| + |y|)     + 2^-126
+ *            relu, relu_backward  0 (any zero sign accepted under fp32)
+ *            softmax_xent: see softmax_bounds().
+ *          A NaN reference needs a NaN, an infinite one the same infinity. */
+#include "conformance.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/reference.h"
+#include "tutil.h"
+
+#define U24 (1.0 / 16777216.0)   /* 2^-24 */
+#define TINY ((double)FLT_MIN)   /* 2^-126: one flushed subnormal */
+#define SENTINEL (-1234.5f)      /* outputs start as this, so an element a lane never writes shows up */
+#define MAX_PRINT 4              /* mismatching elements printed per case */
+
+/* ------------------------------------------------------------------------------------------ context */
+
+typedef struct ctx {
+  weft_fabric *f;
+  weft_op_desc desc;
+  char lane_name[64];
+  int exact;
+  int slow, quick;
+  int64_t max_dim;
+  double work_cap; /* most multiply-adds one random matmul case may do */
+  tu_rng rng;
+  weft_conf_stats *st;
+  char what[320]; /* the case being run: op and shapes */
+  int failed;
+  int printed;
+} ctx;
+
+static void begin_case(ctx *c, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void begin_case(ctx *c, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(c->what, sizeof c->what, fmt, args);
+  va_end(args);
+  c->failed = 0;
+  c->printed = 0;
+  c->st->cases++;
+}
+
+static void end_case(ctx *c) {
+  if (c->failed) c->st->failed++;
+}
+
+static void case_check(ctx *c, int ok, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static void case_check(ctx *c, int ok, const char *fmt, ...) {
+  tu_checks++;
+  if (ok) return;
+  tu_failures++;
+  c->failed = 1;
+  fprintf(stderr, "FAIL [%s/%s] %s: ", c->lane_name, c->exact ? "exact" : "fp32", c->what);
+  va_list args;
+  va_start(args, fmt);
+  vfprintf(stderr, fmt, args);
+  va_end(args);
+  fputc('\n', stderr);
+}
+
+/* ------------------------------------------------------------------------------------------- tensors */
+
+typedef struct tens {
+  weft_tensor *t;
+  float *h; /* what was written into the tensor */
+  size_t n;
+  int ndim;
+  int64_t dims[4];
+} tens;
+
+enum fill {
+  FILL_UNIFORM,  /* [-1, 1) */
+  FILL_SENTINEL, /* every element SENTINEL */
+  FILL_SPECIAL,  /* about 1 in 10 from special_values(), the rest uniform */
+  FILL_SPARSE,   /* about 1 in 100 special (NaN/inf would otherwise swamp every dot product) */
+  FILL_TINY,     /* subnormals, -0, +-FLT_MIN multiples: products and sums stay subnormal */
+  FILL_NEGZERO,  /* every element -0.0 */
+  FILL_WIDE,     /* [-80, 80): exp near its limits in softmax */
+  FILL_LOGITS,   /* [-4, 4) */
+  FILL_ONEHOT,   /* one 1 per row of the last dimension, the rest 0 */
+  FILL_SOFT,     /* positive rows summing to about 1 */
+};
+
+static float special_value(ctx *c) {
+  static const uint32_t bits[] = {
+      0x7fc00000u, /* NaN */
+      0xffc00001u, /* -NaN with a payload */
+      0x7f800000u, /* +inf */
+      0xff800000u, /* -inf */
+      0x80000000u, /* -0 */
+      0x00000000u, /* +0 */
+      0x00000001u, /* smallest subnormal */
+      0x806f0000u, /* negative subnormal */
+      0x00400000u, /* subnormal, half of FLT_MIN */
+      0x00800000u, /* FLT_MIN */
+      0x80800000u, /* -FLT_MIN */
+      0x3f800000u, /* 1 */
+  };
+  return tu_float(bits[tu_rng_int(&c->rng, 0, (int64_t)(sizeof bits / sizeof bits[0]) - 1)]);
+}
+
+static void fill_values(ctx *c, float *h, size_t n, int64_t cols, int fill) {
+  for (size_t e = 0; e < n; e++) {
+    switch (fill) {
+    case FILL_SENTINEL: h[e] = SENTINEL; break;
+    case FILL_SPECIAL: h[e] = tu_rng_int(&c->rng, 0, 9) == 0 ? special_value(c) : tu_rng_float(&c->rng, -1, 1); break;
+    case FILL_SPARSE: h[e] = tu_rng_int(&c->rng, 0, 99) == 0 ? special_value(c) : tu_rng_float(&c->rng, -1, 1); break;
+    case FILL_TINY: {
+      int64_t r = tu_rng_int(&c->rng, 0, 5);
+      if (r == 0) h[e] = -0.0f;
+      else if (r == 1) h[e] = tu_float((uint32_t)tu_rng_int(&c->rng, 1, 0x007fffff)); /* subnormal */
+      else if (r == 2) h[e] = -tu_float((uint32_t)tu_rng_int(&c->rng, 1, 0x007fffff));
+      else h[e] = tu_rng_float(&c->rng, -4, 4) * FLT_MIN;
+      break;
+    }
+    case FILL_NEGZERO: h[e] = -0.0f; break;
+    case FILL_WIDE: h[e] = tu_rng_float(&c->rng, -80, 80); break;
+    case FILL_LOGITS: h[e] = tu_rng_float(&c->rng, -4, 4); break;
+    case FILL_ONEHOT:
+    case FILL_SOFT: h[e] = 0.0f; break;
+    default: h[e] = tu_rng_float(&c->rng, -1, 1); break;
+    }
+  }
+  if ((fill == FILL_ONEHOT || fill == FILL_SOFT) && cols > 0) {
+    for (size_t r = 0; r < n / (size_t)cols; r++) {
+      float *row = h + r * (size_t)cols;
+      if (fill == FILL_ONEHOT) {
+        row[tu_rng_int(&c->rng, 0, cols - 1)] = 1.0f;
+        continue;
+      }
+      float s = 0.0f;
+      for (int64_t j = 0; j < cols; j++) s += row[j] = tu_rng_float(&c->rng, 0.01f, 1.0f);
+      for (int64_t j = 0; j < cols; j++) row[j] = row[j] / s;
+    }
+  }
+}
+
+static size_t numel_of(int ndim, const int64_t *dims) {
+  size_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= (size_t)dims[d];
+  return n;
+}
+
+static const char *dims_str(char *buf, size_t len, int ndim, const int64_t *dims) {
+  size_t used = (size_t)snprintf(buf, len, "[");
+  for (int d = 0; d < ndim && used < len; d++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%lld", d ? "," : "", (long long)dims[d]);
+  if (used < len) snprintf(buf + used, len - used, "]");
+  return buf;
+}
+
+static int tens_new(ctx *c, tens *x, int ndim, const int64_t *dims, int fill) {
+  memset(x, 0, sizeof *x);
+  x->ndim = ndim;
+  memcpy(x->dims, dims, sizeof(int64_t) * (size_t)ndim);
+  x->n = numel_of(ndim, dims);
+  x->h = malloc((x->n ? x->n : 1) * sizeof(float));
+  if (!x->h) {
+    case_check(c, 0, "out of host memory for %zu floats", x->n);
+    return 0;
+  }
+  fill_values(c, x->h, x->n, dims[ndim - 1], fill);
+  weft_status st = weft_tensor_create(c->f, ndim, dims, x->h, &x->t);
+  char s[96];
+  case_check(c, st == WEFT_OK, "weft_tensor_create %s: %s: %s", dims_str(s, sizeof s, ndim, dims),
+             weft_status_str(st), weft_fabric_last_error(c->f));
+  return st == WEFT_OK;
+}
+
+static void tens_free(tens *x) {
+  weft_tensor_destroy(x->t);
+  free(x->h);
+  memset(x, 0, sizeof *x);
+}
+
+/* Reads a tensor back (at least one float allocated so empty tensors need no special case). */
+static float *tens_read(ctx *c, const tens *x, const char *name) {
+  float *out = malloc((x->n ? x->n : 1) * sizeof(float));
+  if (!out) return NULL;
+  weft_status st = weft_tensor_read(x->t, out, x->n);
+  case_check(c, st == WEFT_OK, "weft_tensor_read(%s): %s: %s", name, weft_status_str(st), weft_fabric_last_error(c->f));
+  if (st != WEFT_OK) {
+    free(out);
+    return NULL;
+  }
+  /* A read makes the host copy current; the lane's copy may stay current too. */
+  case_check(c, tu_contains(weft_tensor_location(x->t), "host"), "after reading %s its location is '%s', not host",
+             name, weft_tensor_location(x->t));
+  return out;
+}
+
+/* An input an op only reads must come back with the bits it went in with. */
+static void check_unchanged(ctx *c, const tens *x, const char *name) {
+  float *got = tens_read(c, x, name);
+  if (!got) return;
+  size_t bad = 0, first = 0;
+  for (size_t e = 0; e < x->n; e++)
+    if (!tu_same_bits(got[e], x->h[e]) && bad++ == 0) first = e;
+  case_check(c, bad == 0, "input %s was modified by the op: %zu elements differ, first [%zu] now 0x%08x, was 0x%08x",
+             name, bad, first, bad ? tu_bits(got[first]) : 0u, bad ? tu_bits(x->h[first]) : 0u);
+  free(got);
+}
+
+/* After an op pinned to a lane, the output's only current copy is that lane's (or the host's, for a lane
+ * that computes in host memory); under the router, exactly one place. */
+static void check_written_location(ctx *c, const tens *x, const char *name) {
+  const char *loc = weft_tensor_location(x->t);
+  if (c->desc.lane != WEFT_LANE_AUTO)
+    case_check(c, strcmp(loc, "host") == 0 || strcmp(loc, c->lane_name) == 0,
+               "after the op, %s's location is '%s'; want '%s' (or 'host' for a host-memory lane)", name, loc,
+               c->lane_name);
+  else
+    case_check(c, loc[0] && !strchr(loc, ','), "after the op, %s's location is '%s'; want exactly one place", name,
+               loc);
+}
+
+static int op_ok(ctx *c, weft_status st, const char *fn) {
+  case_check(c, st == WEFT_OK, "%s returned %s: %s", fn, weft_status_str(st), weft_fabric_last_error(c->f));
+  if (st == WEFT_OK && c->desc.lane != WEFT_LANE_AUTO)
+    case_check(c, weft_fabric_last_lane(c->f) == c->desc.lane, "%s ran on lane %d, pinned to lane %d", fn,
+               weft_fabric_last_lane(c->f), c->desc.lane);
+  return st == WEFT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- comparison */
+
+static void coord_str(char *buf, size_t len, const tens *x, size_t e) {
+  size_t idx[4];
+  for (int d = x->ndim - 1; d >= 0; d--) {
+    size_t dim = (size_t)x->dims[d];
+    idx[d] = dim ? e % dim : 0;
+    e = dim ? e / dim : 0;
+  }
+  size_t used = (size_t)snprintf(buf, len, "[");
+  for (int d = 0; d < x->ndim && used < len; d++) used += (size_t)snprintf(buf + used, len - used, "%s%zu", d ? "," : "", idx[d]);
+  if (used < len) snprintf(buf + used, len - used, "]");
+}
+
+/* Compares `got` (out's elements, read back) with the reference. `want` holds the reference bits (exact
+ * contract) or is NULL; `ref` and `bound` the float64 reference and its allowed distance. */
+static void compare(ctx *c, const char *name, const tens *out, const float *got, const float *want, const double *ref,
+                    const double *bound) {
+  size_t bad = 0;
+  for (size_t e = 0; e < out->n; e++) {
+    int bits_ok = !want || tu_same_bits(got[e], want[e]);
+    double g = (double)got[e];
+    int tol_ok;
+    if (isnan(ref[e])) tol_ok = isnan(g);
+    else if (isinf(ref[e])) tol_ok = g == ref[e];
+    else tol_ok = isfinite(g) && fabs(g - ref[e]) <= bound[e];
+    if (bits_ok && tol_ok) continue;
+    if (bad++ < MAX_PRINT) {
+      char at[64];
+      coord_str(at, sizeof at, out, e);
+      if (!bits_ok)
+        fprintf(stderr, "FAIL [%s/exact] %s: %s%s got 0x%08x (%.9g) want 0x%08x (%.9g) [bits vs reference]\n",
+                c->lane_name, c->what, name, at, tu_bits(got[e]), got[e], tu_bits(want[e]), want[e]);
+      if (!tol_ok)
+        fprintf(stderr, "FAIL [%s/%s] %s: %s%s got 0x%08x (%.9g) want %.12g +- %.3g [float64 bound]\n", c->lane_name,
+                c->exact ? "exact" : "fp32", c->what, name, at, tu_bits(got[e]), got[e], ref[e], bound[e]);
+    }
+  }
+  if (bad > MAX_PRINT)
+    fprintf(stderr, "FAIL [%s/%s] %s: ... %zu of %zu elements of %s differ\n", c->lane_name,
+            c->exact ? "exact" : "fp32", c->what, bad, out->n, name);
+  c->st->elements += (long)out->n;
+  tu_checks++;
+  if (bad) {
+    tu_failures++;
+    c->failed = 1;
+  }
+}
+
+/* ------------------------------------------------------------------------------------------- shapes */
+
+/* A dimension up to `max`: half the time one of the sizes kernels split on (1, odd, prime, around powers
+ * of two), else uniform. */
+static int64_t pick_dim(ctx *c, int64_t max) {
+  static const int64_t interesting[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,   11,  13,  15,  16,  17,  23,
+                                        31, 32, 33, 47, 63, 64, 65, 96, 97, 127, 128, 129, 191, 255, 256};
+  if (max < 1) max = 1;
+  if (tu_rng_int(&c->rng, 0, 1)) {
+    for (int tries = 0; tries < 8; tries++) {
+      int64_t d = interesting[tu_rng_int(&c->rng, 0, (int64_t)(sizeof interesting / sizeof interesting[0]) - 1)];
+      if (d <= max) return d;
+    }
+  }
+  return tu_rng_int(&c->rng, 1, max);
+}
+
+/* ------------------------------------------------------------------------------------------- matmul */
+
+typedef struct mm_case {
+  int nb;        /* batch dimensions of a (and c): 0, 1 or 2 */
+  int64_t bd[2]; /* their sizes (0 allowed: an empty batch) */
+  int64_t m, n, k;
+  int ta, tb;
+  int b_batched; /* b carries a's batch dimensions; otherwise b is one [k,n] shared by the batch */
+  int fill_a, fill_b;
+} mm_case;
+
+static void mm_run(ctx *c, const mm_case *mc) {
+  int64_t ad[4], bdm[4], cd[4];
+  int an = 0, bn = 0, cn = 0;
+  size_t batch = 1;
+  for (int i = 0; i < mc->nb; i++) {
+    ad[an++] = cd[cn++] = mc->bd[i];
+    if (mc->b_batched) bdm[bn++] = mc->bd[i];
+    batch *= (size_t)mc->bd[i];
+  }
+  const int64_t m = mc->m, n = mc->n, k = mc->k;
+  ad[an++] = mc->ta ? k : m, ad[an++] = mc->ta ? m : k;
+  bdm[bn++] = mc->tb ? n : k, bdm[bn++] = mc->tb ? k : n;
+  cd[cn++] = m, cd[cn++] = n;
+  tens A, B, C;
+  memset(&A, 0, sizeof A), memset(&B, 0, sizeof B), memset(&C, 0, sizeof C);
+  char sa[64], sb[64], sc[64];
+  begin_case(c, "matmul a%s%s . b%s%s -> c%s", dims_str(sa, sizeof sa, an, ad), mc->ta ? "^T" : "",
+             dims_str(sb, sizeof sb, bn, bdm), mc->tb ? "^T" : "", dims_str(sc, sizeof sc, cn, cd));
+  if (!tens_new(c, &A, an, ad, mc->fill_a) || !tens_new(c, &B, bn, bdm, mc->fill_b) ||
+      !tens_new(c, &C, cn, cd, FILL_SENTINEL))
+    goto done;
+  if (!op_ok(c, weft_op_matmul(c->f, &c->desc, A.t, mc->ta, B.t, mc->tb, C.t), "weft_op_matmul")) goto done;
+  check_written_location(c, &C, "c");
+  float *got = tens_read(c, &C, "c");
+  float *want = c->exact ? malloc((C.n ? C.n : 1) * sizeof(float)) : NULL;
+  double *ref = malloc((C.n ? C.n : 1) * sizeof(double)), *bound = malloc((C.n ? C.n : 1) * sizeof(double));
+  if (got && ref && bound && (want || !c->exact)) {
+    if (want) {
+      weft_op op;
+      memset(&op, 0, sizeof op);
+      op.kind = WEFT_OP_MATMUL;
+      op.contract = WEFT_CONTRACT_EXACT;
+      op.in[0] = A.h, op.in[1] = B.h, op.out[0] = want;
+      op.batch = (int64_t)batch, op.m = m, op.n = n, op.k = k;
+      op.trans_a = mc->ta, op.trans_b = mc->tb, op.b_batched = mc->b_batched;
+      weft_reference_run(&op);
+    }
+    for (size_t p = 0; p < batch; p++) {
+      const float *a = A.h + p * (size_t)(m * k), *b = B.h + (mc->b_batched ? p * (size_t)(k * n) : 0);
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+          double s = 0, sa_ = 0;
+          for (int64_t q = 0; q < k; q++) {
+            double av = mc->ta ? a[q * m + i] : a[i * k + q];
+            double bv = mc->tb ? b[j * k + q] : b[q * n + j];
+            s += av * bv;
+            sa_ += fabs(av * bv);
+          }
+          size_t e = p * (size_t)(m * n) + (size_t)(i * n + j);
+          ref[e] = s;
+          bound[e] = 2.0 * (double)(k + 1) * U24 * sa_ + (double)(2 * k + 2) * TINY;
+        }
+    }
+    compare(c, "c", &C, got, want, ref, bound);
+    check_unchanged(c, &A, "a");
+    check_unchanged(c, &B, "b");
+  }
+  free(got), free(want), free(ref), free(bound);
+done:
+  end_case(c);
+  tens_free(&A), tens_free(&B), tens_free(&C);
+}
+
+/* Forms of the batched matmul: a's batch rank, and whether b carries the batch. */
+static const struct {
+  int nb, b_batched;
+} MM_FORMS[] = {{0, 0}, {1, 0}, {1, 1}, {2, 0}, {2, 1}};
+#define MM_NFORMS ((int)(sizeof MM_FORMS / sizeof MM_FORMS[0]))
+
+static void mm_case_init(mm_case *mc, int form, int64_t b0, int64_t b1, int64_t m, int64_t k, int64_t n, int ta, int tb) {
+  memset(mc, 0, sizeof *mc);
+  mc->nb = MM_FORMS[form].nb, mc->b_batched = MM_FORMS[form].b_batched;
+  mc->bd[0] = b0, mc->bd[1] = b1;
+  mc->m = m, mc->k = k, mc->n = n, mc->ta = ta, mc->tb = tb;
+  mc->fill_a = mc->fill_b = FILL_UNIFORM;
+}
+
+static void cases_matmul(ctx *c) {
+  mm_case mc;
+  /* Rank 2, every transpose combination, on the shapes kernels get wrong: unit dimensions, k = 1, primes. */
+  static const int64_t fixed[][3] = {{1, 1, 1}, {1, 7, 1}, {3, 1, 5}, {5, 3, 1}, {1, 9, 6},
+                                     {7, 13, 5}, {16, 16, 16}, {17, 31, 23}}; /* m, k, n */
+  for (size_t s = 0; s < sizeof fixed / sizeof fixed[0]; s++)
+    for (int t = 0; t < 4; t++) {
+      mm_case_init(&mc, 0, 1, 1, fixed[s][0], fixed[s][1], fixed[s][2], t & 1, t >> 1);
+      mm_run(c, &mc);
+    }
+  /* Every batched form, every transpose combination. */
+  for (int form = 1; form < MM_NFORMS; form++)
+    for (int t = 0; t < 4; t++) {
+      mm_case_init(&mc, form, 3, 2, 5, 7, 3, t & 1, t >> 1);
+      mm_run(c, &mc);
+      mm_case_init(&mc, form, 2, 1, 1, 11, 4, t & 1, t >> 1);
+      mm_run(c, &mc);
+    }
+  /* Empty batches: zero in the first or the second batch dimension. */
+  for (int form = 1; form < MM_NFORMS; form++)
+    for (int t = 0; t < 4; t += 3) {
+      mm_case_init(&mc, form, 0, 3, 4, 6, 5, t & 1, t >> 1);
+      mm_run(c, &mc);
+      if (MM_FORMS[form].nb == 2) {
+        mm_case_init(&mc, form, 2, 0, 4, 6, 5, t & 1, t >> 1);
+        mm_run(c, &mc);
+      }
+    }
+  /* Special values: NaN, infinities, signed zeros and subnormals travel through the dot products. */
+  for (int t = 0; t < 4; t += 3) {
+    mm_case_init(&mc, 0, 1, 1, 9, 17, 11, t & 1, t >> 1);
+    mc.fill_a = mc.fill_b = FILL_SPARSE;
+    mm_run(c, &mc);
+    mm_case_init(&mc, 2, 2, 1, 6, 19, 7, t & 1, t >> 1);
+    mc.fill_a = FILL_TINY; /* subnormal products and sums: a lane flushing them to zero fails exact */
+    mm_run(c, &mc);
+    mm_case_init(&mc, 0, 1, 1, 3, 4, 5, t & 1, t >> 1);
+    mc.fill_a = FILL_NEGZERO; /* acc starts at +0: -0 products must sum to +0 */
+    mm_run(c, &mc);
+    mm_case_init(&mc, 0, 1, 1, 4, 3, 6, t & 1, t >> 1);
+    mc.fill_b = FILL_NEGZERO;
+    mm_run(c, &mc);
+  }
+  if (c->quick) return;
+  /* Seeded random shapes in every form; the batch kept small so one case stays under the work cap. */
+  for (int form = 0; form < MM_NFORMS; form++)
+    for (int r = 0; r < (c->slow ? 4 : 8); r++) {
+      int64_t b0 = tu_rng_int(&c->rng, 1, 4), b1 = tu_rng_int(&c->rng, 1, 3);
+      int64_t m = pick_dim(c, c->max_dim), k = pick_dim(c, c->max_dim), n = pick_dim(c, c->max_dim);
+      double batch = MM_FORMS[form].nb == 0 ? 1 : MM_FORMS[form].nb == 1 ? (double)b0 : (double)(b0 * b1);
+      while (batch * (double)m * (double)n * (double)k > c->work_cap) {
+        if (m >= n && m >= k) m = (m + 1) / 2;
+        else if (n >= k) n = (n + 1) / 2;
+        else k = (k + 1) / 2;
+      }
+      mm_case_init(&mc, form, b0, b1, m, k, n, (int)tu_rng_int(&c->rng, 0, 1), (int)tu_rng_int(&c->rng, 0, 1));
+      mm_run(c, &mc);
+    }
+  if (c->slow) return;
+  /* Larger than a cache block in each dimension in turn (k past 512 and 1024 crosses the k-blocking). */
+  static const int64_t big[][3] = {{97, 600, 129}, {263, 67, 301}, {8, 1031, 17}, {130, 257, 70}};
+  for (size_t s = 0; s < sizeof big / sizeof big[0]; s++) {
+    mm_case_init(&mc, 0, 1, 1, big[s][0], big[s][1], big[s][2], (int)(s & 1), (int)(s >> 1 & 1));
+    mm_run(c, &mc);
+  }
+  mm_case_init(&mc, 2, 4, 1, 65, 129, 33, 0, 0);
+  mm_run(c, &mc);
+}
+
+/* ------------------------------------------------------------------------------------- elementwise */
+
+/* One elementwise op: p is x (add, relu, scale, axpy) or grad (relu_backward); q is y (add, axpy) or x
+ * (relu_backward). */
+typedef struct ew_case {
+  weft_op_kind kind;
+  int ndim;
+  int64_t dims[4];
+  int ymode;   /* add: 0 y has x's shape, 1 y is [n], 2 y is [1,n] */
+  int inplace; /* out is p (relu, scale, add: x; relu_backward: grad) */
+  float alpha;
+  int fill_p, fill_q;
+} ew_case;
+
+static void ew_run(ctx *c, const ew_case *ec) {
+  const int64_t cols = ec->dims[ec->ndim - 1];
+  const int has_q = ec->kind == WEFT_OP_ADD || ec->kind == WEFT_OP_RELU_BACKWARD || ec->kind == WEFT_OP_AXPY;
+  int64_t qd[4];
+  int qn = ec->ndim;
+  memcpy(qd, ec->dims, sizeof qd);
+  if (ec->kind == WEFT_OP_ADD && ec->ymode == 1) qn = 1, qd[0] = cols;
+  if (ec->kind == WEFT_OP_ADD && ec->ymode == 2) qn = 2, qd[0] = 1, qd[1] = cols;
+  tens P, Q, O;
+  memset(&P, 0, sizeof P), memset(&Q, 0, sizeof Q), memset(&O, 0, sizeof O);
+  char sp[64], sq[64];
+  const char *op_name = weft_op_kind_str(ec->kind);
+  dims_str(sp, sizeof sp, ec->ndim, ec->dims);
+  dims_str(sq, sizeof sq, qn, qd);
+  switch (ec->kind) {
+  case WEFT_OP_ADD: begin_case(c, "add x%s + y%s%s", sp, sq, ec->inplace ? " (out = x)" : ""); break;
+  case WEFT_OP_RELU: begin_case(c, "relu x%s%s", sp, ec->inplace ? " (out = x)" : ""); break;
+  case WEFT_OP_RELU_BACKWARD: begin_case(c, "relu_backward grad%s x%s%s", sp, sp, ec->inplace ? " (out = grad)" : ""); break;
+  case WEFT_OP_SCALE: begin_case(c, "scale %.9g * x%s%s", ec->alpha, sp, ec->inplace ? " (out = x)" : ""); break;
+  default: begin_case(c, "axpy y%s += %.9g * x%s", sp, ec->alpha, sp); break;
+  }
+  if (!tens_new(c, &P, ec->ndim, ec->dims, ec->fill_p)) goto done;
+  if (has_q && !tens_new(c, &Q, qn, qd, ec->fill_q)) goto done;
+  const tens *out = &P;
+  if (ec->kind == WEFT_OP_AXPY) out = &Q;
+  else if (!ec->inplace) {
+    if (!tens_new(c, &O, ec->ndim, ec->dims, FILL_SENTINEL)) goto done;
+    out = &O;
+  }
+  weft_status st;
+  switch (ec->kind) {
+  case WEFT_OP_ADD: st = weft_op_add(c->f, &c->desc, P.t, Q.t, out->t); break;
+  case WEFT_OP_RELU: st = weft_op_relu(c->f, &c->desc, P.t, out->t); break;
+  case WEFT_OP_RELU_BACKWARD: st = weft_op_relu_backward(c->f, &c->desc, P.t, Q.t, out->t); break;
+  case WEFT_OP_SCALE: st = weft_op_scale(c->f, &c->desc, ec->alpha, P.t, out->t); break;
+  default: st = weft_op_axpy(c->f, &c->desc, ec->alpha, P.t, Q.t); break;
+  }
+  if (!op_ok(c, st, op_name)) goto done;
+  check_written_location(c, out, "out");
+  size_t n = P.n;
+  float *got = tens_read(c, out, "out");
+  float *want = malloc((n ? n : 1) * sizeof(float));
+  double *ref = malloc((n ? n : 1) * sizeof(double)), *bound = malloc((n ? n : 1) * sizeof(double));
+  if (got && want && ref && bound) {
+    /* The reference writes its output in place of the right input when the op does. */
+    if (ec->kind == WEFT_OP_AXPY) memcpy(want, Q.h, n * sizeof(float));
+    weft_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = ec->kind;
+    op.contract = WEFT_CONTRACT_EXACT;
+    op.in[0] = P.h, op.in[1] = has_q ? Q.h : NULL, op.out[0] = want;
+    op.rows = cols ? (int64_t)(n / (size_t)cols) : 0, op.cols = cols;
+    op.y_broadcast = ec->kind == WEFT_OP_ADD && ec->ymode != 0;
+    op.alpha = ec->alpha;
+    weft_reference_run(&op);
+    for (size_t e = 0; e < n; e++) {
+      double p = P.h[e], q = has_q ? Q.h[op.y_broadcast ? e % (size_t)cols : e] : 0, a = ec->alpha;
+      switch (ec->kind) {
+      case WEFT_OP_ADD: ref[e] = p + q, bound[e] = 2 * U24 * fabs(ref[e]) + TINY; break;
+      case WEFT_OP_RELU: ref[e] = p != p ? p : (p > 0 ? p : 0), bound[e] = 0; break;
+      case WEFT_OP_RELU_BACKWARD: ref[e] = q > 0 ? p : 0, bound[e] = 0; break;
+      case WEFT_OP_SCALE: ref[e] = a * p, bound[e] = 2 * U24 * fabs(ref[e]) + TINY; break;
+      default: ref[e] = a * p + q, bound[e] = 2 * U24 * (fabs(a * p) + fabs(q)) + TINY; break;
+      }
+    }
+    compare(c, "out", out, got, c->exact ? want : NULL, ref, bound);
+    if (out != &P) check_unchanged(c, &P, ec->kind == WEFT_OP_RELU_BACKWARD ? "grad" : "x");
+    if (has_q && out != &Q) check_unchanged(c, &Q, ec->kind == WEFT_OP_RELU_BACKWARD ? "x" : "y");
+  }
+  free(got), free(want), free(ref), free(bound);
+done:
+  end_case(c);
+  tens_free(&P), tens_free(&Q), tens_free(&O);
+}
+
+/* A random shape of rank `ndim` (batch dimensions small, the last two up to max_dim, at most ~64K elements). */
+static void random_shape(ctx *c, int ndim, int64_t *dims) {
+  for (int d = 0; d < ndim; d++) dims[d] = d < ndim - 2 ? tu_rng_int(&c->rng, 1, 3) : pick_dim(c, c->max_dim);
+  for (int d = ndim - 1; numel_of(ndim, dims) > 65536; d = d == 0 ? ndim - 1 : d - 1) dims[d] = (dims[d] + 1) / 2;
+}
+
+static void ew_init(ew_case *ec, weft_op_kind kind, int ndim, const int64_t *dims) {
+  memset(ec, 0, sizeof *ec);
+  ec->kind = kind, ec->ndim = ndim;
+  memcpy(ec->dims, dims, sizeof(int64_t) * (size_t)ndim);
+  ec->alpha = 1.0f;
+  ec->fill_p = ec->fill_q = FILL_UNIFORM;
+}
+
+static void cases_elementwise(ctx *c, weft_op_kind kind) {
+  static const int64_t fixed[][4] = {{1, 0, 0, 0}, {7, 0, 0, 0}, {1, 1, 0, 0}, {3, 5, 0, 0}, {2, 3, 4, 0}, {2, 1, 3, 5}};
+  static const int fixed_rank[] = {1, 1, 2, 2, 3, 4};
+  static const int64_t empty[][4] = {{0, 3, 4, 0}, {2, 0, 3, 4}};
+  static const int empty_rank[] = {3, 4};
+  static const float alphas[] = {1.0f, 0.0f, -1.0f, 0.5f, 3.7f, -2.25e-3f};
+  ew_case ec;
+  const int nfixed = (int)(sizeof fixed_rank / sizeof fixed_rank[0]);
+  for (int s = 0; s < nfixed; s++) {
+    for (int inplace = 0; inplace < 2; inplace++) {
+      if (inplace && (kind == WEFT_OP_AXPY)) continue;
+      ew_init(&ec, kind, fixed_rank[s], fixed[s]);
+      ec.inplace = inplace;
+      ec.alpha = alphas[(s + inplace) % 6];
+      ew_run(c, &ec);
+      /* add: the bias forms, y = [n] and y = [1,n] broadcast over every row */
+      if (kind == WEFT_OP_ADD && fixed_rank[s] >= 2)
+        for (int ymode = 1; ymode <= 2; ymode++) {
+          ec.ymode = ymode;
+          ew_run(c, &ec);
+        }
+    }
+  }
+  for (int s = 0; s < 2; s++) {
+    ew_init(&ec, kind, empty_rank[s], empty[s]);
+    ew_run(c, &ec);
+    if (kind == WEFT_OP_ADD) {
+      ec.ymode = 1;
+      ew_run(c, &ec);
+    }
+  }
+  /* Special values in every operand (and, for scale and axpy, in alpha). */
+  static const int64_t sp[2] = {9, 13};
+  static const float special_alpha[] = {INFINITY, -0.0f, NAN, 1e-30f};
+  for (int v = 0; v < 4; v++) {
+    ew_init(&ec, kind, 2, sp);
+    ec.fill_p = v & 1 ? FILL_SPECIAL : FILL_TINY;
+    ec.fill_q = v & 2 ? FILL_SPECIAL : FILL_UNIFORM;
+    ec.alpha = special_alpha[v];
+    ec.inplace = kind != WEFT_OP_AXPY && v == 3;
+    ew_run(c, &ec);
+    if (kind == WEFT_OP_ADD) {
+      ec.ymode = 1;
+      ew_run(c, &ec);
+    }
+  }
+  if (c->quick) return;
+  for (int r = 0; r < (c->slow ? 4 : 8); r++) {
+    int64_t dims[4];
+    int ndim = (int)tu_rng_int(&c->rng, 1, 4);
+    random_shape(c, ndim, dims);
+    ew_init(&ec, kind, ndim, dims);
+    ec.alpha = tu_rng_float(&c->rng, -4, 4);
+    ec.inplace = kind != WEFT_OP_AXPY && tu_rng_int(&c->rng, 0, 1);
+    if (kind == WEFT_OP_ADD && ndim >= 2) ec.ymode = (int)tu_rng_int(&c->rng, 0, 2);
+    ew_run(c, &ec);
+  }
+}
+
+/* ---------------------------------------------------------------------------------------- sum_rows */
+
+static void sum_rows_run(ctx *c, int ndim, const int64_t *dims, int out_rank2, int fill) {
+  const int64_t cols = dims[ndim - 1];
+  int64_t od[2] = {1, cols};
+  tens X, O;
+  memset(&X, 0, sizeof X), memset(&O, 0, sizeof O);
+  char sx[64], so[64];
+  begin_case(c, "sum_rows x%s -> out%s", dims_str(sx, sizeof sx, ndim, dims),
+             dims_str(so, sizeof so, out_rank2 ? 2 : 1, out_rank2 ? od : od + 1));
+  if (!tens_new(c, &X, ndim, dims, fill) || !tens_new(c, &O, out_rank2 ? 2 : 1, out_rank2 ? od : od + 1, FILL_SENTINEL))
+    goto done;
+  if (!op_ok(c, weft_op_sum_rows(c->f, &c->desc, X.t, O.t), "weft_op_sum_rows")) goto done;
+  check_written_location(c, &O, "out");
+  float *got = tens_read(c, &O, "out");
+  float *want = malloc((size_t)cols * sizeof(float));
+  double *ref = malloc((size_t)cols * sizeof(double)), *bound = malloc((size_t)cols * sizeof(double));
+  if (got && want && ref && bound) {
+    const size_t rows = X.n / (size_t)cols;
+    weft_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = WEFT_OP_SUM_ROWS;
+    op.in[0] = X.h, op.out[0] = want, op.rows = (int64_t)rows, op.cols = cols;
+    weft_reference_run(&op);
+    for (int64_t j = 0; j < cols; j++) {
+      double s = 0, sa = 0;
+      for (size_t i = 0; i < rows; i++) s += X.h[i * (size_t)cols + (size_t)j], sa += fabs(X.h[i * (size_t)cols + (size_t)j]);
+      ref[j] = s;
+      bound[j] = 2.0 * (double)(rows + 1) * U24 * sa + (double)(rows + 1) * TINY;
+    }
+    compare(c, "out", &O, got, c->exact ? want : NULL, ref, bound);
+    if (c->exact && rows == 0)
+      for (int64_t j = 0; j < cols; j++) /* no rows: every sum is the starting +0 */
+        case_check(c, tu_bits(got[j]) == 0, "out[%lld] of an empty sum is 0x%08x, want +0", (long long)j, tu_bits(got[j]));
+    check_unchanged(c, &X, "x");
+  }
+  free(got), free(want), free(ref), free(bound);
+done:
+  end_case(c);
+  tens_free(&X), tens_free(&O);
+}
+
+static void cases_sum_rows(ctx *c) {
+  static const int64_t fixed[][4] = {{1, 0, 0, 0}, {9, 0, 0, 0}, {1, 1, 0, 0}, {5, 1, 0, 0}, {7, 13, 0, 0},
+                                     {3, 4, 5, 0}, {2, 3, 1, 6}, {0, 3, 4, 0}, {2, 0, 5, 3}};
+  static const int rank[] = {1, 1, 2, 2, 2, 3, 4, 3, 4};
+  for (size_t s = 0; s < sizeof rank / sizeof rank[0]; s++)
+    for (int o = 0; o < 2; o++) sum_rows_run(c, rank[s], fixed[s], o, FILL_UNIFORM);
+  static const int64_t sp[2] = {31, 7};
+  sum_rows_run(c, 2, sp, 0, FILL_SPECIAL);
+  sum_rows_run(c, 2, sp, 1, FILL_TINY);
+  if (c->quick) return;
+  for (int r = 0; r < (c->slow ? 4 : 8); r++) {
+    int64_t dims[4];
+    int ndim = (int)tu_rng_int(&c->rng, 1, 4);
+    random_shape(c, ndim, dims);
+    sum_rows_run(c, ndim, dims, (int)tu_rng_int(&c->rng, 0, 1), FILL_UNIFORM);
+  }
+  /* Tall: many rows into few columns (a reduction a lane may split across threads or workgroups). */
+  int64_t tall[2] = {c->slow ? 256 : 3001, 3};
+  sum_rows_run(c, 2, tall, 0, FILL_UNIFORM);
+}
+
+/* ------------------------------------------------------------------------------------ softmax_xent */
+
+/* The fp32 bound for softmax_xent. Per row: d_j = z_j - max z, ls = log sum_j exp(d_j), lsm_j = d_j - ls,
+ * p_j = exp(lsm_j). Rounding d_j, summing c terms and taking the log leave lsm_j off by at most about
+ * u (|d_j| + |ls| + |lsm_j| + c + e), where e covers the few ulp of the lane's exp and log; exp turns that
+ * into a relative error of p_j. With L_j = |d_j| + |ls| + |lsm_j| + c + 8 and a safety factor of four:
+ *   grad_j: 4u L_j (p_j + |t_j|) / r                                 + 4 * 2^-126
+ *   loss:   4u / r * sum_ij |t_ij| (L_ij + (c + r + 8)(1 + |lsm_ij|)) + 4 * 2^-126
+ * (the second term of the loss is the rounding of the c products and r + c sums that make it). */
+static void softmax_ref(const float *z, const float *t, int64_t rows, int64_t cols, double *loss, double *loss_bound,
+                        double *grad, double *grad_bound) {
+  double tot = 0, tb = 0;
+  for (int64_t i = 0; i < rows; i++) {
+    const float *zr = z + i * cols, *tr = t + i * cols;
+    double mx = zr[0];
+    for (int64_t j = 1; j < cols; j++) mx = zr[j] > mx ? zr[j] : mx;
+    double s = 0;
+    for (int64_t j = 0; j < cols; j++) s += exp((double)zr[j] - mx);
+    double ls = log(s), acc = 0;
+    for (int64_t j = 0; j < cols; j++) {
+      double d = (double)zr[j] - mx, lsm = d - ls, p = exp(lsm);
+      double L = fabs(d) + fabs(ls) + fabs(lsm) + (double)cols + 8;
+      acc += tr[j] * lsm;
+      grad[i * cols + j] = (p - tr[j]) / (double)rows;
+      grad_bound[i * cols + j] = 4 * U24 * L * (p + fabs(tr[j])) / (double)rows + 4 * TINY;
+      tb += fabs(tr[j]) * (L + (double)(cols + rows + 8) * (1 + fabs(lsm)));
+    }
+    tot += -acc;
+  }
+  *loss = tot / (double)rows;
+  *loss_bound = 4 * U24 * tb / (double)rows + 4 * TINY;
+}
+
+/* outputs: 1 loss only, 2 grad only, 3 both. */
+static void softmax_run(ctx *c, int ndim, const int64_t *dims, int fill_z, int fill_t, int outputs) {
+  const int64_t cols = dims[ndim - 1];
+  const int64_t one = 1;
+  tens Z, T, L, G;
+  memset(&Z, 0, sizeof Z), memset(&T, 0, sizeof T), memset(&L, 0, sizeof L), memset(&G, 0, sizeof G);
+  char sz[64];
+  begin_case(c, "softmax_xent logits%s targets %s, %s", dims_str(sz, sizeof sz, ndim, dims),
+             fill_t == FILL_ONEHOT ? "one-hot" : "soft", outputs == 1 ? "loss only" : outputs == 2 ? "grad only" : "loss and grad");
+  if (!tens_new(c, &Z, ndim, dims, fill_z) || !tens_new(c, &T, ndim, dims, fill_t)) goto done;
+  if ((outputs & 1) && !tens_new(c, &L, 1, &one, FILL_SENTINEL)) goto done;
+  if ((outputs & 2) && !tens_new(c, &G, ndim, dims, FILL_SENTINEL)) goto done;
+  if (!op_ok(c, weft_op_softmax_xent(c->f, &c->desc, Z.t, T.t, L.t, G.t), "weft_op_softmax_xent")) goto done;
+  if (L.t) check_written_location(c, &L, "loss");
+  if (G.t) check_written_location(c, &G, "grad");
+  const int64_t rows = (int64_t)(Z.n / (size_t)cols);
+  float want_loss = 0, *want_grad = malloc(Z.n * sizeof(float));
+  double loss, loss_bound, *grad = malloc(Z.n * sizeof(double)), *grad_bound = malloc(Z.n * sizeof(double));
+  if (want_grad && grad && grad_bound) {
+    weft_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = WEFT_OP_SOFTMAX_XENT;
+    op.in[0] = Z.h, op.in[1] = T.h, op.out[0] = &want_loss, op.out[1] = want_grad;
+    op.rows = rows, op.cols = cols, op.inv_rows = 1.0f / (float)rows;
+    weft_reference_run(&op);
+    softmax_ref(Z.h, T.h, rows, cols, &loss, &loss_bound, grad, grad_bound);
+    if (L.t) {
+      float *got = tens_read(c, &L, "loss");
+      if (got) compare(c, "loss", &L, got, c->exact ? &want_loss : NULL, &loss, &loss_bound);
+      free(got);
+    }
+    if (G.t) {
+      float *got = tens_read(c, &G, "grad");
+      if (got) compare(c, "grad", &G, got, c->exact ? want_grad : NULL, grad, grad_bound);
+      free(got);
+    }
+    check_unchanged(c, &Z, "logits");
+    check_unchanged(c, &T, "targets");
+  }
+  free(want_grad), free(grad), free(grad_bound);
+done:
+  end_case(c);
+  tens_free(&Z), tens_free(&T), tens_free(&L), tens_free(&G);
+}
+
+static void cases_softmax(ctx *c) {
+  static const int64_t fixed[][4] = {{1, 1}, {1, 7}, {5, 1}, {13, 10}, {64, 33}, {3, 2, 5}, {2, 2, 3, 4}};
+  static const int rank[] = {2, 2, 2, 2, 2, 3, 4};
+  for (size_t s = 0; s < sizeof rank / sizeof rank[0]; s++)
+    for (int outputs = 1; outputs <= 3; outputs++)
+      softmax_run(c, rank[s], fixed[s], FILL_LOGITS, s & 1 ? FILL_SOFT : FILL_ONEHOT, outputs);
+  static const int64_t sp[2] = {16, 9};
+  softmax_run(c, 2, sp, FILL_WIDE, FILL_SOFT, 3);
+  softmax_run(c, 2, sp, FILL_SPECIAL, FILL_ONEHOT, 3);
+  softmax_run(c, 2, sp, FILL_LOGITS, FILL_SPECIAL, 3);
+  if (c->quick) return;
+  for (int r = 0; r < (c->slow ? 4 : 8); r++) {
+    int64_t dims[4];
+    int ndim = (int)tu_rng_int(&c->rng, 2, 3);
+    random_shape(c, ndim, dims);
+    softmax_run(c, ndim, dims, FILL_LOGITS, tu_rng_int(&c->rng, 0, 1) ? FILL_SOFT : FILL_ONEHOT,
+                (int)tu_rng_int(&c->rng, 1, 3));
+  }
+}
+
+/* --------------------------------------------------------------------------------------- residency */
+
+/* The bookkeeping of where a tensor's current value lives: a host write after the lane computed with the
+ * tensor must reach the lane, a lane-resident output must feed the next op without a host round trip, and
+ * a host write over a lane-resident output must win. */
+static void cases_residency(ctx *c) {
+  const int64_t dims[2] = {5, 7};
+  tens X, O, Q;
+  memset(&X, 0, sizeof X), memset(&O, 0, sizeof O), memset(&Q, 0, sizeof Q);
+  begin_case(c, "residency: relu x[5,7], write x, relu again; scale of a lane-resident output; write over it");
+  if (!tens_new(c, &X, 2, dims, FILL_UNIFORM) || !tens_new(c, &O, 2, dims, FILL_SENTINEL) ||
+      !tens_new(c, &Q, 2, dims, FILL_SENTINEL))
+    goto done;
+  float fresh[35], want[35], want2[35], *got;
+  for (int round = 0; round < 2; round++) {
+    if (round) {
+      for (int e = 0; e < 35; e++) fresh[e] = tu_rng_float(&c->rng, -1, 1);
+      case_check(c, weft_tensor_write(X.t, fresh, 35) == WEFT_OK, "weft_tensor_write: %s", weft_fabric_last_error(c->f));
+      case_check(c, strcmp(weft_tensor_location(X.t), "host") == 0, "after weft_tensor_write x lives at '%s', not host",
+                 weft_tensor_location(X.t));
+      memcpy(X.h, fresh, sizeof fresh);
+    }
+    if (!op_ok(c, weft_op_relu(c->f, &c->desc, X.t, O.t), "weft_op_relu")) goto done;
+    for (int e = 0; e < 35; e++) want[e] = X.h[e] > 0 ? X.h[e] : 0.0f;
+    /* No read in between: O must go from the lane straight into the next op. */
+    if (!op_ok(c, weft_op_scale(c->f, &c->desc, 2.0f, O.t, Q.t), "weft_op_scale")) goto done;
+    check_written_location(c, &Q, "q");
+    for (int e = 0; e < 35; e++) want2[e] = 2.0f * want[e];
+    if ((got = tens_read(c, &Q, "q"))) {
+      size_t bad = 0;
+      for (int e = 0; e < 35; e++) bad += !tu_same_bits(got[e], want2[e]);
+      case_check(c, bad == 0, "round %d: scale(relu(x)) differs from the host's in %zu of 35 elements%s", round, bad,
+                 round ? " (a stale lane copy of x after weft_tensor_write?)" : "");
+      free(got);
+    }
+  }
+  for (int e = 0; e < 35; e++) fresh[e] = (float)e;
+  case_check(c, weft_tensor_write(O.t, fresh, 35) == WEFT_OK, "weft_tensor_write over a lane output: %s",
+             weft_fabric_last_error(c->f));
+  if ((got = tens_read(c, &O, "o"))) {
+    case_check(c, memcmp(got, fresh, sizeof fresh) == 0, "a host write over a lane-resident output did not win");
+    free(got);
+  }
+done:
+  end_case(c);
+  tens_free(&X), tens_free(&O), tens_free(&Q);
+}
+
+/* ------------------------------------------------------------------------------------------- entry */
+
+static uint64_t family_seed(uint64_t seed, const char *family) {
+  uint64_t h = 1469598103934665603ull;
+  for (const char *p = family; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+  return seed ^ h;
+}
+
+void weft_conf_run(weft_fabric *f, int lane, weft_contract contract, int slow, int quick, uint64_t seed,
+                   weft_conf_stats *stats) {
+  ctx c;
+  memset(&c, 0, sizeof c);
+  c.f = f;
+  c.desc.contract = contract;
+  c.desc.lane = lane;
+  c.exact = contract == WEFT_CONTRACT_EXACT;
+  c.slow = slow, c.quick = quick;
+  c.max_dim = slow ? 256 : 320;
+  c.work_cap = slow ? 2e6 : 6e6;
+  c.st = stats;
+  weft_lane_info info;
+  if (lane == WEFT_LANE_AUTO) snprintf(c.lane_name, sizeof c.lane_name, "auto");
+  else if (weft_fabric_lane_info(f, (size_t)lane, &info) == WEFT_OK) snprintf(c.lane_name, sizeof c.lane_name, "%s", info.name);
+  else snprintf(c.lane_name, sizeof c.lane_name, "lane %d", lane);
+  /* Each family draws from its own stream so that adding cases to one leaves the others' shapes alone. */
+  c.rng.s = family_seed(seed, "matmul");
+  cases_matmul(&c);
+  static const weft_op_kind ew[] = {WEFT_OP_ADD, WEFT_OP_RELU, WEFT_OP_RELU_BACKWARD, WEFT_OP_SCALE, WEFT_OP_AXPY};
+  for (size_t i = 0; i < sizeof ew / sizeof ew[0]; i++) {
+    c.rng.s = family_seed(seed, weft_op_kind_str(ew[i]));
+    cases_elementwise(&c, ew[i]);
+  }
+  c.rng.s = family_seed(seed, "sum_rows");
+  cases_sum_rows(&c);
+  c.rng.s = family_seed(seed, "softmax_xent");
+  cases_softmax(&c);
+  c.rng.s = family_seed(seed, "residency");
+  cases_residency(&c);
+}
+
+/* ------------------------------------------------------------------------------------------- chain */
+
+static void chain_one(ctx *c, const int *steps, const char *const *names, int scoped) {
+  const int64_t xd[3] = {3, 17, 33}, wd[2] = {33, 9}, bd[1] = {9}, hd[3] = {3, 17, 9};
+  tens X, W, B, H;
+  memset(&X, 0, sizeof X), memset(&W, 0, sizeof W), memset(&B, 0, sizeof B), memset(&H, 0, sizeof H);
+  begin_case(c, "chain%s matmul x[3,17,33].w[33,9] on %s -> add bias[9] on %s -> relu on %s", scoped ? " in a scope" : "",
+             names[0], names[1], names[2]);
+  if (!tens_new(c, &X, 3, xd, FILL_UNIFORM) || !tens_new(c, &W, 2, wd, FILL_UNIFORM) ||
+      !tens_new(c, &B, 1, bd, FILL_UNIFORM) || !tens_new(c, &H, 3, hd, FILL_SENTINEL))
+    goto done;
+  if (scoped) case_check(c, weft_scope_begin(c->f) == WEFT_OK, "weft_scope_begin: %s", weft_fabric_last_error(c->f));
+  weft_op_desc d = WEFT_OP_DESC_INIT;
+  for (int s = 0; s < 3; s++) {
+    d.lane = steps[s];
+    c->desc.lane = steps[s];
+    snprintf(c->lane_name, sizeof c->lane_name, "%s", names[s]);
+    weft_status st = s == 0   ? weft_op_matmul(c->f, &d, X.t, 0, W.t, 0, H.t)
+                     : s == 1 ? weft_op_add(c->f, &d, H.t, B.t, H.t)
+                              : weft_op_relu(c->f, &d, H.t, H.t);
+    if (!op_ok(c, st, s == 0 ? "matmul" : s == 1 ? "add" : "relu")) break;
+    check_written_location(c, &H, "h");
+    /* Inputs only read stay current on the host. */
+    case_check(c, tu_contains(weft_tensor_location(X.t), "host"), "x (never written) lives at '%s', not on the host",
+               weft_tensor_location(X.t));
+  }
+  /* Reading inside the scope flushes it. */
+  float want[3 * 17 * 9];
+  weft_op op;
+  memset(&op, 0, sizeof op);
+  op.kind = WEFT_OP_MATMUL, op.in[0] = X.h, op.in[1] = W.h, op.out[0] = want;
+  op.batch = 3, op.m = 17, op.n = 9, op.k = 33;
+  weft_reference_run(&op);
+  memset(&op, 0, sizeof op);
+  op.kind = WEFT_OP_ADD, op.in[0] = want, op.in[1] = B.h, op.out[0] = want, op.rows = 51, op.cols = 9, op.y_broadcast = 1;
+  weft_reference_run(&op);
+  op.kind = WEFT_OP_RELU, op.in[1] = NULL;
+  weft_reference_run(&op);
+  float *got = tens_read(c, &H, "h");
+  if (got) {
+    size_t bad = 0, first = 0;
+    for (size_t e = 0; e < H.n; e++)
+      if (!tu_same_bits(got[e], want[e]) && bad++ == 0) first = e;
+    case_check(c, bad == 0, "%zu of %zu elements differ from the reference chain; first h[%zu] got 0x%08x want 0x%08x",
+               bad, H.n, first, bad ? tu_bits(got[first]) : 0u, bad ? tu_bits(want[first]) : 0u);
+    c->st->elements += (long)H.n;
+    free(got);
+  }
+  if (scoped) case_check(c, weft_scope_end(c->f) == WEFT_OK, "weft_scope_end: %s", weft_fabric_last_error(c->f));
+done:
+  end_case(c);
+  tens_free(&X), tens_free(&W), tens_free(&B), tens_free(&H);
+}
+
+void weft_conf_chain(weft_fabric *f, const int *lanes, int nlanes, uint64_t seed, weft_conf_stats *stats) {
+  ctx c;
+  memset(&c, 0, sizeof c);
+  c.f = f;
+  c.exact = 1;
+  c.st = stats;
+  c.rng.s = family_seed(seed, "chain");
+  if (nlanes > 4) nlanes = 4;
+  char names[4][64];
+  for (int i = 0; i < nlanes; i++) {
+    weft_lane_info info;
+    if (lanes[i] == WEFT_LANE_AUTO || weft_fabric_lane_info(f, (size_t)lanes[i], &info) != WEFT_OK)
+      snprintf(names[i], sizeof names[i], "auto");
+    else snprintf(names[i], sizeof names[i], "%s", info.name);
+  }
+  /* Every sequence of three lanes: each step's input lives where the previous step left it. */
+  for (int i = 0; i < nlanes; i++)
+    for (int j = 0; j < nlanes; j++)
+      for (int k = 0; k < nlanes; k++) {
+        const int steps[3] = {lanes[i], lanes[j], lanes[k]};
+        const char *const nm[3] = {names[i], names[j], names[k]};
+        chain_one(&c, steps, nm, 0);
+        chain_one(&c, steps, nm, 1);
+      }
+}

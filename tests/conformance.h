@@ -1,0 +1,37 @@
+/* conformance.h - the conformance suite as a library of cases, run against any lane of a fabric.
+ *
+ * Nothing here names a lane: the driver (test_conformance.c) enumerates the fabric's lanes and calls
+ * weft_conf_run once per lane and contract, so a lane added to weft later (vulkan, cuda, remote, ...) is
+ * covered with no copy of the suite. Every case builds its inputs on the host, runs the op through the public
+ * API pinned to the lane, reads the result back with weft_tensor_read and compares it:
+ *   exact contract: bit for bit (NaNs normalised) against the reference (src/core/reference.c) run on host
+ *                   copies, and within the fp32 bound below against float64 (which checks the reference too);
+ *   fp32 contract:  against a float64 reference within a stated bound per op (see conformance.c). */
+#ifndef WEFT_CONFORMANCE_H
+#define WEFT_CONFORMANCE_H
+
+#include <stdint.h>
+
+#include "weft.h"
+
+/* What a run covered. */
+typedef struct weft_conf_stats {
+  long cases;    /* op invocations checked */
+  long elements; /* output elements compared */
+  long failed;   /* cases with at least one failed check */
+} weft_conf_stats;
+
+/* Runs every case on lane `lane` (an index from weft_fabric_lane_count, or WEFT_LANE_AUTO to let the router
+ * choose) under `contract`. `slow` keeps every dimension <= 256 and trims the random cases (for lanes that
+ * are not the CPU: a software Vulkan driver is 50-400x slower); `quick` runs only the fixed edge cases.
+ * Shapes and values come from `seed`, so every lane sees the same cases. Adds to *stats. */
+void weft_conf_run(weft_fabric *fabric, int lane, weft_contract contract, int slow, int quick, uint64_t seed,
+                   weft_conf_stats *stats);
+
+/* Runs the chain matmul -> add bias (in place) -> relu (in place) with each step pinned to a lane from
+ * `lanes` (every combination of up to 4 lanes; WEFT_LANE_AUTO allowed) under the exact contract, with and
+ * without a scope, checking the bits against the reference chain and the residency each step leaves behind
+ * (weft_tensor_location). */
+void weft_conf_chain(weft_fabric *fabric, const int *lanes, int nlanes, uint64_t seed, weft_conf_stats *stats);
+
+#endif

@@ -1,0 +1,97 @@
+/* tutil.c - the shared test harness (see tutil.h). */
+#include "tutil.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+long tu_checks, tu_failures;
+
+void tu_check_at(int ok, const char *file, int line, const char *fmt, ...) {
+  tu_checks++;
+  if (ok) return;
+  tu_failures++;
+  fprintf(stderr, "FAIL %s:%d: ", file, line);
+  va_list args;
+  va_start(args, fmt);
+  vfprintf(stderr, fmt, args);
+  va_end(args);
+  fputc('\n', stderr);
+}
+
+uint32_t tu_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+float tu_float(uint32_t bits) {
+  float x;
+  memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+int tu_same_bits(float a, float b) {
+  if (a != a && b != b) return 1;
+  return tu_bits(a) == tu_bits(b);
+}
+
+uint64_t tu_rng_next(tu_rng *r) {
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+int64_t tu_rng_int(tu_rng *r, int64_t lo, int64_t hi) {
+  uint64_t span = (uint64_t)(hi - lo) + 1;
+  return lo + (int64_t)(tu_rng_next(r) % span);
+}
+
+float tu_rng_float(tu_rng *r, float lo, float hi) {
+  /* 24 random bits give a float in [0,1) exactly; the affine map then rounds once per step. */
+  float u = (float)(tu_rng_next(r) >> 40) * (1.0f / 16777216.0f);
+  return lo + (hi - lo) * u;
+}
+
+uint64_t tu_seed(void) {
+  const char *s = getenv("WEFT_TEST_SEED");
+  if (s && *s) return strtoull(s, NULL, 0);
+  return 20240611ull;
+}
+
+weft_fabric_desc tu_desc(void) {
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.calibration = WEFT_CALIBRATION_OFF;
+  return d;
+}
+
+weft_status tu_open(const char *lanes, weft_fabric **out_fabric) {
+  weft_fabric_desc d = tu_desc();
+  d.lanes = lanes;
+  return weft_fabric_open(&d, out_fabric);
+}
+
+int tu_contains(const char *haystack, const char *needle) {
+  if (!haystack || !needle) return 0;
+  size_t n = strlen(needle);
+  for (const char *p = haystack; *p; p++) {
+    size_t i = 0;
+    while (i < n && p[i] && tolower((unsigned char)p[i]) == tolower((unsigned char)needle[i])) i++;
+    if (i == n) return 1;
+  }
+  return n == 0;
+}
+
+double tu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int tu_finish(const char *name, double start) {
+  printf("%s: %ld checks, %ld failed (%.2f s)\n", name, tu_checks, tu_failures, tu_now() - start);
+  return tu_failures ? 1 : 0;
+}
