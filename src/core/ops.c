@@ -159,8 +159,11 @@ static weft_status unary(weft_fabric *f, const weft_op_desc *desc, weft_op *op, 
                          weft_tensor *out) {
   weft_status st = check_desc(f, desc, fn, op);
   if (st != WEFT_OK) return st;
-  CHECK_T(x, "x");
-  CHECK_T(out, "out");
+  char wx[64], wo[64]; /* the messages name the op: "weft_op_relu: x is NULL" */
+  snprintf(wx, sizeof wx, "%s: x", fn);
+  snprintf(wo, sizeof wo, "%s: out", fn);
+  CHECK_T(x, wx);
+  CHECK_T(out, wo);
   char sx[96], so[96];
   if (!same_shape(x, out))
     return weft_fail(f, WEFT_ERR_SHAPE, "%s: out %s must have x's shape %s", fn, shape_str(out, so, sizeof so),

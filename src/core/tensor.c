@@ -24,7 +24,9 @@ weft_status weft_tensor_create(weft_fabric *f, int ndim, const int64_t *dims, co
     return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_create: rank %d; a tensor has 1 to %d dimensions", ndim,
                      WEFT_MAX_DIMS);
   if (!dims) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_create: dims is NULL");
-  size_t numel = 1;
+  /* `extent` counts an empty batch dimension as 1: every tensor's matrix (rows times columns) must be
+   * describable, even in an empty batch, because ops multiply its dimensions together. */
+  size_t numel = 1, extent = 1;
   for (int d = 0; d < ndim; d++) {
     int batch_dim = ndim >= 3 && d < ndim - 2;
     if (dims[d] < 0 || (dims[d] == 0 && !batch_dim))
@@ -32,11 +34,12 @@ weft_status weft_tensor_create(weft_fabric *f, int ndim, const int64_t *dims, co
                        "weft_tensor_create: dimension %d is %lld; dimensions must be >= 1 (only batch dimensions, "
                        "before the last two of a rank-3 or rank-4 tensor, may be 0)",
                        d, (long long)dims[d]);
-    if (__builtin_mul_overflow(numel, (size_t)dims[d], &numel) || numel > ((size_t)1 << 40))
+    if (__builtin_mul_overflow(extent, dims[d] ? (size_t)dims[d] : 1, &extent) || extent > ((size_t)1 << 40))
       return weft_fail(f, WEFT_ERR_OVERFLOW,
                        "weft_tensor_create: the element count overflows at dimension %d (%lld); a tensor holds at "
-                       "most 2^40 elements",
+                       "most 2^40 elements (empty batch dimensions counted as 1)",
                        d, (long long)dims[d]);
+    numel *= (size_t)dims[d];
   }
   weft_tensor *t = calloc(1, sizeof *t);
   if (!t) return weft_fail(f, WEFT_ERR_OUT_OF_MEMORY, "weft_tensor_create: out of host memory");
