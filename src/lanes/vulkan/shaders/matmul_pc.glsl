@@ -1,0 +1,12 @@
+// matmul_pc.glsl - the push constants of both matmul kernels. A dispatch computes an M x N block of c for
+// the k range [0, K) of its chunk, for gl_NumWorkGroups.z batch entries. Element (i,k) of a is at
+// base_a + i*lda + k (trans_a: base_a + k*lda + i), (k,j) of b at base_b + k*ldb + j (trans_b: base_b +
+// j*ldb + k), (i,j) of c at base_c + i*ldc + j; batch entry p adds p*stride_*. All relative to the bound
+// windows, so every index fits 32 bits.
+layout(push_constant) uniform P {
+  uint M, N, K;
+  uint lda, ldb, ldc;
+  uint base_a, base_b, base_c;
+  uint stride_a, stride_b, stride_c;
+  uint flags; // 1: trans_a, 2: trans_b, 4: accumulate onto c (a later k chunk)
+} pc;

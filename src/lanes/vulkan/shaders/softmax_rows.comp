@@ -1,0 +1,50 @@
+#version 450
+// softmax_rows.comp - softmax cross-entropy, one thread per row, in the order of src/core/reference.c:
+// max, sum of exps, log of the sum, then per element the log-softmax, the loss term and the gradient.
+// Writes the row's loss (-acc) for softmax_loss.comp to sum in row order.
+#include "common.glsl"
+#include "wmath.glsl"
+
+layout(local_size_x = 64) in;
+
+layout(set = 0, binding = 0) restrict readonly buffer Z { float z[]; };
+layout(set = 0, binding = 1) restrict readonly buffer T { float t[]; };
+layout(set = 0, binding = 2) restrict writeonly buffer G { float g[]; };
+layout(set = 0, binding = 3) restrict writeonly buffer L { float rowloss[]; };
+
+layout(push_constant) uniform P {
+  uint rows, cols;
+  uint base_z, base_t, base_g, base_l;
+  uint flags; // 1: write the gradient, 2: write the row losses
+  float inv_rows;
+} pc;
+
+void main() {
+  uint i = gl_GlobalInvocationID.x;
+  if (i >= pc.rows) return;
+  uint zr = pc.base_z + i * pc.cols, tr = pc.base_t + i * pc.cols, gr = pc.base_g + i * pc.cols;
+  float mx = z[zr];
+  for (uint j = 1u; j < pc.cols; j++) {
+    float v = z[zr + j];
+    // mx = v > mx ? v : mx, with the NaN cases spelled out so no compiler can turn it into a max().
+    if (!weft_isnan(v) && !weft_isnan(mx) && v > mx) mx = v;
+  }
+  precise float s = 0.0;
+  for (uint j = 0u; j < pc.cols; j++) {
+    precise float d = z[zr + j] - mx;
+    s = s + weft_expf(d);
+  }
+  float ls = weft_logf(s);
+  precise float acc = 0.0;
+  for (uint j = 0u; j < pc.cols; j++) {
+    precise float lsm = (z[zr + j] - mx) - ls;
+    float tj = t[tr + j];
+    precise float prod = tj * lsm;
+    acc = acc + prod;
+    if ((pc.flags & 1u) != 0u) {
+      precise float gj = (weft_expf(lsm) - tj) * pc.inv_rows;
+      g[gr + j] = gj;
+    }
+  }
+  if ((pc.flags & 2u) != 0u) rowloss[pc.base_l + i] = -acc;
+}

@@ -1,0 +1,221 @@
+/* vk_internal.h - the Vulkan lane's own structures, shared by its files: the loader's function tables
+ * (vk_loader.c), the lane, its buffers and submission batches (vulkan_lane.c), and the kernels and the way
+ * ops are split into dispatches (vk_ops.c). Not installed. */
+#ifndef WEFT_VK_INTERNAL_H
+#define WEFT_VK_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <vulkan/vulkan.h>
+
+#include "weft_lane.h"
+
+/* ------------------------------------------------------------------------------------------- loader */
+
+/* Entry points, loaded at run time so one weft binary runs where no Vulkan is installed. */
+#define WEFT_VK_INSTANCE_FNS(X)                                                                                \
+  X(vkDestroyInstance)                                                                                         \
+  X(vkEnumeratePhysicalDevices)                                                                                \
+  X(vkGetPhysicalDeviceProperties)                                                                             \
+  X(vkGetPhysicalDeviceQueueFamilyProperties)                                                                  \
+  X(vkGetPhysicalDeviceMemoryProperties)                                                                       \
+  X(vkEnumerateDeviceExtensionProperties)                                                                      \
+  X(vkCreateDevice)                                                                                            \
+  X(vkGetDeviceProcAddr)
+
+#define WEFT_VK_DEVICE_FNS(X)                                                                                  \
+  X(vkDestroyDevice)                                                                                           \
+  X(vkGetDeviceQueue)                                                                                          \
+  X(vkDeviceWaitIdle)                                                                                          \
+  X(vkCreateBuffer)                                                                                            \
+  X(vkDestroyBuffer)                                                                                           \
+  X(vkGetBufferMemoryRequirements)                                                                             \
+  X(vkAllocateMemory)                                                                                          \
+  X(vkFreeMemory)                                                                                              \
+  X(vkBindBufferMemory)                                                                                        \
+  X(vkMapMemory)                                                                                               \
+  X(vkCreateCommandPool)                                                                                       \
+  X(vkDestroyCommandPool)                                                                                      \
+  X(vkResetCommandPool)                                                                                        \
+  X(vkAllocateCommandBuffers)                                                                                  \
+  X(vkBeginCommandBuffer)                                                                                      \
+  X(vkEndCommandBuffer)                                                                                        \
+  X(vkQueueSubmit)                                                                                             \
+  X(vkCreateFence)                                                                                             \
+  X(vkDestroyFence)                                                                                            \
+  X(vkResetFences)                                                                                             \
+  X(vkWaitForFences)                                                                                           \
+  X(vkCreateDescriptorSetLayout)                                                                               \
+  X(vkDestroyDescriptorSetLayout)                                                                              \
+  X(vkCreatePipelineLayout)                                                                                    \
+  X(vkDestroyPipelineLayout)                                                                                   \
+  X(vkCreateShaderModule)                                                                                      \
+  X(vkDestroyShaderModule)                                                                                     \
+  X(vkCreateComputePipelines)                                                                                  \
+  X(vkDestroyPipeline)                                                                                         \
+  X(vkCreateDescriptorPool)                                                                                    \
+  X(vkDestroyDescriptorPool)                                                                                   \
+  X(vkResetDescriptorPool)                                                                                     \
+  X(vkAllocateDescriptorSets)                                                                                  \
+  X(vkUpdateDescriptorSets)                                                                                    \
+  X(vkCmdBindPipeline)                                                                                         \
+  X(vkCmdBindDescriptorSets)                                                                                   \
+  X(vkCmdPushConstants)                                                                                        \
+  X(vkCmdDispatch)                                                                                             \
+  X(vkCmdPipelineBarrier)                                                                                      \
+  X(vkCmdCopyBuffer)
+
+#define WEFT_VK_DECLARE(name) PFN_##name name;
+
+/* One VkInstance, shared by the lanes of one fabric; the last lane to go destroys it. */
+typedef struct weft_vk_instance {
+  int refs;
+  VkInstance instance;
+  uint32_t api_version; /* what the instance was created with */
+  PFN_vkGetInstanceProcAddr get_proc;
+  WEFT_VK_INSTANCE_FNS(WEFT_VK_DECLARE)
+  PFN_vkGetPhysicalDeviceProperties2 vkGetPhysicalDeviceProperties2; /* NULL before Vulkan 1.1 */
+} weft_vk_instance;
+
+/* Opens the loader and creates an instance. On failure returns NULL and writes why into `why`. */
+weft_vk_instance *weft_vk_instance_create(char *why, size_t why_len);
+void weft_vk_instance_release(weft_vk_instance *vi);
+/* A readable name for a VkResult ("VK_ERROR_DEVICE_LOST"). */
+const char *weft_vk_result_str(VkResult r);
+
+/* ------------------------------------------------------------------------------------------- lane */
+
+/* A lane-owned allocation. Sizes are rounded up to 16 bytes so that every binding is whole vec4s. */
+typedef struct vk_buf {
+  VkBuffer buf;
+  VkDeviceMemory mem;
+  VkDeviceSize size;
+  uint64_t last_serial; /* the newest batch that used it: freeing waits for that one */
+  uint64_t r_epoch;     /* barrier epoch of its last read / write, for hazards inside a batch */
+  uint64_t w_epoch;
+} vk_buf;
+
+/* A host-visible staging allocation owned by a batch. */
+typedef struct vk_stage {
+  VkBuffer buf;
+  VkDeviceMemory mem;
+  void *map;
+  VkDeviceSize size, used;
+} vk_stage;
+
+enum { VK_BATCH_FREE = 0, VK_BATCH_RECORDING = 1, VK_BATCH_SUBMITTED = 2 };
+
+/* One command buffer's worth of work and what must live until the device has done it. */
+typedef struct vk_batch {
+  int state;
+  uint64_t serial;
+  VkCommandPool pool;
+  VkCommandBuffer cmd;
+  VkFence fence;
+  uint32_t ncmds;       /* dispatches and copies recorded */
+  VkDescriptorPool *dpools;
+  uint32_t ndpools;     /* descriptor pools owned (the pool path only) */
+  uint32_t dpool_cur;   /* pools in use this time; sets come from dpools[dpool_cur - 1] */
+  uint32_t dsets_left;  /* sets left in that pool */
+  vk_stage *stages;
+  uint32_t nstages, cap_stages;
+  VkDeviceSize staged;  /* staging bytes in use */
+  vk_buf **frees;       /* buffers freed while this batch (or an earlier one) may still use them */
+  size_t nfrees, cap_frees;
+} vk_batch;
+
+#define VK_NBATCH 3
+
+/* Shader modules, by index into the embedded SPIR-V table. */
+enum {
+  VK_SH_EW = 0,
+  VK_SH_SUM_ROWS,
+  VK_SH_SOFTMAX_ROWS,
+  VK_SH_SOFTMAX_LOSS,
+  VK_SH_MATMUL_SIMPLE,
+  VK_SH_MATMUL_T88,
+  VK_SH_MATMUL_T44,
+  VK_SH_MATMUL_T88_FP32,
+  VK_SH_MATMUL_T44_FP32,
+  VK_SH_COUNT
+};
+
+typedef struct vk_pipe {
+  int shader;
+  uint32_t spec[3];
+  VkPipeline pipe;
+} vk_pipe;
+
+#define VK_MAX_PIPES 64
+#define VK_NBIND 4
+
+typedef struct weft_vk_lane {
+  const weft_lane_host *host;
+  weft_vk_instance *vi;
+  VkPhysicalDevice phys;
+  VkDevice dev;
+  VkQueue queue;
+  uint32_t queue_family;
+  WEFT_VK_DEVICE_FNS(WEFT_VK_DECLARE)
+  PFN_vkCmdPushDescriptorSetKHR vkCmdPushDescriptorSetKHR; /* NULL: descriptor pools instead */
+
+  char name[32], device[256], driver[600], details[768];
+  VkPhysicalDeviceProperties props;
+  uint32_t mem_device, mem_host; /* memory type indices: tensors, staging */
+  uint64_t max_binding;          /* bytes one storage-buffer binding may span (a forced cap included) */
+  uint64_t bind_align;           /* offset alignment of a binding, at least 16 */
+  int denorm_preserve, nan_preserve; /* the float-control modes the shaders keep */
+  int lost;                      /* the device was lost: every call fails from now on */
+
+  VkDescriptorSetLayout dsl;
+  VkPipelineLayout layout;
+  VkShaderModule modules[VK_SH_COUNT];
+  vk_pipe pipes[VK_MAX_PIPES];
+  int npipes;
+  vk_buf *dummy;   /* bound to the bindings a kernel does not use */
+  vk_buf *scratch; /* softmax row losses, grown on demand */
+
+  vk_batch batches[VK_NBATCH];
+  int cur;              /* the batch being recorded, -1 if none */
+  uint64_t next_serial; /* serial of the next batch to start recording */
+  uint64_t done_serial; /* every batch up to this serial has completed */
+  uint64_t epoch;       /* barrier epoch inside the recording batch */
+  int fresh;            /* the recording batch has no barrier yet: its first command gets one */
+  vk_buf *readback;     /* host-visible target of downloads, grown on demand */
+  void *readback_map;
+  int in_scope;
+} weft_vk_lane;
+
+/* Records a failed Vulkan call: device loss marks the lane lost (WEFT_ERR_LANE_FAILED), exhausted memory is
+ * WEFT_ERR_OUT_OF_MEMORY, anything else WEFT_ERR_LANE_FAILED; the message names the call and the lane. */
+weft_status weft_vk_check(weft_vk_lane *l, VkResult r, const char *what);
+
+/* Allocates / frees a device buffer directly (no deferral: the caller knows it is idle). */
+weft_status weft_vk_buf_create(weft_vk_lane *l, VkDeviceSize bytes, vk_buf **out);
+void weft_vk_buf_destroy(weft_vk_lane *l, vk_buf *b);
+/* Frees b once the work that may use it has completed. */
+void weft_vk_buf_release(weft_vk_lane *l, vk_buf *b);
+
+/* The batch being recorded, starting one if needed (may wait for the oldest to finish). */
+weft_status weft_vk_batch_get(weft_vk_lane *l, vk_batch **out);
+/* Submits the recording batch without waiting. */
+weft_status weft_vk_flush(weft_vk_lane *l);
+/* Submits the recording batch and waits for everything submitted. */
+weft_status weft_vk_finish(weft_vk_lane *l);
+
+/* Records the barrier a command touching these buffers needs (reads `in`, writes `out`), then marks them. */
+void weft_vk_hazard(weft_vk_lane *l, vk_batch *b, vk_buf *const *in, int nin, vk_buf *const *out, int nout);
+
+/* vk_ops.c: creates the layouts (on lane creation), records an op, frees kernel state. */
+weft_status weft_vk_ops_init(weft_vk_lane *l);
+void weft_vk_ops_destroy(weft_vk_lane *l);
+weft_status weft_vk_ops_supports(weft_vk_lane *l, const weft_op *op);
+weft_status weft_vk_ops_run(weft_vk_lane *l, const weft_op *op);
+
+/* Test and benchmark hooks (process-wide, not part of the API): pin the matmul kernel (0 automatic,
+ * 1 simple, 2 tiled 8x8, 3 tiled 4x4) and turn push descriptors off to exercise the descriptor-pool path. */
+extern int weft_vk_force_matmul_kernel;
+extern int weft_vk_disable_push_descriptors;
+
+#endif /* WEFT_VK_INTERNAL_H */
