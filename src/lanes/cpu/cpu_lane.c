@@ -60,7 +60,7 @@ static weft_status cpu_run(void *self, const weft_op *op) {
 
 static const weft_lane_vtable CPU_VTABLE = {
     WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), cpu_describe, cpu_destroy, cpu_alloc, cpu_free, cpu_upload,
-    cpu_download, NULL, cpu_run, NULL, NULL, NULL,
+    cpu_download, NULL, cpu_run, NULL, NULL, NULL, NULL,
 };
 
 /* The processor's name from /proc/cpuinfo, or a plain word where that is not readable. */

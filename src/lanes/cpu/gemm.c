@@ -156,79 +156,162 @@ typedef struct gemm_job {
   const weft_op *op;
   const weft_cpu_kernels *kr;
   weft_cpu_ukr_fn ukr;
-  weft_cpu_pool *pool;
-  weft_cpu_scratch *scratch;
-  int64_t kc, nc;       /* block sizes clamped to the problem */
-  atomic_int_fast64_t next_entry; /* batch split: the next batch entry to take */
-  atomic_int_fast64_t units[2];   /* shared split: the next unit of the block pair, by block parity */
+  weft_cpu_scratch *scratch; /* per thread: A blocks; B blocks for the batch split */
+  int nthreads;              /* the most threads that may join, for the grain of the work */
+  int64_t kc, nc;            /* block sizes clamped to the problem */
+  /* Batch split: whole entries per thread. */
+  atomic_llong next_entry, entries_done;
+  /* Shared split (see task_shared). Block pair t is batch entry, nc block and kc block, kc fastest. */
+  int64_t njc, npc, iters, n_ic, total_items;
+  float *bbuf[2];
+  int64_t *base;           /* [iters + 1]: the first item of each block pair */
+  atomic_llong *packed;    /* [iters]: B chunks packed */
+  atomic_llong *computed;  /* [iters]: units computed */
+  atomic_llong *unit_iter; /* [units]: 1 + the last block pair in which this unit was computed */
+  atomic_llong next_item, items_done;
 } gemm_job;
 
-/* Threads 0 .. nthreads-1 compute batch entries [p0, p1) together: for each (nc, kc) block pair they pack B
- * into a shared, double-buffered block (each thread a share of its micro-panels), meet at a barrier, then
- * take units (an mc-row block by a run of micro-panels) from a shared counter, each packing its own A.
- * Double buffering B leaves one barrier per block pair: a thread packing block pair t+1 has passed the
- * barrier of t, which every thread reaches only after it finished computing t-1, the last user of that
- * buffer. With nthreads == 1 the same code is the plain single-threaded blocked loop. */
-static void gemm_entries(gemm_job *job, int tid, int nthreads, int64_t p0, int64_t p1, atomic_int_fast64_t *units,
-                         float *abuf, float *bbuf0, float *bbuf1) {
+/* The plain single-threaded blocked loops over one matmul. */
+static void gemm_single(const gemm_job *job, const mm_view *v, float *abuf, float *bbuf) {
   const weft_cpu_kernels *kr = job->kr;
-  const int64_t mr = kr->mr, nr = kr->nr, mcb = kr->mc, kcb = job->kc, ncb = job->nc;
-  int64_t iter = 0;
-  for (int64_t p = p0; p < p1; p++) {
-    const mm_view v = view_of(job->op, p);
-    const int64_t n_ic = (v.m + mcb - 1) / mcb;
-    for (int64_t jc = 0; jc < v.n; jc += ncb) {
-      const int64_t nc = min64(ncb, v.n - jc), npanels = (nc + nr - 1) / nr;
-      /* Enough units that a thread slowed by the machine's other work does not hold the others up. */
-      int64_t nchunks = (4 * nthreads + n_ic - 1) / n_ic;
-      if (nchunks > npanels) nchunks = npanels;
-      if (nchunks < 1) nchunks = 1;
-      const int64_t nunits = n_ic * nchunks;
-      for (int64_t pc = 0; pc < v.k; pc += kcb, iter++) {
-        const int64_t kc = min64(kcb, v.k - pc);
-        float *bbuf = (iter & 1) ? bbuf1 : bbuf0;
-        pack_b(&v, jc, nc, pc, kc, (int)nr, npanels * tid / nthreads, npanels * (tid + 1) / nthreads, bbuf);
-        weft_cpu_pool_barrier(job->pool, nthreads);
-        /* The counter of the next block pair was last used by block pair iter-1, which every thread has
-         * left (they are all past this barrier): thread 0 may reset it for iter+1. */
-        if (tid == 0) atomic_store_explicit(&units[(iter + 1) & 1], 0, memory_order_relaxed);
-        int64_t packed_ic = -1;
-        for (;;) {
-          const int64_t u = atomic_fetch_add_explicit(&units[iter & 1], 1, memory_order_relaxed);
-          if (u >= nunits) break;
-          const int64_t ic = u / nchunks, ch = u % nchunks;
-          const int64_t i0 = ic * mcb, mc = min64(mcb, v.m - i0);
-          if (ic != packed_ic) {
-            pack_a(&v, i0, mc, pc, kc, (int)mr, abuf);
-            packed_ic = ic;
-          }
-          macro_kernel(kr, job->ukr, abuf, bbuf, mc, nc, kc, npanels * ch / nchunks, npanels * (ch + 1) / nchunks,
-                       v.c + i0 * v.n + jc, v.n, pc == 0);
-        }
+  const int64_t mcb = kr->mc;
+  for (int64_t jc = 0; jc < v->n; jc += job->nc) {
+    const int64_t nc = min64(job->nc, v->n - jc), npanels = (nc + kr->nr - 1) / kr->nr;
+    for (int64_t pc = 0; pc < v->k; pc += job->kc) {
+      const int64_t kc = min64(job->kc, v->k - pc);
+      pack_b(v, jc, nc, pc, kc, kr->nr, 0, npanels, bbuf);
+      for (int64_t ic = 0; ic < v->m; ic += mcb) {
+        const int64_t mc = min64(mcb, v->m - ic);
+        pack_a(v, ic, mc, pc, kc, kr->mr, abuf);
+        macro_kernel(kr, job->ukr, abuf, bbuf, mc, nc, kc, 0, npanels, v->c + ic * v->n + jc, v->n, pc == 0);
       }
     }
   }
 }
 
-/* Shared split: every thread works on every batch entry. */
-static void task_shared(void *ctx, int tid, int nthreads) {
-  gemm_job *job = ctx;
-  gemm_entries(job, tid, nthreads, 0, job->op->batch, job->units, job->scratch[tid].a, job->scratch[0].b,
-               job->scratch[0].b + job->kc * job->nc);
-}
-
 /* Batch split: each thread takes whole batch entries and runs them alone with its own B block. */
-static void task_batch(void *ctx, int tid, int nthreads) {
-  (void)nthreads;
+static void task_batch(void *ctx, int tid) {
   gemm_job *job = ctx;
-  atomic_int_fast64_t units[2];
   for (;;) {
     const int64_t p = atomic_fetch_add_explicit(&job->next_entry, 1, memory_order_relaxed);
     if (p >= job->op->batch) break;
-    atomic_init(&units[0], 0);
-    atomic_init(&units[1], 0);
-    gemm_entries(job, 0, 1, p, p + 1, units, job->scratch[tid].a, job->scratch[tid].b, job->scratch[tid].b);
+    const mm_view v = view_of(job->op, p);
+    gemm_single(job, &v, job->scratch[tid].a, job->scratch[tid].b);
+    atomic_fetch_add_explicit(&job->entries_done, 1, memory_order_release);
   }
+  if (tid == 0) weft_cpu_wait_until(&job->entries_done, job->op->batch);
+}
+
+/* The shape of block pair t of the shared split. */
+typedef struct block_pair {
+  int64_t p, jc, nc, pc, kc;
+  int64_t npanels, per_pack, npack; /* B micro-panels, and how they are grouped into pack items */
+  int64_t nchunks, nunits;          /* compute units: n_ic row blocks x nchunks runs of micro-panels */
+} block_pair;
+
+static void block_pair_of(const gemm_job *job, int64_t t, block_pair *b) {
+  const int64_t nr = job->kr->nr;
+  const int64_t per_entry = job->njc * job->npc, r = t % per_entry;
+  b->p = t / per_entry;
+  b->jc = (r / job->npc) * job->nc;
+  b->nc = min64(job->nc, job->op->n - b->jc);
+  b->pc = (r % job->npc) * job->kc;
+  b->kc = min64(job->kc, job->op->k - b->pc);
+  b->npanels = (b->nc + nr - 1) / nr;
+  b->per_pack = (b->npanels + 4 * job->nthreads - 1) / (4 * job->nthreads);
+  b->npack = (b->npanels + b->per_pack - 1) / b->per_pack;
+  /* Enough units that a thread slowed by the machine's other work does not hold the others up. */
+  b->nchunks = (4 * job->nthreads + job->n_ic - 1) / job->n_ic;
+  if (b->nchunks > b->npanels) b->nchunks = b->npanels;
+  b->nunits = job->n_ic * b->nchunks;
+}
+
+/* Shared split: all threads work on every batch entry. The work is one sequence of items, taken in order
+ * from one counter: for each block pair t, its B pack items (groups of micro-panels into a shared B block),
+ * then its compute units (an mc-row block of A, packed by the thread itself, times a run of micro-panels).
+ * An item waits only for items already taken by others, never for a thread to arrive:
+ *   - a compute unit of t waits for all of t's B packs, and for the same unit of t-1 when t continues the
+ *     same C tiles (its kc block follows t-1's): the per-element sums then still run in ascending k;
+ *   - a B pack of t waits until every unit of t-2 is done: B blocks are double-buffered, so t's buffer was
+ *     last read by t-2. Packing t+1 thus overlaps the tail of t. */
+static void task_shared(void *ctx, int tid) {
+  gemm_job *job = ctx;
+  const weft_cpu_kernels *kr = job->kr;
+  float *abuf = job->scratch[tid].a;
+  int64_t t = 0, a_t = -1, a_ic = -1; /* the block pair and row block in abuf */
+  block_pair b;
+  block_pair_of(job, 0, &b);
+  mm_view v = view_of(job->op, b.p);
+  for (;;) {
+    const int64_t item = atomic_fetch_add_explicit(&job->next_item, 1, memory_order_relaxed);
+    if (item >= job->total_items) break;
+    if (item >= job->base[t + 1]) {
+      while (item >= job->base[t + 1]) t++;
+      block_pair_of(job, t, &b);
+      v = view_of(job->op, b.p);
+    }
+    float *bbuf = job->bbuf[t & 1];
+    const int64_t local = item - job->base[t];
+    if (local < b.npack) {
+      if (t >= 2) {
+        block_pair old;
+        block_pair_of(job, t - 2, &old);
+        weft_cpu_wait_until(&job->computed[t - 2], old.nunits);
+      }
+      const int64_t jp0 = local * b.per_pack, jp1 = min64(b.npanels, jp0 + b.per_pack);
+      pack_b(&v, b.jc, b.nc, b.pc, b.kc, kr->nr, jp0, jp1, bbuf);
+      atomic_fetch_add_explicit(&job->packed[t], 1, memory_order_release);
+    } else {
+      const int64_t u = local - b.npack, ic = u / b.nchunks, ch = u % b.nchunks;
+      weft_cpu_wait_until(&job->packed[t], b.npack);
+      if (b.pc > 0) weft_cpu_wait_until(&job->unit_iter[u], t);
+      const int64_t i0 = ic * kr->mc, mc = min64(kr->mc, v.m - i0);
+      if (a_t != t || a_ic != ic) {
+        pack_a(&v, i0, mc, b.pc, b.kc, kr->mr, abuf);
+        a_t = t, a_ic = ic;
+      }
+      macro_kernel(kr, job->ukr, abuf, bbuf, mc, b.nc, b.kc, b.npanels * ch / b.nchunks,
+                   b.npanels * (ch + 1) / b.nchunks, v.c + i0 * v.n + b.jc, v.n, b.pc == 0);
+      /* A later block pair of another C tile may have finished this unit first: keep the largest. */
+      long long seen = atomic_load_explicit(&job->unit_iter[u], memory_order_relaxed);
+      while (seen < t + 1 && !atomic_compare_exchange_weak_explicit(&job->unit_iter[u], &seen, t + 1,
+                                                                    memory_order_release, memory_order_relaxed)) {
+      }
+      atomic_fetch_add_explicit(&job->computed[t], 1, memory_order_release);
+    }
+    atomic_fetch_add_explicit(&job->items_done, 1, memory_order_release);
+  }
+  if (tid == 0) weft_cpu_wait_until(&job->items_done, job->total_items);
+}
+
+/* Lays out the shared split's item sequence; 0 when out of memory. */
+static int shared_plan(gemm_job *job) {
+  const weft_op *op = job->op;
+  job->njc = (op->n + job->nc - 1) / job->nc;
+  job->npc = (op->k + job->kc - 1) / job->kc;
+  job->n_ic = (op->m + job->kr->mc - 1) / job->kr->mc;
+  job->iters = op->batch * job->njc * job->npc;
+  const int64_t max_units = job->n_ic * (4 * job->nthreads);
+  char *mem = malloc(sizeof(int64_t) * (size_t)(job->iters + 1) +
+                     sizeof(atomic_llong) * (size_t)(2 * job->iters + max_units));
+  if (!mem) return 0;
+  job->base = (int64_t *)mem;
+  job->packed = (atomic_llong *)(job->base + job->iters + 1);
+  job->computed = job->packed + job->iters;
+  job->unit_iter = job->computed + job->iters;
+  job->base[0] = 0;
+  for (int64_t t = 0; t < job->iters; t++) {
+    block_pair b;
+    block_pair_of(job, t, &b);
+    job->base[t + 1] = job->base[t] + b.npack + b.nunits;
+    atomic_init(&job->packed[t], 0);
+    atomic_init(&job->computed[t], 0);
+  }
+  for (int64_t u = 0; u < max_units; u++) atomic_init(&job->unit_iter[u], 0);
+  job->total_items = job->base[job->iters];
+  atomic_init(&job->next_item, 0);
+  atomic_init(&job->items_done, 0);
+  return 1;
 }
 
 /* Grows thread t's scratch to at least a_need and b_need floats (64-byte aligned). */
@@ -276,40 +359,50 @@ weft_status weft_cpu_matmul(weft_cpu_lane *lane, const weft_op *op) {
   job.op = op;
   job.kr = lane->kernels;
   job.ukr = op->contract == WEFT_CONTRACT_FP32 ? job.kr->fp32 : job.kr->exact;
-  job.pool = lane->pool;
   job.kc = min64(job.kr->kc, k);
   job.nc = min64(job.kr->nc, round_up(n, job.kr->nr));
-  atomic_init(&job.next_entry, 0);
-  atomic_init(&job.units[0], 0);
-  atomic_init(&job.units[1], 0);
 
   /* Threads: as many as the work feeds, the caller included. */
-  int64_t total = per_entry * batch; /* fits: each tensor holds at most 2^40 elements */
-  int64_t fed = total / MIN_WORK_PER_THREAD;
+  const int64_t total = per_entry * batch; /* fits: each tensor holds at most 2^40 elements */
+  const int64_t fed = total / MIN_WORK_PER_THREAD;
   int nthreads = weft_cpu_pool_threads(lane->pool);
   if (nthreads > lane->threads) nthreads = lane->threads;
   if (fed < nthreads) nthreads = fed < 1 ? 1 : (int)fed;
+  job.nthreads = nthreads;
   /* Whole batch entries per thread when they divide evenly enough; else all threads on each entry. */
   const int by_batch = nthreads > 1 && batch >= nthreads &&
-                       (batch % nthreads == 0 || batch >= 4 * nthreads || per_entry < 2 * MIN_WORK_PER_THREAD);
+                       (batch % nthreads == 0 || batch >= 4 * nthreads || per_entry < 4 * MIN_WORK_PER_THREAD);
 
   if (!lane->scratch) {
     lane->scratch = calloc((size_t)lane->threads, sizeof *lane->scratch);
-    if (!lane->scratch) return weft_lane_report(lane->host, WEFT_ERR_OUT_OF_MEMORY, "cpu: out of host memory for matmul scratch");
+    if (!lane->scratch)
+      return weft_lane_report(lane->host, WEFT_ERR_OUT_OF_MEMORY, "cpu: out of host memory for matmul scratch");
   }
   const size_t a_need = (size_t)min64(job.kr->mc, round_up(m, job.kr->mr)) * (size_t)job.kc;
   const size_t b_block = (size_t)job.kc * (size_t)job.nc;
   for (int t = 0; t < nthreads; t++) {
-    size_t b_need = by_batch ? b_block : (t == 0 ? (nthreads > 1 ? 2 * b_block : b_block) : 0);
+    const size_t b_need = nthreads == 1 || by_batch ? b_block : (t == 0 ? 2 * b_block : 0);
     if (!scratch_reserve(&lane->scratch[t], a_need, b_need))
       return weft_lane_report(lane->host, WEFT_ERR_OUT_OF_MEMORY,
                               "cpu: out of host memory for matmul scratch (%zu floats per thread)", a_need + b_need);
   }
   job.scratch = lane->scratch;
   if (nthreads == 1) {
-    gemm_entries(&job, 0, 1, 0, batch, job.units, job.scratch[0].a, job.scratch[0].b, job.scratch[0].b);
+    for (int64_t p = 0; p < batch; p++) {
+      const mm_view v = view_of(op, p);
+      gemm_single(&job, &v, job.scratch[0].a, job.scratch[0].b);
+    }
+  } else if (by_batch) {
+    atomic_init(&job.next_entry, 0);
+    atomic_init(&job.entries_done, 0);
+    weft_cpu_pool_run(lane->pool, nthreads, task_batch, &job);
   } else {
-    weft_cpu_pool_run(lane->pool, nthreads, by_batch ? task_batch : task_shared, &job);
+    if (!shared_plan(&job))
+      return weft_lane_report(lane->host, WEFT_ERR_OUT_OF_MEMORY, "cpu: out of host memory for the matmul plan");
+    job.bbuf[0] = job.scratch[0].b;
+    job.bbuf[1] = job.scratch[0].b + b_block;
+    weft_cpu_pool_run(lane->pool, nthreads, task_shared, &job);
+    free(job.base);
   }
   return WEFT_OK;
 }
