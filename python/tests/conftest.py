@@ -1,0 +1,36 @@
+"""Shared fixtures: one fabric over every lane (calibration off, so nothing is measured or written), and the
+lanes of it that honour the exact contract, each test op run pinned to every one of them and routed."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # python/: the package
+
+import weft  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def fabric():
+    f = weft.Fabric(calibration="off")
+    yield f
+    f.close()
+
+
+def _exact_lanes():
+    with weft.Fabric(calibration="off") as f:
+        return [d["name"] for d in f.devices() if d["present"] and "exact" in d["contracts"]]
+
+
+EXACT_LANES = _exact_lanes()
+
+
+def pytest_report_header(config):
+    return [f"weft library {weft.library_version} at {weft.library_path}", f"exact lanes: {', '.join(EXACT_LANES)}"]
+
+
+@pytest.fixture(params=[None] + EXACT_LANES, ids=lambda lane: f"lane={lane or 'auto'}")
+def lane(request):
+    """None (the router chooses) and then every lane that honours exact."""
+    return request.param

@@ -1,0 +1,80 @@
+"""weft's statuses as exceptions: the right class, the status code, and weft's own message."""
+
+import numpy as np
+import pytest
+
+import weft
+
+f32 = np.float32
+
+
+def test_shape_mismatch_raises_shape_error_with_weft_message(fabric):
+    a, b = np.ones((3, 4), f32), np.ones((5, 2), f32)
+    with pytest.raises(weft.ShapeError) as info:
+        fabric.matmul(a, b)
+    e = info.value
+    assert isinstance(e, weft.WeftError) and isinstance(e, ValueError)
+    assert e.status == 2 and e.status_name == "shape mismatch"
+    assert "inner dimensions differ" in str(e) and "[3,4]" in str(e) and "[5,2]" in str(e)
+
+
+def test_message_is_the_library_last_error(fabric):
+    with pytest.raises(weft.ShapeError) as info:
+        fabric.add(np.ones((2, 3), f32), np.ones((3, 2), f32))
+    assert str(info.value) == weft._lib.text(weft._lib.lib.weft_fabric_last_error(fabric._ptr))
+
+
+def test_rank_errors_come_from_the_library(fabric):
+    with pytest.raises(weft.ShapeError, match="rank 2 to 4"):
+        fabric.matmul(np.ones(3, f32), np.ones((3, 3), f32))
+    with pytest.raises(weft.ShapeError, match="rank 0"):
+        fabric.relu(np.float32(1.0))
+    with pytest.raises(weft.ShapeError, match="rank 5"):
+        fabric.relu(np.ones((1, 1, 1, 1, 2), f32))
+
+
+def test_unsupported_contract(fabric):
+    with pytest.raises(weft.UnsupportedError, match="tf32") as info:
+        fabric.matmul(np.ones((2, 2), f32), np.ones((2, 2), f32), contract="tf32")
+    assert info.value.status == 6
+
+
+def test_unknown_names(fabric):
+    with pytest.raises(weft.InvalidArgumentError, match="unknown contract 'fast'"):
+        fabric.relu(np.ones(2, f32), contract="fast")
+    with pytest.raises(weft.NotFoundError, match="no lane named 'gpu9'") as info:
+        fabric.relu(np.ones(2, f32), lane="gpu9")
+    assert isinstance(info.value, LookupError) and info.value.status == 8
+    with pytest.raises(weft.NotFoundError):
+        fabric.relu(np.ones(2, f32), lane=99)
+    with pytest.raises(weft.InvalidArgumentError, match="unknown calibration"):
+        weft.Fabric(calibration="sometimes")
+
+
+def test_open_error_carries_weft_open_message():
+    with pytest.raises(weft.NotFoundError, match="no lane could be opened"):
+        weft.Fabric(lanes="nosuchlane", calibration="off")
+
+
+def test_invalid_arguments_from_the_library(fabric):
+    t = fabric.zeros((2, 2))
+    with pytest.raises(weft.InvalidArgumentError, match="no in-place matmul"):
+        fabric.matmul(t, t, out=t)
+    with pytest.raises(weft.InvalidArgumentError, match="different tensors"):
+        fabric.axpy(1.0, t, t)
+    with pytest.raises(TypeError, match="in place"):
+        fabric.axpy(1.0, np.ones(2, f32), np.ones(2))  # float64 y cannot be updated in place
+
+
+def test_a_failed_call_leaves_the_fabric_usable(fabric):
+    with pytest.raises(weft.ShapeError):
+        fabric.add(np.ones((2, 3), f32), np.ones((4, 3), f32))
+    assert np.array_equal(fabric.add(np.ones((2, 3), f32), np.ones((2, 3), f32)), np.full((2, 3), 2, f32))
+
+
+def test_every_status_has_a_class():
+    for status in range(1, 12):
+        e = weft._errors.error_for(status, "")
+        assert isinstance(e, weft.WeftError) and e.status == status and str(e)
+    e = weft._errors.error_for(99, "from the future")
+    assert type(e) is weft.WeftError and e.status == 99
