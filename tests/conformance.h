@@ -11,6 +11,7 @@
 #define WEFT_CONFORMANCE_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "weft.h"
 
@@ -33,5 +34,14 @@ void weft_conf_run(weft_fabric *fabric, int lane, weft_contract contract, int sl
  * without a scope, checking the bits against the reference chain and the residency each step leaves behind
  * (weft_tensor_location). */
 void weft_conf_chain(weft_fabric *fabric, const int *lanes, int nlanes, uint64_t seed, weft_conf_stats *stats);
+
+/* The whole suite on a fabric: weft_conf_run on every lane under exact and fp32 (a contract the lane does not
+ * honour is skipped with a printed line, and an op pinned there must be refused), once more through the
+ * router (edge cases only), then the chain over up to three exact lanes and the router. Prints a line per
+ * run; adds to *total. */
+void weft_conf_run_all(weft_fabric *fabric, uint64_t seed, weft_conf_stats *total);
+
+/* Where mismatches are printed (NULL: stderr). The fault-injection test points it at a scratch file. */
+extern FILE *weft_conf_log;
 
 #endif

@@ -561,7 +561,10 @@ static void test_cost_route(void) {
   expect(weft_fabric_set_cost_model(F, 0, (weft_cost_class)99, WEFT_CONTRACT_EXACT, 0, 1), WEFT_ERR_INVALID_ARGUMENT,
          "weft_fabric_set_cost_model(class 99)", "class", NULL);
   weft_fabric_cost_model(F, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, &line);
-  TU_CHECK(memcmp(&line, &before, sizeof line) == 0, "refused weft_fabric_set_cost_model calls changed the model");
+  /* (refine and points may move: the ops still_healthy runs are observed) */
+  TU_CHECK(line.alpha == before.alpha && line.beta == before.beta && line.source == before.source,
+           "refused weft_fabric_set_cost_model calls changed the model: alpha %g -> %g, beta %g -> %g", before.alpha,
+           line.alpha, before.beta, line.beta);
 
   weft_route_explanation e;
   weft_route_query q;
