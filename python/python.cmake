@@ -1,0 +1,53 @@
+# python.cmake - the Python package (python/weft, ctypes over libweft): its pytest suite as the CTest test
+# `python`, and, when WEFT_INSTALL_PYTHON is on, its installation by `cmake --install`.
+
+# Debian's interpreter by default: that is the one python3-numpy and python3-pytest are installed for.
+if(EXISTS /usr/bin/python3)
+  set(_weft_python_default /usr/bin/python3)
+else()
+  find_program(_weft_python_default NAMES python3)
+endif()
+set(WEFT_PYTHON "${_weft_python_default}" CACHE FILEPATH "Python interpreter the Python tests run under")
+
+if(BUILD_TESTING AND WEFT_PYTHON)
+  set(_weft_py_env
+      "WEFT_LIBRARY=$<TARGET_FILE:weft>"
+      "XDG_CACHE_HOME=${CMAKE_CURRENT_BINARY_DIR}/python-cache" # calibration caches stay in the build tree
+      "PYTHONDONTWRITEBYTECODE=1")
+  if(WEFT_SANITIZE)
+    # The library carries ASan, which must be the first library of the process: preload the runtimes into
+    # the interpreter. Python itself leaks by design at exit, so leak checking is off for this test.
+    execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so OUTPUT_VARIABLE _weft_asan
+                    OUTPUT_STRIP_TRAILING_WHITESPACE)
+    execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libubsan.so OUTPUT_VARIABLE _weft_ubsan
+                    OUTPUT_STRIP_TRAILING_WHITESPACE)
+    list(APPEND _weft_py_env "LD_PRELOAD=${_weft_asan}:${_weft_ubsan}" "ASAN_OPTIONS=detect_leaks=0")
+  endif()
+  add_test(NAME python COMMAND ${WEFT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/tests/run_tests.py)
+  set_tests_properties(python PROPERTIES ENVIRONMENT "${_weft_py_env}" SKIP_RETURN_CODE 77 TIMEOUT 900)
+endif()
+
+option(WEFT_INSTALL_PYTHON "cmake --install also installs the Python package" OFF)
+# Debian's python3 looks in <prefix>/lib/python3/dist-packages for /usr/local and /usr; elsewhere set this to
+# a directory on the interpreter's sys.path.
+set(WEFT_PYTHON_INSTALL_DIR "lib/python3/dist-packages" CACHE STRING
+    "Where WEFT_INSTALL_PYTHON puts the package (relative to the install prefix, or absolute)")
+if(WEFT_INSTALL_PYTHON)
+  install(DIRECTORY ${CMAKE_CURRENT_LIST_DIR}/weft DESTINATION ${WEFT_PYTHON_INSTALL_DIR}
+          PATTERN __pycache__ EXCLUDE)
+  # The installed package records where the installed library is, so it needs neither WEFT_LIBRARY nor an
+  # ldconfig run. Paths are resolved at install time: `cmake --install --prefix` is honoured.
+  install(CODE "
+    set(_dir \"${WEFT_PYTHON_INSTALL_DIR}\")
+    if(NOT IS_ABSOLUTE \"\${_dir}\")
+      set(_dir \"\${CMAKE_INSTALL_PREFIX}/\${_dir}\")
+    endif()
+    set(_lib \"${CMAKE_INSTALL_LIBDIR}/libweft.so.${PROJECT_VERSION_MAJOR}\")
+    if(NOT IS_ABSOLUTE \"\${_lib}\")
+      set(_lib \"\${CMAKE_INSTALL_PREFIX}/\${_lib}\")
+    endif()
+    message(STATUS \"Installing: \$ENV{DESTDIR}\${_dir}/weft/_installed.py\")
+    file(WRITE \"\$ENV{DESTDIR}\${_dir}/weft/_installed.py\"
+         \"# Written by cmake --install: the library this package was installed with.\\nLIBRARY = '\${_lib}'\\n\")
+  ")
+endif()
