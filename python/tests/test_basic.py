@@ -65,3 +65,14 @@ def test_set_default_fabric():
     assert not mine.closed  # a fabric the caller opened is the caller's to close
     assert weft.default_fabric() is not mine
     mine.close()
+
+
+def test_command_line(capsys):
+    from weft.__main__ import main
+
+    assert main(["devices"]) == 0
+    out = capsys.readouterr().out
+    assert "cpu" in out and "contracts" in out
+    assert main(["bench", "--sizes", "8,16", "--repeats", "1", "--numpy"]) == 0
+    out = capsys.readouterr().out
+    assert "numpy" in out and "DIFFERS" not in out

@@ -526,7 +526,10 @@ class Fabric:
                 sc = sa[:-2] + ((sa[-1] if trans_a else sa[-2]), (sb[-2] if trans_b else sb[-1]))
                 with self._lock:
                     f = self._ptr
-                    d = self._descs.get((contract, lane))
+                    try:
+                        d = self._descs.get((contract, lane))
+                    except TypeError:  # unhashable: the general path says what is wrong with it
+                        d = None
                     s = self._scratch
                     ea, eb, ec = s.get((0, sa)), s.get((1, sb)), s.get((2, sc))
                     if f is not None and d is not None and ea is not None and eb is not None and ec is not None:
