@@ -152,3 +152,25 @@ def test_module_level_scope_and_sync():
         r = weft.relu(np.array([-1.0, 1.0], f32))
     weft.sync()
     assert ref.same_bits(r, np.array([0, 1], f32))
+
+
+def test_one_fabric_shared_by_threads(fabric):
+    # ctypes releases the GIL during calls; the fabric's lock keeps the library to one thread at a time
+    import threading
+
+    rng = np.random.default_rng(22)
+    pairs = [(rng.uniform(-1, 1, (12, 20)).astype(f32), rng.uniform(-1, 1, (20, 7)).astype(f32)) for _ in range(4)]
+    wrong = []
+
+    def work(a, b):
+        want = ref.matmul(a, b)
+        for _ in range(200):
+            if not ref.same_bits(fabric.matmul(a, b), want):
+                wrong.append(1)
+
+    threads = [threading.Thread(target=work, args=p) for p in pairs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
