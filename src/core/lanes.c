@@ -6,6 +6,9 @@ weft_status weft_cpu_probe(const weft_probe_args *args, const weft_lane_sink *si
 #ifdef WEFT_HAVE_VULKAN
 weft_status weft_vulkan_probe(const weft_probe_args *args, const weft_lane_sink *sink);
 #endif
+#ifdef WEFT_HAVE_CUDA
+weft_status weft_cuda_probe(const weft_probe_args *args, const weft_lane_sink *sink);
+#endif
 
 const weft_lane_provider weft_lane_providers[] = {
     {"cpu", weft_cpu_probe, NULL},
@@ -13,6 +16,11 @@ const weft_lane_provider weft_lane_providers[] = {
     {"vulkan", weft_vulkan_probe, NULL},
 #else
     {"vulkan", NULL, "weft was built without the Vulkan lane (no Vulkan headers or glslc at build time)"},
+#endif
+#ifdef WEFT_HAVE_CUDA
+    {"cuda", weft_cuda_probe, NULL},
+#else
+    {"cuda", NULL, "weft was built without the CUDA lanes (no nvcc or CUDA headers at build time)"},
 #endif
 };
 const size_t weft_lane_provider_count = sizeof weft_lane_providers / sizeof weft_lane_providers[0];

@@ -1,0 +1,434 @@
+/* bench_cuda.c - the CUDA lanes' figures, each next to what it is measured against in the same run:
+ *   1. device-resident exact matmul (cuda:0) at n = 1024, 2048, 4096, and cuda:0's fp32 (cuBLAS sgemm);
+ *   2. cuda:0.tensor tf32 and bf16 against cuBLAS called directly (opened with dlopen, as the lane does);
+ *   3. host arrays -> host result through the public API (write, matmul, read), n = 4096, exact and tf32;
+ *   4. 100 tiny ops in one scope against launch + synchronise per op;
+ *   5. the CPU / GPU crossover from host arrays, measured and as the calibrated router predicts it.
+ * Every figure is also printed as "RESULT <key> <value>" for bench/cuda/summary.py.
+ * Usage: bench_cuda [--quick]   (--quick: smaller sizes, for a machine without a fast GPU) */
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "weft.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void fill(float *p, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    p[i] = (float)((seed >> 8) & 0xffffff) / 16777216.0f - 0.5f;
+  }
+}
+
+static void result(const char *key, double value) { printf("RESULT %s %.6g\n", key, value); }
+
+static weft_fabric *F;
+static int lane_cpu = -1, lane_cu = -1, lane_cut = -1;
+
+static void must(weft_status st, const char *what);
+
+static weft_tensor *sq(int64_t r, int64_t c, unsigned seed) {
+  int64_t d[2] = {r, c};
+  weft_tensor *t = NULL;
+  must(weft_tensor_create(F, 2, d, NULL, &t), "tensor_create");
+  if (seed) {
+    size_t count = (size_t)(r * c);
+    float *p = malloc(count * sizeof *p);
+    fill(p, count, seed);
+    must(weft_tensor_write(t, p, count), "tensor_write");
+    free(p);
+  }
+  return t;
+}
+
+static void must(weft_status st, const char *what) {
+  if (st != WEFT_OK) {
+    fprintf(stderr, "%s: %s: %s\n", what, weft_status_str(st), weft_fabric_last_error(F));
+    exit(1);
+  }
+}
+
+/* Seconds per matmul with everything resident on `lane`: `reps` back to back, one sync. Median of 5. */
+static double resident_mm(int lane, weft_contract c, int64_t n, int reps) {
+  weft_tensor *a = sq(n, n, 1), *b = sq(n, n, 2), *out = sq(n, n, 0);
+  weft_op_desc d = {c, lane};
+  must(weft_op_matmul(F, &d, a, 0, b, 0, out), "matmul");
+  must(weft_fabric_sync(F), "sync");
+  double t[5];
+  for (int s = 0; s < 5; s++) {
+    double t0 = now();
+    for (int r = 0; r < reps; r++) must(weft_op_matmul(F, &d, a, 0, b, 0, out), "matmul");
+    must(weft_fabric_sync(F), "sync");
+    t[s] = (now() - t0) / reps;
+  }
+  weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(out);
+  return median(t, 5);
+}
+
+/* ------------------------------------------------------------------------------ cuBLAS, directly */
+
+typedef struct raw {
+  void *cuda, *blas;
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDeviceGet)(CUdevice *, int);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*cuCtxSynchronize)(void);
+  cublasStatus_t (*create)(cublasHandle_t *);
+  cublasStatus_t (*destroy)(cublasHandle_t);
+  cublasStatus_t (*gemmEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                           const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
+                           cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+} raw;
+
+static int raw_open(raw *r) {
+  memset(r, 0, sizeof *r);
+  r->cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so",
+                                      "/usr/local/cuda/lib64/libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.12"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0] && !r->blas; i++) {
+    if (strchr(names[i], '/')) {
+      char lt[128];
+      snprintf(lt, sizeof lt, "/usr/local/cuda/lib64/libcublasLt.so%s", strrchr(names[i], '.'));
+      dlopen(lt, RTLD_NOW | RTLD_LOCAL);
+    }
+    r->blas = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!r->cuda || !r->blas) return 0;
+  *(void **)&r->cuInit = dlsym(r->cuda, "cuInit");
+  *(void **)&r->cuDeviceGet = dlsym(r->cuda, "cuDeviceGet");
+  *(void **)&r->cuDevicePrimaryCtxRetain = dlsym(r->cuda, "cuDevicePrimaryCtxRetain");
+  *(void **)&r->cuCtxSetCurrent = dlsym(r->cuda, "cuCtxSetCurrent");
+  *(void **)&r->cuMemAlloc = dlsym(r->cuda, "cuMemAlloc_v2");
+  *(void **)&r->cuMemFree = dlsym(r->cuda, "cuMemFree_v2");
+  *(void **)&r->cuMemcpyHtoD = dlsym(r->cuda, "cuMemcpyHtoD_v2");
+  *(void **)&r->cuCtxSynchronize = dlsym(r->cuda, "cuCtxSynchronize");
+  *(void **)&r->create = dlsym(r->blas, "cublasCreate_v2");
+  *(void **)&r->destroy = dlsym(r->blas, "cublasDestroy_v2");
+  *(void **)&r->gemmEx = dlsym(r->blas, "cublasGemmEx");
+  CUdevice dev;
+  CUcontext ctx;
+  return r->cuInit && r->gemmEx && r->create && r->cuInit(0) == CUDA_SUCCESS && r->cuDeviceGet(&dev, 0) == CUDA_SUCCESS &&
+         r->cuDevicePrimaryCtxRetain(&ctx, dev) == CUDA_SUCCESS && r->cuCtxSetCurrent(ctx) == CUDA_SUCCESS;
+}
+
+static unsigned short to_bf16(float f) {
+  unsigned u;
+  memcpy(&u, &f, 4);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* Seconds per cuBLAS gemm, n^3, on the default stream: `reps` back to back, one sync, median of 5. */
+static double raw_gemm(raw *r, int64_t n, int bf16, int reps) {
+  size_t count = (size_t)(n * n), esz = bf16 ? 2 : 4;
+  CUdeviceptr a, b, c;
+  if (r->cuMemAlloc(&a, count * esz) || r->cuMemAlloc(&b, count * esz) || r->cuMemAlloc(&c, count * 4)) return -1;
+  float *h = malloc(count * 4);
+  unsigned short *h16 = malloc(count * 2);
+  for (int m = 0; m < 2; m++) {
+    fill(h, count, 1 + (unsigned)m);
+    if (bf16) {
+      for (size_t i = 0; i < count; i++) h16[i] = to_bf16(h[i]);
+      r->cuMemcpyHtoD(m ? b : a, h16, count * 2);
+    } else {
+      r->cuMemcpyHtoD(m ? b : a, h, count * 4);
+    }
+  }
+  free(h), free(h16);
+  cublasHandle_t hd;
+  r->create(&hd);
+  const float one = 1, zero = 0;
+  cudaDataType in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  cublasComputeType_t ct = bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+  int N = (int)n;
+#define GEMM()                                                                                                     \
+  r->gemmEx(hd, CUBLAS_OP_N, CUBLAS_OP_N, N, N, N, &one, (void *)(uintptr_t)b, in, N, (void *)(uintptr_t)a, in, N,   \
+            &zero, (void *)(uintptr_t)c, CUDA_R_32F, N, ct, CUBLAS_GEMM_DEFAULT)
+  GEMM();
+  r->cuCtxSynchronize();
+  double t[5];
+  for (int s = 0; s < 5; s++) {
+    double t0 = now();
+    for (int i = 0; i < reps; i++) GEMM();
+    r->cuCtxSynchronize();
+    t[s] = (now() - t0) / reps;
+  }
+  r->destroy(hd);
+  r->cuMemFree(a), r->cuMemFree(b), r->cuMemFree(c);
+  return median(t, 5);
+}
+
+/* ------------------------------------------------------------------------------- host to host */
+
+typedef struct h2h {
+  double total, write, op, read;
+} h2h;
+
+/* write a, write b, matmul, read c: the median of `reps` after one warm-up, and its parts. */
+static h2h host_to_host(int lane, weft_contract c, int64_t n, int reps) {
+  size_t count = (size_t)(n * n);
+  float *a = malloc(count * 4), *b = malloc(count * 4), *out = malloc(count * 4);
+  fill(a, count, 7), fill(b, count, 8);
+  weft_tensor *A = sq(n, n, 0), *B = sq(n, n, 0), *C = sq(n, n, 0);
+  weft_op_desc d = {c, lane};
+  double tt[16], tw[16], to[16], tr[16];
+  if (reps > 15) reps = 15;
+  for (int r = -1; r < reps; r++) {
+    a[r + 1] += 1.0f; /* new data every time */
+    double t0 = now();
+    must(weft_tensor_write(A, a, count), "write");
+    must(weft_tensor_write(B, b, count), "write");
+    double t1 = now();
+    must(weft_op_matmul(F, &d, A, 0, B, 0, C), "matmul");
+    double t2 = now();
+    must(weft_tensor_read(C, out, count), "read");
+    double t3 = now();
+    if (r >= 0) tt[r] = t3 - t0, tw[r] = t1 - t0, to[r] = t2 - t1, tr[r] = t3 - t2;
+  }
+  h2h res = {median(tt, reps), median(tw, reps), median(to, reps), median(tr, reps)};
+  weft_tensor_destroy(A), weft_tensor_destroy(B), weft_tensor_destroy(C);
+  free(a), free(b), free(out);
+  return res;
+}
+
+/* ------------------------------------------------------------------------------------ tiny ops */
+
+static void tiny_ops(void) {
+  weft_tensor *x = sq(1, 256, 3), *y = sq(1, 256, 4);
+  weft_op_desc d = {WEFT_CONTRACT_EXACT, lane_cu};
+  must(weft_op_add(F, &d, x, y, x), "add");
+  must(weft_fabric_sync(F), "sync");
+  const int ops = 100;
+  double t[7];
+  for (int s = 0; s < 7; s++) { /* launch + synchronise, per op */
+    double t0 = now();
+    for (int i = 0; i < ops; i++) {
+      must(weft_op_add(F, &d, x, y, x), "add");
+      must(weft_fabric_sync(F), "sync");
+    }
+    t[s] = (now() - t0) / ops;
+  }
+  double per_sync = median(t, 7);
+  for (int s = 0; s < 7; s++) { /* no scope, one sync at the end */
+    double t0 = now();
+    for (int i = 0; i < ops; i++) must(weft_op_add(F, &d, x, y, x), "add");
+    must(weft_fabric_sync(F), "sync");
+    t[s] = (now() - t0) / ops;
+  }
+  double one_sync = median(t, 7);
+  for (int w = 0; w < 3; w++) { /* warm: the second sight of the sequence captures its graph */
+    must(weft_scope_begin(F), "scope");
+    for (int i = 0; i < ops; i++) must(weft_op_add(F, &d, x, y, x), "add");
+    must(weft_scope_end(F), "scope");
+  }
+  for (int s = 0; s < 7; s++) {
+    const int scopes = 20;
+    double t0 = now();
+    for (int k = 0; k < scopes; k++) {
+      must(weft_scope_begin(F), "scope");
+      for (int i = 0; i < ops; i++) must(weft_op_add(F, &d, x, y, x), "add");
+      must(weft_scope_end(F), "scope");
+    }
+    t[s] = (now() - t0) / (scopes * ops);
+  }
+  double scoped = median(t, 7);
+  printf("\n100 tiny ops (add of 256 floats) on cuda:0, per op:\n");
+  printf("  launch + sync each      %8.2f us\n", per_sync * 1e6);
+  printf("  one sync for all        %8.2f us\n", one_sync * 1e6);
+  printf("  one scope (graph)       %8.2f us\n", scoped * 1e6);
+  result("tiny_sync_us", per_sync * 1e6);
+  result("tiny_onesync_us", one_sync * 1e6);
+  result("tiny_scope_us", scoped * 1e6);
+  weft_tensor_destroy(x), weft_tensor_destroy(y);
+}
+
+/* ---------------------------------------------------------------------------------- crossover */
+
+static void crossover(int quick) {
+  static const int64_t sizes[] = {64, 128, 192, 256, 384, 512, 640, 768, 1024, 1536, 2048};
+  int nsizes = quick ? 5 : (int)(sizeof sizes / sizeof sizes[0]);
+  printf("\nhost arrays -> host result, ms (median):\n%6s %10s %10s %10s %10s\n", "n", "cpu", "cuda:0", "cuda fp32",
+         "tensor tf32");
+  int64_t cross_exact = 0, cross_tf32 = 0;
+  for (int i = 0; i < nsizes; i++) {
+    int64_t n = sizes[i];
+    int reps = n <= 512 ? 9 : 5;
+    double tc = host_to_host(lane_cpu, WEFT_CONTRACT_EXACT, n, reps).total;
+    double tg = host_to_host(lane_cu, WEFT_CONTRACT_EXACT, n, reps).total;
+    double tf = host_to_host(lane_cu, WEFT_CONTRACT_FP32, n, reps).total;
+    double tt = lane_cut >= 0 ? host_to_host(lane_cut, WEFT_CONTRACT_TF32, n, reps).total : 0;
+    printf("%6lld %10.3f %10.3f %10.3f %10.3f\n", (long long)n, tc * 1e3, tg * 1e3, tf * 1e3, tt * 1e3);
+    if (!cross_exact && tg < tc) cross_exact = n;
+    if (!cross_tf32 && lane_cut >= 0 && tt < tc) cross_tf32 = n;
+  }
+  printf("measured crossover (GPU faster than the CPU lane): exact at n = %lld, tf32 at n = %lld\n",
+         (long long)cross_exact, (long long)cross_tf32);
+  result("crossover_measured_exact", (double)cross_exact);
+  result("crossover_measured_tf32", (double)cross_tf32);
+
+  /* What the router predicts once calibrated: the first n it sends to a GPU lane. */
+  must(weft_fabric_calibrate(F), "calibrate");
+  int64_t route_exact = 0;
+  printf("router (calibrated), exact matmul from host arrays:\n");
+  for (int64_t n = 32; n <= 4096; n = n < 256 ? n + 32 : n + 128) {
+    weft_route_query q = {WEFT_OP_MATMUL, WEFT_CONTRACT_EXACT, 1, n, n, n, 0, 0};
+    weft_route_explanation e;
+    if (weft_route_explain(F, &q, &e) != WEFT_OK || e.chosen < 0) continue;
+    const char *name = e.lanes[e.chosen].lane;
+    if (!route_exact && strncmp(name, "cuda", 4) == 0) {
+      route_exact = n;
+      printf("  n = %lld: %s (cpu %.3f ms, %s %.3f ms predicted)\n", (long long)n, name,
+             e.lanes[lane_cpu].total * 1e3, name, e.lanes[e.chosen].total * 1e3);
+    }
+  }
+  printf("router crossover: exact at n = %lld\n", (long long)route_exact);
+  result("crossover_router_exact", (double)route_exact);
+  weft_cost_line line;
+  for (int l = 0; l < 3; l++) {
+    int lane = l == 0 ? lane_cpu : l == 1 ? lane_cu : lane_cut;
+    weft_contract c = l == 2 ? WEFT_CONTRACT_TF32 : WEFT_CONTRACT_EXACT;
+    if (lane < 0 || weft_fabric_cost_model(F, (size_t)lane, WEFT_COST_MATMUL, c, &line) != WEFT_OK) continue;
+    weft_lane_info info;
+    weft_fabric_lane_info(F, (size_t)lane, &info);
+    printf("  cost model %-14s %-5s alpha %8.2f us  beta %8.2f TFLOP/s\n", info.name, weft_contract_str(c),
+           line.alpha * 1e6, line.beta * 1e-12);
+  }
+}
+
+int main(int argc, char **argv) {
+  int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  weft_fabric_desc desc = WEFT_FABRIC_DESC_INIT;
+  desc.lanes = "cpu,cuda";
+  desc.calibration = WEFT_CALIBRATION_OFF;
+  double t0 = now();
+  if (weft_fabric_open(&desc, &F) != WEFT_OK) {
+    fprintf(stderr, "open: %s\n", weft_open_error());
+    return 1;
+  }
+  printf("fabric open: %.1f ms\n", (now() - t0) * 1e3);
+  size_t idx;
+  if (weft_fabric_lane_find(F, "cpu", &idx) == WEFT_OK) lane_cpu = (int)idx;
+  if (weft_fabric_lane_find(F, "cuda:0", &idx) == WEFT_OK) lane_cu = (int)idx;
+  if (weft_fabric_lane_find(F, "cuda:0.tensor", &idx) == WEFT_OK) lane_cut = (int)idx;
+  for (size_t i = 0; i < weft_fabric_lane_count(F); i++) {
+    weft_lane_info info;
+    weft_fabric_lane_info(F, i, &info);
+    printf("lane %-14s %s | %s | %s\n", info.name, info.device, info.driver, info.details);
+  }
+  for (size_t i = 0; i < weft_fabric_absent_count(F); i++) {
+    const char *name, *why;
+    weft_fabric_absent_info(F, i, &name, &why);
+    printf("absent %-12s %s\n", name, why);
+  }
+  if (lane_cu < 0) {
+    printf("no cuda:0 lane: nothing to measure\n");
+    weft_fabric_close(F);
+    return 0;
+  }
+
+  /* 1. resident exact */
+  printf("\ndevice-resident matmul, cuda:0:\n");
+  static const int64_t ns[] = {1024, 2048, 4096};
+  for (int i = 0; i < 3; i++) {
+    int64_t n = quick ? ns[i] / 4 : ns[i];
+    double t = resident_mm(lane_cu, WEFT_CONTRACT_EXACT, n, n >= 4096 ? 5 : 20);
+    double tf = 2.0 * (double)n * (double)n * (double)n / t * 1e-12;
+    printf("  exact n=%-5lld %8.3f ms  %7.2f TFLOP/s\n", (long long)n, t * 1e3, tf);
+    char key[64];
+    snprintf(key, sizeof key, "exact_tflops_%lld", (long long)n);
+    result(key, tf);
+  }
+  int64_t nb = quick ? 1024 : 4096;
+  double t32 = resident_mm(lane_cu, WEFT_CONTRACT_FP32, nb, 10);
+  printf("  fp32  n=%-5lld %8.3f ms  %7.2f TFLOP/s (cuBLAS sgemm through the lane)\n", (long long)nb, t32 * 1e3,
+         2.0 * (double)nb * nb * nb / t32 * 1e-12);
+  result("fp32_tflops_4096", 2.0 * (double)nb * nb * nb / t32 * 1e-12);
+
+  /* 2. tensor lane against cuBLAS directly */
+  if (lane_cut >= 0) {
+    raw r;
+    int have_raw = raw_open(&r);
+    printf("\ntensor lane against cuBLAS called directly (same run):\n");
+    static const int64_t tn[] = {4096, 8192};
+    for (int i = 0; i < 2; i++) {
+      int64_t n = quick ? tn[i] / 8 : tn[i];
+      double flop = 2.0 * (double)n * (double)n * (double)n;
+      for (int bf = 0; bf < 2; bf++) {
+        double tl = resident_mm(lane_cut, bf ? WEFT_CONTRACT_BF16 : WEFT_CONTRACT_TF32, n, n >= 8192 ? 10 : 40);
+        double tr = have_raw ? raw_gemm(&r, n, bf, n >= 8192 ? 10 : 40) : -1;
+        printf("  %s n=%-5lld weft %7.1f TFLOP/s   cuBLAS %7.1f TFLOP/s   ratio %.3f\n", bf ? "bf16" : "tf32",
+               (long long)n, flop / tl * 1e-12, tr > 0 ? flop / tr * 1e-12 : 0, tr > 0 ? tr / tl : 0);
+        char key[64];
+        snprintf(key, sizeof key, "%s_tflops_%lld", bf ? "bf16" : "tf32", (long long)n);
+        result(key, flop / tl * 1e-12);
+        snprintf(key, sizeof key, "%s_cublas_tflops_%lld", bf ? "bf16" : "tf32", (long long)n);
+        result(key, tr > 0 ? flop / tr * 1e-12 : 0);
+      }
+    }
+  }
+
+  /* 3. host to host */
+  printf("\nhost arrays -> host result (write a, write b, matmul, read c), median ms:\n");
+  int64_t hn = quick ? 1024 : 4096;
+  h2h e = host_to_host(lane_cu, WEFT_CONTRACT_EXACT, hn, 7);
+  printf("  exact cuda:0        n=%lld total %7.2f  (writes %.2f, matmul call %.2f, read %.2f)\n", (long long)hn,
+         e.total * 1e3, e.write * 1e3, e.op * 1e3, e.read * 1e3);
+  result("h2h_exact_ms", e.total * 1e3);
+  result("h2h_exact_write_ms", e.write * 1e3);
+  result("h2h_exact_op_ms", e.op * 1e3);
+  result("h2h_exact_read_ms", e.read * 1e3);
+  if (lane_cut >= 0) {
+    h2h t = host_to_host(lane_cut, WEFT_CONTRACT_TF32, hn, 7);
+    printf("  tf32  cuda:0.tensor n=%lld total %7.2f  (writes %.2f, matmul call %.2f, read %.2f)\n", (long long)hn,
+           t.total * 1e3, t.write * 1e3, t.op * 1e3, t.read * 1e3);
+    result("h2h_tf32_ms", t.total * 1e3);
+    result("h2h_tf32_write_ms", t.write * 1e3);
+    result("h2h_tf32_op_ms", t.op * 1e3);
+    result("h2h_tf32_read_ms", t.read * 1e3);
+  }
+  /* the core's own host copies, for scale: one 64 MiB memcpy */
+  {
+    size_t count = (size_t)(hn * hn);
+    float *p = malloc(count * 4), *q = malloc(count * 4);
+    fill(p, count, 9);
+    memcpy(q, p, count * 4);
+    double ts[5];
+    for (int s = 0; s < 5; s++) {
+      double t1 = now();
+      memcpy(q, p, count * 4);
+      ts[s] = now() - t1;
+    }
+    printf("  (one memcpy of %zu MiB on this host: %.2f ms)\n", count * 4 >> 20, median(ts, 5) * 1e3);
+    result("memcpy_64mib_ms", median(ts, 5) * 1e3);
+    free(p), free(q);
+  }
+
+  /* 4. tiny ops */
+  tiny_ops();
+
+  /* 5. crossover */
+  crossover(quick);
+  weft_fabric_close(F);
+  return 0;
+}

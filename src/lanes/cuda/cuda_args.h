@@ -1,0 +1,70 @@
+/* cuda_args.h - the argument blocks of the CUDA lane's kernels, shared by cuda_kernels.cu (nvcc) and the lane's
+ * C code. Each kernel takes exactly one of these by value, so a launch is one pointer in kernelParams and a
+ * recorded launch can be compared byte for byte (graph replay). Only fixed-size types, laid out without
+ * padding surprises: 8-byte fields first. */
+#ifndef WEFT_CUDA_ARGS_H
+#define WEFT_CUDA_ARGS_H
+
+#include <stdint.h>
+
+/* The kernels in the embedded module, by index; names in weft_cuda_kernel_names (cuda_lane.c). */
+enum {
+  WEFT_CUK_MM128_NN, WEFT_CUK_MM128_NT, WEFT_CUK_MM128_TN, WEFT_CUK_MM128_TT,
+  WEFT_CUK_MM64_NN, WEFT_CUK_MM64_NT, WEFT_CUK_MM64_TN, WEFT_CUK_MM64_TT,
+  WEFT_CUK_ELEMENTWISE,
+  WEFT_CUK_SUM_ROWS,
+  WEFT_CUK_SOFTMAX_ROWS,
+  WEFT_CUK_SOFTMAX_LOSS,
+  WEFT_CUK_TO_BF16,
+  WEFT_CUK_TRAP,
+  WEFT_CUK_MM128W_NN,
+  WEFT_CUK_COUNT
+};
+
+/* Exact matmul on one batch slice per blockIdx.y: c = op(a) . op(b), row-major, with leading dimensions.
+ * Tiles are numbered along blockIdx.x in groups of `group` tile rows, so concurrent blocks share panels of
+ * a and b in L2. vec_* say that 16-byte (or 8-byte) vector accesses are aligned for that operand. */
+typedef struct weft_cu_mm_args {
+  uint64_t a, b, c;
+  int64_t sa, sb, sc; /* batch strides in elements (sb = 0: b shared) */
+  int32_t m, n, k;
+  int32_t lda, ldb, ldc;
+  int32_t tiles_m, tiles_n, group;
+  int32_t vec_a, vec_b, vec_c;
+  int32_t pad_;
+} weft_cu_mm_args;
+
+/* The one-pass elementwise ops. */
+enum { WEFT_CU_EW_ADD, WEFT_CU_EW_RELU, WEFT_CU_EW_RELU_BACKWARD, WEFT_CU_EW_SCALE, WEFT_CU_EW_AXPY };
+
+typedef struct weft_cu_ew_args {
+  uint64_t x, y, out;
+  int64_t count;
+  int64_t cols; /* y's length when y_broadcast */
+  int32_t op, y_broadcast;
+  float alpha;
+  int32_t pad_;
+} weft_cu_ew_args;
+
+/* sum_rows: out[j] = x[0,j] + x[1,j] + ..., rows ascending. */
+typedef struct weft_cu_sr_args {
+  uint64_t x, out;
+  int64_t rows, cols;
+} weft_cu_sr_args;
+
+/* softmax_xent: the per-row pass writes grad (if any) and -acc per row into row_loss; the loss pass sums
+ * row_loss in row order and scales by inv_rows. */
+typedef struct weft_cu_sx_args {
+  uint64_t z, t, grad, row_loss, loss;
+  int64_t rows, cols;
+  float inv_rows;
+  int32_t pad_;
+} weft_cu_sx_args;
+
+/* fp32 -> bf16 (round to nearest even, NaN kept quiet). */
+typedef struct weft_cu_cv_args {
+  uint64_t in, out;
+  int64_t count;
+} weft_cu_cv_args;
+
+#endif /* WEFT_CUDA_ARGS_H */

@@ -1,0 +1,163 @@
+/* cuda_internal.h - the CUDA lane's state, shared by its files: one device record per GPU (context, module,
+ * streams, cuBLAS, staging memory, the scope's recorded launches and their graphs) and the two lanes that
+ * use it, cuda:N (SIMT kernels) and cuda:N.tensor (cuBLAS tensor ops). */
+#ifndef WEFT_CUDA_INTERNAL_H
+#define WEFT_CUDA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda_api.h"
+#include "cuda_args.h"
+#include "weft_lane.h"
+
+#define WEFT_CU_SLOTS 4                               /* pinned staging slots for uploads and downloads */
+#define WEFT_CU_SLOT_BYTES ((size_t)8 << 20)          /* each */
+#define WEFT_CU_WB_CHUNKS 8                           /* a streamed-back result comes in at most this many parts */
+#define WEFT_CU_WB_MIN ((size_t)1 << 20)              /* results smaller than this are not streamed back early */
+#define WEFT_CU_WB_MAX ((size_t)512 << 20)            /* nor larger than this (pinned memory is precious) */
+#define WEFT_CU_GRAPHS 8                              /* recorded launch sequences kept as graphs */
+#define WEFT_CU_BLAS_WORKSPACE ((size_t)32 << 20)
+
+enum { WEFT_CU_S_COMPUTE, WEFT_CU_S_H2D, WEFT_CU_S_D2H, WEFT_CU_NSTREAMS };
+
+/* A lane buffer: device memory plus what the lane knows about its contents. */
+typedef struct weft_cu_buf {
+  CUdeviceptr ptr;
+  size_t bytes;
+  uint64_t gen;       /* bumped whenever the contents change (an upload, an op writing it) */
+  int from_host;      /* the contents came straight from an upload (not from an op) */
+  CUdeviceptr bf16;   /* the contents rounded to bf16 for the tensor lane; current when bf16_gen == gen */
+  uint64_t bf16_gen;
+  int wb_chunks;      /* > 0: this buffer is being streamed into the write-back area, in that many parts */
+  uint64_t wb_gen;    /* ... as it was at this gen */
+  size_t wb_end[WEFT_CU_WB_CHUNKS]; /* byte offset where part i ends */
+} weft_cu_buf;
+
+/* cuBLAS strided-batched gemm, column-major as cuBLAS sees it. */
+typedef struct weft_cu_gemm {
+  uint64_t a, b, c;
+  int64_t sa, sb, sc;
+  int32_t opa, opb, m, n, k, lda, ldb, ldc, batch;
+  int32_t atype, btype, compute; /* cudaDataType / cublasComputeType_t; unused by sgemm */
+} weft_cu_gemm;
+
+enum { WEFT_CU_IT_KERNEL, WEFT_CU_IT_SGEMM, WEFT_CU_IT_GEMMEX };
+
+/* One launch, fully resolved (device pointers and sizes), so a recorded sequence can be replayed as a graph
+ * and compared byte for byte with a later one. Always built from a zeroed struct. */
+typedef struct weft_cu_item {
+  int32_t kind, fn;
+  uint32_t grid[3], block[3];
+  union {
+    weft_cu_mm_args mm;
+    weft_cu_ew_args ew;
+    weft_cu_sr_args sr;
+    weft_cu_sx_args sx;
+    weft_cu_cv_args cv;
+    weft_cu_gemm g;
+  } a;
+} weft_cu_item;
+
+/* A launch sequence seen before: after its second appearance it is captured and replayed as a graph. */
+typedef struct weft_cu_graph {
+  weft_cu_item *items;
+  size_t n;
+  CUgraphExec exec; /* NULL until captured */
+  int no_graph;     /* capture failed once: run it directly */
+  uint64_t used;    /* for eviction */
+} weft_cu_graph;
+
+typedef struct weft_cu_copier weft_cu_copier;
+
+typedef struct weft_cu_dev {
+  const weft_cuda_api *cu;
+  const weft_cublas_api *bl; /* NULL: no cuBLAS (no tensor lane, fp32 matmul uses the exact kernel) */
+  const weft_lane_host *host;
+  int ordinal, refs;
+  CUdevice device;
+  CUcontext ctx;
+  int sms, cc_major, cc_minor;
+  size_t total_mem;
+  char name[128];
+  char driver[160];
+  CUmodule module;
+  CUfunction fn[WEFT_CUK_COUNT];
+  CUstream stream[WEFT_CU_NSTREAMS];
+  CUevent ev[WEFT_CU_NSTREAMS];
+  uint64_t work[WEFT_CU_NSTREAMS];                   /* per stream: batches of work issued */
+  uint64_t seen[WEFT_CU_NSTREAMS][WEFT_CU_NSTREAMS]; /* seen[s][t]: stream s is ordered after t's work up to this */
+  uint64_t synced[WEFT_CU_NSTREAMS];                 /* the host has waited for each stream up to this */
+  cublasHandle_t blas;
+  CUdeviceptr blas_ws;
+  int failed;
+  char failure[512];
+  /* staging */
+  unsigned char *ring; /* WEFT_CU_SLOTS slots of WEFT_CU_SLOT_BYTES, pinned; NULL: pageable copies */
+  int ring_tried;
+  CUevent slot_ev[WEFT_CU_SLOTS];
+  int slot_busy[WEFT_CU_SLOTS];
+  int next_slot;
+  unsigned char *wb; /* write-back area, pinned */
+  size_t wb_bytes;
+  weft_cu_buf *wb_owner;
+  CUevent wb_ev[WEFT_CU_WB_CHUNKS], chunk_ev[WEFT_CU_WB_CHUNKS];
+  weft_cu_copier *copier;
+  int copier_tried;
+  /* scopes: launches recorded until the scope ends or something needs them done */
+  int scope_depth;
+  weft_cu_item *items;
+  size_t nitems, items_cap;
+  weft_cu_graph graphs[WEFT_CU_GRAPHS];
+  uint64_t graph_clock;
+  int wait_d2h; /* a recorded op writes the buffer being streamed back: the flush must wait for that */
+  /* scratch: softmax's per-row losses */
+  CUdeviceptr scratch;
+  size_t scratch_bytes;
+  /* knobs */
+  int mm_blocks;       /* 1: the one-block-per-SM variant of the 128 tile (WEFT_CUDA_MM_BLOCKS) */
+  long fault_at, runs; /* WEFT_CUDA_FAULT=trap:N: the Nth run launches a trapping kernel instead */
+} weft_cu_dev;
+
+typedef struct weft_cu_lane {
+  weft_cu_dev *dev;
+  int tensor; /* 1: cuda:N.tensor */
+  char name[32];
+  char details[384];
+} weft_cu_lane;
+
+/* Maps a driver result to a status (reporting it): out of memory stays OUT_OF_MEMORY, errors that leave the
+ * context unusable (illegal access, a trapped kernel, a lost device) mark the device failed and give
+ * LANE_FAILED, anything else is INTERNAL. */
+weft_status weft_cu_check(weft_cu_dev *d, CUresult r, const char *what);
+weft_status weft_cu_blas_check(weft_cu_dev *d, cublasStatus_t s, const char *what);
+
+/* Appends an op's launches for output rows [r0, r1) of a matmul (the whole op for the others) to the
+ * recorded list; may allocate (bf16 copies, scratch) and may execute what was recorded before when scratch
+ * must be replaced. */
+weft_status weft_cu_emit(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t r1);
+/* Rows of the matmul's output as the lane sees them (batch folded into rows where it can be), and whether
+ * rows may be split (one batch entry after folding). */
+int64_t weft_cu_matmul_rows(const weft_op *op, int *out_splittable);
+/* Runs launches on the compute stream, in order. */
+weft_status weft_cu_launch(weft_cu_dev *d, const weft_cu_item *items, size_t n);
+/* Executes what was recorded (a graph when the same sequence was seen before). */
+weft_status weft_cu_flush(weft_cu_dev *d);
+/* Makes stream s wait for the work issued so far on stream t. */
+weft_status weft_cu_order(weft_cu_dev *d, int s, int t);
+/* Waits for every stream. */
+weft_status weft_cu_sync_all(weft_cu_dev *d);
+/* Appends one item to the recorded list. */
+weft_status weft_cu_push(weft_cu_dev *d, const weft_cu_item *it);
+
+/* Host copies on several threads (cuda_copy.c). NULL copier: plain memcpy. */
+weft_cu_copier *weft_cu_copier_create(void);
+void weft_cu_copier_destroy(weft_cu_copier *c);
+void weft_cu_copy(weft_cu_copier *c, void *dst, const void *src, size_t bytes);
+int weft_cu_copier_threads(const weft_cu_copier *c);
+
+/* The embedded kernels (generated at build time from cuda_kernels.cu). */
+extern const unsigned char weft_cuda_fatbin[];
+extern const size_t weft_cuda_fatbin_size;
+
+#endif /* WEFT_CUDA_INTERNAL_H */

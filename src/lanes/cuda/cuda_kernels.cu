@@ -1,0 +1,449 @@
+/* cuda_kernels.cu - the CUDA lane's kernels: the exact matmul, the elementwise ops, sum_rows, softmax
+ * cross-entropy and the fp32 -> bf16 conversion the tensor lane feeds cuBLAS with.
+ *
+ * Exact contract: every multiply and add is written as __fmul_rn / __fadd_rn (never fused, whatever the
+ * compiler flags), and the module is also built with -fmad=false -ftz=false -prec-div=true -prec-sqrt=true,
+ * so subnormals survive and nothing contracts. Orders are those of src/core/reference.c; weft_expf and
+ * weft_logf are transcribed step for step from src/core/wmath.c. Built by nvcc into a fatbin that the
+ * library embeds and loads with cuModuleLoadData, so no CUDA runtime is linked. */
+#include "cuda_args.h"
+
+#define DEV __device__ __forceinline__
+
+/* ---------------------------------------------------------------------------------- exp and log */
+
+DEV float w_pow2i(int n) { return __int_as_float((n + 127) << 23); }
+
+DEV float w_expf(float x) {
+  if (x != x) return x;
+  if (x > 88.72283935546875f) return __int_as_float(0x7f800000);
+  if (x < -103.97208404541015625f) return 0.0f;
+  float n = floorf(__fadd_rn(__fmul_rn(x, 1.44269502925872802734375f), 0.5f));
+  float r = __fsub_rn(x, __fmul_rn(n, 0.693145751953125f));
+  r = __fsub_rn(r, __fmul_rn(n, 1.428606765330187045e-06f));
+  float p = 1.98412698e-4f;
+  p = __fadd_rn(__fmul_rn(p, r), 1.38888889e-3f);
+  p = __fadd_rn(__fmul_rn(p, r), 8.33333377e-3f);
+  p = __fadd_rn(__fmul_rn(p, r), 4.16666679e-2f);
+  p = __fadd_rn(__fmul_rn(p, r), 1.66666672e-1f);
+  p = __fadd_rn(__fmul_rn(p, r), 0.5f);
+  p = __fadd_rn(__fmul_rn(p, r), 1.0f);
+  p = __fadd_rn(__fmul_rn(p, r), 1.0f);
+  int e = (int)n;
+  if (e > 127) return __fmul_rn(__fmul_rn(p, w_pow2i(127)), w_pow2i(e - 127));
+  if (e < -126) return __fmul_rn(__fmul_rn(p, w_pow2i(e + 64)), w_pow2i(-64));
+  return __fmul_rn(p, w_pow2i(e));
+}
+
+__constant__ float W_LOG_C[14] = {
+    1.000000000e+00f,  -5.000000000e-01f, 3.333333433e-01f,  -2.500000298e-01f, 1.999998242e-01f,
+    -1.666648984e-01f, 1.428636611e-01f,  -1.250664145e-01f, 1.110298857e-01f,  -9.878969938e-02f,
+    9.054505080e-02f,  -9.342882037e-02f, 9.089755267e-02f,  -4.717759788e-02f};
+
+DEV float w_logf(float x) {
+  if (x != x) return x;
+  if (x < 0.0f) return __uint_as_float(0x7fc00000u);
+  if (x == 0.0f) return __uint_as_float(0xff800000u);
+  if (x == __uint_as_float(0x7f800000u)) return x;
+  int e = 0;
+  if (x < 1.17549435e-38f) {
+    x = __fmul_rn(x, 8388608.0f);
+    e = -23;
+  }
+  unsigned u = __float_as_uint(x);
+  e += (int)((u >> 23) & 0xffu) - 127;
+  float m = __uint_as_float((u & 0x007fffffu) | 0x3f800000u);
+  if (m > 1.41421353816986083984375f) {
+    m = __fmul_rn(m, 0.5f);
+    e = e + 1;
+  }
+  float f = __fsub_rn(m, 1.0f);
+  float q = W_LOG_C[13];
+#pragma unroll
+  for (int i = 12; i >= 0; i--) q = __fadd_rn(__fmul_rn(q, f), W_LOG_C[i]);
+  float l = __fmul_rn(q, f);
+  float fe = (float)e;
+  return __fadd_rn(__fmul_rn(fe, 0.693145751953125f), __fadd_rn(l, __fmul_rn(fe, 1.428606765330187045e-06f)));
+}
+
+/* ---------------------------------------------------------------------------------- exact matmul */
+
+template <int L> struct vecf;
+template <> struct vecf<4> {
+  typedef float4 t;
+  static DEV void get(const float *p, float *v) {
+    float4 q = *reinterpret_cast<const float4 *>(p);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  }
+  static DEV void put(float *p, const float *v) { *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]); }
+};
+template <> struct vecf<2> {
+  typedef float2 t;
+  static DEV void get(const float *p, float *v) {
+    float2 q = *reinterpret_cast<const float2 *>(p);
+    v[0] = q.x, v[1] = q.y;
+  }
+  static DEV void put(float *p, const float *v) { *reinterpret_cast<float2 *>(p) = make_float2(v[0], v[1]); }
+};
+
+/* One block of 256 threads computes a BM x BN tile of c; each thread a (BM/16) x (BN/16) sub-tile made of two
+ * row groups and two column groups (so shared-memory reads are vector loads without bank conflicts). The k
+ * loop walks tiles of 8 ascending and, inside, k ascending, so every c[i,j] is
+ * acc = 0; acc = acc + a[i,k]*b[k,j] for k = 0, 1, ... with the product and the sum each rounded: the
+ * canonical order. Operands past the matrix edges are loaded as zeros on both sides of a product, so the
+ * padded terms are +0 * +0 = +0, and acc + (+0) == acc for every acc this sum can hold (it never holds -0:
+ * it starts at +0, and a round-to-nearest sum is -0 only when both operands are). */
+template <int BM, int BN, bool TA, bool TB>
+DEV void mm_exact(const weft_cu_mm_args &p) {
+  constexpr int BK = 8, PAD = 4;
+  constexpr int TM = BM / 16, TN = BN / 16; /* outputs per thread along m and n */
+  constexpr int HM = TM / 2, HN = TN / 2;   /* each split into two groups half a tile apart */
+  constexpr int LA = BM * BK / 256, LB = BN * BK / 256; /* elements each thread loads per k tile */
+  __shared__ __align__(16) float As[2][BK][BM + PAD];
+  __shared__ __align__(16) float Bs[2][BK][BN + PAD];
+
+  const int tid = threadIdx.x;
+  /* grouped tile order: `group` tile rows advance together along n */
+  const int pid = blockIdx.x;
+  const int width = p.group * p.tiles_n;
+  const int first_m = (pid / width) * p.group;
+  const int gsize = min(p.tiles_m - first_m, p.group);
+  const int tm = first_m + (pid % width) % gsize;
+  const int tn = (pid % width) / gsize;
+  const int m0 = tm * BM, n0 = tn * BN;
+  const int M = p.m, N = p.n, K = p.k;
+
+  const float *A = reinterpret_cast<const float *>(p.a) + (size_t)blockIdx.y * (size_t)p.sa;
+  const float *B = reinterpret_cast<const float *>(p.b) + (size_t)blockIdx.y * (size_t)p.sb;
+  float *C = reinterpret_cast<float *>(p.c) + (size_t)blockIdx.y * (size_t)p.sc;
+
+  /* What this thread loads. A not transposed: LA consecutive k of one row; transposed: LA consecutive m of
+   * one k row. Likewise B. */
+  const int a_r = TA ? tid / (BM / LA) : tid / (BK / LA);
+  const int a_c = TA ? (tid % (BM / LA)) * LA : (tid % (BK / LA)) * LA;
+  const int b_r = TB ? tid / (BK / LB) : tid / (BN / LB);
+  const int b_c = TB ? (tid % (BK / LB)) * LB : (tid % (BN / LB)) * LB;
+
+  float ra[LA], rb[LB];
+
+  /* Per-thread source pointers and the edge tests that do not change along k, hoisted out of the loop. */
+  const float *pa, *pb;
+  bool a_fixed_ok, b_fixed_ok; /* the row (or column) this thread loads exists */
+  if (!TA) {
+    pa = A + (size_t)(m0 + a_r) * (size_t)p.lda + a_c;
+    a_fixed_ok = m0 + a_r < M;
+  } else {
+    pa = A + (size_t)a_r * (size_t)p.lda + m0 + a_c;
+    a_fixed_ok = m0 + a_c + LA <= M;
+  }
+  if (!TB) {
+    pb = B + (size_t)b_r * (size_t)p.ldb + n0 + b_c;
+    b_fixed_ok = n0 + b_c + LB <= N;
+  } else {
+    pb = B + (size_t)(n0 + b_r) * (size_t)p.ldb + b_c;
+    b_fixed_ok = n0 + b_r < N;
+  }
+  const bool a_vec = p.vec_a && a_fixed_ok, b_vec = p.vec_b && b_fixed_ok;
+  /* how far the pointers move per k tile */
+  const size_t a_step = TA ? (size_t)BK * (size_t)p.lda : BK;
+  const size_t b_step = TB ? BK : (size_t)BK * (size_t)p.ldb;
+
+  auto load_a = [&](int k0) {
+    if (!TA) { /* row m0+a_r, columns k0+a_c .. +LA */
+      const int col = k0 + a_c;
+      if (a_vec && col + LA <= K) {
+        vecf<LA>::get(pa, ra);
+      } else {
+#pragma unroll
+        for (int q = 0; q < LA; q++) ra[q] = (a_fixed_ok && col + q < K) ? pa[q] : 0.0f;
+      }
+    } else { /* k row k0+a_r, columns m0+a_c .. +LA */
+      const int krow = k0 + a_r;
+      if (a_vec && krow < K) {
+        vecf<LA>::get(pa, ra);
+      } else {
+#pragma unroll
+        for (int q = 0; q < LA; q++) ra[q] = (krow < K && m0 + a_c + q < M) ? pa[q] : 0.0f;
+      }
+    }
+    pa += a_step;
+  };
+  auto load_b = [&](int k0) {
+    if (!TB) { /* k row k0+b_r, columns n0+b_c .. +LB */
+      const int krow = k0 + b_r;
+      if (b_vec && krow < K) {
+        vecf<LB>::get(pb, rb);
+      } else {
+#pragma unroll
+        for (int q = 0; q < LB; q++) rb[q] = (krow < K && n0 + b_c + q < N) ? pb[q] : 0.0f;
+      }
+    } else { /* row n0+b_r of the stored [n][k], columns k0+b_c .. +LB */
+      const int col = k0 + b_c;
+      if (b_vec && col + LB <= K) {
+        vecf<LB>::get(pb, rb);
+      } else {
+#pragma unroll
+        for (int q = 0; q < LB; q++) rb[q] = (b_fixed_ok && col + q < K) ? pb[q] : 0.0f;
+      }
+    }
+    pb += b_step;
+  };
+  auto store = [&](int buf) {
+    if (!TA) {
+#pragma unroll
+      for (int q = 0; q < LA; q++) As[buf][a_c + q][a_r] = ra[q];
+    } else {
+      vecf<LA>::put(&As[buf][a_r][a_c], ra);
+    }
+    if (!TB) {
+      vecf<LB>::put(&Bs[buf][b_r][b_c], rb);
+    } else {
+#pragma unroll
+      for (int q = 0; q < LB; q++) Bs[buf][b_c + q][b_r] = rb[q];
+    }
+  };
+
+  float acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; i++)
+#pragma unroll
+    for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
+
+  const int tx = tid % 16, ty = tid / 16;
+  const int ktiles = (K + BK - 1) / BK;
+  load_a(0);
+  load_b(0);
+  store(0);
+  __syncthreads();
+  for (int t = 0; t < ktiles; t++) {
+    const int cur = t & 1;
+    if (t + 1 < ktiles) {
+      load_a((t + 1) * BK);
+      load_b((t + 1) * BK);
+    }
+#pragma unroll
+    for (int kk = 0; kk < BK; kk++) {
+      float a[TM], b[TN];
+      vecf<HM>::get(&As[cur][kk][ty * HM], a);
+      vecf<HM>::get(&As[cur][kk][BM / 2 + ty * HM], a + HM);
+      vecf<HN>::get(&Bs[cur][kk][tx * HN], b);
+      vecf<HN>::get(&Bs[cur][kk][BN / 2 + tx * HN], b + HN);
+#pragma unroll
+      for (int i = 0; i < TM; i++)
+#pragma unroll
+        for (int j = 0; j < TN; j++) acc[i][j] = __fadd_rn(acc[i][j], __fmul_rn(a[i], b[j]));
+    }
+    if (t + 1 < ktiles) store(cur ^ 1);
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int i = 0; i < TM; i++) {
+    const int row = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
+    if (row >= M) continue;
+    float *crow = C + (size_t)row * (size_t)p.ldc;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int col = n0 + h * (BN / 2) + tx * HN;
+      if (p.vec_c && col + HN <= N) {
+        vecf<HN>::put(crow + col, &acc[i][h * HN]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < HN; j++)
+          if (col + j < N) crow[col + j] = acc[i][h * HN + j];
+      }
+    }
+  }
+}
+
+#define WEFT_MM(name, bm, minblocks, ta, tb)                                                                        \
+  extern "C" __global__ void __launch_bounds__(256, minblocks) name(weft_cu_mm_args p) { mm_exact<bm, bm, ta, tb>(p); }
+WEFT_MM(weft_mm128_nn, 128, 2, false, false)
+WEFT_MM(weft_mm128_nt, 128, 2, false, true)
+WEFT_MM(weft_mm128_tn, 128, 2, true, false)
+WEFT_MM(weft_mm128_tt, 128, 2, true, true)
+/* The same tile at one block per multiprocessor (up to 255 registers, no spills): measured against the
+ * two-block form by bench_cuda (WEFT_CUDA_MM_BLOCKS=1). */
+WEFT_MM(weft_mm128w_nn, 128, 1, false, false)
+WEFT_MM(weft_mm64_nn, 64, 4, false, false)
+WEFT_MM(weft_mm64_nt, 64, 4, false, true)
+WEFT_MM(weft_mm64_tn, 64, 4, true, false)
+WEFT_MM(weft_mm64_tt, 64, 4, true, true)
+
+/* ------------------------------------------------------------------------------------ elementwise */
+
+extern "C" __global__ void weft_elementwise(weft_cu_ew_args p) {
+  const float *x = reinterpret_cast<const float *>(p.x);
+  const float *y = reinterpret_cast<const float *>(p.y);
+  float *out = reinterpret_cast<float *>(p.out);
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  switch (p.op) {
+  case WEFT_CU_EW_ADD:
+    if (p.y_broadcast) {
+      if (p.count <= 0xffffffffll) { /* 32-bit remainders are several times cheaper */
+        const unsigned cols = (unsigned)p.cols;
+        for (; e < p.count; e += stride) out[e] = __fadd_rn(x[e], y[(unsigned)e % cols]);
+      } else {
+        for (; e < p.count; e += stride) out[e] = __fadd_rn(x[e], y[e % p.cols]);
+      }
+    } else {
+      for (; e < p.count; e += stride) out[e] = __fadd_rn(x[e], y[e]);
+    }
+    break;
+  case WEFT_CU_EW_RELU:
+    for (; e < p.count; e += stride) {
+      const float v = x[e];
+      out[e] = v > 0.0f ? v : (v != v ? v : 0.0f);
+    }
+    break;
+  case WEFT_CU_EW_RELU_BACKWARD: /* x = grad, y = the relu's input */
+    for (; e < p.count; e += stride) out[e] = y[e] > 0.0f ? x[e] : 0.0f;
+    break;
+  case WEFT_CU_EW_SCALE:
+    for (; e < p.count; e += stride) out[e] = __fmul_rn(p.alpha, x[e]);
+    break;
+  case WEFT_CU_EW_AXPY:
+    for (; e < p.count; e += stride) out[e] = __fadd_rn(__fmul_rn(p.alpha, x[e]), out[e]);
+    break;
+  default:
+    break;
+  }
+}
+
+/* ---------------------------------------------------------------------------------------- sum_rows */
+
+/* A block owns SR_COLS columns and walks the rows in tiles of SR_ROWS: all 256 threads load a tile into
+ * shared memory (many loads in flight), then one thread per column adds the tile's rows in order. The next
+ * tile is loaded into registers while the current one is being added. */
+#define SR_COLS 8
+#define SR_ROWS 128
+extern "C" __global__ void __launch_bounds__(256) weft_sum_rows(weft_cu_sr_args p) {
+  __shared__ float tile[SR_ROWS][SR_COLS + 1];
+  const float *x = reinterpret_cast<const float *>(p.x);
+  float *out = reinterpret_cast<float *>(p.out);
+  const int tid = threadIdx.x;
+  const int c = tid % SR_COLS, r = tid / SR_COLS; /* r in 0..31 */
+  constexpr int PER = SR_ROWS / (256 / SR_COLS);   /* rows each thread loads per tile */
+  for (long long c0 = (long long)blockIdx.x * SR_COLS; c0 < p.cols; c0 += (long long)gridDim.x * SR_COLS) {
+    const long long col = c0 + c;
+    float acc = 0.0f;
+    float v[PER];
+    auto load = [&](long long r0) {
+#pragma unroll
+      for (int q = 0; q < PER; q++) {
+        const long long row = r0 + r + q * (256 / SR_COLS);
+        v[q] = (row < p.rows && col < p.cols) ? x[row * p.cols + col] : 0.0f;
+      }
+    };
+    load(0);
+    for (long long r0 = 0; r0 < p.rows; r0 += SR_ROWS) {
+      __syncthreads();
+#pragma unroll
+      for (int q = 0; q < PER; q++) tile[r + q * (256 / SR_COLS)][c] = v[q];
+      __syncthreads();
+      if (r0 + SR_ROWS < p.rows) load(r0 + SR_ROWS);
+      if (tid < SR_COLS) {
+        const long long n = p.rows - r0 < SR_ROWS ? p.rows - r0 : SR_ROWS;
+        for (int i = 0; i < n; i++) acc = __fadd_rn(acc, tile[i][tid]);
+      }
+    }
+    if (tid < SR_COLS && col < p.cols) out[col] = acc;
+    __syncthreads();
+  }
+}
+
+/* ----------------------------------------------------------------------------------- softmax_xent */
+
+/* One warp per row. The parts that are sums run in the canonical order: each chunk of 32 values is
+ * broadcast lane by lane and every lane adds them in index order, so all lanes hold the same running sum.
+ * The maximum is a reduction: the reference's `mx = z[j] > mx ? z[j] : mx` ends at the first element (in
+ * index order) equal to the largest non-NaN value, or at z[0] when z[0] is NaN; the reduction below picks
+ * exactly that element. */
+extern "C" __global__ void __launch_bounds__(256) weft_softmax_rows(weft_cu_sx_args p) {
+  const unsigned full = 0xffffffffu;
+  const int lane = threadIdx.x & 31;
+  const long long warps = (long long)gridDim.x * (blockDim.x / 32);
+  const float *Z = reinterpret_cast<const float *>(p.z);
+  const float *T = reinterpret_cast<const float *>(p.t);
+  float *G = reinterpret_cast<float *>(p.grad);
+  float *RL = reinterpret_cast<float *>(p.row_loss);
+  const long long cols = p.cols;
+  for (long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < p.rows; row += warps) {
+    const float *z = Z + row * cols, *t = T + row * cols;
+    const float z0 = z[0];
+    float mx = z0;
+    if (z0 == z0) {
+      float best = z0;
+      long long bi = 0;
+      for (long long j = lane; j < cols; j += 32) {
+        const float v = z[j];
+        if (v > best) best = v, bi = j;
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        const float ov = __shfl_xor_sync(full, best, off);
+        const long long oi = __shfl_xor_sync(full, bi, off);
+        if (ov > best || (ov == best && oi < bi)) best = ov, bi = oi;
+      }
+      mx = best;
+    }
+    float s = 0.0f;
+    for (long long base = 0; base < cols; base += 32) {
+      const long long j = base + lane;
+      const float e = j < cols ? w_expf(__fsub_rn(z[j], mx)) : 0.0f;
+      const int n = cols - base < 32 ? (int)(cols - base) : 32;
+      for (int q = 0; q < n; q++) s = __fadd_rn(s, __shfl_sync(full, e, q));
+    }
+    const float ls = w_logf(s);
+    float acc = 0.0f;
+    for (long long base = 0; base < cols; base += 32) {
+      const long long j = base + lane;
+      float prod = 0.0f;
+      if (j < cols) {
+        const float lsm = __fsub_rn(__fsub_rn(z[j], mx), ls);
+        const float tj = t[j];
+        prod = __fmul_rn(tj, lsm);
+        if (G) G[row * cols + j] = __fmul_rn(__fsub_rn(w_expf(lsm), tj), p.inv_rows);
+      }
+      const int n = cols - base < 32 ? (int)(cols - base) : 32;
+      for (int q = 0; q < n; q++) acc = __fadd_rn(acc, __shfl_sync(full, prod, q));
+    }
+    if (lane == 0 && RL) RL[row] = -acc;
+  }
+}
+
+/* loss = (row_loss[0] + row_loss[1] + ...) * inv_rows, rows ascending; one warp, same broadcast scheme. */
+extern "C" __global__ void weft_softmax_loss(weft_cu_sx_args p) {
+  const unsigned full = 0xffffffffu;
+  const int lane = threadIdx.x & 31;
+  if (threadIdx.x >= 32) return;
+  const float *RL = reinterpret_cast<const float *>(p.row_loss);
+  float tot = 0.0f;
+  for (long long base = 0; base < p.rows; base += 32) {
+    const long long i = base + lane;
+    const float v = i < p.rows ? RL[i] : 0.0f;
+    const int n = p.rows - base < 32 ? (int)(p.rows - base) : 32;
+    for (int q = 0; q < n; q++) tot = __fadd_rn(tot, __shfl_sync(full, v, q));
+  }
+  if (lane == 0) *reinterpret_cast<float *>(p.loss) = __fmul_rn(tot, p.inv_rows);
+}
+
+/* ------------------------------------------------------------------------------- bf16 conversion */
+
+extern "C" __global__ void weft_to_bf16(weft_cu_cv_args p) {
+  const unsigned *in = reinterpret_cast<const unsigned *>(p.in);
+  unsigned short *out = reinterpret_cast<unsigned short *>(p.out);
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < p.count; e += stride) {
+    const unsigned u = in[e];
+    unsigned short h;
+    if ((u & 0x7fffffffu) > 0x7f800000u) h = (unsigned short)((u >> 16) | 0x40u); /* NaN stays NaN */
+    else h = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);          /* nearest, ties to even */
+    out[e] = h;
+  }
+}
+
+/* Fault injection for the lane's failure-path test (WEFT_CUDA_FAULT): stops the context as a bad kernel
+ * would. */
+extern "C" __global__ void weft_trap(void) { __trap(); }

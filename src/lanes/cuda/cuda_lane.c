@@ -1,0 +1,712 @@
+/* cuda_lane.c - the CUDA lanes: cuda:N runs weft's own kernels (exact contract, bit-identical to the CPU
+ * lane; fp32 through cuBLAS sgemm) and cuda:N.tensor runs matmul on the tensor units through cuBLAS (tf32,
+ * bf16). Both share one device record: the primary context, the embedded module, three streams (compute,
+ * host-to-device, device-to-host), cuBLAS and pinned staging memory.
+ *
+ * Transfers: the core's host copies are ordinary (pageable) memory, which the GPU reads at a fraction of the
+ * bus speed. An upload copies into pinned slots on several threads and the copy engine moves each slot while
+ * the next one fills; the upload returns once the caller's memory has been read. A matmul whose inputs came
+ * straight from the host is run in row blocks and each block's result is streamed back into pinned memory
+ * while the next block computes, so the read that usually follows finds the result mostly home already.
+ *
+ * Scopes: launches are recorded and run at the scope's end (or when something needs their results). A
+ * sequence seen before is replayed as a CUDA graph: a training step's many small kernels cost one launch.
+ *
+ * Failures: out of device memory is WEFT_ERR_OUT_OF_MEMORY and the lane goes on; an error that leaves the
+ * context unusable (illegal address, trapped kernel, lost device) fails both lanes of the device with
+ * WEFT_ERR_LANE_FAILED. Nothing aborts. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+static const char *const kernel_names[WEFT_CUK_COUNT] = {
+    [WEFT_CUK_MM128_NN] = "weft_mm128_nn",     [WEFT_CUK_MM128_NT] = "weft_mm128_nt",
+    [WEFT_CUK_MM128_TN] = "weft_mm128_tn",     [WEFT_CUK_MM128_TT] = "weft_mm128_tt",
+    [WEFT_CUK_MM64_NN] = "weft_mm64_nn",       [WEFT_CUK_MM64_NT] = "weft_mm64_nt",
+    [WEFT_CUK_MM64_TN] = "weft_mm64_tn",       [WEFT_CUK_MM64_TT] = "weft_mm64_tt",
+    [WEFT_CUK_ELEMENTWISE] = "weft_elementwise", [WEFT_CUK_SUM_ROWS] = "weft_sum_rows",
+    [WEFT_CUK_SOFTMAX_ROWS] = "weft_softmax_rows", [WEFT_CUK_SOFTMAX_LOSS] = "weft_softmax_loss",
+    [WEFT_CUK_TO_BF16] = "weft_to_bf16",       [WEFT_CUK_TRAP] = "weft_trap",
+    [WEFT_CUK_MM128W_NN] = "weft_mm128w_nn",
+};
+
+/* ------------------------------------------------------------------------------------------- errors */
+
+/* Errors after which the context cannot be used again. */
+static int context_lost(CUresult r) {
+  switch (r) {
+  case CUDA_ERROR_NOT_INITIALIZED:
+  case CUDA_ERROR_DEINITIALIZED:
+  case CUDA_ERROR_DEVICE_UNAVAILABLE:
+  case CUDA_ERROR_NO_DEVICE:
+  case CUDA_ERROR_INVALID_CONTEXT:
+  case CUDA_ERROR_ECC_UNCORRECTABLE:
+  case CUDA_ERROR_NVLINK_UNCORRECTABLE:
+  case CUDA_ERROR_ILLEGAL_ADDRESS:
+  case CUDA_ERROR_LAUNCH_TIMEOUT:
+  case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+  case CUDA_ERROR_ASSERT:
+  case CUDA_ERROR_HARDWARE_STACK_ERROR:
+  case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+  case CUDA_ERROR_MISALIGNED_ADDRESS:
+  case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+  case CUDA_ERROR_INVALID_PC:
+  case CUDA_ERROR_LAUNCH_FAILED:
+  case CUDA_ERROR_SYSTEM_NOT_READY:
+  case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+  case CUDA_ERROR_EXTERNAL_DEVICE:
+  case CUDA_ERROR_UNKNOWN:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+weft_status weft_cu_check(weft_cu_dev *d, CUresult r, const char *what) {
+  if (r == CUDA_SUCCESS) return WEFT_OK;
+  const char *name = NULL, *desc = NULL;
+  if (d->cu->cuGetErrorName(r, &name) != CUDA_SUCCESS || !name) name = "CUDA error";
+  if (d->cu->cuGetErrorString(r, &desc) != CUDA_SUCCESS || !desc) desc = "";
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    size_t free_b = 0, total_b = 0;
+    d->cu->cuMemGetInfo(&free_b, &total_b);
+    return weft_lane_report(d->host, WEFT_ERR_OUT_OF_MEMORY,
+                            "cuda:%d: %s: out of device memory (%.1f of %.1f GiB free); free tensors on this lane or "
+                            "use smaller work",
+                            d->ordinal, what, (double)free_b / (1u << 30), (double)total_b / (1u << 30));
+  }
+  if (context_lost(r)) {
+    if (!d->failed)
+      snprintf(d->failure, sizeof d->failure, "%s failed with %s (%s)", what, name, desc);
+    d->failed = 1;
+    return weft_lane_report(d->host, WEFT_ERR_LANE_FAILED,
+                            "cuda:%d: %s failed: %s (%s); the GPU's context is lost, so its lanes leave the fabric "
+                            "(data that lived only there is gone)",
+                            d->ordinal, what, name, desc);
+  }
+  return weft_lane_report(d->host, WEFT_ERR_INTERNAL, "cuda:%d: %s failed: %s (%s)", d->ordinal, what, name, desc);
+}
+
+weft_status weft_cu_blas_check(weft_cu_dev *d, cublasStatus_t s, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return WEFT_OK;
+  const char *name = d->bl->cublasGetStatusName(s);
+  switch (s) {
+  case CUBLAS_STATUS_ALLOC_FAILED:
+    return weft_lane_report(d->host, WEFT_ERR_OUT_OF_MEMORY, "cuda:%d: %s: cuBLAS ran out of memory (%s)",
+                            d->ordinal, what, name);
+  case CUBLAS_STATUS_EXECUTION_FAILED:
+  case CUBLAS_STATUS_INTERNAL_ERROR:
+    /* usually a launch that failed underneath; whether the context survived shows at the next sync */
+    return weft_lane_report(d->host, WEFT_ERR_INTERNAL, "cuda:%d: %s failed: %s", d->ordinal, what, name);
+  case CUBLAS_STATUS_NOT_SUPPORTED:
+  case CUBLAS_STATUS_ARCH_MISMATCH:
+    return weft_lane_report(d->host, WEFT_ERR_UNSUPPORTED, "cuda:%d: %s: not supported by cuBLAS here (%s)",
+                            d->ordinal, what, name);
+  default:
+    return weft_lane_report(d->host, WEFT_ERR_INTERNAL, "cuda:%d: %s failed: %s", d->ordinal, what, name);
+  }
+}
+
+/* Every entry point: a failed device stays failed, and the device's context is made current (a caller's own
+ * CUDA code may have changed it). */
+static weft_status enter(weft_cu_dev *d) {
+  if (d->failed)
+    return weft_lane_report(d->host, WEFT_ERR_LANE_FAILED, "cuda:%d failed earlier and left the fabric: %s",
+                            d->ordinal, d->failure);
+  CUcontext cur = NULL;
+  if (d->cu->cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != d->ctx) {
+    CUresult r = d->cu->cuCtxSetCurrent(d->ctx);
+    if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "making the context current");
+  }
+  return WEFT_OK;
+}
+
+/* --------------------------------------------------------------------------------------- ordering */
+
+weft_status weft_cu_order(weft_cu_dev *d, int s, int t) {
+  if (d->seen[s][t] == d->work[t] || d->synced[t] == d->work[t]) return WEFT_OK;
+  CUresult r = d->cu->cuEventRecord(d->ev[t], d->stream[t]);
+  if (r == CUDA_SUCCESS) r = d->cu->cuStreamWaitEvent(d->stream[s], d->ev[t], 0);
+  if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "ordering streams");
+  d->seen[s][t] = d->work[t];
+  return WEFT_OK;
+}
+
+weft_status weft_cu_sync_all(weft_cu_dev *d) {
+  for (int s = 0; s < WEFT_CU_NSTREAMS; s++) {
+    if (d->synced[s] == d->work[s]) continue;
+    CUresult r = d->cu->cuStreamSynchronize(d->stream[s]);
+    if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "waiting for the GPU");
+    d->synced[s] = d->work[s];
+  }
+  return WEFT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- staging */
+
+/* The pinned slots and the copy threads, made on the first transfer (pinning memory takes milliseconds). */
+static void staging_init(weft_cu_dev *d) {
+  if (!d->ring_tried) {
+    d->ring_tried = 1;
+    void *p = NULL;
+    if (d->cu->cuMemHostAlloc(&p, WEFT_CU_SLOTS * WEFT_CU_SLOT_BYTES, 0) == CUDA_SUCCESS) d->ring = p;
+  }
+  if (!d->copier_tried) {
+    d->copier_tried = 1;
+    d->copier = weft_cu_copier_create();
+  }
+}
+
+static weft_status slot_take(weft_cu_dev *d, int *out_slot) {
+  int s = d->next_slot;
+  *out_slot = s;
+  d->next_slot = (s + 1) % WEFT_CU_SLOTS;
+  if (d->slot_busy[s]) {
+    CUresult r = d->cu->cuEventSynchronize(d->slot_ev[s]);
+    if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "waiting for a staging copy");
+    d->slot_busy[s] = 0;
+  }
+  *out_slot = s;
+  return WEFT_OK;
+}
+
+/* Host -> device through the slots: each slot is filled (on several threads) while the previous one is on
+ * the bus. Returns once `src` has been read; the copies finish on the upload stream. */
+static weft_status to_device(weft_cu_dev *d, CUdeviceptr dst, const void *src, size_t bytes, int wait_d2h) {
+  staging_init(d);
+  weft_status st = weft_cu_order(d, WEFT_CU_S_H2D, WEFT_CU_S_COMPUTE); /* kernels still reading dst */
+  if (st == WEFT_OK && wait_d2h) st = weft_cu_order(d, WEFT_CU_S_H2D, WEFT_CU_S_D2H);
+  if (st != WEFT_OK) return st;
+  CUstream s = d->stream[WEFT_CU_S_H2D];
+  if (!d->ring) { /* no pinned memory: the driver stages pageable copies itself, synchronously */
+    if ((st = weft_cu_sync_all(d)) != WEFT_OK) return st;
+    CUresult r = d->cu->cuMemcpyHtoD(dst, src, bytes);
+    return r == CUDA_SUCCESS ? WEFT_OK : weft_cu_check(d, r, "copying to the GPU");
+  }
+  d->work[WEFT_CU_S_H2D]++;
+  for (size_t off = 0; off < bytes; off += WEFT_CU_SLOT_BYTES) {
+    size_t len = bytes - off < WEFT_CU_SLOT_BYTES ? bytes - off : WEFT_CU_SLOT_BYTES;
+    int slot;
+    if ((st = slot_take(d, &slot)) != WEFT_OK) return st;
+    unsigned char *stage = d->ring + (size_t)slot * WEFT_CU_SLOT_BYTES;
+    weft_cu_copy(d->copier, stage, (const char *)src + off, len);
+    CUresult r = d->cu->cuMemcpyHtoDAsync(dst + off, stage, len, s);
+    if (r == CUDA_SUCCESS) r = d->cu->cuEventRecord(d->slot_ev[slot], s);
+    if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "copying to the GPU");
+    d->slot_busy[slot] = 1;
+  }
+  return WEFT_OK;
+}
+
+/* Device -> host through the slots, up to WEFT_CU_SLOTS copies in flight while earlier slots are copied out. */
+static weft_status to_host(weft_cu_dev *d, void *dst, CUdeviceptr src, size_t bytes) {
+  staging_init(d);
+  weft_status st = weft_cu_order(d, WEFT_CU_S_D2H, WEFT_CU_S_COMPUTE);
+  if (st == WEFT_OK) st = weft_cu_order(d, WEFT_CU_S_D2H, WEFT_CU_S_H2D);
+  if (st != WEFT_OK) return st;
+  if (!d->ring) {
+    if ((st = weft_cu_sync_all(d)) != WEFT_OK) return st;
+    CUresult r = d->cu->cuMemcpyDtoH(dst, src, bytes);
+    return r == CUDA_SUCCESS ? WEFT_OK : weft_cu_check(d, r, "copying from the GPU");
+  }
+  CUstream s = d->stream[WEFT_CU_S_D2H];
+  size_t nchunks = (bytes + WEFT_CU_SLOT_BYTES - 1) / WEFT_CU_SLOT_BYTES;
+  int slots[WEFT_CU_SLOTS];
+  size_t issued = 0;
+  d->work[WEFT_CU_S_D2H]++;
+  for (size_t c = 0; c < nchunks; c++) {
+    while (issued < nchunks && issued < c + WEFT_CU_SLOTS) {
+      int slot;
+      if ((st = slot_take(d, &slot)) != WEFT_OK) return st;
+      size_t off = issued * WEFT_CU_SLOT_BYTES;
+      size_t len = bytes - off < WEFT_CU_SLOT_BYTES ? bytes - off : WEFT_CU_SLOT_BYTES;
+      CUresult r = d->cu->cuMemcpyDtoHAsync(d->ring + (size_t)slot * WEFT_CU_SLOT_BYTES, src + off, len, s);
+      if (r == CUDA_SUCCESS) r = d->cu->cuEventRecord(d->slot_ev[slot], s);
+      if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "copying from the GPU");
+      d->slot_busy[slot] = 1;
+      slots[issued % WEFT_CU_SLOTS] = slot;
+      issued++;
+    }
+    int slot = slots[c % WEFT_CU_SLOTS];
+    CUresult r = d->cu->cuEventSynchronize(d->slot_ev[slot]);
+    if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "copying from the GPU");
+    d->slot_busy[slot] = 0;
+    size_t off = c * WEFT_CU_SLOT_BYTES;
+    size_t len = bytes - off < WEFT_CU_SLOT_BYTES ? bytes - off : WEFT_CU_SLOT_BYTES;
+    weft_cu_copy(d->copier, (char *)dst + off, d->ring + (size_t)slot * WEFT_CU_SLOT_BYTES, len);
+  }
+  if (issued == nchunks) d->synced[WEFT_CU_S_D2H] = d->work[WEFT_CU_S_D2H];
+  return WEFT_OK;
+}
+
+/* The buffer streaming into the write-back area no longer does. */
+static void wb_drop(weft_cu_dev *d, weft_cu_buf *b) {
+  if (b && d->wb_owner == b) {
+    b->wb_chunks = 0;
+    d->wb_owner = NULL;
+  }
+}
+
+/* ------------------------------------------------------------------------------------- vtable: both */
+
+static void lane_describe(void *self, weft_lane_desc *out) {
+  weft_cu_lane *l = self;
+  memset(out, 0, sizeof *out);
+  out->name = l->name;
+  out->kind = "cuda";
+  out->device = l->dev->name;
+  out->driver = l->dev->driver;
+  out->details = l->details;
+  out->contracts = l->tensor ? WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_BF16)
+                             : WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32);
+  out->flags = 0;
+}
+
+static void dev_release(weft_cu_dev *d) {
+  if (--d->refs > 0) return;
+  const weft_cuda_api *cu = d->cu;
+  if (cu->cuCtxSetCurrent(d->ctx) == CUDA_SUCCESS && !d->failed) weft_cu_sync_all(d);
+  weft_cu_copier_destroy(d->copier);
+  for (int i = 0; i < WEFT_CU_GRAPHS; i++) {
+    if (d->graphs[i].exec) cu->cuGraphExecDestroy(d->graphs[i].exec);
+    free(d->graphs[i].items);
+  }
+  free(d->items);
+  if (d->blas) d->bl->cublasDestroy(d->blas);
+  if (d->blas_ws) cu->cuMemFree(d->blas_ws);
+  if (d->scratch) cu->cuMemFree(d->scratch);
+  if (d->ring) cu->cuMemFreeHost(d->ring);
+  if (d->wb) cu->cuMemFreeHost(d->wb);
+  for (int i = 0; i < WEFT_CU_SLOTS; i++)
+    if (d->slot_ev[i]) cu->cuEventDestroy(d->slot_ev[i]);
+  for (int i = 0; i < WEFT_CU_WB_CHUNKS; i++) {
+    if (d->wb_ev[i]) cu->cuEventDestroy(d->wb_ev[i]);
+    if (d->chunk_ev[i]) cu->cuEventDestroy(d->chunk_ev[i]);
+  }
+  for (int s = 0; s < WEFT_CU_NSTREAMS; s++) {
+    if (d->ev[s]) cu->cuEventDestroy(d->ev[s]);
+    if (d->stream[s]) cu->cuStreamDestroy(d->stream[s]);
+  }
+  if (d->module) cu->cuModuleUnload(d->module);
+  if (d->ctx) cu->cuDevicePrimaryCtxRelease(d->device);
+  free(d);
+}
+
+static void lane_destroy(void *self) {
+  weft_cu_lane *l = self;
+  dev_release(l->dev);
+  free(l);
+}
+
+static weft_status lane_alloc(void *self, size_t bytes, weft_buffer **out) {
+  weft_cu_lane *l = self;
+  weft_cu_dev *d = l->dev;
+  *out = NULL;
+  weft_status st = enter(d);
+  if (st != WEFT_OK) return st;
+  weft_cu_buf *b = calloc(1, sizeof *b);
+  if (!b) return weft_lane_report(d->host, WEFT_ERR_OUT_OF_MEMORY, "%s: out of host memory", l->name);
+  CUresult r = d->cu->cuMemAlloc(&b->ptr, bytes ? bytes : 4);
+  if (r != CUDA_SUCCESS) {
+    free(b);
+    char what[96];
+    snprintf(what, sizeof what, "allocating %.1f MiB", (double)bytes / (1u << 20));
+    return weft_cu_check(d, r, what);
+  }
+  b->bytes = bytes;
+  b->gen = 1;
+  *out = b;
+  return WEFT_OK;
+}
+
+static void lane_free(void *self, weft_buffer *buffer) {
+  weft_cu_lane *l = self;
+  weft_cu_dev *d = l->dev;
+  weft_cu_buf *b = buffer;
+  if (!b) return;
+  wb_drop(d, b);
+  /* recorded or running work may still use it; a failed device has nothing left to wait for */
+  if (enter(d) == WEFT_OK && weft_cu_flush(d) == WEFT_OK) weft_cu_sync_all(d);
+  if (!d->failed) {
+    d->cu->cuMemFree(b->ptr);
+    if (b->bf16) d->cu->cuMemFree(b->bf16);
+  }
+  free(b);
+}
+
+static weft_status lane_upload(void *self, weft_buffer *buffer, size_t offset, const void *src, size_t bytes) {
+  weft_cu_lane *l = self;
+  weft_cu_dev *d = l->dev;
+  weft_cu_buf *b = buffer;
+  weft_status st = enter(d);
+  if (st != WEFT_OK) return st;
+  /* launches recorded before this upload read the old contents: they run first */
+  if ((st = weft_cu_flush(d)) != WEFT_OK) return st;
+  int streaming = d->wb_owner == b;
+  wb_drop(d, b);
+  b->gen++;
+  b->from_host = 1;
+  return to_device(d, b->ptr + offset, src, bytes, streaming);
+}
+
+static weft_status lane_download(void *self, weft_buffer *buffer, size_t offset, void *dst, size_t bytes) {
+  weft_cu_lane *l = self;
+  weft_cu_dev *d = l->dev;
+  weft_cu_buf *b = buffer;
+  weft_status st = enter(d);
+  if (st != WEFT_OK) return st;
+  if ((st = weft_cu_flush(d)) != WEFT_OK) return st;
+  if (d->wb_owner == b && b->wb_chunks && b->wb_gen == b->gen && offset + bytes <= b->wb_end[b->wb_chunks - 1]) {
+    /* the result is streaming home already: take each part as it lands */
+    size_t lo = 0;
+    for (int c = 0; c < b->wb_chunks; c++) {
+      size_t hi = b->wb_end[c];
+      if (hi > offset && lo < offset + bytes) {
+        CUresult r = d->cu->cuEventSynchronize(d->wb_ev[c]);
+        if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "copying a result from the GPU");
+        size_t a = lo > offset ? lo : offset, e = hi < offset + bytes ? hi : offset + bytes;
+        weft_cu_copy(d->copier, (char *)dst + (a - offset), d->wb + a, e - a);
+      }
+      lo = hi;
+    }
+    return WEFT_OK;
+  }
+  return to_host(d, dst, b->ptr + offset, bytes);
+}
+
+static weft_status lane_scope_begin(void *self) {
+  weft_cu_lane *l = self;
+  weft_status st = enter(l->dev);
+  if (st == WEFT_OK) l->dev->scope_depth++;
+  return st;
+}
+
+static weft_status lane_scope_end(void *self) {
+  weft_cu_lane *l = self;
+  weft_cu_dev *d = l->dev;
+  if (d->scope_depth > 0) d->scope_depth--;
+  weft_status st = enter(d);
+  if (st == WEFT_OK) st = weft_cu_flush(d);
+  if (st == WEFT_OK) st = weft_cu_sync_all(d);
+  return st;
+}
+
+static weft_status lane_sync(void *self) {
+  weft_cu_lane *l = self;
+  weft_cu_dev *d = l->dev;
+  weft_status st = enter(d);
+  if (st == WEFT_OK) st = weft_cu_flush(d);
+  if (st == WEFT_OK) st = weft_cu_sync_all(d);
+  return st;
+}
+
+/* Starts recorded launches without waiting for them. */
+static weft_status lane_flush(void *self) {
+  weft_cu_lane *l = self;
+  weft_status st = enter(l->dev);
+  return st == WEFT_OK ? weft_cu_flush(l->dev) : st;
+}
+
+/* A matmul on fresh host inputs, run in row blocks, each block's result streamed into pinned memory as soon
+ * as it is computed. Returns 0 (nothing done) when the op does not fit that plan. */
+static int plan_stream_back(weft_cu_lane *l, const weft_op *op, int64_t *rows, int *nchunks, int64_t bounds[]) {
+  weft_cu_dev *d = l->dev;
+  const weft_cu_buf *a = op->in[0], *b = op->in[1];
+  if (op->kind != WEFT_OP_MATMUL || d->scope_depth > 0 || !a->from_host || !b->from_host || op->batch == 0) return 0;
+  size_t cbytes = (size_t)op->batch * (size_t)op->m * (size_t)op->n * sizeof(float);
+  if (cbytes < WEFT_CU_WB_MIN || cbytes > WEFT_CU_WB_MAX) return 0;
+  int split;
+  int64_t r = weft_cu_matmul_rows(op, &split);
+  if (!split) return 0;
+  /* each block at least two waves of 128x128 tiles, so splitting costs the kernels little */
+  int64_t tiles_n = (op->n + 127) / 128, tiles_m = (r + 127) / 128;
+  int64_t min_tile_rows = (2 * d->sms + tiles_n - 1) / tiles_n;
+  int64_t n = tiles_m / (min_tile_rows ? min_tile_rows : 1);
+  if (n < 1) n = 1;
+  if (n > WEFT_CU_WB_CHUNKS) n = WEFT_CU_WB_CHUNKS;
+  for (int64_t i = 0; i <= n; i++) {
+    int64_t t = tiles_m * i / n;
+    bounds[i] = t * 128 < r ? t * 128 : r;
+  }
+  *rows = r;
+  *nchunks = (int)n;
+  return 1;
+}
+
+static weft_status run_stream_back(weft_cu_lane *l, const weft_op *op, int nchunks, const int64_t *bounds) {
+  weft_cu_dev *d = l->dev;
+  weft_cu_buf *c = op->out[0];
+  const weft_cuda_api *cu = d->cu;
+  size_t row_bytes = (size_t)op->n * sizeof(float);
+  size_t need = (size_t)bounds[nchunks] * row_bytes;
+  if (d->wb_bytes < need) {
+    /* grow the area; copies still landing in the old one finish first */
+    weft_status st = weft_cu_sync_all(d);
+    if (st != WEFT_OK) return st;
+    if (d->wb) cu->cuMemFreeHost(d->wb);
+    d->wb = NULL, d->wb_bytes = 0;
+    if (d->wb_owner) d->wb_owner->wb_chunks = 0, d->wb_owner = NULL;
+    void *p = NULL;
+    if (cu->cuMemHostAlloc(&p, need, 0) != CUDA_SUCCESS) return WEFT_ERR_UNSUPPORTED; /* run it plainly */
+    d->wb = p;
+    d->wb_bytes = need;
+  }
+  int streaming = d->wb_owner == c;
+  if (d->wb_owner) d->wb_owner->wb_chunks = 0, d->wb_owner = NULL;
+  weft_status st = weft_cu_order(d, WEFT_CU_S_COMPUTE, WEFT_CU_S_H2D);
+  if (st == WEFT_OK && streaming) st = weft_cu_order(d, WEFT_CU_S_COMPUTE, WEFT_CU_S_D2H);
+  if (st == WEFT_OK) st = weft_cu_order(d, WEFT_CU_S_D2H, WEFT_CU_S_H2D);
+  if (st != WEFT_OK) return st;
+  d->work[WEFT_CU_S_COMPUTE]++;
+  d->work[WEFT_CU_S_D2H]++;
+  for (int i = 0; i < nchunks; i++) {
+    if ((st = weft_cu_emit(l, op, bounds[i], bounds[i + 1])) != WEFT_OK) return st;
+    st = weft_cu_launch(d, d->items, d->nitems);
+    d->nitems = 0;
+    if (st != WEFT_OK) return st;
+    size_t off = (size_t)bounds[i] * row_bytes, len = (size_t)(bounds[i + 1] - bounds[i]) * row_bytes;
+    CUresult r = cu->cuEventRecord(d->chunk_ev[i], d->stream[WEFT_CU_S_COMPUTE]);
+    if (r == CUDA_SUCCESS) r = cu->cuStreamWaitEvent(d->stream[WEFT_CU_S_D2H], d->chunk_ev[i], 0);
+    if (r == CUDA_SUCCESS) r = cu->cuMemcpyDtoHAsync(d->wb + off, c->ptr + off, len, d->stream[WEFT_CU_S_D2H]);
+    if (r == CUDA_SUCCESS) r = cu->cuEventRecord(d->wb_ev[i], d->stream[WEFT_CU_S_D2H]);
+    if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "streaming a result back");
+    c->wb_end[i] = off + len;
+  }
+  d->seen[WEFT_CU_S_D2H][WEFT_CU_S_COMPUTE] = d->work[WEFT_CU_S_COMPUTE];
+  c->gen++;
+  c->from_host = 0;
+  c->wb_chunks = nchunks;
+  c->wb_gen = c->gen;
+  d->wb_owner = c;
+  return WEFT_OK;
+}
+
+static weft_status lane_run(void *self, const weft_op *op) {
+  weft_cu_lane *l = self;
+  weft_cu_dev *d = l->dev;
+  weft_status st = enter(d);
+  if (st != WEFT_OK) return st;
+  if (d->fault_at > 0 && ++d->runs == d->fault_at) {
+    weft_cu_item it;
+    memset(&it, 0, sizeof it);
+    it.kind = WEFT_CU_IT_KERNEL, it.fn = WEFT_CUK_TRAP;
+    it.grid[0] = it.grid[1] = it.grid[2] = 1, it.block[0] = it.block[1] = it.block[2] = 1;
+    if ((st = weft_cu_flush(d)) != WEFT_OK) return st;
+    d->work[WEFT_CU_S_COMPUTE]++;
+    return weft_cu_launch(d, &it, 1);
+  }
+  int64_t rows, bounds[WEFT_CU_WB_CHUNKS + 1];
+  int nchunks;
+  if (d->nitems == 0 && plan_stream_back(l, op, &rows, &nchunks, bounds)) {
+    st = run_stream_back(l, op, nchunks, bounds);
+    if (st != WEFT_ERR_UNSUPPORTED) return st;
+  }
+  /* an op writing the buffer that is streaming home must wait for that copy */
+  for (int o = 0; o < 2; o++)
+    if (op->out[o] && op->out[o] == d->wb_owner) {
+      wb_drop(d, op->out[o]);
+      d->wait_d2h = 1;
+    }
+  if ((st = weft_cu_emit(l, op, 0, op->kind == WEFT_OP_MATMUL ? weft_cu_matmul_rows(op, NULL) : 0)) != WEFT_OK)
+    return st;
+  for (int o = 0; o < 2; o++) {
+    weft_cu_buf *b = op->out[o];
+    if (b) b->gen++, b->from_host = 0;
+  }
+  return d->scope_depth > 0 ? WEFT_OK : weft_cu_flush(d);
+}
+
+/* ------------------------------------------------------------------------------------------ supports */
+
+static weft_status lane_supports(void *self, const weft_op *op) {
+  weft_cu_lane *l = self;
+  if (l->tensor && op->kind != WEFT_OP_MATMUL)
+    return weft_lane_report(l->dev->host, WEFT_ERR_UNSUPPORTED,
+                            "%s runs matmul only (the tensor units); %s runs on cuda:%d or another lane", l->name,
+                            weft_op_kind_str(op->kind), l->dev->ordinal);
+  if (op->kind == WEFT_OP_MATMUL) {
+    int64_t rows = weft_cu_matmul_rows(op, NULL);
+    if (rows > INT_MAX || op->n > INT_MAX || op->k > INT_MAX || op->m * op->k > ((int64_t)1 << 40))
+      return weft_lane_report(l->dev->host, WEFT_ERR_UNSUPPORTED,
+                              "%s: matmul dimensions above 2^31-1 are not supported (m=%lld n=%lld k=%lld)", l->name,
+                              (long long)op->m, (long long)op->n, (long long)op->k);
+    if (!l->tensor && ((op->m + 127) / 128) * ((op->n + 127) / 128) > INT_MAX)
+      return weft_lane_report(l->dev->host, WEFT_ERR_UNSUPPORTED, "%s: matmul output too large for one grid",
+                              l->name);
+  }
+  return WEFT_OK;
+}
+
+static const weft_lane_vtable CUDA_VTABLE = {
+    WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), lane_describe, lane_destroy,  lane_alloc,
+    lane_free,             lane_upload,              lane_download, lane_supports, lane_run,
+    lane_scope_begin,      lane_scope_end,           lane_sync,     lane_flush,
+};
+
+/* -------------------------------------------------------------------------------------------- probe */
+
+static weft_status dev_init(weft_cu_dev *d, char *why, size_t why_len, char *blas_why, size_t blas_why_len) {
+  const weft_cuda_api *cu = d->cu;
+  CUresult r;
+#define TRY(call, what)                                                                                            \
+  if ((r = (call)) != CUDA_SUCCESS) {                                                                              \
+    const char *n_ = NULL;                                                                                         \
+    cu->cuGetErrorName(r, &n_);                                                                                    \
+    snprintf(why, why_len, "%s failed: %s", what, n_ ? n_ : "?");                                                  \
+    return WEFT_ERR_UNSUPPORTED;                                                                                   \
+  }
+  TRY(cu->cuDeviceGet(&d->device, d->ordinal), "cuDeviceGet");
+  TRY(cu->cuDeviceGetName(d->name, (int)sizeof d->name, d->device), "cuDeviceGetName");
+  TRY(cu->cuDeviceGetAttribute(&d->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->device),
+      "cuDeviceGetAttribute");
+  TRY(cu->cuDeviceGetAttribute(&d->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->device),
+      "cuDeviceGetAttribute");
+  TRY(cu->cuDeviceGetAttribute(&d->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->device), "cuDeviceGetAttribute");
+  TRY(cu->cuDeviceTotalMem(&d->total_mem, d->device), "cuDeviceTotalMem");
+  if (d->cc_major * 10 + d->cc_minor < 75) {
+    snprintf(why, why_len, "%s is compute capability %d.%d; weft's kernels need 7.5 or newer", d->name, d->cc_major,
+             d->cc_minor);
+    return WEFT_ERR_UNSUPPORTED;
+  }
+  TRY(cu->cuDevicePrimaryCtxRetain(&d->ctx, d->device), "creating the context (cuDevicePrimaryCtxRetain)");
+  TRY(cu->cuCtxSetCurrent(d->ctx), "cuCtxSetCurrent");
+  r = cu->cuModuleLoadData(&d->module, weft_cuda_fatbin);
+  if (r != CUDA_SUCCESS) {
+    const char *n = NULL;
+    cu->cuGetErrorName(r, &n);
+    snprintf(why, why_len,
+             "weft's kernels (built for sm_80/sm_90 with PTX for compute_75) do not load on %s (sm_%d%d): %s",
+             d->name, d->cc_major, d->cc_minor, n ? n : "?");
+    d->module = NULL;
+    return WEFT_ERR_UNSUPPORTED;
+  }
+  for (int k = 0; k < WEFT_CUK_COUNT; k++) TRY(cu->cuModuleGetFunction(&d->fn[k], d->module, kernel_names[k]), kernel_names[k]);
+  for (int s = 0; s < WEFT_CU_NSTREAMS; s++) {
+    TRY(cu->cuStreamCreate(&d->stream[s], CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    TRY(cu->cuEventCreate(&d->ev[s], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  }
+  for (int i = 0; i < WEFT_CU_SLOTS; i++) TRY(cu->cuEventCreate(&d->slot_ev[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  for (int i = 0; i < WEFT_CU_WB_CHUNKS; i++) {
+    TRY(cu->cuEventCreate(&d->wb_ev[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    TRY(cu->cuEventCreate(&d->chunk_ev[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  }
+#undef TRY
+  int dv = 0;
+  cu->cuDriverGetVersion(&dv);
+  snprintf(d->driver, sizeof d->driver, "CUDA driver %d.%d", dv / 1000, dv % 1000 / 10);
+
+  /* cuBLAS: the fp32 matmul and the whole tensor lane. Without it cuda:N stays, with exact kernels only. */
+  const char *bwhy = "";
+  const weft_cublas_api *bl = weft_cublas_api_load(&bwhy);
+  if (!bl) {
+    snprintf(blas_why, blas_why_len, "%s", bwhy);
+    return WEFT_OK;
+  }
+  cublasHandle_t h = NULL;
+  cublasStatus_t bs = bl->cublasCreate(&h);
+  if (bs != CUBLAS_STATUS_SUCCESS) {
+    snprintf(blas_why, blas_why_len, "cublasCreate failed: %s", bl->cublasGetStatusName(bs));
+    return WEFT_OK;
+  }
+  CUdeviceptr ws = 0;
+  if (cu->cuMemAlloc(&ws, WEFT_CU_BLAS_WORKSPACE) != CUDA_SUCCESS) ws = 0;
+  /* a workspace of our own lets cuBLAS be captured into graphs without allocating */
+  if (bl->cublasSetStream(h, d->stream[WEFT_CU_S_COMPUTE]) != CUBLAS_STATUS_SUCCESS ||
+      bl->cublasSetMathMode(h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS ||
+      (ws && bl->cublasSetWorkspace(h, (void *)(uintptr_t)ws, WEFT_CU_BLAS_WORKSPACE) != CUBLAS_STATUS_SUCCESS)) {
+    bl->cublasDestroy(h);
+    if (ws) cu->cuMemFree(ws);
+    snprintf(blas_why, blas_why_len, "cuBLAS could not be set up on this device's stream");
+    return WEFT_OK;
+  }
+  d->bl = bl;
+  d->blas = h;
+  d->blas_ws = ws;
+  int maj = 0, min = 0, pat = 0;
+  bl->cublasGetProperty(MAJOR_VERSION, &maj);
+  bl->cublasGetProperty(MINOR_VERSION, &min);
+  bl->cublasGetProperty(PATCH_LEVEL, &pat);
+  snprintf(d->driver + strlen(d->driver), sizeof d->driver - strlen(d->driver), ", cuBLAS %d.%d.%d", maj, min, pat);
+  return WEFT_OK;
+}
+
+static long env_long(const char *name, const char *prefix) {
+  const char *v = getenv(name);
+  if (!v) return 0;
+  size_t pl = strlen(prefix);
+  if (strncmp(v, prefix, pl) != 0) return 0;
+  return strtol(v + pl, NULL, 10);
+}
+
+weft_status weft_cuda_probe(const weft_probe_args *args, const weft_lane_sink *sink) {
+  const char *why = "";
+  const weft_cuda_api *cu = weft_cuda_api_load(&why);
+  if (!cu) {
+    sink->add_absent(sink->ctx, "cuda", why);
+    return WEFT_OK;
+  }
+  CUresult r = cu->cuInit(0);
+  int count = 0;
+  if (r == CUDA_SUCCESS) r = cu->cuDeviceGetCount(&count);
+  if (r != CUDA_SUCCESS || count == 0) {
+    const char *n = NULL;
+    if (r != CUDA_SUCCESS) cu->cuGetErrorName(r, &n);
+    char msg[256];
+    if (r != CUDA_SUCCESS)
+      snprintf(msg, sizeof msg, "the NVIDIA driver is installed but cuInit failed: %s (no usable GPU here?)",
+               n ? n : "?");
+    else snprintf(msg, sizeof msg, "the NVIDIA driver found no CUDA device");
+    sink->add_absent(sink->ctx, "cuda", msg);
+    return WEFT_OK;
+  }
+  for (int i = 0; i < count; i++) {
+    weft_cu_dev *d = calloc(1, sizeof *d);
+    if (!d) return WEFT_ERR_OUT_OF_MEMORY;
+    d->cu = cu;
+    d->host = args->host;
+    d->ordinal = i;
+    d->refs = 1;
+    d->mm_blocks = (int)env_long("WEFT_CUDA_MM_BLOCKS", "");
+    d->fault_at = env_long("WEFT_CUDA_FAULT", "trap:");
+    char name[32], why_dev[512] = "", why_blas[768] = "";
+    snprintf(name, sizeof name, "cuda:%d", i);
+    if (dev_init(d, why_dev, sizeof why_dev, why_blas, sizeof why_blas) != WEFT_OK) {
+      sink->add_absent(sink->ctx, name, why_dev);
+      dev_release(d);
+      continue;
+    }
+    weft_cu_lane *simt = calloc(1, sizeof *simt);
+    weft_cu_lane *tens = d->blas ? calloc(1, sizeof *tens) : NULL;
+    if (!simt || (d->blas && !tens)) {
+      free(simt), free(tens);
+      dev_release(d);
+      return WEFT_ERR_OUT_OF_MEMORY;
+    }
+    d->refs = tens ? 2 : 1;
+    double gib = (double)d->total_mem / (double)(1u << 30);
+    simt->dev = d;
+    snprintf(simt->name, sizeof simt->name, "cuda:%d", i);
+    snprintf(simt->details, sizeof simt->details,
+             "sm_%d%d, %d SMs, %.0f GiB; exact: own kernels (128x128 tiles, no FMA); fp32: %s; scopes as graphs",
+             d->cc_major, d->cc_minor, d->sms, gib, d->blas ? "cuBLAS sgemm" : "the exact kernels (no cuBLAS)");
+    if (!tens) {
+      char tname[40];
+      snprintf(tname, sizeof tname, "cuda:%d.tensor", i);
+      sink->add_absent(sink->ctx, tname, why_blas);
+    }
+    sink->add_lane(sink->ctx, &CUDA_VTABLE, simt);
+    if (tens) {
+      tens->dev = d;
+      tens->tensor = 1;
+      snprintf(tens->name, sizeof tens->name, "cuda:%d.tensor", i);
+      snprintf(tens->details, sizeof tens->details,
+               "sm_%d%d tensor units through cuBLAS: tf32 and bf16 inputs, fp32 accumulation; matmul only",
+               d->cc_major, d->cc_minor);
+      sink->add_lane(sink->ctx, &CUDA_VTABLE, tens);
+    }
+  }
+  return WEFT_OK;
+}

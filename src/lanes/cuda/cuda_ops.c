@@ -1,0 +1,366 @@
+/* cuda_ops.c - turning a validated op into launches: the exact matmul's tiling, the cuBLAS calls of the fp32,
+ * tf32 and bf16 paths, the elementwise, sum_rows and softmax kernels; and running a list of launches,
+ * directly or as a replayed CUDA graph. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+#define F4 ((int64_t)sizeof(float))
+
+static void item_kernel(weft_cu_item *it, int fn, uint64_t gx, uint32_t gy, uint32_t block) {
+  memset(it, 0, sizeof *it);
+  it->kind = WEFT_CU_IT_KERNEL;
+  it->fn = fn;
+  it->grid[0] = (uint32_t)(gx ? gx : 1), it->grid[1] = gy ? gy : 1, it->grid[2] = 1;
+  it->block[0] = block, it->block[1] = 1, it->block[2] = 1;
+}
+
+weft_status weft_cu_push(weft_cu_dev *d, const weft_cu_item *it) {
+  if (d->nitems == d->items_cap) {
+    size_t cap = d->items_cap ? d->items_cap * 2 : 64;
+    weft_cu_item *grown = realloc(d->items, cap * sizeof *grown);
+    if (!grown)
+      return weft_lane_report(d->host, WEFT_ERR_OUT_OF_MEMORY, "cuda:%d: out of host memory recording launches",
+                              d->ordinal);
+    d->items = grown;
+    d->items_cap = cap;
+  }
+  d->items[d->nitems++] = *it;
+  return WEFT_OK;
+}
+
+static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+/* A grid for a grid-stride loop over `count` units of `per_block`: enough blocks to fill the device. */
+static uint64_t stride_grid(const weft_cu_dev *d, uint64_t count, uint64_t per_block, uint64_t per_sm) {
+  uint64_t g = ceil_div(count, per_block), cap = (uint64_t)d->sms * per_sm;
+  return g < cap ? g : cap;
+}
+
+int64_t weft_cu_matmul_rows(const weft_op *op, int *out_splittable) {
+  /* a batch of a's sharing one b, a not transposed, is one tall matmul: [batch*m, k] . [k, n] */
+  int fold = op->batch > 1 && !op->trans_a && !op->b_batched && op->batch * op->m <= INT_MAX;
+  if (out_splittable) *out_splittable = op->batch == 1 || fold;
+  return fold ? op->batch * op->m : op->m;
+}
+
+/* The matmul as row-major pieces: pointers and leading dimensions of a sub-range of output rows. */
+typedef struct mm_view {
+  int64_t batch, rows, n, k;
+  int ta, tb;
+  int64_t a_off, c_off; /* element offsets of the first row */
+  int64_t lda, ldb, ldc, sa, sb, sc;
+} mm_view;
+
+static mm_view mm_plan(const weft_op *op, int64_t r0, int64_t r1) {
+  mm_view v;
+  int split;
+  int64_t rows = weft_cu_matmul_rows(op, &split);
+  int folded = rows != op->m;
+  v.batch = folded ? 1 : op->batch;
+  if (!split) r0 = 0, r1 = rows;
+  v.rows = r1 - r0, v.n = op->n, v.k = op->k;
+  v.ta = op->trans_a, v.tb = op->trans_b;
+  v.lda = op->trans_a ? op->m : op->k;
+  v.ldb = op->trans_b ? op->k : op->n;
+  v.ldc = op->n;
+  v.a_off = op->trans_a ? r0 : r0 * op->k;
+  v.c_off = r0 * op->n;
+  v.sa = op->m * op->k;
+  v.sb = op->b_batched ? op->k * op->n : 0;
+  v.sc = op->m * op->n;
+  return v;
+}
+
+static int aligned(uint64_t ptr, int64_t off, int64_t ld, int64_t stride, int64_t batch, int w) {
+  return ((ptr + (uint64_t)(off * F4)) % (uint64_t)(w * F4)) == 0 && ld % w == 0 && (batch <= 1 || stride % w == 0);
+}
+
+/* The exact kernel: 128x128 tiles when they fill the device, else 64x64; batches of more than 65535 in
+ * several launches (the grid's y limit). */
+static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t t128 = ceil_div((uint64_t)v->rows, 128) * ceil_div((uint64_t)v->n, 128) * (uint64_t)v->batch;
+  int big = t128 >= (uint64_t)d->sms;
+  int tile = big ? 128 : 64;
+  int idx = (v->ta ? 2 : 0) + (v->tb ? 1 : 0);
+  int fn = big ? WEFT_CUK_MM128_NN + idx : WEFT_CUK_MM64_NN + idx;
+  if (big && idx == 0 && d->mm_blocks == 1) fn = WEFT_CUK_MM128W_NN;
+  int la = tile * 8 / 256, hn = tile / 32;
+  weft_cu_mm_args m;
+  memset(&m, 0, sizeof m);
+  m.m = (int32_t)v->rows, m.n = (int32_t)v->n, m.k = (int32_t)v->k;
+  m.lda = (int32_t)v->lda, m.ldb = (int32_t)v->ldb, m.ldc = (int32_t)v->ldc;
+  m.sa = v->sa, m.sb = v->sb, m.sc = v->sc;
+  m.tiles_m = (int32_t)ceil_div((uint64_t)v->rows, (uint64_t)tile);
+  m.tiles_n = (int32_t)ceil_div((uint64_t)v->n, (uint64_t)tile);
+  m.group = 8;
+  m.vec_a = aligned(a, v->a_off, v->lda, v->sa, v->batch, la);
+  m.vec_b = aligned(b, 0, v->ldb, v->sb, v->batch, la);
+  m.vec_c = aligned(c, v->c_off, v->ldc, v->sc, v->batch, hn);
+  for (int64_t p0 = 0; p0 < v->batch; p0 += 65535) {
+    int64_t nb = v->batch - p0 < 65535 ? v->batch - p0 : 65535;
+    weft_cu_item it;
+    item_kernel(&it, fn, (uint64_t)m.tiles_m * (uint64_t)m.tiles_n, (uint32_t)nb, 256);
+    it.a.mm = m;
+    it.a.mm.a = a + (uint64_t)((v->a_off + p0 * v->sa) * F4);
+    it.a.mm.b = b + (uint64_t)(p0 * v->sb * F4);
+    it.a.mm.c = c + (uint64_t)((v->c_off + p0 * v->sc) * F4);
+    weft_status st = weft_cu_push(d, &it);
+    if (st != WEFT_OK) return st;
+  }
+  return WEFT_OK;
+}
+
+/* Row-major c = op(a) . op(b) is column-major c^T = op(b)^T . op(a)^T: cuBLAS gets b first. `esz` is the
+ * input element size (4 for fp32, 2 for bf16 copies). */
+static weft_cu_gemm gemm_of(const mm_view *v, uint64_t a, uint64_t b, uint64_t c, int64_t esz) {
+  weft_cu_gemm g;
+  memset(&g, 0, sizeof g);
+  g.opa = v->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  g.opb = v->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  g.m = (int32_t)v->n, g.n = (int32_t)v->rows, g.k = (int32_t)v->k;
+  g.a = b, g.lda = (int32_t)v->ldb, g.sa = v->sb;
+  g.b = a + (uint64_t)(v->a_off * esz), g.ldb = (int32_t)v->lda, g.sb = v->sa;
+  g.c = c + (uint64_t)(v->c_off * F4), g.ldc = (int32_t)v->ldc, g.sc = v->sc;
+  g.batch = (int32_t)v->batch;
+  return g;
+}
+
+/* The bf16 copy of a buffer, converted if its contents changed since the last conversion. */
+static weft_status bf16_of(weft_cu_dev *d, weft_cu_buf *b, uint64_t *out) {
+  if (!b->bf16) {
+    CUresult r = d->cu->cuMemAlloc(&b->bf16, b->bytes / 2 + 16);
+    if (r != CUDA_SUCCESS) {
+      b->bf16 = 0;
+      return weft_cu_check(d, r, "allocating a bf16 copy of an input");
+    }
+    b->bf16_gen = b->gen - 1;
+  }
+  if (b->bf16_gen != b->gen) {
+    int64_t count = (int64_t)(b->bytes / sizeof(float));
+    weft_cu_item it;
+    item_kernel(&it, WEFT_CUK_TO_BF16, stride_grid(d, (uint64_t)count, 256, 16), 1, 256);
+    it.a.cv.in = b->ptr, it.a.cv.out = b->bf16, it.a.cv.count = count;
+    weft_status st = weft_cu_push(d, &it);
+    if (st != WEFT_OK) return st;
+    b->bf16_gen = b->gen;
+  }
+  *out = b->bf16;
+  return WEFT_OK;
+}
+
+static weft_status emit_matmul(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t r1) {
+  weft_cu_dev *d = l->dev;
+  if (op->batch == 0) return WEFT_OK;
+  weft_cu_buf *A = op->in[0], *B = op->in[1], *C = op->out[0];
+  mm_view v = mm_plan(op, r0, r1);
+  if (v.rows <= 0) return WEFT_OK;
+  weft_cu_item it;
+  memset(&it, 0, sizeof it);
+  switch (op->contract) {
+  case WEFT_CONTRACT_EXACT:
+    return emit_exact_mm(d, &v, A->ptr, B->ptr, C->ptr);
+  case WEFT_CONTRACT_FP32:
+    if (!d->blas) return emit_exact_mm(d, &v, A->ptr, B->ptr, C->ptr); /* exact is a valid fp32 order */
+    it.kind = WEFT_CU_IT_SGEMM;
+    it.a.g = gemm_of(&v, A->ptr, B->ptr, C->ptr, F4);
+    return weft_cu_push(d, &it);
+  case WEFT_CONTRACT_TF32:
+    it.kind = WEFT_CU_IT_GEMMEX;
+    it.a.g = gemm_of(&v, A->ptr, B->ptr, C->ptr, F4);
+    it.a.g.atype = it.a.g.btype = CUDA_R_32F;
+    it.a.g.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    return weft_cu_push(d, &it);
+  case WEFT_CONTRACT_BF16: {
+    uint64_t a16, b16;
+    weft_status st = bf16_of(d, A, &a16);
+    if (st == WEFT_OK) st = bf16_of(d, B, &b16);
+    if (st != WEFT_OK) return st;
+    it.kind = WEFT_CU_IT_GEMMEX;
+    it.a.g = gemm_of(&v, a16, b16, C->ptr, 2);
+    it.a.g.atype = it.a.g.btype = CUDA_R_16BF;
+    it.a.g.compute = CUBLAS_COMPUTE_32F;
+    return weft_cu_push(d, &it);
+  }
+  default:
+    return weft_lane_report(d->host, WEFT_ERR_UNSUPPORTED, "%s: contract %d is not served here", l->name,
+                            (int)op->contract);
+  }
+}
+
+/* Device scratch of at least `bytes`; replacing it first runs and waits for launches that may use it. */
+static weft_status scratch(weft_cu_dev *d, size_t bytes, uint64_t *out) {
+  if (d->scratch_bytes < bytes) {
+    weft_status st = weft_cu_flush(d);
+    if (st == WEFT_OK) st = weft_cu_sync_all(d);
+    if (st != WEFT_OK) return st;
+    if (d->scratch) d->cu->cuMemFree(d->scratch);
+    d->scratch = 0, d->scratch_bytes = 0;
+    size_t want = bytes < ((size_t)1 << 16) ? ((size_t)1 << 16) : bytes;
+    CUresult r = d->cu->cuMemAlloc(&d->scratch, want);
+    if (r != CUDA_SUCCESS) {
+      d->scratch = 0;
+      return weft_cu_check(d, r, "allocating softmax scratch");
+    }
+    d->scratch_bytes = want;
+  }
+  *out = d->scratch;
+  return WEFT_OK;
+}
+
+weft_status weft_cu_emit(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t r1) {
+  weft_cu_dev *d = l->dev;
+  const weft_cu_buf *x = op->in[0], *y = op->in[1], *o = op->out[0], *o2 = op->out[1];
+  int64_t count = op->rows * op->cols;
+  weft_cu_item it;
+  switch (op->kind) {
+  case WEFT_OP_MATMUL:
+    return emit_matmul(l, op, r0, r1);
+  case WEFT_OP_ADD:
+  case WEFT_OP_RELU:
+  case WEFT_OP_RELU_BACKWARD:
+  case WEFT_OP_SCALE:
+  case WEFT_OP_AXPY: {
+    if (count == 0) return WEFT_OK;
+    static const int ew[] = {[WEFT_OP_ADD] = WEFT_CU_EW_ADD, [WEFT_OP_RELU] = WEFT_CU_EW_RELU,
+                             [WEFT_OP_RELU_BACKWARD] = WEFT_CU_EW_RELU_BACKWARD, [WEFT_OP_SCALE] = WEFT_CU_EW_SCALE,
+                             [WEFT_OP_AXPY] = WEFT_CU_EW_AXPY};
+    item_kernel(&it, WEFT_CUK_ELEMENTWISE, stride_grid(d, (uint64_t)count, 256, 32), 1, 256);
+    it.a.ew.x = x->ptr, it.a.ew.y = y ? y->ptr : 0, it.a.ew.out = o->ptr;
+    it.a.ew.count = count, it.a.ew.cols = op->cols;
+    it.a.ew.op = ew[op->kind], it.a.ew.y_broadcast = op->y_broadcast, it.a.ew.alpha = op->alpha;
+    return weft_cu_push(d, &it);
+  }
+  case WEFT_OP_SUM_ROWS:
+    if (op->cols == 0) return WEFT_OK;
+    item_kernel(&it, WEFT_CUK_SUM_ROWS, stride_grid(d, (uint64_t)op->cols, 8, 16), 1, 256);
+    it.a.sr.x = x->ptr, it.a.sr.out = o->ptr, it.a.sr.rows = op->rows, it.a.sr.cols = op->cols;
+    return weft_cu_push(d, &it);
+  case WEFT_OP_SOFTMAX_XENT: {
+    uint64_t rl = 0;
+    if (o) {
+      weft_status st = scratch(d, (size_t)op->rows * sizeof(float), &rl);
+      if (st != WEFT_OK) return st;
+    }
+    item_kernel(&it, WEFT_CUK_SOFTMAX_ROWS, stride_grid(d, (uint64_t)op->rows, 8, 64), 1, 256);
+    it.a.sx.z = x->ptr, it.a.sx.t = y->ptr, it.a.sx.grad = o2 ? o2->ptr : 0, it.a.sx.row_loss = rl;
+    it.a.sx.loss = o ? o->ptr : 0, it.a.sx.rows = op->rows, it.a.sx.cols = op->cols, it.a.sx.inv_rows = op->inv_rows;
+    weft_status st = weft_cu_push(d, &it);
+    if (st != WEFT_OK || !o) return st;
+    weft_cu_sx_args sx = it.a.sx;
+    item_kernel(&it, WEFT_CUK_SOFTMAX_LOSS, 1, 1, 32);
+    it.a.sx = sx;
+    return weft_cu_push(d, &it);
+  }
+  default:
+    return weft_lane_report(d->host, WEFT_ERR_UNSUPPORTED, "%s: op %s is not implemented here", l->name,
+                            weft_op_kind_str(op->kind));
+  }
+}
+
+static weft_status launch_one(weft_cu_dev *d, const weft_cu_item *it) {
+  CUstream s = d->stream[WEFT_CU_S_COMPUTE];
+  if (it->kind == WEFT_CU_IT_KERNEL) {
+    void *params[1] = {(void *)&it->a};
+    CUresult r = d->cu->cuLaunchKernel(d->fn[it->fn], it->grid[0], it->grid[1], it->grid[2], it->block[0],
+                                       it->block[1], it->block[2], 0, s, it->fn == WEFT_CUK_TRAP ? NULL : params,
+                                       NULL);
+    return r == CUDA_SUCCESS ? WEFT_OK : weft_cu_check(d, r, "launching a kernel");
+  }
+  const weft_cu_gemm *g = &it->a.g;
+  const float one = 1.0f, zero = 0.0f;
+  cublasStatus_t bs;
+  if (it->kind == WEFT_CU_IT_SGEMM)
+    bs = d->bl->cublasSgemmStridedBatched(d->blas, (cublasOperation_t)g->opa, (cublasOperation_t)g->opb, g->m, g->n,
+                                          g->k, &one, (const float *)(uintptr_t)g->a, g->lda, g->sa,
+                                          (const float *)(uintptr_t)g->b, g->ldb, g->sb, &zero,
+                                          (float *)(uintptr_t)g->c, g->ldc, g->sc, g->batch);
+  else
+    bs = d->bl->cublasGemmStridedBatchedEx(d->blas, (cublasOperation_t)g->opa, (cublasOperation_t)g->opb, g->m, g->n,
+                                           g->k, &one, (const void *)(uintptr_t)g->a, (cudaDataType)g->atype, g->lda,
+                                           g->sa, (const void *)(uintptr_t)g->b, (cudaDataType)g->btype, g->ldb,
+                                           g->sb, &zero, (void *)(uintptr_t)g->c, CUDA_R_32F, g->ldc, g->sc, g->batch,
+                                           (cublasComputeType_t)g->compute, CUBLAS_GEMM_DEFAULT_TENSOR_OP);
+  return bs == CUBLAS_STATUS_SUCCESS ? WEFT_OK : weft_cu_blas_check(d, bs, "cuBLAS gemm");
+}
+
+weft_status weft_cu_launch(weft_cu_dev *d, const weft_cu_item *items, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    weft_status st = launch_one(d, &items[i]);
+    if (st != WEFT_OK) return st;
+  }
+  return WEFT_OK;
+}
+
+/* Captures the items into a graph and instantiates it; 0 when the driver would not (then they run direct). */
+static int capture(weft_cu_dev *d, weft_cu_graph *g) {
+  const weft_cuda_api *cu = d->cu;
+  CUstream s = d->stream[WEFT_CU_S_COMPUTE];
+  if (cu->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED) != CUDA_SUCCESS) return 0;
+  int ok = 1;
+  for (size_t i = 0; i < g->n && ok; i++) {
+    const weft_cu_item *it = &g->items[i];
+    if (it->kind == WEFT_CU_IT_KERNEL) {
+      void *params[1] = {(void *)&it->a};
+      ok = cu->cuLaunchKernel(d->fn[it->fn], it->grid[0], it->grid[1], it->grid[2], it->block[0], it->block[1],
+                              it->block[2], 0, s, params, NULL) == CUDA_SUCCESS;
+    } else {
+      /* cuBLAS reports through its own status; a failed capture shows at EndCapture */
+      ok = launch_one(d, it) == WEFT_OK;
+    }
+  }
+  CUgraph graph = NULL;
+  CUresult r = cu->cuStreamEndCapture(s, &graph);
+  ok = ok && r == CUDA_SUCCESS && graph;
+  CUgraphExec exec = NULL;
+  if (ok) ok = cu->cuGraphInstantiate(&exec, graph, 0) == CUDA_SUCCESS;
+  if (graph) cu->cuGraphDestroy(graph);
+  if (!ok) return 0;
+  g->exec = exec;
+  return 1;
+}
+
+weft_status weft_cu_flush(weft_cu_dev *d) {
+  size_t n = d->nitems;
+  if (n == 0) return WEFT_OK;
+  d->nitems = 0;
+  weft_status st = weft_cu_order(d, WEFT_CU_S_COMPUTE, WEFT_CU_S_H2D);
+  if (st == WEFT_OK && d->wait_d2h) st = weft_cu_order(d, WEFT_CU_S_COMPUTE, WEFT_CU_S_D2H);
+  d->wait_d2h = 0;
+  if (st != WEFT_OK) return st;
+  d->work[WEFT_CU_S_COMPUTE]++;
+  if (n < 2) return weft_cu_launch(d, d->items, n);
+  /* A sequence run before is replayed from its graph (captured on its second run); a new one runs directly
+   * and is remembered. */
+  weft_cu_graph *hit = NULL, *victim = &d->graphs[0];
+  for (int i = 0; i < WEFT_CU_GRAPHS; i++) {
+    weft_cu_graph *g = &d->graphs[i];
+    if (g->items && g->n == n && memcmp(g->items, d->items, n * sizeof *d->items) == 0) {
+      hit = g;
+      break;
+    }
+    if (!g->items || g->used < victim->used) victim = g;
+  }
+  d->graph_clock++;
+  if (hit) {
+    hit->used = d->graph_clock;
+    if (!hit->exec && !hit->no_graph && !capture(d, hit)) hit->no_graph = 1;
+    if (hit->exec) {
+      CUresult r = d->cu->cuGraphLaunch(hit->exec, d->stream[WEFT_CU_S_COMPUTE]);
+      return r == CUDA_SUCCESS ? WEFT_OK : weft_cu_check(d, r, "launching a graph");
+    }
+    return weft_cu_launch(d, d->items, n);
+  }
+  if (victim->exec) d->cu->cuGraphExecDestroy(victim->exec);
+  free(victim->items);
+  memset(victim, 0, sizeof *victim);
+  victim->items = malloc(n * sizeof *d->items);
+  if (victim->items) {
+    memcpy(victim->items, d->items, n * sizeof *d->items);
+    victim->n = n;
+    victim->used = d->graph_clock;
+  }
+  return weft_cu_launch(d, d->items, n);
+}

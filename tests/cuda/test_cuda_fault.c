@@ -1,0 +1,81 @@
+/* test_cuda_fault.c - a GPU fault is a status, not a crash. WEFT_CUDA_FAULT=trap:2 makes the lane's second
+ * op launch a kernel that traps, which leaves the CUDA context unusable as an illegal memory access would.
+ * Then: the read of that op's result returns WEFT_ERR_LANE_FAILED with a message, both lanes of the GPU
+ * leave the fabric (weft_lane_info.failed), ops pinned to them fail the same way, ops the router places
+ * (WEFT_LANE_AUTO) run on the CPU with correct results, and closing the fabric is clean.
+ * Skips (and passes) without a GPU, after checking that weft says why the lanes are absent. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tutil.h"
+#include "weft.h"
+
+int main(void) {
+  double start = tu_now();
+  setenv("WEFT_CUDA_FAULT", "trap:2", 1);
+  weft_fabric_desc desc = WEFT_FABRIC_DESC_INIT;
+  desc.calibration = WEFT_CALIBRATION_OFF;
+  desc.lanes = "cpu,cuda";
+  weft_fabric *f = NULL;
+  TU_CHECK(weft_fabric_open(&desc, &f) == WEFT_OK, "open: %s", weft_open_error());
+  if (!f) return tu_finish("cuda_fault", start);
+  size_t cu, cut = (size_t)-1, cpu = 0;
+  if (weft_fabric_lane_find(f, "cuda:0", &cu) != WEFT_OK) {
+    int said = 0;
+    for (size_t i = 0; i < weft_fabric_absent_count(f); i++) {
+      const char *name, *why;
+      weft_fabric_absent_info(f, i, &name, &why);
+      if (strncmp(name, "cuda", 4) == 0) said = why && strlen(why) > 10, printf("SKIP: %s is absent: %s\n", name, why);
+    }
+    TU_CHECK(said, "the CUDA lanes are missing from the fabric and from its absent list");
+    weft_fabric_close(f);
+    return tu_finish("cuda_fault", start);
+  }
+  weft_fabric_lane_find(f, "cpu", &cpu);
+  int has_tensor = weft_fabric_lane_find(f, "cuda:0.tensor", &cut) == WEFT_OK;
+
+  float x[256], y[256];
+  for (int i = 0; i < 256; i++) x[i] = (float)(i % 17) - 8.0f;
+  int64_t d[2] = {16, 16};
+  weft_tensor *X, *Y, *Z;
+  weft_tensor_create(f, 2, d, x, &X);
+  weft_tensor_create(f, 2, d, NULL, &Y);
+  weft_tensor_create(f, 2, d, NULL, &Z);
+  weft_op_desc g = {WEFT_CONTRACT_EXACT, (int)cu};
+  TU_CHECK(weft_op_relu(f, &g, X, Y) == WEFT_OK, "first op: %s", weft_fabric_last_error(f));
+  TU_CHECK(weft_tensor_read(Y, y, 256) == WEFT_OK, "first read: %s", weft_fabric_last_error(f));
+  TU_CHECK(y[0] == 0.0f && y[15] == 7.0f, "first op's result %g %g", y[0], y[15]);
+
+  /* the second op traps; the fault shows when its result is needed */
+  weft_status st = weft_op_scale(f, &g, 2.0f, Y, Z);
+  if (st == WEFT_OK) st = weft_tensor_read(Z, y, 256);
+  TU_STATUS(st, WEFT_ERR_LANE_FAILED, "reading the result of a trapped kernel");
+  TU_CHECK(tu_contains(weft_fabric_last_error(f), "cuda:0"), "message names the lane: %s", weft_fabric_last_error(f));
+  printf("reported: %s\n", weft_fabric_last_error(f));
+  weft_lane_info info;
+  weft_fabric_lane_info(f, cu, &info);
+  TU_CHECK(info.failed, "cuda:0 is marked failed");
+  TU_STATUS(weft_op_relu(f, &g, X, Y), WEFT_ERR_LANE_FAILED, "an op pinned to the failed lane");
+  if (has_tensor) {
+    weft_op_desc t = {WEFT_CONTRACT_TF32, (int)cut};
+    st = weft_op_matmul(f, &t, X, 0, X, 0, Z);
+    if (st == WEFT_OK) st = weft_tensor_read(Z, y, 256);
+    TU_STATUS(st, WEFT_ERR_LANE_FAILED, "the same GPU's tensor lane");
+    weft_fabric_lane_info(f, cut, &info);
+    TU_CHECK(info.failed, "cuda:0.tensor is marked failed");
+  }
+  /* The router leaves failed lanes out: the fabric goes on, on the CPU. X still has its host copy. */
+  weft_op_desc a = WEFT_OP_DESC_INIT;
+  weft_tensor *W;
+  weft_tensor_create(f, 2, d, NULL, &W);
+  TU_CHECK(weft_op_scale(f, &a, 3.0f, X, W) == WEFT_OK, "auto-routed op after the failure: %s", weft_fabric_last_error(f));
+  TU_CHECK(weft_fabric_last_lane(f) == (int)cpu, "the op ran on lane %d, not the CPU", weft_fabric_last_lane(f));
+  TU_CHECK(weft_tensor_read(W, y, 256) == WEFT_OK, "read: %s", weft_fabric_last_error(f));
+  int bad = 0;
+  for (int i = 0; i < 256; i++) bad += y[i] != 3.0f * x[i];
+  TU_CHECK(bad == 0, "%d wrong elements after the failure", bad);
+  TU_STATUS(weft_fabric_sync(f), WEFT_OK, "sync skips failed lanes");
+  weft_fabric_close(f);
+  return tu_finish("cuda_fault", start);
+}
