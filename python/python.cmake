@@ -15,15 +15,36 @@ if(BUILD_TESTING AND WEFT_PYTHON)
       "XDG_CACHE_HOME=${CMAKE_CURRENT_BINARY_DIR}/python-cache" # calibration caches stay in the build tree
       "PYTHONDONTWRITEBYTECODE=1")
   if(WEFT_SANITIZE)
-    # The library carries ASan, which must be the first library of the process: preload the runtimes into
-    # the interpreter. Python itself leaks by design at exit, so leak checking is off for this test.
-    execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so OUTPUT_VARIABLE _weft_asan
-                    OUTPUT_STRIP_TRAILING_WHITESPACE)
-    execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libubsan.so OUTPUT_VARIABLE _weft_ubsan
-                    OUTPUT_STRIP_TRAILING_WHITESPACE)
-    list(APPEND _weft_py_env "LD_PRELOAD=${_weft_asan}:${_weft_ubsan}" "ASAN_OPTIONS=detect_leaks=0")
+    # The library carries ASan, whose runtime must be the first library of the process: preload it into the
+    # interpreter. Python itself leaks by design at exit, so leak checking is off for this test.
+    if(CMAKE_C_COMPILER_ID STREQUAL "GNU")
+      set(_weft_runtimes libasan.so libubsan.so)
+    elseif(CMAKE_C_COMPILER_ID MATCHES "Clang")
+      set(_weft_runtimes libclang_rt.asan-${CMAKE_SYSTEM_PROCESSOR}.so) # UBSan's handlers are in it
+    else()
+      set(_weft_runtimes)
+    endif()
+    set(_weft_preload "")
+    foreach(_rt ${_weft_runtimes})
+      execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=${_rt} OUTPUT_VARIABLE _path
+                      OUTPUT_STRIP_TRAILING_WHITESPACE)
+      if(IS_ABSOLUTE "${_path}" AND EXISTS "${_path}")
+        list(APPEND _weft_preload "${_path}")
+      else()
+        set(_weft_py_skip "the sanitizer runtime ${_rt} was not found, so python cannot load the ASan library")
+      endif()
+    endforeach()
+    if(NOT _weft_runtimes)
+      set(_weft_py_skip "no known sanitizer runtime to preload for ${CMAKE_C_COMPILER_ID}")
+    endif()
+    string(REPLACE ";" ":" _weft_preload "${_weft_preload}")
+    list(APPEND _weft_py_env "LD_PRELOAD=${_weft_preload}" "ASAN_OPTIONS=detect_leaks=0")
   endif()
-  add_test(NAME python COMMAND ${WEFT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/tests/run_tests.py)
+  if(_weft_py_skip)
+    add_test(NAME python COMMAND ${WEFT_PYTHON} -c "import sys; print('skipped: ${_weft_py_skip}'); sys.exit(77)")
+  else()
+    add_test(NAME python COMMAND ${WEFT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/tests/run_tests.py)
+  endif()
   set_tests_properties(python PROPERTIES ENVIRONMENT "${_weft_py_env}" SKIP_RETURN_CODE 77 TIMEOUT 900)
 endif()
 
