@@ -67,7 +67,7 @@ static double time_matmul(weft_tensor *a, weft_tensor *b, weft_tensor *c, weft_c
 
 typedef struct row {
   int n;
-  double exact, fp32, t88, t44;
+  double exact, fp32, t88, t44, t88k16;
   int checked, same;
 } row;
 
@@ -112,6 +112,8 @@ static void bench_matmul(int n, int sweep, double budget, int check, row *out) {
     out->t88 = flop / time_matmul(a, b, c, WEFT_CONTRACT_EXACT, budget) * 1e-12;
     weft_vk_force_matmul_kernel = 3;
     out->t44 = flop / time_matmul(a, b, c, WEFT_CONTRACT_EXACT, budget) * 1e-12;
+    weft_vk_force_matmul_kernel = 4;
+    out->t88k16 = flop / time_matmul(a, b, c, WEFT_CONTRACT_EXACT, budget) * 1e-12;
     weft_vk_force_matmul_kernel = 0;
   }
   weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(c);
@@ -227,8 +229,9 @@ int main(int argc, char **argv) {
   row rows[16];
   for (int i = 0; i < nsizes; i++) {
     bench_matmul(sizes[i], sweep, budget, i == 0, &rows[i]);
-    printf("matmul n=%d: exact %.2f TFLOP/s, fp32 %.2f TFLOP/s", rows[i].n, rows[i].exact, rows[i].fp32);
-    if (sweep) printf(" (exact tiles: 128x128 %.2f, 64x64 %.2f)", rows[i].t88, rows[i].t44);
+    printf("matmul n=%d: exact %.4g TFLOP/s, fp32 %.4g TFLOP/s", rows[i].n, rows[i].exact, rows[i].fp32);
+    if (sweep)
+      printf(" (exact tiles: 128x128 %.4g, 64x64 %.4g, 128x128 k16 %.4g)", rows[i].t88, rows[i].t44, rows[i].t88k16);
     if (rows[i].checked) printf("; exact result %s the CPU lane's", rows[i].same ? "bit-identical to" : "DIFFERS from");
     printf("\n");
     fflush(stdout);
@@ -238,10 +241,11 @@ int main(int argc, char **argv) {
 
   printf("\n| figure | value |\n|---|---|\n");
   for (int i = 0; i < nsizes; i++) {
-    printf("| exact matmul n=%d, device-resident | %.2f TFLOP/s |\n", rows[i].n, rows[i].exact);
-    printf("| fp32 matmul n=%d, device-resident | %.2f TFLOP/s |\n", rows[i].n, rows[i].fp32);
+    printf("| exact matmul n=%d, device-resident | %.4g TFLOP/s |\n", rows[i].n, rows[i].exact);
+    printf("| fp32 matmul n=%d, device-resident | %.4g TFLOP/s |\n", rows[i].n, rows[i].fp32);
     if (sweep)
-      printf("| exact n=%d by tile: 128x128 / 64x64 | %.2f / %.2f TFLOP/s |\n", rows[i].n, rows[i].t88, rows[i].t44);
+      printf("| exact n=%d by tile: 128x128 / 64x64 / 128x128 k16 | %.4g / %.4g / %.4g TFLOP/s |\n", rows[i].n,
+             rows[i].t88, rows[i].t44, rows[i].t88k16);
   }
   if (nsizes && rows[0].checked)
     printf("| exact n=%d vs CPU lane | %s |\n", rows[0].n, rows[0].same ? "bit-identical" : "DIFFERENT");

@@ -20,7 +20,7 @@ int main(void) {
   TU_CHECK(tu_contains(info.details, "largest binding 1 KiB (capped by vulkan_max_binding)"),
            "the details show the forced cap: %s", info.details);
 
-  for (int kern = 0; kern <= 3; kern++) {
+  for (int kern = 0; kern <= 4; kern++) {
     weft_vk_force_matmul_kernel = kern;
     for (int t = 0; t < 4; t++) {
       int ta = t & 1, tb = t >> 1;

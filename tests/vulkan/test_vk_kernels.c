@@ -19,8 +19,8 @@ static const struct {
 };
 
 static void kernels(weft_fabric *f, int lane, tu_rng *r) {
-  static const char *NAMES[] = {"automatic", "simple", "tiled 128x128", "tiled 64x64"};
-  for (int kern = 0; kern <= 3; kern++) {
+  static const char *NAMES[] = {"automatic", "simple", "tiled 128x128", "tiled 64x64", "tiled 128x128 k16"};
+  for (int kern = 0; kern <= 4; kern++) {
     weft_vk_force_matmul_kernel = kern;
     long before = tu_failures;
     for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++)

@@ -136,6 +136,7 @@ enum {
   VK_SH_MATMUL_SIMPLE,
   VK_SH_MATMUL_T88,
   VK_SH_MATMUL_T44,
+  VK_SH_MATMUL_T88K16,
   VK_SH_MATMUL_T88_FP32,
   VK_SH_MATMUL_T44_FP32,
   VK_SH_COUNT
@@ -214,7 +215,7 @@ weft_status weft_vk_ops_supports(weft_vk_lane *l, const weft_op *op);
 weft_status weft_vk_ops_run(weft_vk_lane *l, const weft_op *op);
 
 /* Test and benchmark hooks (process-wide, not part of the API): pin the matmul kernel (0 automatic,
- * 1 simple, 2 tiled 8x8, 3 tiled 4x4) and turn push descriptors off to exercise the descriptor-pool path. */
+ * 1 simple, 2 tiled 128x128, 3 tiled 64x64, 4 tiled 128x128 with k steps of 16) and turn push descriptors off to exercise the descriptor-pool path. */
 extern int weft_vk_force_matmul_kernel;
 extern int weft_vk_disable_push_descriptors;
 

@@ -19,6 +19,7 @@ SPV(softmax_loss)
 SPV(matmul_simple)
 SPV(matmul_t88)
 SPV(matmul_t44)
+SPV(matmul_t88k16)
 SPV(matmul_t88_fp32)
 SPV(matmul_t44_fp32)
 #undef SPV
@@ -35,6 +36,7 @@ static const struct {
     {"matmul (simple)", weft_vk_spv_matmul_simple, &weft_vk_spv_matmul_simple_size},
     {"matmul (tiled 128x128)", weft_vk_spv_matmul_t88, &weft_vk_spv_matmul_t88_size},
     {"matmul (tiled 64x64)", weft_vk_spv_matmul_t44, &weft_vk_spv_matmul_t44_size},
+    {"matmul (tiled 128x128, k by 16)", weft_vk_spv_matmul_t88k16, &weft_vk_spv_matmul_t88k16_size},
     {"matmul fp32 (tiled 128x128)", weft_vk_spv_matmul_t88_fp32, &weft_vk_spv_matmul_t88_fp32_size},
     {"matmul fp32 (tiled 64x64)", weft_vk_spv_matmul_t44_fp32, &weft_vk_spv_matmul_t44_fp32_size},
 };
@@ -414,12 +416,12 @@ typedef struct mm_pc {
   uint32_t M, N, K, lda, ldb, ldc, base_a, base_b, base_c, stride_a, stride_b, stride_c, flags;
 } mm_pc;
 
-enum { MM_SIMPLE = 1, MM_T88 = 2, MM_T44 = 3 };
+enum { MM_SIMPLE = 1, MM_T88 = 2, MM_T44 = 3, MM_T88K16 = 4 };
 
 /* Which kernel a block of mc x nc (x cnt batch entries) gets. Tiles need enough of them to fill a GPU;
  * below 16 rows or columns most of a tile would idle, and the one-thread-per-element kernel wins. */
 static int pick_matmul(uint64_t mc, uint64_t nc, uint64_t cnt) {
-  if (weft_vk_force_matmul_kernel >= MM_SIMPLE && weft_vk_force_matmul_kernel <= MM_T44)
+  if (weft_vk_force_matmul_kernel >= MM_SIMPLE && weft_vk_force_matmul_kernel <= MM_T88K16)
     return weft_vk_force_matmul_kernel;
   if (mc < 16 || nc < 16) return MM_SIMPLE;
   if (ceil_div(mc, 128) * ceil_div(nc, 128) * cnt >= 128) return MM_T88;
@@ -491,9 +493,10 @@ static weft_status run_matmul(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
                       pc.base_b % 4 == 0 && pc.base_c % 4 == 0 && pc.stride_a % 4 == 0 && pc.stride_b % 4 == 0 &&
                       pc.stride_c % 4 == 0 && (ta ? mc : kcc) % 4 == 0 && (tb ? kcc : nc) % 4 == 0 && nc % 4 == 0;
             int fp32 = op->contract != WEFT_CONTRACT_EXACT;
-            int s = kern == MM_T88 ? (fp32 ? VK_SH_MATMUL_T88_FP32 : VK_SH_MATMUL_T88)
-                                   : (fp32 ? VK_SH_MATMUL_T44_FP32 : VK_SH_MATMUL_T44);
-            uint32_t bm = kern == MM_T88 ? 128 : 64;
+            int s = kern == MM_T44 ? (fp32 ? VK_SH_MATMUL_T44_FP32 : VK_SH_MATMUL_T44)
+                    : kern == MM_T88K16 && !fp32 ? VK_SH_MATMUL_T88K16
+                                                 : (fp32 ? VK_SH_MATMUL_T88_FP32 : VK_SH_MATMUL_T88);
+            uint32_t bm = kern == MM_T44 ? 64 : 128;
             st = get_pipe(l, s, (uint32_t)ta, (uint32_t)tb, (uint32_t)vec, &pipe);
             gx = (uint32_t)ceil_div(nc, bm), gy = (uint32_t)ceil_div(mc, bm);
           }

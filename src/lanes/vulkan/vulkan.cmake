@@ -80,6 +80,7 @@ weft_vulkan_shader(softmax_loss softmax_loss.comp EXACT)
 weft_vulkan_shader(matmul_simple matmul_simple.comp EXACT)
 weft_vulkan_shader(matmul_t88 matmul_tiled.comp EXACT TM=8 TN=8)
 weft_vulkan_shader(matmul_t44 matmul_tiled.comp EXACT TM=4 TN=4)
+weft_vulkan_shader(matmul_t88k16 matmul_tiled.comp EXACT TM=8 TN=8 BK=16)
 weft_vulkan_shader(matmul_t88_fp32 matmul_tiled.comp FP32 TM=8 TN=8 WEFT_FP32=1)
 weft_vulkan_shader(matmul_t44_fp32 matmul_tiled.comp FP32 TM=4 TN=4 WEFT_FP32=1)
 

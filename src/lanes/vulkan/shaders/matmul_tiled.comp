@@ -20,7 +20,9 @@
 #ifndef TN
 #define TN 8
 #endif
+#ifndef BK
 #define BK 8
+#endif
 #define BM (16 * TM)
 #define BN (16 * TN)
 #ifdef WEFT_FP32
