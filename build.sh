@@ -13,11 +13,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 
 # The toolchain and cJSON; the Vulkan lane's headers, shader compiler and lavapipe (the CPU Vulkan driver,
 # so the Vulkan lane is built and tested even on a machine without a GPU); BLAS libraries bench/ compares
-# against.
+# against; numpy, pytest and scikit-learn (the digits) for the Python package's tests.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config libcjson-dev
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-tools
   libopenblas-dev libdnnl-dev
+  python3-numpy python3-pytest python3-sklearn
 )
 JOBS=$(nproc 2>/dev/null || echo 2)
 
