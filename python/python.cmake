@@ -12,7 +12,6 @@ set(WEFT_PYTHON "${_weft_python_default}" CACHE FILEPATH "Python interpreter the
 if(BUILD_TESTING AND WEFT_PYTHON)
   set(_weft_py_env
       "WEFT_LIBRARY=$<TARGET_FILE:weft>"
-      "XDG_CACHE_HOME=${CMAKE_CURRENT_BINARY_DIR}/python-cache" # calibration caches stay in the build tree
       "PYTHONDONTWRITEBYTECODE=1")
   if(WEFT_SANITIZE)
     # The library carries ASan, whose runtime must be the first library of the process: preload it into the

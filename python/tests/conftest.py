@@ -1,10 +1,18 @@
 """Shared fixtures: one fabric over every lane (calibration off, so nothing is measured or written), and the
 lanes of it that honour the exact contract, each test op run pinned to every one of them and routed."""
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
+
+# The default fabric calibrates (calibration "auto") and writes weft's cache: never into the user's home.
+_cache = tempfile.mkdtemp(prefix="weft-pytest-cache-")
+os.environ["XDG_CACHE_HOME"] = _cache
+atexit.register(shutil.rmtree, _cache, True)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # python/: the package
 
