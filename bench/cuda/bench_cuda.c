@@ -5,7 +5,8 @@
  *   4. 100 tiny ops in one scope against launch + synchronise per op;
  *   5. the CPU / GPU crossover from host arrays, measured and as the calibrated router predicts it.
  * Every figure is also printed as "RESULT <key> <value>" for bench/cuda/summary.py.
- * Usage: bench_cuda [--quick]   (--quick: smaller sizes, for a machine without a fast GPU) */
+ * Usage: bench_cuda [--quick | --exact]   (--quick: smaller sizes, for a machine without a fast GPU; --exact:
+ * only the resident exact matmul, to compare kernel variants) */
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <dlfcn.h>
@@ -318,6 +319,7 @@ static void crossover(int quick) {
 
 int main(int argc, char **argv) {
   int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  int exact_only = argc > 1 && strcmp(argv[1], "--exact") == 0;
   weft_fabric_desc desc = WEFT_FABRIC_DESC_INIT;
   desc.lanes = "cpu,cuda";
   desc.calibration = WEFT_CALIBRATION_OFF;
@@ -358,6 +360,10 @@ int main(int argc, char **argv) {
     char key[64];
     snprintf(key, sizeof key, "exact_tflops_%lld", (long long)n);
     result(key, tf);
+  }
+  if (exact_only) {
+    weft_fabric_close(F);
+    return 0;
   }
   int64_t nb = quick ? 1024 : 4096;
   double t32 = resident_mm(lane_cu, WEFT_CONTRACT_FP32, nb, 10);

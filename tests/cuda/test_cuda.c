@@ -272,8 +272,10 @@ static void test_stream_back(weft_fabric *f) {
       }
       same_as(C, Cc, round == 0 ? "streamed-back matmul" : round == 1 ? "matmul then scale on the lane"
                                                                       : "streamed-back matmul after a host write");
+      /* new inputs from the host, both of them: the next matmul streams its result back again */
       for (size_t e = 0; e < (size_t)(m * k); e += 7) a[e] = -a[e];
       weft_tensor_write(A, a, (size_t)(m * k));
+      weft_tensor_write(B, b, (size_t)(k * n));
     }
     weft_tensor_destroy(A), weft_tensor_destroy(B), weft_tensor_destroy(C), weft_tensor_destroy(Cc);
     free(a), free(b);

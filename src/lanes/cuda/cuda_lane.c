@@ -329,7 +329,7 @@ static void lane_free(void *self, weft_buffer *buffer) {
   if (!b) return;
   wb_drop(d, b);
   /* recorded or running work may still use it; a failed device has nothing left to wait for */
-  if (enter(d) == WEFT_OK && weft_cu_flush(d) == WEFT_OK) weft_cu_sync_all(d);
+  if (!d->failed && enter(d) == WEFT_OK && weft_cu_flush(d) == WEFT_OK) weft_cu_sync_all(d);
   if (!d->failed) {
     d->cu->cuMemFree(b->ptr);
     if (b->bf16) d->cu->cuMemFree(b->bf16);
@@ -484,6 +484,15 @@ static weft_status run_stream_back(weft_cu_lane *l, const weft_op *op, int nchun
   return WEFT_OK;
 }
 
+/* Inputs an op has read are no longer "fresh from the host": a matmul over them again (a resident loop,
+ * calibration's repeats) is device work whose result need not be streamed home. */
+static void consume_inputs(const weft_op *op) {
+  for (int i = 0; i < 2; i++) {
+    weft_cu_buf *b = op->in[i];
+    if (b) b->from_host = 0;
+  }
+}
+
 static weft_status lane_run(void *self, const weft_op *op) {
   weft_cu_lane *l = self;
   weft_cu_dev *d = l->dev;
@@ -502,7 +511,10 @@ static weft_status lane_run(void *self, const weft_op *op) {
   int nchunks;
   if (d->nitems == 0 && plan_stream_back(l, op, &rows, &nchunks, bounds)) {
     st = run_stream_back(l, op, nchunks, bounds);
-    if (st != WEFT_ERR_UNSUPPORTED) return st;
+    if (st != WEFT_ERR_UNSUPPORTED) {
+      consume_inputs(op);
+      return st;
+    }
   }
   /* an op writing the buffer that is streaming home must wait for that copy */
   for (int o = 0; o < 2; o++)
@@ -512,6 +524,7 @@ static weft_status lane_run(void *self, const weft_op *op) {
     }
   if ((st = weft_cu_emit(l, op, 0, op->kind == WEFT_OP_MATMUL ? weft_cu_matmul_rows(op, NULL) : 0)) != WEFT_OK)
     return st;
+  consume_inputs(op);
   for (int o = 0; o < 2; o++) {
     weft_cu_buf *b = op->out[o];
     if (b) b->gen++, b->from_host = 0;

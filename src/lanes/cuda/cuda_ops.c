@@ -282,7 +282,7 @@ static weft_status launch_one(weft_cu_dev *d, const weft_cu_item *it) {
                                            g->k, &one, (const void *)(uintptr_t)g->a, (cudaDataType)g->atype, g->lda,
                                            g->sa, (const void *)(uintptr_t)g->b, (cudaDataType)g->btype, g->ldb,
                                            g->sb, &zero, (void *)(uintptr_t)g->c, CUDA_R_32F, g->ldc, g->sc, g->batch,
-                                           (cublasComputeType_t)g->compute, CUBLAS_GEMM_DEFAULT_TENSOR_OP);
+                                           (cublasComputeType_t)g->compute, CUBLAS_GEMM_DEFAULT);
   return bs == CUBLAS_STATUS_SUCCESS ? WEFT_OK : weft_cu_blas_check(d, bs, "cuBLAS gemm");
 }
 
