@@ -10,6 +10,7 @@
 #include "cost.h"
 
 #define MAX_POINTS 16
+#define ELEMENTWISE_CONTRACTS (WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32))
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -213,7 +214,8 @@ weft_status weft_cost_calibrate_lane(weft_fabric *f, int lane, double budget) {
   weft_status st = WEFT_OK;
   for (int c = 0; c < WEFT_CONTRACT_COUNT && st == WEFT_OK; c++)
     if (slot->desc.contracts & WEFT_CONTRACT_BIT(c)) st = sweep_matmul(f, lane, (weft_contract)c, share);
-  if (st == WEFT_OK) st = sweep_elementwise(f, lane, share);
+  /* a lane of tensor units (tf32/bf16 matmul only) has no elementwise ops to measure */
+  if (st == WEFT_OK && (slot->desc.contracts & ELEMENTWISE_CONTRACTS)) st = sweep_elementwise(f, lane, share);
   if (st == WEFT_OK && !host) st = sweep_transfers(f, lane, share);
   f->calibrating = was;
   if (st != WEFT_OK)
@@ -227,7 +229,7 @@ static int lane_needs_measuring(const weft_lane_slot *s) {
   for (int c = 0; c < WEFT_CONTRACT_COUNT; c++)
     if ((s->desc.contracts & WEFT_CONTRACT_BIT(c)) && s->cost[WEFT_COST_MATMUL][c].line.source == WEFT_COST_PRIOR)
       return 1;
-  return s->cost[WEFT_COST_ELEMENTWISE][0].line.source == WEFT_COST_PRIOR;
+  return (s->desc.contracts & ELEMENTWISE_CONTRACTS) && s->cost[WEFT_COST_ELEMENTWISE][0].line.source == WEFT_COST_PRIOR;
 }
 
 /* Per-lane budget: the whole fabric in about 1.5 s on a small machine. */
