@@ -34,9 +34,15 @@ def test_rank_errors_come_from_the_library(fabric):
 
 
 def test_unsupported_contract(fabric):
-    with pytest.raises(weft.UnsupportedError, match="tf32") as info:
-        fabric.matmul(np.ones((2, 2), f32), np.ones((2, 2), f32), contract="tf32")
+    # a lane that does not honour a contract refuses it when pinned, with weft's reason
+    cpu = next(d for d in fabric.devices() if d["name"] == "cpu")
+    assert "tf32" not in cpu["contracts"]
+    with pytest.raises(weft.UnsupportedError, match="cpu does not honour the 'tf32' contract") as info:
+        fabric.matmul(np.ones((2, 2), f32), np.ones((2, 2), f32), contract="tf32", lane="cpu")
     assert info.value.status == 6
+    if not any("tf32" in d["contracts"] for d in fabric.devices() if d["present"]):
+        with pytest.raises(weft.UnsupportedError, match="no lane in this fabric can run it under the 'tf32'"):
+            fabric.matmul(np.ones((2, 2), f32), np.ones((2, 2), f32), contract="tf32")
 
 
 def test_unknown_names(fabric):

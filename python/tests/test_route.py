@@ -73,7 +73,12 @@ def test_route_explain_errors(fabric):
     with pytest.raises(weft.ShapeError, match="m, n, k >= 1"):
         fabric.route_explain("matmul", m=0, n=1, k=1)
     e = fabric.route_explain("matmul", (4, 4), (4, 4), contract="tf32")
-    assert e.chosen is None and e.chosen_index == -1 and all(not c.eligible for c in e.lanes)
+    tf32 = [d["name"] for d in fabric.devices() if d["present"] and "tf32" in d["contracts"]]
+    assert [c.lane for c in e.lanes if c.eligible] == tf32
+    if not tf32:
+        assert e.chosen is None and e.chosen_index == -1
+    cpu = e.lanes[fabric.lane_index("cpu")]
+    assert not cpu.eligible and "contract" in cpu.why_not
 
 
 def test_route_last():
