@@ -28,7 +28,28 @@ int main(void) {
   }
   weft_conf_stats total = {0, 0, 0};
   weft_conf_run_all(f, seed, &total);
-  printf("total: %ld cases, %ld elements compared, %ld failed\n", total.cases, total.elements, total.failed);
   weft_fabric_close(f);
+  /* The CPU lane splits work across its threads: one thread, and more threads than this machine may have
+   * cores (uneven splits), must give the same bits. */
+  const char *filter = getenv("WEFT_TEST_LANES");
+  for (int threads = 1; threads <= 3 && (!filter || !*filter || tu_contains(filter, "cpu")); threads += 2) {
+    weft_fabric_desc d = tu_desc();
+    d.lanes = "cpu";
+    d.cpu_threads = threads;
+    if (weft_fabric_open(&d, &f) != WEFT_OK) {
+      TU_CHECK(0, "weft_fabric_open(cpu, %d threads): %s", threads, weft_open_error());
+      continue;
+    }
+    for (int ci = 0; ci < 2; ci++) {
+      weft_conf_stats s = {0, 0, 0};
+      const double t = tu_now();
+      weft_conf_run(f, 0, ci ? WEFT_CONTRACT_FP32 : WEFT_CONTRACT_EXACT, 0, 0, seed, &s);
+      printf("cpu, %d thread%s %-5s: %4ld cases, %9ld elements, %ld failed (%.2f s)\n", threads, threads > 1 ? "s" : "",
+             ci ? "fp32" : "exact", s.cases, s.elements, s.failed, tu_now() - t);
+      total.cases += s.cases, total.elements += s.elements, total.failed += s.failed;
+    }
+    weft_fabric_close(f);
+  }
+  printf("total: %ld cases, %ld elements compared, %ld failed\n", total.cases, total.elements, total.failed);
   return tu_finish("conformance", start);
 }
