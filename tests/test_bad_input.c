@@ -13,6 +13,12 @@
 #include "core/reference.h"
 #include "tutil.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+/* The 4 TiB tensor below must come back as WEFT_ERR_OUT_OF_MEMORY; ASan would abort on it instead. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+#endif
+
 static weft_fabric *F;  /* the fabric under test */
 static weft_fabric *F2; /* another fabric, for its tensors */
 
@@ -495,6 +501,19 @@ static void test_elementwise(void) {
   ew_bad(6, x, y, loss, x, NULL, WEFT_ERR_INVALID_ARGUMENT, "out_grad == logits", "out_grad", NULL);
   ew_bad(6, x, y, loss, y, NULL, WEFT_ERR_INVALID_ARGUMENT, "out_grad == targets", "out_grad", NULL);
   ew_bad(6, empty, empty_t, loss, NULL, loss, WEFT_ERR_SHAPE, "logits with no rows [0,3,4]", "no rows", NULL);
+
+  /* A pointer to something that is not a tensor (readable, zeroed memory: nothing else is safe to pass). */
+  static uint64_t not_a_tensor[64];
+  weft_tensor *bogus = (weft_tensor *)not_a_tensor;
+  ew_bad(1, bogus, NULL, out, NULL, out, WEFT_ERR_INVALID_ARGUMENT, "x is not a tensor", "x", "not a live");
+  ew_bad(0, x, y, bogus, NULL, NULL, WEFT_ERR_INVALID_ARGUMENT, "out is not a tensor", "out", "not a live");
+  float buf[4];
+  TU_STATUS(weft_tensor_read(bogus, buf, 4), WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_read(not a tensor)");
+  TU_STATUS(weft_tensor_write(bogus, buf, 4), WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_write(not a tensor)");
+  TU_CHECK(weft_tensor_numel(bogus) == 0, "weft_tensor_numel(not a tensor) != 0");
+  weft_tensor_destroy(bogus); /* ignored */
+  for (size_t i = 0; i < sizeof not_a_tensor / sizeof not_a_tensor[0]; i++)
+    TU_CHECK(not_a_tensor[i] == 0, "weft_tensor_destroy wrote into something that is not a tensor");
 
   /* A tensor of another fabric, in each position. */
   ew_bad(0, x, o, out, NULL, out, WEFT_ERR_WRONG_FABRIC, "y of another fabric", "y", "fabric");
