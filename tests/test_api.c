@@ -233,6 +233,10 @@ static void test_ops_and_scopes(void) {
   /* An empty scope is fine. */
   TU_STATUS(weft_scope_begin(f), WEFT_OK, "weft_scope_begin (empty)");
   TU_STATUS(weft_scope_end(f), WEFT_OK, "weft_scope_end (empty)");
+  /* Closing with a scope open and recorded work pending, tensors alive: everything is released (ASan
+   * watches for leaks and use after free). */
+  TU_STATUS(weft_scope_begin(f), WEFT_OK, "weft_scope_begin before close");
+  TU_STATUS(weft_op_relu(f, NULL, x, y), WEFT_OK, "weft_op_relu before close");
   weft_fabric_close(f);
 }
 
