@@ -7,8 +7,9 @@
 2. n = 1024 matmul: weft.matmul (exact and fp32) on numpy arrays, against numpy's a @ b as Debian ships it
    and with OPENBLAS_CORETYPE set. Each numpy setting runs in a subprocess of its own, because OpenBLAS reads
    the variable once, when it loads; the subprocesses stay up and time one a @ b when asked, so the cases
-   run in interleaved rounds and share whatever else the machine is doing. The override is SkylakeX where the CPU has AVX-512 (avx512f in
-   /proc/cpuinfo) and Haswell otherwise: OpenBLAS's SkylakeX kernels would fault on a CPU without AVX-512.
+   run in rounds of blocks and share whatever else the machine is doing. The override is SkylakeX where the
+   CPU has AVX-512 (avx512f in /proc/cpuinfo) and Haswell otherwise: OpenBLAS's SkylakeX kernels would fault
+   on a CPU without AVX-512.
    threadpoolctl (python3-threadpoolctl), when present, reports the core OpenBLAS actually runs.
 
     PYTHONPATH=python python3 python/bench/bench_python.py [--quick] [--json]
@@ -125,8 +126,9 @@ def overhead_table(calls, batches):
     return rows
 
 
-def big_table(n, repeats):
-    """Rounds of: weft exact, weft fp32, then each numpy setting once; medians and bests per case."""
+def big_table(n, repeats, rounds):
+    """Rounds of blocks of `repeats` runs per case (weft exact, weft fp32, each numpy setting); medians and
+    bests per case over every run."""
     f = weft.default_fabric()
     rng = np.random.default_rng(1)
     a = rng.uniform(-1, 1, (n, n)).astype(np.float32)
@@ -147,10 +149,16 @@ def big_table(n, repeats):
         cases[f"weft.matmul {contract} ({f.last_lane})"] = (lambda c=contract: _timed(weft.matmul, a, b, contract=c))
     for name, child in children.items():
         cases[name] = child.run
+    # Blocks of runs per case, a pause between blocks, rounds of blocks. Thread pools spin for a while after
+    # their work (OpenBLAS about 0.1 s, weft's 0.3 ms) before they sleep: run back to back, one process's
+    # spinning threads would slow the next case down. The rounds share out the machine's other load.
     times = {name: [] for name in cases}
-    for _ in range(repeats):
+    for _ in range(rounds):
         for name, run in cases.items():
-            times[name].append(run())
+            time.sleep(0.3)
+            run()  # wakes the case's threads; not counted
+            for _ in range(repeats):
+                times[name].append(run())
     for child in children.values():
         child.close()
     exact_result = weft.matmul(a, b)
@@ -181,10 +189,10 @@ def main():
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("-n", type=int, default=1024, help="size of the large matmul (default 1024)")
     args = p.parse_args()
-    calls, batches, repeats = (2000, 3, 3) if args.quick else (20000, 9, 15)
+    calls, batches, repeats, rounds = (2000, 3, 3, 1) if args.quick else (20000, 9, 5, 3)
 
     small = overhead_table(calls, batches)
-    big, err = big_table(args.n, repeats)
+    big, err = big_table(args.n, repeats, rounds)
     if args.json:
         print(json.dumps({"library": weft.library_version, "lanes": weft.default_fabric().lanes,
                           "overhead_4x4": small, "matmul_n": args.n, "matmul": big, "exact_max_abs_err_vs_f64": err},
@@ -197,7 +205,8 @@ def main():
     print(f"  {'case':<{w}}  {'us/call':>8}  {'median':>8}  {'vs numpy':>8}")
     for r in small:
         print(f"  {r['case']:<{w}}  {r['best_us']:8.2f}  {r['median_us']:8.2f}  {r['vs_numpy']:7.1f}x")
-    print(f"\nn = {args.n} matmul, numpy float32 arrays in and out: {repeats} interleaved rounds, best and median")
+    print(f"\nn = {args.n} matmul, numpy float32 arrays in and out: {rounds} rounds of {repeats} runs per case, "
+          "best and median")
     w = max(len(r["case"]) for r in big)
     print(f"  {'case':<{w}}  {'best ms':>8}  {'GFLOP/s':>8}  {'vs numpy':>8}  {'median ms':>9}  {'vs numpy':>8}  notes")
     for r in big:
