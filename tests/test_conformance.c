@@ -6,6 +6,7 @@
  * WEFT_TEST_SEED repeats a run's shapes and values. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "conformance.h"
 #include "tutil.h"
@@ -28,7 +29,39 @@ int main(void) {
   }
   weft_conf_stats total = {0, 0, 0};
   weft_conf_run_all(f, seed, &total);
+  int has_vulkan = 0;
+  for (size_t i = 0; i < weft_fabric_lane_count(f); i++) {
+    weft_lane_info li;
+    has_vulkan |= weft_fabric_lane_info(f, i, &li) == WEFT_OK && strcmp(li.kind, "vulkan") == 0;
+  }
   weft_fabric_close(f);
+  /* A Vulkan lane splits tensors larger than its largest storage binding into windows. With the binding
+   * capped at 4 KiB (the fabric's test hook) nearly every case is split, so the split paths meet the same
+   * suite. */
+  if (has_vulkan) {
+    weft_fabric_desc d = tu_desc();
+    d.lanes = getenv("WEFT_TEST_LANES");
+    d.vulkan_max_binding = 4096;
+    if (weft_fabric_open(&d, &f) == WEFT_OK) {
+      for (size_t i = 0; i < weft_fabric_lane_count(f); i++) {
+        weft_lane_info li;
+        if (weft_fabric_lane_info(f, i, &li) != WEFT_OK || strcmp(li.kind, "vulkan") != 0) continue;
+        for (int ci = 0; ci < 2; ci++) {
+          const weft_contract contract = ci ? WEFT_CONTRACT_FP32 : WEFT_CONTRACT_EXACT;
+          if (!(li.contracts & WEFT_CONTRACT_BIT(contract))) continue;
+          weft_conf_stats s = {0, 0, 0};
+          const double t = tu_now();
+          weft_conf_run(f, (int)i, contract, 1, 0, seed, &s);
+          printf("%s, 4 KiB bindings %-5s: %4ld cases, %9ld elements, %ld failed (%.2f s)\n", li.name,
+                 weft_contract_str(contract), s.cases, s.elements, s.failed, tu_now() - t);
+          total.cases += s.cases, total.elements += s.elements, total.failed += s.failed;
+        }
+      }
+      weft_fabric_close(f);
+    } else {
+      TU_CHECK(0, "weft_fabric_open(vulkan_max_binding 4096): %s", weft_open_error());
+    }
+  }
   /* The CPU lane splits work across its threads: one thread, and more threads than this machine may have
    * cores (uneven splits), must give the same bits. */
   const char *filter = getenv("WEFT_TEST_LANES");
