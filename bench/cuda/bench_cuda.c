@@ -304,6 +304,21 @@ static void crossover(int quick) {
     }
   }
   printf("router crossover: exact at n = %lld\n", (long long)route_exact);
+  static const int64_t show[] = {256, 1024, 4096};
+  for (int i = 0; i < 3; i++) { /* the router's reasoning at a few sizes */
+    weft_route_query q = {WEFT_OP_MATMUL, WEFT_CONTRACT_EXACT, 1, show[i], show[i], show[i], 0, 0};
+    weft_route_explanation e;
+    weft_status st = weft_route_explain(F, &q, &e);
+    if (st != WEFT_OK) {
+      printf("  explain n=%lld: %s: %s\n", (long long)show[i], weft_status_str(st), weft_fabric_last_error(F));
+      continue;
+    }
+    for (size_t l = 0; l < e.nlanes; l++)
+      printf("  n=%-5lld %-14s %s total %9.3f ms = wait %.3f + transfer %.3f + alpha %.3f + compute %.3f%s%s\n",
+             (long long)show[i], e.lanes[l].lane, (int)l == e.chosen ? "*" : " ", e.lanes[l].total * 1e3,
+             e.lanes[l].wait * 1e3, e.lanes[l].transfer * 1e3, e.lanes[l].alpha * 1e3, e.lanes[l].compute * 1e3,
+             e.lanes[l].eligible ? "" : " not eligible: ", e.lanes[l].eligible ? "" : e.lanes[l].why_not);
+  }
   result("crossover_router_exact", (double)route_exact);
   weft_cost_line line;
   for (int l = 0; l < 3; l++) {
@@ -312,8 +327,12 @@ static void crossover(int quick) {
     if (lane < 0 || weft_fabric_cost_model(F, (size_t)lane, WEFT_COST_MATMUL, c, &line) != WEFT_OK) continue;
     weft_lane_info info;
     weft_fabric_lane_info(F, (size_t)lane, &info);
-    printf("  cost model %-14s %-5s alpha %8.2f us  beta %8.2f TFLOP/s\n", info.name, weft_contract_str(c),
-           line.alpha * 1e6, line.beta * 1e-12);
+    printf("  cost model %-14s %-5s alpha %8.2f us  beta %8.2f TFLOP/s  (source %d, refine %.2f)\n", info.name,
+           weft_contract_str(c), line.alpha * 1e6, line.beta * 1e-12, line.source, line.refine);
+    for (int k = WEFT_COST_UPLOAD; k <= WEFT_COST_DOWNLOAD; k++)
+      if (weft_fabric_cost_model(F, (size_t)lane, (weft_cost_class)k, WEFT_CONTRACT_EXACT, &line) == WEFT_OK)
+        printf("  cost model %-14s %-8s alpha %8.2f us  beta %8.2f GB/s\n", info.name, weft_cost_class_str((weft_cost_class)k),
+               line.alpha * 1e6, line.beta * 1e-9);
   }
 }
 
@@ -404,8 +423,10 @@ int main(int argc, char **argv) {
   result("h2h_exact_write_ms", e.write * 1e3);
   result("h2h_exact_op_ms", e.op * 1e3);
   result("h2h_exact_read_ms", e.read * 1e3);
+  double t_tf32 = 0;
   if (lane_cut >= 0) {
     h2h t = host_to_host(lane_cut, WEFT_CONTRACT_TF32, hn, 7);
+    t_tf32 = t.total;
     printf("  tf32  cuda:0.tensor n=%lld total %7.2f  (writes %.2f, matmul call %.2f, read %.2f)\n", (long long)hn,
            t.total * 1e3, t.write * 1e3, t.op * 1e3, t.read * 1e3);
     result("h2h_tf32_ms", t.total * 1e3);
@@ -425,8 +446,18 @@ int main(int argc, char **argv) {
       memcpy(q, p, count * 4);
       ts[s] = now() - t1;
     }
-    printf("  (one memcpy of %zu MiB on this host: %.2f ms)\n", count * 4 >> 20, median(ts, 5) * 1e3);
-    result("memcpy_64mib_ms", median(ts, 5) * 1e3);
+    double mc = median(ts, 5);
+    printf("  (one memcpy of %zu MiB on this host: %.2f ms; the core's own copies - into the tensors' host copies "
+           "on write, out of the result's on read - are three of them: %.2f ms of each total above)\n",
+           count * 4 >> 20, mc * 1e3, 3 * mc * 1e3);
+    printf("  lane's share (total minus those copies): exact %.2f ms", (e.total - 3 * mc) * 1e3);
+    result("memcpy_64mib_ms", mc * 1e3);
+    result("h2h_exact_lane_ms", (e.total - 3 * mc) * 1e3);
+    if (lane_cut >= 0) {
+      printf(", tf32 %.2f ms", (t_tf32 - 3 * mc) * 1e3);
+      result("h2h_tf32_lane_ms", (t_tf32 - 3 * mc) * 1e3);
+    }
+    printf("\n");
     free(p), free(q);
   }
 

@@ -23,11 +23,6 @@ echo "conformance (cpu,cuda): exit $?"; grep -E "^lane|^router|^total|FAIL" "$lo
 echo "== bench_cuda"
 timeout 300 "$build/bench/cuda/bench_cuda" > "$logs/bench_cuda.log" 2>&1
 echo "bench_cuda: exit $?"; grep -v '^RESULT' "$logs/bench_cuda.log"
-if [ "${WEFT_MM_VARIANT:-0}" = 1 ]; then
-  echo "== exact matmul, one block per SM (WEFT_CUDA_MM_BLOCKS=1)"
-  WEFT_CUDA_MM_BLOCKS=1 timeout 120 "$build/bench/cuda/bench_cuda" --exact > "$logs/bench_cuda_b1.log" 2>&1
-  grep -E "exact n=" "$logs/bench_cuda_b1.log"
-fi
 
 echo "== torch_compare"
 if python3 -c 'import torch' 2>/dev/null; then

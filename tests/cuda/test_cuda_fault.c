@@ -1,12 +1,14 @@
 /* test_cuda_fault.c - a GPU fault is a status, not a crash. WEFT_CUDA_FAULT=trap:2 makes the lane's second
  * op launch a kernel that traps, which leaves the CUDA context unusable as an illegal memory access would.
  * Then: the read of that op's result returns WEFT_ERR_LANE_FAILED with a message, both lanes of the GPU
- * leave the fabric (weft_lane_info.failed), ops pinned to them fail the same way, ops the router places
- * (WEFT_LANE_AUTO) run on the CPU with correct results, and closing the fabric is clean.
+ * leave the fabric (weft_lane_info.failed), ops pinned to them fail the same way, an op the router had
+ * placed on the GPU is routed again and runs on the CPU with the right result, later ops the router places
+ * (WEFT_LANE_AUTO) run on the CPU, and closing the fabric is clean.
  * Skips (and passes) without a GPU, after checking that weft says why the lanes are absent. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tutil.h"
 #include "weft.h"
@@ -47,9 +49,45 @@ int main(void) {
   TU_CHECK(weft_tensor_read(Y, y, 256) == WEFT_OK, "first read: %s", weft_fabric_last_error(f));
   TU_CHECK(y[0] == 0.0f && y[15] == 7.0f, "first op's result %g %g", y[0], y[15]);
 
-  /* the second op traps; the fault shows when its result is needed */
+  /* the second op traps */
   weft_status st = weft_op_scale(f, &g, 2.0f, Y, Z);
-  if (st == WEFT_OK) st = weft_tensor_read(Z, y, 256);
+  TU_CHECK(st == WEFT_OK || st == WEFT_ERR_LANE_FAILED, "the trapping op: %s", weft_status_str(st));
+  usleep(200000); /* let the trap happen, so the next call into the GPU sees it */
+
+  /* An op the router sends to the GPU meets the failure there and is routed again: the caller gets the
+   * right result from the CPU. 512^3 from host arrays goes to the GPU on the built-in priors. */
+  {
+    int64_t dm[2] = {512, 512};
+    float *am = malloc(512 * 512 * sizeof *am), *cm = malloc(512 * 512 * sizeof *cm);
+    for (int i = 0; i < 512 * 512; i++) am[i] = (float)(i % 7) - 3.0f;
+    weft_tensor *Am, *Cm;
+    weft_tensor_create(f, 2, dm, am, &Am);
+    weft_tensor_create(f, 2, dm, NULL, &Cm);
+    weft_op_desc au = WEFT_OP_DESC_INIT;
+    weft_route_query q = {WEFT_OP_MATMUL, WEFT_CONTRACT_EXACT, 1, 512, 512, 512, 0, 0};
+    weft_route_explanation e;
+    TU_CHECK(weft_route_explain(f, &q, &e) == WEFT_OK && e.chosen == (int)cu,
+             "the router would send 512^3 to cuda:0 (it chose lane %d)", e.chosen);
+    st = weft_op_matmul(f, &au, Am, 0, Am, 0, Cm);
+    TU_CHECK(st == WEFT_OK, "auto-routed matmul meeting the failed GPU: %s: %s", weft_status_str(st),
+             weft_fabric_last_error(f));
+    TU_CHECK(weft_fabric_last_lane(f) == (int)cpu, "it ran on lane %d, want the CPU (%zu)", weft_fabric_last_lane(f), cpu);
+    if (st == WEFT_OK && weft_tensor_read(Cm, cm, 512 * 512) == WEFT_OK) {
+      int wrong = 0;
+      for (int i = 0; i < 512 && !wrong; i += 37)
+        for (int j = 0; j < 512; j += 41) {
+          float acc = 0.0f;
+          for (int k = 0; k < 512; k++) acc = acc + am[i * 512 + k] * am[k * 512 + j];
+          wrong += cm[i * 512 + j] != acc;
+        }
+      TU_CHECK(wrong == 0, "the re-routed matmul is wrong");
+    }
+    weft_tensor_destroy(Am), weft_tensor_destroy(Cm);
+    free(am), free(cm);
+  }
+
+  /* the trapped op's result lived only on the GPU: reading it is an error, not a crash */
+  st = weft_tensor_read(Z, y, 256);
   TU_STATUS(st, WEFT_ERR_LANE_FAILED, "reading the result of a trapped kernel");
   TU_CHECK(tu_contains(weft_fabric_last_error(f), "cuda:0"), "message names the lane: %s", weft_fabric_last_error(f));
   printf("reported: %s\n", weft_fabric_last_error(f));

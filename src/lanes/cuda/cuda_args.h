@@ -17,7 +17,7 @@ enum {
   WEFT_CUK_SOFTMAX_LOSS,
   WEFT_CUK_TO_BF16,
   WEFT_CUK_TRAP,
-  WEFT_CUK_MM128W_NN,
+  WEFT_CUK_EW_BATCH,
   WEFT_CUK_COUNT
 };
 
@@ -45,6 +45,15 @@ typedef struct weft_cu_ew_args {
   float alpha;
   int32_t pad_;
 } weft_cu_ew_args;
+
+/* Up to WEFT_CU_EWB_MAX small elementwise ops run one after the other by one block (the parameter block
+ * stays under the 4 KiB every driver accepts). */
+#define WEFT_CU_EWB_MAX 32
+#define WEFT_CU_EWB_MAX_COUNT 8192 /* elements: larger ops get a launch of their own */
+typedef struct weft_cu_ewb_args {
+  int32_t n, pad_;
+  weft_cu_ew_args ops[WEFT_CU_EWB_MAX];
+} weft_cu_ewb_args;
 
 /* sum_rows: out[j] = x[0,j] + x[1,j] + ..., rows ascending. */
 typedef struct weft_cu_sr_args {

@@ -114,9 +114,8 @@ typedef struct weft_cu_dev {
   /* scratch: softmax's per-row losses */
   CUdeviceptr scratch;
   size_t scratch_bytes;
-  /* knobs */
-  int mm_blocks;       /* 1: the one-block-per-SM variant of the 128 tile (WEFT_CUDA_MM_BLOCKS) */
-  long fault_at, runs; /* WEFT_CUDA_FAULT=trap:N: the Nth run launches a trapping kernel instead */
+  /* fault injection for the tests: WEFT_CUDA_FAULT=trap:N makes the Nth run launch a trapping kernel */
+  long fault_at, runs;
 } weft_cu_dev;
 
 typedef struct weft_cu_lane {
@@ -130,6 +129,8 @@ typedef struct weft_cu_lane {
  * context unusable (illegal access, a trapped kernel, a lost device) mark the device failed and give
  * LANE_FAILED, anything else is INTERNAL. */
 weft_status weft_cu_check(weft_cu_dev *d, CUresult r, const char *what);
+/* Fails fast on a failed device and makes the device's context current on this thread. */
+weft_status weft_cu_enter(weft_cu_dev *d);
 weft_status weft_cu_blas_check(weft_cu_dev *d, cublasStatus_t s, const char *what);
 
 /* Appends an op's launches for output rows [r0, r1) of a matmul (the whole op for the others) to the

@@ -262,9 +262,6 @@ WEFT_MM(weft_mm128_nn, 128, 2, false, false)
 WEFT_MM(weft_mm128_nt, 128, 2, false, true)
 WEFT_MM(weft_mm128_tn, 128, 2, true, false)
 WEFT_MM(weft_mm128_tt, 128, 2, true, true)
-/* The same tile at one block per multiprocessor (up to 255 registers, no spills): measured against the
- * two-block form by bench_cuda (WEFT_CUDA_MM_BLOCKS=1). */
-WEFT_MM(weft_mm128w_nn, 128, 1, false, false)
 WEFT_MM(weft_mm64_nn, 64, 4, false, false)
 WEFT_MM(weft_mm64_nt, 64, 4, false, true)
 WEFT_MM(weft_mm64_tn, 64, 4, true, false)
@@ -272,12 +269,11 @@ WEFT_MM(weft_mm64_tt, 64, 4, true, true)
 
 /* ------------------------------------------------------------------------------------ elementwise */
 
-extern "C" __global__ void weft_elementwise(weft_cu_ew_args p) {
+/* One elementwise op over elements e = start, start + stride, ... */
+DEV void ew_body(const weft_cu_ew_args &p, long long e, long long stride) {
   const float *x = reinterpret_cast<const float *>(p.x);
   const float *y = reinterpret_cast<const float *>(p.y);
   float *out = reinterpret_cast<float *>(p.out);
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   switch (p.op) {
   case WEFT_CU_EW_ADD:
     if (p.y_broadcast) {
@@ -308,6 +304,23 @@ extern "C" __global__ void weft_elementwise(weft_cu_ew_args p) {
     break;
   default:
     break;
+  }
+}
+
+extern "C" __global__ void weft_elementwise(weft_cu_ew_args p) {
+  ew_body(p, (long long)blockIdx.x * blockDim.x + threadIdx.x, (long long)gridDim.x * blockDim.x);
+}
+
+/* A run of small elementwise ops from a scope, in order, in one block: each op's writes are visible to the
+ * next after the barrier, so a chain of dependent tiny ops costs one launch instead of one each. Every
+ * element is computed exactly as weft_elementwise computes it. The loop is unrolled so that each op's
+ * arguments are read from the parameter space at a fixed offset. */
+extern "C" __global__ void __launch_bounds__(1024) weft_ew_batch(weft_cu_ewb_args p) {
+#pragma unroll
+  for (int i = 0; i < WEFT_CU_EWB_MAX; i++) {
+    if (i >= p.n) break;
+    ew_body(p.ops[i], threadIdx.x, blockDim.x);
+    __syncthreads();
   }
 }
 

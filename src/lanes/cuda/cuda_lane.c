@@ -30,7 +30,7 @@ static const char *const kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_ELEMENTWISE] = "weft_elementwise", [WEFT_CUK_SUM_ROWS] = "weft_sum_rows",
     [WEFT_CUK_SOFTMAX_ROWS] = "weft_softmax_rows", [WEFT_CUK_SOFTMAX_LOSS] = "weft_softmax_loss",
     [WEFT_CUK_TO_BF16] = "weft_to_bf16",       [WEFT_CUK_TRAP] = "weft_trap",
-    [WEFT_CUK_MM128W_NN] = "weft_mm128w_nn",
+    [WEFT_CUK_EW_BATCH] = "weft_ew_batch",
 };
 
 /* ------------------------------------------------------------------------------------------- errors */
@@ -112,7 +112,7 @@ weft_status weft_cu_blas_check(weft_cu_dev *d, cublasStatus_t s, const char *wha
 
 /* Every entry point: a failed device stays failed, and the device's context is made current (a caller's own
  * CUDA code may have changed it). */
-static weft_status enter(weft_cu_dev *d) {
+weft_status weft_cu_enter(weft_cu_dev *d) {
   if (d->failed)
     return weft_lane_report(d->host, WEFT_ERR_LANE_FAILED, "cuda:%d failed earlier and left the fabric: %s",
                             d->ordinal, d->failure);
@@ -305,7 +305,7 @@ static weft_status lane_alloc(void *self, size_t bytes, weft_buffer **out) {
   weft_cu_lane *l = self;
   weft_cu_dev *d = l->dev;
   *out = NULL;
-  weft_status st = enter(d);
+  weft_status st = weft_cu_enter(d);
   if (st != WEFT_OK) return st;
   weft_cu_buf *b = calloc(1, sizeof *b);
   if (!b) return weft_lane_report(d->host, WEFT_ERR_OUT_OF_MEMORY, "%s: out of host memory", l->name);
@@ -329,7 +329,7 @@ static void lane_free(void *self, weft_buffer *buffer) {
   if (!b) return;
   wb_drop(d, b);
   /* recorded or running work may still use it; a failed device has nothing left to wait for */
-  if (!d->failed && enter(d) == WEFT_OK && weft_cu_flush(d) == WEFT_OK) weft_cu_sync_all(d);
+  if (!d->failed && weft_cu_enter(d) == WEFT_OK && weft_cu_flush(d) == WEFT_OK) weft_cu_sync_all(d);
   if (!d->failed) {
     d->cu->cuMemFree(b->ptr);
     if (b->bf16) d->cu->cuMemFree(b->bf16);
@@ -341,7 +341,7 @@ static weft_status lane_upload(void *self, weft_buffer *buffer, size_t offset, c
   weft_cu_lane *l = self;
   weft_cu_dev *d = l->dev;
   weft_cu_buf *b = buffer;
-  weft_status st = enter(d);
+  weft_status st = weft_cu_enter(d);
   if (st != WEFT_OK) return st;
   /* launches recorded before this upload read the old contents: they run first */
   if ((st = weft_cu_flush(d)) != WEFT_OK) return st;
@@ -356,7 +356,7 @@ static weft_status lane_download(void *self, weft_buffer *buffer, size_t offset,
   weft_cu_lane *l = self;
   weft_cu_dev *d = l->dev;
   weft_cu_buf *b = buffer;
-  weft_status st = enter(d);
+  weft_status st = weft_cu_enter(d);
   if (st != WEFT_OK) return st;
   if ((st = weft_cu_flush(d)) != WEFT_OK) return st;
   if (d->wb_owner == b && b->wb_chunks && b->wb_gen == b->gen && offset + bytes <= b->wb_end[b->wb_chunks - 1]) {
@@ -379,7 +379,7 @@ static weft_status lane_download(void *self, weft_buffer *buffer, size_t offset,
 
 static weft_status lane_scope_begin(void *self) {
   weft_cu_lane *l = self;
-  weft_status st = enter(l->dev);
+  weft_status st = weft_cu_enter(l->dev);
   if (st == WEFT_OK) l->dev->scope_depth++;
   return st;
 }
@@ -388,7 +388,7 @@ static weft_status lane_scope_end(void *self) {
   weft_cu_lane *l = self;
   weft_cu_dev *d = l->dev;
   if (d->scope_depth > 0) d->scope_depth--;
-  weft_status st = enter(d);
+  weft_status st = weft_cu_enter(d);
   if (st == WEFT_OK) st = weft_cu_flush(d);
   if (st == WEFT_OK) st = weft_cu_sync_all(d);
   return st;
@@ -397,7 +397,7 @@ static weft_status lane_scope_end(void *self) {
 static weft_status lane_sync(void *self) {
   weft_cu_lane *l = self;
   weft_cu_dev *d = l->dev;
-  weft_status st = enter(d);
+  weft_status st = weft_cu_enter(d);
   if (st == WEFT_OK) st = weft_cu_flush(d);
   if (st == WEFT_OK) st = weft_cu_sync_all(d);
   return st;
@@ -406,7 +406,7 @@ static weft_status lane_sync(void *self) {
 /* Starts recorded launches without waiting for them. */
 static weft_status lane_flush(void *self) {
   weft_cu_lane *l = self;
-  weft_status st = enter(l->dev);
+  weft_status st = weft_cu_enter(l->dev);
   return st == WEFT_OK ? weft_cu_flush(l->dev) : st;
 }
 
@@ -421,14 +421,15 @@ static int plan_stream_back(weft_cu_lane *l, const weft_op *op, int64_t *rows, i
   int split;
   int64_t r = weft_cu_matmul_rows(op, &split);
   if (!split) return 0;
-  /* each block at least two waves of 128x128 tiles, so splitting costs the kernels little */
+  /* Blocks of whole waves of 128x128 tiles (two blocks per SM run at once), so that splitting adds no
+   * partly filled wave; at most WEFT_CU_WB_CHUNKS blocks. */
   int64_t tiles_n = (op->n + 127) / 128, tiles_m = (r + 127) / 128;
-  int64_t min_tile_rows = (2 * d->sms + tiles_n - 1) / tiles_n;
-  int64_t n = tiles_m / (min_tile_rows ? min_tile_rows : 1);
-  if (n < 1) n = 1;
-  if (n > WEFT_CU_WB_CHUNKS) n = WEFT_CU_WB_CHUNKS;
+  int64_t base = (2 * (int64_t)d->sms) / tiles_n;
+  if (base < 1) base = 1;
+  while ((tiles_m + base - 1) / base > WEFT_CU_WB_CHUNKS) base *= 2;
+  int64_t n = (tiles_m + base - 1) / base;
   for (int64_t i = 0; i <= n; i++) {
-    int64_t t = tiles_m * i / n;
+    int64_t t = i * base < tiles_m ? i * base : tiles_m;
     bounds[i] = t * 128 < r ? t * 128 : r;
   }
   *rows = r;
@@ -496,7 +497,8 @@ static void consume_inputs(const weft_op *op) {
 static weft_status lane_run(void *self, const weft_op *op) {
   weft_cu_lane *l = self;
   weft_cu_dev *d = l->dev;
-  weft_status st = enter(d);
+  /* Inside a scope an op is only recorded: no driver call, so no context to check (what allocates checks). */
+  weft_status st = d->scope_depth > 0 && !d->failed ? WEFT_OK : weft_cu_enter(d);
   if (st != WEFT_OK) return st;
   if (d->fault_at > 0 && ++d->runs == d->fault_at) {
     weft_cu_item it;
@@ -682,7 +684,6 @@ weft_status weft_cuda_probe(const weft_probe_args *args, const weft_lane_sink *s
     d->host = args->host;
     d->ordinal = i;
     d->refs = 1;
-    d->mm_blocks = (int)env_long("WEFT_CUDA_MM_BLOCKS", "");
     d->fault_at = env_long("WEFT_CUDA_FAULT", "trap:");
     char name[32], why_dev[512] = "", why_blas[768] = "";
     snprintf(name, sizeof name, "cuda:%d", i);

@@ -86,7 +86,6 @@ static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, u
   int tile = big ? 128 : 64;
   int idx = (v->ta ? 2 : 0) + (v->tb ? 1 : 0);
   int fn = big ? WEFT_CUK_MM128_NN + idx : WEFT_CUK_MM64_NN + idx;
-  if (big && idx == 0 && d->mm_blocks == 1) fn = WEFT_CUK_MM128W_NN;
   int la = tile * 8 / 256, hn = tile / 32;
   weft_cu_mm_args m;
   memset(&m, 0, sizeof m);
@@ -131,6 +130,8 @@ static weft_cu_gemm gemm_of(const mm_view *v, uint64_t a, uint64_t b, uint64_t c
 /* The bf16 copy of a buffer, converted if its contents changed since the last conversion. */
 static weft_status bf16_of(weft_cu_dev *d, weft_cu_buf *b, uint64_t *out) {
   if (!b->bf16) {
+    weft_status st = weft_cu_enter(d);
+    if (st != WEFT_OK) return st;
     CUresult r = d->cu->cuMemAlloc(&b->bf16, b->bytes / 2 + 16);
     if (r != CUDA_SUCCESS) {
       b->bf16 = 0;
@@ -193,7 +194,8 @@ static weft_status emit_matmul(weft_cu_lane *l, const weft_op *op, int64_t r0, i
 /* Device scratch of at least `bytes`; replacing it first runs and waits for launches that may use it. */
 static weft_status scratch(weft_cu_dev *d, size_t bytes, uint64_t *out) {
   if (d->scratch_bytes < bytes) {
-    weft_status st = weft_cu_flush(d);
+    weft_status st = weft_cu_enter(d);
+    if (st == WEFT_OK) st = weft_cu_flush(d);
     if (st == WEFT_OK) st = weft_cu_sync_all(d);
     if (st != WEFT_OK) return st;
     if (d->scratch) d->cu->cuMemFree(d->scratch);
@@ -286,10 +288,30 @@ static weft_status launch_one(weft_cu_dev *d, const weft_cu_item *it) {
   return bs == CUBLAS_STATUS_SUCCESS ? WEFT_OK : weft_cu_blas_check(d, bs, "cuBLAS gemm");
 }
 
+static int tiny_ew(const weft_cu_item *it) {
+  return it->kind == WEFT_CU_IT_KERNEL && it->fn == WEFT_CUK_ELEMENTWISE && it->a.ew.count <= WEFT_CU_EWB_MAX_COUNT;
+}
+
+/* Runs items in order; consecutive small elementwise ops go out as one batch launch (weft_ew_batch). */
 weft_status weft_cu_launch(weft_cu_dev *d, const weft_cu_item *items, size_t n) {
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n && j - i < WEFT_CU_EWB_MAX && tiny_ew(&items[j])) j++;
+    if (j - i >= 2) {
+      weft_cu_ewb_args b;
+      memset(&b, 0, sizeof b);
+      b.n = (int32_t)(j - i);
+      for (size_t q = i; q < j; q++) b.ops[q - i] = items[q].a.ew;
+      void *params[1] = {&b};
+      CUresult r = d->cu->cuLaunchKernel(d->fn[WEFT_CUK_EW_BATCH], 1, 1, 1, 1024, 1, 1, 0,
+                                         d->stream[WEFT_CU_S_COMPUTE], params, NULL);
+      if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "launching a batch of elementwise kernels");
+      i = j;
+      continue;
+    }
     weft_status st = launch_one(d, &items[i]);
     if (st != WEFT_OK) return st;
+    i++;
   }
   return WEFT_OK;
 }
@@ -299,18 +321,8 @@ static int capture(weft_cu_dev *d, weft_cu_graph *g) {
   const weft_cuda_api *cu = d->cu;
   CUstream s = d->stream[WEFT_CU_S_COMPUTE];
   if (cu->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED) != CUDA_SUCCESS) return 0;
-  int ok = 1;
-  for (size_t i = 0; i < g->n && ok; i++) {
-    const weft_cu_item *it = &g->items[i];
-    if (it->kind == WEFT_CU_IT_KERNEL) {
-      void *params[1] = {(void *)&it->a};
-      ok = cu->cuLaunchKernel(d->fn[it->fn], it->grid[0], it->grid[1], it->grid[2], it->block[0], it->block[1],
-                              it->block[2], 0, s, params, NULL) == CUDA_SUCCESS;
-    } else {
-      /* cuBLAS reports through its own status; a failed capture shows at EndCapture */
-      ok = launch_one(d, it) == WEFT_OK;
-    }
-  }
+  /* a launch refused during capture (a failed capture shows at EndCapture too) leaves the items to run direct */
+  int ok = weft_cu_launch(d, g->items, g->n) == WEFT_OK;
   CUgraph graph = NULL;
   CUresult r = cu->cuStreamEndCapture(s, &graph);
   ok = ok && r == CUDA_SUCCESS && graph;
