@@ -368,18 +368,30 @@ weft_status weft_scope_begin(weft_fabric *f) {
   return st;
 }
 
+/* After a wait for every lane, none is busy, whatever the cost model predicted for the work queued on it
+ * (a prediction from uncalibrated priors can be off by orders of magnitude and would keep a lane "busy"). */
+static void lanes_idle(weft_fabric *f) {
+  double now = weft_fabric_now(f);
+  for (size_t i = 0; i < f->nlanes; i++)
+    if (f->lanes[i].busy_until > now) f->lanes[i].busy_until = now;
+}
+
 weft_status weft_scope_end(weft_fabric *f) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
   if (!f->in_scope) return weft_fail(f, WEFT_ERR_STATE, "weft_scope_end: no scope is open");
   f->in_scope = 0;
   f->err[0] = '\0';
-  return each_lane(f, offsetof(weft_lane_vtable, scope_end), "scope_end");
+  weft_status st = each_lane(f, offsetof(weft_lane_vtable, scope_end), "scope_end");
+  if (st == WEFT_OK) lanes_idle(f);
+  return st;
 }
 
 weft_status weft_fabric_sync(weft_fabric *f) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
   f->err[0] = '\0';
-  return each_lane(f, offsetof(weft_lane_vtable, sync), "sync");
+  weft_status st = each_lane(f, offsetof(weft_lane_vtable, sync), "sync");
+  if (st == WEFT_OK) lanes_idle(f);
+  return st;
 }
 
 weft_status weft_testing_add_lane(weft_fabric *f, const weft_lane_vtable *vt, void *self) {

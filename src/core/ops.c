@@ -41,8 +41,8 @@ static const char *shape_str(const weft_tensor *t, char *buf, size_t len) {
 }
 
 /* Moves inputs to the chosen lane, runs, and marks outputs as living there. */
-static weft_status dispatch(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
-                            weft_tensor **out, int nout) {
+static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
+                                 weft_tensor **out, int nout) {
   int pinned = desc ? desc->lane : WEFT_LANE_AUTO;
   int lane;
   if (pinned != WEFT_LANE_AUTO) {
@@ -104,6 +104,18 @@ static weft_status dispatch(weft_fabric *f, const weft_op_desc *desc, weft_op *o
     if (out[o]) weft_tensor_mark_written(out[o], lane);
   f->last_lane = lane;
   return WEFT_OK;
+}
+
+/* A lane the router chose may fail under the op (a lost device shows at the next call into it): it has left
+ * the fabric, so the op is routed again among the others, whose copies of the inputs (the host's at least,
+ * unless the value lived only on the failed lane) are still current. Pinned ops report the failure. */
+static weft_status dispatch(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
+                            weft_tensor **out, int nout) {
+  const int pinned = desc ? desc->lane : WEFT_LANE_AUTO;
+  for (size_t attempt = 0;; attempt++) {
+    weft_status st = dispatch_once(f, desc, op, in, nin, out, nout);
+    if (st != WEFT_ERR_LANE_FAILED || pinned != WEFT_LANE_AUTO || attempt >= f->nlanes) return st;
+  }
 }
 
 #define CHECK_T(t, name)                                                                                           \
