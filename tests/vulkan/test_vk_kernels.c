@@ -27,7 +27,7 @@ static void kernels(weft_fabric *f, int lane, tu_rng *r) {
       for (int t = 0; t < 4; t++)
         vkt_matmul(f, lane, r, SHAPES[s].batch, SHAPES[s].m, SHAPES[s].n, SHAPES[s].k, t & 1, t >> 1,
                    SHAPES[s].b_batched, 0);
-    for (int t = 0; t < 4; t++) vkt_matmul(f, lane, r, 2, 70, 72, 40, t & 1, t >> 1, 0, 1);
+    for (int t = 0; t < 4; t++) vkt_matmul(f, lane, r, 2, 40, 36, 20, t & 1, t >> 1, 0, 1);
     printf("  matmul, %s kernel: %s\n", NAMES[kern], tu_failures == before ? "same bits" : "DIFFERENT");
   }
   weft_vk_force_matmul_kernel = 0;
@@ -48,6 +48,55 @@ static void kernels(weft_fabric *f, int lane, tu_rng *r) {
   vkt_softmax(f, lane, r, 17, 10, 5.0f, 1, 0);
   vkt_softmax(f, lane, r, 17, 10, 5.0f, 0, 1);
   vkt_softmax(f, lane, r, 1, 1, 5.0f, 1, 1);
+}
+
+/* The kernels' multiply and add on inputs built to break them: random bit patterns around the subnormal
+ * range, through add (x + y), scale (alpha * x for awkward alphas) and a k=1 matmul (0 + a[i] * b[j]),
+ * which reach every path of the lane's exact multiply and add. */
+static void ieee_edges(weft_fabric *f, int lane, tu_rng *r) {
+  enum { N = 60000, SIDE = 160 };
+  static float x[N], y[N], got[N], want[N], a[SIDE], b[SIDE], c[SIDE * SIDE], cw[SIDE * SIDE];
+  vkt_fill_bits(r, x, N);
+  vkt_fill_bits(r, y, N);
+  int64_t n = N;
+  weft_tensor *X, *Y, *O;
+  weft_tensor_create(f, 1, &n, x, &X), weft_tensor_create(f, 1, &n, y, &Y), weft_tensor_create(f, 1, &n, NULL, &O);
+  weft_op_desc d = {WEFT_CONTRACT_EXACT, lane};
+  TU_STATUS(weft_op_add(f, &d, X, Y, O), WEFT_OK, "add of edge values");
+  TU_STATUS(weft_tensor_read(O, got, N), WEFT_OK, "read");
+  for (int i = 0; i < N; i++) want[i] = x[i] + y[i];
+  vkt_same("add of edge values", got, want, N);
+  const uint32_t alphas[] = {0x3f800001u, 0x00000003u, 0x00400001u, 0x1f800000u, 0x3e800000u, 0xbf7fffffu, 0x5f800000u, 0x0c000000u};
+  for (size_t k = 0; k < sizeof alphas / sizeof alphas[0]; k++) {
+    float al = tu_float(alphas[k]);
+    TU_STATUS(weft_op_scale(f, &d, al, X, O), WEFT_OK, "scale of edge values");
+    TU_STATUS(weft_tensor_read(O, got, N), WEFT_OK, "read");
+    for (int i = 0; i < N; i++) want[i] = al * x[i];
+    char what[64];
+    snprintf(what, sizeof what, "scale of edge values by 0x%08x", alphas[k]);
+    vkt_same(what, got, want, N);
+  }
+  weft_tensor_destroy(X), weft_tensor_destroy(Y), weft_tensor_destroy(O);
+  vkt_fill_bits(r, a, SIDE);
+  vkt_fill_bits(r, b, SIDE);
+  int64_t da[2] = {SIDE, 1}, db[2] = {1, SIDE}, dc[2] = {SIDE, SIDE};
+  weft_tensor *A, *B, *C;
+  weft_tensor_create(f, 2, da, a, &A), weft_tensor_create(f, 2, db, b, &B), weft_tensor_create(f, 2, dc, NULL, &C);
+  for (int i = 0; i < SIDE; i++)
+    for (int j = 0; j < SIDE; j++) {
+      float acc = 0.0f, p = a[i] * b[j];
+      cw[i * SIDE + j] = acc + p;
+    }
+  for (int kern = 1; kern <= 3; kern++) {
+    weft_vk_force_matmul_kernel = kern;
+    TU_STATUS(weft_op_matmul(f, &d, A, 0, B, 0, C), WEFT_OK, "outer product of edge values");
+    TU_STATUS(weft_tensor_read(C, c, SIDE * SIDE), WEFT_OK, "read");
+    char what[64];
+    snprintf(what, sizeof what, "outer product of edge values, kernel %d", kern);
+    vkt_same(what, c, cw, SIDE * SIDE);
+  }
+  weft_vk_force_matmul_kernel = 0;
+  weft_tensor_destroy(A), weft_tensor_destroy(B), weft_tensor_destroy(C);
 }
 
 /* The fp32 contract's tiled kernels may fuse; they must still be accurate. */
@@ -92,6 +141,7 @@ int main(void) {
     TU_CHECK(tu_contains(info.details, pools ? "descriptor pools" : "push descriptors") ||
                  (!pools && tu_contains(info.details, "descriptor pools")),
              "details say how descriptors are bound: %s", info.details);
+    ieee_edges(f, lane, &r);
     kernels(f, lane, &r);
     fp32_matmul(f, lane, &r);
     weft_fabric_close(f);

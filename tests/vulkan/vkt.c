@@ -51,6 +51,20 @@ void vkt_fill(tu_rng *r, float *x, size_t n, int specials) {
   }
 }
 
+void vkt_fill_bits(tu_rng *r, float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t sign = (uint32_t)tu_rng_int(r, 0, 1) << 31, mant = (uint32_t)tu_rng_int(r, 0, 0x7fffff), ex;
+    int64_t pick = tu_rng_int(r, 0, 99);
+    if (pick < 30) ex = 0;                                      /* subnormal (or zero) */
+    else if (pick < 70) ex = (uint32_t)tu_rng_int(r, 1, 40);     /* tiny normals */
+    else if (pick < 85) ex = (uint32_t)tu_rng_int(r, 60, 140);   /* ordinary */
+    else if (pick < 98) ex = (uint32_t)tu_rng_int(r, 200, 254); /* large */
+    else ex = 255;                                               /* infinities and NaN */
+    if (pick % 7 == 0) mant = pick % 2 ? 0 : 0x7fffff;           /* powers of two and all-ones mantissas */
+    x[i] = tu_float(sign | ex << 23 | mant);
+  }
+}
+
 void vkt_same(const char *what, const float *got, const float *want, size_t n) {
   size_t bad = 0, first = 0;
   for (size_t i = 0; i < n; i++)

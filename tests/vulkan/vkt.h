@@ -16,6 +16,11 @@ int vkt_open(const weft_fabric_desc *desc, weft_fabric **out_fabric, int *out_la
  * large values among them. */
 void vkt_fill(tu_rng *r, float *x, size_t n, int specials);
 
+/* Fills x with random bit patterns whose exponents crowd the subnormal range and its edges (and reach
+ * the top, infinities and NaN now and then): the inputs that tell an IEEE multiply or add from one that
+ * flushes subnormals or rounds twice. */
+void vkt_fill_bits(tu_rng *r, float *x, size_t n);
+
 /* Compares got with want element by element (NaNs normalised); one failed check naming the first
  * difference and how many differ. */
 void vkt_same(const char *what, const float *got, const float *want, size_t n);

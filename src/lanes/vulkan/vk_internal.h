@@ -46,6 +46,7 @@
   X(vkDestroyFence)                                                                                            \
   X(vkResetFences)                                                                                             \
   X(vkWaitForFences)                                                                                           \
+  X(vkGetFenceStatus)                                                                                          \
   X(vkCreateDescriptorSetLayout)                                                                               \
   X(vkDestroyDescriptorSetLayout)                                                                              \
   X(vkCreatePipelineLayout)                                                                                    \
@@ -114,6 +115,7 @@ typedef struct vk_batch {
   VkCommandBuffer cmd;
   VkFence fence;
   uint32_t ncmds;       /* dispatches and copies recorded */
+  VkPipeline bound;     /* the pipeline last bound in it */
   VkDescriptorPool *dpools;
   uint32_t ndpools;     /* descriptor pools owned (the pool path only) */
   uint32_t dpool_cur;   /* pools in use this time; sets come from dpools[dpool_cur - 1] */
@@ -183,6 +185,8 @@ typedef struct weft_vk_lane {
   uint64_t done_serial; /* every batch up to this serial has completed */
   uint64_t epoch;       /* barrier epoch inside the recording batch */
   int fresh;            /* the recording batch has no barrier yet: its first command gets one */
+  VkPipelineStageFlags used_stages; /* stages of the commands since the last barrier */
+  VkAccessFlags written;            /* write accesses since the last barrier */
   vk_buf *readback;     /* host-visible target of downloads, grown on demand */
   void *readback_map;
   int in_scope;
@@ -205,8 +209,10 @@ weft_status weft_vk_flush(weft_vk_lane *l);
 /* Submits the recording batch and waits for everything submitted. */
 weft_status weft_vk_finish(weft_vk_lane *l);
 
-/* Records the barrier a command touching these buffers needs (reads `in`, writes `out`), then marks them. */
-void weft_vk_hazard(weft_vk_lane *l, vk_batch *b, vk_buf *const *in, int nin, vk_buf *const *out, int nout);
+/* Records the barrier a command touching these buffers needs (reads `in`, writes `out`), then marks them.
+ * `transfer`: the command is a copy rather than a dispatch. */
+void weft_vk_hazard(weft_vk_lane *l, vk_batch *b, vk_buf *const *in, int nin, vk_buf *const *out, int nout,
+                    int transfer);
 
 /* vk_ops.c: creates the layouts (on lane creation), records an op, frees kernel state. */
 weft_status weft_vk_ops_init(weft_vk_lane *l);

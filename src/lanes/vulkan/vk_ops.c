@@ -238,8 +238,9 @@ static weft_status dispatch(weft_vk_lane *l, vk_batch *b, VkPipeline pipe, const
     for (uint32_t i = 0; i < VK_NBIND; i++) wr[i].dstSet = set;
     l->vkUpdateDescriptorSets(l->dev, VK_NBIND, wr, 0, NULL);
   }
-  weft_vk_hazard(l, b, in, nread, out, nwrite);
-  l->vkCmdBindPipeline(b->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+  weft_vk_hazard(l, b, in, nread, out, nwrite, 0);
+  if (b->bound != pipe) l->vkCmdBindPipeline(b->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+  b->bound = pipe;
   if (l->vkCmdPushDescriptorSetKHR)
     l->vkCmdPushDescriptorSetKHR(b->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, l->layout, 0, VK_NBIND, wr);
   else

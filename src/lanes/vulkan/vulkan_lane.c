@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "vk_internal.h"
 
@@ -28,6 +29,8 @@
 #define VK_BATCH_MAX_STAGED ((VkDeviceSize)256 << 20)
 /* Staging is carved from chunks of this size; larger copies get a chunk of their own. */
 #define VK_STAGE_CHUNK ((VkDeviceSize)8 << 20)
+/* How long a wait polls before it blocks. */
+#define VK_SPIN_NS 200000L
 /* A readback buffer larger than this is given back after the download. */
 #define VK_READBACK_KEEP ((VkDeviceSize)64 << 20)
 
@@ -205,9 +208,19 @@ static void batch_recycle(weft_vk_lane *l, vk_batch *b) {
   b->state = VK_BATCH_FREE;
 }
 
-/* Waits for a submitted batch and recycles it. */
+/* Waits for a submitted batch and recycles it. Short work is polled for a moment first: a blocking wait
+ * costs a sleep and a wake-up, tens of microseconds on some drivers, which a readback would pay every time. */
 static weft_status batch_wait(weft_vk_lane *l, vk_batch *b) {
-  VkResult r = l->vkWaitForFences(l->dev, 1, &b->fence, VK_TRUE, UINT64_MAX);
+  VkResult r = VK_NOT_READY;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; r == VK_NOT_READY; i++) {
+    r = l->vkGetFenceStatus(l->dev, b->fence);
+    if (r != VK_NOT_READY || (i & 63) != 63) continue;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > VK_SPIN_NS) break;
+  }
+  if (r == VK_NOT_READY) r = l->vkWaitForFences(l->dev, 1, &b->fence, VK_TRUE, UINT64_MAX);
   if (r == VK_SUCCESS) r = l->vkResetFences(l->dev, 1, &b->fence);
   if (r != VK_SUCCESS) {
     l->lost = 1; /* the work's results are unknown: the lane cannot be trusted any more */
@@ -250,6 +263,7 @@ weft_status weft_vk_batch_get(weft_vk_lane *l, vk_batch **out) {
   b->state = VK_BATCH_RECORDING;
   b->serial = l->next_serial++;
   b->ncmds = 0;
+  b->bound = VK_NULL_HANDLE;
   /* Work of earlier submissions is made visible by a barrier before this batch's first command. */
   l->epoch += 2;
   l->fresh = 1;
@@ -287,20 +301,30 @@ weft_status weft_vk_finish(weft_vk_lane *l) {
   return WEFT_OK;
 }
 
-void weft_vk_hazard(weft_vk_lane *l, vk_batch *b, vk_buf *const *in, int nin, vk_buf *const *out, int nout) {
+void weft_vk_hazard(weft_vk_lane *l, vk_batch *b, vk_buf *const *in, int nin, vk_buf *const *out, int nout,
+                    int transfer) {
   int need = l->fresh;
   for (int i = 0; i < nin && !need; i++) need = in[i]->w_epoch == l->epoch;
   for (int i = 0; i < nout && !need; i++) need = out[i]->w_epoch == l->epoch || out[i]->r_epoch == l->epoch;
+  VkPipelineStageFlags stage = transfer ? VK_PIPELINE_STAGE_TRANSFER_BIT : VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
   if (need) {
-    VkMemoryBarrier mb = {VK_STRUCTURE_TYPE_MEMORY_BARRIER, NULL,
-                          VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-                          VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                              VK_ACCESS_TRANSFER_WRITE_BIT};
-    VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-    l->vkCmdPipelineBarrier(b->cmd, stages, stages, 0, 1, &mb, 0, NULL, 0, NULL);
+    /* Only the stages and writes since the last barrier: a compute-to-compute barrier is what a chain of
+     * dispatches pays for, and a narrower one is cheaper on some drivers. The first barrier of a batch
+     * covers everything submitted before it. */
+    VkPipelineStageFlags src = l->fresh ? VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT
+                                        : l->used_stages;
+    VkAccessFlags wrote = l->fresh ? VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT : l->written;
+    VkAccessFlags dst_access = transfer ? VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT
+                                        : VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    VkMemoryBarrier mb = {VK_STRUCTURE_TYPE_MEMORY_BARRIER, NULL, wrote, dst_access};
+    l->vkCmdPipelineBarrier(b->cmd, src ? src : stage, stage, 0, 1, &mb, 0, NULL, 0, NULL);
     l->epoch++;
     l->fresh = 0;
+    l->used_stages = 0;
+    l->written = 0;
   }
+  l->used_stages |= stage;
+  if (nout) l->written |= transfer ? VK_ACCESS_TRANSFER_WRITE_BIT : VK_ACCESS_SHADER_WRITE_BIT;
   for (int i = 0; i < nin; i++) in[i]->r_epoch = l->epoch, in[i]->last_serial = b->serial;
   for (int i = 0; i < nout; i++) out[i]->w_epoch = l->epoch, out[i]->last_serial = b->serial;
 }
@@ -394,7 +418,7 @@ static weft_status vk_upload(void *self, weft_buffer *buffer, size_t offset, con
   VkDeviceSize off = 0;
   if ((st = stage_alloc(l, b, bytes, &s, &off)) != WEFT_OK) return st;
   memcpy((char *)s->map + off, src, bytes);
-  weft_vk_hazard(l, b, NULL, 0, &dst, 1);
+  weft_vk_hazard(l, b, NULL, 0, &dst, 1, 1);
   VkBufferCopy region = {off, offset, bytes};
   l->vkCmdCopyBuffer(b->cmd, s->buf, dst->buf, 1, &region);
   b->ncmds++;
@@ -416,7 +440,7 @@ static weft_status vk_download(void *self, weft_buffer *buffer, size_t offset, v
   }
   vk_batch *b;
   if ((st = weft_vk_batch_get(l, &b)) != WEFT_OK) return st;
-  weft_vk_hazard(l, b, &src, 1, NULL, 0);
+  weft_vk_hazard(l, b, &src, 1, NULL, 0, 1);
   VkBufferCopy region = {offset, 0, bytes};
   l->vkCmdCopyBuffer(b->cmd, src->buf, l->readback->buf, 1, &region);
   VkMemoryBarrier mb = {VK_STRUCTURE_TYPE_MEMORY_BARRIER, NULL, VK_ACCESS_TRANSFER_WRITE_BIT, VK_ACCESS_HOST_READ_BIT};
@@ -634,10 +658,10 @@ static weft_vk_lane *lane_create(weft_vk_instance *vi, VkPhysicalDevice phys, ui
   human_bytes(maxs, sizeof maxs, l->max_binding);
   human_bytes(shs, sizeof shs, lim->maxComputeSharedMemorySize);
   snprintf(l->details, sizeof l->details,
-           "%s; largest binding %s%s; workgroup up to %u invocations; %s shared memory; denormals %s; %s",
+           "%s; largest binding %s%s; workgroup up to %u invocations; %s shared memory; fp32 subnormals %s; %s",
            device_type_str(l->props.deviceType), maxs,
            args->desc->vulkan_max_binding ? " (capped by vulkan_max_binding)" : "", lim->maxComputeWorkGroupInvocations,
-           shs, l->denorm_preserve ? "preserved" : "as the driver does by default",
+           shs, l->denorm_preserve ? "kept by the driver" : "not guaranteed by the driver (the kernels keep them)",
            l->vkCmdPushDescriptorSetKHR ? "push descriptors" : "descriptor pools");
   return l;
 

@@ -1,6 +1,6 @@
 #version 450
 // ew.comp - the elementwise ops (add, relu, relu_backward, scale, axpy), one per specialisation of OP, each
-// element exactly as src/core/reference.c computes it. A chunk of `count` elements; indices are relative to
+// element exactly as src/core/reference.c computes it (weft_add / weft_mul: subnormals kept on any device). A chunk of `count` elements; indices are relative to
 // the bound windows (base_*). Threads stride over the chunk so the group count stays under the device limit.
 #include "common.glsl"
 
@@ -22,10 +22,10 @@ layout(push_constant) uniform P {
 void main() {
   uint stride = gl_NumWorkGroups.x * 256u;
   for (uint e = gl_GlobalInvocationID.x; e < pc.count; e += stride) {
-    precise float r;
+    float r;
     if (OP == 0u) {
       uint yi = pc.ycols != 0u ? (pc.ymod0 + e) % pc.ycols : e;
-      r = x[pc.base_x + e] + y[pc.base_y + yi];
+      r = weft_add(x[pc.base_x + e], y[pc.base_y + yi]);
     } else if (OP == 1u) {
       float v = x[pc.base_x + e];
       r = weft_positive(v) ? v : (weft_isnan(v) ? v : 0.0);
@@ -33,10 +33,9 @@ void main() {
       // x binding: the incoming gradient, y binding: relu's input.
       r = weft_positive(y[pc.base_y + e]) ? x[pc.base_x + e] : 0.0;
     } else if (OP == 3u) {
-      r = pc.alpha * x[pc.base_x + e];
+      r = weft_mul(pc.alpha, x[pc.base_x + e]);
     } else {
-      precise float prod = pc.alpha * x[pc.base_x + e];
-      r = prod + o[pc.base_o + e];
+      r = weft_add(weft_mul(pc.alpha, x[pc.base_x + e]), o[pc.base_o + e]);
     }
     o[pc.base_o + e] = r;
   }

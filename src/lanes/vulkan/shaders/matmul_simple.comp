@@ -1,6 +1,7 @@
 #version 450
 // matmul_simple.comp - one thread per output element, any strides: the path for small or thin products
-// where a 64- or 128-wide tile would mostly idle. For each c[i,j]: acc = 0 (or the partial sum already in c
+// where a 64- or 128-wide tile would mostly idle, and the tiled kernel's exact fallback's model. Each step is
+// weft_mul / weft_add, so subnormals come out right on hardware that flushes them. For each c[i,j]: acc = 0 (or the partial sum already in c
 // when a long k is split into chunks); for k ascending acc = acc + a[i,k] * b[k,j].
 #include "common.glsl"
 
@@ -22,10 +23,7 @@ void main() {
   uint ask = (pc.flags & 1u) != 0u ? pc.lda : 1u;
   uint bi = bb + ((pc.flags & 2u) != 0u ? j * pc.ldb : j);
   uint bsk = (pc.flags & 2u) != 0u ? 1u : pc.ldb;
-  precise float acc = (pc.flags & 4u) != 0u ? c[ci] : 0.0;
-  for (uint k = 0u; k < pc.K; k++) {
-    precise float prod = a[ai + k * ask] * b[bi + k * bsk];
-    acc = acc + prod;
-  }
+  float acc = (pc.flags & 4u) != 0u ? c[ci] : 0.0;
+  for (uint k = 0u; k < pc.K; k++) acc = weft_add(acc, weft_mul(a[ai + k * ask], b[bi + k * bsk]));
   c[ci] = acc;
 }

@@ -7,6 +7,14 @@
 // last, partial tile of k runs only its real steps: padding k with zeros would turn a -0 sum into +0.
 // Built a second time with WEFT_FP32 (no `precise`) for the fp32 contract, where the driver may fuse.
 //
+// Subnormals: where the hardware flushes them (NVIDIA's Vulkan driver does), a product or a partial sum
+// below 2^-126 would come out as zero. None can arise when every operand is zero or normal, the smallest
+// nonzero |a| times the smallest nonzero |b| of the block's panels is at least 2^-103 (then every product
+// and every partial sum is a multiple of 2^-126: zero or normal), and a partial sum carried in from c is
+// zero or at least 2^-103. The kernel tracks those minimums while it loads (a few integer instructions per
+// four values) and, when the test fails, recomputes its block with weft_mul / weft_add (common.glsl) in the
+// same order before anything is stored. Data of ordinary magnitudes never takes that path.
+//
 // Specialisation: TRANS_A / TRANS_B pick the layouts; VEC=1 loads and stores 4 floats at a time and is used
 // only when every row start is a multiple of 4 floats and the vector dimensions are multiples of 4 (the
 // host checks), so a vector never straddles an edge. The register tile is unrolled by macros rather than
@@ -52,6 +60,17 @@ shared vec4 Bs[2 * BK * BN / 4];
 
 vec4 pa[GA], pb[GB];
 uint tid, tx, ty, i0, j0, abase, bbase, cbase;
+#ifndef WEFT_FP32
+// (|x| bits) - 1 minimised over the values this thread loaded: zero wraps to the top and drops out.
+uint amin1 = 0xffffffffu, bmin1 = 0xffffffffu;
+shared uint s_amin1, s_bmin1, s_cbad;
+void track(inout uint m, vec4 v) {
+  uvec4 b = (floatBitsToUint(v) & 0x7fffffffu) - 1u;
+  m = min(m, min(min(b.x, b.y), min(b.z, b.w)));
+}
+// A partial sum from c that could meet a flush: nonzero and below 2^-103.
+bool tiny_sum(vec4 v) { return any(lessThan((floatBitsToUint(v) & 0x7fffffffu) - 1u, uvec4(0x0bffffffu))); }
+#endif
 
 float ld_a(uint idx) { return a4[idx >> 2][idx & 3u]; }
 float ld_b(uint idx) { return b4[idx >> 2][idx & 3u]; }
@@ -90,6 +109,9 @@ void fetch(uint t) {
       }
     }
     pa[s] = v;
+#ifndef WEFT_FP32
+    track(amin1, v);
+#endif
   }
   [[unroll]] for (uint s = 0u; s < GB; s++) {
     uint g = tid + s * 256u;
@@ -122,6 +144,9 @@ void fetch(uint t) {
       }
     }
     pb[s] = v;
+#ifndef WEFT_FP32
+    track(bmin1, v);
+#endif
   }
 }
 
@@ -230,9 +255,33 @@ void store_c4(uint row, uint col, vec4 v) {
   }
 }
 
+#ifndef WEFT_FP32
+// The block again, each c[i,j] as one sequence of weft_add / weft_mul in the canonical order, straight from
+// memory: slow, and only for data whose magnitudes could meet a flushed subnormal.
+void exact_block(bool accum) {
+  for (uint i = 0u; i < TM; i++) {
+    uint row = row_of(i);
+    if (row >= pc.M) continue;
+    for (uint j = 0u; j < TN; j++) {
+      uint col = j0 + (j >> 2) * 64u + tx * 4u + (j & 3u);
+      if (col >= pc.N) continue;
+      uint ci = cbase + row * pc.ldc + col;
+      float acc = accum ? c4[ci >> 2][ci & 3u] : 0.0;
+      for (uint k = 0u; k < pc.K; k++) {
+        uint ai = TRANS_A != 0u ? abase + k * pc.lda + row : abase + row * pc.lda + k;
+        uint bi = TRANS_B != 0u ? bbase + col * pc.ldb + k : bbase + k * pc.ldb + col;
+        acc = weft_add(acc, weft_mul(ld_a(ai), ld_b(bi)));
+      }
+      c4[ci >> 2][ci & 3u] = acc;
+    }
+  }
+}
+#endif
+
 #define INIT4(i, jg)                                                                                           \
   {                                                                                                            \
     vec4 v = accum ? load_c4(row_of(i), j0 + (jg) * 64u + tx * 4u) : vec4(0.0);                                 \
+    CHECK_SUM(v)                                                                                               \
     acc[(i) * TN + (jg) * 4] = v.x;                                                                            \
     acc[(i) * TN + (jg) * 4 + 1] = v.y;                                                                        \
     acc[(i) * TN + (jg) * 4 + 2] = v.z;                                                                        \
@@ -242,6 +291,11 @@ void store_c4(uint row, uint col, vec4 v) {
   store_c4(row_of(i), j0 + (jg) * 64u + tx * 4u,                                                               \
            vec4(acc[(i) * TN + (jg) * 4], acc[(i) * TN + (jg) * 4 + 1], acc[(i) * TN + (jg) * 4 + 2],          \
                 acc[(i) * TN + (jg) * 4 + 3]));
+#ifdef WEFT_FP32
+#define CHECK_SUM(v)
+#else
+#define CHECK_SUM(v) cbad = cbad || tiny_sum(v);
+#endif
 #if TN == 8
 #define INIT_ROW(i) INIT4(i, 0) INIT4(i, 1)
 #define STORE_ROW(i) STORE4(i, 0) STORE4(i, 1)
@@ -262,6 +316,10 @@ void main() {
   cbase = pc.base_c + p * pc.stride_c;
   bool accum = (pc.flags & 4u) != 0u;
   PRECISE float acc[TM * TN];
+#ifndef WEFT_FP32
+  bool cbad = false;
+  if (tid == 0u) s_amin1 = 0xffffffffu, s_bmin1 = 0xffffffffu, s_cbad = 0u; // ordered by the barriers below
+#endif
   FOR_ROWS(INIT_ROW)
 
   uint ntiles = (pc.K + BK - 1u) / BK;
@@ -283,5 +341,22 @@ void main() {
     if (more) stash(cur ^ 1u);
     barrier();
   }
+#ifndef WEFT_FP32
+  atomicMin(s_amin1, amin1);
+  atomicMin(s_bmin1, bmin1);
+  if (cbad) atomicOr(s_cbad, 1u);
+  barrier();
+  uint am = s_amin1, bm = s_bmin1;
+  // A subnormal operand (bits 1..0x7fffff), a tiny carried sum, or products that may fall below 2^-103.
+  bool slow = s_cbad != 0u || am < 0x7fffffu || bm < 0x7fffffu;
+  if (!slow && am != 0xffffffffu && bm != 0xffffffffu) {
+    precise float pmin = uintBitsToFloat(am + 1u) * uintBitsToFloat(bm + 1u);
+    slow = (floatBitsToUint(pmin) & 0x7fffffffu) < 0x0c000000u;
+  }
+  if (slow) {
+    exact_block(accum);
+    return;
+  }
+#endif
   FOR_ROWS(STORE_ROW)
 }

@@ -26,25 +26,19 @@ void main() {
   float mx = z[zr];
   for (uint j = 1u; j < pc.cols; j++) {
     float v = z[zr + j];
-    // mx = v > mx ? v : mx, with the NaN cases spelled out so no compiler can turn it into a max().
-    if (!weft_isnan(v) && !weft_isnan(mx) && v > mx) mx = v;
+    // mx = v > mx ? v : mx, compared on the bits: no compiler can turn it into a max(), nor flush a
+    // subnormal to zero before comparing.
+    if (weft_gt(v, mx)) mx = v;
   }
-  precise float s = 0.0;
-  for (uint j = 0u; j < pc.cols; j++) {
-    precise float d = z[zr + j] - mx;
-    s = s + weft_expf(d);
-  }
+  float s = 0.0;
+  for (uint j = 0u; j < pc.cols; j++) s = weft_add(s, weft_expf(weft_sub(z[zr + j], mx)));
   float ls = weft_logf(s);
-  precise float acc = 0.0;
+  float acc = 0.0;
   for (uint j = 0u; j < pc.cols; j++) {
-    precise float lsm = (z[zr + j] - mx) - ls;
+    float lsm = weft_sub(weft_sub(z[zr + j], mx), ls);
     float tj = t[tr + j];
-    precise float prod = tj * lsm;
-    acc = acc + prod;
-    if ((pc.flags & 1u) != 0u) {
-      precise float gj = (weft_expf(lsm) - tj) * pc.inv_rows;
-      g[gr + j] = gj;
-    }
+    acc = weft_add(acc, weft_mul(tj, lsm));
+    if ((pc.flags & 1u) != 0u) g[gr + j] = weft_mul(weft_sub(weft_expf(lsm), tj), pc.inv_rows);
   }
-  if ((pc.flags & 2u) != 0u) rowloss[pc.base_l + i] = -acc;
+  if ((pc.flags & 2u) != 0u) rowloss[pc.base_l + i] = weft_neg(acc);
 }

@@ -17,7 +17,7 @@ layout(push_constant) uniform P {
 void main() {
   uint j = gl_GlobalInvocationID.x;
   if (j >= pc.cols) return;
-  precise float acc = pc.accum != 0u ? o[pc.base_o + j] : 0.0;
-  for (uint i = 0u; i < pc.rows; i++) acc = acc + x[pc.base_x + i * pc.ldx + j];
+  float acc = pc.accum != 0u ? o[pc.base_o + j] : 0.0;
+  for (uint i = 0u; i < pc.rows; i++) acc = weft_add(acc, x[pc.base_x + i * pc.ldx + j]);
   o[pc.base_o + j] = acc;
 }
