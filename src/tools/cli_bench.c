@@ -133,8 +133,8 @@ static int lane_width(const bench_lane *l) {
 }
 
 static void table_header(const bench_run *r) {
-  printf("matmul n x n x n, contract %s: median of up to %d runs after a warm-up, host data in and result out\n",
-         weft_contract_str(r->o.contract), r->o.repeats);
+  printf("matmul n x n x n, contract %s: median of up to %d run%s after a warm-up, host data in and result out\n",
+         weft_contract_str(r->o.contract), r->o.repeats, r->o.repeats == 1 ? "" : "s");
   for (size_t l = 0; l < r->nlanes; l++)
     printf("  %-9s %s%s%s\n", r->lanes[l].info.name, r->lanes[l].info.device, *r->lanes[l].info.details ? ", " : "",
            r->lanes[l].info.details);
@@ -191,8 +191,8 @@ static void table_notes(const bench_run *r) {
   }
   for (size_t i = 0; i < r->nskipped; i++) printf("%snot benched: %s\n", any++ ? "" : "\n", r->skipped[i]);
   if (r->mismatches)
-    printf("\n%d point%s DIFFER from the reference lane: that is a bug in a lane, please report it.\n",
-           r->mismatches, r->mismatches == 1 ? "" : "s");
+    printf("\n%d point%s from the reference lane: that is a bug in a lane, please report it.\n",
+           r->mismatches, r->mismatches == 1 ? " DIFFERS" : "s DIFFER");
 }
 
 /* ----------------------------------------------------------------------------------------- JSON and CSV */
