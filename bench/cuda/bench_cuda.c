@@ -413,6 +413,25 @@ int main(int argc, char **argv) {
     }
   }
 
+  /* SIMT / tensor units, device-resident: where the tensor lane's tf32 overtakes cuda:0's own kernels */
+  if (lane_cut >= 0) {
+    static const int64_t rs[] = {64, 128, 256, 512, 1024, 2048};
+    printf("\ndevice-resident, ms per matmul:\n%6s %10s %10s %10s %10s\n", "n", "exact", "fp32", "tf32", "bf16");
+    int64_t cross = 0;
+    for (int i = 0; i < (quick ? 4 : 6); i++) {
+      int64_t n = rs[i];
+      int reps = n <= 512 ? 50 : 10;
+      double te = resident_mm(lane_cu, WEFT_CONTRACT_EXACT, n, reps);
+      double tf = resident_mm(lane_cu, WEFT_CONTRACT_FP32, n, reps);
+      double tt = resident_mm(lane_cut, WEFT_CONTRACT_TF32, n, reps);
+      double tb = resident_mm(lane_cut, WEFT_CONTRACT_BF16, n, reps);
+      printf("%6lld %10.4f %10.4f %10.4f %10.4f\n", (long long)n, te * 1e3, tf * 1e3, tt * 1e3, tb * 1e3);
+      if (!cross && tt < tf) cross = n;
+    }
+    printf("tensor units (tf32) faster than cuda:0 fp32 from n = %lld\n", (long long)cross);
+    result("crossover_simt_tensor", (double)cross);
+  }
+
   /* 3. host to host */
   printf("\nhost arrays -> host result (write a, write b, matmul, read c), median ms:\n");
   int64_t hn = quick ? 1024 : 4096;
@@ -451,13 +470,11 @@ int main(int argc, char **argv) {
            "on write, out of the result's on read - are three of them: %.2f ms of each total above)\n",
            count * 4 >> 20, mc * 1e3, 3 * mc * 1e3);
     printf("  lane's share (total minus those copies): exact %.2f ms", (e.total - 3 * mc) * 1e3);
+    if (lane_cut >= 0) printf(", tf32 %.2f ms", (t_tf32 - 3 * mc) * 1e3);
+    printf("\n");
     result("memcpy_64mib_ms", mc * 1e3);
     result("h2h_exact_lane_ms", (e.total - 3 * mc) * 1e3);
-    if (lane_cut >= 0) {
-      printf(", tf32 %.2f ms", (t_tf32 - 3 * mc) * 1e3);
-      result("h2h_tf32_lane_ms", (t_tf32 - 3 * mc) * 1e3);
-    }
-    printf("\n");
+    if (lane_cut >= 0) result("h2h_tf32_lane_ms", (t_tf32 - 3 * mc) * 1e3);
     free(p), free(q);
   }
 

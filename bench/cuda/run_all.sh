@@ -24,6 +24,11 @@ echo "== bench_cuda"
 timeout 300 "$build/bench/cuda/bench_cuda" > "$logs/bench_cuda.log" 2>&1
 echo "bench_cuda: exit $?"; grep -v '^RESULT' "$logs/bench_cuda.log"
 
+echo "== weft devices / weft bench"
+"$build/weft" devices 2>&1 | tee "$logs/weft_devices.log" | head -40
+timeout 120 "$build/weft" bench --lanes cpu,cuda --sizes 64,128,256,512,1024,2048 > "$logs/weft_bench.log" 2>&1
+echo "weft bench: exit $?"; cat "$logs/weft_bench.log"
+
 echo "== torch_compare"
 if python3 -c 'import torch' 2>/dev/null; then
   PYTHONUNBUFFERED=1 timeout 300 python3 "$here/torch_compare.py" > "$logs/torch_compare.log" 2>&1

@@ -68,6 +68,7 @@ def main():
          "", ""),
         ("CPU/GPU crossover, measured (tf32)", fmt(g("crossover_measured_tf32")), "", "", ""),
         ("CPU/GPU crossover, router (exact)", fmt(g("crossover_router_exact")), "", "", ""),
+        ("SIMT/tensor crossover, resident (tf32 vs fp32)", fmt(g("crossover_simt_tensor")), "", "", ""),
     ]
     w = [max(len(row[i]) for row in rows) for i in range(5)]
     head = ("figure", "weft", "against", "ratio", "target")
