@@ -11,9 +11,9 @@
 
 #include "cpu.h"
 
-/* Below this many multiply-adds a matmul runs as plain loops on the caller's thread: packing would cost
- * more than it saves. */
-#define TINY_WORK (16 * 16 * 16)
+/* Up to this many multiply-adds a matmul runs as plain loops: packing costs more than it saves only for
+ * the very smallest (measured: the packed path wins from about 6x6x6 up). */
+#define TINY_WORK 128
 /* Each extra thread must get at least this many multiply-adds, or waking it costs more than it saves. */
 #define MIN_WORK_PER_THREAD ((int64_t)48 * 48 * 48)
 
@@ -67,26 +67,73 @@ static void matmul_tiny(const mm_view *v) {
 
 /* ----------------------------------------------------------------------------------------- packing */
 
+/* The two moves packing is made of, for a panel w values wide and kc deep (dst[q*w + r]):
+ *   gather: value r comes from its own row src[r], at src[r][q] (a strided operand: A, or B transposed);
+ *   copy:   the w values are contiguous in memory at src + q * ld (A transposed, or B).
+ * Lanes past `have` are zeros. The full-width cases of the kernels' widths are compiled with w constant,
+ * so the compiler unrolls them; everything else (edges) takes the generic loop. */
+#define DEFINE_FULL_MOVES(W)                                                                                       \
+  static void gather_##W(const float *const *src, int64_t kc, float *restrict dst) {                              \
+    for (int64_t q = 0; q < kc; q++)                                                                               \
+      for (int r = 0; r < W; r++) dst[q * W + r] = src[r][q];                                                      \
+  }                                                                                                                \
+  static void copy_##W(const float *src, int64_t ld, int64_t kc, float *restrict dst) {                           \
+    for (int64_t q = 0; q < kc; q++)                                                                               \
+      for (int r = 0; r < W; r++) dst[q * W + r] = src[q * ld + r];                                                \
+  }
+DEFINE_FULL_MOVES(4)
+DEFINE_FULL_MOVES(6)
+DEFINE_FULL_MOVES(12)
+DEFINE_FULL_MOVES(16)
+DEFINE_FULL_MOVES(32)
+
+static void gather_panel(const float *const *src, int64_t have, int64_t w, int64_t kc, float *restrict dst) {
+  if (have == w) {
+    switch (w) {
+    case 4: gather_4(src, kc, dst); return;
+    case 6: gather_6(src, kc, dst); return;
+    case 12: gather_12(src, kc, dst); return;
+    case 16: gather_16(src, kc, dst); return;
+    case 32: gather_32(src, kc, dst); return;
+    default: break;
+    }
+  }
+  for (int64_t q = 0; q < kc; q++) {
+    int64_t r = 0;
+    for (; r < have; r++) dst[q * w + r] = src[r][q];
+    for (; r < w; r++) dst[q * w + r] = 0.0f;
+  }
+}
+
+static void copy_panel(const float *src, int64_t ld, int64_t have, int64_t w, int64_t kc, float *restrict dst) {
+  if (have == w) {
+    switch (w) {
+    case 4: copy_4(src, ld, kc, dst); return;
+    case 6: copy_6(src, ld, kc, dst); return;
+    case 12: copy_12(src, ld, kc, dst); return;
+    case 16: copy_16(src, ld, kc, dst); return;
+    case 32: copy_32(src, ld, kc, dst); return;
+    default: break;
+    }
+  }
+  for (int64_t q = 0; q < kc; q++) {
+    int64_t r = 0;
+    for (; r < have; r++) dst[q * w + r] = src[q * ld + r];
+    for (; r < w; r++) dst[q * w + r] = 0.0f;
+  }
+}
+
 /* Packs rows [i0, i0+mc) and depth [p0, p0+kc) of op(A) into mr-row micro-panels: for each k, mr values.
  * Rows past the matrix are zeros (their results are computed and thrown away). */
 static void pack_a(const mm_view *v, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int mr, float *restrict dst) {
   for (int64_t ir = 0; ir < mc; ir += mr) {
     const int64_t rows = min64(mr, mc - ir);
-    if (v->ta) { /* a stored [k, m]: each k's mr values are contiguous */
-      for (int64_t q = 0; q < kc; q++) {
-        const float *src = v->a + (p0 + q) * v->m + i0 + ir;
-        int64_t r = 0;
-        for (; r < rows; r++) dst[q * mr + r] = src[r];
-        for (; r < mr; r++) dst[q * mr + r] = 0.0f;
-      }
-    } else { /* a stored [m, k]: gather one value from each of mr rows per k */
+    if (v->ta) { /* a stored [k, m] */
+      copy_panel(v->a + p0 * v->m + i0 + ir, v->m, rows, mr, kc, dst);
+    } else { /* a stored [m, k] */
       const float *src[WEFT_CPU_MR_MAX];
       for (int64_t r = 0; r < rows; r++) src[r] = v->a + (i0 + ir + r) * v->k + p0;
-      for (int64_t q = 0; q < kc; q++) {
-        int64_t r = 0;
-        for (; r < rows; r++) dst[q * mr + r] = src[r][q];
-        for (; r < mr; r++) dst[q * mr + r] = 0.0f;
-      }
+      gather_panel(src, rows, mr, kc, dst);
     }
     dst += (size_t)mr * (size_t)kc;
   }
@@ -99,25 +146,12 @@ static void pack_b(const mm_view *v, int64_t j0, int64_t nc, int64_t p0, int64_t
   for (int64_t jp = jp0; jp < jp1; jp++) {
     const int64_t jr = jp * nr, cols = min64(nr, nc - jr);
     float *restrict d = dst + (size_t)jp * (size_t)nr * (size_t)kc;
-    if (!v->tb) { /* b stored [k, n]: each k's nr values are contiguous */
-      for (int64_t q = 0; q < kc; q++) {
-        const float *src = v->b + (p0 + q) * v->n + j0 + jr;
-        if (cols == nr) {
-          memcpy(d + q * nr, src, sizeof(float) * (size_t)nr);
-        } else {
-          int64_t c = 0;
-          for (; c < cols; c++) d[q * nr + c] = src[c];
-          for (; c < nr; c++) d[q * nr + c] = 0.0f;
-        }
-      }
-    } else { /* b stored [n, k]: gather one value from each of nr rows per k */
+    if (!v->tb) { /* b stored [k, n] */
+      copy_panel(v->b + p0 * v->n + j0 + jr, v->n, cols, nr, kc, d);
+    } else { /* b stored [n, k] */
       const float *src[WEFT_CPU_NR_MAX];
       for (int64_t c = 0; c < cols; c++) src[c] = v->b + (j0 + jr + c) * v->k + p0;
-      for (int64_t q = 0; q < kc; q++) {
-        int64_t c = 0;
-        for (; c < cols; c++) d[q * nr + c] = src[c][q];
-        for (; c < nr; c++) d[q * nr + c] = 0.0f;
-      }
+      gather_panel(src, cols, nr, kc, d);
     }
   }
 }
