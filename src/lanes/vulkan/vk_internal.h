@@ -224,5 +224,10 @@ weft_status weft_vk_ops_run(weft_vk_lane *l, const weft_op *op);
  * 1 simple, 2 tiled 128x128, 3 tiled 64x64, 4 tiled 128x128 with k steps of 16) and turn push descriptors off to exercise the descriptor-pool path. */
 extern int weft_vk_force_matmul_kernel;
 extern int weft_vk_disable_push_descriptors;
+/* Fault injection for the failure tests: the next device allocation reports VK_ERROR_OUT_OF_DEVICE_MEMORY,
+ * the next pipeline creation VK_ERROR_INITIALIZATION_FAILED, or the next wait VK_ERROR_DEVICE_LOST. Each
+ * fires once and clears itself. */
+enum { WEFT_VK_FAULT_NONE = 0, WEFT_VK_FAULT_OOM, WEFT_VK_FAULT_PIPELINE, WEFT_VK_FAULT_DEVICE_LOST };
+extern int weft_vk_inject_fault;
 
 #endif /* WEFT_VK_INTERNAL_H */

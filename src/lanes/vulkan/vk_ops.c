@@ -153,7 +153,13 @@ static weft_status get_pipe(weft_vk_lane *l, int s, uint32_t s0, uint32_t s1, ui
       VK_NULL_HANDLE,
       -1};
   VkPipeline pipe;
-  VkResult r = l->vkCreateComputePipelines(l->dev, VK_NULL_HANDLE, 1, &ci, NULL, &pipe);
+  VkResult r;
+  if (weft_vk_inject_fault == WEFT_VK_FAULT_PIPELINE) {
+    weft_vk_inject_fault = WEFT_VK_FAULT_NONE;
+    r = VK_ERROR_INITIALIZATION_FAILED;
+  } else {
+    r = l->vkCreateComputePipelines(l->dev, VK_NULL_HANDLE, 1, &ci, NULL, &pipe);
+  }
   if (r != VK_SUCCESS) {
     char what[96];
     snprintf(what, sizeof what, "compiling the %s kernel", SHADERS[s].name);

@@ -36,6 +36,7 @@
 
 int weft_vk_force_matmul_kernel = 0;
 int weft_vk_disable_push_descriptors = 0;
+int weft_vk_inject_fault = WEFT_VK_FAULT_NONE;
 
 weft_status weft_vk_check(weft_vk_lane *l, VkResult r, const char *what) {
   if (r == VK_SUCCESS) return WEFT_OK;
@@ -107,7 +108,12 @@ static weft_status buf_make(weft_vk_lane *l, VkDeviceSize bytes, VkBufferUsageFl
                             l->name, host ? "host-visible coherent" : "usable");
   }
   VkMemoryAllocateInfo ai = {VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, NULL, req.size, (uint32_t)type};
-  r = l->vkAllocateMemory(l->dev, &ai, NULL, &b->mem);
+  if (!host && weft_vk_inject_fault == WEFT_VK_FAULT_OOM) {
+    weft_vk_inject_fault = WEFT_VK_FAULT_NONE;
+    r = VK_ERROR_OUT_OF_DEVICE_MEMORY;
+  } else {
+    r = l->vkAllocateMemory(l->dev, &ai, NULL, &b->mem);
+  }
   if (r != VK_SUCCESS) {
     l->vkDestroyBuffer(l->dev, b->buf, NULL);
     free(b);
@@ -221,6 +227,10 @@ static weft_status batch_wait(weft_vk_lane *l, vk_batch *b) {
     if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > VK_SPIN_NS) break;
   }
   if (r == VK_NOT_READY) r = l->vkWaitForFences(l->dev, 1, &b->fence, VK_TRUE, UINT64_MAX);
+  if (r == VK_SUCCESS && weft_vk_inject_fault == WEFT_VK_FAULT_DEVICE_LOST) {
+    weft_vk_inject_fault = WEFT_VK_FAULT_NONE;
+    r = VK_ERROR_DEVICE_LOST;
+  }
   if (r == VK_SUCCESS) r = l->vkResetFences(l->dev, 1, &b->fence);
   if (r != VK_SUCCESS) {
     l->lost = 1; /* the work's results are unknown: the lane cannot be trusted any more */
