@@ -110,9 +110,8 @@ weft_status weft_vk_ops_init(weft_vk_lane *l) {
     free(words), free(patched);
     if (r != VK_SUCCESS) {
       l->modules[s] = VK_NULL_HANDLE;
-      return weft_lane_report(l->host, r == VK_ERROR_DEVICE_LOST ? WEFT_ERR_LANE_FAILED : WEFT_ERR_LANE_FAILED,
-                              "%s: the driver refused the %s kernel: %s", l->name, SHADERS[s].name,
-                              weft_vk_result_str(r));
+      return weft_lane_report(l->host, WEFT_ERR_LANE_FAILED, "%s: the driver refused the %s kernel: %s", l->name,
+                              SHADERS[s].name, weft_vk_result_str(r));
     }
   }
   return weft_vk_buf_create(l, 16, &l->dummy);

@@ -167,7 +167,6 @@ static weft_status stage_alloc(weft_vk_lane *l, vk_batch *b, VkDeviceSize bytes,
       return WEFT_OK;
     }
   }
-  /* Chunks kept from an earlier use of this batch come first. */
   if (b->nstages == b->cap_stages) {
     uint32_t cap = b->cap_stages ? b->cap_stages * 2 : 4;
     vk_stage *grown = realloc(b->stages, cap * sizeof *grown);
@@ -668,10 +667,12 @@ static weft_vk_lane *lane_create(weft_vk_instance *vi, VkPhysicalDevice phys, ui
   human_bytes(maxs, sizeof maxs, l->max_binding);
   human_bytes(shs, sizeof shs, lim->maxComputeSharedMemorySize);
   snprintf(l->details, sizeof l->details,
-           "%s; largest binding %s%s; workgroup up to %u invocations; %s shared memory; fp32 subnormals %s; %s",
+           "%s; largest binding %s%s; workgroup up to %u invocations; %s shared memory; fp32 subnormals %s; "
+           "signed zeros, infinities and NaN %s; %s",
            device_type_str(l->props.deviceType), maxs,
            args->desc->vulkan_max_binding ? " (capped by vulkan_max_binding)" : "", lim->maxComputeWorkGroupInvocations,
            shs, l->denorm_preserve ? "kept by the driver" : "not guaranteed by the driver (the kernels keep them)",
+           l->nan_preserve ? "kept" : "not guaranteed by the driver",
            l->vkCmdPushDescriptorSetKHR ? "push descriptors" : "descriptor pools");
   return l;
 
