@@ -172,6 +172,15 @@ static void macro_kernel(const weft_cpu_kernels *kr, weft_cpu_ukr_fn ukr, const 
       const int64_t rows = min64(mr, mc - ir);
       const float *a = ap + (size_t)ir * (size_t)kc;
       float *ct = c + ir * ldc + jr;
+      /* The microkernel reads its C tile before its first add: start fetching the next tile's rows now,
+       * so they arrive while this tile computes (kc steps of several cycles each). */
+      const int64_t next_ir = ir + mr < mc ? ir + mr : 0, next_jr = ir + mr < mc ? jr : jr + nr;
+      if (next_jr < nc)
+        for (int64_t r = 0; r < mr && next_ir + r < mc; r++) {
+          const float *row = c + (next_ir + r) * ldc + next_jr;
+          __builtin_prefetch(row, 1);
+          __builtin_prefetch(row + min64(nr, nc - next_jr) - 1, 1);
+        }
       if (rows == mr && cols == nr) {
         ukr(kc, a, b, ct, ldc, first);
         continue;
