@@ -127,6 +127,8 @@ static weft_status add_lane_checked(weft_fabric *f, const weft_lane_vtable *vt, 
   }
   weft_cost_init_lane(&slot);
   f->lanes[f->nlanes++] = slot;
+  f->models_ready = 0;
+  weft_route_forget(f);
   return WEFT_OK;
 }
 
@@ -209,6 +211,7 @@ void weft_fabric_close(weft_fabric *f) {
   free(f->lanes);
   free(f->route);
   free(f->explain);
+  weft_route_memo_free(f);
   free(f->lanes_filter);
   free(f);
 }
@@ -246,6 +249,7 @@ weft_status weft_fabric_set_cost_model(weft_fabric *f, size_t lane, weft_cost_cl
   c->line.refine = 1.0;
   c->line.source = WEFT_COST_SET;
   f->lanes[lane].calib_tried = 1; /* a model the caller set is not measured over */
+  weft_route_forget(f);
   return WEFT_OK;
 }
 
@@ -339,6 +343,7 @@ int weft_fabric_last_lane(const weft_fabric *f) { return f ? f->last_lane : -1; 
 
 void weft_lane_mark_failed(weft_fabric *f, int lane) {
   if (lane >= 0 && (size_t)lane < f->nlanes) f->lanes[lane].failed = 1;
+  weft_route_forget(f);
 }
 
 /* Runs one optional lane hook on every live lane; the first failure is reported, the rest still run. */

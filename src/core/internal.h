@@ -17,8 +17,10 @@
 /* A cost line and the recent observed/predicted ratios that refine it. */
 typedef struct weft_cost_state {
   weft_cost_line line;
-  float ratio[WEFT_REFINE_N];
+  float ratio[WEFT_REFINE_N];  /* the window in arrival order (a ring): the oldest leaves first */
+  float sorted[WEFT_REFINE_N]; /* the same values kept sorted, so the median is one load */
   int nratio, pos;
+  double refine_mark;          /* the refinement when routing last took note of it (see route_epoch) */
 } weft_cost_state;
 
 /* One lane in the fabric: the vtable it registered, its state, what it said about itself, its cost model. */
@@ -30,6 +32,7 @@ typedef struct weft_lane_slot {
   /* [class][contract]; only matmul uses the contract index, the other classes live at [cls][0]. */
   weft_cost_state cost[WEFT_COST_CLASS_COUNT][WEFT_CONTRACT_COUNT];
   int calib_tried;    /* calibration ran (or was attempted) for this lane */
+  unsigned observe_tick; /* counts ops, for sampling the observations of tiny ones */
   double busy_until; /* predicted time (fabric clock) at which work already given to the lane is done */
 } weft_lane_slot;
 
@@ -50,11 +53,17 @@ struct weft_fabric {
   int in_scope;
   int last_lane;
   int calibrating;                /* set while calibration runs ops of its own */
+  int models_ready;               /* every lane measured, cached or given up on: routing asks no more */
   double (*clock)(void *ctx);     /* seconds; monotonic unless a test injects its own */
   void *clock_ctx;
   weft_route_cost *route;         /* per lane: the last routing decision's costs (weft_route_last) */
   weft_route_explanation last_route;
   weft_route_cost *explain;       /* per lane: scratch for weft_route_explain */
+  /* Routing decisions are remembered per op signature (shape, contract, where the inputs live) while
+   * nothing that feeds them changes; anything that does (a cost line set, measured or refined by more than
+   * a few percent, a lane failing or joining) bumps the epoch and forgets them all. */
+  uint32_t route_epoch;
+  struct weft_route_memo *memo;   /* WEFT_ROUTE_MEMO entries */
   char err[WEFT_ERR_LEN];
 };
 

@@ -45,6 +45,8 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
                                  weft_tensor **out, int nout) {
   int pinned = desc ? desc->lane : WEFT_LANE_AUTO;
   int lane;
+  double work, t0 = 0;
+  const weft_cost_class cls = weft_cost_op_work(op, &work);
   if (pinned != WEFT_LANE_AUTO) {
     weft_lane_slot *s = &f->lanes[pinned];
     if (s->failed)
@@ -63,13 +65,8 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     weft_tensor *route_in[3] = {nin > 0 ? in[0] : NULL, nin > 1 ? in[1] : NULL, NULL};
     int nroute = nin;
     if (op->kind == WEFT_OP_AXPY) route_in[nroute++] = out[0];
-    lane = weft_route_pick(f, op, route_in, nroute, f->route);
-    f->last_route.op = op->kind;
-    f->last_route.contract = op->contract;
-    weft_cost_op_work(op, &f->last_route.work);
-    f->last_route.chosen = lane;
-    f->last_route.nlanes = f->nlanes;
-    f->last_route.lanes = f->route;
+    t0 = weft_fabric_now(f); /* one clock read serves the route and the op's timing */
+    lane = weft_route_decide(f, op, cls, work, t0, route_in, nroute);
     if (lane < 0) return WEFT_ERR_UNSUPPORTED;
   }
   weft_status st;
@@ -85,16 +82,19 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     if ((st = weft_tensor_lane_buffer(out[o], lane, &op->out[o])) != WEFT_OK) return st;
   }
   weft_lane_slot *s = &f->lanes[lane];
-  double work;
-  weft_cost_state *cs = weft_cost_state_of(s, weft_cost_op_work(op, &work), op->contract);
-  double t0 = weft_fabric_now(f);
+  weft_cost_state *cs = weft_cost_state_of(s, cls, op->contract);
+  if (pinned != WEFT_LANE_AUTO) t0 = weft_fabric_now(f);
   st = s->vt.run(s->self, op);
   double t1 = weft_fabric_now(f);
   if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
   if (st != WEFT_OK) return st;
   if (weft_lane_is_host(f, lane)) {
     /* host lanes finish the op before run returns: the time is an observation for the model */
-    if (!f->calibrating) weft_cost_observe(cs, work, t1 - t0);
+    /* ops predicted under 10 us are sampled one in eight: at that size the bookkeeping would cost a
+     * noticeable share of the op, and a median over a sample is as robust as over them all */
+    if (!f->calibrating && ((++s->observe_tick & 7) == 0 || weft_cost_predict(cs, work) >= 10e-6) &&
+        weft_cost_observe(cs, work, t1 - t0))
+      weft_route_forget(f);
     s->busy_until = t1;
   } else {
     /* device lanes may still be working: the lane is busy for the predicted time */

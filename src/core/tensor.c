@@ -107,6 +107,9 @@ static weft_status make_host_valid(weft_tensor *t) {
     weft_status st = s->vt.download(s->self, t->buf[i], 0, t->host, t->numel * sizeof(float));
     if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, (int)i);
     if (st != WEFT_OK) return st;
+    /* a lane's work is done in order: once this download has waited, what it was given before is done */
+    double now = weft_fabric_now(f);
+    if (s->busy_until > now) s->busy_until = now;
     t->host_valid = 1;
     return WEFT_OK;
   }

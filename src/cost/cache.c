@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "../sched/route.h"
 #include "cost.h"
 
 #define CACHE_FORMAT 1
@@ -125,6 +126,7 @@ void weft_cost_cache_load(weft_fabric *f) {
     }
   }
   cJSON_Delete(doc);
+  weft_route_forget(f);
 }
 
 static int mkdir_parents(char *path) {

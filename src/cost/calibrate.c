@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../sched/route.h"
 #include "cost.h"
 
 #define MAX_POINTS 16
@@ -218,6 +219,7 @@ weft_status weft_cost_calibrate_lane(weft_fabric *f, int lane, double budget) {
   if (st == WEFT_OK && (slot->desc.contracts & ELEMENTWISE_CONTRACTS)) st = sweep_elementwise(f, lane, share);
   if (st == WEFT_OK && !host) st = sweep_transfers(f, lane, share);
   f->calibrating = was;
+  weft_route_forget(f);
   if (st != WEFT_OK)
     weft_note(f, 1, "weft: calibrating lane %s failed (%s: %s); it keeps its prior cost model", slot->desc.name,
               weft_status_str(st), f->err);
@@ -249,7 +251,11 @@ weft_status weft_fabric_calibrate(weft_fabric *f) {
 }
 
 void weft_cost_ensure(weft_fabric *f) {
-  if (f->desc.calibration != WEFT_CALIBRATION_AUTO || f->calibrating || f->in_scope) return;
+  if (f->calibrating || f->in_scope) return; /* not now: a scope's recording must not be flushed by a sweep */
+  if (f->desc.calibration != WEFT_CALIBRATION_AUTO) {
+    f->models_ready = 1;
+    return;
+  }
   int measured = 0;
   for (size_t i = 0; i < f->nlanes; i++) {
     if (!lane_needs_measuring(&f->lanes[i])) continue;
@@ -261,4 +267,6 @@ void weft_cost_ensure(weft_fabric *f) {
     measured = 1;
   }
   if (measured) weft_cost_cache_save(f);
+  f->models_ready = 1;
+  weft_route_forget(f);
 }

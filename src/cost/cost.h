@@ -12,8 +12,9 @@ weft_cost_state *weft_cost_state_of(weft_lane_slot *s, weft_cost_class cls, weft
 /* Predicted seconds for `work` on a line, refinement applied. */
 double weft_cost_predict(const weft_cost_state *c, double work);
 /* Records an observed time; the refinement factor becomes the median of recent observed/predicted ratios,
- * so one outlier moves nothing. */
-void weft_cost_observe(weft_cost_state *c, double work, double seconds);
+ * so one outlier moves nothing. Returns 1 when the factor moved by more than 5% since routing last took
+ * note (the caller then forgets remembered decisions). */
+int weft_cost_observe(weft_cost_state *c, double work, double seconds);
 /* Sets the built-in priors on a new lane (used until it is measured). */
 void weft_cost_init_lane(weft_lane_slot *s);
 /* Fits t = alpha + work/beta to points, minimising relative error; alpha >= 0. Returns 0 on too few points. */

@@ -29,27 +29,42 @@ double weft_cost_predict(const weft_cost_state *c, double work) {
   return t * c->line.refine;
 }
 
-static int cmp_float(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-
-void weft_cost_observe(weft_cost_state *c, double work, double seconds) {
+#if defined(__GNUC__) && !defined(__clang__)
+/* the shifts below are a few floats: a call to memmove would cost more than the moves */
+__attribute__((optimize("no-tree-loop-distribute-patterns")))
+#endif
+int weft_cost_observe(weft_cost_state *c, double work, double seconds) {
   double pred = c->line.alpha + (c->line.beta > 0 ? work / c->line.beta : 0.0);
-  if (!(pred > 0) || !(seconds > 0)) return;
-  c->ratio[c->pos] = (float)(seconds / pred);
+  if (!(pred > 0) || !(seconds > 0)) return 0;
+  float r = (float)(seconds / pred);
+  /* This runs on every host-lane op, so the window is kept sorted incrementally: drop the oldest value
+   * from the sorted copy, insert the new one, read the middle. */
+  int n = c->nratio;
+  if (n == WEFT_REFINE_N) {
+    float old = c->ratio[c->pos];
+    int i = 0;
+    while (i < n - 1 && c->sorted[i] != old) i++;
+    for (; i < n - 1; i++) c->sorted[i] = c->sorted[i + 1];
+    n--;
+  }
+  int j = n;
+  while (j > 0 && c->sorted[j - 1] > r) {
+    c->sorted[j] = c->sorted[j - 1];
+    j--;
+  }
+  c->sorted[j] = r;
+  c->nratio = n + 1;
+  c->ratio[c->pos] = r;
   c->pos = (c->pos + 1) % WEFT_REFINE_N;
-  if (c->nratio < WEFT_REFINE_N) c->nratio++;
-  if (c->nratio < 3) return; /* a median of fewer than three is one observation's say */
-  float sorted[WEFT_REFINE_N];
-  memcpy(sorted, c->ratio, sizeof(float) * (size_t)c->nratio);
-  /* insertion sort: at most 15 entries, on the op path */
-  for (int i = 1; i < c->nratio; i++)
-    for (int j = i; j > 0 && cmp_float(&sorted[j - 1], &sorted[j]) > 0; j--) {
-      float t = sorted[j];
-      sorted[j] = sorted[j - 1], sorted[j - 1] = t;
-    }
-  c->line.refine = c->nratio % 2 ? sorted[c->nratio / 2] : 0.5 * (sorted[c->nratio / 2 - 1] + sorted[c->nratio / 2]);
+  if (c->nratio < 3) return 0; /* a median of fewer than three is one observation's say */
+  int m = c->nratio;
+  c->line.refine = m % 2 ? c->sorted[m / 2] : 0.5 * (c->sorted[m / 2 - 1] + c->sorted[m / 2]);
+  double mark = c->refine_mark > 0 ? c->refine_mark : 1.0;
+  if (c->line.refine > mark * 1.05 || c->line.refine < mark / 1.05) {
+    c->refine_mark = c->line.refine;
+    return 1;
+  }
+  return 0;
 }
 
 /* Priors: deliberately plain guesses, used only until a lane is measured (or with calibration OFF). Host

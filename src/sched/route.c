@@ -7,6 +7,9 @@
  * model (cost/); lanes know nothing of routing. The whole decision is a few multiplies per lane. */
 #include "route.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "../cost/cost.h"
 
 int weft_route_lane_can_run(weft_fabric *f, int lane, const weft_op *op, const char **why) {
@@ -57,20 +60,27 @@ int weft_route_pick(weft_fabric *f, const weft_op *op, weft_tensor *const *input
                     weft_route_cost *costs) {
   double work;
   weft_cost_class cls = weft_cost_op_work(op, &work);
-  double now = weft_fabric_now(f);
+  return weft_route_pick_at(f, op, cls, work, weft_fabric_now(f), inputs, ninputs, costs);
+}
+
+int weft_route_pick_at(weft_fabric *f, const weft_op *op, weft_cost_class cls, double work, double now,
+                       weft_tensor *const *inputs, int ninputs, weft_route_cost *costs) {
   int from_host = 1;
   for (int k = 0; inputs && k < ninputs; k++)
     if (inputs[k] && !inputs[k]->host_valid) from_host = 0;
   int eligible = 0;
-  for (size_t i = 0; i < f->nlanes; i++) eligible += weft_route_lane_can_run(f, (int)i, op, NULL);
-  if (eligible > 1) weft_cost_ensure(f); /* first real choice between lanes: measure what is unmeasured */
+  for (size_t i = 0; i < f->nlanes; i++) {
+    costs[i].lane = f->lanes[i].desc.name;
+    costs[i].eligible = weft_route_lane_can_run(f, (int)i, op, &costs[i].why_not);
+    eligible += costs[i].eligible;
+  }
+  /* first real choice between lanes: measure what is unmeasured (once; failures and scopes say later) */
+  if (eligible > 1 && !f->models_ready) weft_cost_ensure(f);
   int best = -1;
   double best_total = 0;
   for (size_t i = 0; i < f->nlanes; i++) {
     weft_lane_slot *s = &f->lanes[i];
     weft_route_cost *c = &costs[i];
-    c->lane = s->desc.name;
-    c->eligible = weft_route_lane_can_run(f, (int)i, op, &c->why_not);
     c->wait = c->transfer = c->alpha = c->compute = c->total = 0;
     if (!c->eligible) continue;
     const weft_cost_state *cs = weft_cost_state_of(s, cls, op->contract);
@@ -92,4 +102,85 @@ int weft_route_pick(weft_fabric *f, const weft_op *op, weft_tensor *const *input
               weft_op_kind_str(op->kind), weft_contract_str(op->contract),
               op->contract >= WEFT_CONTRACT_TF32 ? " (tf32/bf16 need a tensor-unit lane such as cuda:N.tensor)" : "");
   return best;
+}
+
+/* ------------------------------------------------------------------------------- remembered decisions */
+
+#define WEFT_ROUTE_MEMO 16
+
+/* One remembered decision: the op's signature, the lane, and the costs that chose it. */
+typedef struct weft_route_memo {
+  int used;
+  uint32_t epoch;
+  int32_t kind, contract, flags, nin;
+  int64_t dims[6];
+  uint64_t where[3]; /* per input: bit 0 the host copy is current, bit 1+i lane i's */
+  int lane;
+  size_t cap;
+  weft_route_cost *costs;
+} weft_route_memo;
+
+void weft_route_memo_free(weft_fabric *f) {
+  if (!f->memo) return;
+  for (int i = 0; i < WEFT_ROUTE_MEMO; i++) free(f->memo[i].costs);
+  free(f->memo);
+  f->memo = NULL;
+}
+
+static uint64_t where_bits(const weft_fabric *f, const weft_tensor *t) {
+  if (!t) return 0;
+  uint64_t w = (uint64_t)(t->host_valid != 0);
+  for (size_t i = 0; i < f->nlanes; i++) w |= (uint64_t)(t->valid[i] != 0) << (i + 1);
+  return w;
+}
+
+int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, double work, double now,
+                      weft_tensor *const *inputs, int ninputs) {
+  /* Decisions are only remembered while every lane is idle (the wait term is then zero) and the fabric is
+   * small enough for a bit per lane. */
+  int memo_ok = f->nlanes < 63 && f->models_ready && ninputs <= 3;
+  for (size_t i = 0; memo_ok && i < f->nlanes; i++)
+    if (f->lanes[i].busy_until > now) memo_ok = 0;
+  if (memo_ok && !f->memo) f->memo = calloc(WEFT_ROUTE_MEMO, sizeof *f->memo);
+  weft_route_memo key;
+  weft_route_memo *slot = NULL;
+  if (memo_ok && f->memo) {
+    memset(&key, 0, sizeof key);
+    key.kind = op->kind, key.contract = op->contract, key.nin = ninputs;
+    key.flags = op->b_batched | op->y_broadcast << 1;
+    key.dims[0] = op->batch, key.dims[1] = op->m, key.dims[2] = op->n, key.dims[3] = op->k;
+    key.dims[4] = op->rows, key.dims[5] = op->cols;
+    for (int k = 0; k < ninputs; k++) key.where[k] = where_bits(f, inputs[k]);
+    uint64_t h = (uint64_t)key.kind * 0x9e3779b97f4a7c15ull;
+    for (int d = 0; d < 6; d++) h = (h ^ (uint64_t)key.dims[d]) * 0x100000001b3ull;
+    for (int k = 0; k < 3; k++) h = (h ^ key.where[k]) * 0x100000001b3ull;
+    slot = &f->memo[(h >> 32) % WEFT_ROUTE_MEMO];
+    if (slot->used && slot->epoch == f->route_epoch && slot->kind == key.kind && slot->contract == key.contract &&
+        slot->flags == key.flags && slot->nin == key.nin && memcmp(slot->dims, key.dims, sizeof key.dims) == 0 &&
+        memcmp(slot->where, key.where, sizeof key.where) == 0 && slot->cap >= f->nlanes) {
+      f->last_route.op = op->kind, f->last_route.contract = op->contract, f->last_route.work = work;
+      f->last_route.chosen = slot->lane, f->last_route.nlanes = f->nlanes, f->last_route.lanes = slot->costs;
+      return slot->lane;
+    }
+    if (slot->cap < f->nlanes) {
+      weft_route_cost *c = realloc(slot->costs, f->nlanes * sizeof *c);
+      if (!c) slot = NULL;
+      else slot->costs = c, slot->cap = f->nlanes;
+    }
+  }
+  weft_route_cost *costs = slot ? slot->costs : f->route;
+  int lane = weft_route_pick_at(f, op, cls, work, now, inputs, ninputs, costs);
+  if (slot) {
+    weft_route_cost *c = slot->costs;
+    size_t cap = slot->cap;
+    *slot = key;
+    slot->costs = c, slot->cap = cap;
+    slot->used = 1;
+    /* calibration may have run inside the pick (first choice between lanes): remember under its epoch */
+    slot->epoch = f->route_epoch;
+    slot->lane = lane;
+  }
+  f->last_route.op = op->kind, f->last_route.contract = op->contract, f->last_route.work = work;
+  f->last_route.chosen = lane, f->last_route.nlanes = f->nlanes, f->last_route.lanes = costs;
+  return lane;
 }

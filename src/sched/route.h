@@ -10,9 +10,21 @@
  * or -1 with the fabric's last error set when no lane can run it. */
 int weft_route_pick(weft_fabric *f, const weft_op *op, weft_tensor *const *inputs, int ninputs,
                     weft_route_cost *costs);
+/* The same, for a caller that already knows the op's cost class, work and the time (the op path). */
+int weft_route_pick_at(weft_fabric *f, const weft_op *op, weft_cost_class cls, double work, double now,
+                       weft_tensor *const *inputs, int ninputs, weft_route_cost *costs);
 
 /* 1 when lane i can run op: contract honoured, not failed, and its supports() (if any) agrees; otherwise 0
  * and *why (if given) says why. */
 int weft_route_lane_can_run(weft_fabric *f, int lane, const weft_op *op, const char **why);
+
+/* The op path's entry: picks the lane for an op about to run (remembering decisions per op signature
+ * while nothing that feeds them changes) and records the reasoning for weft_route_last. */
+int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, double work, double now,
+                      weft_tensor *const *inputs, int ninputs);
+/* Forgets remembered decisions: something they depended on changed. */
+static inline void weft_route_forget(weft_fabric *f) { f->route_epoch++; }
+/* Frees the decision memory (fabric close). */
+void weft_route_memo_free(weft_fabric *f);
 
 #endif

@@ -26,6 +26,10 @@ int weft_cli_devices(int argc, char **argv);
 void weft_cli_devices_help(FILE *out);
 int weft_cli_bench(int argc, char **argv);
 void weft_cli_bench_help(FILE *out);
+int weft_cli_route(int argc, char **argv);
+void weft_cli_route_help(FILE *out);
+int weft_cli_calibrate(int argc, char **argv);
+void weft_cli_calibrate_help(FILE *out);
 
 /* ------------------------------------------------------------------------------------------ helpers */
 
@@ -90,5 +94,17 @@ typedef struct weft_cli_point {
  * left in `out_c` (m*n floats). On failure returns the status; the message is in weft_fabric_last_error. */
 weft_status weft_cli_measure_matmul(weft_fabric *f, const weft_cli_point_desc *desc, const float *a, const float *b,
                                     float *out_c, weft_cli_point *out_point);
+
+/* Measures the point `desc` and the same op pinned to `other_lane` in alternating runs, so load from the
+ * rest of the machine falls on both alike: the fair way to compare the router's pick with the best lane.
+ * out_c holds desc's result. */
+weft_status weft_cli_measure_matmul_pair(weft_fabric *f, const weft_cli_point_desc *desc, int other_lane, const float *a,
+                                         const float *b, float *out_c, weft_cli_point *out, weft_cli_point *out_other);
+
+/* Measures the point `desc` and the same op pinned to `other_lane` in alternating runs, so load from the
+ * rest of the machine falls on both alike: the fair way to compare the router's pick with the best lane.
+ * out_c holds desc's result. */
+weft_status weft_cli_measure_matmul_pair(weft_fabric *f, const weft_cli_point_desc *desc, int other_lane, const float *a,
+                                         const float *b, float *out_c, weft_cli_point *out, weft_cli_point *out_other);
 
 #endif

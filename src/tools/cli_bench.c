@@ -1,6 +1,9 @@
 /* cli_bench.c - `weft bench`: matmuls of growing size on every lane that honours the contract, each point
  * timed as host data in, op pinned to the lane, host result out (cli_measure.c); every lane's result checked
- * against the first lane's (same bits under the exact contract); a table, JSON or CSV. */
+ * against the first lane's (same bits under the exact contract); then the same op left to the router, its
+ * pick and time against the measured best lane, the crossover size of each pair of lanes (measured, and
+ * predicted by the cost model), and the routing decision's own cost; a table, JSON, CSV or an SVG plot. */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
@@ -16,8 +19,8 @@ static const int64_t default_sizes[] = {16, 32, 64, 128, 256, 512, 1024};
 
 void weft_cli_bench_help(FILE *out) {
   fprintf(out,
-          "Usage: weft bench [--sizes LIST] [--contract exact|fp32] [--lanes LIST] [--repeats N]\n"
-          "                  [--max-seconds S] [--cpu-threads N] [--json | --csv]\n"
+          "Usage: weft bench [--sizes LIST] [--contract C] [--lanes LIST] [--repeats N] [--max-seconds S]\n"
+          "                  [--cpu-threads N] [--no-route] [--plot FILE.svg] [--json | --csv]\n"
           "\n"
           "Times square matmuls c = a.b (n x n x n) on every lane that honours the contract. Each run writes\n"
           "both inputs from host memory, runs the matmul pinned to the lane and reads the result back, so the\n"
@@ -27,16 +30,26 @@ void weft_cli_bench_help(FILE *out) {
           "\n"
           "Options:\n"
           "  --sizes LIST       matrix sizes n, comma-separated (default 16,32,64,128,256,512,1024)\n"
-          "  --contract C       precision contract: exact (default) or fp32 (any accumulation order)\n"
+          "  --contract C       precision contract: exact (default), fp32 (any accumulation order), or the\n"
+          "                     tensor units' tf32 and bf16\n"
           "  --lanes LIST       bench only these lane kinds or names, comma-separated (cpu,vulkan:0)\n"
-          "  --repeats N        timed runs per point after the warm-up (default %d)\n"
+          "  --repeats N        timed runs per point after the warm-up (default %d; points under a few\n"
+          "                     milliseconds get more, up to 30 ms of runs, so their median means something)\n"
           "  --max-seconds S    time budget per point (default %g): fewer runs when they would not fit; a lane\n"
           "                     skips the larger sizes once one of its points takes longer, and any size\n"
           "                     where one run is predicted (from its last point, by the work) to take longer\n"
           "  --cpu-threads N    threads the CPU lane may use (default: one per online core)\n"
+          "  --no-route         do not time the routed op (lanes only; no calibration)\n"
+          "  --plot FILE.svg    also draw time against size, log-log: a line per lane, the router's picks\n"
+          "                     marked, crossovers labelled\n"
           "  --json             print the results as JSON instead of a table\n"
-          "  --csv              print the results as CSV, one row per size and lane\n"
-          "  -h, --help         show this help\n",
+          "  --csv              print the results as CSV, one row per size and lane ('routed' rows: the pick)\n"
+          "  -h, --help         show this help\n"
+          "\n"
+          "Routing: each size also runs with the lane left to the router (the fabric's cost model: lanes are\n"
+          "calibrated first if the cache has no model for them). The table shows its pick and time, the\n"
+          "measured best lane and the ratio routed/best; below it the geometric mean of that ratio, each pair\n"
+          "of lanes' crossover size and the cost of one routing decision.\n",
           DEFAULT_REPEATS, DEFAULT_MAX_SECONDS);
 }
 
@@ -51,6 +64,8 @@ typedef struct bench_opts {
   double max_seconds;
   int cpu_threads;
   output_format format;
+  int no_route;
+  const char *plot;
 } bench_opts;
 
 /* A lane being benched, and where its budget stopped it. */
@@ -76,6 +91,24 @@ typedef struct bench_cell {
   float max_abs_diff; /* against the reference lane, when it differs */
 } bench_cell;
 
+/* The routed op at one size, against the best lane measured at that size. */
+typedef struct routed_cell {
+  int ran;
+  weft_cli_point point;
+  int picked;  /* index into bench_run.lanes of the lane it went to, or -1 (a lane not benched) */
+  char picked_name[64];
+  int best;    /* index into bench_run.lanes of the fastest lane at this size, -1 if none ran */
+  double ratio; /* routed median / best median */
+} routed_cell;
+
+/* Where two lanes' times cross. */
+typedef struct crossover {
+  int a, b;             /* lane indices (bench_run.lanes) */
+  double measured_n;    /* 0: no crossing inside the sweep */
+  int faster_above;     /* which of a, b is faster above the measured crossing (or throughout when none) */
+  double predicted_n;   /* from the cost model; 0: none in 1..65536 */
+} crossover;
+
 typedef struct bench_run {
   bench_opts o;
   weft_fabric *f;
@@ -86,9 +119,21 @@ typedef struct bench_run {
   size_t nskipped; /* lanes present but not benched (contract, failed), with why */
   int mismatches;
   int failures;
+  routed_cell *routed; /* [size] */
+  crossover *cross;
+  size_t ncross;
+  double geomean;       /* of routed/best over the sizes where both ran; 0 if none */
+  double decision_us;   /* one routing decision (weft_route_explain), microseconds */
 } bench_run;
 
 static bench_cell *cell(bench_run *r, size_t s, size_t l) { return &r->cells[s * r->nlanes + l]; }
+
+/* The bench lane of a fabric lane index, or -1. */
+static int bench_lane_of(const bench_run *r, int fabric_index) {
+  for (size_t l = 0; l < r->nlanes; l++)
+    if (r->lanes[l].index == fabric_index) return (int)l;
+  return -1;
+}
 
 static double gflops(int64_t n, double seconds) {
   return seconds > 0 ? 2.0 * (double)n * (double)n * (double)n / seconds * 1e-9 : 0.0;
@@ -141,10 +186,14 @@ static void table_header(const bench_run *r) {
   if (r->nlanes > 1)
     printf("check: each lane's result against %s's (%s)\n", r->lanes[0].info.name,
            r->o.contract == WEFT_CONTRACT_EXACT ? "the same bits" : "within the fp32 error bound");
+  if (!r->o.no_route)
+    printf("routed: the same op with the lane left to the router; best: the fastest lane measured at that size\n");
   printf("\n%6s", "n");
   for (size_t l = 0; l < r->nlanes; l++) printf(" | %*s", lane_width(&r->lanes[l]), r->lanes[l].info.name);
+  if (!r->o.no_route) printf(" | %27s | %12s | %6s", "routed", "best", "ratio");
   printf(" | check\n%6s", "");
   for (size_t l = 0; l < r->nlanes; l++) printf(" | %*s", lane_width(&r->lanes[l]), "ms   GFLOP/s");
+  if (!r->o.no_route) printf(" | %27s | %12s | %6s", "ms  (pick)", "", "");
   printf(" |\n");
   fflush(stdout);
 }
@@ -168,6 +217,19 @@ static void table_row(bench_run *r, size_t s) {
     ran++;
     differs += c->check == CHECK_DIFFERS;
   }
+  if (!r->o.no_route) {
+    const routed_cell *rc = &r->routed[s];
+    if (rc->ran) {
+      char buf[96], rbuf[16];
+      double ms = rc->point.median_s * 1e3;
+      snprintf(buf, sizeof buf, "%.*f  (%s)", ms < 0.1 ? 4 : 3, ms, rc->picked_name);
+      snprintf(rbuf, sizeof rbuf, "%.3f", rc->ratio);
+      printf(" | %27s | %12s | %6s", buf, rc->best >= 0 ? r->lanes[rc->best].info.name : "-",
+             rc->best >= 0 ? rbuf : "-");
+    } else {
+      printf(" | %27s | %12s | %6s", "-", "-", "-");
+    }
+  }
   if (differs) {
     printf(" | DIFFERS:");
     for (size_t l = 0; l < r->nlanes; l++)
@@ -190,6 +252,24 @@ static void table_notes(const bench_run *r) {
     if (b->failed) printf("%s%s: FAILED, dropped: %s\n", any++ ? "" : "\n", b->info.name, b->error);
   }
   for (size_t i = 0; i < r->nskipped; i++) printf("%snot benched: %s\n", any++ ? "" : "\n", r->skipped[i]);
+  if (!r->o.no_route) {
+    printf("\nrouted/best, geometric mean over the sizes: ");
+    if (r->geomean > 0) printf("%.3f\n", r->geomean);
+    else printf("- (no size with both)\n");
+    for (size_t i = 0; i < r->ncross; i++) {
+      const crossover *x = &r->cross[i];
+      const char *na = r->lanes[x->a].info.name, *nb = r->lanes[x->b].info.name;
+      printf("crossover %s / %s: ", na, nb);
+      if (x->measured_n > 0)
+        printf("measured at n = %.0f (%s faster above)", x->measured_n, r->lanes[x->faster_above].info.name);
+      else if (x->faster_above >= 0)
+        printf("none measured: %s faster at every size both ran", r->lanes[x->faster_above].info.name);
+      else printf("not measured (the lanes never ran the same size)");
+      if (x->predicted_n > 0) printf("; predicted by the cost model at n = %.0f\n", x->predicted_n);
+      else printf("; the cost model predicts none for n in 1..65536\n");
+    }
+    printf("routing decision: %.3f us per op (weft_route_explain, averaged)\n", r->decision_us);
+  }
   if (r->mismatches)
     printf("\n%d point%s from the reference lane: that is a bug in a lane, please report it.\n",
            r->mismatches, r->mismatches == 1 ? " DIFFERS" : "s DIFFER");
@@ -256,6 +336,48 @@ static cJSON *build_json(bench_run *r) {
           !cJSON_AddStringToObject(p, "check", check_name(c->check)))
         goto oom;
     }
+  if (!r->o.no_route) {
+    cJSON *routed = cJSON_AddArrayToObject(root, "routed");
+    if (!routed) goto oom;
+    for (size_t s = 0; s < r->o.nsizes; s++) {
+      const routed_cell *rc = &r->routed[s];
+      if (!rc->ran) continue;
+      cJSON *p = cJSON_CreateObject();
+      if (!cJSON_AddItemToArray(routed, p)) {
+        cJSON_Delete(p);
+        goto oom;
+      }
+      if (!cJSON_AddNumberToObject(p, "n", (double)r->o.sizes[s]) || !cJSON_AddStringToObject(p, "picked", rc->picked_name) ||
+          !cJSON_AddNumberToObject(p, "ms", rc->point.median_s * 1e3) ||
+          !(rc->best >= 0 ? cJSON_AddStringToObject(p, "best_lane", r->lanes[rc->best].info.name)
+                          : cJSON_AddNullToObject(p, "best_lane")) ||
+          !(rc->best >= 0 ? cJSON_AddNumberToObject(p, "ratio", rc->ratio) : cJSON_AddNullToObject(p, "ratio")))
+        goto oom;
+    }
+    if (!(r->geomean > 0 ? cJSON_AddNumberToObject(root, "geomean_ratio", r->geomean)
+                         : cJSON_AddNullToObject(root, "geomean_ratio")) ||
+        !cJSON_AddNumberToObject(root, "route_decision_us", r->decision_us))
+      goto oom;
+    cJSON *cross = cJSON_AddArrayToObject(root, "crossovers");
+    if (!cross) goto oom;
+    for (size_t i = 0; i < r->ncross; i++) {
+      const crossover *x = &r->cross[i];
+      cJSON *o = cJSON_CreateObject();
+      if (!cJSON_AddItemToArray(cross, o)) {
+        cJSON_Delete(o);
+        goto oom;
+      }
+      if (!cJSON_AddStringToObject(o, "a", r->lanes[x->a].info.name) ||
+          !cJSON_AddStringToObject(o, "b", r->lanes[x->b].info.name) ||
+          !(x->measured_n > 0 ? cJSON_AddNumberToObject(o, "measured_n", x->measured_n)
+                              : cJSON_AddNullToObject(o, "measured_n")) ||
+          !(x->faster_above >= 0 ? cJSON_AddStringToObject(o, "faster_above", r->lanes[x->faster_above].info.name)
+                                 : cJSON_AddNullToObject(o, "faster_above")) ||
+          !(x->predicted_n > 0 ? cJSON_AddNumberToObject(o, "predicted_n", x->predicted_n)
+                               : cJSON_AddNullToObject(o, "predicted_n")))
+        goto oom;
+    }
+  }
   cJSON *skipped = cJSON_AddArrayToObject(root, "not_benched");
   if (!skipped || !cJSON_AddNumberToObject(root, "mismatches", r->mismatches)) goto oom;
   for (size_t i = 0; i < r->nskipped; i++)
@@ -281,16 +403,24 @@ static void csv_field(const char *s) {
 }
 
 static void print_csv(bench_run *r) {
-  printf("n,lane,ms,min_ms,gflops,repeats,check\n");
+  printf("n,lane,ms,min_ms,gflops,repeats,check,picked\n");
   for (size_t s = 0; s < r->o.nsizes; s++)
     for (size_t l = 0; l < r->nlanes; l++) {
       const bench_cell *c = cell(r, s, l);
       if (!c->ran) continue;
       printf("%lld,", (long long)r->o.sizes[s]);
       csv_field(r->lanes[l].info.name);
-      printf(",%.6f,%.6f,%.4f,%d,%s\n", c->point.median_s * 1e3, c->point.min_s * 1e3,
+      printf(",%.6f,%.6f,%.4f,%d,%s,\n", c->point.median_s * 1e3, c->point.min_s * 1e3,
              gflops(r->o.sizes[s], c->point.median_s), c->point.repeats, check_name(c->check));
     }
+  for (size_t s = 0; !r->o.no_route && s < r->o.nsizes; s++) {
+    const routed_cell *rc = &r->routed[s];
+    if (!rc->ran) continue;
+    printf("%lld,routed,%.6f,%.6f,%.4f,%d,,", (long long)r->o.sizes[s], rc->point.median_s * 1e3,
+           rc->point.min_s * 1e3, gflops(r->o.sizes[s], rc->point.median_s), rc->point.repeats);
+    csv_field(rc->picked_name);
+    printf("\n");
+  }
 }
 
 /* ------------------------------------------------------------------------------------------- the run */
@@ -301,6 +431,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       {"lanes", required_argument, NULL, 'l'},       {"repeats", required_argument, NULL, 'r'},
       {"max-seconds", required_argument, NULL, 'm'}, {"cpu-threads", required_argument, NULL, 't'},
       {"json", no_argument, NULL, 'j'},              {"csv", no_argument, NULL, 'v'},
+      {"no-route", no_argument, NULL, 'n'},          {"plot", required_argument, NULL, 'p'},
       {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0},
   };
   long v;
@@ -326,6 +457,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       break;
     case 'j': json = 1; break;
     case 'v': csv = 1; break;
+    case 'n': o->no_route = 1; break;
+    case 'p': o->plot = optarg; break;
     case 'h': weft_cli_bench_help(stdout); return -1;
     default: return weft_cli_option_error("bench", c, argv);
     }
@@ -441,6 +574,40 @@ static int bench_size(bench_run *r, size_t s) {
                  c->point.elapsed_s);
     }
   }
+  if (!r->o.no_route) {
+    /* The router's turn: the same op, lane left to the fabric, timed in alternation with the best lane so
+     * the ratio between them is not the machine's mood; its result is checked like a lane's. */
+    routed_cell *rc = &r->routed[s];
+    rc->best = -1;
+    for (size_t l = 0; l < r->nlanes; l++) {
+      const bench_cell *c = cell(r, s, l);
+      if (c->ran && (rc->best < 0 || c->point.median_s < cell(r, s, (size_t)rc->best)->point.median_s))
+        rc->best = (int)l;
+    }
+    weft_cli_point_desc d = {WEFT_LANE_AUTO, r->o.contract, n, n, n, r->o.repeats, r->o.max_seconds};
+    weft_cli_point best_again;
+    weft_status st = rc->best >= 0 ? weft_cli_measure_matmul_pair(r->f, &d, r->lanes[rc->best].index, a, b,
+                                                                  have_ref ? got : ref, &rc->point, &best_again)
+                                   : weft_cli_measure_matmul(r->f, &d, a, b, have_ref ? got : ref, &rc->point);
+    if (st != WEFT_OK) {
+      fprintf(stderr, "weft bench: the routed op failed at n = %lld: %s: %s\n", (long long)n, weft_status_str(st),
+              weft_fabric_last_error(r->f));
+      r->failures++;
+    } else {
+      rc->ran = 1;
+      rc->picked = bench_lane_of(r, rc->point.lane);
+      weft_lane_info li;
+      if (weft_fabric_lane_info(r->f, (size_t)rc->point.lane, &li) == WEFT_OK)
+        snprintf(rc->picked_name, sizeof rc->picked_name, "%s", li.name);
+      float diff;
+      if (have_ref && compare(ref, got, count, n, r->o.contract, &diff) == CHECK_DIFFERS) {
+        fprintf(stderr, "weft bench: the routed result at n = %lld differs from the reference lane's (max |diff| %g)\n",
+                (long long)n, (double)diff);
+        r->mismatches++;
+      }
+      if (rc->best >= 0) rc->ratio = rc->point.median_s / best_again.median_s;
+    }
+  }
   /* A lone result has nothing to be checked against. */
   int ran = 0;
   for (size_t l = 0; l < r->nlanes; l++) ran += cell(r, s, l)->ran;
@@ -449,6 +616,208 @@ static int bench_size(bench_run *r, size_t s) {
       if (cell(r, s, l)->ran) cell(r, s, l)->check = CHECK_NONE;
   free(a), free(b), free(ref), free(got);
   return WEFT_CLI_OK;
+}
+
+/* Where lanes a and b cross, from the measured points: the first pair of consecutive sizes (both ran)
+ * where the faster lane changes, interpolated in log-log. */
+static void measured_crossover(bench_run *r, crossover *x) {
+  double prev_n = 0, prev_r = 0;
+  x->measured_n = 0;
+  x->faster_above = -1;
+  for (size_t s = 0; s < r->o.nsizes; s++) {
+    const bench_cell *ca = cell(r, s, (size_t)x->a), *cb = cell(r, s, (size_t)x->b);
+    if (!ca->ran || !cb->ran || ca->point.median_s <= 0 || cb->point.median_s <= 0) continue;
+    double lr = log(ca->point.median_s / cb->point.median_s); /* > 0: b faster */
+    double ln = log((double)r->o.sizes[s]);
+    if (prev_n != 0 && x->measured_n == 0 && (lr > 0) != (prev_r > 0)) {
+      x->measured_n = exp(prev_n + (ln - prev_n) * prev_r / (prev_r - lr));
+    }
+    prev_n = ln, prev_r = lr;
+    x->faster_above = lr > 0 ? x->b : x->a;
+  }
+}
+
+/* Where the cost model says a and b cross for square matmuls from host data: a sign change of the
+ * predicted difference on a log grid, then bisection on whole n. */
+static void predicted_crossover(bench_run *r, crossover *x) {
+  x->predicted_n = 0;
+  int fa = r->lanes[x->a].index, fb = r->lanes[x->b].index;
+  double prev = 0;
+  int64_t prev_n = 0;
+  for (int64_t n = 1; n <= 65536; n = n < 4 ? n + 1 : n + n / 4) {
+    weft_route_query q = {WEFT_OP_MATMUL, r->o.contract, 1, n, n, n, 0, 0};
+    weft_route_explanation e;
+    if (weft_route_explain(r->f, &q, &e) != WEFT_OK || !e.lanes[fa].eligible || !e.lanes[fb].eligible) return;
+    double d = e.lanes[fa].total - e.lanes[fb].total;
+    if (prev_n && (d > 0) != (prev > 0)) {
+      int64_t lo = prev_n, hi = n;
+      while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        weft_route_query qm = {WEFT_OP_MATMUL, r->o.contract, 1, mid, mid, mid, 0, 0};
+        weft_route_explain(r->f, &qm, &e);
+        double dm = e.lanes[fa].total - e.lanes[fb].total;
+        if ((dm > 0) == (prev > 0)) lo = mid;
+        else hi = mid;
+      }
+      x->predicted_n = (double)hi;
+      return;
+    }
+    prev = d, prev_n = n;
+  }
+}
+
+/* The routing summary: the geometric mean of routed/best, every pair's crossovers, one decision's cost. */
+static int summarize(bench_run *r) {
+  double logsum = 0;
+  int count = 0;
+  for (size_t s = 0; s < r->o.nsizes; s++)
+    if (r->routed[s].ran && r->routed[s].best >= 0 && r->routed[s].ratio > 0) logsum += log(r->routed[s].ratio), count++;
+  r->geomean = count ? exp(logsum / count) : 0;
+  size_t pairs = r->nlanes * (r->nlanes - 1) / 2;
+  r->cross = calloc(pairs ? pairs : 1, sizeof *r->cross);
+  if (!r->cross) return WEFT_CLI_FAILED;
+  for (size_t a = 0; a < r->nlanes; a++)
+    for (size_t b = a + 1; b < r->nlanes; b++) {
+      crossover *x = &r->cross[r->ncross++];
+      x->a = (int)a, x->b = (int)b;
+      measured_crossover(r, x);
+      predicted_crossover(r, x);
+    }
+  /* A decision is what weft_route_explain does for a shape: every lane's predicted finish time and the
+   * least. Timed over many calls; the first ones (and any calibration they set off) are outside. */
+  weft_route_query q = {WEFT_OP_MATMUL, r->o.contract, 1, 64, 64, 64, 0, 0};
+  weft_route_explanation e;
+  for (int i = 0; i < 1000; i++) weft_route_explain(r->f, &q, &e);
+  const int calls = 200000;
+  double t0 = weft_cli_now();
+  for (int i = 0; i < calls; i++) {
+    q.m = 64 + (i & 7); /* vary the shape so nothing is hoisted out of the loop */
+    weft_route_explain(r->f, &q, &e);
+  }
+  r->decision_us = (weft_cli_now() - t0) / calls * 1e6;
+  return WEFT_CLI_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ the plot */
+
+static const char *const PALETTE[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2"};
+
+/* time against size, log-log: a line per lane, the router's picks as rings in the picked lane's colour on
+ * the routed times, crossovers as labelled dashed verticals. Plain SVG, readable without any viewer. */
+static int write_plot(bench_run *r) {
+  FILE *fp = fopen(r->o.plot, "w");
+  if (!fp) {
+    fprintf(stderr, "weft bench: cannot write the plot to %s: %s\n", r->o.plot, strerror(errno));
+    return WEFT_CLI_FAILED;
+  }
+  const double W = 900, H = 560, L = 90, R = 200, T = 60, B = 70;
+  double nmin = 1e300, nmax = 0, tmin = 1e300, tmax = 0;
+  for (size_t s = 0; s < r->o.nsizes; s++) {
+    for (size_t l = 0; l < r->nlanes; l++) {
+      const bench_cell *c = cell(r, s, l);
+      if (!c->ran) continue;
+      double n = (double)r->o.sizes[s], t = c->point.median_s;
+      nmin = n < nmin ? n : nmin, nmax = n > nmax ? n : nmax;
+      tmin = t < tmin ? t : tmin, tmax = t > tmax ? t : tmax;
+    }
+    if (r->routed && r->routed[s].ran) {
+      double t = r->routed[s].point.median_s;
+      tmin = t < tmin ? t : tmin, tmax = t > tmax ? t : tmax;
+    }
+  }
+  if (nmax <= 0) {
+    fclose(fp);
+    fprintf(stderr, "weft bench: nothing was measured, so there is no plot\n");
+    return WEFT_CLI_FAILED;
+  }
+  double lx0 = floor(log10(nmin)), lx1 = ceil(log10(nmax)), ly0 = floor(log10(tmin)), ly1 = ceil(log10(tmax));
+  if (lx1 <= lx0) lx1 = lx0 + 1;
+  if (ly1 <= ly0) ly1 = ly0 + 1;
+#define PX(n) (L + (log10(n) - lx0) / (lx1 - lx0) * (W - L - R))
+#define PY(t) (H - B - (log10(t) - ly0) / (ly1 - ly0) * (H - T - B))
+  fprintf(fp, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
+              "font-size=\"13\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+          W, H);
+  fprintf(fp, "<text x=\"%.0f\" y=\"28\" font-size=\"17\" font-weight=\"bold\">weft bench: matmul n x n x n, %s "
+              "contract, host data in and out</text>\n",
+          L, weft_contract_str(r->o.contract));
+  /* grid and axes: decades */
+  for (double d = lx0; d <= lx1 + 1e-9; d++) {
+    double x = PX(pow(10, d));
+    fprintf(fp, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#ddd\"/>\n", x, T, x, H - B);
+    fprintf(fp, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%g</text>\n", x, H - B + 18, pow(10, d));
+  }
+  for (double d = ly0; d <= ly1 + 1e-9; d++) {
+    double y = PY(pow(10, d));
+    const char *label[] = {"1 ns", "10 ns", "100 ns", "1 us", "10 us", "100 us", "1 ms", "10 ms", "100 ms", "1 s", "10 s",
+                           "100 s"};
+    int li = (int)d + 9;
+    fprintf(fp, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, W - R, y);
+    if (li >= 0 && li < 12) fprintf(fp, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", L - 8, y + 4, label[li]);
+  }
+  fprintf(fp, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#333\"/>\n", L, T,
+          W - L - R, H - T - B);
+  fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">matrix size n (log)</text>\n", (L + W - R) / 2, H - 25);
+  fprintf(fp, "<text transform=\"translate(22,%.0f) rotate(-90)\" text-anchor=\"middle\">time per matmul (log)</text>\n",
+          (T + H - B) / 2);
+  /* crossovers */
+  for (size_t i = 0; i < r->ncross; i++) {
+    const crossover *x = &r->cross[i];
+    if (x->measured_n <= 0) continue;
+    double px = PX(x->measured_n);
+    fprintf(fp, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#555\" stroke-dasharray=\"5,4\"/>\n", px,
+            T, px, H - B);
+    fprintf(fp, "<text x=\"%.1f\" y=\"%.0f\" font-size=\"12\" fill=\"#333\">%s/%s n&#8776;%.0f</text>\n", px + 4,
+            T + 16 + 15.0 * (double)i, r->lanes[x->a].info.name, r->lanes[x->b].info.name, x->measured_n);
+  }
+  /* a line per lane */
+  for (size_t l = 0; l < r->nlanes; l++) {
+    const char *col = PALETTE[l % (sizeof PALETTE / sizeof PALETTE[0])];
+    fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
+    for (size_t s = 0; s < r->o.nsizes; s++)
+      if (cell(r, s, l)->ran) fprintf(fp, "%.1f,%.1f ", PX((double)r->o.sizes[s]), PY(cell(r, s, l)->point.median_s));
+    fprintf(fp, "\"/>\n");
+    for (size_t s = 0; s < r->o.nsizes; s++)
+      if (cell(r, s, l)->ran)
+        fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX((double)r->o.sizes[s]),
+                PY(cell(r, s, l)->point.median_s), col);
+    double ly = T + 10 + 22.0 * (double)l;
+    fprintf(fp, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"/>\n", W - R + 15,
+            ly, W - R + 40, ly, col);
+    fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", W - R + 46, ly + 4, r->lanes[l].info.name);
+  }
+  /* the router's picks: a black ring at the routed time, filled with the picked lane's colour */
+  if (r->routed) {
+    for (size_t s = 0; s < r->o.nsizes; s++) {
+      const routed_cell *rc = &r->routed[s];
+      if (!rc->ran) continue;
+      const char *col = rc->picked >= 0 ? PALETTE[(size_t)rc->picked % (sizeof PALETTE / sizeof PALETTE[0])] : "#999";
+      fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"7\" fill=\"%s\" fill-opacity=\"0.35\" stroke=\"black\" "
+                  "stroke-width=\"1.5\"><title>n=%lld routed to %s: %.4g ms</title></circle>\n",
+              PX((double)r->o.sizes[s]), PY(rc->point.median_s), col, (long long)r->o.sizes[s], rc->picked_name,
+              rc->point.median_s * 1e3);
+    }
+    double ly = T + 10 + 22.0 * (double)r->nlanes;
+    fprintf(fp, "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"7\" fill=\"#bbb\" stroke=\"black\" stroke-width=\"1.5\"/>\n",
+            W - R + 27, ly);
+    fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\">routed (fill: pick)</text>\n", W - R + 46, ly + 4);
+    if (r->geomean > 0)
+      fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\">routed/best: %.3f (geo. mean)</text>\n", W - R + 15,
+              ly + 30, r->geomean);
+  }
+#undef PX
+#undef PY
+  fprintf(fp, "</svg>\n");
+  if (fclose(fp) != 0) {
+    fprintf(stderr, "weft bench: writing the plot %s failed\n", r->o.plot);
+    return WEFT_CLI_FAILED;
+  }
+  return WEFT_CLI_OK;
+}
+
+static void note_to_stderr(void *ctx, const char *line) {
+  (void)ctx;
+  fprintf(stderr, "  %s\n", line);
 }
 
 int weft_cli_bench(int argc, char **argv) {
@@ -465,8 +834,10 @@ int weft_cli_bench(int argc, char **argv) {
   weft_fabric_desc desc = WEFT_FABRIC_DESC_INIT;
   desc.lanes = r.o.lanes;
   desc.cpu_threads = r.o.cpu_threads;
-  /* Every op is pinned to its lane, so the cost model is not consulted: no calibration, no cache writes. */
-  desc.calibration = WEFT_CALIBRATION_OFF;
+  /* The routed runs need the cost model: lanes the cache lacks are measured on the first routed op, with
+   * progress on stderr. --no-route pins every op, so nothing is measured or written. */
+  desc.calibration = r.o.no_route ? WEFT_CALIBRATION_OFF : WEFT_CALIBRATION_AUTO;
+  if (r.o.format == OUT_TABLE) desc.on_note = note_to_stderr;
   r.f = weft_cli_open("bench", &desc);
   if (!r.f) {
     free(r.o.sizes);
@@ -480,7 +851,8 @@ int weft_cli_bench(int argc, char **argv) {
   }
   if (rc == WEFT_CLI_OK) {
     r.cells = calloc(r.o.nsizes * r.nlanes, sizeof *r.cells);
-    if (!r.cells) {
+    r.routed = calloc(r.o.nsizes, sizeof *r.routed);
+    if (!r.cells || !r.routed) {
       fprintf(stderr, "weft bench: out of memory\n");
       rc = WEFT_CLI_FAILED;
     }
@@ -492,6 +864,8 @@ int weft_cli_bench(int argc, char **argv) {
       if (rc == WEFT_CLI_OK && r.o.format == OUT_TABLE) table_row(&r, s);
     }
   }
+  if (rc == WEFT_CLI_OK && !r.o.no_route) rc = summarize(&r);
+  if (rc == WEFT_CLI_OK && r.o.plot) rc = write_plot(&r);
   if (rc == WEFT_CLI_OK) {
     if (r.o.format == OUT_TABLE) table_notes(&r);
     else if (r.o.format == OUT_JSON) rc = weft_cli_print_json(build_json(&r));
@@ -500,6 +874,8 @@ int weft_cli_bench(int argc, char **argv) {
   }
   weft_fabric_close(r.f);
   free(r.cells);
+  free(r.routed);
+  free(r.cross);
   free(r.lanes);
   free(r.skipped);
   free(r.o.sizes);

@@ -3,8 +3,10 @@
 # succeed, usage errors exit 2 with a message, a fabric that cannot open exits 1, and devices/bench produce
 # their text, JSON and CSV with every lane agreeing. Usage: cli_test.sh path/to/weft
 weft=${1:?usage: cli_test.sh path/to/weft}
-out=$(mktemp) err=$(mktemp)
-trap 'rm -f "$out" "$err"' EXIT
+out=$(mktemp) err=$(mktemp) plot=$(mktemp) cache=$(mktemp -d)
+trap 'rm -rf "$out" "$err" "$plot" "$cache"' EXIT
+# bench, route and calibrate measure lanes and write the calibration cache: never the user's own
+export XDG_CACHE_HOME="$cache"
 failures=0
 
 fail() {
@@ -29,7 +31,8 @@ has() {
 }
 
 # Help and version.
-for args in "--help" "-h" "help" "help devices" "help bench" "devices --help" "bench --help" "bench -h"; do
+for args in "--help" "-h" "help" "help devices" "help bench" "devices --help" "bench --help" "bench -h" \
+  "route --help" "calibrate --help" "help route"; do
   # shellcheck disable=SC2086 # the words are the arguments
   expect 0 $args && has "$out" "^Usage: weft" "weft $args"
 done
@@ -65,13 +68,38 @@ expect 0 devices --lanes cpu && has "$out" "not requested" "devices --lanes cpu 
 
 # bench: small sizes, every format; odd sizes exercise the kernels' edges. Exit 0 also means no lane differs.
 expect 0 bench --sizes 8,33 --repeats 1 && has "$out" "^ +33 \|" "bench table row"
-expect 0 bench --sizes 8,33 --repeats 1 --csv && has "$out" "^n,lane,ms,min_ms,gflops,repeats,check$" "bench --csv header" &&
+expect 0 bench --sizes 8,33 --repeats 1 --csv && has "$out" "^n,lane,ms,min_ms,gflops,repeats,check,picked$" "bench --csv header" &&
   has "$out" "^33,cpu," "bench --csv row"
 expect 0 bench --sizes 17 --repeats 2 --json && has "$out" "\"mismatches\":[[:space:]]*0" "bench --json mismatches" &&
   has "$out" "\"lane\":[[:space:]]*\"cpu\"" "bench --json cpu point"
 expect 0 bench --sizes 24 --repeats 1 --contract fp32 --lanes cpu && has "$out" "contract fp32" "bench fp32"
 # A budget far below one run still measures the first point, then skips the larger ones and says so.
 expect 0 bench --sizes 64,128 --repeats 1 --max-seconds 0.000001 --lanes cpu && has "$out" "cpu: 1 size skipped: the n = 64 point took" "bench budget"
+
+# routing: bench shows the pick, the ratio, crossovers and the decision's cost; the plot is an SVG.
+expect 0 bench --sizes 4,16 --repeats 1 --lanes cpu --plot "$plot" && has "$out" "routed/best, geometric mean" "bench routed summary" &&
+  has "$out" "routing decision: [0-9.]+ us per op" "bench decision cost" && has "$plot" "^<svg " "bench --plot writes SVG" &&
+  has "$plot" "routed \\(fill: pick\\)" "bench --plot marks the router's picks"
+expect 0 bench --sizes 8 --repeats 1 --lanes cpu --json && has "$out" "\"geomean_ratio\":" "bench --json routed summary" &&
+  has "$out" "\"picked\":[[:space:]]*\"cpu\"" "bench --json routed pick"
+expect 0 bench --sizes 8 --repeats 1 --lanes cpu --csv && has "$out" "^8,routed,.*,cpu$" "bench --csv routed row"
+expect 0 bench --sizes 8 --repeats 1 --lanes cpu --no-route && ! grep -q "routed" "$out" || fail "bench --no-route still routes"
+
+# calibrate: progress on stderr, the fitted lines, the cache written where XDG_CACHE_HOME says.
+expect 0 calibrate --lanes cpu && has "$out" "cpu +matmul.exact" "calibrate: the exact matmul line" &&
+  has "$err" "calibrate cpu: matmul exact n=" "calibrate: progress" && [ -s "$cache/weft/calibration.json" ] ||
+  fail "calibrate wrote no cache"
+expect 0 calibrate --lanes cpu --quiet --json && has "$out" "\"line\":[[:space:]]*\"matmul.exact\"" "calibrate --json"
+
+# route: the pick, the explanation, JSON; usage errors for a bad op or shape.
+expect 0 route matmul 64 --lanes cpu && has "$out" "^cpu$" "route prints the lane"
+expect 0 route --explain matmul 2x64x32x16 --lanes cpu && has "$out" "<- chosen" "route --explain marks the choice" &&
+  has "$out" "matmul \\[2,64,32\\]\\.\\[32,16\\]" "route --explain names the shape" && has "$out" "alpha" "route --explain splits the cost"
+expect 0 route --json relu 100x10 --lanes cpu && has "$out" "\"chosen\":[[:space:]]*\"cpu\"" "route --json"
+expect 1 route matmul 64 --lanes cpu --contract bf16 && has "$err" "no lane" "route: no lane for bf16 on the cpu"
+expect 2 route nosuch 64 && has "$err" "unknown op 'nosuch'" "route: unknown op"
+expect 2 route matmul 0 && has "$err" "shape '0'" "route: bad shape"
+expect 2 route matmul && has "$err" "wants an op and a shape" "route: missing shape"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures CLI check(s) failed"

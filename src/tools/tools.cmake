@@ -11,6 +11,7 @@ add_executable(weft_cli
   src/tools/cli_measure.c
   src/tools/cli_devices.c
   src/tools/cli_bench.c
+  src/tools/cli_route.c
 )
 target_link_libraries(weft_cli PRIVATE weft_static PkgConfig::CJSON)
 target_include_directories(weft_cli PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)

@@ -10,6 +10,10 @@ static const weft_cli_command commands[] = {
      weft_cli_devices, weft_cli_devices_help},
     {"bench", "time matmuls of growing size on every lane; check that exact lanes agree bit for bit",
      weft_cli_bench, weft_cli_bench_help},
+    {"calibrate", "measure every lane's fixed cost and throughput now, and cache them for the router",
+     weft_cli_calibrate, weft_cli_calibrate_help},
+    {"route", "where would an op of this shape run, and why (--explain: every lane's predicted cost)",
+     weft_cli_route, weft_cli_route_help},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];
 
