@@ -233,6 +233,21 @@ WEFT_API weft_status weft_op_softmax_xent(weft_fabric *fabric, const weft_op_des
 /* The lane the last successful op on this fabric ran on (an index), or -1 if none ran yet. */
 WEFT_API int weft_fabric_last_lane(const weft_fabric *fabric);
 
+/* What a lane has done since the fabric opened (or the last weft_fabric_reset_stats). */
+typedef struct weft_lane_stats {
+  uint64_t ops[WEFT_OP_COUNT]; /* ops run on the lane, per kind (failed ones not counted) */
+  double seconds;              /* time in those ops: measured around each op on lanes that finish an op
+                                * before returning (the CPU); the cost model's prediction on lanes that
+                                * queue work (GPUs), whose own timing is not visible per op */
+  int seconds_measured;        /* 1 when `seconds` is measured, 0 when predicted */
+  uint64_t bytes_up, bytes_down; /* host -> lane and lane -> host transfers */
+} weft_lane_stats;
+
+/* Reads lane `lane`'s counters. */
+WEFT_API weft_status weft_fabric_lane_stats(const weft_fabric *fabric, size_t lane, weft_lane_stats *out_stats);
+/* Zeroes every lane's counters. */
+WEFT_API void weft_fabric_reset_stats(weft_fabric *fabric);
+
 /* -------------------------------------------------------------------------------------------- scopes */
 
 /* Opens a scope: until weft_scope_end, the fabric's lanes may batch their dispatches into one submission

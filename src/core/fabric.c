@@ -422,3 +422,18 @@ void weft_testing_set_clock(weft_fabric *f, double (*clock)(void *ctx), void *ct
   f->clock = clock ? clock : weft_monotonic_seconds;
   f->clock_ctx = clock ? ctx : NULL;
 }
+
+weft_status weft_fabric_lane_stats(const weft_fabric *f, size_t lane, weft_lane_stats *out) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!f || !out) return WEFT_ERR_INVALID_ARGUMENT;
+  if (lane >= f->nlanes)
+    return weft_fail((weft_fabric *)f, WEFT_ERR_NOT_FOUND, "lane index %zu: the fabric has %zu lanes", lane, f->nlanes);
+  *out = f->lanes[lane].stats;
+  out->seconds_measured = weft_lane_is_host(f, (int)lane);
+  return WEFT_OK;
+}
+
+void weft_fabric_reset_stats(weft_fabric *f) {
+  if (!f) return;
+  for (size_t i = 0; i < f->nlanes; i++) memset(&f->lanes[i].stats, 0, sizeof f->lanes[i].stats);
+}

@@ -33,6 +33,7 @@ typedef struct weft_lane_slot {
   weft_cost_state cost[WEFT_COST_CLASS_COUNT][WEFT_CONTRACT_COUNT];
   int calib_tried;    /* calibration ran (or was attempted) for this lane */
   unsigned observe_tick; /* counts ops, for sampling the observations of tiny ones */
+  weft_lane_stats stats;
   double busy_until; /* predicted time (fabric clock) at which work already given to the lane is done */
 } weft_lane_slot;
 

@@ -88,7 +88,9 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
   double t1 = weft_fabric_now(f);
   if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
   if (st != WEFT_OK) return st;
+  s->stats.ops[op->kind]++;
   if (weft_lane_is_host(f, lane)) {
+    s->stats.seconds += t1 - t0;
     /* host lanes finish the op before run returns: the time is an observation for the model */
     /* ops predicted under 10 us are sampled one in eight: at that size the bookkeeping would cost a
      * noticeable share of the op, and a median over a sample is as robust as over them all */
@@ -98,7 +100,9 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     s->busy_until = t1;
   } else {
     /* device lanes may still be working: the lane is busy for the predicted time */
-    s->busy_until = (s->busy_until > t0 ? s->busy_until : t0) + weft_cost_predict(cs, work);
+    double pred = weft_cost_predict(cs, work);
+    s->stats.seconds += pred;
+    s->busy_until = (s->busy_until > t0 ? s->busy_until : t0) + pred;
   }
   for (int o = 0; o < nout; o++)
     if (out[o]) weft_tensor_mark_written(out[o], lane);

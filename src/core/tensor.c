@@ -110,6 +110,7 @@ static weft_status make_host_valid(weft_tensor *t) {
     /* a lane's work is done in order: once this download has waited, what it was given before is done */
     double now = weft_fabric_now(f);
     if (s->busy_until > now) s->busy_until = now;
+    s->stats.bytes_down += t->numel * sizeof(float);
     t->host_valid = 1;
     return WEFT_OK;
   }
@@ -126,6 +127,7 @@ weft_status weft_tensor_make_valid(weft_tensor *t, int lane) {
   if ((st = weft_tensor_lane_buffer(t, lane, &b)) != WEFT_OK) return st;
   weft_lane_slot *s = &f->lanes[lane];
   if (t->numel) st = s->vt.upload(s->self, b, 0, t->host, t->numel * sizeof(float));
+  if (st == WEFT_OK) s->stats.bytes_up += t->numel * sizeof(float);
   if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
   if (st == WEFT_OK) t->valid[lane] = 1;
   return st;
