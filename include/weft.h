@@ -248,6 +248,36 @@ WEFT_API weft_status weft_fabric_lane_stats(const weft_fabric *fabric, size_t la
 /* Zeroes every lane's counters. */
 WEFT_API void weft_fabric_reset_stats(weft_fabric *fabric);
 
+/* ------------------------------------------------------------------------------- data-parallel splits */
+
+/* A batched matmul routed automatically ([b,m,k].[k,n] or [b,m,k].[b,k,n], b >= 2, inputs on the host) may
+ * be split across lanes: the batch entries are shared out so that the predicted makespan - each lane's
+ * wait, fixed cost, transfers and compute - is least, a lane whose fixed cost outweighs its share gets
+ * nothing, and the split is used only when it is predicted to beat the best single lane by 10%. The lanes
+ * run at once (device lanes are started first, the CPU's share runs meanwhile); under the exact contract
+ * the result is bit-identical to a single lane's. */
+typedef struct weft_split_share {
+  const char *lane;  /* lane name */
+  int64_t first;     /* first batch entry of its share */
+  int64_t entries;   /* batch entries it computed */
+  double predicted;  /* seconds the plan predicted for this share */
+  double seconds;    /* measured: from the share's start to its result being on the host */
+} weft_split_share;
+
+typedef struct weft_split_report {
+  int split;                      /* 1 when the last auto-routed batched matmul was split */
+  int64_t batch;
+  double predicted;               /* the plan's makespan (seconds) */
+  double predicted_single;        /* the best single lane's predicted time */
+  const char *single_lane;        /* that lane */
+  double seconds;                 /* the whole op, measured */
+  size_t nshares;                 /* lanes that got entries */
+  const weft_split_share *shares; /* owned by the fabric; valid until the next split */
+} weft_split_report;
+
+/* Reports the last split the fabric made (or considered: split = 0 then says it ran on one lane). */
+WEFT_API weft_status weft_split_last(weft_fabric *fabric, weft_split_report *out_report);
+
 /* -------------------------------------------------------------------------------------------- scopes */
 
 /* Opens a scope: until weft_scope_end, the fabric's lanes may batch their dispatches into one submission

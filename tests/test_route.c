@@ -330,7 +330,80 @@ static void test_bad_queries(void) {
   weft_fabric_close(f);
 }
 
+/* Data-parallel split: two fake device lanes that are as fast as the cpu share a batch with it; a lane
+ * whose fixed cost outweighs any share gets nothing; the bits are the reference's. */
+static void test_split(void) {
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.lanes = "cpu";
+  d.calibration = WEFT_CALIBRATION_OFF;
+  weft_fabric *f;
+  weft_fabric_open(&d, &f);
+  size_t cpu = 0, g1 = 0, g2 = 0;
+  fake *l1 = add_fake(f, "gpu1", EXACT_FP32, &g1);
+  fake *l2 = add_fake(f, "slow", EXACT_FP32, &g2);
+  /* per entry 32.5 kflop: 32.5 us on the cpu, 16 us on gpu1 */
+  weft_fabric_set_cost_model(f, cpu, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 1e9);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 5e-6, 2e9);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_UPLOAD, 0, 1e-6, 1e12);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_DOWNLOAD, 0, 1e-6, 1e12);
+  /* "slow": a second of fixed cost per op - it must get nothing */
+  weft_fabric_set_cost_model(f, g2, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e12);
+  weft_fabric_set_cost_model(f, g2, WEFT_COST_UPLOAD, 0, 1e-6, 1e12);
+  weft_fabric_set_cost_model(f, g2, WEFT_COST_DOWNLOAD, 0, 1e-6, 1e12);
+  const int64_t B = 12, M = 33, K = 17, N = 29;
+  int64_t da[3] = {B, M, K}, db[2] = {K, N}, dc[3] = {B, M, N};
+  float *ha = malloc(sizeof(float) * B * M * K), *hb = malloc(sizeof(float) * K * N);
+  float *got = malloc(sizeof(float) * B * M * N), *want = malloc(sizeof(float) * B * M * N);
+  uint32_t x = 7;
+  for (int64_t i = 0; i < B * M * K; i++) x = x * 1664525u + 1013904223u, ha[i] = (float)(int)(x >> 9) * 1e-6f;
+  for (int64_t i = 0; i < K * N; i++) x = x * 1664525u + 1013904223u, hb[i] = (float)(int)(x >> 9) * 1e-6f;
+  weft_tensor *a, *b, *c;
+  weft_tensor_create(f, 3, da, ha, &a);
+  weft_tensor_create(f, 2, db, hb, &b);
+  weft_tensor_create(f, 3, dc, NULL, &c);
+  CHECK(weft_op_matmul(f, NULL, a, 0, b, 0, c) == WEFT_OK, "split matmul: %s", weft_fabric_last_error(f));
+  weft_split_report rep;
+  CHECK(weft_split_last(f, &rep) == WEFT_OK && rep.split == 1, "the batch was split (split=%d)", rep.split);
+  int64_t total = 0, slow_entries = 0, gpu_entries = 0, cpu_entries = 0;
+  for (size_t i = 0; i < rep.nshares; i++) {
+    total += rep.shares[i].entries;
+    if (strcmp(rep.shares[i].lane, "slow") == 0) slow_entries += rep.shares[i].entries;
+    if (strcmp(rep.shares[i].lane, "gpu1") == 0) gpu_entries += rep.shares[i].entries;
+    if (strcmp(rep.shares[i].lane, "cpu") == 0) cpu_entries += rep.shares[i].entries;
+  }
+  CHECK(total == B, "shares cover the batch: %lld", (long long)total);
+  CHECK(slow_entries == 0 && l2->runs == 0, "the lane whose fixed cost outweighs its share gets nothing");
+  /* gpu1 is twice the cpu's speed: about two thirds of the batch */
+  CHECK(gpu_entries >= 7 && gpu_entries <= 9 && cpu_entries == B - gpu_entries && l1->runs == 1,
+        "shares follow the speeds: gpu1 %lld, cpu %lld", (long long)gpu_entries, (long long)cpu_entries);
+  CHECK(rep.predicted < rep.predicted_single, "the plan beats the best single lane (%g < %g)", rep.predicted,
+        rep.predicted_single);
+  weft_tensor_read(c, got, (size_t)(B * M * N));
+  weft_op ref;
+  memset(&ref, 0, sizeof ref);
+  ref.kind = WEFT_OP_MATMUL, ref.batch = B, ref.m = M, ref.n = N, ref.k = K;
+  ref.in[0] = ha, ref.in[1] = hb, ref.out[0] = want;
+  weft_reference_run(&ref);
+  CHECK(memcmp(got, want, sizeof(float) * B * M * N) == 0, "split result is the reference's bits");
+  CHECK(strcmp(weft_tensor_location(c), "host") == 0, "the result is on the host: %s", weft_tensor_location(c));
+  /* a batch of one is never split */
+  int64_t d1[3] = {1, M, K}, dc1[3] = {1, M, N};
+  weft_tensor *a1, *c1;
+  weft_tensor_create(f, 3, d1, ha, &a1);
+  weft_tensor_create(f, 3, dc1, NULL, &c1);
+  CHECK(weft_op_matmul(f, NULL, a1, 0, b, 0, c1) == WEFT_OK && weft_split_last(f, &rep) == WEFT_OK && rep.batch == B,
+        "batch 1 is not considered for a split (the report is still the batch of %lld)", (long long)rep.batch);
+  /* the cpu alone (the gpu's models made slow): no split, and the report says which lane */
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e12);
+  CHECK(weft_op_matmul(f, NULL, a, 0, b, 0, c) == WEFT_OK && weft_split_last(f, &rep) == WEFT_OK && rep.split == 0 &&
+            strcmp(rep.single_lane, "cpu") == 0 && weft_fabric_last_lane(f) == (int)cpu,
+        "no split when one lane is best: split=%d single=%s", rep.split, rep.single_lane);
+  free(ha), free(hb), free(got), free(want);
+  weft_fabric_close(f);
+}
+
 int main(void) {
+  test_split();
   test_least_finish_time();
   test_contracts();
   test_residency();

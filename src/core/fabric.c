@@ -8,6 +8,7 @@
 
 #include "../cost/cost.h"
 #include "../sched/route.h"
+#include "../sched/split.h"
 #include "internal.h"
 #include "testing.h"
 
@@ -212,6 +213,7 @@ void weft_fabric_close(weft_fabric *f) {
   free(f->route);
   free(f->explain);
   weft_route_memo_free(f);
+  weft_split_free(f);
   free(f->lanes_filter);
   free(f);
 }

@@ -65,6 +65,8 @@ struct weft_fabric {
    * a few percent, a lane failing or joining) bumps the epoch and forgets them all. */
   uint32_t route_epoch;
   struct weft_route_memo *memo;   /* WEFT_ROUTE_MEMO entries */
+  weft_split_report split;        /* the last split considered (weft_split_last) */
+  weft_split_share *split_shares; /* per lane */
   char err[WEFT_ERR_LEN];
 };
 

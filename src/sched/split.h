@@ -1,0 +1,14 @@
+/* split.h - data-parallel splits of batched matmuls across lanes. */
+#ifndef WEFT_SPLIT_H
+#define WEFT_SPLIT_H
+
+#include "../core/internal.h"
+
+/* Plans (and, when a split wins, runs) an auto-routed batched matmul across lanes. Returns WEFT_OK with
+ * *out_done = 1 when it ran the op split; *out_done = 0 means "run it on one lane as usual". */
+weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_tensor *b, weft_tensor *c,
+                              int *out_done);
+/* Frees the last report's storage (fabric close). */
+void weft_split_free(weft_fabric *f);
+
+#endif
