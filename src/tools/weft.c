@@ -14,6 +14,8 @@ static const weft_cli_command commands[] = {
      weft_cli_calibrate, weft_cli_calibrate_help},
     {"route", "where would an op of this shape run, and why (--explain: every lane's predicted cost)",
      weft_cli_route, weft_cli_route_help},
+    {"mlp", "train a small MLP on the handwritten digits with every op on the fabric; where the ops ran",
+     weft_cli_mlp, weft_cli_mlp_help},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];
 
