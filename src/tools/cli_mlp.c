@@ -442,7 +442,8 @@ static weft_status fingerprint(mlp *m, uint64_t *out) {
 
 /* "1.23 ms" style: seconds in the unit that keeps three to four digits. */
 static const char *fmt_time(double s, char *buf, size_t len) {
-  if (s < 1e-3) snprintf(buf, len, "%.1f us", s * 1e6);
+  if (s == 0) snprintf(buf, len, "0");
+  else if (s < 1e-3) snprintf(buf, len, "%.1f us", s * 1e6);
   else if (s < 1) snprintf(buf, len, "%.2f ms", s * 1e3);
   else snprintf(buf, len, "%.3f s", s);
   return buf;
