@@ -1,5 +1,5 @@
-/* cpu.h - the CPU lane's parts: the lane's state, the kernel framework (gemm.c), the thread pool (pool.c)
- * and the choice of microkernels by instruction set (cpu_isa.c). */
+/* cpu.h - the CPU lane's parts: the lane's state, the kernel framework (gemm.c), the other ops
+ * (elementwise.c), the thread pool (pool.c) and the choice of microkernels by instruction set (cpu_isa.c). */
 #ifndef WEFT_CPU_H
 #define WEFT_CPU_H
 
@@ -29,6 +29,9 @@ typedef struct weft_cpu_lane {
 /* Runs a validated matmul on host buffers under op->contract (exact or fp32). Fails only when scratch
  * memory cannot be allocated. */
 weft_status weft_cpu_matmul(weft_cpu_lane *lane, const weft_op *op);
+
+/* Runs a validated op other than matmul on host buffers (elementwise.c). */
+void weft_cpu_elementwise(weft_cpu_lane *lane, const weft_op *op);
 
 /* Frees the lane's scratch buffers. */
 void weft_cpu_scratch_free(weft_cpu_lane *lane);

@@ -1,11 +1,11 @@
-/* cpu_lane.c - the CPU lane: host memory, the reference kernels for elementwise ops, the blocked matmul
- * framework (gemm.c) for matmul, the lane's worker threads. Honours the exact and fp32 contracts. */
+/* cpu_lane.c - the CPU lane: host memory, the blocked matmul framework (gemm.c), the other ops
+ * (elementwise.c: the reference kernels, threaded when large), the lane's worker threads. Honours the exact
+ * and fp32 contracts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "../../core/reference.h"
 #include "cpu.h"
 
 static void cpu_describe(void *self, weft_lane_desc *out) {
@@ -54,7 +54,7 @@ static weft_status cpu_download(void *self, weft_buffer *b, size_t off, void *ds
 static weft_status cpu_run(void *self, const weft_op *op) {
   weft_cpu_lane *l = self;
   if (op->kind == WEFT_OP_MATMUL) return weft_cpu_matmul(l, op);
-  weft_reference_run(op);
+  weft_cpu_elementwise(l, op);
   return WEFT_OK;
 }
 

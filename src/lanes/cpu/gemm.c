@@ -201,7 +201,7 @@ typedef struct gemm_job {
   weft_cpu_ukr_fn ukr;
   weft_cpu_scratch *scratch; /* per thread: A blocks; B blocks for the batch split */
   int nthreads;              /* the most threads that may join, for the grain of the work */
-  int64_t kc, nc;            /* block sizes clamped to the problem */
+  int64_t mc, kc, nc;        /* block sizes fitted to the problem */
   /* Batch split: whole entries per thread. */
   atomic_llong next_entry, entries_done;
   /* Shared split (see task_shared). Block pair t is batch entry, nc block and kc block, kc fastest. */
@@ -217,7 +217,7 @@ typedef struct gemm_job {
 /* The plain single-threaded blocked loops over one matmul. */
 static void gemm_single(const gemm_job *job, const mm_view *v, float *abuf, float *bbuf) {
   const weft_cpu_kernels *kr = job->kr;
-  const int64_t mcb = kr->mc;
+  const int64_t mcb = job->mc;
   for (int64_t jc = 0; jc < v->n; jc += job->nc) {
     const int64_t nc = min64(job->nc, v->n - jc), npanels = (nc + kr->nr - 1) / kr->nr;
     for (int64_t pc = 0; pc < v->k; pc += job->kc) {
@@ -308,7 +308,7 @@ static void task_shared(void *ctx, int tid) {
       const int64_t u = local - b.npack, ic = u / b.nchunks, ch = u % b.nchunks;
       weft_cpu_wait_until(&job->packed[t], b.npack);
       if (b.pc > 0) weft_cpu_wait_until(&job->unit_iter[u], t);
-      const int64_t i0 = ic * kr->mc, mc = min64(kr->mc, v.m - i0);
+      const int64_t i0 = ic * job->mc, mc = min64(job->mc, v.m - i0);
       if (a_t != t || a_ic != ic) {
         pack_a(&v, i0, mc, b.pc, b.kc, kr->mr, abuf);
         a_t = t, a_ic = ic;
@@ -332,7 +332,7 @@ static int shared_plan(gemm_job *job) {
   const weft_op *op = job->op;
   job->njc = (op->n + job->nc - 1) / job->nc;
   job->npc = (op->k + job->kc - 1) / job->kc;
-  job->n_ic = (op->m + job->kr->mc - 1) / job->kr->mc;
+  job->n_ic = (op->m + job->mc - 1) / job->mc;
   job->iters = op->batch * job->njc * job->npc;
   const int64_t max_units = job->n_ic * (4 * job->nthreads);
   char *mem = malloc(sizeof(int64_t) * (size_t)(job->iters + 1) +
@@ -402,6 +402,10 @@ weft_status weft_cpu_matmul(weft_cpu_lane *lane, const weft_op *op) {
   job.op = op;
   job.kr = lane->kernels;
   job.ukr = op->contract == WEFT_CONTRACT_FP32 ? job.kr->fp32 : job.kr->exact;
+  /* Row blocks of equal height (at most the kernel's mc): a short last block would leave one thread a
+   * short unit to do while the other finishes a full one. */
+  const int64_t n_ic = (m + job.kr->mc - 1) / job.kr->mc;
+  job.mc = round_up((m + n_ic - 1) / n_ic, job.kr->mr);
   job.kc = min64(job.kr->kc, k);
   job.nc = min64(job.kr->nc, round_up(n, job.kr->nr));
 
@@ -421,7 +425,7 @@ weft_status weft_cpu_matmul(weft_cpu_lane *lane, const weft_op *op) {
     if (!lane->scratch)
       return weft_lane_report(lane->host, WEFT_ERR_OUT_OF_MEMORY, "cpu: out of host memory for matmul scratch");
   }
-  const size_t a_need = (size_t)min64(job.kr->mc, round_up(m, job.kr->mr)) * (size_t)job.kc;
+  const size_t a_need = (size_t)job.mc * (size_t)job.kc;
   const size_t b_block = (size_t)job.kc * (size_t)job.nc;
   for (int t = 0; t < nthreads; t++) {
     const size_t b_need = nthreads == 1 || by_batch ? b_block : (t == 0 ? 2 * b_block : 0);

@@ -1,9 +1,10 @@
-# The CPU lane's sources beyond cpu_lane.c and gemm.c: the thread pool, the instruction-set choice, and the
+# The CPU lane's sources beyond cpu_lane.c and gemm.c: the thread pool, the other ops, the instruction-set choice, and the
 # microkernels, each ISA's file built with that ISA's flags (selected at run time, so the library still runs
 # on CPUs without them). -ffp-contract=off stays on for all of them: only explicit FMA intrinsics fuse.
 # This file is included before weft_obj is defined, so it adds to the source list the target is built from.
 list(APPEND WEFT_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/pool.c
+  ${CMAKE_CURRENT_LIST_DIR}/elementwise.c
   ${CMAKE_CURRENT_LIST_DIR}/cpu_isa.c
   ${CMAKE_CURRENT_LIST_DIR}/kernels/ukr_portable.c
 )
