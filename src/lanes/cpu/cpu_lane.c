@@ -1,6 +1,8 @@
 /* cpu_lane.c - the CPU lane: host memory, the blocked matmul framework (gemm.c), the other ops
  * (elementwise.c: the reference kernels, threaded when large), the lane's worker threads. Honours the exact
  * and fp32 contracts. */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,12 +86,22 @@ static void cpu_model_name(char *buf, size_t len) {
   fclose(fp);
 }
 
+/* The CPUs this process may run on: a process confined to some cores (taskset, a container's cpuset) gets
+ * one thread per core it has, not per core the machine has. */
+static int usable_cpus(void) {
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? (int)online : 1;
+}
+
 weft_status weft_cpu_probe(const weft_probe_args *args, const weft_lane_sink *sink) {
   weft_cpu_lane *l = calloc(1, sizeof *l);
   if (!l) return WEFT_ERR_OUT_OF_MEMORY;
   l->host = args->host;
-  long online = sysconf(_SC_NPROCESSORS_ONLN);
-  l->threads = args->desc->cpu_threads > 0 ? args->desc->cpu_threads : (online > 0 ? (int)online : 1);
+  l->threads = args->desc->cpu_threads > 0 ? args->desc->cpu_threads : usable_cpus();
   l->kernels = weft_cpu_kernels_select();
   /* The pool is started here, not on first use, so a failure to start threads shows in the details. */
   if (l->threads > 1) {
