@@ -298,7 +298,7 @@ static void test_cache(void) {
   weft_fabric_close(f);
   /* another weft version's cache is not trusted */
   fp = fopen(path, "w");
-  fputs("{\"format\": 1, \"weft_version\": \"0.0.1\", \"lanes\": []}", fp);
+  fputs("{\"format\": 2, \"weft_version\": \"0.0.1\", \"lanes\": []}", fp);
   fclose(fp);
   CHECK(weft_fabric_open(&d, &f) == WEFT_OK, "open over a foreign-version cache");
   weft_fabric_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, &line);

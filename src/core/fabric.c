@@ -246,7 +246,7 @@ weft_status weft_fabric_set_cost_model(weft_fabric *f, size_t lane, weft_cost_cl
                      "weft_fabric_set_cost_model: alpha %g s and beta %g per s must be finite and >= 0", alpha, beta);
   weft_cost_state *c = weft_cost_state_of(&f->lanes[lane], cls, contract);
   memset(c, 0, sizeof *c);
-  c->line.alpha = alpha;
+  c->line.alpha = alpha; /* memset above: no measured points, the line alone */
   c->line.beta = beta;
   c->line.refine = 1.0;
   c->line.source = WEFT_COST_SET;

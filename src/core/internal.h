@@ -12,7 +12,8 @@
 #define WEFT_ERR_LEN 1024
 
 /* One lane in the fabric: the vtable it registered, its state, what it said about itself. */
-#define WEFT_REFINE_N 15 /* observations the online refinement keeps per cost line */
+#define WEFT_REFINE_N 15    /* observations the online refinement keeps per cost line */
+#define WEFT_COST_POINTS 16 /* calibration points kept per cost line */
 
 /* A cost line and the recent observed/predicted ratios that refine it. */
 typedef struct weft_cost_state {
@@ -21,6 +22,11 @@ typedef struct weft_cost_state {
   float sorted[WEFT_REFINE_N]; /* the same values kept sorted, so the median is one load */
   int nratio, pos;
   double refine_mark;          /* the refinement when routing last took note of it (see route_epoch) */
+  /* The calibration's own points (work ascending, median seconds): inside their range the prediction
+   * follows them (piecewise linear) rather than the two-parameter line, whose one throughput cannot hold a
+   * many-core CPU's ramp from tiny to large ops. Zero points: the line alone. */
+  int npts;
+  double pw[WEFT_COST_POINTS], pt[WEFT_COST_POINTS];
 } weft_cost_state;
 
 /* One lane in the fabric: the vtable it registered, its state, what it said about itself, its cost model. */

@@ -132,8 +132,7 @@ static weft_status dispatch(weft_fabric *f, const weft_op_desc *desc, weft_op *o
 weft_status weft_op_matmul(weft_fabric *f, const weft_op_desc *desc, weft_tensor *a, int trans_a, weft_tensor *b,
                            int trans_b, weft_tensor *c) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op;
-  memset(&op, 0, sizeof op);
+  weft_op op = {0};
   op.kind = WEFT_OP_MATMUL;
   weft_status st = check_desc(f, desc, "weft_op_matmul", &op);
   if (st != WEFT_OK) return st;
@@ -199,16 +198,14 @@ static weft_status unary(weft_fabric *f, const weft_op_desc *desc, weft_op *op, 
 
 weft_status weft_op_relu(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op;
-  memset(&op, 0, sizeof op);
+  weft_op op = {0};
   op.kind = WEFT_OP_RELU;
   return unary(f, desc, &op, "weft_op_relu", x, out);
 }
 
 weft_status weft_op_scale(weft_fabric *f, const weft_op_desc *desc, float alpha, weft_tensor *x, weft_tensor *out) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op;
-  memset(&op, 0, sizeof op);
+  weft_op op = {0};
   op.kind = WEFT_OP_SCALE;
   op.alpha = alpha;
   return unary(f, desc, &op, "weft_op_scale", x, out);
@@ -216,8 +213,7 @@ weft_status weft_op_scale(weft_fabric *f, const weft_op_desc *desc, float alpha,
 
 weft_status weft_op_axpy(weft_fabric *f, const weft_op_desc *desc, float alpha, weft_tensor *x, weft_tensor *y) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op;
-  memset(&op, 0, sizeof op);
+  weft_op op = {0};
   op.kind = WEFT_OP_AXPY;
   op.alpha = alpha;
   weft_status st = check_desc(f, desc, "weft_op_axpy", &op);
@@ -236,8 +232,7 @@ weft_status weft_op_axpy(weft_fabric *f, const weft_op_desc *desc, float alpha, 
 
 weft_status weft_op_add(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *y, weft_tensor *out) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op;
-  memset(&op, 0, sizeof op);
+  weft_op op = {0};
   op.kind = WEFT_OP_ADD;
   weft_status st = check_desc(f, desc, "weft_op_add", &op);
   if (st != WEFT_OK) return st;
@@ -264,8 +259,7 @@ weft_status weft_op_add(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x
 weft_status weft_op_relu_backward(weft_fabric *f, const weft_op_desc *desc, weft_tensor *grad, weft_tensor *x,
                                   weft_tensor *out) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op;
-  memset(&op, 0, sizeof op);
+  weft_op op = {0};
   op.kind = WEFT_OP_RELU_BACKWARD;
   weft_status st = check_desc(f, desc, "weft_op_relu_backward", &op);
   if (st != WEFT_OK) return st;
@@ -283,8 +277,7 @@ weft_status weft_op_relu_backward(weft_fabric *f, const weft_op_desc *desc, weft
 
 weft_status weft_op_sum_rows(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op;
-  memset(&op, 0, sizeof op);
+  weft_op op = {0};
   op.kind = WEFT_OP_SUM_ROWS;
   weft_status st = check_desc(f, desc, "weft_op_sum_rows", &op);
   if (st != WEFT_OK) return st;
@@ -304,8 +297,7 @@ weft_status weft_op_sum_rows(weft_fabric *f, const weft_op_desc *desc, weft_tens
 weft_status weft_op_softmax_xent(weft_fabric *f, const weft_op_desc *desc, weft_tensor *logits, weft_tensor *targets,
                                  weft_tensor *out_loss, weft_tensor *out_grad) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op;
-  memset(&op, 0, sizeof op);
+  weft_op op = {0};
   op.kind = WEFT_OP_SOFTMAX_XENT;
   weft_status st = check_desc(f, desc, "weft_op_softmax_xent", &op);
   if (st != WEFT_OK) return st;

@@ -13,7 +13,7 @@
 #include "../sched/route.h"
 #include "cost.h"
 
-#define CACHE_FORMAT 1
+#define CACHE_FORMAT 2 /* 2: lines carry their measured points */
 
 weft_status weft_cost_cache_path(char *out, size_t len) {
   if (!out || len == 0) return WEFT_ERR_INVALID_ARGUMENT;
@@ -74,8 +74,14 @@ static cJSON *load_doc(weft_fabric *f, const char *path, int notes) {
   const cJSON *fmt = doc ? cJSON_GetObjectItemCaseSensitive(doc, "format") : NULL;
   const cJSON *ver = doc ? cJSON_GetObjectItemCaseSensitive(doc, "weft_version") : NULL;
   const cJSON *lanes = doc ? cJSON_GetObjectItemCaseSensitive(doc, "lanes") : NULL;
-  if (!doc || !cJSON_IsNumber(fmt) || fmt->valuedouble != CACHE_FORMAT || !cJSON_IsString(ver) ||
-      !cJSON_IsArray(lanes)) {
+  if (doc && cJSON_IsNumber(fmt) && fmt->valuedouble != CACHE_FORMAT) {
+    if (notes)
+      weft_note(f, 1, "weft: the calibration cache %s is in another format (%g; this weft writes %d); measuring again",
+                path, fmt->valuedouble, CACHE_FORMAT);
+    cJSON_Delete(doc);
+    return NULL;
+  }
+  if (!doc || !cJSON_IsNumber(fmt) || !cJSON_IsString(ver) || !cJSON_IsArray(lanes)) {
     if (notes) weft_note(f, 1, "weft: the calibration cache %s is unreadable or corrupt; measuring again", path);
     cJSON_Delete(doc);
     return NULL;
@@ -121,6 +127,20 @@ void weft_cost_cache_load(weft_fabric *f) {
           st->line.refine = 1.0;
           st->line.source = WEFT_COST_CACHED;
           st->line.points = cJSON_IsNumber(p) ? p->valueint : 0;
+          /* the measured points, if present and sane (ascending work, non-decreasing positive times) */
+          const cJSON *w = cJSON_GetObjectItemCaseSensitive(l, "w"), *t = cJSON_GetObjectItemCaseSensitive(l, "t");
+          int n = cJSON_IsArray(w) && cJSON_IsArray(t) ? cJSON_GetArraySize(w) : 0;
+          if (n > WEFT_COST_POINTS || n != cJSON_GetArraySize(t)) n = 0;
+          for (int q = 0; q < n; q++) {
+            const cJSON *wq = cJSON_GetArrayItem(w, q), *tq = cJSON_GetArrayItem(t, q);
+            if (!cJSON_IsNumber(wq) || !cJSON_IsNumber(tq) || !(wq->valuedouble > 0) || !(tq->valuedouble > 0) ||
+                (q && (wq->valuedouble <= st->pw[q - 1] || tq->valuedouble < st->pt[q - 1]))) {
+              n = 0;
+              break;
+            }
+            st->pw[q] = wq->valuedouble, st->pt[q] = tq->valuedouble;
+          }
+          st->npts = n;
         }
       break;
     }
@@ -168,6 +188,11 @@ weft_status weft_cost_cache_save(weft_fabric *f) {
         cJSON_AddNumberToObject(o, "alpha", l->alpha);
         cJSON_AddNumberToObject(o, "beta", l->beta);
         cJSON_AddNumberToObject(o, "points", l->points);
+        const weft_cost_state *st = &s->cost[cls][c];
+        if (st->npts >= 2) {
+          cJSON_AddItemToObject(o, "w", cJSON_CreateDoubleArray(st->pw, st->npts));
+          cJSON_AddItemToObject(o, "t", cJSON_CreateDoubleArray(st->pt, st->npts));
+        }
         any = 1;
       }
     if (!any) {

@@ -103,6 +103,15 @@ static void set_line(weft_cost_state *c, sweep *s) {
   c->line.refine = 1.0;
   c->line.source = WEFT_COST_MEASURED;
   c->line.points = s->n;
+  /* keep the points (they come in ascending work) with times made non-decreasing, so a noisy point can
+   * never make more work look cheaper */
+  for (int i = 0; i < s->n && c->npts < WEFT_COST_POINTS; i++) {
+    double t = s->secs[i];
+    if (c->npts && t < c->pt[c->npts - 1]) t = c->pt[c->npts - 1];
+    if (c->npts && s->work[i] <= c->pw[c->npts - 1]) continue;
+    c->pw[c->npts] = s->work[i];
+    c->pt[c->npts++] = t;
+  }
 }
 
 static weft_status sweep_matmul(weft_fabric *f, int lane, weft_contract contract, double budget) {

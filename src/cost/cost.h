@@ -11,6 +11,8 @@ weft_cost_class weft_cost_op_work(const weft_op *op, double *out_work);
 weft_cost_state *weft_cost_state_of(weft_lane_slot *s, weft_cost_class cls, weft_contract contract);
 /* Predicted seconds for `work` on a line, refinement applied. */
 double weft_cost_predict(const weft_cost_state *c, double work);
+/* The same before refinement: the measured points where they reach, alpha + work/beta beyond them. */
+double weft_cost_base(const weft_cost_state *c, double work);
 /* Records an observed time; the refinement factor becomes the median of recent observed/predicted ratios,
  * so one outlier moves nothing. Returns 1 when the factor moved by more than 5% since routing last took
  * note (the caller then forgets remembered decisions). */

@@ -24,17 +24,29 @@ weft_cost_state *weft_cost_state_of(weft_lane_slot *s, weft_cost_class cls, weft
   return &s->cost[cls][cls == WEFT_COST_MATMUL ? (int)contract : 0];
 }
 
-double weft_cost_predict(const weft_cost_state *c, double work) {
-  double t = c->line.alpha + (c->line.beta > 0 ? work / c->line.beta : 0.0);
-  return t * c->line.refine;
+double weft_cost_base(const weft_cost_state *c, double work) {
+  const weft_cost_line *l = &c->line;
+  double line = l->alpha + (l->beta > 0 ? work / l->beta : 0.0);
+  int n = c->npts;
+  if (n < 2 || work <= 0) return line;
+  const double *w = c->pw, *t = c->pt;
+  if (work <= w[0]) /* below the smallest point: from alpha at no work up to that point */
+    return l->alpha + (t[0] > l->alpha ? (t[0] - l->alpha) * (work / w[0]) : 0.0);
+  if (work >= w[n - 1]) /* beyond the largest: that point plus the line's throughput */
+    return t[n - 1] + (l->beta > 0 ? (work - w[n - 1]) / l->beta : 0.0);
+  int j = 0;
+  while (j < n - 2 && work > w[j + 1]) j++;
+  return t[j] + (t[j + 1] - t[j]) * ((work - w[j]) / (w[j + 1] - w[j]));
 }
+
+double weft_cost_predict(const weft_cost_state *c, double work) { return weft_cost_base(c, work) * c->line.refine; }
 
 #if defined(__GNUC__) && !defined(__clang__)
 /* the shifts below are a few floats: a call to memmove would cost more than the moves */
 __attribute__((optimize("no-tree-loop-distribute-patterns")))
 #endif
 int weft_cost_observe(weft_cost_state *c, double work, double seconds) {
-  double pred = c->line.alpha + (c->line.beta > 0 ? work / c->line.beta : 0.0);
+  double pred = weft_cost_base(c, work);
   if (!(pred > 0) || !(seconds > 0)) return 0;
   float r = (float)(seconds / pred);
   /* This runs on every host-lane op, so the window is kept sorted incrementally: drop the oldest value

@@ -92,8 +92,10 @@ int weft_route_pick_at(weft_fabric *f, const weft_op *op, weft_cost_class cls, d
       c->transfer += move_cost(f, inputs && k < ninputs ? inputs[k] : NULL, (int)i, in_bytes(op, k));
     if (from_host && !(s->desc.flags & WEFT_LANE_HOST_MEMORY))
       c->transfer += weft_cost_predict(&s->cost[WEFT_COST_DOWNLOAD][0], out_bytes(op));
+    /* alpha is the line's; compute is the rest of the prediction (the measured curve where it reaches) */
     c->alpha = cs->line.alpha * refine;
-    c->compute = (cs->line.beta > 0 ? work / cs->line.beta : 0.0) * refine;
+    c->compute = weft_cost_base(cs, work) * refine - c->alpha;
+    if (c->compute < 0) c->compute = 0;
     c->total = c->wait + c->transfer + c->alpha + c->compute;
     if (best < 0 || c->total < best_total) best = (int)i, best_total = c->total;
   }
@@ -110,9 +112,9 @@ int weft_route_pick_at(weft_fabric *f, const weft_op *op, weft_cost_class cls, d
 
 /* One remembered decision: the op's signature, the lane, and the costs that chose it. */
 typedef struct weft_route_memo {
-  int used;
+  uint64_t sig;      /* hash of everything below; 0 = empty */
   uint32_t epoch;
-  int32_t kind, contract, flags, nin;
+  int32_t kind, contract, flags;
   int64_t dims[6];
   uint64_t where[3]; /* per input: bit 0 the host copy is current, bit 1+i lane i's */
   int lane;
@@ -134,30 +136,31 @@ static uint64_t where_bits(const weft_fabric *f, const weft_tensor *t) {
   return w;
 }
 
+static inline uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull + (h >> 29); }
+
 int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, double work, double now,
                       weft_tensor *const *inputs, int ninputs) {
   /* Decisions are only remembered while every lane is idle (the wait term is then zero) and the fabric is
-   * small enough for a bit per lane. */
-  int memo_ok = f->nlanes < 63 && f->models_ready && ninputs <= 3;
+   * small enough for a bit per lane. This is the op path: keep it to a few dozen instructions. */
+  int memo_ok = f->nlanes < 63 && ninputs <= 3;
   for (size_t i = 0; memo_ok && i < f->nlanes; i++)
     if (f->lanes[i].busy_until > now) memo_ok = 0;
   if (memo_ok && !f->memo) f->memo = calloc(WEFT_ROUTE_MEMO, sizeof *f->memo);
-  weft_route_memo key;
   weft_route_memo *slot = NULL;
+  uint64_t where[3] = {0, 0, 0}, sig = 0;
+  const int32_t flags = op->b_batched | op->y_broadcast << 1 | ninputs << 2;
   if (memo_ok && f->memo) {
-    memset(&key, 0, sizeof key);
-    key.kind = op->kind, key.contract = op->contract, key.nin = ninputs;
-    key.flags = op->b_batched | op->y_broadcast << 1;
-    key.dims[0] = op->batch, key.dims[1] = op->m, key.dims[2] = op->n, key.dims[3] = op->k;
-    key.dims[4] = op->rows, key.dims[5] = op->cols;
-    for (int k = 0; k < ninputs; k++) key.where[k] = where_bits(f, inputs[k]);
-    uint64_t h = (uint64_t)key.kind * 0x9e3779b97f4a7c15ull;
-    for (int d = 0; d < 6; d++) h = (h ^ (uint64_t)key.dims[d]) * 0x100000001b3ull;
-    for (int k = 0; k < 3; k++) h = (h ^ key.where[k]) * 0x100000001b3ull;
-    slot = &f->memo[(h >> 32) % WEFT_ROUTE_MEMO];
-    if (slot->used && slot->epoch == f->route_epoch && slot->kind == key.kind && slot->contract == key.contract &&
-        slot->flags == key.flags && slot->nin == key.nin && memcmp(slot->dims, key.dims, sizeof key.dims) == 0 &&
-        memcmp(slot->where, key.where, sizeof key.where) == 0 && slot->cap >= f->nlanes) {
+    for (int k = 0; k < ninputs; k++) where[k] = where_bits(f, inputs[k]);
+    sig = mix(mix(mix(0x9e3779b97f4a7c15ull, (uint64_t)op->kind | (uint64_t)op->contract << 8 | (uint64_t)flags << 16),
+                  (uint64_t)op->batch ^ (uint64_t)op->m << 20 ^ (uint64_t)op->rows << 40),
+              (uint64_t)op->n ^ (uint64_t)op->k << 21 ^ (uint64_t)op->cols << 42);
+    sig = mix(mix(mix(sig, where[0]), where[1]), where[2]) | 1; /* never 0: 0 marks an empty slot */
+    slot = &f->memo[(sig >> 40) % WEFT_ROUTE_MEMO];
+    if (slot->sig == sig && slot->epoch == f->route_epoch && slot->kind == (int32_t)op->kind &&
+        slot->contract == (int32_t)op->contract && slot->flags == flags && slot->dims[0] == op->batch &&
+        slot->dims[1] == op->m && slot->dims[2] == op->n && slot->dims[3] == op->k && slot->dims[4] == op->rows &&
+        slot->dims[5] == op->cols && slot->where[0] == where[0] && slot->where[1] == where[1] &&
+        slot->where[2] == where[2] && slot->cap >= f->nlanes) {
       f->last_route.op = op->kind, f->last_route.contract = op->contract, f->last_route.work = work;
       f->last_route.chosen = slot->lane, f->last_route.nlanes = f->nlanes, f->last_route.lanes = slot->costs;
       return slot->lane;
@@ -171,13 +174,13 @@ int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, do
   weft_route_cost *costs = slot ? slot->costs : f->route;
   int lane = weft_route_pick_at(f, op, cls, work, now, inputs, ninputs, costs);
   if (slot) {
-    weft_route_cost *c = slot->costs;
-    size_t cap = slot->cap;
-    *slot = key;
-    slot->costs = c, slot->cap = cap;
-    slot->used = 1;
+    slot->sig = sig;
     /* calibration may have run inside the pick (first choice between lanes): remember under its epoch */
     slot->epoch = f->route_epoch;
+    slot->kind = op->kind, slot->contract = op->contract, slot->flags = flags;
+    slot->dims[0] = op->batch, slot->dims[1] = op->m, slot->dims[2] = op->n, slot->dims[3] = op->k;
+    slot->dims[4] = op->rows, slot->dims[5] = op->cols;
+    memcpy(slot->where, where, sizeof where);
     slot->lane = lane;
   }
   f->last_route.op = op->kind, f->last_route.contract = op->contract, f->last_route.work = work;

@@ -103,8 +103,9 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     const weft_cost_state *mm = weft_cost_state_of(s, WEFT_COST_MATMUL, op->contract);
     lane_plan *q = &plan[n++];
     q->lane = (int)i;
+    /* per entry: the predicted time of the whole batch on this lane, less alpha, shared out */
     q->c = (s->busy_until > now ? s->busy_until - now : 0.0) + mm->line.alpha * mm->line.refine;
-    q->r = (mm->line.beta > 0 ? entry_flops / mm->line.beta : 0.0) * mm->line.refine;
+    q->r = (weft_cost_predict(mm, entry_flops * (double)B) - mm->line.alpha * mm->line.refine) / (double)B;
     if (!weft_lane_is_host(f, (int)i)) {
       const weft_cost_line *up = &s->cost[WEFT_COST_UPLOAD][0].line, *down = &s->cost[WEFT_COST_DOWNLOAD][0].line;
       q->c += up->alpha + down->alpha;
