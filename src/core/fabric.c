@@ -381,6 +381,7 @@ static void lanes_idle(weft_fabric *f) {
   double now = weft_fabric_now(f);
   for (size_t i = 0; i < f->nlanes; i++)
     if (f->lanes[i].busy_until > now) f->lanes[i].busy_until = now;
+  weft_busy_recompute(f);
 }
 
 weft_status weft_scope_end(weft_fabric *f) {

@@ -70,7 +70,9 @@ struct weft_fabric {
    * nothing that feeds them changes; anything that does (a cost line set, measured or refined by more than
    * a few percent, a lane failing or joining) bumps the epoch and forgets them all. */
   uint32_t route_epoch;
+  double busy_max;                /* the latest busy_until of any lane: one compare tells "all idle" */
   struct weft_route_memo *memo;   /* WEFT_ROUTE_MEMO entries */
+  struct weft_route_memo *memo_last; /* the entry the last op used */
   weft_split_report split;        /* the last split considered (weft_split_last) */
   weft_split_share *split_shares; /* per lane */
   char err[WEFT_ERR_LEN];
@@ -100,6 +102,7 @@ struct weft_tensor {
   int host_valid;      /* the host copy holds the current value */
   weft_buffer **buf;   /* per lane, NULL until used there; host-memory lanes use `host` instead */
   uint8_t *valid;      /* per lane: that lane's copy holds the current value */
+  uint64_t where;      /* the same as bits, for the router's memo: bit 0 host, bit 1+i lane i (i < 63) */
   char location[256];
 };
 
@@ -132,6 +135,12 @@ weft_status weft_tensor_check(weft_fabric *f, const weft_tensor *t, const char *
 /* 1 when lane i keeps its data in host memory. */
 static inline int weft_lane_is_host(const weft_fabric *f, int i) {
   return i < 0 || (f->lanes[i].desc.flags & WEFT_LANE_HOST_MEMORY) != 0;
+}
+/* Recomputes busy_max after a lane's busy_until went down. */
+static inline void weft_busy_recompute(weft_fabric *f) {
+  double m = 0;
+  for (size_t i = 0; i < f->nlanes; i++) m = f->lanes[i].busy_until > m ? f->lanes[i].busy_until : m;
+  f->busy_max = m;
 }
 /* Marks a lane failed after it returned WEFT_ERR_LANE_FAILED. */
 void weft_lane_mark_failed(weft_fabric *f, int lane);

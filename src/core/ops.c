@@ -99,11 +99,13 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
         weft_cost_observe(cs, work, t1 - t0))
       weft_route_forget(f);
     s->busy_until = t1;
+    if (t1 > f->busy_max) f->busy_max = t1;
   } else {
     /* device lanes may still be working: the lane is busy for the predicted time */
     double pred = weft_cost_predict(cs, work);
     s->stats.seconds += pred;
     s->busy_until = (s->busy_until > t0 ? s->busy_until : t0) + pred;
+    if (s->busy_until > f->busy_max) f->busy_max = s->busy_until;
   }
   for (int o = 0; o < nout; o++)
     if (out[o]) weft_tensor_mark_written(out[o], lane);

@@ -59,6 +59,7 @@ weft_status weft_tensor_create(weft_fabric *f, int ndim, const int64_t *dims, co
   t->ndim = ndim;
   for (int d = 0; d < WEFT_MAX_DIMS; d++) t->dims[d] = d < ndim ? dims[d] : 1;
   t->host_valid = 1;
+  t->where = 1;
   t->next = f->tensors;
   if (f->tensors) f->tensors->prev = t;
   f->tensors = t;
@@ -109,9 +110,13 @@ static weft_status make_host_valid(weft_tensor *t) {
     if (st != WEFT_OK) return st;
     /* a lane's work is done in order: once this download has waited, what it was given before is done */
     double now = weft_fabric_now(f);
-    if (s->busy_until > now) s->busy_until = now;
+    if (s->busy_until > now) {
+      s->busy_until = now;
+      weft_busy_recompute(f);
+    }
     s->stats.bytes_down += t->numel * sizeof(float);
     t->host_valid = 1;
+    t->where |= 1;
     return WEFT_OK;
   }
   return weft_fail(f, WEFT_ERR_INTERNAL, "tensor has no current copy anywhere (please report this)");
@@ -129,7 +134,10 @@ weft_status weft_tensor_make_valid(weft_tensor *t, int lane) {
   if (t->numel) st = s->vt.upload(s->self, b, 0, t->host, t->numel * sizeof(float));
   if (st == WEFT_OK) s->stats.bytes_up += t->numel * sizeof(float);
   if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
-  if (st == WEFT_OK) t->valid[lane] = 1;
+  if (st == WEFT_OK) {
+    t->valid[lane] = 1;
+    if (lane < 63) t->where |= (uint64_t)1 << (lane + 1);
+  }
   return st;
 }
 
@@ -138,9 +146,11 @@ void weft_tensor_mark_written(weft_tensor *t, int lane) {
   memset(t->valid, 0, f->nlanes);
   if (weft_lane_is_host(f, lane)) {
     t->host_valid = 1;
+    t->where = 1;
   } else {
     t->host_valid = 0;
     t->valid[lane] = 1;
+    t->where = lane < 63 ? (uint64_t)1 << (lane + 1) : 0;
   }
 }
 

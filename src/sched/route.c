@@ -127,13 +127,7 @@ void weft_route_memo_free(weft_fabric *f) {
   for (int i = 0; i < WEFT_ROUTE_MEMO; i++) free(f->memo[i].costs);
   free(f->memo);
   f->memo = NULL;
-}
-
-static uint64_t where_bits(const weft_fabric *f, const weft_tensor *t) {
-  if (!t) return 0;
-  uint64_t w = (uint64_t)(t->host_valid != 0);
-  for (size_t i = 0; i < f->nlanes; i++) w |= (uint64_t)(t->valid[i] != 0) << (i + 1);
-  return w;
+  f->memo_last = NULL;
 }
 
 static inline uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull + (h >> 29); }
@@ -142,15 +136,24 @@ int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, do
                       weft_tensor *const *inputs, int ninputs) {
   /* Decisions are only remembered while every lane is idle (the wait term is then zero) and the fabric is
    * small enough for a bit per lane. This is the op path: keep it to a few dozen instructions. */
-  int memo_ok = f->nlanes < 63 && ninputs <= 3;
-  for (size_t i = 0; memo_ok && i < f->nlanes; i++)
-    if (f->lanes[i].busy_until > now) memo_ok = 0;
+  int memo_ok = f->nlanes < 63 && ninputs <= 3 && f->busy_max <= now;
   if (memo_ok && !f->memo) f->memo = calloc(WEFT_ROUTE_MEMO, sizeof *f->memo);
   weft_route_memo *slot = NULL;
   uint64_t where[3] = {0, 0, 0}, sig = 0;
   const int32_t flags = op->b_batched | op->y_broadcast << 1 | ninputs << 2;
   if (memo_ok && f->memo) {
-    for (int k = 0; k < ninputs; k++) where[k] = where_bits(f, inputs[k]);
+    for (int k = 0; k < ninputs; k++) where[k] = inputs[k] ? inputs[k]->where : 0;
+    /* the same op as last time (a loop): no hashing at all */
+    slot = f->memo_last;
+    if (slot && slot->epoch == f->route_epoch && slot->dims[1] == op->m && slot->dims[2] == op->n &&
+        slot->dims[3] == op->k && slot->dims[4] == op->rows && slot->dims[5] == op->cols &&
+        slot->dims[0] == op->batch && slot->kind == (int32_t)op->kind && slot->contract == (int32_t)op->contract &&
+        slot->flags == flags && slot->where[0] == where[0] && slot->where[1] == where[1] &&
+        slot->where[2] == where[2] && slot->cap >= f->nlanes) {
+      f->last_route.op = op->kind, f->last_route.contract = op->contract, f->last_route.work = work;
+      f->last_route.chosen = slot->lane, f->last_route.nlanes = f->nlanes, f->last_route.lanes = slot->costs;
+      return slot->lane;
+    }
     sig = mix(mix(mix(0x9e3779b97f4a7c15ull, (uint64_t)op->kind | (uint64_t)op->contract << 8 | (uint64_t)flags << 16),
                   (uint64_t)op->batch ^ (uint64_t)op->m << 20 ^ (uint64_t)op->rows << 40),
               (uint64_t)op->n ^ (uint64_t)op->k << 21 ^ (uint64_t)op->cols << 42);
@@ -163,6 +166,7 @@ int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, do
         slot->where[2] == where[2] && slot->cap >= f->nlanes) {
       f->last_route.op = op->kind, f->last_route.contract = op->contract, f->last_route.work = work;
       f->last_route.chosen = slot->lane, f->last_route.nlanes = f->nlanes, f->last_route.lanes = slot->costs;
+      f->memo_last = slot;
       return slot->lane;
     }
     if (slot->cap < f->nlanes) {
@@ -182,6 +186,7 @@ int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, do
     slot->dims[4] = op->rows, slot->dims[5] = op->cols;
     memcpy(slot->where, where, sizeof where);
     slot->lane = lane;
+    f->memo_last = slot;
   }
   f->last_route.op = op->kind, f->last_route.contract = op->contract, f->last_route.work = work;
   f->last_route.chosen = lane, f->last_route.nlanes = f->nlanes, f->last_route.lanes = costs;
