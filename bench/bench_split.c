@@ -1,0 +1,121 @@
+/* bench_split.c - the data-parallel split against the best single lane: batched matmuls [B,n,n].[n,n] from
+ * host data for growing B, each lane alone (pinned) and the fabric's own choice (auto: possibly split),
+ * the auto run timed in alternation with the best lane so machine noise falls on both. Prints the ratio
+ * auto/best (the split must never lose: >= 0.97x the best lane's speed means ratio <= 1.03) and the split's
+ * shares with each lane's measured time.
+ * Usage: bench_split [n] [max_batch] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "weft.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* One run as a host-data caller sees it: write a and b, matmul, read c. */
+static double run(weft_fabric *f, int lane, weft_tensor *a, weft_tensor *b, weft_tensor *c, const float *ha,
+                  const float *hb, float *hc) {
+  weft_op_desc d = WEFT_OP_DESC_INIT;
+  d.lane = lane;
+  double t0 = now();
+  weft_tensor_write(a, ha, weft_tensor_numel(a));
+  weft_tensor_write(b, hb, weft_tensor_numel(b));
+  if (weft_op_matmul(f, &d, a, 0, b, 0, c) != WEFT_OK) {
+    fprintf(stderr, "matmul failed: %s\n", weft_fabric_last_error(f));
+    exit(1);
+  }
+  weft_tensor_read(c, hc, weft_tensor_numel(c));
+  return now() - t0;
+}
+
+int main(int argc, char **argv) {
+  int64_t n = argc > 1 ? atoll(argv[1]) : 128, maxb = argc > 2 ? atoll(argv[2]) : 64;
+  weft_fabric *f;
+  if (weft_fabric_open(NULL, &f) != WEFT_OK) return fprintf(stderr, "%s\n", weft_open_error()), 1;
+  size_t nl = weft_fabric_lane_count(f);
+  printf("batched matmul [B,%lld,%lld].[%lld,%lld], exact, host data in and out; median of runs\n", (long long)n,
+         (long long)n, (long long)n, (long long)n);
+  printf("%6s", "B");
+  for (size_t l = 0; l < nl; l++) {
+    weft_lane_info li;
+    weft_fabric_lane_info(f, l, &li);
+    if (li.contracts & 1) printf(" %14s", li.name);
+  }
+  printf(" %14s %12s %7s  split (lane: entries, measured ms)\n", "auto", "best", "ratio");
+  double worst = 0;
+  for (int64_t B = 1; B <= maxb; B *= 2) {
+    int64_t da[3] = {B, n, n}, db[2] = {n, n};
+    size_t ca = (size_t)(B * n * n);
+    float *ha = malloc(ca * sizeof(float)), *hb = malloc((size_t)(n * n) * sizeof(float)), *hc = malloc(ca * sizeof(float));
+    for (size_t i = 0; i < ca; i++) ha[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < (size_t)(n * n); i++) hb[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    weft_tensor *a, *b, *c;
+    weft_tensor_create(f, 3, da, ha, &a);
+    weft_tensor_create(f, 2, db, hb, &b);
+    weft_tensor_create(f, 3, da, NULL, &c);
+    printf("%6lld", (long long)B);
+    int best = -1;
+    double best_t = 0;
+    for (size_t l = 0; l < nl; l++) {
+      weft_lane_info li;
+      weft_fabric_lane_info(f, l, &li);
+      if (!(li.contracts & 1)) continue;
+      double t[9];
+      run(f, (int)l, a, b, c, ha, hb, hc);
+      int reps = 0;
+      double start = now();
+      while (reps < 9 && (reps < 3 || now() - start < 0.5)) t[reps] = run(f, (int)l, a, b, c, ha, hb, hc), reps++;
+      qsort(t, (size_t)reps, sizeof t[0], cmp);
+      printf(" %11.3f ms", t[reps / 2] * 1e3);
+      if (best < 0 || t[reps / 2] < best_t) best = (int)l, best_t = t[reps / 2];
+    }
+    /* auto against the best lane, alternating */
+    double ta[15], tb[15];
+    run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
+    int reps = 0;
+    double start = now();
+    while (reps < 15 && (reps < 5 || now() - start < 1.0)) {
+      ta[reps] = run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
+      tb[reps] = run(f, best, a, b, c, ha, hb, hc);
+      reps++;
+    }
+    run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc); /* leaves the report for an auto run */
+    weft_split_report rep;
+    int have = weft_split_last(f, &rep) == WEFT_OK;
+    qsort(ta, (size_t)reps, sizeof ta[0], cmp);
+    qsort(tb, (size_t)reps, sizeof tb[0], cmp);
+    double ratio = ta[reps / 2] / tb[reps / 2];
+    worst = ratio > worst ? ratio : worst;
+    weft_lane_info bi;
+    weft_fabric_lane_info(f, (size_t)best, &bi);
+    printf(" %11.3f ms %12s %7.3f  ", ta[reps / 2] * 1e3, bi.name, ratio);
+    if (have && rep.split) {
+      for (size_t i = 0; i < rep.nshares; i++)
+        printf("%s%s: %lld, %.3f ms", i ? "; " : "", rep.shares[i].lane, (long long)rep.shares[i].entries,
+               rep.shares[i].seconds * 1e3);
+    } else if (B >= 2 && have) {
+      printf("not split: %s alone (predicted %.3f ms; best split %.3f ms)", rep.single_lane,
+             rep.predicted_single * 1e3, rep.predicted * 1e3);
+    } else {
+      weft_lane_info li;
+      weft_fabric_lane_info(f, (size_t)weft_fabric_last_lane(f), &li);
+      printf("batch 1: %s", li.name);
+    }
+    printf("\n");
+    weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(c);
+    free(ha), free(hb), free(hc);
+  }
+  printf("worst auto/best: %.3f (the split never loses by more than 3%% when this is <= 1.03)\n", worst);
+  weft_fabric_close(f);
+  return 0;
+}
