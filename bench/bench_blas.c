@@ -2,8 +2,9 @@
  * through the public API. A benchmark, not a test: it reports figures and fails only when something
  * cannot run.
  *
- * Every contender gets host arrays in and a host result out: for weft that is weft_tensor_write of a and b,
- * weft_op_matmul, weft_tensor_read of c (the copies are part of what a weft user pays); for OpenBLAS
+ * Every contender gets host arrays in and a host result out: for weft the arrays are wrapped as tensors
+ * (weft_tensor_wrap: no copies), and each run is weft_tensor_write of a and b (which copies nothing, only
+ * tells the fabric they changed), weft_op_matmul, weft_tensor_read of c (in place); for OpenBLAS
  * cblas_sgemm, for oneDNN dnnl_sgemm, straight on the arrays. Times are the best of several repeats after a
  * warm-up, with the contenders interleaved round by round and a pause between them, because the peers'
  * worker threads keep spinning for a while after a call and would otherwise steal the next one's cores.
@@ -168,8 +169,8 @@ int main(int argc, char **argv) {
     const size_t count = (size_t)(n * n);
     int64_t dims[2] = {n, n};
     x.a = malloc(count * sizeof(float)), x.b = malloc(count * sizeof(float)), x.c = malloc(count * sizeof(float));
-    if (!x.a || !x.b || !x.c || weft_tensor_create(f, 2, dims, NULL, &x.ta) ||
-        weft_tensor_create(f, 2, dims, NULL, &x.tb) || weft_tensor_create(f, 2, dims, NULL, &x.tc)) {
+    if (!x.a || !x.b || !x.c || weft_tensor_wrap(f, 2, dims, x.a, &x.ta) ||
+        weft_tensor_wrap(f, 2, dims, x.b, &x.tb) || weft_tensor_wrap(f, 2, dims, x.c, &x.tc)) {
       fprintf(stderr, "bench_blas: out of memory at n=%lld\n", (long long)n);
       return 1;
     }

@@ -83,7 +83,7 @@ typedef struct weft_fabric_desc {
   /* Comma-separated lane kinds or names to open ("cpu", "cpu,vulkan", "vulkan:0"); NULL or "" opens every
    * lane found. A lane left out is listed as absent with the reason "not requested". */
   const char *lanes;
-  /* Threads the CPU lane may use; 0 = one per online core. */
+  /* Threads the CPU lane may use; 0 = one per CPU this process may run on (its affinity mask). */
   int cpu_threads;
   /* Test hook: caps the Vulkan lane's largest storage-buffer binding in bytes (0 = the device's own), so the
    * row-chunking of large tensors can be exercised on small data. */
@@ -151,6 +151,15 @@ WEFT_API weft_status weft_fabric_absent_info(const weft_fabric *fabric, size_t i
  * `data` (row-major, dims[0] slowest) is copied in; NULL gives zeros. The tensor starts on the host. */
 WEFT_API weft_status weft_tensor_create(weft_fabric *fabric, int ndim, const int64_t *dims, const float *data,
                                         weft_tensor **out_tensor);
+/* Creates a tensor over the caller's own memory, with no copy: `data` (row-major, as many floats as the
+ * shape holds) becomes the tensor's host copy. Ops on host lanes (the CPU) read and write it in place;
+ * weft_tensor_write and weft_tensor_read given this same pointer copy nothing (a read still brings the value
+ * home from a device lane, straight into `data`). After changing `data` yourself, call weft_tensor_write(t,
+ * data, n) so the lanes' copies are dropped; after an op on a device lane, `data` is current again only once
+ * weft_tensor_read(t, data, n) has run. `data` must stay valid until the tensor is destroyed, which does not
+ * free it. The same shape rules as weft_tensor_create apply. */
+WEFT_API weft_status weft_tensor_wrap(weft_fabric *fabric, int ndim, const int64_t *dims, float *data,
+                                      weft_tensor **out_tensor);
 /* Destroys a tensor and every copy of it on every lane. NULL is ignored. */
 WEFT_API void weft_tensor_destroy(weft_tensor *tensor);
 /* Copies `count` floats (must equal the element count) from host memory into the tensor. */

@@ -98,7 +98,8 @@ struct weft_tensor {
   int64_t dims[WEFT_MAX_DIMS];
   size_t numel;
   size_t bytes;        /* numel * sizeof(float), at least 4 so empty tensors still have storage */
-  float *host;         /* host copy; allocated at creation */
+  float *host;         /* host copy; allocated at creation, or the caller's own memory (borrowed) */
+  int borrowed;        /* host is the caller's (weft_tensor_wrap): never freed here */
   int host_valid;      /* the host copy holds the current value */
   weft_buffer **buf;   /* per lane, NULL until used there; host-memory lanes use `host` instead */
   uint8_t *valid;      /* per lane: that lane's copy holds the current value */

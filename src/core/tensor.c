@@ -15,8 +15,10 @@ weft_status weft_tensor_check(weft_fabric *f, const weft_tensor *t, const char *
   return WEFT_OK;
 }
 
-weft_status weft_tensor_create(weft_fabric *f, int ndim, const int64_t *dims, const float *data,
-                               weft_tensor **out_tensor) {
+/* The one way tensors are made: `wrap` non-NULL borrows that memory as the host copy, else `data` (or
+ * zeros) is copied into memory of our own. */
+static weft_status tensor_new(weft_fabric *f, int ndim, const int64_t *dims, const float *data, float *wrap,
+                              weft_tensor **out_tensor) {
   if (out_tensor) *out_tensor = NULL;
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
   if (!out_tensor) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_create: out_tensor is NULL");
@@ -45,14 +47,18 @@ weft_status weft_tensor_create(weft_fabric *f, int ndim, const int64_t *dims, co
   if (!t) return weft_fail(f, WEFT_ERR_OUT_OF_MEMORY, "weft_tensor_create: out of host memory");
   t->numel = numel;
   t->bytes = (numel ? numel : 1) * sizeof(float);
-  t->host = aligned_alloc(64, (t->bytes + 63) & ~(size_t)63);
+  t->borrowed = wrap != NULL;
+  t->host = wrap ? wrap : aligned_alloc(64, (t->bytes + 63) & ~(size_t)63);
   t->buf = calloc(f->nlanes ? f->nlanes : 1, sizeof *t->buf);
   t->valid = calloc(f->nlanes ? f->nlanes : 1, 1);
   if (!t->host || !t->buf || !t->valid) {
-    free(t->host), free(t->buf), free(t->valid), free(t);
+    if (!t->borrowed) free(t->host);
+    free(t->buf), free(t->valid), free(t);
     return weft_fail(f, WEFT_ERR_OUT_OF_MEMORY, "weft_tensor_create: out of host memory for %zu floats", numel);
   }
-  if (data) memcpy(t->host, data, numel * sizeof(float));
+  if (wrap) {
+    /* the caller's memory is the value */
+  } else if (data) memcpy(t->host, data, numel * sizeof(float));
   else memset(t->host, 0, t->bytes);
   t->magic = WEFT_TENSOR_MAGIC;
   t->fabric = f;
@@ -67,6 +73,18 @@ weft_status weft_tensor_create(weft_fabric *f, int ndim, const int64_t *dims, co
   return WEFT_OK;
 }
 
+weft_status weft_tensor_create(weft_fabric *f, int ndim, const int64_t *dims, const float *data,
+                               weft_tensor **out_tensor) {
+  return tensor_new(f, ndim, dims, data, NULL, out_tensor);
+}
+
+weft_status weft_tensor_wrap(weft_fabric *f, int ndim, const int64_t *dims, float *data, weft_tensor **out_tensor) {
+  if (out_tensor) *out_tensor = NULL;
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!data) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_wrap: data is NULL (use weft_tensor_create for zeros)");
+  return tensor_new(f, ndim, dims, NULL, data, out_tensor);
+}
+
 void weft_tensor_destroy(weft_tensor *t) {
   if (!t || t->magic != WEFT_TENSOR_MAGIC) return;
   weft_fabric *f = t->fabric;
@@ -76,7 +94,8 @@ void weft_tensor_destroy(weft_tensor *t) {
   else f->tensors = t->next;
   if (t->next) t->next->prev = t->prev;
   t->magic = 0;
-  free(t->host), free(t->buf), free(t->valid), free(t);
+  if (!t->borrowed) free(t->host);
+  free(t->buf), free(t->valid), free(t);
 }
 
 weft_status weft_tensor_lane_buffer(weft_tensor *t, int lane, weft_buffer **out_buffer) {
@@ -162,7 +181,7 @@ weft_status weft_tensor_write(weft_tensor *t, const float *data, size_t count) {
   if (count != t->numel)
     return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_write: %zu floats given, the tensor holds %zu", count, t->numel);
   /* Work still reading a lane copy must finish before the host copy changes under an upload. */
-  memcpy(t->host, data, count * sizeof(float));
+  if (data != t->host) memcpy(t->host, data, count * sizeof(float)); /* a wrapped tensor's own memory: no copy */
   weft_tensor_mark_written(t, -1);
   return WEFT_OK;
 }
@@ -176,7 +195,7 @@ weft_status weft_tensor_read(weft_tensor *t, float *out_data, size_t count) {
     return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_read: room for %zu floats given, the tensor holds %zu", count,
                      t->numel);
   if ((st = make_host_valid(t)) != WEFT_OK) return st;
-  memcpy(out_data, t->host, count * sizeof(float));
+  if (out_data != t->host) memcpy(out_data, t->host, count * sizeof(float));
   return WEFT_OK;
 }
 
