@@ -75,6 +75,12 @@ struct weft_fabric {
   struct weft_route_memo *memo_last; /* the entry the last op used */
   weft_split_report split;        /* the last split considered (weft_split_last) */
   weft_split_share *split_shares; /* per lane */
+  /* Splits measured against their plans: the median of the last few measured/predicted makespans scales
+   * every later plan, so a split that lost in practice (lanes contending for the host's cores or bus) is
+   * not tried again on faith. */
+  float split_ratio[5];
+  int split_nratio, split_pos;
+  double split_refine;
   char err[WEFT_ERR_LEN];
 };
 

@@ -123,6 +123,8 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     if (plan[i].c + (double)B * plan[i].r < plan[single].c + (double)B * plan[single].r) single = i;
   double single_t = plan[single].c + (double)B * plan[single].r;
   double makespan = plan_shares(plan, n, B);
+  const double refine = f->split_refine > 0 ? f->split_refine : 1.0;
+  makespan *= refine;
   int used = 0;
   for (int i = 0; i < n; i++) used += plan[i].share > 0;
   weft_split_share *shares = realloc(f->split_shares, (size_t)n * sizeof *shares);
@@ -207,6 +209,20 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   weft_tensor_mark_written(c, -1);
   f->split.split = 1;
   f->split.seconds = weft_fabric_now(f) - t_start;
+  /* learn from it: measured against the plan's own (unrefined) makespan */
+  double ratio = f->split.seconds / (makespan / refine);
+  f->split_ratio[f->split_pos] = (float)ratio;
+  f->split_pos = (f->split_pos + 1) % 5;
+  if (f->split_nratio < 5) f->split_nratio++;
+  float sorted[5];
+  memcpy(sorted, f->split_ratio, sizeof sorted);
+  for (int i = 1; i < f->split_nratio; i++)
+    for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+      float t = sorted[j];
+      sorted[j] = sorted[j - 1], sorted[j - 1] = t;
+    }
+  /* one split is evidence enough to stop trusting a plan that lost; a median needs three to forgive */
+  f->split_refine = f->split_nratio < 3 ? (ratio > refine ? ratio : refine) : sorted[f->split_nratio / 2];
   *out_done = 1;
   return WEFT_OK;
 }
