@@ -6,19 +6,9 @@
 #include <string.h>
 
 #include "core/reference.h"
+#include "tutil.h"
 #include "weft.h"
 
-static int failures = 0, checks = 0;
-#define CHECK(cond, ...)                                                                                           \
-  do {                                                                                                             \
-    checks++;                                                                                                      \
-    if (!(cond)) {                                                                                                 \
-      failures++;                                                                                                  \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                  \
-      printf(__VA_ARGS__);                                                                                         \
-      printf("\n");                                                                                                \
-    }                                                                                                              \
-  } while (0)
 
 enum { M = 19, K = 23, N = 17 };
 
@@ -31,6 +21,7 @@ static void reference(const float *a, const float *b, float *c) {
 }
 
 int main(void) {
+  double start = tu_now();
   weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
   d.calibration = WEFT_CALIBRATION_OFF;
   weft_fabric *f;
@@ -48,34 +39,33 @@ int main(void) {
     }
     weft_tensor *a, *b, *c;
     int64_t da[2] = {M, K}, db[2] = {K, N}, dc[2] = {M, N};
-    CHECK(weft_tensor_wrap(f, 2, da, ha, &a) == WEFT_OK && weft_tensor_wrap(f, 2, db, hb, &b) == WEFT_OK &&
+    TU_CHECK(weft_tensor_wrap(f, 2, da, ha, &a) == WEFT_OK && weft_tensor_wrap(f, 2, db, hb, &b) == WEFT_OK &&
               weft_tensor_wrap(f, 2, dc, hc, &c) == WEFT_OK,
           "wrap: %s", weft_fabric_last_error(f));
     memset(hc, 0xff, sizeof(float) * M * N);
     weft_tensor_write(c, hc, (size_t)(M * N));
     weft_op_desc od = {WEFT_CONTRACT_EXACT, (int)l};
-    CHECK(weft_op_matmul(f, &od, a, 0, b, 0, c) == WEFT_OK, "%s matmul: %s", li.name, weft_fabric_last_error(f));
-    CHECK(weft_tensor_read(c, hc, (size_t)(M * N)) == WEFT_OK, "%s read in place", li.name);
+    TU_CHECK(weft_op_matmul(f, &od, a, 0, b, 0, c) == WEFT_OK, "%s matmul: %s", li.name, weft_fabric_last_error(f));
+    TU_CHECK(weft_tensor_read(c, hc, (size_t)(M * N)) == WEFT_OK, "%s read in place", li.name);
     reference(ha, hb, want);
-    CHECK(memcmp(hc, want, sizeof(float) * M * N) == 0, "%s: the caller's memory holds the reference's bits", li.name);
+    TU_CHECK(memcmp(hc, want, sizeof(float) * M * N) == 0, "%s: the caller's memory holds the reference's bits", li.name);
     /* the caller changes a and says so: the next op sees the new values on every lane */
     ha[0] += 1.0f;
-    CHECK(weft_tensor_write(a, ha, (size_t)(M * K)) == WEFT_OK, "%s write in place", li.name);
-    CHECK(strcmp(weft_tensor_location(a), "host") == 0, "%s: a lane's stale copy is dropped: %s", li.name,
+    TU_CHECK(weft_tensor_write(a, ha, (size_t)(M * K)) == WEFT_OK, "%s write in place", li.name);
+    TU_CHECK(strcmp(weft_tensor_location(a), "host") == 0, "%s: a lane's stale copy is dropped: %s", li.name,
           weft_tensor_location(a));
     weft_op_matmul(f, &od, a, 0, b, 0, c);
     weft_tensor_read(c, hc, (size_t)(M * N));
     reference(ha, hb, want);
-    CHECK(memcmp(hc, want, sizeof(float) * M * N) == 0, "%s: the changed input was used", li.name);
+    TU_CHECK(memcmp(hc, want, sizeof(float) * M * N) == 0, "%s: the changed input was used", li.name);
     weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(c);
     ha[1] = 3.0f; /* still the caller's: writing it after destroy is fine (ASan would say otherwise) */
   }
   weft_tensor *t;
   int64_t bad[2] = {0, 4};
-  CHECK(weft_tensor_wrap(f, 2, (int64_t[]){2, 2}, NULL, &t) == WEFT_ERR_INVALID_ARGUMENT && !t, "NULL data refused");
-  CHECK(weft_tensor_wrap(f, 2, bad, ha, &t) == WEFT_ERR_SHAPE && !t, "shape rules apply");
+  TU_CHECK(weft_tensor_wrap(f, 2, (int64_t[]){2, 2}, NULL, &t) == WEFT_ERR_INVALID_ARGUMENT && !t, "NULL data refused");
+  TU_CHECK(weft_tensor_wrap(f, 2, bad, ha, &t) == WEFT_ERR_SHAPE && !t, "shape rules apply");
   weft_fabric_close(f);
   free(ha), free(hb), free(hc), free(want);
-  printf("wrap: %d checks, %d failed\n", checks, failures);
-  return failures ? 1 : 0;
+  return tu_finish("wrap", start);
 }
