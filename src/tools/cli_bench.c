@@ -710,7 +710,7 @@ static int write_plot(bench_run *r) {
     fprintf(stderr, "weft bench: cannot write the plot to %s: %s\n", r->o.plot, strerror(errno));
     return WEFT_CLI_FAILED;
   }
-  const double W = 900, H = 560, L = 90, R = 200, T = 60, B = 70;
+  const double W = 940, H = 560, L = 90, R = 240, T = 60, B = 70;
   double nmin = 1e300, nmax = 0, tmin = 1e300, tmax = 0;
   for (size_t s = 0; s < r->o.nsizes; s++) {
     for (size_t l = 0; l < r->nlanes; l++) {
