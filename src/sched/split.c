@@ -167,9 +167,10 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     int64_t da[3] = {q->share, op->trans_a ? op->k : op->m, op->trans_a ? op->m : op->k};
     int64_t db[3] = {q->share, op->trans_b ? op->n : op->k, op->trans_b ? op->k : op->n};
     int64_t dc[3] = {q->share, op->m, op->n};
-    st = weft_tensor_create(f, 3, da, a->host + (size_t)first * a_elems, &r->ta);
-    if (st == WEFT_OK && op->b_batched) st = weft_tensor_create(f, 3, db, b->host + (size_t)first * b_elems, &r->tb);
-    if (st == WEFT_OK) st = weft_tensor_create(f, 3, dc, NULL, &r->tc);
+    /* slices of the operands' and the result's host copies, wrapped rather than copied */
+    st = weft_tensor_wrap(f, 3, da, a->host + (size_t)first * a_elems, &r->ta);
+    if (st == WEFT_OK && op->b_batched) st = weft_tensor_wrap(f, 3, db, b->host + (size_t)first * b_elems, &r->tb);
+    if (st == WEFT_OK) st = weft_tensor_wrap(f, 3, dc, c->host + (size_t)first * c_elems, &r->tc);
     weft_op_desc d = {op->contract, q->lane};
     if (st == WEFT_OK) st = weft_op_matmul(f, &d, r->ta, op->trans_a, op->b_batched ? r->tb : b, op->trans_b, r->tc);
     weft_lane_slot *s = &f->lanes[q->lane];
