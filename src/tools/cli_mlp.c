@@ -31,7 +31,8 @@
 void weft_cli_mlp_help(FILE *out) {
   fprintf(out,
           "Usage: weft mlp [--data FILE] [--hidden N] [--epochs N] [--batch N] [--lr X] [--seed N] [--limit N]\n"
-          "                [--contract C] [--lanes LIST] [--place auto|round-robin] [--cpu-threads N] [--json]\n"
+          "                [--contract C] [--lanes LIST] [--place auto|round-robin|layers|layers-rr]\n"
+          "                [--cpu-threads N] [--json]\n"
           "\n"
           "Trains a 64-N-10 multilayer perceptron (relu hidden layer, softmax cross-entropy) on scikit-learn's\n"
           "handwritten digits (8x8 images, 1797 of them; Debian package python3-sklearn) with minibatch SGD.\n"
@@ -59,7 +60,11 @@ void weft_cli_mlp_help(FILE *out) {
           "  --place P          auto (default): the router picks each op's lane; round-robin: each op is pinned\n"
           "                     to the next lane in turn, one lane further every step, so tensors cross lanes\n"
           "                     at every op and every op meets every lane (a check that the lanes agree, not\n"
-          "                     a fast way to train)\n"
+          "                     a fast way to train); layers: a pipeline - each layer (its forward, backward\n"
+          "                     and update ops) pinned to one lane, the lane whose predicted cost for that\n"
+          "                     layer's work is least; layers-rr: layer i on the i-th lane in turn. The\n"
+          "                     activations cross lanes through the host. A trace shows where each layer\n"
+          "                     ran and for how long\n"
           "  --cpu-threads N    threads the CPU lane may use (default: one per online core)\n"
           "  --json             print the run as JSON instead of text\n"
           "  -h, --help         show this help\n"
@@ -78,7 +83,9 @@ typedef struct mlp_opts {
   long limit; /* 0: every row */
   double lr;  /* as given; the update uses it rounded to float */
   uint64_t seed;
-  int round_robin;
+  int round_robin; /* --place round-robin: op by op */
+  int layers;      /* --place layers (cost-based) or layers-rr: a lane per layer, a pipeline */
+  int layers_rr;
   int json;
 } mlp_opts;
 
@@ -264,9 +271,20 @@ typedef struct mlp_batch {
   float *xh, *th, *zh; /* host staging: inputs, one-hot targets, logits read back */
 } mlp_batch;
 
+/* A layer's share of the work in pipeline placement: where it ran and what it cost the caller. */
+typedef struct layer_trace {
+  int lane;
+  unsigned long long ops;
+  double seconds; /* wall time of its op calls on the caller's thread */
+} layer_trace;
+
 typedef struct mlp {
   weft_fabric *f;
   const mlp_opts *o;
+  int *lanes_ok;   /* lanes that honour the contract: the ones placement may pin to */
+  size_t nlanes_ok;
+  int layer;       /* the layer the next ops belong to (0: 64->H, 1: H->10) */
+  layer_trace trace[2];
   weft_tensor *w1, *b1, *w2, *b2;     /* [64,H], [H], [H,10], [10] */
   weft_tensor *dw1, *db1, *dw2, *db2; /* their gradients */
   mlp_batch full, rest, eval;         /* training steps of --batch rows, the epoch's last short step, held out */
@@ -275,11 +293,16 @@ typedef struct mlp {
   const char *failed_op;      /* the op that failed, for the message */
 } mlp;
 
-/* The options of the next op: routed, or pinned to the next lane in turn. */
+static const char *place_name(const mlp_opts *o) {
+  return o->round_robin ? "round-robin" : o->layers_rr ? "layers-rr" : o->layers ? "layers" : "auto";
+}
+
+/* The options of the next op: routed, pinned to the next lane in turn, or pinned to its layer's lane. */
 static weft_op_desc next_desc(mlp *m, const char *what) {
   weft_op_desc d = WEFT_OP_DESC_INIT;
   d.contract = m->o->contract;
-  if (m->o->round_robin) d.lane = (int)(m->next_op++ % m->nlanes);
+  if (m->o->round_robin) d.lane = m->lanes_ok[m->next_op++ % m->nlanes_ok];
+  else if (m->o->layers) d.lane = m->trace[m->layer].lane;
   m->failed_op = what;
   return d;
 }
@@ -351,15 +374,20 @@ static weft_status mlp_init(mlp *m) {
 #define TRY(call, what)                                                                                            \
   do {                                                                                                             \
     weft_op_desc d_ = next_desc(m, what);                                                                          \
+    double t0_ = weft_cli_now();                                                                                   \
     weft_status st_ = (call);                                                                                      \
+    m->trace[m->layer].seconds += weft_cli_now() - t0_;                                                            \
+    m->trace[m->layer].ops++;                                                                                      \
     if (st_ != WEFT_OK) return st_;                                                                                \
   } while (0)
 
 /* hpre = x.W1 + b1; h = relu(hpre); z = h.W2 + b2. */
 static weft_status forward(mlp *m, mlp_batch *b) {
+  m->layer = 0;
   TRY(weft_op_matmul(m->f, &d_, b->x, 0, m->w1, 0, b->hpre), "matmul x.W1");
   TRY(weft_op_add(m->f, &d_, b->hpre, m->b1, b->hpre), "add b1");
   TRY(weft_op_relu(m->f, &d_, b->hpre, b->h), "relu");
+  m->layer = 1;
   TRY(weft_op_matmul(m->f, &d_, b->h, 0, m->w2, 0, b->z), "matmul h.W2");
   TRY(weft_op_add(m->f, &d_, b->z, m->b2, b->z), "add b2");
   return WEFT_OK;
@@ -375,12 +403,14 @@ static weft_status train_step(mlp *m, mlp_batch *b) {
   TRY(weft_op_matmul(f, &d_, b->h, 1, b->dz, 0, m->dw2), "matmul h^T.dz");
   TRY(weft_op_sum_rows(f, &d_, b->dz, m->db2), "sum_rows dz");
   TRY(weft_op_matmul(f, &d_, b->dz, 0, m->w2, 1, b->dh), "matmul dz.W2^T");
+  m->layer = 0;
   TRY(weft_op_relu_backward(f, &d_, b->dh, b->hpre, b->dh), "relu_backward");
   TRY(weft_op_matmul(f, &d_, b->x, 1, b->dh, 0, m->dw1), "matmul x^T.dh");
   TRY(weft_op_sum_rows(f, &d_, b->dh, m->db1), "sum_rows dh");
   const float step = -(float)m->o->lr;
   TRY(weft_op_axpy(f, &d_, step, m->dw1, m->w1), "axpy W1");
   TRY(weft_op_axpy(f, &d_, step, m->db1, m->b1), "axpy b1");
+  m->layer = 1;
   TRY(weft_op_axpy(f, &d_, step, m->dw2, m->w2), "axpy W2");
   TRY(weft_op_axpy(f, &d_, step, m->db2, m->b2), "axpy b2");
   return WEFT_OK;
@@ -553,9 +583,12 @@ static int parse_opts(int argc, char **argv, mlp_opts *o) {
       break;
     case 'l': o->lanes = optarg; break;
     case 'p':
-      if (strcmp(optarg, "auto") == 0) o->round_robin = 0;
-      else if (strcmp(optarg, "round-robin") == 0) o->round_robin = 1;
-      else rc = weft_cli_usage_error("mlp", "--place wants auto or round-robin, got '%s'", optarg);
+      o->round_robin = o->layers = o->layers_rr = 0;
+      if (strcmp(optarg, "auto") == 0) {
+      } else if (strcmp(optarg, "round-robin") == 0) o->round_robin = 1;
+      else if (strcmp(optarg, "layers") == 0) o->layers = 1;
+      else if (strcmp(optarg, "layers-rr") == 0) o->layers = o->layers_rr = 1;
+      else rc = weft_cli_usage_error("mlp", "--place wants auto, round-robin, layers or layers-rr, got '%s'", optarg);
       break;
     case 't':
       if (!(rc = weft_cli_parse_long("mlp", "--cpu-threads", optarg, 1, 4096, &v))) o->cpu_threads = (int)v;
@@ -582,7 +615,7 @@ static cJSON *run_json(const mlp_opts *o, weft_fabric *f, size_t n, size_t ntrai
   cJSON_AddNumberToObject(root, "lr", o->lr);
   cJSON_AddNumberToObject(root, "seed", (double)o->seed);
   cJSON_AddStringToObject(root, "contract", weft_contract_str(o->contract));
-  cJSON_AddStringToObject(root, "place", o->round_robin ? "round-robin" : "auto");
+  cJSON_AddStringToObject(root, "place", place_name(o));
   cJSON *arr = cJSON_AddArrayToObject(root, "epochs");
   for (int e = 0; e < epochs; e++) {
     cJSON *j = cJSON_CreateObject();
@@ -632,6 +665,49 @@ static int calibrated_now(weft_fabric *f) {
   return 0;
 }
 
+/* Pipeline placement: a lane per layer. layers-rr: layer i on the i-th lane that honours the contract.
+ * layers: the lane whose predicted cost for the layer's step work is least - three matmuls of its shape
+ * (forward and the two gradients) and its elementwise ops - with inputs from the host, as the router sees
+ * them (lanes without a model are calibrated first, once). */
+static void place_layers(mlp *m) {
+  const int64_t in[2] = {DIGITS_PIXELS, m->o->hidden}, out[2] = {m->o->hidden, DIGITS_CLASSES};
+  for (int l = 0; l < 2; l++) {
+    if (m->o->layers_rr) {
+      m->trace[l].lane = m->lanes_ok[(size_t)l % m->nlanes_ok];
+      continue;
+    }
+    double best = -1;
+    m->trace[l].lane = m->lanes_ok[0];
+    for (size_t j = 0; j < m->nlanes_ok; j++) {
+      int lane = m->lanes_ok[j];
+      weft_route_query q;
+      memset(&q, 0, sizeof q);
+      q.op = WEFT_OP_MATMUL, q.contract = m->o->contract, q.batch = 1, q.m = m->o->batch, q.k = in[l], q.n = out[l];
+      weft_route_explanation e;
+      if (weft_route_explain(m->f, &q, &e) != WEFT_OK || !e.lanes[lane].eligible) continue;
+      double cost = 3 * e.lanes[lane].total;
+      memset(&q, 0, sizeof q);
+      q.op = WEFT_OP_ADD, q.contract = m->o->contract, q.rows = m->o->batch, q.cols = out[l];
+      if (weft_route_explain(m->f, &q, &e) == WEFT_OK && e.lanes[lane].eligible) cost += 4 * e.lanes[lane].total;
+      if (best < 0 || cost < best) best = cost, m->trace[l].lane = lane;
+    }
+  }
+}
+
+static void print_trace(weft_fabric *f, const mlp *m) {
+  static const char *const names[2] = {"layer 1 (64 -> hidden: matmul, add, relu; grads; update)",
+                                       "layer 2 (hidden -> 10: matmul, add, softmax_xent; grads; update)"};
+  printf("\npipeline trace (each layer pinned to one lane; time: the op calls on the caller's thread - on a\n"
+         "lane that queues work this is the enqueueing, its device time lands where results are read):\n");
+  for (int l = 0; l < 2; l++) {
+    weft_lane_info li;
+    weft_fabric_lane_info(f, (size_t)m->trace[l].lane, &li);
+    char b[32];
+    printf("  %-66s on %-10s %8llu ops  %s\n", names[l], li.name, m->trace[l].ops,
+           fmt_time(m->trace[l].seconds, b, sizeof b));
+  }
+}
+
 int weft_cli_mlp(int argc, char **argv) {
   mlp_opts o;
   int rc = parse_opts(argc, argv, &o);
@@ -668,7 +744,19 @@ int weft_cli_mlp(int argc, char **argv) {
   weft_fabric *f = m.f;
   m.nlanes = weft_fabric_lane_count(f);
   stats = calloc(m.nlanes, sizeof *stats);
-  if (!stats) {
+  m.lanes_ok = calloc(m.nlanes, sizeof *m.lanes_ok);
+  if (m.lanes_ok)
+    for (size_t i = 0; i < m.nlanes; i++) {
+      weft_lane_info li;
+      if (weft_fabric_lane_info(f, i, &li) == WEFT_OK && !li.failed && (li.contracts & WEFT_CONTRACT_BIT(o.contract)))
+        m.lanes_ok[m.nlanes_ok++] = (int)i;
+    }
+  if (m.lanes_ok && m.nlanes_ok == 0) {
+    fprintf(stderr, "weft mlp: no lane honours the %s contract (see 'weft devices')\n", weft_contract_str(o.contract));
+    goto done;
+  }
+  if (o.layers && m.lanes_ok) place_layers(&m);
+  if (!stats || !m.lanes_ok) {
     fprintf(stderr, "weft mlp: out of memory\n");
     goto done;
   }
@@ -693,17 +781,23 @@ int weft_cli_mlp(int argc, char **argv) {
            (unsigned long long)o.seed);
     printf("model: %d-%d-%d relu MLP, batch %d, lr %g, %d epoch%s, contract %s; ops %s over", DIGITS_PIXELS, o.hidden,
            DIGITS_CLASSES, o.batch, o.lr, o.epochs, o.epochs == 1 ? "" : "s", weft_contract_str(o.contract),
-           o.round_robin ? "pinned round-robin" : "routed");
+           o.round_robin ? "pinned round-robin" : o.layers ? "pinned a lane per layer" : "routed");
     for (size_t i = 0; i < m.nlanes; i++) {
       weft_lane_info li;
       weft_fabric_lane_info(f, i, &li);
       printf("%s %s", i ? "," : "", li.name);
     }
     printf("\n");
+    if (o.layers)
+      for (int l = 0; l < 2; l++) {
+        weft_lane_info li;
+        weft_fabric_lane_info(f, (size_t)m.trace[l].lane, &li);
+        printf("layer %d on %s (%s)\n", l + 1, li.name, o.layers_rr ? "round-robin" : "least predicted cost");
+      }
   }
   /* Routing measures lanes that have no cost model the first time it has to choose: ask it once now, so
    * that calibration does not land in the first epoch's time. */
-  if (!o.round_robin && m.nlanes > 1) {
+  if (!o.round_robin && !o.layers && m.nlanes > 1) {
     weft_route_query q;
     memset(&q, 0, sizeof q);
     q.op = WEFT_OP_MATMUL, q.contract = o.contract, q.batch = 1, q.m = o.batch, q.k = DIGITS_PIXELS, q.n = o.hidden;
@@ -714,6 +808,8 @@ int weft_cli_mlp(int argc, char **argv) {
       printf("calibrated the lanes' cost models in %.2f s (cached for the next run)\n", weft_cli_now() - t0);
   }
   weft_fabric_reset_stats(f);
+  m.trace[0].ops = m.trace[1].ops = 0;
+  m.trace[0].seconds = m.trace[1].seconds = 0;
   if (!o.json) printf("\n");
 
   double train_s = 0;
@@ -776,6 +872,7 @@ int weft_cli_mlp(int argc, char **argv) {
     rc = weft_cli_print_json(run_json(&o, f, n, ntrain, ntest, ep, o.epochs, fp, stats, train_s));
   } else {
     print_lane_table(f, stats, m.nlanes, train_s);
+    if (o.layers) print_trace(f, &m);
     char b[32];
     printf("\nheld-out accuracy %.2f%% (%zu of %zu digits), %s per epoch on average\n",
            100.0 * ep[o.epochs - 1].heldout_acc, (size_t)(ep[o.epochs - 1].heldout_acc * (double)ntest + 0.5), ntest,
@@ -790,6 +887,7 @@ op_failed:
           weft_fabric_last_error(f));
 done:
   mlp_free(&m);
+  free(m.lanes_ok);
   weft_fabric_close(m.f);
   free(stats);
   free(ep);

@@ -50,7 +50,7 @@ fi
 expect 0 --help && has "$out" "^Usage: weft mlp" "weft mlp --help"
 if "$weft" help mlp >"$out" 2>"$err"; then has "$out" "^Usage: weft mlp" "weft help mlp"; else fail "weft help mlp failed"; fi
 if "$weft" --help >"$out" 2>"$err"; then has "$out" "^  mlp " "weft --help lists mlp"; else fail "weft --help failed"; fi
-expect 2 --place nowhere && has "$err" "--place wants auto or round-robin" "mlp: bad --place"
+expect 2 --place nowhere && has "$err" "--place wants auto, round-robin, layers or layers-rr" "mlp: bad --place"
 expect 2 --lr 0 && has "$err" "--lr wants a learning rate above 0" "mlp: zero learning rate"
 expect 2 --contract bf16 && has "$err" "--contract wants exact or fp32" "mlp: a tensor-unit contract"
 expect 2 --limit 5 && has "$err" "--limit wants a whole number from 10" "mlp: too few samples"
@@ -93,6 +93,12 @@ if "$weft" devices --lanes vulkan >/dev/null 2>&1; then
     has "$out" "^  vulkan:0 +[1-9]" "mlp: round-robin ran ops on vulkan"
   rr_fp=$(fingerprint)
   [ "$rr_fp" = "$cpu_fp" ] || fail "round-robin weights $rr_fp differ from cpu-only $cpu_fp"
+  # a pipeline: layer 1 on the cpu, layer 2 on vulkan, activations crossing through the host; with a trace
+  expect 0 $small --place layers-rr && has "$out" "^layer 1 on cpu" "mlp: layers-rr puts layer 1 on the cpu" &&
+    has "$out" "^layer 2 on vulkan:0" "mlp: layers-rr puts layer 2 on vulkan" &&
+    has "$out" "^pipeline trace" "mlp: the pipeline trace"
+  lr_fp=$(fingerprint)
+  [ "$lr_fp" = "$cpu_fp" ] || fail "layer-pipeline weights $lr_fp differ from cpu-only $cpu_fp"
 else
   echo "note: no vulkan lane here, so the vulkan-only and round-robin runs are skipped:"
   "$weft" devices 2>&1 | grep -E "^  vulkan" | sed 's/^/  /'
