@@ -29,6 +29,7 @@ typedef struct fake {
   char name[32];
   weft_contract_mask contracts;
   int runs;
+  int fail_at; /* > 0: the run with this number reports the device lost */
 } fake;
 
 static void fk_describe(void *self, weft_lane_desc *out) {
@@ -62,7 +63,8 @@ static weft_status fk_down(void *self, weft_buffer *b, size_t off, void *dst, si
   return WEFT_OK;
 }
 static weft_status fk_run(void *self, const weft_op *op) {
-  ((fake *)self)->runs++;
+  fake *l = self;
+  if (++l->runs == l->fail_at) return WEFT_ERR_LANE_FAILED;
   weft_reference_run(op);
   return WEFT_OK;
 }
@@ -402,7 +404,49 @@ static void test_split(void) {
   weft_fabric_close(f);
 }
 
+/* A lane that fails mid-run leaves the fabric; the op it failed is routed again and the caller gets the
+ * right result; later ops never go there. */
+static void test_failure(void) {
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.lanes = "cpu";
+  d.calibration = WEFT_CALIBRATION_OFF;
+  weft_fabric *f;
+  weft_fabric_open(&d, &f);
+  size_t cpu = 0, gpu = 0;
+  fake *g = add_fake(f, "gpu", EXACT_FP32, &gpu);
+  g->fail_at = 2;
+  /* the gpu looks irresistible, so the router sends everything there */
+  weft_fabric_set_cost_model(f, cpu, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-3, 1e6);
+  weft_fabric_set_cost_model(f, gpu, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 0, 1e15);
+  weft_fabric_set_cost_model(f, gpu, WEFT_COST_UPLOAD, 0, 0, 1e15);
+  weft_fabric_set_cost_model(f, gpu, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
+  float ha[6] = {1, 2, 3, 4, 5, 6}, hb[6] = {1, 0, 0, 1, 1, 1}, hc[4];
+  int64_t da[2] = {2, 3}, db[2] = {3, 2}, dc[2] = {2, 2};
+  weft_tensor *a, *b, *c;
+  weft_tensor_create(f, 2, da, ha, &a);
+  weft_tensor_create(f, 2, db, hb, &b);
+  weft_tensor_create(f, 2, dc, NULL, &c);
+  CHECK(weft_op_matmul(f, NULL, a, 0, b, 0, c) == WEFT_OK && weft_fabric_last_lane(f) == (int)gpu, "first op on the gpu");
+  /* the second run fails on the gpu: re-routed to the cpu, correct result */
+  CHECK(weft_op_matmul(f, NULL, a, 0, b, 0, c) == WEFT_OK, "the failed op is re-routed: %s", weft_fabric_last_error(f));
+  CHECK(weft_fabric_last_lane(f) == (int)cpu, "it ran on the cpu (lane %d)", weft_fabric_last_lane(f));
+  weft_tensor_read(c, hc, 4);
+  CHECK(hc[0] == 4 && hc[1] == 5 && hc[2] == 10 && hc[3] == 11, "the result is right: %g %g %g %g", hc[0], hc[1],
+        hc[2], hc[3]);
+  weft_lane_info li;
+  weft_fabric_lane_info(f, gpu, &li);
+  CHECK(li.failed == 1, "the gpu lane is marked failed");
+  int runs = g->runs;
+  CHECK(weft_op_matmul(f, NULL, a, 0, b, 0, c) == WEFT_OK && weft_fabric_last_lane(f) == (int)cpu && g->runs == runs,
+        "later ops stay off the failed lane");
+  weft_op_desc pin = {WEFT_CONTRACT_EXACT, (int)gpu};
+  CHECK(weft_op_matmul(f, &pin, a, 0, b, 0, c) == WEFT_ERR_LANE_FAILED && strstr(weft_fabric_last_error(f), "failed"),
+        "pinning to the failed lane says so: %s", weft_fabric_last_error(f));
+  weft_fabric_close(f);
+}
+
 int main(void) {
+  test_failure();
   test_split();
   test_least_finish_time();
   test_contracts();
