@@ -8,7 +8,7 @@
 static const weft_cli_command commands[] = {
     {"devices", "list the lanes found on this machine, the contracts they honour, and why others are absent",
      weft_cli_devices, weft_cli_devices_help},
-    {"bench", "time matmuls of growing size on every lane; check that exact lanes agree bit for bit",
+    {"bench", "time matmuls on every lane and routed; crossovers; check that exact lanes agree bit for bit",
      weft_cli_bench, weft_cli_bench_help},
     {"calibrate", "measure every lane's fixed cost and throughput now, and cache them for the router",
      weft_cli_calibrate, weft_cli_calibrate_help},
