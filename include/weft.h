@@ -97,11 +97,14 @@ typedef struct weft_fabric_desc {
    * (cache mismatches, recalibration) go to stderr and progress is silent. */
   void (*on_note)(void *ctx, const char *line);
   void *note_ctx;
+  /* Plugin lanes to load (weft_plugin.h): ':'-separated shared objects or directories of *.so, loaded in
+   * addition to those in the environment variable WEFT_PLUGIN_PATH. NULL: only WEFT_PLUGIN_PATH. */
+  const char *plugins;
 } weft_fabric_desc;
 
 enum { WEFT_CALIBRATION_AUTO = 0, WEFT_CALIBRATION_FORCE = 1, WEFT_CALIBRATION_OFF = 2 };
 
-#define WEFT_FABRIC_DESC_INIT {NULL, 0, 0, WEFT_CALIBRATION_AUTO, NULL, NULL}
+#define WEFT_FABRIC_DESC_INIT {NULL, 0, 0, WEFT_CALIBRATION_AUTO, NULL, NULL, NULL}
 
 /* Opens a fabric over every lane found (or those desc->lanes asks for). desc may be NULL for defaults.
  * Lanes that cannot run here are recorded as absent with a reason; that is not an error. */
@@ -141,6 +144,19 @@ WEFT_API size_t weft_fabric_absent_count(const weft_fabric *fabric);
 /* Names an absent lane (or lane kind) and why it is absent ("no Vulkan loader: libvulkan.so.1 not found"). */
 WEFT_API weft_status weft_fabric_absent_info(const weft_fabric *fabric, size_t index, const char **out_name,
                                              const char **out_reason);
+
+/* NPUs the operating system knows of (Linux: /sys/class/accel, the compute-accelerator subsystem; the root
+ * /sys can be moved with the environment variable WEFT_SYSFS_ROOT). weft reaches an NPU only through a
+ * plugin lane of kind "npu" built on its vendor's runtime; this says what is there and how it could be. */
+typedef struct weft_npu_info {
+  char device[64];  /* "accel0" */
+  char driver[64];  /* the kernel driver: "ivpu", "amdxdna", "habanalabs", "" if unknown */
+  char reach[160];  /* how a plugin could reach it ("OpenVINO NPU plugin / Level Zero") */
+} weft_npu_info;
+
+/* Fills out[0 .. cap-1] with the accelerators found and sets *out_count to how many exist (which may be
+ * more than cap). No accel class (another OS, an older kernel) is 0 devices, not an error. */
+WEFT_API weft_status weft_npu_probe(weft_npu_info *out, size_t cap, size_t *out_count);
 
 /* ------------------------------------------------------------------------------------------- tensors */
 

@@ -171,7 +171,8 @@ weft_status weft_fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fab
   weft_probe_args args = {&f->desc, &f->host};
   for (size_t p = 0; p < weft_lane_provider_count; p++) {
     const weft_lane_provider *prov = &weft_lane_providers[p];
-    if (!filter_wants_kind(f->lanes_filter, prov->kind)) {
+    /* Plugin lanes have their own kinds ("opencl"): the plugin provider applies the filter per plugin. */
+    if (strcmp(prov->kind, "plugin") != 0 && !filter_wants_kind(f->lanes_filter, prov->kind)) {
       add_absent(f, prov->kind, "not requested (the fabric's lane filter leaves it out)");
       continue;
     }

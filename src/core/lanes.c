@@ -9,6 +9,7 @@ weft_status weft_vulkan_probe(const weft_probe_args *args, const weft_lane_sink 
 #ifdef WEFT_HAVE_CUDA
 weft_status weft_cuda_probe(const weft_probe_args *args, const weft_lane_sink *sink);
 #endif
+weft_status weft_plugin_probe(const weft_probe_args *args, const weft_lane_sink *sink);
 
 const weft_lane_provider weft_lane_providers[] = {
     {"cpu", weft_cpu_probe, NULL},
@@ -22,5 +23,7 @@ const weft_lane_provider weft_lane_providers[] = {
 #else
     {"cuda", NULL, "weft was built without the CUDA lanes (no nvcc or CUDA headers at build time)"},
 #endif
+    /* Last: plugin lanes are admitted after a self-test, and a built-in lane keeps its name. */
+    {"plugin", weft_plugin_probe, NULL},
 };
 const size_t weft_lane_provider_count = sizeof weft_lane_providers / sizeof weft_lane_providers[0];

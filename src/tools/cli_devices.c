@@ -1,5 +1,6 @@
 /* cli_devices.c - `weft devices`: every lane the fabric opened (name, kind, device, driver, contracts,
- * details) and every lane looked for and absent, with the reason; as text or JSON. */
+ * details), every lane looked for and absent, with the reason, and the NPUs /sys/class/accel lists; as text or
+ * JSON. */
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,8 @@ void weft_cli_devices_help(FILE *out) {
           "\n"
           "Lists every lane of the fabric on this machine: its kind, the device and driver behind it, the\n"
           "precision contracts it honours, and lane-specific details. Then lists every lane that was looked for\n"
-          "and is absent, with the reason (no driver, built without it, left out by --lanes).\n"
+          "and is absent, with the reason (no driver, built without it, left out by --lanes, a plugin refused at\n"
+          "admission), and the NPUs the kernel lists (/sys/class/accel) with how they could be reached.\n"
           "\n"
           "Options:\n"
           "  --json             print the same as JSON\n"
@@ -30,6 +32,32 @@ static void contracts_text(weft_contract_mask mask, char *buf, size_t len) {
     snprintf(buf + used, len - used, "%s%s", used ? ", " : "", weft_contract_str((weft_contract)c));
   }
   if (!buf[0]) snprintf(buf, len, "none");
+}
+
+/* The fabric's first lane of kind "npu" (a plugin lane that passed admission), or NULL. */
+static const char *npu_lane(weft_fabric *f) {
+  for (size_t i = 0; i < weft_fabric_lane_count(f); i++) {
+    weft_lane_info li;
+    if (weft_fabric_lane_info(f, i, &li) == WEFT_OK && strcmp(li.kind, "npu") == 0) return li.name;
+  }
+  return NULL;
+}
+
+#define NPU_MAX 16
+
+static void print_npus(weft_fabric *f) {
+  weft_npu_info npu[NPU_MAX];
+  size_t n = 0;
+  if (weft_npu_probe(npu, NPU_MAX, &n) != WEFT_OK || n == 0) {
+    printf("\nNPU: none found (no device in /sys/class/accel)\n");
+    return;
+  }
+  const char *lane = npu_lane(f);
+  for (size_t i = 0; i < n && i < NPU_MAX; i++) {
+    if (lane) printf("\nNPU: %s (%s) present, served by plugin lane %s\n", npu[i].device, npu[i].driver, lane);
+    else printf("\nNPU: %s (%s) present, no plugin loaded\n", npu[i].device, *npu[i].driver ? npu[i].driver : "no driver");
+    printf("  reach      %s\n", npu[i].reach);
+  }
 }
 
 static void print_text(weft_fabric *f) {
@@ -53,6 +81,7 @@ static void print_text(weft_fabric *f) {
     if (weft_fabric_absent_info(f, i, &name, &reason) != WEFT_OK) continue;
     printf("  %-10s %s\n", name, reason);
   }
+  print_npus(f);
 }
 
 static cJSON *build_json(weft_fabric *f) {
@@ -95,6 +124,23 @@ static cJSON *build_json(weft_fabric *f) {
     }
     if (!cJSON_AddStringToObject(a, "name", weft_cli_str(name)) ||
         !cJSON_AddStringToObject(a, "reason", weft_cli_str(reason)))
+      goto oom;
+  }
+  cJSON *npus = cJSON_AddArrayToObject(root, "npus");
+  weft_npu_info npu[NPU_MAX];
+  size_t nnpu = 0;
+  if (!npus) goto oom;
+  if (weft_npu_probe(npu, NPU_MAX, &nnpu) != WEFT_OK) nnpu = 0;
+  const char *lane = npu_lane(f);
+  for (size_t i = 0; i < nnpu && i < NPU_MAX; i++) {
+    cJSON *e = cJSON_CreateObject();
+    if (!cJSON_AddItemToArray(npus, e)) {
+      cJSON_Delete(e);
+      goto oom;
+    }
+    if (!cJSON_AddStringToObject(e, "device", npu[i].device) || !cJSON_AddStringToObject(e, "driver", npu[i].driver) ||
+        !cJSON_AddStringToObject(e, "reach", npu[i].reach) ||
+        !(lane ? cJSON_AddStringToObject(e, "served_by", lane) : cJSON_AddNullToObject(e, "served_by")))
       goto oom;
   }
   return root;

@@ -1,0 +1,65 @@
+/* weft_plugin.h - the ABI of lanes built outside weft and loaded at run time (dlopen).
+ *
+ * A plugin is a shared object that exports one function, weft_plugin_entry, returning a descriptor: which
+ * ABI it was built against, what kind of lane it brings ("opencl", "npu", ...), which ops it claims and a
+ * probe that adds its lanes through the same sink the built-in lanes use (weft_lane.h). weft loads the
+ * plugins named in weft_fabric_desc.plugins or WEFT_PLUGIN_PATH (':'-separated files, or directories whose
+ * *.so files are all loaded).
+ *
+ * Admission: a plugin lane serves no work until it has passed, in a child process (so a crash or a hang
+ * cannot take the caller down), a self-test of every op it claims: small exact-contract cases compared bit
+ * for bit with weft's reference. A lane of kind "npu" must also hand back, from its evidence slot, its
+ * platform's own receipt that the NPU ran the self-test's work (a compute-plan report, a profiling record):
+ * an NPU lane that cannot show it ran anything is refused, never silently served by something else.
+ * Refused plugins and lanes are listed as absent with the reason (`weft devices`).
+ *
+ * A plugin links nothing of weft: it reports errors through args->host->report (the executable that loads
+ * it may hold weft statically and export none of its symbols).
+ *
+ * Versioning: the descriptor starts with its ABI version and its size and only grows at the end. A plugin
+ * whose abi_version differs from WEFT_PLUGIN_ABI_VERSION is refused. */
+#ifndef WEFT_PLUGIN_H
+#define WEFT_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft_lane.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WEFT_PLUGIN_ABI_VERSION 1
+
+/* Bit for op kind k in weft_plugin_desc.claims. */
+#define WEFT_PLUGIN_CLAIM(k) ((uint32_t)1u << (k))
+#define WEFT_PLUGIN_CLAIM_ALL (((uint32_t)1u << WEFT_OP_COUNT) - 1u)
+
+typedef struct weft_plugin_desc {
+  uint32_t abi_version;      /* WEFT_PLUGIN_ABI_VERSION the plugin was built against */
+  uint32_t size;             /* sizeof(weft_plugin_desc) the plugin was built against */
+  uint32_t lane_abi_version; /* WEFT_LANE_ABI_VERSION of the vtables its probe hands out */
+  const char *name;          /* the plugin's name ("opencl"); absent entries are named "plugin:<name>" */
+  const char *kind;          /* the lane kind it brings: "opencl", "npu", ...; what the lane filter matches */
+  /* Ops its lanes claim (WEFT_PLUGIN_CLAIM bits). A lane claiming fewer than all ops must have a supports
+   * slot that declines the others; admission checks both. */
+  uint32_t claims;
+  /* Finds the plugin's devices and adds one lane per device to the sink (or an absent entry and WEFT_OK
+   * when there is none). Called once in the self-test's child process and once in the caller. */
+  weft_lane_probe_fn probe;
+  /* Optional, required for kind "npu": after the self-test ran on the lane `self` (a lane this probe added),
+   * writes the platform's own receipt that its device ran that work into buf (len bytes, NUL-terminated)
+   * and returns 1; returns 0 when there is no such receipt. */
+  int (*evidence)(void *self, char *buf, size_t len);
+} weft_plugin_desc;
+
+/* What a plugin exports, under this name (WEFT_PLUGIN_ENTRY_SYMBOL). Returns a descriptor that lives as
+ * long as the plugin is loaded. */
+typedef const weft_plugin_desc *(*weft_plugin_entry_fn)(void);
+#define WEFT_PLUGIN_ENTRY_SYMBOL "weft_plugin_entry"
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_PLUGIN_H */

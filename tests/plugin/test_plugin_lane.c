@@ -1,0 +1,131 @@
+/* test_plugin_lane.c - a tiny plugin for the plugin tests: a host-memory lane that runs weft's reference
+ * kernels, built several times with one misbehaviour each (PLUGIN_FAULT): another ABI version, wrong bits,
+ * a crash or a hang in its self-test, an NPU kind with or without an evidence slot. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../src/core/reference.h"
+#include "weft_plugin.h"
+
+#define FAULT_NONE 0
+#define FAULT_ABI 1
+#define FAULT_WRONG_BITS 2
+#define FAULT_CRASH 3
+#define FAULT_HANG 4
+#define FAULT_NPU_NO_EVIDENCE 5
+#define FAULT_NPU_EVIDENCE 6
+
+#ifndef PLUGIN_FAULT
+#define PLUGIN_FAULT FAULT_NONE
+#endif
+#ifndef PLUGIN_NAME
+#define PLUGIN_NAME "reftest"
+#endif
+
+#if PLUGIN_FAULT == FAULT_NPU_NO_EVIDENCE || PLUGIN_FAULT == FAULT_NPU_EVIDENCE
+#define PLUGIN_KIND "npu"
+#else
+#define PLUGIN_KIND "reftest"
+#endif
+
+typedef struct ref_lane {
+  const weft_lane_host *host;
+  int ops_run;
+} ref_lane;
+
+static void ref_describe(void *self, weft_lane_desc *out) {
+  (void)self;
+  memset(out, 0, sizeof *out);
+  out->name = PLUGIN_NAME ":0";
+  out->kind = PLUGIN_KIND;
+  out->device = "weft reference kernels (test plugin)";
+  out->driver = "";
+  out->details = "built for the plugin tests";
+  out->contracts = WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT);
+  out->flags = WEFT_LANE_HOST_MEMORY;
+}
+
+static void ref_destroy(void *self) { free(self); }
+
+static weft_status ref_alloc(void *self, size_t bytes, weft_buffer **out) {
+  (void)self;
+  *out = malloc(bytes);
+  return *out ? WEFT_OK : WEFT_ERR_OUT_OF_MEMORY;
+}
+
+static void ref_free(void *self, weft_buffer *b) {
+  (void)self;
+  free(b);
+}
+
+static weft_status ref_upload(void *self, weft_buffer *b, size_t off, const void *src, size_t bytes) {
+  (void)self;
+  memcpy((char *)b + off, src, bytes);
+  return WEFT_OK;
+}
+
+static weft_status ref_download(void *self, weft_buffer *b, size_t off, void *dst, size_t bytes) {
+  (void)self;
+  memcpy(dst, (const char *)b + off, bytes);
+  return WEFT_OK;
+}
+
+static weft_status ref_run(void *self, const weft_op *op) {
+  ref_lane *l = self;
+#if PLUGIN_FAULT == FAULT_CRASH
+  raise(SIGSEGV);
+#elif PLUGIN_FAULT == FAULT_HANG
+  for (;;) pause();
+#endif
+  weft_reference_run(op);
+#if PLUGIN_FAULT == FAULT_WRONG_BITS
+  if (op->kind == WEFT_OP_MATMUL && op->batch * op->m * op->n > 0) {
+    uint32_t u;
+    memcpy(&u, op->out[0], 4);
+    u ^= 1u;
+    memcpy(op->out[0], &u, 4);
+  }
+#endif
+  l->ops_run++;
+  return WEFT_OK;
+}
+
+static const weft_lane_vtable REF_VTABLE = {
+    WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), ref_describe, ref_destroy, ref_alloc, ref_free, ref_upload,
+    ref_download, NULL, ref_run, NULL, NULL, NULL, NULL,
+};
+
+static weft_status ref_probe(const weft_probe_args *args, const weft_lane_sink *sink) {
+  ref_lane *l = calloc(1, sizeof *l);
+  if (!l) return WEFT_ERR_OUT_OF_MEMORY;
+  l->host = args->host;
+  return sink->add_lane(sink->ctx, &REF_VTABLE, l);
+}
+
+#if PLUGIN_FAULT == FAULT_NPU_EVIDENCE
+/* A test stand-in for a platform receipt: what the lane itself counted. */
+static int ref_evidence(void *self, char *buf, size_t len) {
+  ref_lane *l = self;
+  if (!l->ops_run) return 0;
+  snprintf(buf, len, "test receipt: %d ops run", l->ops_run);
+  return 1;
+}
+#define EVIDENCE ref_evidence
+#else
+#define EVIDENCE NULL
+#endif
+
+static const weft_plugin_desc DESC = {
+#if PLUGIN_FAULT == FAULT_ABI
+    99,
+#else
+    WEFT_PLUGIN_ABI_VERSION,
+#endif
+    sizeof(weft_plugin_desc), WEFT_LANE_ABI_VERSION, PLUGIN_NAME, PLUGIN_KIND, WEFT_PLUGIN_CLAIM_ALL, ref_probe,
+    EVIDENCE,
+};
+
+__attribute__((visibility("default"))) const weft_plugin_desc *weft_plugin_entry(void) { return &DESC; }
