@@ -153,6 +153,37 @@ static void test_npu_probe(void) {
   unsetenv("WEFT_SYSFS_ROOT");
 }
 
+/* The OpenCL example plugin: admitted wherever an OpenCL platform is present, and then exact under the
+ * suite's edge cases; with no platform, skipped with the reason (never refused at admission). The whole
+ * suite runs on it in the conformance_opencl test. */
+static void test_opencl(void) {
+#ifdef PLUGIN_OPENCL
+  weft_fabric *f = open_with(PLUGIN_OPENCL);
+  if (!f) return;
+  int lane = find_lane(f, "opencl:0");
+  if (lane < 0) {
+    const char *r = absent_reason(f, "opencl");
+    TU_CHECK(r != NULL, "no opencl:0 lane and no reason given (opencl:0: %s; plugin:opencl: %s)",
+             absent_reason(f, "opencl:0") ? absent_reason(f, "opencl:0") : "-",
+             absent_reason(f, "plugin:opencl") ? absent_reason(f, "plugin:opencl") : "-");
+    printf("SKIP opencl: %s\n", r ? r : "?");
+  } else {
+    weft_lane_info li;
+    TU_STATUS(weft_fabric_lane_info(f, (size_t)lane, &li), WEFT_OK, "opencl lane info");
+    TU_CHECK(strcmp(li.kind, "opencl") == 0, "kind %s, want opencl", li.kind);
+    TU_CHECK(li.contracts == WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT), "opencl contracts 0x%x, want exact only",
+             (unsigned)li.contracts);
+    weft_conf_stats s = {0, 0, 0};
+    weft_conf_run(f, lane, WEFT_CONTRACT_EXACT, 1, 1, tu_seed(), &s);
+    printf("opencl:0 (%s) exact (edge cases): %ld cases, %ld failed\n", li.device, s.cases, s.failed);
+    TU_CHECK(s.cases > 0 && s.failed == 0, "conformance on opencl:0: %ld of %ld cases failed", s.failed, s.cases);
+  }
+  weft_fabric_close(f);
+#else
+  printf("SKIP opencl: weft was configured without the OpenCL plugin (no OpenCL headers or libOpenCL)\n");
+#endif
+}
+
 int main(void) {
   const double start = tu_now();
   unsetenv("WEFT_PLUGIN_PATH"); /* only the plugins each case names */
@@ -172,5 +203,6 @@ int main(void) {
     weft_fabric_close(f);
   }
   test_npu_probe();
+  test_opencl();
   return tu_finish("plugin", start);
 }
