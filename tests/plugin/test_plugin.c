@@ -1,5 +1,5 @@
 /* test_plugin.c - plugin lanes: loading and admission (a good plugin serves work; another ABI version, wrong
- * bits, a crash or a hang in the self-test, an NPU without evidence are refused with the reason and the
+ * bits, a crash or a hang in the self-test, a partial claim not enforced, an NPU without evidence are refused with the reason and the
  * caller lives on), and the NPU probe over a fake /sys/class/accel tree, through the API and `weft devices`.
  * The plugins' paths and the CLI's come in as compile definitions (tests/plugin/CMakeLists.txt). */
 #define _GNU_SOURCE /* mkdtemp, setenv */
@@ -194,6 +194,7 @@ int main(void) {
   setenv("WEFT_PLUGIN_TIMEOUT", "2", 1);
   check_refused(PLUGIN_HANG, "reftest_hang:0", "plugin:reftest_hang", "did not finish within 2 s");
   unsetenv("WEFT_PLUGIN_TIMEOUT");
+  check_refused(PLUGIN_CLAIMS, "reftest_claims:0", "reftest_claims:0", "does not claim softmax_xent");
   check_refused(PLUGIN_NPU_NO_EVIDENCE, "npu_noevidence:0", "npu_noevidence:0", "no evidence that the NPU ran the work");
   /* With a receipt the NPU-kind lane is admitted (the test's receipt is the lane's own op count). */
   weft_fabric *f = open_with(PLUGIN_NPU_EVIDENCE);

@@ -1,6 +1,7 @@
 /* test_plugin_lane.c - a tiny plugin for the plugin tests: a host-memory lane that runs weft's reference
  * kernels, built several times with one misbehaviour each (PLUGIN_FAULT): another ABI version, wrong bits,
- * a crash or a hang in its self-test, an NPU kind with or without an evidence slot. */
+ * a crash or a hang in its self-test, an NPU kind with or without an evidence slot, a partial claim it does
+ * not enforce. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #define FAULT_HANG 4
 #define FAULT_NPU_NO_EVIDENCE 5
 #define FAULT_NPU_EVIDENCE 6
+#define FAULT_CLAIMS 7 /* claims fewer ops but has no supports slot to decline the others */
 
 #ifndef PLUGIN_FAULT
 #define PLUGIN_FAULT FAULT_NONE
@@ -124,8 +126,13 @@ static const weft_plugin_desc DESC = {
 #else
     WEFT_PLUGIN_ABI_VERSION,
 #endif
-    sizeof(weft_plugin_desc), WEFT_LANE_ABI_VERSION, PLUGIN_NAME, PLUGIN_KIND, WEFT_PLUGIN_CLAIM_ALL, ref_probe,
-    EVIDENCE,
+    sizeof(weft_plugin_desc), WEFT_LANE_ABI_VERSION, PLUGIN_NAME, PLUGIN_KIND,
+#if PLUGIN_FAULT == FAULT_CLAIMS
+    WEFT_PLUGIN_CLAIM_ALL & ~WEFT_PLUGIN_CLAIM(WEFT_OP_SOFTMAX_XENT),
+#else
+    WEFT_PLUGIN_CLAIM_ALL,
+#endif
+    ref_probe, EVIDENCE,
 };
 
 __attribute__((visibility("default"))) const weft_plugin_desc *weft_plugin_entry(void) { return &DESC; }
