@@ -1,7 +1,8 @@
 /* test_plugin.c - plugin lanes: loading and admission (a good plugin serves work; another ABI version, wrong
- * bits, a crash or a hang in the self-test, a partial claim not enforced, an NPU without evidence are refused with the reason and the
- * caller lives on), and the NPU probe over a fake /sys/class/accel tree, through the API and `weft devices`.
- * The plugins' paths and the CLI's come in as compile definitions (tests/plugin/CMakeLists.txt). */
+ * bits, a crash or a hang in the self-test, a partial claim not enforced, a crash while loading, an NPU
+ * without evidence are refused with the reason and the caller lives on), the OpenCL plugin, and the NPU
+ * probe over a fake /sys/class/accel tree, through the API and `weft devices`. The plugins' paths and the
+ * CLI's come in as compile definitions (tests/plugin/CMakeLists.txt). */
 #define _GNU_SOURCE /* mkdtemp, setenv */
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,10 +191,12 @@ int main(void) {
   test_good();
   check_refused(PLUGIN_ABI, "reftest_abi:0", "plugin:" PLUGIN_ABI_FILE, "ABI version 99");
   check_refused(PLUGIN_WRONG_BITS, "reftest_bits:0", "reftest_bits:0", "wrong bits");
-  check_refused(PLUGIN_CRASH, "reftest_crash:0", "plugin:reftest_crash", "self-test");
+  check_refused(PLUGIN_CRASH, "reftest_crash:0", "plugin:reftest_crash", "self-test crashed");
   setenv("WEFT_PLUGIN_TIMEOUT", "2", 1);
   check_refused(PLUGIN_HANG, "reftest_hang:0", "plugin:reftest_hang", "did not finish within 2 s");
   unsetenv("WEFT_PLUGIN_TIMEOUT");
+  /* The caller never loads a plugin before its self-test passed, so not even a crashing constructor reaches it. */
+  check_refused(PLUGIN_LOAD, "reftest_load:0", "plugin:reftest_load.so", "crashed");
   check_refused(PLUGIN_CLAIMS, "reftest_claims:0", "reftest_claims:0", "does not claim softmax_xent");
   check_refused(PLUGIN_NPU_NO_EVIDENCE, "npu_noevidence:0", "npu_noevidence:0", "no evidence that the NPU ran the work");
   /* With a receipt the NPU-kind lane is admitted (the test's receipt is the lane's own op count). */

@@ -1,7 +1,7 @@
 /* test_plugin_lane.c - a tiny plugin for the plugin tests: a host-memory lane that runs weft's reference
  * kernels, built several times with one misbehaviour each (PLUGIN_FAULT): another ABI version, wrong bits,
  * a crash or a hang in its self-test, an NPU kind with or without an evidence slot, a partial claim it does
- * not enforce. */
+ * not enforce, a crash while it is being loaded. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +19,7 @@
 #define FAULT_NPU_NO_EVIDENCE 5
 #define FAULT_NPU_EVIDENCE 6
 #define FAULT_CLAIMS 7 /* claims fewer ops but has no supports slot to decline the others */
+#define FAULT_LOAD 8   /* crashes as it is loaded (a constructor) */
 
 #ifndef PLUGIN_FAULT
 #define PLUGIN_FAULT FAULT_NONE
@@ -94,6 +95,10 @@ static weft_status ref_run(void *self, const weft_op *op) {
   l->ops_run++;
   return WEFT_OK;
 }
+
+#if PLUGIN_FAULT == FAULT_LOAD
+__attribute__((constructor)) static void crash_on_load(void) { raise(SIGSEGV); }
+#endif
 
 static const weft_lane_vtable REF_VTABLE = {
     WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), ref_describe, ref_destroy, ref_alloc, ref_free, ref_upload,

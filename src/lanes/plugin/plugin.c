@@ -3,9 +3,10 @@
  * passed a self-test of every op they claim, run in a child process so that a plugin that crashes or hangs
  * is refused instead of taking the caller down. Refusals become absent lanes with the reason.
  *
- * A verdict is kept for the life of the process (per file, device, inode and modification time): a second
- * fabric does not fork again, and a child is never forked from a process in which the plugin's runtime
- * already started threads. */
+ * The caller's process runs none of a plugin's code (not even its constructors: dlopen happens in the child
+ * first) until the plugin passed. A verdict is kept for the life of the process (per file, device, inode
+ * and modification time): a second fabric does not fork again, and a child is never forked from a process
+ * in which the plugin's runtime already started threads. */
 #define _GNU_SOURCE /* pipe2, strsignal */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -308,8 +309,51 @@ static int selftest_lane(const weft_plugin_desc *pd, const weft_lane_vtable *vt,
   return 1;
 }
 
-/* The child: probes, tests every lane, writes one line per lane and "end". Never returns. */
-static void child_main(const weft_plugin_desc *pd, const weft_fabric_desc *fdesc, int fd) {
+/* Loads the plugin and checks its descriptor; NULL and a reason when it is not one this weft can use.
+ * `full` gets the descriptor padded with empty slots (an older, smaller descriptor has no evidence slot). */
+static void *plugin_open(const char *path, weft_plugin_desc *full, char *why, size_t len) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char *e = dlerror();
+    snprintf(why, len, "cannot be loaded: %s", e ? e : "dlopen failed");
+    return NULL;
+  }
+  weft_plugin_entry_fn entry;
+  *(void **)&entry = dlsym(h, WEFT_PLUGIN_ENTRY_SYMBOL);
+  const weft_plugin_desc *pd = entry ? entry() : NULL;
+  if (!pd) {
+    snprintf(why, len, "%s: not a weft plugin (no %s symbol, or it returned NULL)", path, WEFT_PLUGIN_ENTRY_SYMBOL);
+  } else if (pd->abi_version != WEFT_PLUGIN_ABI_VERSION || pd->size < offsetof(weft_plugin_desc, evidence)) {
+    snprintf(why, len,
+             "%s was built against weft plugin ABI version %u; this weft speaks version %d: rebuild the plugin "
+             "against this weft's weft_plugin.h",
+             path, (unsigned)pd->abi_version, WEFT_PLUGIN_ABI_VERSION);
+  } else if (!pd->name || !*pd->name || !pd->kind || !*pd->kind || !pd->probe) {
+    snprintf(why, len, "%s: its descriptor has no name, kind or probe", path);
+  } else if (pd->lane_abi_version != WEFT_LANE_ABI_VERSION) {
+    snprintf(why, len, "%s: built against lane ABI version %u; this weft speaks version %d (weft_lane.h)", path,
+             (unsigned)pd->lane_abi_version, WEFT_LANE_ABI_VERSION);
+  } else {
+    memset(full, 0, sizeof *full);
+    memcpy(full, pd, pd->size < sizeof *full ? pd->size : sizeof *full);
+    return h;
+  }
+  dlclose(h);
+  return NULL;
+}
+
+/* The child: loads the plugin, probes, tests every lane, writes one line per finding and "end". Never
+ * returns. Lines: "desc\tname\tkind", "refuse\t\treason" (the plugin as a whole), "pass\tlane\t",
+ * "fail\tlane\treason", "absent\tname\treason" (what the probe said is missing). */
+static void child_main(const char *path, const weft_fabric_desc *fdesc, int fd) {
+  weft_plugin_desc pd;
+  char why[900];
+  if (!plugin_open(path, &pd, why, sizeof why)) {
+    put_line(fd, "refuse", "", why);
+    put(fd, "end\n");
+    _exit(0);
+  }
+  put_line(fd, "desc", pd.name, pd.kind);
   child_sink cs;
   memset(&cs, 0, sizeof cs);
   cs.fd = fd;
@@ -317,15 +361,14 @@ static void child_main(const weft_plugin_desc *pd, const weft_fabric_desc *fdesc
   weft_probe_args args = {fdesc, &host};
   weft_lane_sink sink = {&cs, child_add_lane, child_add_absent};
   child_err[0] = '\0';
-  weft_status st = pd->probe(&args, &sink);
+  weft_status st = pd.probe(&args, &sink);
   if (st != WEFT_OK) {
-    char why[700];
     snprintf(why, sizeof why, "its probe failed: %s%s%s", weft_status_str(st), child_err[0] ? ": " : "", child_err);
-    put_line(fd, "refuse", pd->name, why);
+    put_line(fd, "refuse", "", why);
   }
   for (int i = 0; i < cs.nlanes; i++) {
-    char name[128], why[800];
-    if (selftest_lane(pd, cs.lanes[i].vt, cs.lanes[i].self, name, sizeof name, why, sizeof why))
+    char name[128];
+    if (selftest_lane(&pd, cs.lanes[i].vt, cs.lanes[i].self, name, sizeof name, why, sizeof why))
       put_line(fd, "pass", name, "");
     else
       put_line(fd, "fail", name, why);
@@ -343,7 +386,7 @@ typedef struct verdict {
 } verdict;
 
 static pthread_mutex_t verdict_lock = PTHREAD_MUTEX_INITIALIZER;
-static verdict *verdicts;
+static verdict **verdicts; /* pointers, so an entry handed out never moves */
 static size_t nverdicts;
 
 static char *dup_str(const char *s) {
@@ -354,7 +397,7 @@ static char *dup_str(const char *s) {
 }
 
 /* Forks the self-test and collects its lines; *refuse gets a reason when it gave no complete verdict. */
-static void admit(const weft_plugin_desc *pd, const weft_fabric_desc *fdesc, char *text, size_t cap, char *refuse,
+static void admit(const char *path, const weft_fabric_desc *fdesc, char *text, size_t cap, char *refuse,
                   size_t rlen) {
   text[0] = '\0';
   refuse[0] = '\0';
@@ -373,7 +416,7 @@ static void admit(const weft_plugin_desc *pd, const weft_fabric_desc *fdesc, cha
   }
   if (pid == 0) {
     close(fds[0]);
-    child_main(pd, fdesc, fds[1]);
+    child_main(path, fdesc, fds[1]);
   }
   close(fds[1]);
   int timeout_s = ADMIT_TIMEOUT_S;
@@ -417,15 +460,16 @@ static void admit(const weft_plugin_desc *pd, const weft_fabric_desc *fdesc, cha
     snprintf(refuse, rlen, "its self-test crashed (signal %d, %s); the plugin is not loaded", WTERMSIG(status),
              strsignal(WTERMSIG(status)));
   else if (!ended || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    snprintf(refuse, rlen, "its self-test process died before its verdict (exit status %d); the plugin is not loaded",
+    snprintf(refuse, rlen, "its self-test crashed or exited before its verdict (exit status %d); the plugin is not loaded",
              WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }
 
 /* The verdict for this plugin file, from the cache or a fresh self-test. Returns the entry (owned by the
  * cache) or NULL when out of memory. */
-static const verdict *verdict_get(const char *path, const weft_plugin_desc *pd, const weft_fabric_desc *fdesc) {
+static const verdict *verdict_get(const char *path, const weft_fabric_desc *fdesc) {
   struct stat sb;
-  char key[1200];
+  char key[1200], *real = realpath(path, NULL); /* one verdict for one file, however it is named */
+  if (real) path = real;
   if (stat(path, &sb) == 0)
     snprintf(key, sizeof key, "%s|%llu|%llu|%lld", path, (unsigned long long)sb.st_dev, (unsigned long long)sb.st_ino,
              (long long)sb.st_mtime);
@@ -433,29 +477,34 @@ static const verdict *verdict_get(const char *path, const weft_plugin_desc *pd, 
     snprintf(key, sizeof key, "%s", path);
   pthread_mutex_lock(&verdict_lock);
   for (size_t i = 0; i < nverdicts; i++)
-    if (strcmp(verdicts[i].key, key) == 0) {
-      const verdict *v = &verdicts[i];
+    if (strcmp(verdicts[i]->key, key) == 0) {
+      const verdict *v = verdicts[i];
       pthread_mutex_unlock(&verdict_lock);
+      free(real);
       return v;
     }
   char *text = malloc(VERDICT_MAX), refuse[600];
-  verdict *grown = text ? realloc(verdicts, (nverdicts + 1) * sizeof *grown) : NULL;
+  verdict *v = text ? calloc(1, sizeof *v) : NULL;
+  verdict **grown = v ? realloc(verdicts, (nverdicts + 1) * sizeof *grown) : NULL;
   if (!grown) {
     free(text);
+    free(v);
+    free(real);
     pthread_mutex_unlock(&verdict_lock);
     return NULL;
   }
   verdicts = grown;
-  admit(pd, fdesc, text, VERDICT_MAX, refuse, sizeof refuse);
-  verdict *v = &verdicts[nverdicts];
+  admit(path, fdesc, text, VERDICT_MAX, refuse, sizeof refuse);
+  free(real);
   v->key = dup_str(key);
   v->text = text;
   v->refuse = refuse[0] ? dup_str(refuse) : NULL;
   if (!v->key || (refuse[0] && !v->refuse)) {
-    free(v->key), free(v->text), free(v->refuse);
+    free(v->key), free(v->text), free(v->refuse), free(v);
     pthread_mutex_unlock(&verdict_lock);
     return NULL;
   }
+  verdicts[nverdicts] = v;
   nverdicts++;
   pthread_mutex_unlock(&verdict_lock);
   return v;
@@ -526,101 +575,66 @@ static int filter_wants(const char *filter, const char *kind) {
   return 0;
 }
 
+/* The line's name and reason fields (tab-separated after the tag), copied into line; 0 if malformed. */
+static int split_line(const char *p, const char *eol, char *line, size_t len, char **name, char **reason) {
+  snprintf(line, len, "%.*s", (int)(eol - p), p);
+  char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+  if (!t1 || !t2) return 0;
+  *t1 = *t2 = '\0';
+  *name = t1 + 1;
+  *reason = t2 + 1;
+  return 1;
+}
+
+/* Admits (or refuses) the plugin at `path` and adds what passed. The plugin's code runs in this process
+ * only once its self-test, in a child, passed. */
 static void load_one(const char *path, const weft_probe_args *args, const weft_lane_sink *sink) {
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
-  char absent_name[300], why[900];
+  char absent_name[300], why[1100], line[1100], *name, *reason;
   snprintf(absent_name, sizeof absent_name, "plugin:%s", base);
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    const char *e = dlerror();
-    snprintf(why, sizeof why, "cannot be loaded: %s", e ? e : "dlopen failed");
-    sink->add_absent(sink->ctx, absent_name, why);
-    return;
-  }
-  weft_plugin_entry_fn entry;
-  *(void **)&entry = dlsym(h, WEFT_PLUGIN_ENTRY_SYMBOL);
-  const weft_plugin_desc *pd = entry ? entry() : NULL;
-  if (!entry || !pd) {
-    snprintf(why, sizeof why, "%s: not a weft plugin (no %s symbol, or it returned NULL)", path, WEFT_PLUGIN_ENTRY_SYMBOL);
-    sink->add_absent(sink->ctx, absent_name, why);
-    dlclose(h);
-    return;
-  }
-  if (pd->abi_version != WEFT_PLUGIN_ABI_VERSION || pd->size < offsetof(weft_plugin_desc, evidence)) {
-    snprintf(why, sizeof why,
-             "%s was built against weft plugin ABI version %u; this weft speaks version %d: rebuild the plugin "
-             "against this weft's weft_plugin.h",
-             path, (unsigned)pd->abi_version, WEFT_PLUGIN_ABI_VERSION);
-    sink->add_absent(sink->ctx, absent_name, why);
-    dlclose(h);
-    return;
-  }
-  if (pd->name && *pd->name) snprintf(absent_name, sizeof absent_name, "plugin:%s", pd->name);
-  if (!pd->name || !pd->kind || !pd->probe || pd->lane_abi_version != WEFT_LANE_ABI_VERSION) {
-    snprintf(why, sizeof why, "%s: %s", path,
-             pd->lane_abi_version != WEFT_LANE_ABI_VERSION ? "built against another lane ABI version (weft_lane.h)"
-                                                           : "its descriptor has no name, kind or probe");
-    sink->add_absent(sink->ctx, absent_name, why);
-    dlclose(h);
-    return;
-  }
-  if (!filter_wants(args->desc->lanes, pd->kind)) {
-    sink->add_absent(sink->ctx, absent_name, "not requested (the fabric's lane filter leaves it out)");
-    dlclose(h);
-    return;
-  }
-  /* A descriptor from an older, smaller plugin ABI has no evidence slot: read it as empty. */
-  weft_plugin_desc full;
-  memset(&full, 0, sizeof full);
-  memcpy(&full, pd, pd->size < sizeof full ? pd->size : sizeof full);
-  const verdict *v = verdict_get(path, &full, args->desc);
+  const verdict *v = verdict_get(path, args->desc);
   if (!v) {
     sink->add_absent(sink->ctx, absent_name, "out of memory while admitting it");
-    dlclose(h);
+    return;
+  }
+  /* What the child learnt: the plugin's name and kind, then whether it was refused as a whole. */
+  char kind[64] = "";
+  int passed = 0, refused = v->refuse != NULL;
+  for (const char *p = v->text, *eol; (eol = strchr(p, '\n')) != NULL; p = eol + 1) {
+    if (!split_line(p, eol, line, sizeof line, &name, &reason)) continue;
+    if (strcmp(line, "desc") == 0) {
+      snprintf(absent_name, sizeof absent_name, "plugin:%s", name);
+      snprintf(kind, sizeof kind, "%s", reason);
+    }
+    passed += strcmp(line, "pass") == 0;
+    refused |= strcmp(line, "refuse") == 0;
+  }
+  if (kind[0] && !filter_wants(args->desc->lanes, kind)) {
+    sink->add_absent(sink->ctx, absent_name, "not requested (the fabric's lane filter leaves it out)");
     return;
   }
   if (v->refuse) {
     snprintf(why, sizeof why, "%s: refused: %s", path, v->refuse);
     sink->add_absent(sink->ctx, absent_name, why);
-    dlclose(h);
-    return;
   }
-  int passed = 0;
-  for (const char *p = v->text; *p;) {
-    const char *eol = strchr(p, '\n');
-    if (!eol) break;
-    char line[1100];
-    snprintf(line, sizeof line, "%.*s", (int)(eol - p), p);
-    char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
-    if (t1 && t2) {
-      *t1 = *t2 = '\0';
-      if (strcmp(line, "pass") == 0) passed++;
-      else if (strcmp(line, "fail") == 0) {
-        snprintf(why, sizeof why, "plugin %s, refused at admission: %s", full.name, t2 + 1);
-        sink->add_absent(sink->ctx, t1 + 1, why);
-      } else if (strcmp(line, "refuse") == 0) {
-        snprintf(why, sizeof why, "plugin %s: %s", full.name, t2 + 1);
-        sink->add_absent(sink->ctx, absent_name, why);
-      }
+  for (const char *p = v->text, *eol; (eol = strchr(p, '\n')) != NULL; p = eol + 1) {
+    if (!split_line(p, eol, line, sizeof line, &name, &reason)) continue;
+    if (strcmp(line, "refuse") == 0) {
+      sink->add_absent(sink->ctx, absent_name, reason);
+    } else if (strcmp(line, "fail") == 0) {
+      snprintf(why, sizeof why, "%s, refused at admission: %s", absent_name, reason);
+      sink->add_absent(sink->ctx, name, why);
+    } else if (strcmp(line, "absent") == 0 && !passed) {
+      /* With lanes to serve, the probe below says again what it misses. */
+      sink->add_absent(sink->ctx, name, reason);
     }
-    p = eol + 1;
   }
-  if (!passed) {
-    /* Nothing to serve: pass on what the plugin said about missing devices, and unload it. */
-    for (const char *p = v->text; *p;) {
-      const char *eol = strchr(p, '\n');
-      if (!eol) break;
-      char line[1100];
-      snprintf(line, sizeof line, "%.*s", (int)(eol - p), p);
-      char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
-      if (t1 && t2 && strncmp(line, "absent\t", 7) == 0) {
-        *t2 = '\0';
-        sink->add_absent(sink->ctx, t1 + 1, t2 + 1);
-      }
-      p = eol + 1;
-    }
-    dlclose(h);
+  if (refused || !passed) return;
+  weft_plugin_desc full;
+  void *h = plugin_open(path, &full, why, sizeof why);
+  if (!h) { /* the file changed since its self-test */
+    sink->add_absent(sink->ctx, absent_name, why);
     return;
   }
   /* Admitted lanes live in the plugin's code: it stays loaded for the life of the process. */
@@ -628,7 +642,7 @@ static void load_one(const char *path, const weft_probe_args *args, const weft_l
   weft_lane_sink gs = {&g, gate_add_lane, gate_add_absent};
   weft_status st = full.probe(args, &gs);
   if (st != WEFT_OK) {
-    snprintf(why, sizeof why, "plugin %s: its probe failed after admission: %s", full.name, weft_status_str(st));
+    snprintf(why, sizeof why, "its probe failed after admission: %s", weft_status_str(st));
     sink->add_absent(sink->ctx, absent_name, why);
   }
 }
