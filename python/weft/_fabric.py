@@ -297,7 +297,7 @@ class Fabric:
     """
 
     def __init__(self, lanes=None, cpu_threads=0, calibration="auto", on_note=None, vulkan_max_binding=0,
-                 scratch_bytes=64 << 20):
+                 scratch_bytes=64 << 20, plugins=None):
         self._ptr = None
         self._lock = threading.RLock()
         desc = _lib.FabricDesc()
@@ -306,6 +306,11 @@ class Fabric:
         desc.lanes = lanes.encode() if lanes else None
         desc.cpu_threads = int(cpu_threads)
         desc.vulkan_max_binding = int(vulkan_max_binding)
+        if plugins is not None and not isinstance(plugins, str):
+            plugins = ":".join(plugins)
+        # kept on the fabric: the library reads the paths while it opens
+        self._plugins = plugins.encode() if plugins else None
+        desc.plugins = self._plugins
         if calibration not in _lib.CALIBRATION:
             raise InvalidArgumentError(
                 f"unknown calibration {calibration!r}; use one of {', '.join(_lib.CALIBRATION)}")

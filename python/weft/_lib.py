@@ -40,6 +40,7 @@ class FabricDesc(ctypes.Structure):
         ("calibration", ctypes.c_int),
         ("on_note", NOTE_FN),
         ("note_ctx", ctypes.c_void_p),
+        ("plugins", ctypes.c_char_p),
         _PAD,
     ]
 
