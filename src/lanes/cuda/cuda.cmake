@@ -65,6 +65,7 @@ add_custom_command(
           -I ${_weft_cu_dir} -o ${_weft_cu_fatbin} ${_weft_cu_dir}/cuda_kernels.cu
   COMMAND ${CMAKE_COMMAND} -DIN=${_weft_cu_fatbin} -DOUT=${_weft_cu_c} -P ${_weft_cu_dir}/fatbin_embed.cmake
   DEPENDS ${_weft_cu_dir}/cuda_kernels.cu ${_weft_cu_dir}/cuda_args.h ${_weft_cu_dir}/fatbin_embed.cmake
+          ${PROJECT_SOURCE_DIR}/cmake/embed_bytes.cmake
   COMMENT "nvcc: CUDA lane kernels (sm_90, sm_80, compute_75 PTX)"
   VERBATIM)
 

@@ -6,17 +6,5 @@ foreach(v IN ITEMS IN OUT)
     message(FATAL_ERROR "fatbin_embed.cmake: -D${v}=... is required")
   endif()
 endforeach()
-file(READ ${IN} hex HEX)
-string(LENGTH "${hex}" nhex)
-math(EXPR nbytes "${nhex} / 2")
-if(nbytes EQUAL 0)
-  message(FATAL_ERROR "${IN} is empty")
-endif()
-string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
-string(REGEX REPLACE "((0x..,){20})" "\\1\n  " bytes "${bytes}")
-file(WRITE ${OUT}.tmp
-  "/* Generated from the CUDA lane's kernels by fatbin_embed.cmake: do not edit. */\n"
-  "#include <stddef.h>\n"
-  "_Alignas(16) const unsigned char weft_cuda_fatbin[${nbytes}] = {\n  ${bytes}\n};\n"
-  "const size_t weft_cuda_fatbin_size = ${nbytes};\n")
-file(RENAME ${OUT}.tmp ${OUT})
+include(${CMAKE_CURRENT_LIST_DIR}/../../../cmake/embed_bytes.cmake)
+weft_embed_bytes(${IN} ${OUT} weft_cuda_fatbin 16 "the CUDA lane's kernels by fatbin_embed.cmake")

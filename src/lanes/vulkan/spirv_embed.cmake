@@ -61,19 +61,11 @@ if(EXACT)
   endif()
 endif()
 
-file(READ ${SPV} hex HEX)
-string(LENGTH "${hex}" nhex)
-math(EXPR nbytes "${nhex} / 2")
+file(SIZE ${SPV} nbytes)
 math(EXPR rem "${nbytes} % 4")
 if(nbytes EQUAL 0 OR NOT rem EQUAL 0)
   message(FATAL_ERROR "${SPV} is not a SPIR-V module (${nbytes} bytes)")
 endif()
-# Bytes as written by glslc (little-endian words); emitted as bytes into a word-aligned array.
-string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
-string(REGEX REPLACE "((0x..,){16})" "\\1\n  " bytes "${bytes}")
-file(WRITE ${OUT}.tmp
-  "/* Generated from ${NAME}.spv by spirv_embed.cmake: do not edit. */\n"
-  "#include <stddef.h>\n#include <stdint.h>\n"
-  "_Alignas(4) const unsigned char weft_vk_spv_${NAME}[${nbytes}] = {\n  ${bytes}\n};\n"
-  "const size_t weft_vk_spv_${NAME}_size = ${nbytes};\n")
-file(RENAME ${OUT}.tmp ${OUT})
+# Bytes as written by glslc (little-endian words), into a word-aligned array.
+include(${CMAKE_CURRENT_LIST_DIR}/../../../cmake/embed_bytes.cmake)
+weft_embed_bytes(${SPV} ${OUT} weft_vk_spv_${NAME} 4 "${NAME}.spv by spirv_embed.cmake")

@@ -66,7 +66,7 @@ function(weft_vulkan_shader name source contract)
             -DSPIRV_DIS=${WEFT_SPIRV_DIS}
             -DSPIRV_VAL=${WEFT_SPIRV_VAL} -P ${_weft_vk_dir}/spirv_embed.cmake
     DEPENDS ${src} ${_weft_vk_dir}/shaders/wmath.glsl ${_weft_vk_dir}/shaders/common.glsl ${_weft_vk_dir}/shaders/matmul_pc.glsl
-            ${_weft_vk_dir}/spirv_embed.cmake
+            ${_weft_vk_dir}/spirv_embed.cmake ${PROJECT_SOURCE_DIR}/cmake/embed_bytes.cmake
     COMMENT "SPIR-V ${name} (${contract})"
     VERBATIM)
   set(_weft_vk_spv_sources ${_weft_vk_spv_sources} ${out} PARENT_SCOPE)
