@@ -14,13 +14,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 # The toolchain and cJSON; the Vulkan lane's headers, shader compiler and lavapipe (the CPU Vulkan driver,
 # so the Vulkan lane is built and tested even on a machine without a GPU); BLAS libraries bench/ compares
 # against; the OpenCL headers and ICD loader for the OpenCL example plugin and PoCL (OpenCL on the CPU) to
-# run it; numpy, pytest and scikit-learn (the digits) for the Python package's tests and `weft mlp`, which
+# run it; libssl-dev (HMAC-SHA256 for `weft worker`'s authentication) and clang (libFuzzer, for the
+# protocol fuzzer); numpy, pytest and scikit-learn (the digits) for the Python package's tests and `weft mlp`, which
 # reads them through zlib.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config libcjson-dev zlib1g-dev
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-tools
   libopenblas-dev libdnnl-dev
   opencl-headers ocl-icd-opencl-dev pocl-opencl-icd
+  libssl-dev clang
   python3-numpy python3-pytest python3-sklearn
 )
 JOBS=$(nproc 2>/dev/null || echo 2)

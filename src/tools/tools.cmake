@@ -15,8 +15,9 @@ add_executable(weft_cli
   src/tools/cli_bench.c
   src/tools/cli_route.c
   src/tools/cli_mlp.c
+  src/tools/cli_worker.c
 )
-target_link_libraries(weft_cli PRIVATE weft_static PkgConfig::CJSON ZLIB::ZLIB)
+target_link_libraries(weft_cli PRIVATE weft_net weft_static PkgConfig::CJSON ZLIB::ZLIB)
 target_include_directories(weft_cli PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 set_target_properties(weft_cli PROPERTIES OUTPUT_NAME weft)
 

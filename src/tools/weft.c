@@ -16,6 +16,8 @@ static const weft_cli_command commands[] = {
      weft_cli_route, weft_cli_route_help},
     {"mlp", "train a small MLP on the handwritten digits with every op on the fabric; where the ops ran",
      weft_cli_mlp, weft_cli_mlp_help},
+    {"worker", "serve this machine's lanes to other machines' fabrics over TCP (remote lanes)", weft_cli_worker,
+     weft_cli_worker_help},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];
 

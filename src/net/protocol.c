@@ -1,0 +1,187 @@
+/* protocol.c - the wire protocol's pure parts: header and request decoding against the hard caps, shape
+ * checks, and the authentication proof (HMAC-SHA256 from libcrypto). Nothing here touches a socket or a
+ * fabric, so the fuzzer drives it directly. */
+#include "net/protocol.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+static weft_status fail(char *err, size_t errlen, weft_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static weft_status fail(char *err, size_t errlen, weft_status st, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return st;
+}
+
+void weft_net_header_encode(const weft_net_header *h, uint8_t out[WEFT_NET_HEADER_BYTES]) {
+  weft_net_put32(out, h->magic);
+  weft_net_put16(out + 4, h->type);
+  weft_net_put16(out + 6, h->status);
+  weft_net_put32(out + 8, h->request_id);
+  weft_net_put32(out + 12, h->length);
+}
+
+weft_status weft_net_header_decode(const uint8_t in[WEFT_NET_HEADER_BYTES], const weft_net_limits *limits,
+                                   weft_net_header *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  out->magic = weft_net_get32(in);
+  out->type = weft_net_get16(in + 4);
+  out->status = weft_net_get16(in + 6);
+  out->request_id = weft_net_get32(in + 8);
+  out->length = weft_net_get32(in + 12);
+  if (out->magic != WEFT_NET_MAGIC)
+    return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "bad frame magic 0x%08x (want 0x%08x): not a weft peer",
+                (unsigned)out->magic, (unsigned)WEFT_NET_MAGIC);
+  if (out->type == 0 || out->type >= WEFT_NET_TYPE_END)
+    return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "unknown request type %u", (unsigned)out->type);
+  if (out->length > limits->max_frame)
+    return fail(err, errlen, WEFT_ERR_OVERFLOW, "frame payload of %u bytes exceeds this connection's cap of %u",
+                (unsigned)out->length, (unsigned)limits->max_frame);
+  return WEFT_OK;
+}
+
+weft_status weft_net_shape_check(int ndim, const int64_t *dims, uint64_t *out_numel, char *err, size_t errlen) {
+  *out_numel = 0;
+  if (ndim < 1 || ndim > WEFT_NET_MAX_RANK)
+    return fail(err, errlen, WEFT_ERR_SHAPE, "rank %d; a tensor has 1 to %d dimensions", ndim, WEFT_NET_MAX_RANK);
+  uint64_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    int batch_dim = ndim >= 3 && d < ndim - 2;
+    if (dims[d] < 0 || (dims[d] == 0 && !batch_dim))
+      return fail(err, errlen, WEFT_ERR_SHAPE,
+                  "dimension %d is %lld; dimensions must be >= 1 (only batch dimensions may be 0)", d,
+                  (long long)dims[d]);
+    if (dims[d] > WEFT_NET_MAX_DIM)
+      return fail(err, errlen, WEFT_ERR_OVERFLOW, "dimension %d is %lld; the cap is %lld", d, (long long)dims[d],
+                  (long long)WEFT_NET_MAX_DIM);
+    /* Empty batches count as 1 for the cap: the matrix behind them must still be describable. */
+    if (__builtin_mul_overflow(numel, dims[d] ? (uint64_t)dims[d] : 1u, &numel) || numel > WEFT_NET_MAX_ELEMENTS)
+      return fail(err, errlen, WEFT_ERR_OVERFLOW, "the element count passes the cap of %llu at dimension %d",
+                  (unsigned long long)WEFT_NET_MAX_ELEMENTS, d);
+  }
+  uint64_t real = 1;
+  for (int d = 0; d < ndim; d++) real *= (uint64_t)dims[d];
+  *out_numel = real;
+  return WEFT_OK;
+}
+
+static weft_status want_len(size_t len, size_t want, const char *what, char *err, size_t errlen) {
+  if (len != want)
+    return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s payload is %zu bytes; it must be exactly %zu", what, len,
+                want);
+  return WEFT_OK;
+}
+
+weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_t len,
+                                    const weft_net_limits *limits, weft_net_request *out, char *err,
+                                    size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (len > limits->max_frame)
+    return fail(err, errlen, WEFT_ERR_OVERFLOW, "payload of %zu bytes exceeds the cap of %u", len,
+                (unsigned)limits->max_frame);
+  if (len && !payload) return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "payload missing");
+  out->type = (weft_net_type)type;
+  weft_status st;
+  switch (type) {
+  case WEFT_NET_HELLO:
+    if ((st = want_len(len, 8, "hello", err, errlen))) return st;
+    out->version = weft_net_get32(payload);
+    out->caps = weft_net_get32(payload + 4);
+    return WEFT_OK;
+  case WEFT_NET_AUTH:
+    if ((st = want_len(len, WEFT_NET_MAC_BYTES, "auth", err, errlen))) return st;
+    out->mac = payload;
+    return WEFT_OK;
+  case WEFT_NET_LANES: return want_len(len, 0, "lanes", err, errlen);
+  case WEFT_NET_CREATE: {
+    if (len < 4) return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "create payload of %zu bytes is truncated", len);
+    uint32_t ndim = weft_net_get32(payload);
+    if (ndim < 1 || ndim > WEFT_NET_MAX_RANK)
+      return fail(err, errlen, WEFT_ERR_SHAPE, "rank %u; a tensor has 1 to %d dimensions", (unsigned)ndim,
+                  WEFT_NET_MAX_RANK);
+    if ((st = want_len(len, 4 + 8 * (size_t)ndim, "create", err, errlen))) return st;
+    out->ndim = (int)ndim;
+    for (uint32_t d = 0; d < ndim; d++) out->dims[d] = (int64_t)weft_net_get64(payload + 4 + 8 * d);
+    if ((st = weft_net_shape_check(out->ndim, out->dims, &out->numel, err, errlen))) return st;
+    if (out->numel * 4 > limits->max_resident)
+      return fail(err, errlen, WEFT_ERR_OUT_OF_MEMORY, "a tensor of %llu bytes exceeds the resident cap of %llu",
+                  (unsigned long long)(out->numel * 4), (unsigned long long)limits->max_resident);
+    return WEFT_OK;
+  }
+  case WEFT_NET_WRITE: {
+    if (len < 16) return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "write payload of %zu bytes is truncated", len);
+    out->handle = weft_net_get64(payload);
+    out->numel = weft_net_get64(payload + 8);
+    /* The count is the peer's claim: check it against the bytes actually present, never the other way. */
+    if (out->numel > WEFT_NET_MAX_ELEMENTS || out->numel * 4 != len - 16)
+      return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT,
+                  "write claims %llu floats but carries %zu bytes of data", (unsigned long long)out->numel, len - 16);
+    out->data = payload + 16;
+    return WEFT_OK;
+  }
+  case WEFT_NET_READ:
+  case WEFT_NET_FREE:
+    if ((st = want_len(len, 8, type == WEFT_NET_READ ? "read" : "free", err, errlen))) return st;
+    out->handle = weft_net_get64(payload);
+    return WEFT_OK;
+  case WEFT_NET_OP: {
+    if ((st = want_len(len, 20 + 32, "op", err, errlen))) return st;
+    uint32_t kind = weft_net_get32(payload), contract = weft_net_get32(payload + 4);
+    /* The allow-list: exactly the public API's ops, nothing the server has beyond them. */
+    if (kind >= WEFT_OP_COUNT)
+      return fail(err, errlen, WEFT_ERR_UNSUPPORTED, "op kind %u is not on the allow-list (0..%d)", (unsigned)kind,
+                  WEFT_OP_COUNT - 1);
+    if (contract >= WEFT_CONTRACT_COUNT)
+      return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "contract %u is unknown", (unsigned)contract);
+    out->op = (weft_op_kind)kind;
+    out->contract = (weft_contract)contract;
+    out->lane = (int32_t)weft_net_get32(payload + 8);
+    out->flags = weft_net_get32(payload + 12);
+    if (out->flags & ~WEFT_NET_OP_FLAGS_ALL)
+      return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "op flags 0x%x has unknown bits", (unsigned)out->flags);
+    uint32_t a = weft_net_get32(payload + 16);
+    memcpy(&out->alpha, &a, 4);
+    for (int i = 0; i < 4; i++) out->handles[i] = weft_net_get64(payload + 20 + 8 * i);
+    return WEFT_OK;
+  }
+  default: return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "unknown request type %u", (unsigned)type);
+  }
+}
+
+weft_status weft_net_auth_mac(const uint8_t *secret, size_t secret_len, const uint8_t nonce[WEFT_NET_NONCE_BYTES],
+                              uint8_t out[WEFT_NET_MAC_BYTES]) {
+  static const char label[] = "weft-auth-v1";
+  uint8_t msg[sizeof label - 1 + WEFT_NET_NONCE_BYTES];
+  memcpy(msg, label, sizeof label - 1);
+  memcpy(msg + sizeof label - 1, nonce, WEFT_NET_NONCE_BYTES);
+  unsigned int n = 0;
+  if (!HMAC(EVP_sha256(), secret, (int)secret_len, msg, sizeof msg, out, &n) || n != WEFT_NET_MAC_BYTES)
+    return WEFT_ERR_INTERNAL;
+  return WEFT_OK;
+}
+
+weft_status weft_net_read_secret(const char *path, uint8_t *out, size_t cap, size_t *out_len, char *err,
+                                 size_t errlen) {
+  *out_len = 0;
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return fail(err, errlen, WEFT_ERR_IO, "cannot open the secret file '%s'", path);
+  size_t n = fread(out, 1, cap, fp);
+  int more = fgetc(fp) != EOF;
+  fclose(fp);
+  if (more) return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "the secret file '%s' is over %zu bytes", path, cap);
+  while (n && (out[n - 1] == '\n' || out[n - 1] == '\r')) n--;
+  if (n < 16)
+    return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT,
+                "the secret in '%s' is %zu bytes; use at least 16 (e.g. head -c 32 /dev/urandom | base64)", path, n);
+  *out_len = n;
+  return WEFT_OK;
+}

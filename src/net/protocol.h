@@ -1,0 +1,120 @@
+/* protocol.h - the weft wire protocol (docs/PROTOCOL.md): frame header, message types, hard caps, and a
+ * pure decoder (bytes in, a parsed request or a status and message out) that allocates nothing, so the
+ * worker, the tests and the fuzzer share one definition of what a valid frame is. */
+#ifndef WEFT_NET_PROTOCOL_H
+#define WEFT_NET_PROTOCOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+#define WEFT_NET_MAGIC 0x54464557u /* "WEFT" as little-endian bytes */
+#define WEFT_NET_VERSION 1u
+#define WEFT_NET_HEADER_BYTES 16u
+#define WEFT_NET_NONCE_BYTES 32u
+#define WEFT_NET_MAC_BYTES 32u
+#define WEFT_NET_REPLY 0x8000u /* a reply's type is the request's type | WEFT_NET_REPLY */
+
+/* Hard caps: a request beyond them is refused before anything is allocated. */
+#define WEFT_NET_MAX_RANK 4
+#define WEFT_NET_MAX_DIM ((int64_t)1 << 24)
+#define WEFT_NET_MAX_ELEMENTS ((uint64_t)1 << 28)      /* 1 GiB of floats */
+#define WEFT_NET_DEFAULT_MAX_FRAME ((uint32_t)64 << 20) /* payload bytes */
+#define WEFT_NET_DEFAULT_MAX_RESIDENT ((uint64_t)1 << 30)
+#define WEFT_NET_MAX_HANDLES 4096u
+#define WEFT_NET_MAX_MESSAGE 512u
+
+/* Capability bits exchanged in the handshake. */
+#define WEFT_NET_CAP_AUTH_HMAC_SHA256 1u
+
+typedef enum weft_net_type {
+  WEFT_NET_HELLO = 1,  /* u32 version, u32 caps -> u32 version, u32 caps, u32 auth_required, nonce[32],
+                        *                          u32 max_frame, u64 max_resident */
+  WEFT_NET_AUTH = 2,   /* mac[32] = HMAC-SHA256(secret, "weft-auth-v1" || nonce) -> empty */
+  WEFT_NET_LANES = 3,  /* empty -> u32 n, n x { u32 contracts, u16 len, name, u16 len, kind, u16 len, device } */
+  WEFT_NET_CREATE = 4, /* u32 ndim, ndim x i64 dims -> u64 handle */
+  WEFT_NET_WRITE = 5,  /* u64 handle, u64 count, count x f32 -> empty */
+  WEFT_NET_READ = 6,   /* u64 handle -> u64 count, count x f32 */
+  WEFT_NET_FREE = 7,   /* u64 handle -> empty */
+  WEFT_NET_OP = 8,     /* u32 kind, u32 contract, i32 lane, u32 flags, f32 alpha, 4 x u64 handle -> i32 lane */
+  WEFT_NET_TYPE_END
+} weft_net_type;
+
+/* OP flags. */
+#define WEFT_NET_OP_TRANS_A 1u
+#define WEFT_NET_OP_TRANS_B 2u
+#define WEFT_NET_OP_FLAGS_ALL 3u
+
+typedef struct weft_net_header {
+  uint32_t magic;
+  uint16_t type;
+  uint16_t status; /* 0 in requests; a weft_status in replies */
+  uint32_t request_id;
+  uint32_t length; /* payload bytes that follow */
+} weft_net_header;
+
+typedef struct weft_net_limits {
+  uint32_t max_frame;    /* largest payload accepted */
+  uint64_t max_resident; /* bytes of tensors one connection may hold */
+} weft_net_limits;
+
+/* A decoded request. Pointers point into the payload that was decoded (nothing is copied). */
+typedef struct weft_net_request {
+  weft_net_type type;
+  uint32_t version, caps;         /* HELLO */
+  const uint8_t *mac;             /* AUTH */
+  int ndim;                       /* CREATE */
+  int64_t dims[WEFT_NET_MAX_RANK];
+  uint64_t numel;                 /* CREATE: overflow-checked product; WRITE: count */
+  uint64_t handle;                /* WRITE, READ, FREE */
+  const uint8_t *data;            /* WRITE: count little-endian floats (maybe unaligned) */
+  weft_op_kind op;                /* OP */
+  weft_contract contract;
+  int32_t lane;
+  uint32_t flags;
+  float alpha;
+  uint64_t handles[4];            /* OP: in0, in1, out0, out1; 0 = none */
+} weft_net_request;
+
+/* Little-endian helpers (the wire is little-endian whatever the host). */
+static inline uint16_t weft_net_get16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t weft_net_get32(const uint8_t *p) {
+  return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t weft_net_get64(const uint8_t *p) {
+  return (uint64_t)weft_net_get32(p) | ((uint64_t)weft_net_get32(p + 4) << 32);
+}
+static inline void weft_net_put16(uint8_t *p, uint16_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+static inline void weft_net_put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void weft_net_put64(uint8_t *p, uint64_t v) {
+  weft_net_put32(p, (uint32_t)v);
+  weft_net_put32(p + 4, (uint32_t)(v >> 32));
+}
+
+void weft_net_header_encode(const weft_net_header *h, uint8_t out[WEFT_NET_HEADER_BYTES]);
+/* Parses a header; refuses a wrong magic, an unknown type and a length above limits->max_frame, so the
+ * caller never allocates what the peer asked for beyond the cap. */
+weft_status weft_net_header_decode(const uint8_t in[WEFT_NET_HEADER_BYTES], const weft_net_limits *limits,
+                                   weft_net_header *out, char *err, size_t errlen);
+/* Parses a request's payload (`len` bytes at `payload`) against the caps. Pure: no allocation, no state. */
+weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_t len,
+                                    const weft_net_limits *limits, weft_net_request *out, char *err,
+                                    size_t errlen);
+/* Validates a shape against the caps: rank 1..4, the first (batch) dimension >= 0 when rank >= 3 and the
+ * others >= 1, each <= WEFT_NET_MAX_DIM, the product (overflow-checked) <= WEFT_NET_MAX_ELEMENTS. */
+weft_status weft_net_shape_check(int ndim, const int64_t *dims, uint64_t *out_numel, char *err, size_t errlen);
+
+/* HMAC-SHA256(secret, "weft-auth-v1" || nonce): the proof a client sends; the secret itself never travels. */
+weft_status weft_net_auth_mac(const uint8_t *secret, size_t secret_len, const uint8_t nonce[WEFT_NET_NONCE_BYTES],
+                              uint8_t out[WEFT_NET_MAC_BYTES]);
+/* Reads a secret file (at most 4096 bytes, trailing newline dropped, at least 16 bytes left). */
+weft_status weft_net_read_secret(const char *path, uint8_t *out, size_t cap, size_t *out_len, char *err,
+                                 size_t errlen);
+
+#endif

@@ -1,0 +1,618 @@
+/* worker.c - `weft worker`'s engine: sessions that run each request through the public API on resident
+ * tensors named by handles, and the TCP server (a thread per connection, each isolated: a bad frame gets
+ * an error reply or closes that connection only). */
+#define _GNU_SOURCE /* accept4 */
+#include "net/worker.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the worker copies float payloads as little-endian bytes; a big-endian port must swap them"
+#endif
+
+struct weft_net_server {
+  weft_fabric *fabric;
+  pthread_mutex_t lock; /* a fabric is used from one thread at a time */
+  uint8_t secret[4096];
+  size_t secret_len;
+  int need_auth;
+  weft_net_limits limits;
+  int io_timeout_ms;
+  int max_clients;
+  pthread_mutex_t count_lock;
+  int clients;
+};
+
+typedef struct slot {
+  uint64_t id;
+  weft_tensor *t;
+  uint64_t bytes;
+} slot;
+
+struct weft_net_session {
+  weft_net_server *srv;
+  int hello, authed;
+  uint8_t nonce[WEFT_NET_NONCE_BYTES];
+  slot *slots;
+  size_t nslots;
+  uint64_t next_id, resident;
+  char err[WEFT_NET_MAX_MESSAGE];
+};
+
+/* ------------------------------------------------------------------------------------------ replies */
+
+static int buf_reserve(weft_net_buf *b, size_t more) {
+  if (b->cap - b->len >= more) return 1;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap - b->len < more) {
+    if (cap > SIZE_MAX / 2) return 0;
+    cap *= 2;
+  }
+  uint8_t *p = realloc(b->data, cap);
+  if (!p) return 0;
+  b->data = p;
+  b->cap = cap;
+  return 1;
+}
+
+void weft_net_buf_free(weft_net_buf *b) {
+  free(b->data);
+  memset(b, 0, sizeof *b);
+}
+
+/* Starts a reply frame of `len` payload bytes; returns where the payload goes, NULL out of memory. */
+static uint8_t *reply_begin(weft_net_buf *b, const weft_net_header *req, weft_status st, size_t len) {
+  if (len > UINT32_MAX || !buf_reserve(b, WEFT_NET_HEADER_BYTES + len)) return NULL;
+  weft_net_header h = {WEFT_NET_MAGIC, (uint16_t)(req->type | WEFT_NET_REPLY), (uint16_t)st, req->request_id,
+                       (uint32_t)len};
+  weft_net_header_encode(&h, b->data + b->len);
+  uint8_t *p = b->data + b->len + WEFT_NET_HEADER_BYTES;
+  b->len += WEFT_NET_HEADER_BYTES + len;
+  return p;
+}
+
+static void reply_error(weft_net_buf *b, const weft_net_header *req, weft_status st, const char *msg) {
+  size_t n = strnlen(msg, WEFT_NET_MAX_MESSAGE);
+  uint8_t *p = reply_begin(b, req, st ? st : WEFT_ERR_INTERNAL, n);
+  if (p) memcpy(p, msg, n);
+}
+
+static int errorf(weft_net_session *s, weft_net_buf *b, const weft_net_header *req, weft_status st, const char *fmt,
+                  ...) __attribute__((format(printf, 5, 6)));
+static int errorf(weft_net_session *s, weft_net_buf *b, const weft_net_header *req, weft_status st, const char *fmt,
+                  ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->err, sizeof s->err, fmt, ap);
+  va_end(ap);
+  reply_error(b, req, st, s->err);
+  return 1;
+}
+
+/* -------------------------------------------------------------------------------------------- server */
+
+weft_status weft_net_server_create(const weft_net_worker_desc *desc, weft_net_server **out, char *err,
+                                   size_t errlen) {
+  *out = NULL;
+  weft_net_server *srv = calloc(1, sizeof *srv);
+  if (!srv) {
+    snprintf(err, errlen, "out of memory");
+    return WEFT_ERR_OUT_OF_MEMORY;
+  }
+  if (desc->secret_len > sizeof srv->secret) {
+    free(srv);
+    snprintf(err, errlen, "the secret is over %zu bytes", sizeof srv->secret);
+    return WEFT_ERR_INVALID_ARGUMENT;
+  }
+  if (desc->secret && desc->secret_len) {
+    memcpy(srv->secret, desc->secret, desc->secret_len);
+    srv->secret_len = desc->secret_len;
+    srv->need_auth = 1;
+  }
+  srv->limits = desc->limits;
+  if (!srv->limits.max_frame) srv->limits.max_frame = WEFT_NET_DEFAULT_MAX_FRAME;
+  if (!srv->limits.max_resident) srv->limits.max_resident = WEFT_NET_DEFAULT_MAX_RESIDENT;
+  srv->io_timeout_ms = desc->io_timeout_ms > 0 ? desc->io_timeout_ms : 30000;
+  srv->max_clients = desc->max_clients > 0 ? desc->max_clients : 64;
+  weft_fabric_desc fd = WEFT_FABRIC_DESC_INIT;
+  fd.lanes = desc->lanes;
+  /* A worker must answer at once; the client measures it over the wire anyway. */
+  fd.calibration = WEFT_CALIBRATION_OFF;
+  weft_status st = weft_fabric_open(&fd, &srv->fabric);
+  if (st) {
+    snprintf(err, errlen, "cannot open the worker's fabric: %s", weft_open_error());
+    free(srv);
+    return st;
+  }
+  pthread_mutex_init(&srv->lock, NULL);
+  pthread_mutex_init(&srv->count_lock, NULL);
+  *out = srv;
+  return WEFT_OK;
+}
+
+void weft_net_server_destroy(weft_net_server *srv) {
+  if (!srv) return;
+  weft_fabric_close(srv->fabric);
+  pthread_mutex_destroy(&srv->lock);
+  pthread_mutex_destroy(&srv->count_lock);
+  OPENSSL_cleanse(srv->secret, sizeof srv->secret);
+  free(srv);
+}
+
+weft_net_session *weft_net_session_create(weft_net_server *srv) {
+  weft_net_session *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->srv = srv;
+  s->next_id = 1;
+  s->slots = calloc(WEFT_NET_MAX_HANDLES, sizeof *s->slots);
+  if (!s->slots || RAND_bytes(s->nonce, sizeof s->nonce) != 1) {
+    free(s->slots);
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
+void weft_net_session_destroy(weft_net_session *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->srv->lock);
+  for (size_t i = 0; i < s->nslots; i++) weft_tensor_destroy(s->slots[i].t);
+  pthread_mutex_unlock(&s->srv->lock);
+  free(s->slots);
+  free(s);
+}
+
+/* Handles are ids this session issued; anything else (0, an id freed or never issued, another session's)
+ * refers to nothing. */
+static slot *find(weft_net_session *s, uint64_t id) {
+  if (!id) return NULL;
+  for (size_t i = 0; i < s->nslots; i++)
+    if (s->slots[i].id == id) return &s->slots[i];
+  return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------- ops */
+
+/* Which handle slots an op uses: bit i = slot i required, and optional ones. */
+static void op_slots(weft_op_kind op, unsigned *required, unsigned *optional) {
+  *optional = 0;
+  switch (op) {
+  case WEFT_OP_MATMUL:
+  case WEFT_OP_ADD:
+  case WEFT_OP_RELU_BACKWARD: *required = 1 | 2 | 4; break;
+  case WEFT_OP_RELU:
+  case WEFT_OP_SCALE:
+  case WEFT_OP_AXPY:
+  case WEFT_OP_SUM_ROWS: *required = 1 | 4; break;
+  case WEFT_OP_SOFTMAX_XENT:
+    *required = 1 | 2;
+    *optional = 4 | 8;
+    break;
+  default: *required = 0; break;
+  }
+}
+
+static int run_op(weft_net_session *s, const weft_net_header *h, const weft_net_request *r, weft_net_buf *b) {
+  unsigned required, optional;
+  op_slots(r->op, &required, &optional);
+  weft_tensor *t[4] = {0};
+  for (int i = 0; i < 4; i++) {
+    unsigned bit = 1u << i;
+    if (!r->handles[i]) {
+      if (required & bit) return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "%s needs a tensor in slot %d", weft_op_kind_str(r->op), i);
+      continue;
+    }
+    if (!((required | optional) & bit))
+      return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "%s takes no tensor in slot %d (handle %llu)",
+                    weft_op_kind_str(r->op), i, (unsigned long long)r->handles[i]);
+    slot *sl = find(s, r->handles[i]);
+    if (!sl)
+      return errorf(s, b, h, WEFT_ERR_NOT_FOUND, "handle %llu in slot %d refers to no tensor of this connection",
+                    (unsigned long long)r->handles[i], i);
+    t[i] = sl->t;
+  }
+  if (r->op == WEFT_OP_SOFTMAX_XENT && !t[2] && !t[3])
+    return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "softmax_xent needs a loss or a grad output");
+  weft_op_desc od = WEFT_OP_DESC_INIT;
+  od.contract = r->contract;
+  od.lane = r->lane < 0 ? WEFT_LANE_AUTO : r->lane;
+  weft_fabric *f = s->srv->fabric;
+  pthread_mutex_lock(&s->srv->lock);
+  weft_status st = WEFT_ERR_INTERNAL;
+  int ta = !!(r->flags & WEFT_NET_OP_TRANS_A), tb = !!(r->flags & WEFT_NET_OP_TRANS_B);
+  switch (r->op) {
+  case WEFT_OP_MATMUL: st = weft_op_matmul(f, &od, t[0], ta, t[1], tb, t[2]); break;
+  case WEFT_OP_ADD: st = weft_op_add(f, &od, t[0], t[1], t[2]); break;
+  case WEFT_OP_RELU: st = weft_op_relu(f, &od, t[0], t[2]); break;
+  case WEFT_OP_RELU_BACKWARD: st = weft_op_relu_backward(f, &od, t[0], t[1], t[2]); break;
+  case WEFT_OP_SCALE: st = weft_op_scale(f, &od, r->alpha, t[0], t[2]); break;
+  case WEFT_OP_AXPY: st = weft_op_axpy(f, &od, r->alpha, t[0], t[2]); break;
+  case WEFT_OP_SUM_ROWS: st = weft_op_sum_rows(f, &od, t[0], t[2]); break;
+  case WEFT_OP_SOFTMAX_XENT: st = weft_op_softmax_xent(f, &od, t[0], t[1], t[2], t[3]); break;
+  default: break;
+  }
+  int lane = weft_fabric_last_lane(f);
+  if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(f));
+  pthread_mutex_unlock(&s->srv->lock);
+  if (st) {
+    reply_error(b, h, st, s->err);
+    return 1;
+  }
+  uint8_t *p = reply_begin(b, h, WEFT_OK, 4);
+  if (p) weft_net_put32(p, (uint32_t)lane);
+  return 1;
+}
+
+/* -------------------------------------------------------------------------------------------- frames */
+
+int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const uint8_t *payload,
+                            weft_net_buf *b) {
+  weft_net_server *srv = s->srv;
+  weft_net_request r;
+  weft_status st = weft_net_request_decode(h->type, payload, h->length, &srv->limits, &r, s->err, sizeof s->err);
+  if (st) {
+    reply_error(b, h, st, s->err);
+    /* A peer that cannot even say hello properly is not worth a second chance. */
+    return s->hello;
+  }
+  if (!s->hello && r.type != WEFT_NET_HELLO) {
+    errorf(s, b, h, WEFT_ERR_STATE, "the first frame must be hello");
+    return 0;
+  }
+  if (srv->need_auth && !s->authed && r.type != WEFT_NET_HELLO && r.type != WEFT_NET_AUTH) {
+    errorf(s, b, h, WEFT_ERR_STATE, "this worker requires authentication (auth frame) before any request");
+    return 0;
+  }
+  switch (r.type) {
+  case WEFT_NET_HELLO: {
+    if (s->hello) return errorf(s, b, h, WEFT_ERR_STATE, "hello was already received");
+    if (r.version != WEFT_NET_VERSION) {
+      errorf(s, b, h, WEFT_ERR_UNSUPPORTED, "protocol version %u is not spoken here (this worker speaks %u)",
+             (unsigned)r.version, (unsigned)WEFT_NET_VERSION);
+      return 0;
+    }
+    s->hello = 1;
+    uint8_t *p = reply_begin(b, h, WEFT_OK, 12 + WEFT_NET_NONCE_BYTES + 12);
+    if (!p) return 0;
+    weft_net_put32(p, WEFT_NET_VERSION);
+    weft_net_put32(p + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256);
+    weft_net_put32(p + 8, (uint32_t)srv->need_auth);
+    memcpy(p + 12, s->nonce, WEFT_NET_NONCE_BYTES);
+    weft_net_put32(p + 12 + WEFT_NET_NONCE_BYTES, srv->limits.max_frame);
+    weft_net_put64(p + 16 + WEFT_NET_NONCE_BYTES, srv->limits.max_resident);
+    return 1;
+  }
+  case WEFT_NET_AUTH: {
+    if (!srv->need_auth) {
+      reply_begin(b, h, WEFT_OK, 0);
+      return 1;
+    }
+    if (s->authed) return errorf(s, b, h, WEFT_ERR_STATE, "already authenticated");
+    uint8_t want[WEFT_NET_MAC_BYTES];
+    if (weft_net_auth_mac(srv->secret, srv->secret_len, s->nonce, want)) {
+      errorf(s, b, h, WEFT_ERR_INTERNAL, "HMAC failed");
+      return 0;
+    }
+    /* One try per connection: the nonce is not reused for a second guess. */
+    if (CRYPTO_memcmp(want, r.mac, WEFT_NET_MAC_BYTES) != 0) {
+      errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "authentication failed: wrong proof of the shared secret");
+      return 0;
+    }
+    s->authed = 1;
+    reply_begin(b, h, WEFT_OK, 0);
+    return 1;
+  }
+  case WEFT_NET_LANES: {
+    pthread_mutex_lock(&srv->lock);
+    size_t n = weft_fabric_lane_count(srv->fabric), len = 4;
+    for (size_t i = 0; i < n; i++) {
+      weft_lane_info li;
+      if (weft_fabric_lane_info(srv->fabric, i, &li)) continue;
+      len += 4 + 6 + strnlen(li.name, 255) + strnlen(li.kind, 255) + strnlen(li.device, 255);
+    }
+    uint8_t *p = reply_begin(b, h, WEFT_OK, len);
+    if (p) {
+      weft_net_put32(p, (uint32_t)n);
+      p += 4;
+      for (size_t i = 0; i < n; i++) {
+        weft_lane_info li;
+        if (weft_fabric_lane_info(srv->fabric, i, &li)) memset(&li, 0, sizeof li);
+        weft_net_put32(p, li.failed ? 0 : li.contracts);
+        p += 4;
+        const char *strs[3] = {li.name, li.kind, li.device};
+        for (int k = 0; k < 3; k++) {
+          size_t sl = strs[k] ? strnlen(strs[k], 255) : 0;
+          weft_net_put16(p, (uint16_t)sl);
+          if (sl) memcpy(p + 2, strs[k], sl);
+          p += 2 + sl;
+        }
+      }
+    }
+    pthread_mutex_unlock(&srv->lock);
+    return p != NULL;
+  }
+  case WEFT_NET_CREATE: {
+    uint64_t bytes = r.numel * 4;
+    if (s->nslots >= WEFT_NET_MAX_HANDLES)
+      return errorf(s, b, h, WEFT_ERR_OUT_OF_MEMORY, "this connection holds %u tensors, the cap",
+                    WEFT_NET_MAX_HANDLES);
+    if (bytes > srv->limits.max_resident - s->resident)
+      return errorf(s, b, h, WEFT_ERR_OUT_OF_MEMORY,
+                    "a tensor of %llu bytes would pass this connection's resident cap (%llu of %llu bytes held)",
+                    (unsigned long long)bytes, (unsigned long long)s->resident,
+                    (unsigned long long)srv->limits.max_resident);
+    weft_tensor *t = NULL;
+    pthread_mutex_lock(&srv->lock);
+    st = weft_tensor_create(srv->fabric, r.ndim, r.dims, NULL, &t);
+    if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(srv->fabric));
+    pthread_mutex_unlock(&srv->lock);
+    if (st) {
+      reply_error(b, h, st, s->err);
+      return 1;
+    }
+    slot *sl = &s->slots[s->nslots++];
+    sl->id = s->next_id++;
+    sl->t = t;
+    sl->bytes = bytes;
+    s->resident += bytes;
+    uint8_t *p = reply_begin(b, h, WEFT_OK, 8);
+    if (p) weft_net_put64(p, sl->id);
+    return 1;
+  }
+  case WEFT_NET_WRITE:
+  case WEFT_NET_READ: {
+    slot *sl = find(s, r.handle);
+    if (!sl)
+      return errorf(s, b, h, WEFT_ERR_NOT_FOUND, "handle %llu refers to no tensor of this connection",
+                    (unsigned long long)r.handle);
+    uint64_t numel = sl->bytes / 4;
+    if (r.type == WEFT_NET_WRITE) {
+      if (r.numel != numel)
+        return errorf(s, b, h, WEFT_ERR_SHAPE, "write of %llu floats to a tensor of %llu",
+                      (unsigned long long)r.numel, (unsigned long long)numel);
+      /* The payload need not be aligned for floats: copy through an aligned buffer. */
+      float *tmp = malloc(numel ? numel * 4 : 4);
+      if (!tmp) return errorf(s, b, h, WEFT_ERR_OUT_OF_MEMORY, "out of memory staging a write");
+      memcpy(tmp, r.data, numel * 4);
+      pthread_mutex_lock(&srv->lock);
+      st = weft_tensor_write(sl->t, tmp, numel);
+      if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(srv->fabric));
+      pthread_mutex_unlock(&srv->lock);
+      free(tmp);
+      if (st) reply_error(b, h, st, s->err);
+      else reply_begin(b, h, WEFT_OK, 0);
+      return 1;
+    }
+    float *tmp = malloc(numel ? numel * 4 : 4);
+    if (!tmp) return errorf(s, b, h, WEFT_ERR_OUT_OF_MEMORY, "out of memory staging a read");
+    pthread_mutex_lock(&srv->lock);
+    st = weft_tensor_read(sl->t, tmp, numel);
+    if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(srv->fabric));
+    pthread_mutex_unlock(&srv->lock);
+    if (st) {
+      free(tmp);
+      reply_error(b, h, st, s->err);
+      return 1;
+    }
+    uint8_t *p = reply_begin(b, h, WEFT_OK, 8 + numel * 4);
+    if (p) {
+      weft_net_put64(p, numel);
+      memcpy(p + 8, tmp, numel * 4);
+    }
+    free(tmp);
+    return p != NULL;
+  }
+  case WEFT_NET_FREE: {
+    slot *sl = find(s, r.handle);
+    if (!sl)
+      return errorf(s, b, h, WEFT_ERR_NOT_FOUND, "handle %llu refers to no tensor of this connection",
+                    (unsigned long long)r.handle);
+    pthread_mutex_lock(&srv->lock);
+    weft_tensor_destroy(sl->t);
+    pthread_mutex_unlock(&srv->lock);
+    s->resident -= sl->bytes;
+    *sl = s->slots[--s->nslots];
+    reply_begin(b, h, WEFT_OK, 0);
+    return 1;
+  }
+  case WEFT_NET_OP: return run_op(s, h, &r, b);
+  default: return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "unknown request type %u", (unsigned)h->type);
+  }
+}
+
+/* ------------------------------------------------------------------------------------------- sockets */
+
+static int read_full(int fd, uint8_t *p, size_t n) {
+  while (n) {
+    ssize_t k = recv(fd, p, n, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return 0;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 1;
+}
+
+static int write_full(int fd, const uint8_t *p, size_t n) {
+  while (n) {
+    ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return 0;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 1;
+}
+
+typedef struct conn {
+  weft_net_server *srv;
+  int fd;
+} conn;
+
+static void set_timeout(int fd, int ms) {
+  struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+static void *serve_conn(void *arg) {
+  conn c = *(conn *)arg;
+  free(arg);
+  weft_net_session *s = weft_net_session_create(c.srv);
+  weft_net_buf out = {0};
+  uint8_t *payload = NULL;
+  if (!s) goto done;
+  int one = 1;
+  setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  set_timeout(c.fd, c.srv->io_timeout_ms);
+  for (;;) {
+    uint8_t hb[WEFT_NET_HEADER_BYTES];
+    if (!read_full(c.fd, hb, sizeof hb)) break;
+    weft_net_header h;
+    out.len = 0;
+    weft_status st = weft_net_header_decode(hb, &c.srv->limits, &h, s->err, sizeof s->err);
+    if (st) {
+      /* The stream cannot be resynchronised after a bad header: say why, then close. Nothing is read or
+       * allocated on the strength of the peer's length. */
+      reply_error(&out, &h, st, s->err);
+      write_full(c.fd, out.data, out.len);
+      break;
+    }
+    /* The length is capped by max_frame above; allocate exactly that, never more. */
+    free(payload);
+    payload = malloc(h.length ? h.length : 1);
+    if (!payload || !read_full(c.fd, payload, h.length)) break;
+    int keep = weft_net_session_handle(s, &h, payload, &out);
+    if (out.len && !write_full(c.fd, out.data, out.len)) break;
+    if (!keep) break;
+  }
+done:
+  free(payload);
+  weft_net_buf_free(&out);
+  weft_net_session_destroy(s);
+  close(c.fd);
+  pthread_mutex_lock(&c.srv->count_lock);
+  c.srv->clients--;
+  pthread_mutex_unlock(&c.srv->count_lock);
+  return NULL;
+}
+
+static int is_loopback(const struct sockaddr *sa) {
+  if (sa->sa_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+  if (sa->sa_family == AF_INET6) return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+  return 0;
+}
+
+/* Splits "host:port" ("[v6]:port" too). */
+static int split_addr(const char *addr, char *host, size_t hl, char *port, size_t pl) {
+  const char *colon = strrchr(addr, ':');
+  if (!colon || colon == addr || !colon[1]) return 0;
+  size_t n = (size_t)(colon - addr);
+  if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']') {
+    addr++;
+    n -= 2;
+  }
+  if (n >= hl || strlen(colon + 1) >= pl) return 0;
+  memcpy(host, addr, n);
+  host[n] = 0;
+  snprintf(port, pl, "%s", colon + 1);
+  return 1;
+}
+
+weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, size_t errlen) {
+  const char *addr = desc->listen ? desc->listen : "127.0.0.1:7070";
+  char host[256], port[32];
+  if (!split_addr(addr, host, sizeof host, port, sizeof port)) {
+    snprintf(err, errlen, "--listen wants HOST:PORT, got '%s'", addr);
+    return WEFT_ERR_INVALID_ARGUMENT;
+  }
+  struct addrinfo hints = {0}, *ai = NULL;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  int gai = getaddrinfo(host, port, &hints, &ai);
+  if (gai) {
+    snprintf(err, errlen, "cannot resolve '%s': %s", addr, gai_strerror(gai));
+    return WEFT_ERR_INVALID_ARGUMENT;
+  }
+  if (!is_loopback(ai->ai_addr) && !(desc->secret && desc->secret_len)) {
+    freeaddrinfo(ai);
+    snprintf(err, errlen,
+             "refusing to listen on '%s' without a shared secret: anything off loopback needs --secret-file", addr);
+    return WEFT_ERR_INVALID_ARGUMENT;
+  }
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 64) != 0) {
+    snprintf(err, errlen, "cannot listen on '%s': %s", addr, strerror(errno));
+    if (fd >= 0) close(fd);
+    freeaddrinfo(ai);
+    return WEFT_ERR_IO;
+  }
+  freeaddrinfo(ai);
+  struct sockaddr_storage bound;
+  socklen_t bl = sizeof bound;
+  getsockname(fd, (struct sockaddr *)&bound, &bl);
+  int bport = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                 : ((struct sockaddr_in *)&bound)->sin_port);
+  weft_net_server *srv = NULL;
+  weft_status st = weft_net_server_create(desc, &srv, err, errlen);
+  if (st) {
+    close(fd);
+    return st;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  if (desc->on_listen) desc->on_listen(desc->ctx, host, bport);
+  for (;;) {
+    int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+    if (cfd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) {
+        if (errno == EMFILE || errno == ENFILE) usleep(10000);
+        continue;
+      }
+      snprintf(err, errlen, "accept failed: %s", strerror(errno));
+      break;
+    }
+    pthread_mutex_lock(&srv->count_lock);
+    int full = srv->clients >= srv->max_clients;
+    if (!full) srv->clients++;
+    pthread_mutex_unlock(&srv->count_lock);
+    if (full) {
+      close(cfd);
+      continue;
+    }
+    conn *c = malloc(sizeof *c);
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (!c || (c->srv = srv, c->fd = cfd, pthread_create(&th, &attr, serve_conn, c) != 0)) {
+      free(c);
+      close(cfd);
+      pthread_mutex_lock(&srv->count_lock);
+      srv->clients--;
+      pthread_mutex_unlock(&srv->count_lock);
+    }
+    pthread_attr_destroy(&attr);
+  }
+  close(fd);
+  /* Connections may still be running: the server is left to the process's exit. */
+  return WEFT_ERR_IO;
+}

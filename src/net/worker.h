@@ -1,0 +1,52 @@
+/* worker.h - the server side of the protocol: a server (one fabric shared by every connection, the
+ * secret, the caps) and sessions (one per connection: its handles, its resident bytes, its auth state).
+ * weft_net_session_handle turns one frame into one reply with no socket involved, so the request handler
+ * can be fuzzed; weft_net_worker_run adds the listening socket and a thread per connection. */
+#ifndef WEFT_NET_WORKER_H
+#define WEFT_NET_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "net/protocol.h"
+#include "weft.h"
+
+typedef struct weft_net_server weft_net_server;
+typedef struct weft_net_session weft_net_session;
+
+typedef struct weft_net_worker_desc {
+  const char *listen;      /* "HOST:PORT"; NULL = "127.0.0.1:7070"; port 0 picks a free one */
+  const char *lanes;       /* the worker fabric's lanes (weft_fabric_desc.lanes); NULL = all */
+  const uint8_t *secret;   /* shared secret, or NULL; required off loopback */
+  size_t secret_len;
+  weft_net_limits limits;  /* zeros = defaults */
+  int max_clients;         /* concurrent connections; 0 = 64 */
+  int io_timeout_ms;       /* a peer silent this long mid-frame is dropped; 0 = 30000 */
+  /* Called once the socket is bound, with the address and the port actually bound. */
+  void (*on_listen)(void *ctx, const char *host, int port);
+  void *ctx;
+} weft_net_worker_desc;
+
+/* A growing reply buffer. */
+typedef struct weft_net_buf {
+  uint8_t *data;
+  size_t len, cap;
+} weft_net_buf;
+
+weft_status weft_net_server_create(const weft_net_worker_desc *desc, weft_net_server **out, char *err,
+                                   size_t errlen);
+void weft_net_server_destroy(weft_net_server *srv);
+weft_net_session *weft_net_session_create(weft_net_server *srv);
+/* Frees every tensor the session still holds. */
+void weft_net_session_destroy(weft_net_session *s);
+/* Handles one frame whose header was decoded by weft_net_header_decode and whose payload is `payload`;
+ * appends the reply frame to `reply`. Returns 1 to keep the connection, 0 to close it after the reply. */
+int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const uint8_t *payload,
+                            weft_net_buf *reply);
+void weft_net_buf_free(weft_net_buf *b);
+
+/* Binds, then serves until the process ends. Returns only on a setup error (bind failed, or a non-loopback
+ * address without a secret), with the reason in err. */
+weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,84 @@
+/* cli_worker.c - `weft worker`: serves this machine's lanes to other machines' fabrics over the wire
+ * protocol (docs/PROTOCOL.md). Loopback by default; any other address needs a shared secret. */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "net/worker.h"
+
+void weft_cli_worker_help(FILE *out) {
+  fprintf(out,
+          "Usage: weft worker [--listen HOST:PORT] [--lanes LIST] [--secret-file F] [--max-frame-mib N]\n"
+          "                   [--max-resident-mib N]\n"
+          "\n"
+          "Serves this machine's lanes to remote fabrics (lanes remote:<host:port>/<lane> on the client).\n"
+          "Tensors stay resident here between ops, so weights travel once. Runs until killed.\n"
+          "\n"
+          "Options:\n"
+          "  --listen HOST:PORT     address to bind (default 127.0.0.1:7070; port 0 picks a free port). Any\n"
+          "                         address other than loopback requires --secret-file\n"
+          "  --lanes LIST           the lanes to serve (as for weft devices; default: all found)\n"
+          "  --secret-file F        a shared secret (>= 16 bytes); clients prove they know it by HMAC-SHA256\n"
+          "                         of a fresh nonce, so it never crosses the wire\n"
+          "  --max-frame-mib N      largest frame a client may send (default 64)\n"
+          "  --max-resident-mib N   tensor bytes one connection may hold (default 1024)\n"
+          "\n"
+          "Prints 'weft worker: listening on HOST:PORT' once bound (the port actually bound).\n");
+}
+
+static void on_listen(void *ctx, const char *host, int port) {
+  (void)ctx;
+  printf("weft worker: listening on %s:%d\n", host, port);
+  fflush(stdout);
+}
+
+int weft_cli_worker(int argc, char **argv) {
+  static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
+                                       {"lanes", required_argument, NULL, 'L'},
+                                       {"secret-file", required_argument, NULL, 's'},
+                                       {"max-frame-mib", required_argument, NULL, 'f'},
+                                       {"max-resident-mib", required_argument, NULL, 'r'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  weft_net_worker_desc d = {0};
+  const char *secret_file = NULL;
+  long frame_mib = 64, resident_mib = 1024;
+  optind = 1;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'l': d.listen = optarg; break;
+    case 'L': d.lanes = optarg; break;
+    case 's': secret_file = optarg; break;
+    case 'f':
+      if (weft_cli_parse_long("worker", "--max-frame-mib", optarg, 1, 1024, &frame_mib)) return WEFT_CLI_USAGE;
+      break;
+    case 'r':
+      if (weft_cli_parse_long("worker", "--max-resident-mib", optarg, 1, 1 << 20, &resident_mib))
+        return WEFT_CLI_USAGE;
+      break;
+    case 'h': weft_cli_worker_help(stdout); return WEFT_CLI_OK;
+    default: return weft_cli_option_error("worker", c, argv);
+    }
+  }
+  if (optind < argc) return weft_cli_usage_error("worker", "unexpected argument '%s'", argv[optind]);
+  static uint8_t secret[4096];
+  size_t secret_len = 0;
+  char err[512] = "";
+  if (secret_file) {
+    if (weft_net_read_secret(secret_file, secret, sizeof secret, &secret_len, err, sizeof err)) {
+      fprintf(stderr, "weft worker: %s\n", err);
+      return WEFT_CLI_FAILED;
+    }
+    d.secret = secret;
+    d.secret_len = secret_len;
+  }
+  d.limits.max_frame = (uint32_t)((uint64_t)frame_mib << 20 > UINT32_MAX ? UINT32_MAX : (uint64_t)frame_mib << 20);
+  d.limits.max_resident = (uint64_t)resident_mib << 20;
+  d.on_listen = on_listen;
+  weft_net_worker_run(&d, err, sizeof err);
+  fprintf(stderr, "weft worker: %s\n", err);
+  return WEFT_CLI_FAILED;
+}

@@ -1,0 +1,221 @@
+/* netutil.c - see netutil.h. */
+#include "netutil.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int nt_start(const char *weft, const char *const *extra, nt_worker *out) {
+  memset(out, 0, sizeof *out);
+  int pfd[2];
+  if (pipe(pfd)) return 0;
+  pid_t pid = fork();
+  if (pid < 0) return 0;
+  if (pid == 0) {
+    dup2(pfd[1], 1);
+    close(pfd[0]);
+    close(pfd[1]);
+    const char *argv[32] = {weft, "worker", "--listen", "127.0.0.1:0", "--lanes", "cpu"};
+    int n = 6;
+    for (int i = 0; extra && extra[i] && n < 31; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    execv(weft, (char *const *)argv);
+    _exit(127);
+  }
+  close(pfd[1]);
+  signal(SIGPIPE, SIG_IGN);
+  char line[256];
+  size_t len = 0;
+  struct pollfd p = {pfd[0], POLLIN, 0};
+  while (len < sizeof line - 1 && poll(&p, 1, 20000) > 0) {
+    ssize_t k = read(pfd[0], line + len, 1);
+    if (k <= 0) break;
+    len++;
+    if (line[len - 1] == '\n') break;
+  }
+  line[len] = 0;
+  close(pfd[0]);
+  const char *c = strrchr(line, ':');
+  out->pid = pid;
+  if (!c || strncmp(line, "weft worker: listening on ", 26) != 0) {
+    fprintf(stderr, "worker did not start: '%s'\n", line);
+    nt_stop(out);
+    return 0;
+  }
+  out->port = atoi(c + 1);
+  return out->port > 0;
+}
+
+void nt_stop(nt_worker *w) {
+  if (w->pid > 0) {
+    kill(w->pid, SIGKILL);
+    waitpid(w->pid, NULL, 0);
+  }
+  w->pid = 0;
+}
+
+int nt_alive(nt_worker *w) { return w->pid > 0 && waitpid(w->pid, NULL, WNOHANG) == 0; }
+
+int nt_connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  struct timeval tv = {10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+int nt_send_raw(int fd, const void *p, size_t n) {
+  const uint8_t *b = p;
+  while (n) {
+    ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return 0;
+    b += k;
+    n -= (size_t)k;
+  }
+  return 1;
+}
+
+int nt_send(int fd, uint16_t type, uint32_t id, const void *payload, uint32_t len) {
+  uint8_t hb[WEFT_NET_HEADER_BYTES];
+  weft_net_header h = {WEFT_NET_MAGIC, type, 0, id, len};
+  weft_net_header_encode(&h, hb);
+  return nt_send_raw(fd, hb, sizeof hb) && (!len || nt_send_raw(fd, payload, len));
+}
+
+static int read_full(int fd, uint8_t *p, size_t n) {
+  while (n) {
+    ssize_t k = recv(fd, p, n, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return 0;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 1;
+}
+
+int nt_recv(int fd, weft_net_header *h, uint8_t **out_payload) {
+  *out_payload = NULL;
+  uint8_t hb[WEFT_NET_HEADER_BYTES];
+  if (!read_full(fd, hb, sizeof hb)) return 0;
+  h->magic = weft_net_get32(hb);
+  h->type = weft_net_get16(hb + 4);
+  h->status = weft_net_get16(hb + 6);
+  h->request_id = weft_net_get32(hb + 8);
+  h->length = weft_net_get32(hb + 12);
+  if (h->magic != WEFT_NET_MAGIC || h->length > (1u << 30)) return 0;
+  uint8_t *p = malloc(h->length + 1);
+  if (!p || !read_full(fd, p, h->length)) {
+    free(p);
+    return 0;
+  }
+  p[h->length] = 0;
+  *out_payload = p;
+  return 1;
+}
+
+static uint32_t next_id = 1;
+
+int nt_call(int fd, uint16_t type, const void *payload, uint32_t len, uint8_t **out_payload, uint32_t *out_len) {
+  if (out_payload) *out_payload = NULL;
+  uint32_t id = next_id++;
+  if (!nt_send(fd, type, id, payload, len)) return -1;
+  weft_net_header h;
+  uint8_t *p;
+  if (!nt_recv(fd, &h, &p)) return -1;
+  if (h.request_id != id || h.type != (type | WEFT_NET_REPLY)) {
+    free(p);
+    return -2;
+  }
+  if (out_len) *out_len = h.length;
+  if (out_payload) *out_payload = p;
+  else free(p);
+  return h.status;
+}
+
+int nt_hello(int fd, uint8_t *nonce) {
+  uint8_t pl[8];
+  weft_net_put32(pl, WEFT_NET_VERSION);
+  weft_net_put32(pl + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256);
+  uint8_t *r;
+  uint32_t n = 0;
+  int st = nt_call(fd, WEFT_NET_HELLO, pl, 8, &r, &n);
+  if (st == 0 && n >= 12 + WEFT_NET_NONCE_BYTES && nonce) memcpy(nonce, r + 12, WEFT_NET_NONCE_BYTES);
+  free(r);
+  return st;
+}
+
+int nt_closed(int fd) {
+  struct pollfd p = {fd, POLLIN, 0};
+  if (poll(&p, 1, 2000) <= 0) return 0;
+  char c;
+  return recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+uint64_t nt_create(int fd, int ndim, const int64_t *dims) {
+  uint8_t pl[4 + 8 * 4];
+  weft_net_put32(pl, (uint32_t)ndim);
+  for (int i = 0; i < ndim; i++) weft_net_put64(pl + 4 + 8 * i, (uint64_t)dims[i]);
+  uint8_t *r;
+  uint32_t n = 0;
+  uint64_t h = 0;
+  if (nt_call(fd, WEFT_NET_CREATE, pl, 4 + 8 * (uint32_t)ndim, &r, &n) == 0 && n == 8) h = weft_net_get64(r);
+  free(r);
+  return h;
+}
+
+int nt_write(int fd, uint64_t h, const float *x, uint64_t n) {
+  uint8_t *pl = malloc(16 + n * 4);
+  if (!pl) return -1;
+  weft_net_put64(pl, h);
+  weft_net_put64(pl + 8, n);
+  memcpy(pl + 16, x, n * 4);
+  int st = nt_call(fd, WEFT_NET_WRITE, pl, (uint32_t)(16 + n * 4), NULL, NULL);
+  free(pl);
+  return st;
+}
+
+int nt_read(int fd, uint64_t h, float *x, uint64_t n) {
+  uint8_t pl[8], *r;
+  uint32_t len = 0;
+  weft_net_put64(pl, h);
+  int st = nt_call(fd, WEFT_NET_READ, pl, 8, &r, &len);
+  if (st == 0) {
+    if (len != 8 + n * 4 || weft_net_get64(r) != n) st = -3;
+    else memcpy(x, r + 8, n * 4);
+  }
+  free(r);
+  return st;
+}
+
+int nt_op(int fd, uint32_t kind, uint32_t contract, int32_t lane, uint32_t flags, float alpha, const uint64_t hs[4]) {
+  uint8_t pl[52];
+  weft_net_put32(pl, kind);
+  weft_net_put32(pl + 4, contract);
+  weft_net_put32(pl + 8, (uint32_t)lane);
+  weft_net_put32(pl + 12, flags);
+  uint32_t a;
+  memcpy(&a, &alpha, 4);
+  weft_net_put32(pl + 16, a);
+  for (int i = 0; i < 4; i++) weft_net_put64(pl + 20 + 8 * i, hs[i]);
+  return nt_call(fd, WEFT_NET_OP, pl, 52, NULL, NULL);
+}

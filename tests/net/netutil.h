@@ -1,0 +1,41 @@
+/* netutil.h - test-side client of the wire protocol: start a real `weft worker` process on loopback with
+ * an ephemeral port, connect, send frames (well-formed or deliberately not), read replies. */
+#ifndef WEFT_TEST_NETUTIL_H
+#define WEFT_TEST_NETUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "net/protocol.h"
+
+typedef struct nt_worker {
+  pid_t pid;
+  int port;
+} nt_worker;
+
+/* Starts `weft worker --listen 127.0.0.1:0 --lanes cpu` plus `extra` arguments (NULL-terminated, may be
+ * NULL) and waits for the port it bound. Returns 0 on failure. */
+int nt_start(const char *weft, const char *const *extra, nt_worker *out);
+void nt_stop(nt_worker *w);
+/* 1 while the worker process is alive. */
+int nt_alive(nt_worker *w);
+int nt_connect(int port);
+int nt_send(int fd, uint16_t type, uint32_t id, const void *payload, uint32_t len);
+/* Sends raw bytes. */
+int nt_send_raw(int fd, const void *p, size_t n);
+/* Reads one reply; *out_payload is malloc'ed (free it). Returns 0 on a closed or timed-out connection. */
+int nt_recv(int fd, weft_net_header *h, uint8_t **out_payload);
+/* Sends hello, reads the reply; fills nonce (may be NULL). Returns the reply's status or -1. */
+int nt_hello(int fd, uint8_t *nonce);
+/* One request, one reply: returns the reply's status (-1 when the connection closed); payload optional. */
+int nt_call(int fd, uint16_t type, const void *payload, uint32_t len, uint8_t **out_payload, uint32_t *out_len);
+/* 1 when the connection was closed by the peer (a read returns 0 within a second). */
+int nt_closed(int fd);
+/* Create a tensor; returns the handle or 0. */
+uint64_t nt_create(int fd, int ndim, const int64_t *dims);
+int nt_write(int fd, uint64_t h, const float *x, uint64_t n);
+int nt_read(int fd, uint64_t h, float *x, uint64_t n);
+int nt_op(int fd, uint32_t kind, uint32_t contract, int32_t lane, uint32_t flags, float alpha, const uint64_t hs[4]);
+
+#endif

@@ -1,0 +1,234 @@
+/* test_net_worker.c - a real `weft worker` process on loopback: ops through resident handles give the
+ * reference's bits, and one regression per class of bug the ggml RPC server shipped gets an error reply
+ * (or a clean close of that connection) while the worker keeps serving another client. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "netutil.h"
+#include "tutil.h"
+
+static nt_worker w;
+
+/* A fresh client can still say hello and list lanes: the worker survived whatever came before. */
+static void check_serving(const char *after) {
+  TU_CHECK(nt_alive(&w), "worker process died after %s", after);
+  int fd = nt_connect(w.port);
+  TU_CHECK(fd >= 0, "cannot connect after %s", after);
+  if (fd < 0) return;
+  TU_CHECK(nt_hello(fd, NULL) == 0, "hello failed after %s", after);
+  uint8_t *r;
+  uint32_t n = 0;
+  TU_CHECK(nt_call(fd, WEFT_NET_LANES, NULL, 0, &r, &n) == 0 && n >= 4 && weft_net_get32(r) >= 1,
+           "lanes failed after %s", after);
+  free(r);
+  close(fd);
+}
+
+static int session(void) {
+  int fd = nt_connect(w.port);
+  if (fd >= 0 && nt_hello(fd, NULL) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static void test_matmul_bits(void) {
+  int fd = session();
+  TU_CHECK(fd >= 0, "session");
+  if (fd < 0) return;
+  int64_t m = 5, k = 7, n = 3;
+  int64_t da[2] = {m, k}, db[2] = {k, n}, dc[2] = {m, n};
+  float a[35], b[21], c[15], want[15];
+  tu_rng rng = {tu_seed()};
+  for (int i = 0; i < 35; i++) a[i] = tu_rng_float(&rng, -1, 1);
+  for (int i = 0; i < 21; i++) b[i] = tu_rng_float(&rng, -1, 1);
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      float acc = 0;
+      for (int p = 0; p < k; p++) {
+        float prod = a[i * k + p] * b[p * n + j];
+        acc = acc + prod;
+      }
+      want[i * n + j] = acc;
+    }
+  uint64_t ha = nt_create(fd, 2, da), hb = nt_create(fd, 2, db), hc = nt_create(fd, 2, dc);
+  TU_CHECK(ha && hb && hc && ha != hb && hb != hc, "create gives distinct handles");
+  TU_CHECK(nt_write(fd, ha, a, 35) == 0 && nt_write(fd, hb, b, 21) == 0, "write");
+  uint64_t hs[4] = {ha, hb, hc, 0};
+  TU_CHECK(nt_op(fd, WEFT_OP_MATMUL, WEFT_CONTRACT_EXACT, -1, 0, 0, hs) == 0, "matmul");
+  TU_CHECK(nt_read(fd, hc, c, 15) == 0, "read");
+  int same = 1;
+  for (int i = 0; i < 15; i++) same &= tu_same_bits(c[i], want[i]);
+  TU_CHECK(same, "remote matmul differs from the canonical order");
+  /* Weights travel once: a second op on the resident a and b, no re-upload. */
+  uint64_t hs2[4] = {hc, 0, hc, 0};
+  TU_CHECK(nt_op(fd, WEFT_OP_SCALE, 0, -1, 0, 2.0f, hs2) == 0, "scale in place");
+  TU_CHECK(nt_read(fd, hc, c, 15) == 0 && tu_same_bits(c[4], want[4] * 2.0f), "scale result");
+  uint8_t pl[8];
+  weft_net_put64(pl, hc);
+  TU_CHECK(nt_call(fd, WEFT_NET_FREE, pl, 8, NULL, NULL) == 0, "free");
+  TU_CHECK(nt_call(fd, WEFT_NET_READ, pl, 8, NULL, NULL) == WEFT_ERR_NOT_FOUND, "read after free: not found");
+  close(fd);
+}
+
+/* ggml RPC: tensors named by raw pointers and offsets let a client read or write outside a buffer.
+ * Here names are handles the worker issued; a made-up one, another connection's, or a freed one is
+ * refused. */
+static void test_handles_refer_to_nothing(void) {
+  int a = session(), b = session();
+  TU_CHECK(a >= 0 && b >= 0, "sessions");
+  if (a < 0 || b < 0) return;
+  int64_t d[1] = {4};
+  uint64_t h = nt_create(a, 1, d);
+  TU_CHECK(h != 0, "create");
+  uint8_t pl[8];
+  weft_net_put64(pl, h);
+  TU_CHECK(nt_call(b, WEFT_NET_READ, pl, 8, NULL, NULL) == WEFT_ERR_NOT_FOUND, "another connection's handle");
+  weft_net_put64(pl, 0xdeadbeef00001000ull);
+  TU_CHECK(nt_call(a, WEFT_NET_READ, pl, 8, NULL, NULL) == WEFT_ERR_NOT_FOUND, "a pointer-like handle");
+  float x[4] = {1, 2, 3, 4};
+  TU_CHECK(nt_write(a, 999, x, 4) == WEFT_ERR_NOT_FOUND, "write to an unknown handle");
+  /* Graph node that refers to nothing: an op naming a handle never issued, or leaving out a required one. */
+  uint64_t hs[4] = {h, 777, h, 0};
+  TU_CHECK(nt_op(a, WEFT_OP_ADD, 0, -1, 0, 0, hs) == WEFT_ERR_NOT_FOUND, "op input refers to nothing");
+  uint64_t hs2[4] = {h, 0, h, 0};
+  TU_CHECK(nt_op(a, WEFT_OP_ADD, 0, -1, 0, 0, hs2) == WEFT_ERR_INVALID_ARGUMENT, "op missing an input");
+  uint64_t hs3[4] = {h, 0, h, h};
+  TU_CHECK(nt_op(a, WEFT_OP_RELU, 0, -1, 0, 0, hs3) == WEFT_ERR_INVALID_ARGUMENT, "op with an extra slot");
+  /* Lying write: the count says 4 floats, the bytes are 3 floats' worth. */
+  uint8_t lie[16 + 12];
+  weft_net_put64(lie, h);
+  weft_net_put64(lie + 8, 4);
+  memset(lie + 16, 0, 12);
+  TU_CHECK(nt_call(a, WEFT_NET_WRITE, lie, sizeof lie, NULL, NULL) == WEFT_ERR_INVALID_ARGUMENT, "lying write");
+  /* A write whose size does not match the tensor: the pointer-plus-size overrun. */
+  float big[8] = {0};
+  TU_CHECK(nt_write(a, h, big, 8) == WEFT_ERR_SHAPE, "write past the tensor");
+  /* The connection is still usable after every one of these. */
+  TU_CHECK(nt_write(a, h, x, 4) == 0, "connection still usable after errors");
+  close(a);
+  close(b);
+  check_serving("handle errors");
+}
+
+/* Unchecked dtype / contract / rank, zero-size dimensions, size products that overflow. */
+static void test_shapes(void) {
+  int fd = session();
+  if (fd < 0) return;
+  int64_t zero[2] = {0, 3};
+  TU_CHECK(nt_create(fd, 2, zero) == 0, "zero-size matrix dimension refused");
+  int64_t neg[2] = {-1, 3};
+  TU_CHECK(nt_create(fd, 2, neg) == 0, "negative dimension refused");
+  int64_t ovf[4] = {1 << 24, 1 << 24, 1 << 24, 1 << 24};
+  uint8_t pl[4 + 32];
+  weft_net_put32(pl, 4);
+  for (int i = 0; i < 4; i++) weft_net_put64(pl + 4 + 8 * i, (uint64_t)ovf[i]);
+  TU_CHECK(nt_call(fd, WEFT_NET_CREATE, pl, sizeof pl, NULL, NULL) == WEFT_ERR_OVERFLOW, "overflowing product");
+  int64_t wrap[2] = {(int64_t)1 << 33, (int64_t)1 << 33};
+  TU_CHECK(nt_create(fd, 2, wrap) == 0, "dims whose product wraps 64 bits refused");
+  weft_net_put32(pl, 9);
+  TU_CHECK(nt_call(fd, WEFT_NET_CREATE, pl, sizeof pl, NULL, NULL) == WEFT_ERR_SHAPE, "rank 9");
+  int64_t d[1] = {4};
+  uint64_t h = nt_create(fd, 1, d);
+  uint64_t hs[4] = {h, 0, h, 0};
+  TU_CHECK(nt_op(fd, WEFT_OP_RELU, 77, -1, 0, 0, hs) == WEFT_ERR_INVALID_ARGUMENT, "unknown contract (dtype)");
+  TU_CHECK(nt_op(fd, WEFT_OP_RELU, 0, -1, 0x100, 0, hs) == WEFT_ERR_INVALID_ARGUMENT, "unknown flags");
+  TU_CHECK(nt_op(fd, WEFT_OP_RELU, 0, 1000, 0, 0, hs) != 0, "lane out of range");
+  /* An op not on the allow-list. */
+  TU_CHECK(nt_op(fd, 200, 0, -1, 0, 0, hs) == WEFT_ERR_UNSUPPORTED, "op kind 200");
+  TU_CHECK(nt_op(fd, WEFT_OP_COUNT, 0, -1, 0, 0, hs) == WEFT_ERR_UNSUPPORTED, "op kind WEFT_OP_COUNT");
+  /* Shapes that disagree: the public API's validation answers. */
+  int64_t d2[2] = {3, 5};
+  uint64_t h2 = nt_create(fd, 2, d2);
+  uint64_t hs4[4] = {h, h2, h, 0};
+  TU_CHECK(nt_op(fd, WEFT_OP_ADD, 0, -1, 0, 0, hs4) == WEFT_ERR_SHAPE, "add of mismatched shapes");
+  close(fd);
+  check_serving("shape errors");
+}
+
+/* A receive buffer sized by the client: a huge length prefix is refused before anything is read or
+ * allocated; a bad magic or a truncated frame closes that connection only. */
+static void test_frames(void) {
+  int fd = session();
+  if (fd < 0) return;
+  uint8_t hb[WEFT_NET_HEADER_BYTES];
+  weft_net_header h = {WEFT_NET_MAGIC, WEFT_NET_WRITE, 0, 99, 0xffffffffu};
+  weft_net_header_encode(&h, hb);
+  TU_CHECK(nt_send_raw(fd, hb, sizeof hb), "send");
+  weft_net_header rh;
+  uint8_t *p;
+  TU_CHECK(nt_recv(fd, &rh, &p) && rh.status == WEFT_ERR_OVERFLOW, "huge length prefix: overflow reply");
+  free(p);
+  TU_CHECK(nt_closed(fd), "connection closed after a huge length prefix");
+  close(fd);
+  check_serving("huge length prefix");
+
+  fd = nt_connect(w.port);
+  h.magic = 0x12345678;
+  h.length = 0;
+  weft_net_header_encode(&h, hb);
+  nt_send_raw(fd, hb, sizeof hb);
+  TU_CHECK(nt_recv(fd, &rh, &p) && rh.status != 0, "bad magic: error reply");
+  free(p);
+  TU_CHECK(nt_closed(fd), "bad magic closes the connection");
+  close(fd);
+
+  fd = nt_connect(w.port);
+  TU_CHECK(nt_call(fd, WEFT_NET_LANES, NULL, 0, NULL, NULL) == WEFT_ERR_STATE, "request before hello refused");
+  close(fd);
+
+  fd = session();
+  h.magic = WEFT_NET_MAGIC;
+  h.length = 100;
+  weft_net_header_encode(&h, hb);
+  nt_send_raw(fd, hb, sizeof hb);
+  nt_send_raw(fd, "short", 5);
+  close(fd); /* truncated mid-frame */
+  fd = session();
+  uint8_t junk[7] = {1, 2, 3};
+  TU_CHECK(nt_call(fd, WEFT_NET_READ, junk, sizeof junk, NULL, NULL) == WEFT_ERR_INVALID_ARGUMENT,
+           "malformed read payload: error reply");
+  TU_CHECK(nt_call(fd, 0x7fff, NULL, 0, NULL, NULL) != 0, "unknown type refused");
+  close(fd);
+  check_serving("malformed frames");
+}
+
+/* Per-connection resident cap (the worker runs with --max-resident-mib 1). */
+static void test_resident_cap(void) {
+  int fd = session();
+  if (fd < 0) return;
+  int64_t d[2] = {256, 512}; /* 512 KiB */
+  TU_CHECK(nt_create(fd, 2, d) != 0, "first half MiB fits");
+  TU_CHECK(nt_create(fd, 2, d) != 0, "second half MiB fits");
+  uint8_t pl[4 + 16];
+  weft_net_put32(pl, 2);
+  weft_net_put64(pl + 4, 256);
+  weft_net_put64(pl + 12, 512);
+  TU_CHECK(nt_call(fd, WEFT_NET_CREATE, pl, sizeof pl, NULL, NULL) == WEFT_ERR_OUT_OF_MEMORY,
+           "third passes the resident cap");
+  close(fd);
+  check_serving("resident cap");
+}
+
+int main(int argc, char **argv) {
+  double start = tu_now();
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_net_worker /path/to/weft\n");
+    return 2;
+  }
+  const char *extra[] = {"--max-resident-mib", "1", NULL};
+  if (!nt_start(argv[1], extra, &w)) {
+    TU_CHECK(0, "worker did not start");
+    return tu_finish("net_worker", start);
+  }
+  test_matmul_bits();
+  test_handles_refer_to_nothing();
+  test_shapes();
+  test_frames();
+  test_resident_cap();
+  TU_CHECK(nt_alive(&w), "worker alive at the end");
+  nt_stop(&w);
+  return tu_finish("net_worker", start);
+}
