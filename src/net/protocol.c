@@ -118,23 +118,38 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
     return WEFT_OK;
   }
   case WEFT_NET_WRITE: {
-    if (len < 16) return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "write payload of %zu bytes is truncated", len);
+    if (len < 24) return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "write payload of %zu bytes is truncated", len);
     out->handle = weft_net_get64(payload);
-    out->numel = weft_net_get64(payload + 8);
+    out->offset = weft_net_get64(payload + 8);
+    out->numel = weft_net_get64(payload + 16);
     /* The count is the peer's claim: check it against the bytes actually present, never the other way. */
-    if (out->numel > WEFT_NET_MAX_ELEMENTS || out->numel * 4 != len - 16)
+    if (out->numel > WEFT_NET_MAX_ELEMENTS || out->numel * 4 != len - 24)
       return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT,
-                  "write claims %llu floats but carries %zu bytes of data", (unsigned long long)out->numel, len - 16);
-    out->data = payload + 16;
+                  "write claims %llu floats but carries %zu bytes of data", (unsigned long long)out->numel, len - 24);
+    if (out->offset > WEFT_NET_MAX_ELEMENTS)
+      return fail(err, errlen, WEFT_ERR_SHAPE, "write offset %llu is beyond any tensor",
+                  (unsigned long long)out->offset);
+    out->data = payload + 24;
     return WEFT_OK;
   }
   case WEFT_NET_READ:
+    if ((st = want_len(len, 24, "read", err, errlen))) return st;
+    out->handle = weft_net_get64(payload);
+    out->offset = weft_net_get64(payload + 8);
+    out->numel = weft_net_get64(payload + 16);
+    if (out->offset > WEFT_NET_MAX_ELEMENTS || out->numel > WEFT_NET_MAX_ELEMENTS)
+      return fail(err, errlen, WEFT_ERR_SHAPE, "read of %llu elements at %llu is beyond any tensor",
+                  (unsigned long long)out->numel, (unsigned long long)out->offset);
+    if (out->numel * 4 + 8 > limits->max_frame)
+      return fail(err, errlen, WEFT_ERR_OVERFLOW, "a read of %llu floats would not fit one frame (cap %u bytes)",
+                  (unsigned long long)out->numel, (unsigned)limits->max_frame);
+    return WEFT_OK;
   case WEFT_NET_FREE:
-    if ((st = want_len(len, 8, type == WEFT_NET_READ ? "read" : "free", err, errlen))) return st;
+    if ((st = want_len(len, 8, "free", err, errlen))) return st;
     out->handle = weft_net_get64(payload);
     return WEFT_OK;
   case WEFT_NET_OP: {
-    if ((st = want_len(len, 20 + 32, "op", err, errlen))) return st;
+    if ((st = want_len(len, WEFT_NET_OP_BYTES, "op", err, errlen))) return st;
     uint32_t kind = weft_net_get32(payload), contract = weft_net_get32(payload + 4);
     /* The allow-list: exactly the public API's ops, nothing the server has beyond them. */
     if (kind >= WEFT_OP_COUNT)
@@ -151,6 +166,18 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
     uint32_t a = weft_net_get32(payload + 16);
     memcpy(&out->alpha, &a, 4);
     for (int i = 0; i < 4; i++) out->handles[i] = weft_net_get64(payload + 20 + 8 * i);
+    for (int i = 0; i < 4; i++) {
+      const uint8_t *q = payload + 52 + 36 * i;
+      uint32_t nd = weft_net_get32(q);
+      if (nd == 0) continue;
+      if (nd > WEFT_NET_MAX_RANK)
+        return fail(err, errlen, WEFT_ERR_SHAPE, "slot %d's view has rank %u; at most %d", i, (unsigned)nd,
+                    WEFT_NET_MAX_RANK);
+      out->shape_ndim[i] = (int)nd;
+      for (uint32_t d = 0; d < nd; d++) out->shape_dims[i][d] = (int64_t)weft_net_get64(q + 4 + 8 * d);
+      if ((st = weft_net_shape_check(out->shape_ndim[i], out->shape_dims[i], &out->shape_numel[i], err, errlen)))
+        return st;
+    }
     return WEFT_OK;
   }
   default: return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "unknown request type %u", (unsigned)type);

@@ -34,10 +34,11 @@ typedef enum weft_net_type {
   WEFT_NET_AUTH = 2,   /* mac[32] = HMAC-SHA256(secret, "weft-auth-v1" || nonce) -> empty */
   WEFT_NET_LANES = 3,  /* empty -> u32 n, n x { u32 contracts, u16 len, name, u16 len, kind, u16 len, device } */
   WEFT_NET_CREATE = 4, /* u32 ndim, ndim x i64 dims -> u64 handle */
-  WEFT_NET_WRITE = 5,  /* u64 handle, u64 count, count x f32 -> empty */
-  WEFT_NET_READ = 6,   /* u64 handle -> u64 count, count x f32 */
+  WEFT_NET_WRITE = 5,  /* u64 handle, u64 offset, u64 count, count x f32 -> empty (offset, count in elements) */
+  WEFT_NET_READ = 6,   /* u64 handle, u64 offset, u64 count -> u64 count, count x f32 */
   WEFT_NET_FREE = 7,   /* u64 handle -> empty */
-  WEFT_NET_OP = 8,     /* u32 kind, u32 contract, i32 lane, u32 flags, f32 alpha, 4 x u64 handle -> i32 lane */
+  WEFT_NET_OP = 8,     /* u32 kind, u32 contract, i32 lane, u32 flags, f32 alpha, 4 x u64 handle,
+                        * 4 x {u32 ndim (0 = the tensor's own shape), 4 x i64 dims} -> i32 lane */
   WEFT_NET_TYPE_END
 } weft_net_type;
 
@@ -45,6 +46,7 @@ typedef enum weft_net_type {
 #define WEFT_NET_OP_TRANS_A 1u
 #define WEFT_NET_OP_TRANS_B 2u
 #define WEFT_NET_OP_FLAGS_ALL 3u
+#define WEFT_NET_OP_BYTES (20u + 32u + 4u * 36u)
 
 typedef struct weft_net_header {
   uint32_t magic;
@@ -66,7 +68,8 @@ typedef struct weft_net_request {
   const uint8_t *mac;             /* AUTH */
   int ndim;                       /* CREATE */
   int64_t dims[WEFT_NET_MAX_RANK];
-  uint64_t numel;                 /* CREATE: overflow-checked product; WRITE: count */
+  uint64_t numel;                 /* CREATE: overflow-checked product; WRITE, READ: count */
+  uint64_t offset;                /* WRITE, READ: first element */
   uint64_t handle;                /* WRITE, READ, FREE */
   const uint8_t *data;            /* WRITE: count little-endian floats (maybe unaligned) */
   weft_op_kind op;                /* OP */
@@ -75,6 +78,9 @@ typedef struct weft_net_request {
   uint32_t flags;
   float alpha;
   uint64_t handles[4];            /* OP: in0, in1, out0, out1; 0 = none */
+  int shape_ndim[4];              /* OP: a view of each slot's elements with this shape; 0 = its own */
+  int64_t shape_dims[4][WEFT_NET_MAX_RANK];
+  uint64_t shape_numel[4];
 } weft_net_request;
 
 /* Little-endian helpers (the wire is little-endian whatever the host). */

@@ -39,10 +39,14 @@ struct weft_net_server {
   int clients;
 };
 
+/* A resident tensor: the session owns its floats; each op sees them through tensors wrapped over them
+ * (weft_tensor_wrap) in the shape that op wants, so a client lane can treat a handle as a flat buffer. */
 typedef struct slot {
   uint64_t id;
-  weft_tensor *t;
-  uint64_t bytes;
+  float *data;
+  uint64_t numel;
+  int ndim;
+  int64_t dims[WEFT_NET_MAX_RANK];
 } slot;
 
 struct weft_net_session {
@@ -172,8 +176,8 @@ weft_net_session *weft_net_session_create(weft_net_server *srv) {
 void weft_net_session_destroy(weft_net_session *s) {
   if (!s) return;
   pthread_mutex_lock(&s->srv->lock);
-  for (size_t i = 0; i < s->nslots; i++) weft_tensor_destroy(s->slots[i].t);
   pthread_mutex_unlock(&s->srv->lock);
+  for (size_t i = 0; i < s->nslots; i++) free(s->slots[i].data);
   free(s->slots);
   free(s);
 }
@@ -211,44 +215,72 @@ static void op_slots(weft_op_kind op, unsigned *required, unsigned *optional) {
 static int run_op(weft_net_session *s, const weft_net_header *h, const weft_net_request *r, weft_net_buf *b) {
   unsigned required, optional;
   op_slots(r->op, &required, &optional);
-  weft_tensor *t[4] = {0};
+  slot *sl[4] = {0};
   for (int i = 0; i < 4; i++) {
     unsigned bit = 1u << i;
     if (!r->handles[i]) {
-      if (required & bit) return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "%s needs a tensor in slot %d", weft_op_kind_str(r->op), i);
+      if (required & bit)
+        return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "%s needs a tensor in slot %d", weft_op_kind_str(r->op), i);
       continue;
     }
     if (!((required | optional) & bit))
       return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "%s takes no tensor in slot %d (handle %llu)",
                     weft_op_kind_str(r->op), i, (unsigned long long)r->handles[i]);
-    slot *sl = find(s, r->handles[i]);
-    if (!sl)
+    sl[i] = find(s, r->handles[i]);
+    if (!sl[i])
       return errorf(s, b, h, WEFT_ERR_NOT_FOUND, "handle %llu in slot %d refers to no tensor of this connection",
                     (unsigned long long)r->handles[i], i);
-    t[i] = sl->t;
+    /* A view may cover a prefix of the tensor's elements, never more. */
+    if (r->shape_ndim[i] && r->shape_numel[i] > sl[i]->numel)
+      return errorf(s, b, h, WEFT_ERR_SHAPE, "slot %d's view of %llu elements exceeds its tensor's %llu", i,
+                    (unsigned long long)r->shape_numel[i], (unsigned long long)sl[i]->numel);
   }
-  if (r->op == WEFT_OP_SOFTMAX_XENT && !t[2] && !t[3])
+  if (r->op == WEFT_OP_SOFTMAX_XENT && !sl[2] && !sl[3])
     return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "softmax_xent needs a loss or a grad output");
   weft_op_desc od = WEFT_OP_DESC_INIT;
   od.contract = r->contract;
   od.lane = r->lane < 0 ? WEFT_LANE_AUTO : r->lane;
   weft_fabric *f = s->srv->fabric;
+  weft_tensor *t[4] = {0};
+  int owner[4] = {0}; /* t[i] was wrapped for slot i (not shared with an earlier slot) */
   pthread_mutex_lock(&s->srv->lock);
-  weft_status st = WEFT_ERR_INTERNAL;
-  int ta = !!(r->flags & WEFT_NET_OP_TRANS_A), tb = !!(r->flags & WEFT_NET_OP_TRANS_B);
-  switch (r->op) {
-  case WEFT_OP_MATMUL: st = weft_op_matmul(f, &od, t[0], ta, t[1], tb, t[2]); break;
-  case WEFT_OP_ADD: st = weft_op_add(f, &od, t[0], t[1], t[2]); break;
-  case WEFT_OP_RELU: st = weft_op_relu(f, &od, t[0], t[2]); break;
-  case WEFT_OP_RELU_BACKWARD: st = weft_op_relu_backward(f, &od, t[0], t[1], t[2]); break;
-  case WEFT_OP_SCALE: st = weft_op_scale(f, &od, r->alpha, t[0], t[2]); break;
-  case WEFT_OP_AXPY: st = weft_op_axpy(f, &od, r->alpha, t[0], t[2]); break;
-  case WEFT_OP_SUM_ROWS: st = weft_op_sum_rows(f, &od, t[0], t[2]); break;
-  case WEFT_OP_SOFTMAX_XENT: st = weft_op_softmax_xent(f, &od, t[0], t[1], t[2], t[3]); break;
-  default: break;
+  weft_status st = WEFT_OK;
+  for (int i = 0; i < 4 && !st; i++) {
+    if (!sl[i]) continue;
+    int nd = r->shape_ndim[i] ? r->shape_ndim[i] : sl[i]->ndim;
+    const int64_t *dims = r->shape_ndim[i] ? r->shape_dims[i] : sl[i]->dims;
+    /* The same handle in the same shape is one tensor, so the core sees in-place ops as such. */
+    for (int j = 0; j < i; j++) {
+      int ndj = r->shape_ndim[j] ? r->shape_ndim[j] : (sl[j] ? sl[j]->ndim : 0);
+      const int64_t *dj = r->shape_ndim[j] ? r->shape_dims[j] : (sl[j] ? sl[j]->dims : NULL);
+      if (sl[j] == sl[i] && ndj == nd && !memcmp(dj, dims, sizeof(int64_t) * (size_t)nd)) t[i] = t[j];
+    }
+    if (t[i]) continue;
+    st = weft_tensor_wrap(f, nd, dims, sl[i]->data, &t[i]);
+    owner[i] = 1;
   }
+  int ta = !!(r->flags & WEFT_NET_OP_TRANS_A), tb = !!(r->flags & WEFT_NET_OP_TRANS_B);
+  if (!st) switch (r->op) {
+    case WEFT_OP_MATMUL: st = weft_op_matmul(f, &od, t[0], ta, t[1], tb, t[2]); break;
+    case WEFT_OP_ADD: st = weft_op_add(f, &od, t[0], t[1], t[2]); break;
+    case WEFT_OP_RELU: st = weft_op_relu(f, &od, t[0], t[2]); break;
+    case WEFT_OP_RELU_BACKWARD: st = weft_op_relu_backward(f, &od, t[0], t[1], t[2]); break;
+    case WEFT_OP_SCALE: st = weft_op_scale(f, &od, r->alpha, t[0], t[2]); break;
+    case WEFT_OP_AXPY: st = weft_op_axpy(f, &od, r->alpha, t[0], t[2]); break;
+    case WEFT_OP_SUM_ROWS: st = weft_op_sum_rows(f, &od, t[0], t[2]); break;
+    case WEFT_OP_SOFTMAX_XENT: st = weft_op_softmax_xent(f, &od, t[0], t[1], t[2], t[3]); break;
+    default: st = WEFT_ERR_UNSUPPORTED; break;
+    }
   int lane = weft_fabric_last_lane(f);
   if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(f));
+  /* Outputs back into the session's floats (a no-copy read when the op ran on a host lane). */
+  for (int i = 2; i < 4 && !st; i++)
+    if (t[i] && owner[i]) {
+      st = weft_tensor_read(t[i], sl[i]->data, weft_tensor_numel(t[i]));
+      if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(f));
+    }
+  for (int i = 0; i < 4; i++)
+    if (owner[i]) weft_tensor_destroy(t[i]);
   pthread_mutex_unlock(&s->srv->lock);
   if (st) {
     reply_error(b, h, st, s->err);
@@ -357,19 +389,14 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
                     "a tensor of %llu bytes would pass this connection's resident cap (%llu of %llu bytes held)",
                     (unsigned long long)bytes, (unsigned long long)s->resident,
                     (unsigned long long)srv->limits.max_resident);
-    weft_tensor *t = NULL;
-    pthread_mutex_lock(&srv->lock);
-    st = weft_tensor_create(srv->fabric, r.ndim, r.dims, NULL, &t);
-    if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(srv->fabric));
-    pthread_mutex_unlock(&srv->lock);
-    if (st) {
-      reply_error(b, h, st, s->err);
-      return 1;
-    }
+    float *data = calloc(r.numel ? r.numel : 1, sizeof(float));
+    if (!data) return errorf(s, b, h, WEFT_ERR_OUT_OF_MEMORY, "out of memory for %llu bytes", (unsigned long long)bytes);
     slot *sl = &s->slots[s->nslots++];
     sl->id = s->next_id++;
-    sl->t = t;
-    sl->bytes = bytes;
+    sl->data = data;
+    sl->numel = r.numel;
+    sl->ndim = r.ndim;
+    memcpy(sl->dims, r.dims, sizeof sl->dims);
     s->resident += bytes;
     uint8_t *p = reply_begin(b, h, WEFT_OK, 8);
     if (p) weft_net_put64(p, sl->id);
@@ -381,41 +408,21 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
     if (!sl)
       return errorf(s, b, h, WEFT_ERR_NOT_FOUND, "handle %llu refers to no tensor of this connection",
                     (unsigned long long)r.handle);
-    uint64_t numel = sl->bytes / 4;
+    /* Both are at most 2^28 (the decoder's caps), so the sum cannot wrap. */
+    if (r.offset + r.numel > sl->numel)
+      return errorf(s, b, h, WEFT_ERR_SHAPE, "%s of %llu floats at %llu runs past a tensor of %llu",
+                    r.type == WEFT_NET_WRITE ? "write" : "read", (unsigned long long)r.numel,
+                    (unsigned long long)r.offset, (unsigned long long)sl->numel);
     if (r.type == WEFT_NET_WRITE) {
-      if (r.numel != numel)
-        return errorf(s, b, h, WEFT_ERR_SHAPE, "write of %llu floats to a tensor of %llu",
-                      (unsigned long long)r.numel, (unsigned long long)numel);
-      /* The payload need not be aligned for floats: copy through an aligned buffer. */
-      float *tmp = malloc(numel ? numel * 4 : 4);
-      if (!tmp) return errorf(s, b, h, WEFT_ERR_OUT_OF_MEMORY, "out of memory staging a write");
-      memcpy(tmp, r.data, numel * 4);
-      pthread_mutex_lock(&srv->lock);
-      st = weft_tensor_write(sl->t, tmp, numel);
-      if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(srv->fabric));
-      pthread_mutex_unlock(&srv->lock);
-      free(tmp);
-      if (st) reply_error(b, h, st, s->err);
-      else reply_begin(b, h, WEFT_OK, 0);
+      memcpy(sl->data + r.offset, r.data, r.numel * 4);
+      reply_begin(b, h, WEFT_OK, 0);
       return 1;
     }
-    float *tmp = malloc(numel ? numel * 4 : 4);
-    if (!tmp) return errorf(s, b, h, WEFT_ERR_OUT_OF_MEMORY, "out of memory staging a read");
-    pthread_mutex_lock(&srv->lock);
-    st = weft_tensor_read(sl->t, tmp, numel);
-    if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(srv->fabric));
-    pthread_mutex_unlock(&srv->lock);
-    if (st) {
-      free(tmp);
-      reply_error(b, h, st, s->err);
-      return 1;
-    }
-    uint8_t *p = reply_begin(b, h, WEFT_OK, 8 + numel * 4);
+    uint8_t *p = reply_begin(b, h, WEFT_OK, 8 + r.numel * 4);
     if (p) {
-      weft_net_put64(p, numel);
-      memcpy(p + 8, tmp, numel * 4);
+      weft_net_put64(p, r.numel);
+      memcpy(p + 8, sl->data + r.offset, r.numel * 4);
     }
-    free(tmp);
     return p != NULL;
   }
   case WEFT_NET_FREE: {
@@ -423,10 +430,8 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
     if (!sl)
       return errorf(s, b, h, WEFT_ERR_NOT_FOUND, "handle %llu refers to no tensor of this connection",
                     (unsigned long long)r.handle);
-    pthread_mutex_lock(&srv->lock);
-    weft_tensor_destroy(sl->t);
-    pthread_mutex_unlock(&srv->lock);
-    s->resident -= sl->bytes;
+    free(sl->data);
+    s->resident -= sl->numel * 4;
     *sl = s->slots[--s->nslots];
     reply_begin(b, h, WEFT_OK, 0);
     return 1;

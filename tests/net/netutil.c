@@ -184,21 +184,24 @@ uint64_t nt_create(int fd, int ndim, const int64_t *dims) {
 }
 
 int nt_write(int fd, uint64_t h, const float *x, uint64_t n) {
-  uint8_t *pl = malloc(16 + n * 4);
+  uint8_t *pl = malloc(24 + n * 4);
   if (!pl) return -1;
   weft_net_put64(pl, h);
-  weft_net_put64(pl + 8, n);
-  memcpy(pl + 16, x, n * 4);
-  int st = nt_call(fd, WEFT_NET_WRITE, pl, (uint32_t)(16 + n * 4), NULL, NULL);
+  weft_net_put64(pl + 8, 0);
+  weft_net_put64(pl + 16, n);
+  memcpy(pl + 24, x, n * 4);
+  int st = nt_call(fd, WEFT_NET_WRITE, pl, (uint32_t)(24 + n * 4), NULL, NULL);
   free(pl);
   return st;
 }
 
 int nt_read(int fd, uint64_t h, float *x, uint64_t n) {
-  uint8_t pl[8], *r;
+  uint8_t pl[24], *r;
   uint32_t len = 0;
   weft_net_put64(pl, h);
-  int st = nt_call(fd, WEFT_NET_READ, pl, 8, &r, &len);
+  weft_net_put64(pl + 8, 0);
+  weft_net_put64(pl + 16, n);
+  int st = nt_call(fd, WEFT_NET_READ, pl, 24, &r, &len);
   if (st == 0) {
     if (len != 8 + n * 4 || weft_net_get64(r) != n) st = -3;
     else memcpy(x, r + 8, n * 4);
@@ -208,7 +211,7 @@ int nt_read(int fd, uint64_t h, float *x, uint64_t n) {
 }
 
 int nt_op(int fd, uint32_t kind, uint32_t contract, int32_t lane, uint32_t flags, float alpha, const uint64_t hs[4]) {
-  uint8_t pl[52];
+  uint8_t pl[WEFT_NET_OP_BYTES] = {0};
   weft_net_put32(pl, kind);
   weft_net_put32(pl + 4, contract);
   weft_net_put32(pl + 8, (uint32_t)lane);
@@ -217,5 +220,5 @@ int nt_op(int fd, uint32_t kind, uint32_t contract, int32_t lane, uint32_t flags
   memcpy(&a, &alpha, 4);
   weft_net_put32(pl + 16, a);
   for (int i = 0; i < 4; i++) weft_net_put64(pl + 20 + 8 * i, hs[i]);
-  return nt_call(fd, WEFT_NET_OP, pl, 52, NULL, NULL);
+  return nt_call(fd, WEFT_NET_OP, pl, WEFT_NET_OP_BYTES, NULL, NULL);
 }

@@ -69,7 +69,7 @@ static void test_matmul_bits(void) {
   uint8_t pl[8];
   weft_net_put64(pl, hc);
   TU_CHECK(nt_call(fd, WEFT_NET_FREE, pl, 8, NULL, NULL) == 0, "free");
-  TU_CHECK(nt_call(fd, WEFT_NET_READ, pl, 8, NULL, NULL) == WEFT_ERR_NOT_FOUND, "read after free: not found");
+  TU_CHECK(nt_read(fd, hc, c, 15) == WEFT_ERR_NOT_FOUND, "read after free: not found");
   close(fd);
 }
 
@@ -83,12 +83,21 @@ static void test_handles_refer_to_nothing(void) {
   int64_t d[1] = {4};
   uint64_t h = nt_create(a, 1, d);
   TU_CHECK(h != 0, "create");
-  uint8_t pl[8];
-  weft_net_put64(pl, h);
-  TU_CHECK(nt_call(b, WEFT_NET_READ, pl, 8, NULL, NULL) == WEFT_ERR_NOT_FOUND, "another connection's handle");
-  weft_net_put64(pl, 0xdeadbeef00001000ull);
-  TU_CHECK(nt_call(a, WEFT_NET_READ, pl, 8, NULL, NULL) == WEFT_ERR_NOT_FOUND, "a pointer-like handle");
   float x[4] = {1, 2, 3, 4};
+  TU_CHECK(nt_read(b, h, x, 4) == WEFT_ERR_NOT_FOUND, "another connection's handle");
+  TU_CHECK(nt_read(a, 0xdeadbeef00001000ull, x, 4) == WEFT_ERR_NOT_FOUND, "a pointer-like handle");
+  /* Offsets outside the tensor: past its end, and far beyond any tensor. */
+  uint8_t rd[24];
+  weft_net_put64(rd, h);
+  weft_net_put64(rd + 8, 2);
+  weft_net_put64(rd + 16, 4);
+  TU_CHECK(nt_call(a, WEFT_NET_READ, rd, 24, NULL, NULL) == WEFT_ERR_SHAPE, "read past the end");
+  weft_net_put64(rd + 8, (uint64_t)1 << 62);
+  weft_net_put64(rd + 16, 1);
+  TU_CHECK(nt_call(a, WEFT_NET_READ, rd, 24, NULL, NULL) == WEFT_ERR_SHAPE, "read at a huge offset");
+  weft_net_put64(rd + 8, 0);
+  weft_net_put64(rd + 16, UINT64_MAX);
+  TU_CHECK(nt_call(a, WEFT_NET_READ, rd, 24, NULL, NULL) == WEFT_ERR_SHAPE, "read of a wrapping count");
   TU_CHECK(nt_write(a, 999, x, 4) == WEFT_ERR_NOT_FOUND, "write to an unknown handle");
   /* Graph node that refers to nothing: an op naming a handle never issued, or leaving out a required one. */
   uint64_t hs[4] = {h, 777, h, 0};
@@ -98,10 +107,11 @@ static void test_handles_refer_to_nothing(void) {
   uint64_t hs3[4] = {h, 0, h, h};
   TU_CHECK(nt_op(a, WEFT_OP_RELU, 0, -1, 0, 0, hs3) == WEFT_ERR_INVALID_ARGUMENT, "op with an extra slot");
   /* Lying write: the count says 4 floats, the bytes are 3 floats' worth. */
-  uint8_t lie[16 + 12];
+  uint8_t lie[24 + 12];
   weft_net_put64(lie, h);
-  weft_net_put64(lie + 8, 4);
-  memset(lie + 16, 0, 12);
+  weft_net_put64(lie + 8, 0);
+  weft_net_put64(lie + 16, 4);
+  memset(lie + 24, 0, 12);
   TU_CHECK(nt_call(a, WEFT_NET_WRITE, lie, sizeof lie, NULL, NULL) == WEFT_ERR_INVALID_ARGUMENT, "lying write");
   /* A write whose size does not match the tensor: the pointer-plus-size overrun. */
   float big[8] = {0};
