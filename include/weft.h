@@ -100,11 +100,14 @@ typedef struct weft_fabric_desc {
   /* Plugin lanes to load (weft_plugin.h): ':'-separated shared objects or directories of *.so, loaded in
    * addition to those in the environment variable WEFT_PLUGIN_PATH. NULL: only WEFT_PLUGIN_PATH. */
   const char *plugins;
+  /* Workers whose lanes join the fabric as remote:<host:port>/<lane> (`weft worker`): "host:port,...".
+   * NULL or "": those named in the environment variable WEFT_REMOTE, if any. */
+  const char *remote;
 } weft_fabric_desc;
 
 enum { WEFT_CALIBRATION_AUTO = 0, WEFT_CALIBRATION_FORCE = 1, WEFT_CALIBRATION_OFF = 2 };
 
-#define WEFT_FABRIC_DESC_INIT {NULL, 0, 0, WEFT_CALIBRATION_AUTO, NULL, NULL, NULL}
+#define WEFT_FABRIC_DESC_INIT {NULL, 0, 0, WEFT_CALIBRATION_AUTO, NULL, NULL, NULL, NULL}
 
 /* Opens a fabric over every lane found (or those desc->lanes asks for). desc may be NULL for defaults.
  * Lanes that cannot run here are recorded as absent with a reason; that is not an error. */

@@ -41,6 +41,7 @@ class FabricDesc(ctypes.Structure):
         ("on_note", NOTE_FN),
         ("note_ctx", ctypes.c_void_p),
         ("plugins", ctypes.c_char_p),
+        ("remote", ctypes.c_char_p),
         _PAD,
     ]
 

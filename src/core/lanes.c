@@ -9,6 +9,9 @@ weft_status weft_vulkan_probe(const weft_probe_args *args, const weft_lane_sink 
 #ifdef WEFT_HAVE_CUDA
 weft_status weft_cuda_probe(const weft_probe_args *args, const weft_lane_sink *sink);
 #endif
+#ifdef WEFT_HAVE_REMOTE
+weft_status weft_remote_probe(const weft_probe_args *args, const weft_lane_sink *sink);
+#endif
 weft_status weft_plugin_probe(const weft_probe_args *args, const weft_lane_sink *sink);
 
 const weft_lane_provider weft_lane_providers[] = {
@@ -22,6 +25,11 @@ const weft_lane_provider weft_lane_providers[] = {
     {"cuda", weft_cuda_probe, NULL},
 #else
     {"cuda", NULL, "weft was built without the CUDA lanes (no nvcc or CUDA headers at build time)"},
+#endif
+#ifdef WEFT_HAVE_REMOTE
+    {"remote", weft_remote_probe, NULL},
+#else
+    {"remote", NULL, "weft was built without remote lanes (no libcrypto, Debian libssl-dev, at build time)"},
 #endif
     /* Last: plugin lanes are admitted after a self-test, and a built-in lane keeps its name. */
     {"plugin", weft_plugin_probe, NULL},

@@ -18,7 +18,7 @@
 
 /* Hard caps: a request beyond them is refused before anything is allocated. */
 #define WEFT_NET_MAX_RANK 4
-#define WEFT_NET_MAX_DIM ((int64_t)1 << 24)
+#define WEFT_NET_MAX_DIM ((int64_t)1 << 28)
 #define WEFT_NET_MAX_ELEMENTS ((uint64_t)1 << 28)      /* 1 GiB of floats */
 #define WEFT_NET_DEFAULT_MAX_FRAME ((uint32_t)64 << 20) /* payload bytes */
 #define WEFT_NET_DEFAULT_MAX_RESIDENT ((uint64_t)1 << 30)

@@ -1,0 +1,96 @@
+/* test_net_fault.c - a remote lane whose worker is killed (SIGKILL) between ops: the next op routed to it
+ * fails over to the CPU with the right bits, and the lane is marked failed. Also: remote lanes appear in
+ * the fabric under their names, and an op pinned to one gives the reference's bits. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "netutil.h"
+#include "tutil.h"
+
+static void ref_matmul(const float *a, const float *b, float *c, int m, int k, int n) {
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      float acc = 0;
+      for (int p = 0; p < k; p++) {
+        float prod = a[i * k + p] * b[p * n + j];
+        acc = acc + prod;
+      }
+      c[i * n + j] = acc;
+    }
+}
+
+static int same(const float *x, const float *y, int n) {
+  for (int i = 0; i < n; i++)
+    if (!tu_same_bits(x[i], y[i])) return 0;
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  double start = tu_now();
+  if (argc < 2) return 2;
+  nt_worker w;
+  if (!nt_start(argv[1], NULL, &w)) {
+    TU_CHECK(0, "worker did not start");
+    return tu_finish("net_fault", start);
+  }
+  setenv("WEFT_REMOTE_TIMEOUT_MS", "3000", 1);
+  char addr[64], name[96];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", w.port);
+  snprintf(name, sizeof name, "remote:%s/cpu", addr);
+  weft_fabric_desc d = tu_desc();
+  d.lanes = "cpu,remote";
+  d.remote = addr;
+  weft_fabric *f = NULL;
+  TU_STATUS(weft_fabric_open(&d, &f), WEFT_OK, "open with a remote worker");
+  if (!f) return tu_finish("net_fault", start);
+  size_t remote = 0, cpu = 0;
+  TU_STATUS(weft_fabric_lane_find(f, name, &remote), WEFT_OK, "the remote lane is in the fabric");
+  TU_STATUS(weft_fabric_lane_find(f, "cpu", &cpu), WEFT_OK, "cpu lane");
+  weft_lane_info li;
+  TU_CHECK(weft_fabric_lane_info(f, remote, &li) == WEFT_OK && strcmp(li.kind, "remote") == 0 &&
+               (li.contracts & WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT)),
+           "remote lane kind and contracts come from the worker");
+
+  enum { M = 24, K = 40, N = 16 };
+  float a[M * K], b[K * N], c[M * N], want[M * N];
+  tu_rng rng = {tu_seed()};
+  for (int i = 0; i < M * K; i++) a[i] = tu_rng_float(&rng, -1, 1);
+  for (int i = 0; i < K * N; i++) b[i] = tu_rng_float(&rng, -1, 1);
+  ref_matmul(a, b, want, M, K, N);
+  int64_t da[2] = {M, K}, db[2] = {K, N}, dc[2] = {M, N};
+  weft_tensor *ta = NULL, *tb = NULL, *tc = NULL;
+  weft_tensor_create(f, 2, da, a, &ta);
+  weft_tensor_create(f, 2, db, b, &tb);
+  weft_tensor_create(f, 2, dc, NULL, &tc);
+
+  weft_op_desc od = WEFT_OP_DESC_INIT;
+  od.lane = (int)remote;
+  TU_STATUS(weft_op_matmul(f, &od, ta, 0, tb, 0, tc), WEFT_OK, "matmul pinned to the remote lane");
+  TU_STATUS(weft_tensor_read(tc, c, M * N), WEFT_OK, "read");
+  TU_CHECK(same(c, want, M * N), "remote matmul gives the canonical bits");
+
+  /* Make the router prefer the remote lane, then kill its worker. */
+  for (int cls = 0; cls < WEFT_COST_CLASS_COUNT; cls++) {
+    weft_fabric_set_cost_model(f, remote, (weft_cost_class)cls, WEFT_CONTRACT_EXACT, 1e-9, 1e15);
+    weft_fabric_set_cost_model(f, cpu, (weft_cost_class)cls, WEFT_CONTRACT_EXACT, 1.0, 1e3);
+  }
+  TU_STATUS(weft_op_matmul(f, NULL, ta, 0, tb, 0, tc), WEFT_OK, "routed matmul");
+  TU_CHECK(weft_fabric_last_lane(f) == (int)remote, "the router picked the remote lane (got %d)",
+           weft_fabric_last_lane(f));
+  nt_stop(&w);
+  memset(c, 0, sizeof c);
+  weft_tensor_write(tc, c, M * N);
+  TU_STATUS(weft_op_matmul(f, NULL, ta, 0, tb, 0, tc), WEFT_OK, "routed matmul after the worker died");
+  TU_CHECK(weft_fabric_last_lane(f) == (int)cpu, "re-routed to the cpu (got %d)", weft_fabric_last_lane(f));
+  TU_STATUS(weft_tensor_read(tc, c, M * N), WEFT_OK, "read");
+  TU_CHECK(same(c, want, M * N), "the re-routed result has the canonical bits");
+  TU_CHECK(weft_fabric_lane_info(f, remote, &li) == WEFT_OK && li.failed == 1, "the remote lane is marked failed");
+  weft_tensor_destroy(ta);
+  weft_tensor_destroy(tb);
+  weft_tensor_destroy(tc);
+  weft_fabric_close(f);
+  return tu_finish("net_fault", start);
+}
