@@ -11,3 +11,6 @@ target_link_libraries(weft_net PUBLIC weft_static OpenSSL::Crypto Threads::Threa
 if(BUILD_TESTING)
   add_subdirectory(tests/net)
 endif()
+# Figures (not a test): bench_net /path/to/weft.
+add_executable(bench_net bench/net/bench_net.c)
+target_link_libraries(bench_net PRIVATE weft_net)

@@ -1,0 +1,318 @@
+/* bench_net.c - figures for remote lanes on loopback (not a test): a tiny op's round trip through a real
+ * `weft worker`, a large upload against raw loopback TCP measured in the same run, and 8 concurrent
+ * clients x 1000 ops with 10% malformed frames mixed in (wrong results and crashes counted).
+ *
+ *   bench_net /path/to/weft */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "net/protocol.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int dial(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  struct timeval tv = {10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+static int io(int fd, void *p, size_t n, int rd) {
+  uint8_t *b = p;
+  while (n) {
+    ssize_t k = rd ? recv(fd, b, n, 0) : send(fd, b, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return 0;
+    b += k;
+    n -= (size_t)k;
+  }
+  return 1;
+}
+
+/* Sends a frame (header + a + b) and reads the reply into *buf (grown); returns the status or -1. */
+static int call(int fd, uint16_t type, const void *a, size_t al, const void *b, size_t bl, uint8_t **buf,
+                size_t *cap, size_t *len) {
+  static _Thread_local uint32_t id = 1;
+  uint8_t hb[WEFT_NET_HEADER_BYTES];
+  weft_net_header h = {WEFT_NET_MAGIC, type, 0, id++, (uint32_t)(al + bl)};
+  weft_net_header_encode(&h, hb);
+  if (!io(fd, hb, 16, 0) || (al && !io(fd, (void *)a, al, 0)) || (bl && !io(fd, (void *)b, bl, 0))) return -1;
+  if (!io(fd, hb, 16, 1)) return -1;
+  uint32_t n = weft_net_get32(hb + 12);
+  if (n + 1 > *cap) {
+    *buf = realloc(*buf, n + 1);
+    *cap = n + 1;
+  }
+  if (!io(fd, *buf, n, 1)) return -1;
+  if (len) *len = n;
+  return weft_net_get16(hb + 6);
+}
+
+static int hello(int fd, uint8_t **buf, size_t *cap) {
+  uint8_t pl[8];
+  weft_net_put32(pl, WEFT_NET_VERSION);
+  weft_net_put32(pl + 4, 0);
+  return call(fd, WEFT_NET_HELLO, pl, 8, NULL, 0, buf, cap, NULL);
+}
+
+static uint64_t create(int fd, int64_t n, uint8_t **buf, size_t *cap) {
+  uint8_t pl[12];
+  weft_net_put32(pl, 1);
+  weft_net_put64(pl + 4, (uint64_t)n);
+  return call(fd, WEFT_NET_CREATE, pl, 12, NULL, 0, buf, cap, NULL) == 0 ? weft_net_get64(*buf) : 0;
+}
+
+static void op_payload(uint8_t *pl, uint32_t kind, uint64_t in, uint64_t out) {
+  memset(pl, 0, WEFT_NET_OP_BYTES);
+  weft_net_put32(pl, kind);
+  weft_net_put32(pl + 8, (uint32_t)-1);
+  weft_net_put64(pl + 20, in);
+  weft_net_put64(pl + 36, out);
+}
+
+static pid_t worker_pid;
+static int worker_port;
+
+static int start_worker(const char *weft) {
+  int p[2];
+  if (pipe(p)) return 0;
+  worker_pid = fork();
+  if (worker_pid == 0) {
+    dup2(p[1], 1);
+    close(p[0]);
+    execl(weft, weft, "worker", "--listen", "127.0.0.1:0", "--lanes", "cpu", "--max-frame-mib", "64",
+          "--max-resident-mib", "2048", (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  char line[256] = "";
+  size_t n = 0;
+  while (n < sizeof line - 1 && read(p[0], line + n, 1) == 1 && line[n] != '\n') n++;
+  line[n] = 0;
+  close(p[0]);
+  const char *c = strrchr(line, ':');
+  worker_port = c ? atoi(c + 1) : 0;
+  return worker_port > 0;
+}
+
+/* ------------------------------------------------------------------------------------- raw TCP sink */
+
+static int sink_port;
+static void *sink_thread(void *arg) {
+  int lfd = *(int *)arg;
+  int fd = accept(lfd, NULL, NULL);
+  static uint8_t b[1 << 20];
+  for (;;) {
+    ssize_t k = recv(fd, b, sizeof b, 0);
+    if (k <= 0) break;
+  }
+  uint8_t ack = 1;
+  (void)ack;
+  close(fd);
+  return NULL;
+}
+
+static double raw_tcp_gbps(const uint8_t *data, size_t bytes) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t al = sizeof a;
+  bind(lfd, (struct sockaddr *)&a, sizeof a);
+  listen(lfd, 1);
+  getsockname(lfd, (struct sockaddr *)&a, &al);
+  sink_port = ntohs(a.sin_port);
+  pthread_t th;
+  pthread_create(&th, NULL, sink_thread, &lfd);
+  int fd = dial(sink_port);
+  double t0 = now();
+  io(fd, (void *)data, bytes, 0);
+  shutdown(fd, SHUT_WR);
+  pthread_join(th, NULL); /* the sink has read everything */
+  double t = now() - t0;
+  close(fd);
+  close(lfd);
+  return (double)bytes / t * 1e-9;
+}
+
+/* ------------------------------------------------------------------------------------ concurrency */
+
+typedef struct client_result {
+  long ok, wrong, errors_expected, errors_unexpected, malformed;
+} client_result;
+
+static void *client(void *arg) {
+  client_result *r = arg;
+  uint8_t *buf = NULL;
+  size_t cap = 0, len = 0;
+  unsigned seed = (unsigned)(uintptr_t)arg;
+  int fd = dial(worker_port);
+  if (fd < 0 || hello(fd, &buf, &cap) != 0) {
+    r->errors_unexpected++;
+    return NULL;
+  }
+  enum { N = 64 };
+  uint64_t x = create(fd, N, &buf, &cap), y = create(fd, N, &buf, &cap);
+  float in[N], out[N];
+  uint8_t pl[WEFT_NET_OP_BYTES], wr[24 + N * 4], rd[24];
+  for (int i = 0; i < 1000; i++) {
+    if (i % 10 == 5) {
+      /* A malformed frame: which kind varies; each must get an error reply on a live connection. */
+      r->malformed++;
+      int st;
+      switch (rand_r(&seed) % 4) {
+      case 0: op_payload(pl, 99, x, y); st = call(fd, WEFT_NET_OP, pl, sizeof pl, NULL, 0, &buf, &cap, NULL); break;
+      case 1: op_payload(pl, 2, 0xfeedull, y); st = call(fd, WEFT_NET_OP, pl, sizeof pl, NULL, 0, &buf, &cap, NULL); break;
+      case 2:
+        weft_net_put64(wr, x);
+        weft_net_put64(wr + 8, 0);
+        weft_net_put64(wr + 16, N + 7); /* lies about its count */
+        st = call(fd, WEFT_NET_WRITE, wr, sizeof wr, NULL, 0, &buf, &cap, NULL);
+        break;
+      default: st = call(fd, WEFT_NET_CREATE, pl, 9, NULL, 0, &buf, &cap, NULL); break;
+      }
+      if (st > 0) r->errors_expected++;
+      else r->errors_unexpected++;
+      continue;
+    }
+    for (int j = 0; j < N; j++) in[j] = (float)((int)(rand_r(&seed) % 2001) - 1000) / 7.0f;
+    weft_net_put64(wr, x);
+    weft_net_put64(wr + 8, 0);
+    weft_net_put64(wr + 16, N);
+    memcpy(wr + 24, in, sizeof in);
+    op_payload(pl, 2 /* relu */, x, y);
+    weft_net_put64(rd, y);
+    weft_net_put64(rd + 8, 0);
+    weft_net_put64(rd + 16, N);
+    if (call(fd, WEFT_NET_WRITE, wr, sizeof wr, NULL, 0, &buf, &cap, NULL) != 0 ||
+        call(fd, WEFT_NET_OP, pl, sizeof pl, NULL, 0, &buf, &cap, NULL) != 0 ||
+        call(fd, WEFT_NET_READ, rd, sizeof rd, NULL, 0, &buf, &cap, &len) != 0 || len != 8 + sizeof out) {
+      r->errors_unexpected++;
+      continue;
+    }
+    memcpy(out, buf + 8, sizeof out);
+    int good = 1;
+    for (int j = 0; j < N; j++) good &= out[j] == (in[j] > 0 ? in[j] : 0.0f);
+    if (good) r->ok++;
+    else r->wrong++;
+  }
+  close(fd);
+  free(buf);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: bench_net /path/to/weft\n");
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  if (!start_worker(argv[1])) {
+    fprintf(stderr, "bench_net: the worker did not start\n");
+    return 1;
+  }
+  uint8_t *buf = NULL;
+  size_t cap = 0;
+  int fd = dial(worker_port);
+  hello(fd, &buf, &cap);
+
+  /* 1. Tiny op round trip: relu of 4 floats on resident tensors. */
+  uint64_t x = create(fd, 4, &buf, &cap), y = create(fd, 4, &buf, &cap);
+  uint8_t pl[WEFT_NET_OP_BYTES];
+  op_payload(pl, 2, x, y);
+  enum { R = 5000 };
+  static double t[R];
+  for (int i = 0; i < 200; i++) call(fd, WEFT_NET_OP, pl, sizeof pl, NULL, 0, &buf, &cap, NULL);
+  for (int i = 0; i < R; i++) {
+    double t0 = now();
+    call(fd, WEFT_NET_OP, pl, sizeof pl, NULL, 0, &buf, &cap, NULL);
+    t[i] = now() - t0;
+  }
+  qsort(t, R, sizeof t[0], cmp_d);
+  printf("tiny op round trip (relu of 4 floats, resident): median %.1f us, p10 %.1f us, p90 %.1f us (target <= 50 us)\n",
+         t[R / 2] * 1e6, t[R / 10] * 1e6, t[R * 9 / 10] * 1e6);
+
+  /* 2. Large upload: 256 MiB in 32 MiB frames vs raw loopback TCP of the same bytes. */
+  size_t bytes = (size_t)256 << 20, per = (size_t)32 << 20;
+  uint8_t *data = malloc(bytes);
+  for (size_t i = 0; i < bytes; i++) data[i] = (uint8_t)(i * 131);
+  uint64_t big = create(fd, (int64_t)(bytes / 4), &buf, &cap);
+  double best_up = 0, best_raw = 0;
+  for (int rep = 0; rep < 3; rep++) {
+    double t0 = now();
+    for (size_t off = 0; off < bytes; off += per) {
+      uint8_t h[24];
+      weft_net_put64(h, big);
+      weft_net_put64(h + 8, off / 4);
+      weft_net_put64(h + 16, per / 4);
+      if (call(fd, WEFT_NET_WRITE, h, 24, data + off, per, &buf, &cap, NULL) != 0) {
+        fprintf(stderr, "upload failed: %s\n", buf);
+        return 1;
+      }
+    }
+    double up = (double)bytes / (now() - t0) * 1e-9;
+    double raw = raw_tcp_gbps(data, bytes);
+    if (up > best_up) best_up = up;
+    if (raw > best_raw) best_raw = raw;
+  }
+  printf("large upload (256 MiB, 32 MiB frames): %.2f GB/s; raw loopback TCP %.2f GB/s; ratio %.2f (target >= 0.8)\n",
+         best_up, best_raw, best_up / best_raw);
+  free(data);
+  close(fd);
+
+  /* 3. 8 concurrent clients x 1000 ops, 10% malformed. */
+  pthread_t th[8];
+  client_result res[8];
+  memset(res, 0, sizeof res);
+  double t0 = now();
+  for (int i = 0; i < 8; i++) pthread_create(&th[i], NULL, client, &res[i]);
+  for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+  double el = now() - t0;
+  client_result tot = {0};
+  for (int i = 0; i < 8; i++) {
+    tot.ok += res[i].ok;
+    tot.wrong += res[i].wrong;
+    tot.malformed += res[i].malformed;
+    tot.errors_expected += res[i].errors_expected;
+    tot.errors_unexpected += res[i].errors_unexpected;
+  }
+  int alive = waitpid(worker_pid, NULL, WNOHANG) == 0;
+  printf("8 clients x 1000 ops (%ld malformed): %ld correct, %ld wrong, %ld malformed answered with an error, "
+         "%ld unexpected failures; worker %s; %.2f s\n",
+         tot.malformed, tot.ok, tot.wrong, tot.errors_expected, tot.errors_unexpected, alive ? "alive" : "DEAD", el);
+  kill(worker_pid, SIGKILL);
+  waitpid(worker_pid, NULL, 0);
+  free(buf);
+  return tot.wrong || tot.errors_unexpected || !alive ? 1 : 0;
+}
