@@ -166,6 +166,48 @@ static double raw_tcp_gbps(const uint8_t *data, size_t bytes) {
   return (double)bytes / t * 1e-9;
 }
 
+/* The floor under any round trip: a thread that echoes a 20-byte answer to each op-sized message. */
+static void *echo_thread(void *arg) {
+  int lfd = *(int *)arg;
+  int fd = accept(lfd, NULL, NULL);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  uint8_t b[16 + WEFT_NET_OP_BYTES];
+  while (io(fd, b, sizeof b, 1) && io(fd, b, 20, 0)) {
+  }
+  close(fd);
+  return NULL;
+}
+
+static double raw_ping_us(int reps) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t al = sizeof a;
+  bind(lfd, (struct sockaddr *)&a, sizeof a);
+  listen(lfd, 1);
+  getsockname(lfd, (struct sockaddr *)&a, &al);
+  pthread_t th;
+  pthread_create(&th, NULL, echo_thread, &lfd);
+  int fd = dial(ntohs(a.sin_port));
+  uint8_t b[16 + WEFT_NET_OP_BYTES] = {0};
+  double *t = malloc(sizeof(double) * (size_t)reps);
+  for (int i = 0; i < reps; i++) {
+    double t0 = now();
+    io(fd, b, sizeof b, 0);
+    io(fd, b, 20, 1);
+    t[i] = now() - t0;
+  }
+  close(fd);
+  pthread_join(th, NULL);
+  close(lfd);
+  qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+  double m = t[reps / 2] * 1e6;
+  free(t);
+  return m;
+}
+
 /* ------------------------------------------------------------------------------------ concurrency */
 
 typedef struct client_result {
@@ -262,6 +304,7 @@ int main(int argc, char **argv) {
   qsort(t, R, sizeof t[0], cmp_d);
   printf("tiny op round trip (relu of 4 floats, resident): median %.1f us, p10 %.1f us, p90 %.1f us (target <= 50 us)\n",
          t[R / 2] * 1e6, t[R / 10] * 1e6, t[R * 9 / 10] * 1e6);
+  printf("  raw loopback TCP ping-pong of the same sizes (echo thread, no weft): median %.1f us\n", raw_ping_us(R));
 
   /* 2. Large upload: 256 MiB in 32 MiB frames vs raw loopback TCP of the same bytes. */
   size_t bytes = (size_t)256 << 20, per = (size_t)32 << 20;

@@ -441,6 +441,18 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
   }
 }
 
+/* For a WRITE whose first 24 bytes (handle, offset, count) are `prefix`: where its floats may be received
+ * directly (no staging copy), or NULL when the frame is not a valid write for this session now; the caller
+ * then reads the frame whole and weft_net_session_handle answers it (with the error). */
+static float *session_write_target(weft_net_session *s, const weft_net_header *h, const uint8_t *prefix) {
+  if (h->type != WEFT_NET_WRITE || h->length < 24 || !s->hello || (s->srv->need_auth && !s->authed)) return NULL;
+  uint64_t handle = weft_net_get64(prefix), offset = weft_net_get64(prefix + 8), count = weft_net_get64(prefix + 16);
+  if (count > WEFT_NET_MAX_ELEMENTS || offset > WEFT_NET_MAX_ELEMENTS || count * 4 != h->length - 24u) return NULL;
+  slot *sl = find(s, handle);
+  if (!sl || offset + count > sl->numel) return NULL;
+  return sl->data + offset;
+}
+
 /* ------------------------------------------------------------------------------------------- sockets */
 
 static int read_full(int fd, uint8_t *p, size_t n) {
@@ -482,6 +494,7 @@ static void *serve_conn(void *arg) {
   weft_net_session *s = weft_net_session_create(c.srv);
   weft_net_buf out = {0};
   uint8_t *payload = NULL;
+  size_t payload_cap = 0;
   if (!s) goto done;
   int one = 1;
   setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -499,10 +512,30 @@ static void *serve_conn(void *arg) {
       write_full(c.fd, out.data, out.len);
       break;
     }
-    /* The length is capped by max_frame above; allocate exactly that, never more. */
-    free(payload);
-    payload = malloc(h.length ? h.length : 1);
-    if (!payload || !read_full(c.fd, payload, h.length)) break;
+    /* The length is capped by max_frame above. The buffer is kept between frames (large uploads would
+     * otherwise fault in fresh pages every frame) and grows only to what a frame actually needs. */
+    if (h.length > payload_cap) {
+      uint8_t *p = realloc(payload, h.length);
+      if (!p) break;
+      payload = p;
+      payload_cap = h.length;
+    }
+    if (h.type == WEFT_NET_WRITE && h.length >= 24) {
+      /* Large uploads land straight in the tensor once the prefix says where, and is valid. */
+      uint8_t prefix[24];
+      if (!read_full(c.fd, prefix, sizeof prefix)) break;
+      float *dst = session_write_target(s, &h, prefix);
+      if (dst) {
+        if (!read_full(c.fd, (uint8_t *)dst, h.length - 24u)) break;
+        reply_begin(&out, &h, WEFT_OK, 0);
+        if (!write_full(c.fd, out.data, out.len)) break;
+        continue;
+      }
+      memcpy(payload, prefix, sizeof prefix);
+      if (!read_full(c.fd, payload + 24, h.length - 24u)) break;
+    } else if (!read_full(c.fd, payload, h.length)) {
+      break;
+    }
     int keep = weft_net_session_handle(s, &h, payload, &out);
     if (out.len && !write_full(c.fd, out.data, out.len)) break;
     if (!keep) break;
