@@ -92,5 +92,42 @@ int main(int argc, char **argv) {
   weft_tensor_destroy(tb);
   weft_tensor_destroy(tc);
   weft_fabric_close(f);
+
+  /* A worker that stalls (SIGSTOP: the socket stays open, nothing answers): the lane's timeout turns it
+   * into a failed lane and the op is re-routed. */
+  if (!nt_start(argv[1], NULL, &w)) {
+    TU_CHECK(0, "second worker did not start");
+    return tu_finish("net_fault", start);
+  }
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", w.port);
+  snprintf(name, sizeof name, "remote:%s/cpu", addr);
+  d.remote = addr;
+  TU_STATUS(weft_fabric_open(&d, &f), WEFT_OK, "open with the second worker");
+  if (!f) return tu_finish("net_fault", start);
+  TU_STATUS(weft_fabric_lane_find(f, name, &remote), WEFT_OK, "remote lane");
+  TU_STATUS(weft_fabric_lane_find(f, "cpu", &cpu), WEFT_OK, "cpu lane");
+  for (int cls = 0; cls < WEFT_COST_CLASS_COUNT; cls++) {
+    weft_fabric_set_cost_model(f, remote, (weft_cost_class)cls, WEFT_CONTRACT_EXACT, 1e-9, 1e15);
+    weft_fabric_set_cost_model(f, cpu, (weft_cost_class)cls, WEFT_CONTRACT_EXACT, 1.0, 1e3);
+  }
+  weft_tensor_create(f, 2, da, a, &ta);
+  weft_tensor_create(f, 2, db, b, &tb);
+  weft_tensor_create(f, 2, dc, NULL, &tc);
+  kill(w.pid, SIGSTOP);
+  double t0 = tu_now();
+  TU_STATUS(weft_op_matmul(f, NULL, ta, 0, tb, 0, tc), WEFT_OK, "routed matmul while the worker is stalled");
+  double waited = tu_now() - t0;
+  TU_CHECK(waited < 20, "the stall was cut short by the timeout (%.1f s)", waited);
+  TU_CHECK(weft_fabric_last_lane(f) == (int)cpu, "re-routed to the cpu (got %d)", weft_fabric_last_lane(f));
+  memset(c, 0, sizeof c);
+  TU_STATUS(weft_tensor_read(tc, c, M * N), WEFT_OK, "read");
+  TU_CHECK(same(c, want, M * N), "the re-routed result has the canonical bits");
+  TU_CHECK(weft_fabric_lane_info(f, remote, &li) == WEFT_OK && li.failed == 1, "the stalled lane is marked failed");
+  weft_tensor_destroy(ta);
+  weft_tensor_destroy(tb);
+  weft_tensor_destroy(tc);
+  weft_fabric_close(f);
+  kill(w.pid, SIGCONT);
+  nt_stop(&w);
   return tu_finish("net_fault", start);
 }
