@@ -133,7 +133,7 @@ int nt_recv(int fd, weft_net_header *h, uint8_t **out_payload) {
   return 1;
 }
 
-static uint32_t next_id = 1;
+static _Thread_local uint32_t next_id = 1; /* per thread: concurrent clients in one test */
 
 int nt_call(int fd, uint16_t type, const void *payload, uint32_t len, uint8_t **out_payload, uint32_t *out_len) {
   if (out_payload) *out_payload = NULL;

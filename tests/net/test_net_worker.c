@@ -1,6 +1,7 @@
 /* test_net_worker.c - a real `weft worker` process on loopback: ops through resident handles give the
  * reference's bits, and one regression per class of bug the ggml RPC server shipped gets an error reply
  * (or a clean close of that connection) while the worker keeps serving another client. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -222,6 +223,77 @@ static void test_resident_cap(void) {
   check_serving("resident cap");
 }
 
+/* Clients at once, each mixing malformed requests (and, for one, a frame that closes its connection) with
+ * real ops: every good op's result is right, whatever the others send. */
+typedef struct conc {
+  int id;
+  long good, wrong, failed;
+} conc;
+
+static void *conc_client(void *arg) {
+  conc *c = arg;
+  int fd = session();
+  if (fd < 0) {
+    c->failed++;
+    return NULL;
+  }
+  enum { N = 32 };
+  int64_t d[1] = {N};
+  uint64_t x = nt_create(fd, 1, d), y = nt_create(fd, 1, d);
+  float in[N], out[N];
+  tu_rng rng = {tu_seed() + (uint64_t)c->id};
+  for (int i = 0; i < 200; i++) {
+    if (i % 10 == 3) {
+      uint64_t hs[4] = {x, 0, 0xbadull, 0};
+      if (nt_op(fd, WEFT_OP_RELU, 0, -1, 0, 0, hs) != WEFT_ERR_NOT_FOUND) c->failed++;
+      continue;
+    }
+    if (i == 150 && c->id == 0) {
+      /* A bad magic closes this connection only; reconnect and go on. */
+      nt_send_raw(fd, "garbage-garbage!", 16);
+      close(fd);
+      fd = session();
+      if (fd < 0) {
+        c->failed++;
+        return NULL;
+      }
+      x = nt_create(fd, 1, d);
+      y = nt_create(fd, 1, d);
+    }
+    for (int j = 0; j < N; j++) in[j] = tu_rng_float(&rng, -1, 1);
+    uint64_t hs[4] = {x, 0, y, 0};
+    if (nt_write(fd, x, in, N) || nt_op(fd, WEFT_OP_RELU, 0, -1, 0, 0, hs) || nt_read(fd, y, out, N)) {
+      c->failed++;
+      continue;
+    }
+    int ok = 1;
+    for (int j = 0; j < N; j++) ok &= tu_same_bits(out[j], in[j] > 0 ? in[j] : 0.0f);
+    if (ok) c->good++;
+    else c->wrong++;
+  }
+  close(fd);
+  return NULL;
+}
+
+static void test_concurrent(void) {
+  enum { T = 6 };
+  pthread_t th[T];
+  conc c[T];
+  memset(c, 0, sizeof c);
+  for (int i = 0; i < T; i++) {
+    c[i].id = i;
+    pthread_create(&th[i], NULL, conc_client, &c[i]);
+  }
+  long good = 0, wrong = 0, failed = 0;
+  for (int i = 0; i < T; i++) {
+    pthread_join(th[i], NULL);
+    good += c[i].good, wrong += c[i].wrong, failed += c[i].failed;
+  }
+  TU_CHECK(wrong == 0 && failed == 0 && good == T * 180, "concurrent clients: %ld good, %ld wrong, %ld failed", good,
+           wrong, failed);
+  check_serving("concurrent clients");
+}
+
 int main(int argc, char **argv) {
   double start = tu_now();
   if (argc < 2) {
@@ -238,6 +310,7 @@ int main(int argc, char **argv) {
   test_shapes();
   test_frames();
   test_resident_cap();
+  test_concurrent();
   TU_CHECK(nt_alive(&w), "worker alive at the end");
   nt_stop(&w);
   return tu_finish("net_worker", start);
