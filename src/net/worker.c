@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -499,9 +500,16 @@ static void *serve_conn(void *arg) {
   int one = 1;
   setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   set_timeout(c.fd, c.srv->io_timeout_ms);
+  /* A client may sit idle between frames as long as it likes (its fabric holds the lane open); keepalive
+   * finds peers that vanished. Once a frame starts, the io timeout applies. */
+  setsockopt(c.fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
   for (;;) {
     uint8_t hb[WEFT_NET_HEADER_BYTES];
-    if (!read_full(c.fd, hb, sizeof hb)) break;
+    struct pollfd pfd = {c.fd, POLLIN, 0};
+    int pr;
+    while ((pr = poll(&pfd, 1, -1)) < 0 && errno == EINTR) {
+    }
+    if (pr <= 0 || !read_full(c.fd, hb, sizeof hb)) break;
     weft_net_header h;
     out.len = 0;
     weft_status st = weft_net_header_decode(hb, &c.srv->limits, &h, s->err, sizeof s->err);
@@ -633,6 +641,13 @@ weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, siz
     if (!full) srv->clients++;
     pthread_mutex_unlock(&srv->count_lock);
     if (full) {
+      /* Say why before closing, so the client's lane reports it rather than a bare disconnect. */
+      weft_net_buf b = {0};
+      weft_net_header h = {WEFT_NET_MAGIC, WEFT_NET_HELLO, 0, 0, 0};
+      reply_error(&b, &h, WEFT_ERR_STATE, "the worker serves its maximum number of clients; try again later");
+      set_timeout(cfd, 1000);
+      if (b.len) write_full(cfd, b.data, b.len);
+      weft_net_buf_free(&b);
       close(cfd);
       continue;
     }

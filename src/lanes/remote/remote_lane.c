@@ -39,7 +39,7 @@ typedef struct remote_buffer {
 static int timeout_ms(void) {
   const char *e = getenv("WEFT_REMOTE_TIMEOUT_MS");
   long v = e ? strtol(e, NULL, 10) : 0;
-  return v > 0 && v < 3600000 ? (int)v : 10000;
+  return v > 0 && v < 3600000 ? (int)v : 30000;
 }
 
 static int send_all(int fd, const uint8_t *p, size_t n) {
