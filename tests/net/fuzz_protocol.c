@@ -8,20 +8,29 @@
 #include "net/protocol.h"
 #include "net/worker.h"
 
-static weft_net_server *server;
+static weft_net_server *servers[2]; /* [1] requires authentication */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (!server) {
-    weft_net_worker_desc d = {0};
-    d.lanes = "cpu";
-    /* Small caps so the fuzzer reaches them. */
-    d.limits.max_frame = 1u << 16;
-    d.limits.max_resident = 1u << 20;
-    char err[256];
-    if (weft_net_server_create(&d, &server, err, sizeof err)) abort();
+  if (!servers[0]) {
+    static const uint8_t secret[] = "fuzzing-secret-0123456789";
+    for (int i = 0; i < 2; i++) {
+      weft_net_worker_desc d = {0};
+      d.lanes = "cpu";
+      /* Small caps so the fuzzer reaches them. */
+      d.limits.max_frame = 1u << 16;
+      d.limits.max_resident = 1u << 20;
+      if (i) {
+        d.secret = secret;
+        d.secret_len = sizeof secret - 1;
+      }
+      char err[256];
+      if (weft_net_server_create(&d, &servers[i], err, sizeof err)) abort();
+    }
   }
+  /* Odd-sized inputs meet a worker that wants a proof first. */
+  weft_net_server *server = servers[size & 1];
   /* The decoder alone, on the raw input. */
   weft_net_limits lim = {1u << 16, 1u << 20};
   weft_net_request r;

@@ -151,7 +151,9 @@ static weft_status handshake(remote_lane *l, char *why, size_t whylen) {
   uint8_t nonce[WEFT_NET_NONCE_BYTES];
   memcpy(nonce, l->scratch + 12, sizeof nonce);
   l->max_frame = weft_net_get32(l->scratch + 12 + WEFT_NET_NONCE_BYTES);
+  /* The worker's word sizes our receive buffer: keep it within what a sane worker would say. */
   if (l->max_frame < 4096) l->max_frame = 4096;
+  if (l->max_frame > (1u << 30)) l->max_frame = 1u << 30;
   if (need_auth) {
     const char *path = getenv("WEFT_REMOTE_SECRET_FILE");
     uint8_t secret[4096], mac[WEFT_NET_MAC_BYTES];
