@@ -176,8 +176,7 @@ weft_net_session *weft_net_session_create(weft_net_server *srv) {
 
 void weft_net_session_destroy(weft_net_session *s) {
   if (!s) return;
-  pthread_mutex_lock(&s->srv->lock);
-  pthread_mutex_unlock(&s->srv->lock);
+  /* No fabric tensor outlives an op (each is wrapped and destroyed inside it): the floats are all. */
   for (size_t i = 0; i < s->nslots; i++) free(s->slots[i].data);
   free(s->slots);
   free(s);
@@ -354,10 +353,13 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
   case WEFT_NET_LANES: {
     pthread_mutex_lock(&srv->lock);
     size_t n = weft_fabric_lane_count(srv->fabric), len = 4;
+    /* Sized exactly as the loop below writes: a lane that cannot be described still gets its entry. */
     for (size_t i = 0; i < n; i++) {
       weft_lane_info li;
+      len += 4 + 6;
       if (weft_fabric_lane_info(srv->fabric, i, &li)) continue;
-      len += 4 + 6 + strnlen(li.name, 255) + strnlen(li.kind, 255) + strnlen(li.device, 255);
+      len += (li.name ? strnlen(li.name, 255) : 0) + (li.kind ? strnlen(li.kind, 255) : 0) +
+             (li.device ? strnlen(li.device, 255) : 0);
     }
     uint8_t *p = reply_begin(b, h, WEFT_OK, len);
     if (p) {
