@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "net/protocol.h"
@@ -49,6 +50,33 @@ static int send_all(int fd, const uint8_t *p, size_t n) {
     if (k <= 0) return 0;
     p += k;
     n -= (size_t)k;
+  }
+  return 1;
+}
+
+/* Header, payload and tail in one sendmsg where the kernel takes them whole: a small request is one
+ * segment on the wire, not three (each a wakeup on the worker). */
+static int send_frame(int fd, const uint8_t *hb, const uint8_t *a, size_t al, const uint8_t *b, size_t bl) {
+  struct iovec iov[3] = {{(void *)hb, WEFT_NET_HEADER_BYTES}, {(void *)a, al}, {(void *)b, bl}};
+  size_t total = WEFT_NET_HEADER_BYTES + al + bl;
+  struct msghdr m = {0};
+  m.msg_iov = iov;
+  m.msg_iovlen = 3;
+  ssize_t k;
+  while ((k = sendmsg(fd, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+  }
+  if (k < 0) return 0;
+  if ((size_t)k == total) return 1;
+  /* A partial send: finish piece by piece. */
+  size_t done = (size_t)k;
+  for (int i = 0; i < 3; i++) {
+    size_t n = iov[i].iov_len;
+    if (done >= n) {
+      done -= n;
+      continue;
+    }
+    if (!send_all(fd, (const uint8_t *)iov[i].iov_base + done, n - done)) return 0;
+    done = 0;
   }
   return 1;
 }
@@ -102,9 +130,7 @@ static weft_status call(remote_lane *l, uint16_t type, const uint8_t *payload, s
   weft_net_header h = {WEFT_NET_MAGIC, type, 0, id, (uint32_t)(len + tail_len)};
   weft_net_header_encode(&h, hb);
   weft_net_header r;
-  if (!send_all(l->fd, hb, sizeof hb) || (len && !send_all(l->fd, payload, len)) ||
-      (tail_len && !send_all(l->fd, tail, tail_len)) || !recv_all(l->fd, hb, sizeof hb))
-    goto broken;
+  if (!send_frame(l->fd, hb, payload, len, tail, tail_len) || !recv_all(l->fd, hb, sizeof hb)) goto broken;
   r.magic = weft_net_get32(hb);
   r.type = weft_net_get16(hb + 4);
   r.status = weft_net_get16(hb + 6);
