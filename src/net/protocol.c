@@ -3,9 +3,12 @@
  * fabric, so the fuzzer drives it directly. */
 #include "net/protocol.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <sys/socket.h>
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -211,4 +214,26 @@ weft_status weft_net_read_secret(const char *path, uint8_t *out, size_t cap, siz
                 "the secret in '%s' is %zu bytes; use at least 16 (e.g. head -c 32 /dev/urandom | base64)", path, n);
   *out_len = n;
   return WEFT_OK;
+}
+
+int weft_net_send_all(int fd, const uint8_t *p, size_t n) {
+  while (n) {
+    ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return 0;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 1;
+}
+
+int weft_net_recv_all(int fd, uint8_t *p, size_t n) {
+  while (n) {
+    ssize_t k = recv(fd, p, n, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return 0;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 1;
 }

@@ -123,4 +123,9 @@ weft_status weft_net_auth_mac(const uint8_t *secret, size_t secret_len, const ui
 weft_status weft_net_read_secret(const char *path, uint8_t *out, size_t cap, size_t *out_len, char *err,
                                  size_t errlen);
 
+/* Sends or receives exactly n bytes on a socket, retrying on EINTR (send never raises SIGPIPE). 1 on
+ * success, 0 when the peer closed or the socket failed. Shared by the client lane and the worker. */
+int weft_net_send_all(int fd, const uint8_t *p, size_t n);
+int weft_net_recv_all(int fd, uint8_t *p, size_t n);
+
 #endif

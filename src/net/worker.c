@@ -458,28 +458,6 @@ static float *session_write_target(weft_net_session *s, const weft_net_header *h
 
 /* ------------------------------------------------------------------------------------------- sockets */
 
-static int read_full(int fd, uint8_t *p, size_t n) {
-  while (n) {
-    ssize_t k = recv(fd, p, n, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return 0;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 1;
-}
-
-static int write_full(int fd, const uint8_t *p, size_t n) {
-  while (n) {
-    ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return 0;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 1;
-}
-
 typedef struct conn {
   weft_net_server *srv;
   int fd;
@@ -511,7 +489,7 @@ static void *serve_conn(void *arg) {
     int pr;
     while ((pr = poll(&pfd, 1, -1)) < 0 && errno == EINTR) {
     }
-    if (pr <= 0 || !read_full(c.fd, hb, sizeof hb)) break;
+    if (pr <= 0 || !weft_net_recv_all(c.fd, hb, sizeof hb)) break;
     weft_net_header h;
     out.len = 0;
     weft_status st = weft_net_header_decode(hb, &c.srv->limits, &h, s->err, sizeof s->err);
@@ -519,7 +497,7 @@ static void *serve_conn(void *arg) {
       /* The stream cannot be resynchronised after a bad header: say why, then close. Nothing is read or
        * allocated on the strength of the peer's length. */
       reply_error(&out, &h, st, s->err);
-      write_full(c.fd, out.data, out.len);
+      weft_net_send_all(c.fd, out.data, out.len);
       break;
     }
     /* The length is capped by max_frame above. The buffer is kept between frames (large uploads would
@@ -533,21 +511,21 @@ static void *serve_conn(void *arg) {
     if (h.type == WEFT_NET_WRITE && h.length >= 24) {
       /* Large uploads land straight in the tensor once the prefix says where, and is valid. */
       uint8_t prefix[24];
-      if (!read_full(c.fd, prefix, sizeof prefix)) break;
+      if (!weft_net_recv_all(c.fd, prefix, sizeof prefix)) break;
       float *dst = session_write_target(s, &h, prefix);
       if (dst) {
-        if (!read_full(c.fd, (uint8_t *)dst, h.length - 24u)) break;
+        if (!weft_net_recv_all(c.fd, (uint8_t *)dst, h.length - 24u)) break;
         reply_begin(&out, &h, WEFT_OK, 0);
-        if (!write_full(c.fd, out.data, out.len)) break;
+        if (!weft_net_send_all(c.fd, out.data, out.len)) break;
         continue;
       }
       memcpy(payload, prefix, sizeof prefix);
-      if (!read_full(c.fd, payload + 24, h.length - 24u)) break;
-    } else if (!read_full(c.fd, payload, h.length)) {
+      if (!weft_net_recv_all(c.fd, payload + 24, h.length - 24u)) break;
+    } else if (!weft_net_recv_all(c.fd, payload, h.length)) {
       break;
     }
     int keep = weft_net_session_handle(s, &h, payload, &out);
-    if (out.len && !write_full(c.fd, out.data, out.len)) break;
+    if (out.len && !weft_net_send_all(c.fd, out.data, out.len)) break;
     if (!keep) break;
   }
 done:
@@ -648,7 +626,7 @@ weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, siz
       weft_net_header h = {WEFT_NET_MAGIC, WEFT_NET_HELLO, 0, 0, 0};
       reply_error(&b, &h, WEFT_ERR_STATE, "the worker serves its maximum number of clients; try again later");
       set_timeout(cfd, 1000);
-      if (b.len) write_full(cfd, b.data, b.len);
+      if (b.len) weft_net_send_all(cfd, b.data, b.len);
       weft_net_buf_free(&b);
       close(cfd);
       continue;

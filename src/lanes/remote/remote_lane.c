@@ -43,17 +43,6 @@ static int timeout_ms(void) {
   return v > 0 && v < 3600000 ? (int)v : 30000;
 }
 
-static int send_all(int fd, const uint8_t *p, size_t n) {
-  while (n) {
-    ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return 0;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 1;
-}
-
 /* Header, payload and tail in one sendmsg where the kernel takes them whole: a small request is one
  * segment on the wire, not three (each a wakeup on the worker). */
 static int send_frame(int fd, const uint8_t *hb, const uint8_t *a, size_t al, const uint8_t *b, size_t bl) {
@@ -75,19 +64,8 @@ static int send_frame(int fd, const uint8_t *hb, const uint8_t *a, size_t al, co
       done -= n;
       continue;
     }
-    if (!send_all(fd, (const uint8_t *)iov[i].iov_base + done, n - done)) return 0;
+    if (!weft_net_send_all(fd, (const uint8_t *)iov[i].iov_base + done, n - done)) return 0;
     done = 0;
-  }
-  return 1;
-}
-
-static int recv_all(int fd, uint8_t *p, size_t n) {
-  while (n) {
-    ssize_t k = recv(fd, p, n, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return 0;
-    p += k;
-    n -= (size_t)k;
   }
   return 1;
 }
@@ -130,7 +108,7 @@ static weft_status call(remote_lane *l, uint16_t type, const uint8_t *payload, s
   weft_net_header h = {WEFT_NET_MAGIC, type, 0, id, (uint32_t)(len + tail_len)};
   weft_net_header_encode(&h, hb);
   weft_net_header r;
-  if (!send_frame(l->fd, hb, payload, len, tail, tail_len) || !recv_all(l->fd, hb, sizeof hb)) goto broken;
+  if (!send_frame(l->fd, hb, payload, len, tail, tail_len) || !weft_net_recv_all(l->fd, hb, sizeof hb)) goto broken;
   r.magic = weft_net_get32(hb);
   r.type = weft_net_get16(hb + 4);
   r.status = weft_net_get16(hb + 6);
@@ -145,7 +123,7 @@ static weft_status call(remote_lane *l, uint16_t type, const uint8_t *payload, s
     l->scratch = p;
     l->scratch_cap = r.length + 1;
   }
-  if (!recv_all(l->fd, l->scratch, r.length)) goto broken;
+  if (!weft_net_recv_all(l->fd, l->scratch, r.length)) goto broken;
   l->scratch[r.length] = 0;
   if (out_len) *out_len = r.length;
   if (r.status) {
