@@ -122,19 +122,32 @@ static int explain_mm(weft_fabric *f, int64_t n, weft_contract c, weft_route_exp
   return e->chosen;
 }
 
-static int near(double a, double b) { return fabs(a - b) <= 1e-12 + 1e-9 * fabs(b); }
-
-static void test_least_finish_time(void) {
+/* A fabric of the CPU lane alone, no calibration (the tests set models themselves). */
+static weft_fabric *open_cpu(void) {
   weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
   d.lanes = "cpu";
   d.calibration = WEFT_CALIBRATION_OFF;
-  weft_fabric *f;
-  CHECK(weft_fabric_open(&d, &f) == WEFT_OK, "open");
+  weft_fabric *f = NULL;
+  CHECK(weft_fabric_open(&d, &f) == WEFT_OK, "open: %s", weft_open_error());
+  return f;
+}
+
+/* The CPU lane (index 0) and a fake "gpu" with set_models' costs, on the injected clock `clk`. */
+static weft_fabric *open_cpu_gpu(fake_clock *clk, fake **out_gpu, size_t *out_gpu_index) {
+  weft_fabric *f = open_cpu();
+  weft_testing_set_clock(f, clock_read, clk);
+  fake *g = add_fake(f, "gpu", EXACT_FP32, out_gpu_index);
+  set_models(f, 0, *out_gpu_index);
+  if (out_gpu) *out_gpu = g;
+  return f;
+}
+
+static int near(double a, double b) { return fabs(a - b) <= 1e-12 + 1e-9 * fabs(b); }
+
+static void test_least_finish_time(void) {
   fake_clock clk = {100.0, 0.0};
-  weft_testing_set_clock(f, clock_read, &clk);
   size_t cpu = 0, gpu = 0;
-  add_fake(f, "gpu", EXACT_FP32, &gpu);
-  set_models(f, cpu, gpu);
+  weft_fabric *f = open_cpu_gpu(&clk, NULL, &gpu);
   weft_route_explanation e;
   CHECK(explain_mm(f, 8, WEFT_CONTRACT_EXACT, &e) == (int)cpu, "n=8 goes to the cpu (chose %d)", e.chosen);
   CHECK(explain_mm(f, 1024, WEFT_CONTRACT_EXACT, &e) == (int)gpu, "n=1024 goes to the gpu (chose %d)", e.chosen);
@@ -152,11 +165,7 @@ static void test_least_finish_time(void) {
 }
 
 static void test_contracts(void) {
-  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
-  d.lanes = "cpu";
-  d.calibration = WEFT_CALIBRATION_OFF;
-  weft_fabric *f;
-  weft_fabric_open(&d, &f);
+  weft_fabric *f = open_cpu();
   size_t tens = 0;
   add_fake(f, "tensor", WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32), &tens);
   /* make the tensor lane look irresistibly fast: it must still never get an exact op */
@@ -177,16 +186,10 @@ static void test_contracts(void) {
 }
 
 static void test_residency(void) {
-  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
-  d.lanes = "cpu";
-  d.calibration = WEFT_CALIBRATION_OFF;
-  weft_fabric *f;
-  weft_fabric_open(&d, &f);
   fake_clock clk = {0.0, 0.0};
-  weft_testing_set_clock(f, clock_read, &clk);
   size_t cpu = 0, gpu = 0;
-  fake *g = add_fake(f, "gpu", EXACT_FP32, &gpu);
-  set_models(f, cpu, gpu);
+  fake *g;
+  weft_fabric *f = open_cpu_gpu(&clk, &g, &gpu);
   /* n = 128 from host data: the cpu wins (43 us against the gpu's 100 us, mostly transfers); with the
    * operands on the gpu it is 50 us there against 60 us for the cpu, which would have to fetch c */
   weft_tensor *a = mat(f, 128, 128), *b = mat(f, 128, 128), *c = mat(f, 128, 128), *c2 = mat(f, 128, 128);
@@ -209,16 +212,9 @@ static void test_residency(void) {
 }
 
 static void test_queue_wait(void) {
-  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
-  d.lanes = "cpu";
-  d.calibration = WEFT_CALIBRATION_OFF;
-  weft_fabric *f;
-  weft_fabric_open(&d, &f);
   fake_clock clk = {0.0, 0.0};
-  weft_testing_set_clock(f, clock_read, &clk);
-  size_t cpu = 0, gpu = 0;
-  add_fake(f, "gpu", EXACT_FP32, &gpu);
-  set_models(f, cpu, gpu);
+  size_t gpu = 0;
+  weft_fabric *f = open_cpu_gpu(&clk, NULL, &gpu);
   weft_tensor *a = mat(f, 512, 512), *b = mat(f, 512, 512), *c = mat(f, 512, 512);
   weft_op_desc pin = {WEFT_CONTRACT_EXACT, (int)gpu};
   weft_op_matmul(f, &pin, a, 0, b, 0, c); /* the gpu is now busy for its predicted time */
@@ -233,16 +229,9 @@ static void test_queue_wait(void) {
 }
 
 static void test_refinement_ignores_outlier(void) {
-  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
-  d.lanes = "cpu";
-  d.calibration = WEFT_CALIBRATION_OFF;
-  weft_fabric *f;
-  weft_fabric_open(&d, &f);
   fake_clock clk = {0.0, 0.0};
-  weft_testing_set_clock(f, clock_read, &clk);
   size_t cpu = 0, gpu = 0;
-  add_fake(f, "gpu", EXACT_FP32, &gpu);
-  set_models(f, cpu, gpu);
+  weft_fabric *f = open_cpu_gpu(&clk, NULL, &gpu);
   /* n = 80: predicted cpu 1 us + 10.24 us; gpu well above that with transfers */
   weft_tensor *a = mat(f, 80, 80), *b = mat(f, 80, 80), *c = mat(f, 80, 80);
   double pred = 1e-6 + 2.0 * 80 * 80 * 80 / 100e9;
@@ -335,11 +324,7 @@ static void test_bad_queries(void) {
 /* Data-parallel split: two fake device lanes that are as fast as the cpu share a batch with it; a lane
  * whose fixed cost outweighs any share gets nothing; the bits are the reference's. */
 static void test_split(void) {
-  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
-  d.lanes = "cpu";
-  d.calibration = WEFT_CALIBRATION_OFF;
-  weft_fabric *f;
-  weft_fabric_open(&d, &f);
+  weft_fabric *f = open_cpu();
   size_t cpu = 0, g1 = 0, g2 = 0;
   fake *l1 = add_fake(f, "gpu1", EXACT_FP32, &g1);
   fake *l2 = add_fake(f, "slow", EXACT_FP32, &g2);
@@ -407,11 +392,7 @@ static void test_split(void) {
 /* A lane that fails mid-run leaves the fabric; the op it failed is routed again and the caller gets the
  * right result; later ops never go there. */
 static void test_failure(void) {
-  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
-  d.lanes = "cpu";
-  d.calibration = WEFT_CALIBRATION_OFF;
-  weft_fabric *f;
-  weft_fabric_open(&d, &f);
+  weft_fabric *f = open_cpu();
   size_t cpu = 0, gpu = 0;
   fake *g = add_fake(f, "gpu", EXACT_FP32, &gpu);
   g->fail_at = 2;
