@@ -103,11 +103,15 @@ typedef struct weft_fabric_desc {
   /* Workers whose lanes join the fabric as remote:<host:port>/<lane> (`weft worker`): "host:port,...".
    * NULL or "": those named in the environment variable WEFT_REMOTE, if any. */
   const char *remote;
+  /* Where to listen for browser tabs that offer their GPU as lanes browser:0, browser:1, ... ("host:port";
+   * `weft serve`). NULL or "": the environment variable WEFT_BROWSER, if set; otherwise no browser lanes.
+   * Any address but loopback needs a shared secret, as for `weft worker`. */
+  const char *browser;
 } weft_fabric_desc;
 
 enum { WEFT_CALIBRATION_AUTO = 0, WEFT_CALIBRATION_FORCE = 1, WEFT_CALIBRATION_OFF = 2 };
 
-#define WEFT_FABRIC_DESC_INIT {NULL, 0, 0, WEFT_CALIBRATION_AUTO, NULL, NULL, NULL, NULL}
+#define WEFT_FABRIC_DESC_INIT {NULL, 0, 0, WEFT_CALIBRATION_AUTO, NULL, NULL, NULL, NULL, NULL}
 
 /* Opens a fabric over every lane found (or those desc->lanes asks for). desc may be NULL for defaults.
  * Lanes that cannot run here are recorded as absent with a reason; that is not an error. */
@@ -133,7 +137,8 @@ typedef struct weft_lane_info {
   const char *driver;            /* driver and API version where the lane has one; "" otherwise */
   const char *details;           /* one line of lane-specific facts: ISA, threads, limits */
   weft_contract_mask contracts;  /* the contracts this lane honours */
-  int failed;                    /* 1 once the lane has failed and left the fabric */
+  int failed;                    /* 1 while the lane is down: it failed (or started down, waiting) */
+  int revivable;                 /* 1 if a down lane may come back (it is asked with backoff) */
 } weft_lane_info;
 
 /* Number of lanes present in the fabric (failed ones included, marked). */
@@ -142,6 +147,9 @@ WEFT_API size_t weft_fabric_lane_count(const weft_fabric *fabric);
 WEFT_API weft_status weft_fabric_lane_info(const weft_fabric *fabric, size_t index, weft_lane_info *out_info);
 /* Finds a lane by name; WEFT_ERR_NOT_FOUND (with the names that exist in the message) if there is none. */
 WEFT_API weft_status weft_fabric_lane_find(weft_fabric *fabric, const char *name, size_t *out_index);
+/* Asks every down lane that can come back (a remote worker restarted, a browser tab attached) whether it
+ * is up, now rather than at its next backoff; *out_up (may be NULL) is set to the number of lanes up. */
+WEFT_API weft_status weft_fabric_revive(weft_fabric *fabric, size_t *out_up);
 /* Number of lanes that were looked for and are absent. */
 WEFT_API size_t weft_fabric_absent_count(const weft_fabric *fabric);
 /* Names an absent lane (or lane kind) and why it is absent ("no Vulkan loader: libvulkan.so.1 not found"). */
@@ -269,6 +277,7 @@ typedef struct weft_lane_stats {
                                 * queue work (GPUs), whose own timing is not visible per op */
   int seconds_measured;        /* 1 when `seconds` is measured, 0 when predicted */
   uint64_t bytes_up, bytes_down; /* host -> lane and lane -> host transfers */
+  uint64_t recovered;          /* of those ops, runs that computed again a value lost with a lane that went down */
 } weft_lane_stats;
 
 /* Reads lane `lane`'s counters. */

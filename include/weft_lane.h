@@ -55,6 +55,9 @@ typedef struct weft_op {
 
 /* Lane properties. */
 #define WEFT_LANE_HOST_MEMORY 1u /* buffers are host float arrays: the core hands the lane host memory */
+/* The lane joins the fabric down (not routed) and comes up when its revive slot says so: a browser slot
+ * waiting for a tab to attach. */
+#define WEFT_LANE_STARTS_DOWN 2u
 
 /* What a lane says about itself. The strings are the lane's and live as long as it does. */
 typedef struct weft_lane_desc {
@@ -110,6 +113,13 @@ typedef struct weft_lane_vtable {
   /* Optional: starts the work recorded so far (outside a scope) without waiting for it, so the device
    * computes while the caller does other work, e.g. the CPU's share of a split. */
   weft_status (*flush)(void *self);
+  /* Optional: asked, while the lane is down (it returned WEFT_ERR_LANE_FAILED, or started down), whether it
+   * can serve again: a remote worker reachable again, a browser tab attached. The core asks with backoff
+   * (first after 20 ms, doubling to 5 s) and at once on weft_fabric_revive. WEFT_OK brings the lane back,
+   * holding no buffers: when it went down the core released each buffer it had there (buffer_free, which
+   * must not block on a dead device or connection) and recomputed elsewhere what was lost with them.
+   * Anything else leaves it down; the lane says why through weft_lane_report. */
+  weft_status (*revive)(void *self);
 } weft_lane_vtable;
 
 /* A lane provider's probe hands each lane it finds to add_lane and each one it cannot open to add_absent.

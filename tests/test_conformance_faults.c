@@ -159,8 +159,9 @@ static weft_status fk_run(void *self, const weft_op *op_in) {
 }
 
 static const weft_lane_vtable FAKE_VTABLE = {
-    WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), fk_describe, fk_destroy, fk_alloc, fk_free, fk_up, fk_down,
-    NULL, fk_run, NULL, NULL, NULL, NULL,
+    .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = fk_describe,
+    .destroy = fk_destroy, .buffer_alloc = fk_alloc, .buffer_free = fk_free, .upload = fk_up,
+    .download = fk_down, .run = fk_run,
 };
 
 /* A CPU fabric plus one fake lane with `fault`; returns the fake lane's index in *lane. */

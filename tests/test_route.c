@@ -68,8 +68,11 @@ static weft_status fk_run(void *self, const weft_op *op) {
   weft_reference_run(op);
   return WEFT_OK;
 }
-static const weft_lane_vtable FAKE_VT = {WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), fk_describe, fk_destroy,
-                                         fk_alloc, fk_free, fk_up, fk_down, NULL, fk_run, NULL, NULL, NULL, NULL};
+static const weft_lane_vtable FAKE_VT = {
+    .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = fk_describe,
+    .destroy = fk_destroy, .buffer_alloc = fk_alloc, .buffer_free = fk_free, .upload = fk_up,
+    .download = fk_down, .run = fk_run,
+};
 
 static fake *add_fake(weft_fabric *f, const char *name, weft_contract_mask contracts, size_t *out_index) {
   fake *l = calloc(1, sizeof *l);

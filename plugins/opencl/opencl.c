@@ -181,8 +181,9 @@ static weft_status ocl_flush(void *self) {
 }
 
 static const weft_lane_vtable OCL_VTABLE = {
-    WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), ocl_describe, ocl_destroy, ocl_alloc, ocl_free, ocl_upload,
-    ocl_download, NULL, ocl_run, NULL, NULL, ocl_sync, ocl_flush,
+    .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = ocl_describe,
+    .destroy = ocl_destroy, .buffer_alloc = ocl_alloc, .buffer_free = ocl_free, .upload = ocl_upload,
+    .download = ocl_download, .run = ocl_run, .sync = ocl_sync, .flush = ocl_flush,
 };
 
 /* Opens device `dev` as lane `index`; on failure writes why and returns NULL. */

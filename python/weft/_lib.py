@@ -42,6 +42,7 @@ class FabricDesc(ctypes.Structure):
         ("note_ctx", ctypes.c_void_p),
         ("plugins", ctypes.c_char_p),
         ("remote", ctypes.c_char_p),
+        ("browser", ctypes.c_char_p),
         _PAD,
     ]
 
@@ -55,6 +56,7 @@ class LaneInfo(ctypes.Structure):
         ("details", ctypes.c_char_p),
         ("contracts", ctypes.c_uint32),
         ("failed", ctypes.c_int),
+        ("revivable", ctypes.c_int),
         _PAD,
     ]
 

@@ -1,5 +1,6 @@
 /* fabric.c - opening and closing a fabric: probing the lane providers, the lane list, absent lanes,
  * scopes and synchronisation across lanes. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,11 @@
 #include "testing.h"
 
 static _Thread_local char open_error[WEFT_ERR_LEN];
+
+/* A down lane that can come back is asked again after 20 ms, then twice as long after each refusal, up to
+ * 5 s: a restarted worker is back in use within seconds, and a dead one costs one cheap call now and then. */
+#define REVIVE_FIRST_S 0.02
+#define REVIVE_MAX_S 5.0
 
 const char *weft_open_error(void) { return open_error; }
 
@@ -127,6 +133,16 @@ static weft_status add_lane_checked(weft_fabric *f, const weft_lane_vtable *vt, 
     return WEFT_ERR_OUT_OF_MEMORY;
   }
   weft_cost_init_lane(&slot);
+  if (slot.desc.flags & WEFT_LANE_STARTS_DOWN) {
+    /* a slot waiting for its device (a browser tab): routed once revive says it is there */
+    slot.failed = 1;
+    snprintf(slot.down_why, sizeof slot.down_why, "is down: waiting for its device to attach");
+    if (slot.vt.revive) {
+      slot.retry_at = 0;
+      slot.backoff = REVIVE_FIRST_S;
+      f->revive_at = 0;
+    }
+  }
   f->lanes[f->nlanes++] = slot;
   f->models_ready = 0;
   weft_route_forget(f);
@@ -160,6 +176,7 @@ weft_status weft_fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fab
   f->host.report = host_report;
   f->last_lane = -1;
   f->clock = weft_monotonic_seconds;
+  f->revive_at = INFINITY;
   if (desc->calibration < WEFT_CALIBRATION_AUTO || desc->calibration > WEFT_CALIBRATION_OFF) {
     snprintf(open_error, sizeof open_error,
              "weft_fabric_open: calibration is %d; use WEFT_CALIBRATION_AUTO, _FORCE or _OFF", desc->calibration);
@@ -311,6 +328,7 @@ weft_status weft_fabric_lane_info(const weft_fabric *f, size_t index, weft_lane_
   out_info->details = s->desc.details ? s->desc.details : "";
   out_info->contracts = s->desc.contracts;
   out_info->failed = s->failed;
+  out_info->revivable = s->vt.revive != NULL;
   return WEFT_OK;
 }
 
@@ -344,9 +362,76 @@ weft_status weft_fabric_absent_info(const weft_fabric *f, size_t index, const ch
 
 int weft_fabric_last_lane(const weft_fabric *f) { return f ? f->last_lane : -1; }
 
+static void revive_schedule(weft_fabric *f) {
+  f->revive_at = INFINITY;
+  for (size_t i = 0; i < f->nlanes; i++)
+    if (f->lanes[i].failed && f->lanes[i].vt.revive && f->lanes[i].retry_at < f->revive_at)
+      f->revive_at = f->lanes[i].retry_at;
+}
+
 void weft_lane_mark_failed(weft_fabric *f, int lane) {
-  if (lane >= 0 && (size_t)lane < f->nlanes) f->lanes[lane].failed = 1;
+  if (lane < 0 || (size_t)lane >= f->nlanes) return;
+  weft_lane_slot *s = &f->lanes[lane];
+  if (!s->failed) {
+    s->failed = 1;
+    snprintf(s->down_why, sizeof s->down_why, "is down: %.170s", f->err[0] ? f->err : "it failed");
+    s->backoff = REVIVE_FIRST_S;
+    s->retry_at = weft_fabric_now(f) + s->backoff;
+    s->busy_until = 0;
+    weft_busy_recompute(f);
+    revive_schedule(f);
+    /* What the lane held is gone with it (a lost device, a dead worker): release the records, and mark the
+     * values that lived nowhere else, to be computed again from their recipes. */
+    for (weft_tensor *t = f->tensors; t; t = t->next) {
+      if (t->buf[lane]) s->vt.buffer_free(s->self, t->buf[lane]);
+      t->buf[lane] = NULL;
+      if (!t->valid[lane]) continue;
+      t->valid[lane] = 0;
+      if (lane < 63) t->where &= ~((uint64_t)1 << (lane + 1));
+      int elsewhere = t->host_valid;
+      for (size_t i = 0; i < f->nlanes; i++) elsewhere |= t->valid[i];
+      if (!elsewhere) t->lost = f->lost = 1;
+    }
+  }
   weft_route_forget(f);
+}
+
+void weft_lanes_revive(weft_fabric *f, int all) {
+  double now = weft_fabric_now(f);
+  int changed = 0;
+  for (size_t i = 0; i < f->nlanes; i++) {
+    weft_lane_slot *s = &f->lanes[i];
+    if (!s->failed || !s->vt.revive || (!all && now < s->retry_at)) continue;
+    char saved[WEFT_ERR_LEN];
+    memcpy(saved, f->err, sizeof saved); /* the lane's answer must not replace the caller's last error */
+    f->err[0] = '\0';
+    weft_status st = s->vt.revive(s->self);
+    if (st == WEFT_OK) {
+      s->failed = 0;
+      s->down_why[0] = '\0';
+      s->busy_until = 0;
+      f->models_ready = 0; /* a lane that never had a model is measured before routing counts on it */
+      weft_note(f, 0, "weft: lane %s is back", s->desc.name);
+      changed = 1;
+    } else {
+      if (f->err[0]) snprintf(s->down_why, sizeof s->down_why, "is down: %.170s", f->err);
+      s->backoff = s->backoff * 2 < REVIVE_MAX_S ? s->backoff * 2 : REVIVE_MAX_S;
+      s->retry_at = now + s->backoff;
+    }
+    memcpy(f->err, saved, sizeof saved);
+  }
+  revive_schedule(f);
+  if (changed) weft_route_forget(f);
+}
+
+weft_status weft_fabric_revive(weft_fabric *f, size_t *out_up) {
+  if (out_up) *out_up = 0;
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  weft_lanes_revive(f, 1);
+  size_t up = 0;
+  for (size_t i = 0; i < f->nlanes; i++) up += !f->lanes[i].failed;
+  if (out_up) *out_up = up;
+  return WEFT_OK;
 }
 
 /* Runs one optional lane hook on every live lane; the first failure is reported, the rest still run. */

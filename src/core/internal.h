@@ -34,7 +34,10 @@ typedef struct weft_lane_slot {
   weft_lane_vtable vt; /* copied, with slots beyond the lane's own size zeroed */
   void *self;
   weft_lane_desc desc;
-  int failed;
+  int failed;         /* down: failed, or started down (WEFT_LANE_STARTS_DOWN) */
+  double retry_at;    /* down and revivable: when (fabric clock) to ask again; the gap doubles per refusal */
+  double backoff;
+  char down_why[192]; /* what the lane last said about being down */
   /* [class][contract]; only matmul uses the contract index, the other classes live at [cls][0]. */
   weft_cost_state cost[WEFT_COST_CLASS_COUNT][WEFT_CONTRACT_COUNT];
   int calib_tried;    /* calibration ran (or was attempted) for this lane */
@@ -71,6 +74,10 @@ struct weft_fabric {
    * a few percent, a lane failing or joining) bumps the epoch and forgets them all. */
   uint32_t route_epoch;
   double busy_max;                /* the latest busy_until of any lane: one compare tells "all idle" */
+  double revive_at;               /* the earliest retry_at of a down, revivable lane; INFINITY when none */
+  int lost;                       /* some tensor's value went down with its lane: recover before writes */
+  int recovering;                 /* weft_fabric_recover_all is running (its replays must not re-enter it) */
+  uint64_t next_tensor_id;
   struct weft_route_memo *memo;   /* WEFT_ROUTE_MEMO entries */
   struct weft_route_memo *memo_last; /* the entry the last op used */
   weft_split_report split;        /* the last split considered (weft_split_last) */
@@ -110,6 +117,13 @@ struct weft_tensor {
   weft_buffer **buf;   /* per lane, NULL until used there; host-memory lanes use `host` instead */
   uint8_t *valid;      /* per lane: that lane's copy holds the current value */
   uint64_t where;      /* the same as bits, for the router's memo: bit 0 host, bit 1+i lane i (i < 63) */
+  /* Recovery from a lane that goes down holding the only copy of a value: each write makes a new version;
+   * an op that wrote this tensor on a device lane leaves its recipe (the op and its inputs' versions), so
+   * the value can be computed again elsewhere while those inputs are intact. `host_version` is the version
+   * the host memory holds even when stale: an in-place op (axpy) is replayed from it. */
+  uint64_t id, version, host_version;
+  struct weft_recipe *recipe;
+  int lost;            /* its only current copy went down with a lane */
   char location[256];
 };
 
@@ -149,7 +163,24 @@ static inline void weft_busy_recompute(weft_fabric *f) {
   for (size_t i = 0; i < f->nlanes; i++) m = f->lanes[i].busy_until > m ? f->lanes[i].busy_until : m;
   f->busy_max = m;
 }
-/* Marks a lane failed after it returned WEFT_ERR_LANE_FAILED. */
+/* Marks a lane failed after it returned WEFT_ERR_LANE_FAILED: it leaves routing, its buffers are released
+ * and values that lived only there are marked lost (recovered by weft_tensor_recover). */
 void weft_lane_mark_failed(weft_fabric *f, int lane);
+/* Asks down lanes whose retry time has come whether they are back (all of them when `all`). */
+void weft_lanes_revive(weft_fabric *f, int all);
+
+/* What wrote a tensor on a device lane, so a lost value can be computed again. */
+typedef struct weft_recipe {
+  weft_op op;            /* kind, contract, flags, alpha; buffers unused */
+  int out_slot;          /* which output of the op the tensor was */
+  int nin;
+  uint64_t in_id[3], in_version[3]; /* axpy: in[1] is y itself, at its version before the op */
+} weft_recipe;
+/* Records, for each output of an op that ran on a device lane, how to compute it again. */
+void weft_tensor_note_recipe(weft_tensor **in, int nin, weft_tensor **out, int nout, const weft_op *op, int lane);
+/* Computes a lost value again on the lanes still up; WEFT_ERR_LANE_FAILED with the reason when it cannot. */
+weft_status weft_tensor_recover(weft_tensor *t, int depth);
+/* Recovers every lost value now, before anything it was made from changes. */
+void weft_fabric_recover_all(weft_fabric *f);
 
 #endif /* WEFT_INTERNAL_H */

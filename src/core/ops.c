@@ -51,8 +51,8 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
   if (pinned != WEFT_LANE_AUTO) {
     weft_lane_slot *s = &f->lanes[pinned];
     if (s->failed)
-      return weft_fail(f, WEFT_ERR_LANE_FAILED, "%s: lane %s has failed and left the fabric", weft_op_kind_str(op->kind),
-                       s->desc.name);
+      return weft_fail(f, WEFT_ERR_LANE_FAILED, "%s: lane %s %s", weft_op_kind_str(op->kind), s->desc.name,
+                       s->down_why[0] ? s->down_why : "is down");
     if (!(s->desc.contracts & WEFT_CONTRACT_BIT(op->contract)))
       return weft_fail(f, WEFT_ERR_UNSUPPORTED, "%s: lane %s does not honour the '%s' contract",
                        weft_op_kind_str(op->kind), s->desc.name, weft_contract_str(op->contract));
@@ -67,6 +67,7 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     int nroute = nin;
     if (op->kind == WEFT_OP_AXPY) route_in[nroute++] = out[0];
     t0 = weft_fabric_now(f); /* one clock read serves the route and the op's timing */
+    if (t0 >= f->revive_at) weft_lanes_revive(f, 0);
     lane = weft_route_decide(f, op, cls, work, t0, route_in, nroute);
     if (lane < 0) return WEFT_ERR_UNSUPPORTED;
   }
@@ -107,6 +108,7 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     s->busy_until = (s->busy_until > t0 ? s->busy_until : t0) + pred;
     if (s->busy_until > f->busy_max) f->busy_max = s->busy_until;
   }
+  weft_tensor_note_recipe(in, nin, out, nout, op, lane); /* before the outputs' versions move on */
   for (int o = 0; o < nout; o++)
     if (out[o]) weft_tensor_mark_written(out[o], lane);
   f->last_lane = lane;
@@ -119,6 +121,7 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
 static weft_status dispatch(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
                             weft_tensor **out, int nout) {
   const int pinned = desc ? desc->lane : WEFT_LANE_AUTO;
+  if (f->lost) weft_fabric_recover_all(f); /* before this op overwrites what a lost value was made from */
   for (size_t attempt = 0;; attempt++) {
     weft_status st = dispatch_once(f, desc, op, in, nin, out, nout);
     if (st != WEFT_ERR_LANE_FAILED || pinned != WEFT_LANE_AUTO || attempt >= f->nlanes) return st;

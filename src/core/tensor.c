@@ -66,6 +66,8 @@ static weft_status tensor_new(weft_fabric *f, int ndim, const int64_t *dims, con
   for (int d = 0; d < WEFT_MAX_DIMS; d++) t->dims[d] = d < ndim ? dims[d] : 1;
   t->host_valid = 1;
   t->where = 1;
+  t->id = ++f->next_tensor_id;
+  t->version = t->host_version = 1;
   t->next = f->tensors;
   if (f->tensors) f->tensors->prev = t;
   f->tensors = t;
@@ -88,6 +90,7 @@ weft_status weft_tensor_wrap(weft_fabric *f, int ndim, const int64_t *dims, floa
 void weft_tensor_destroy(weft_tensor *t) {
   if (!t || t->magic != WEFT_TENSOR_MAGIC) return;
   weft_fabric *f = t->fabric;
+  if (f->lost) weft_fabric_recover_all(f); /* a lost value may have been made from this one */
   for (size_t i = 0; i < f->nlanes; i++)
     if (t->buf[i]) f->lanes[i].vt.buffer_free(f->lanes[i].self, t->buf[i]);
   if (t->prev) t->prev->next = t->next;
@@ -95,6 +98,7 @@ void weft_tensor_destroy(weft_tensor *t) {
   if (t->next) t->next->prev = t->prev;
   t->magic = 0;
   if (!t->borrowed) free(t->host);
+  free(t->recipe);
   free(t->buf), free(t->valid), free(t);
 }
 
@@ -117,15 +121,27 @@ weft_status weft_tensor_lane_buffer(weft_tensor *t, int lane, weft_buffer **out_
   return WEFT_OK;
 }
 
-/* Makes the host copy current, downloading from a lane that holds the value. */
+/* Makes the host copy current, downloading from a lane that holds the value. A lane that goes down under
+ * the download takes its copy with it: the value is then computed again elsewhere, or taken from another
+ * lane that holds it. */
 static weft_status make_host_valid(weft_tensor *t) {
-  if (t->host_valid) return WEFT_OK;
   weft_fabric *f = t->fabric;
-  for (size_t i = 0; i < f->nlanes; i++) {
-    if (!t->valid[i] || !t->buf[i]) continue;
+  for (size_t attempt = 0;; attempt++) {
+    if (t->host_valid) return WEFT_OK;
+    weft_status st;
+    if (t->lost) {
+      if ((st = weft_tensor_recover(t, 0)) != WEFT_OK) return st;
+      continue;
+    }
+    size_t i = 0;
+    while (i < f->nlanes && !(t->valid[i] && t->buf[i])) i++;
+    if (i == f->nlanes) return weft_fail(f, WEFT_ERR_INTERNAL, "tensor has no current copy anywhere (please report this)");
     weft_lane_slot *s = &f->lanes[i];
-    weft_status st = s->vt.download(s->self, t->buf[i], 0, t->host, t->numel * sizeof(float));
-    if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, (int)i);
+    st = s->vt.download(s->self, t->buf[i], 0, t->host, t->numel * sizeof(float));
+    if (st == WEFT_ERR_LANE_FAILED) {
+      weft_lane_mark_failed(f, (int)i);
+      if (attempt <= f->nlanes) continue;
+    }
     if (st != WEFT_OK) return st;
     /* a lane's work is done in order: once this download has waited, what it was given before is done */
     double now = weft_fabric_now(f);
@@ -135,10 +151,10 @@ static weft_status make_host_valid(weft_tensor *t) {
     }
     s->stats.bytes_down += t->numel * sizeof(float);
     t->host_valid = 1;
+    t->host_version = t->version;
     t->where |= 1;
     return WEFT_OK;
   }
-  return weft_fail(f, WEFT_ERR_INTERNAL, "tensor has no current copy anywhere (please report this)");
 }
 
 weft_status weft_tensor_make_valid(weft_tensor *t, int lane) {
@@ -163,8 +179,11 @@ weft_status weft_tensor_make_valid(weft_tensor *t, int lane) {
 void weft_tensor_mark_written(weft_tensor *t, int lane) {
   weft_fabric *f = t->fabric;
   memset(t->valid, 0, f->nlanes);
+  t->version++;
+  t->lost = 0;
   if (weft_lane_is_host(f, lane)) {
     t->host_valid = 1;
+    t->host_version = t->version;
     t->where = 1;
   } else {
     t->host_valid = 0;
@@ -180,7 +199,7 @@ weft_status weft_tensor_write(weft_tensor *t, const float *data, size_t count) {
   if (!data) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_write: data is NULL");
   if (count != t->numel)
     return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_write: %zu floats given, the tensor holds %zu", count, t->numel);
-  /* Work still reading a lane copy must finish before the host copy changes under an upload. */
+  if (f->lost) weft_fabric_recover_all(f); /* a lost value may have been made from the old one */
   if (data != t->host) memcpy(t->host, data, count * sizeof(float)); /* a wrapped tensor's own memory: no copy */
   weft_tensor_mark_written(t, -1);
   return WEFT_OK;
@@ -221,4 +240,149 @@ const char *weft_tensor_location(const weft_tensor *tc) {
       used += (size_t)snprintf(t->location + used, sizeof t->location - used, "%s%s", used ? "," : "",
                                f->lanes[i].desc.name);
   return t->location;
+}
+
+/* ------------------------------------------------------------------------------------------- recovery */
+
+void weft_tensor_note_recipe(weft_tensor **in, int nin, weft_tensor **out, int nout, const weft_op *op, int lane) {
+  weft_fabric *f = out[0] ? out[0]->fabric : out[nout - 1]->fabric;
+  for (int o = 0; o < nout; o++) {
+    weft_tensor *t = out[o];
+    if (!t) continue;
+    if (weft_lane_is_host(f, lane)) {
+      /* host memory does not go down with a lane: nothing to recompute */
+      free(t->recipe);
+      t->recipe = NULL;
+      continue;
+    }
+    if (!t->recipe && !(t->recipe = malloc(sizeof *t->recipe))) continue; /* no record: not recoverable */
+    weft_recipe *r = t->recipe;
+    r->op = *op;
+    memset(r->op.in, 0, sizeof r->op.in);
+    memset(r->op.out, 0, sizeof r->op.out);
+    r->out_slot = o;
+    r->nin = 0;
+    for (int i = 0; i < nin && r->nin < 3; i++, r->nin++)
+      r->in_id[r->nin] = in[i]->id, r->in_version[r->nin] = in[i]->version;
+    if (op->kind == WEFT_OP_AXPY) r->in_id[r->nin] = t->id, r->in_version[r->nin++] = t->version;
+  }
+}
+
+static weft_tensor *tensor_by_id(weft_fabric *f, uint64_t id) {
+  for (weft_tensor *t = f->tensors; t; t = t->next)
+    if (t->id == id) return t;
+  return NULL;
+}
+
+/* Runs the recorded op again through the public API, so it is routed among the lanes still up. */
+static weft_status replay(weft_fabric *f, const weft_recipe *r, weft_tensor **x, weft_tensor *t) {
+  weft_op_desc d = WEFT_OP_DESC_INIT;
+  d.contract = r->op.contract;
+  switch (r->op.kind) {
+  case WEFT_OP_MATMUL: return weft_op_matmul(f, &d, x[0], r->op.trans_a, x[1], r->op.trans_b, t);
+  case WEFT_OP_ADD: return weft_op_add(f, &d, x[0], x[1], t);
+  case WEFT_OP_RELU: return weft_op_relu(f, &d, x[0], t);
+  case WEFT_OP_RELU_BACKWARD: return weft_op_relu_backward(f, &d, x[0], x[1], t);
+  case WEFT_OP_SCALE: return weft_op_scale(f, &d, r->op.alpha, x[0], t);
+  case WEFT_OP_AXPY: return weft_op_axpy(f, &d, r->op.alpha, x[0], t);
+  case WEFT_OP_SUM_ROWS: return weft_op_sum_rows(f, &d, x[0], t);
+  case WEFT_OP_SOFTMAX_XENT:
+    return weft_op_softmax_xent(f, &d, x[0], x[1], r->out_slot == 0 ? t : NULL, r->out_slot == 1 ? t : NULL);
+  case WEFT_OP_COUNT: break;
+  }
+  return WEFT_ERR_INTERNAL;
+}
+
+/* A lost value that cannot be computed again stays lost: later attempts answer at once. */
+static weft_status gone(weft_tensor *t, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  weft_status st = weft_vfail(t->fabric, WEFT_ERR_LANE_FAILED, fmt, args);
+  va_end(args);
+  t->lost = 2;
+  return st;
+}
+
+static weft_status recover_at(weft_tensor *t, int depth) {
+  weft_fabric *f = t->fabric;
+  if (!t->lost) return WEFT_OK;
+  if (t->lost == 2)
+    return weft_fail(f, WEFT_ERR_LANE_FAILED,
+                     "a tensor's only copy was on a lane that went down, and it cannot be computed again (what made "
+                     "it is not on record, or has changed since)");
+  if (!t->recipe)
+    return gone(t,
+                     "a tensor's only copy was on a lane that went down, and no op that made it is on record");
+  if (depth > 64)
+    return gone(t, "a lost tensor is more than 64 ops from a value still held anywhere");
+  /* a copy: recomputing an input may run ops that record recipes of their own */
+  const weft_recipe saved = *t->recipe, *r = &saved;
+  weft_tensor *x[3] = {NULL, NULL, NULL};
+  int self_input = -1;
+  for (int i = 0; i < r->nin; i++) {
+    x[i] = tensor_by_id(f, r->in_id[i]);
+    if (!x[i])
+      return gone(t,
+                       "a tensor's only copy was on a lane that went down, and an input of the %s that made it has "
+                       "been destroyed since, so it cannot be computed again",
+                       weft_op_kind_str(r->op.kind));
+    if (x[i] == t) {
+      /* an in-place op: the host memory may still hold the value it started from */
+      if (t->host_version != r->in_version[i])
+        return gone(t,
+                         "a tensor's only copy was on a lane that went down, and the value the in-place %s started "
+                         "from is held nowhere, so it cannot be computed again",
+                         weft_op_kind_str(r->op.kind));
+      self_input = i;
+      continue;
+    }
+    if (x[i]->version != r->in_version[i])
+      return gone(t,
+                       "a tensor's only copy was on a lane that went down, and an input of the %s that made it has "
+                       "been overwritten since, so it cannot be computed again",
+                       weft_op_kind_str(r->op.kind));
+    weft_status st = recover_at(x[i], depth + 1);
+    if (st != WEFT_OK) return st;
+  }
+  if (!t->lost) return WEFT_OK; /* recomputing an input brought it back too */
+  const uint64_t version = t->version;
+  if (self_input >= 0) {
+    t->host_valid = 1;
+    t->where |= 1;
+    t->lost = 0;
+    t->version = saved.in_version[self_input];
+  }
+  weft_status st = replay(f, &saved, x, t);
+  if (st != WEFT_OK) {
+    if (self_input >= 0) t->host_valid = 0, t->where &= ~(uint64_t)1, t->lost = 1, t->version = version;
+    return st;
+  }
+  /* the value is the one that was lost: it keeps its version, so recipes that read it still hold */
+  t->version = version;
+  if (t->host_valid) t->host_version = version;
+  f->lanes[f->last_lane >= 0 ? f->last_lane : 0].stats.recovered++;
+  return WEFT_OK;
+}
+
+
+weft_status weft_tensor_recover(weft_tensor *t, int depth) {
+  weft_fabric *f = t->fabric;
+  /* the replays go through dispatch, which must not start a sweep of every lost value meanwhile */
+  int outer = !f->recovering;
+  f->recovering = 1;
+  weft_status st = recover_at(t, depth);
+  if (outer) f->recovering = 0;
+  return st;
+}
+
+void weft_fabric_recover_all(weft_fabric *f) {
+  if (!f->lost || f->recovering) return;
+  f->recovering = 1;
+  f->lost = 0;
+  char saved[WEFT_ERR_LEN];
+  memcpy(saved, f->err, sizeof saved);
+  for (weft_tensor *t = f->tensors; t; t = t->next)
+    if (t->lost == 1 && recover_at(t, 0) != WEFT_OK) weft_note(f, 1, "weft: %s", f->err);
+  f->recovering = 0;
+  memcpy(f->err, saved, sizeof saved);
 }

@@ -15,7 +15,7 @@
 int weft_route_lane_can_run(weft_fabric *f, int lane, const weft_op *op, const char **why) {
   weft_lane_slot *s = &f->lanes[lane];
   const char *w = "";
-  if (s->failed) w = "failed earlier and left the fabric";
+  if (s->failed) w = s->down_why[0] ? s->down_why : "is down";
   else if (!(s->desc.contracts & WEFT_CONTRACT_BIT(op->contract))) w = "does not honour the contract";
   else if (s->vt.supports && s->vt.supports(s->self, op) != WEFT_OK) w = "declined the op (supports)";
   if (why) *why = w;

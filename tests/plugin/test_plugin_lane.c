@@ -101,8 +101,9 @@ __attribute__((constructor)) static void crash_on_load(void) { raise(SIGSEGV); }
 #endif
 
 static const weft_lane_vtable REF_VTABLE = {
-    WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), ref_describe, ref_destroy, ref_alloc, ref_free, ref_upload,
-    ref_download, NULL, ref_run, NULL, NULL, NULL, NULL,
+    .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = ref_describe,
+    .destroy = ref_destroy, .buffer_alloc = ref_alloc, .buffer_free = ref_free, .upload = ref_upload,
+    .download = ref_download, .run = ref_run,
 };
 
 static weft_status ref_probe(const weft_probe_args *args, const weft_lane_sink *sink) {

@@ -61,8 +61,9 @@ static weft_status cpu_run(void *self, const weft_op *op) {
 }
 
 static const weft_lane_vtable CPU_VTABLE = {
-    WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), cpu_describe, cpu_destroy, cpu_alloc, cpu_free, cpu_upload,
-    cpu_download, NULL, cpu_run, NULL, NULL, NULL, NULL,
+    .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = cpu_describe,
+    .destroy = cpu_destroy, .buffer_alloc = cpu_alloc, .buffer_free = cpu_free, .upload = cpu_upload,
+    .download = cpu_download, .run = cpu_run,
 };
 
 /* The processor's name from /proc/cpuinfo, or a plain word where that is not readable. */

@@ -556,9 +556,10 @@ static weft_status lane_supports(void *self, const weft_op *op) {
 }
 
 static const weft_lane_vtable CUDA_VTABLE = {
-    WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), lane_describe, lane_destroy,  lane_alloc,
-    lane_free,             lane_upload,              lane_download, lane_supports, lane_run,
-    lane_scope_begin,      lane_scope_end,           lane_sync,     lane_flush,
+    .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = lane_describe,
+    .destroy = lane_destroy, .buffer_alloc = lane_alloc, .buffer_free = lane_free, .upload = lane_upload,
+    .download = lane_download, .supports = lane_supports, .run = lane_run, .scope_begin = lane_scope_begin,
+    .scope_end = lane_scope_end, .sync = lane_sync, .flush = lane_flush,
 };
 
 /* -------------------------------------------------------------------------------------------- probe */

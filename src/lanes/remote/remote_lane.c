@@ -344,8 +344,9 @@ static weft_status remote_run(void *self, const weft_op *op) {
 }
 
 static const weft_lane_vtable REMOTE_VTABLE = {
-    WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), remote_describe, remote_destroy, remote_alloc, remote_free,
-    remote_upload, remote_download, NULL, remote_run, NULL, NULL, NULL, NULL,
+    .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = remote_describe,
+    .destroy = remote_destroy, .buffer_alloc = remote_alloc, .buffer_free = remote_free,
+    .upload = remote_upload, .download = remote_download, .run = remote_run,
 };
 
 /* Opens one lane: a connection of its own to the worker at `addr`, handshaken. */

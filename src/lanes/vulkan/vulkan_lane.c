@@ -498,9 +498,10 @@ static weft_status vk_flush(void *self) {
 }
 
 static const weft_lane_vtable VK_VTABLE = {
-    WEFT_LANE_ABI_VERSION, sizeof(weft_lane_vtable), vk_describe,    vk_destroy,   vk_buffer_alloc, vk_buffer_free,
-    vk_upload,             vk_download,              vk_supports,    vk_run,       vk_scope_begin,  vk_scope_end,
-    vk_sync,               vk_flush,
+    .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = vk_describe,
+    .destroy = vk_destroy, .buffer_alloc = vk_buffer_alloc, .buffer_free = vk_buffer_free, .upload = vk_upload,
+    .download = vk_download, .supports = vk_supports, .run = vk_run, .scope_begin = vk_scope_begin,
+    .scope_end = vk_scope_end, .sync = vk_sync, .flush = vk_flush,
 };
 
 /* -------------------------------------------------------------------------------------------- probe */
