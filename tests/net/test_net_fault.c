@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "netutil.h"
 #include "tutil.h"
@@ -88,6 +89,32 @@ int main(int argc, char **argv) {
   TU_STATUS(weft_tensor_read(tc, c, M * N), WEFT_OK, "read");
   TU_CHECK(same(c, want, M * N), "the re-routed result has the canonical bits");
   TU_CHECK(weft_fabric_lane_info(f, remote, &li) == WEFT_OK && li.failed == 1, "the remote lane is marked failed");
+  TU_CHECK(li.revivable == 1, "and may come back");
+
+  /* The worker is restarted on the same address: the lane is retried and comes back. */
+  size_t up = 0;
+  weft_fabric_revive(f, &up);
+  TU_CHECK(up == 1, "no worker yet: only the cpu is up (%zu)", up);
+  const char *same_port[] = {"--listen", addr, NULL};
+  if (!nt_start(argv[1], same_port, &w)) {
+    TU_CHECK(0, "the worker did not restart on %s", addr);
+    return tu_finish("net_fault", start);
+  }
+  int back = 0;
+  for (double t_end = tu_now() + 10; !back && tu_now() < t_end;) {
+    /* routed ops ask the down lane again once its backoff has passed */
+    TU_STATUS(weft_op_matmul(f, NULL, ta, 0, tb, 0, tc), WEFT_OK, "routed matmul while the worker restarts");
+    weft_fabric_lane_info(f, remote, &li);
+    back = !li.failed;
+    if (!back) usleep(20000);
+  }
+  TU_CHECK(back, "the lane came back after the worker restarted");
+  memset(c, 0, sizeof c);
+  weft_tensor_write(tc, c, M * N);
+  TU_STATUS(weft_op_matmul(f, &od, ta, 0, tb, 0, tc), WEFT_OK, "matmul pinned to the revived lane");
+  TU_STATUS(weft_tensor_read(tc, c, M * N), WEFT_OK, "read");
+  TU_CHECK(same(c, want, M * N), "the revived lane gives the canonical bits (its tensors were uploaded again)");
+  nt_stop(&w);
   weft_tensor_destroy(ta);
   weft_tensor_destroy(tb);
   weft_tensor_destroy(tc);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@ typedef struct remote_lane {
   int32_t worker_lane;
   weft_contract_mask contracts;
   char addr[128];
+  char worker_lane_name[128]; /* the lane's name on the worker: a restarted worker must still offer it */
   char name[256];
   char device[160];
   char details[256];
@@ -343,10 +345,54 @@ static weft_status remote_run(void *self, const weft_op *op) {
   return call(l, WEFT_NET_OP, pl, sizeof pl, NULL, 0, NULL);
 }
 
+/* Asked while the lane is down: a worker restarted at the same address that offers the same lane brings
+ * it back. Its old tensors died with the old process; the core forgot them when the lane went down. */
+static weft_status remote_revive(void *self) {
+  remote_lane *l = self;
+  if (l->fd >= 0) close(l->fd);
+  int ms = timeout_ms();
+  l->fd = dial(l->addr, ms < 1000 ? ms : 1000); /* a quick try: this runs on the caller's thread */
+  if (l->fd < 0)
+    return weft_lane_report(l->host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s is not reachable (%s)", l->name,
+                            l->addr, strerror(errno));
+  struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+  setsockopt(l->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(l->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  char why[256] = "";
+  size_t n = 0;
+  weft_status st = handshake(l, why, sizeof why);
+  if (st == WEFT_OK) st = call(l, WEFT_NET_LANES, NULL, 0, NULL, 0, &n);
+  if (st != WEFT_OK) {
+    if (l->fd >= 0) close(l->fd);
+    l->fd = -1;
+    return weft_lane_report(l->host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s answered but %s", l->name, l->addr,
+                            why[0] ? why : "did not list its lanes");
+  }
+  /* The same lane, at the same index, honouring at least what it did. */
+  const uint8_t *q = l->scratch;
+  size_t p = 4;
+  uint32_t count = n >= 4 ? weft_net_get32(q) : 0;
+  for (uint32_t i = 0; i < count && p + 4 <= n; i++) {
+    weft_contract_mask contracts = weft_net_get32(q + p);
+    p += 4;
+    size_t sl = p + 2 <= n ? weft_net_get16(q + p) : (size_t)-1;
+    if (sl == (size_t)-1 || p + 2 + sl > n) break;
+    int same = i == (uint32_t)l->worker_lane && sl == strlen(l->worker_lane_name) &&
+               memcmp(q + p + 2, l->worker_lane_name, sl) == 0 && (contracts & l->contracts) == l->contracts;
+    if (same) return WEFT_OK;
+    p += 2 + sl;
+    for (int k = 0; k < 2 && p + 2 <= n; k++) p += 2 + weft_net_get16(q + p);
+  }
+  close(l->fd);
+  l->fd = -1;
+  return weft_lane_report(l->host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s no longer offers lane %s", l->name,
+                          l->addr, l->worker_lane_name);
+}
+
 static const weft_lane_vtable REMOTE_VTABLE = {
     .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = remote_describe,
     .destroy = remote_destroy, .buffer_alloc = remote_alloc, .buffer_free = remote_free,
-    .upload = remote_upload, .download = remote_download, .run = remote_run,
+    .upload = remote_upload, .download = remote_download, .run = remote_run, .revive = remote_revive,
 };
 
 /* Opens one lane: a connection of its own to the worker at `addr`, handshaken. */
@@ -420,6 +466,7 @@ static void probe_worker(const weft_probe_args *args, const weft_lane_sink *sink
     }
     l->worker_lane = (int32_t)i;
     l->contracts = contracts;
+    snprintf(l->worker_lane_name, sizeof l->worker_lane_name, "%.127s", strs[0]);
     snprintf(l->name, sizeof l->name, "remote:%.127s/%.100s", addr, strs[0]);
     snprintf(l->device, sizeof l->device, "%.159s", strs[2]);
     snprintf(l->details, sizeof l->details, "worker %.100s lane %.60s (%.40s), frames up to %u bytes", addr, strs[0], strs[1],
