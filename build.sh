@@ -16,7 +16,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 # against; the OpenCL headers and ICD loader for the OpenCL example plugin and PoCL (OpenCL on the CPU) to
 # run it; libssl-dev (HMAC-SHA256 for `weft worker`'s authentication) and clang (libFuzzer, for the
 # protocol fuzzer); numpy, pytest and scikit-learn (the digits) for the Python package's tests and `weft mlp`, which
-# reads them through zlib.
+# reads them through zlib. lld (wasm-ld) links weft.wasm for the Bench page; Chromium (headless, with its
+# WebGPU on SwiftShader) and Node.js run the browser tests (playwright-core comes from npm, see below).
 PACKAGES=(
   build-essential cmake ninja-build pkg-config libcjson-dev zlib1g-dev
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-tools
@@ -24,7 +25,10 @@ PACKAGES=(
   opencl-headers ocl-icd-opencl-dev pocl-opencl-icd
   libssl-dev clang
   python3-numpy python3-pytest python3-sklearn
+  lld chromium nodejs
 )
+# Debian's nodejs comes without npm; some other builds of nodejs bundle it (and conflict with Debian's npm).
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -76,6 +80,19 @@ build_release() {
   configure_and_build build -DCMAKE_BUILD_TYPE=Release "$@"
 }
 
+# The browser tests' one npm package (tests/web/package-lock.json pins it): playwright-core drives the
+# system's Chromium, so no browser is downloaded. Without it (no network) those tests skip, saying why.
+install_web_tools() {
+  if [ "${WEFT_NO_INSTALL:-0}" = 1 ] || [ -d tests/web/node_modules/playwright-core ]; then return; fi
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "build.sh: no npm: the browser tests will skip (install Debian's nodejs and npm)"
+    return
+  fi
+  step "npm ci --prefix tests/web (playwright-core, for the browser tests)"
+  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix tests/web --no-audit --no-fund ||
+    echo "build.sh: npm ci failed: the browser tests will skip"
+}
+
 # run_tests DIR: the test suite of one build folder; returns ctest's status.
 run_tests() {
   step "testing $1"
@@ -102,6 +119,7 @@ bench)
 test)
   [ $# -eq 0 ] || die "test takes no arguments"
   install_missing
+  install_web_tools
   build_release -DWEFT_WERROR=ON
   configure_and_build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_SANITIZE=ON -DWEFT_WERROR=ON
   failed=()
