@@ -17,7 +17,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 # run it; libssl-dev (HMAC-SHA256 for `weft worker`'s authentication) and clang (libFuzzer, for the
 # protocol fuzzer); numpy, pytest and scikit-learn (the digits) for the Python package's tests and `weft mlp`, which
 # reads them through zlib. lld (wasm-ld) links weft.wasm for the Bench page; Chromium (headless, with its
-# WebGPU on SwiftShader) and Node.js run the browser tests (playwright-core comes from npm, see below).
+# WebGPU on SwiftShader) and Node.js run the browser tests (playwright-core comes from npm, see below);
+# libwebsockets-dev is the server browser tabs join the fabric through (browser lanes, `weft serve`).
 PACKAGES=(
   build-essential cmake ninja-build pkg-config libcjson-dev zlib1g-dev
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-tools
@@ -25,7 +26,7 @@ PACKAGES=(
   opencl-headers ocl-icd-opencl-dev pocl-opencl-icd
   libssl-dev clang
   python3-numpy python3-pytest python3-sklearn
-  lld chromium nodejs
+  lld chromium nodejs libwebsockets-dev
 )
 # Debian's nodejs comes without npm; some other builds of nodejs bundle it (and conflict with Debian's npm).
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)

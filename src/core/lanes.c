@@ -12,6 +12,9 @@ weft_status weft_cuda_probe(const weft_probe_args *args, const weft_lane_sink *s
 #ifdef WEFT_HAVE_REMOTE
 weft_status weft_remote_probe(const weft_probe_args *args, const weft_lane_sink *sink);
 #endif
+#ifdef WEFT_HAVE_BROWSER
+weft_status weft_browser_probe(const weft_probe_args *args, const weft_lane_sink *sink);
+#endif
 weft_status weft_plugin_probe(const weft_probe_args *args, const weft_lane_sink *sink);
 
 const weft_lane_provider weft_lane_providers[] = {
@@ -30,6 +33,12 @@ const weft_lane_provider weft_lane_providers[] = {
     {"remote", weft_remote_probe, NULL},
 #else
     {"remote", NULL, "weft was built without remote lanes (no libcrypto, Debian libssl-dev, at build time)"},
+#endif
+#ifdef WEFT_HAVE_BROWSER
+    {"browser", weft_browser_probe, NULL},
+#else
+    {"browser", NULL,
+     "weft was built without browser lanes (no libwebsockets, Debian libwebsockets-dev, at build time)"},
 #endif
     /* Last: plugin lanes are admitted after a self-test, and a built-in lane keeps its name. */
     {"plugin", weft_plugin_probe, NULL},

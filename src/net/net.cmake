@@ -2,6 +2,7 @@
 # the library with the remote lane (src/lanes/remote/remote.cmake); the worker is a static library the CLI,
 # the tests and the fuzzer link. libcrypto (Debian: libssl-dev) provides HMAC-SHA256 and the nonces.
 include(${CMAKE_CURRENT_LIST_DIR}/../lanes/remote/remote.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/../lanes/browser/browser.cmake)
 if(NOT WEFT_HAVE_REMOTE)
   message(FATAL_ERROR "weft: `weft worker` needs libcrypto (Debian: libssl-dev)")
 endif()

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <openssl/evp.h>
@@ -236,4 +238,25 @@ int weft_net_recv_all(int fd, uint8_t *p, size_t n) {
     n -= (size_t)k;
   }
   return 1;
+}
+
+int weft_net_split_addr(const char *addr, char *host, size_t hl, char *port, size_t pl) {
+  const char *colon = strrchr(addr, ':');
+  if (!colon || colon == addr || !colon[1]) return 0;
+  size_t n = (size_t)(colon - addr);
+  if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']') {
+    addr++;
+    n -= 2;
+  }
+  if (n >= hl || strlen(colon + 1) >= pl) return 0;
+  memcpy(host, addr, n);
+  host[n] = 0;
+  snprintf(port, pl, "%s", colon + 1);
+  return 1;
+}
+
+int weft_net_is_loopback(const struct sockaddr *sa) {
+  if (sa->sa_family == AF_INET) return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+  if (sa->sa_family == AF_INET6) return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+  return 0;
 }

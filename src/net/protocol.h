@@ -39,6 +39,8 @@ typedef enum weft_net_type {
   WEFT_NET_FREE = 7,   /* u64 handle -> empty */
   WEFT_NET_OP = 8,     /* u32 kind, u32 contract, i32 lane, u32 flags, f32 alpha, 4 x u64 handle,
                         * 4 x {u32 ndim (0 = the tensor's own shape), 4 x i64 dims} -> i32 lane */
+  WEFT_NET_PROVE = 9,  /* nonce[32] -> mac[32] = HMAC-SHA256(secret, "weft-auth-v1" || nonce): the client asks
+                        * the worker to prove the secret (a browser tab joining a fabric); `weft worker` refuses it */
   WEFT_NET_TYPE_END
 } weft_net_type;
 
@@ -122,6 +124,12 @@ weft_status weft_net_auth_mac(const uint8_t *secret, size_t secret_len, const ui
 /* Reads a secret file (at most 4096 bytes, trailing newline dropped, at least 16 bytes left). */
 weft_status weft_net_read_secret(const char *path, uint8_t *out, size_t cap, size_t *out_len, char *err,
                                  size_t errlen);
+
+/* Splits "host:port" ("[v6]:port" too) into its parts; 0 when it is not of that form or does not fit. */
+int weft_net_split_addr(const char *addr, char *host, size_t hl, char *port, size_t pl);
+/* 1 when the socket address is on loopback (127/8, ::1): the only addresses served without a secret. */
+struct sockaddr;
+int weft_net_is_loopback(const struct sockaddr *sa);
 
 /* Sends or receives exactly n bytes on a socket, retrying on EINTR (send never raises SIGPIPE). 1 on
  * success, 0 when the peer closed or the socket failed. Shared by the client lane and the worker. */

@@ -539,33 +539,10 @@ done:
   return NULL;
 }
 
-static int is_loopback(const struct sockaddr *sa) {
-  if (sa->sa_family == AF_INET)
-    return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
-  if (sa->sa_family == AF_INET6) return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
-  return 0;
-}
-
-/* Splits "host:port" ("[v6]:port" too). */
-static int split_addr(const char *addr, char *host, size_t hl, char *port, size_t pl) {
-  const char *colon = strrchr(addr, ':');
-  if (!colon || colon == addr || !colon[1]) return 0;
-  size_t n = (size_t)(colon - addr);
-  if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']') {
-    addr++;
-    n -= 2;
-  }
-  if (n >= hl || strlen(colon + 1) >= pl) return 0;
-  memcpy(host, addr, n);
-  host[n] = 0;
-  snprintf(port, pl, "%s", colon + 1);
-  return 1;
-}
-
 weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, size_t errlen) {
   const char *addr = desc->listen ? desc->listen : "127.0.0.1:7070";
   char host[256], port[32];
-  if (!split_addr(addr, host, sizeof host, port, sizeof port)) {
+  if (!weft_net_split_addr(addr, host, sizeof host, port, sizeof port)) {
     snprintf(err, errlen, "--listen wants HOST:PORT, got '%s'", addr);
     return WEFT_ERR_INVALID_ARGUMENT;
   }
@@ -577,7 +554,7 @@ weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, siz
     snprintf(err, errlen, "cannot resolve '%s': %s", addr, gai_strerror(gai));
     return WEFT_ERR_INVALID_ARGUMENT;
   }
-  if (!is_loopback(ai->ai_addr) && !(desc->secret && desc->secret_len)) {
+  if (!weft_net_is_loopback(ai->ai_addr) && !(desc->secret && desc->secret_len)) {
     freeaddrinfo(ai);
     snprintf(err, errlen,
              "refusing to listen on '%s' without a shared secret: anything off loopback needs --secret-file", addr);

@@ -16,6 +16,7 @@ add_executable(weft_cli
   src/tools/cli_route.c
   src/tools/cli_mlp.c
   src/tools/cli_worker.c
+  src/tools/cli_serve.c
 )
 target_link_libraries(weft_cli PRIVATE weft_net weft_static PkgConfig::CJSON ZLIB::ZLIB)
 target_include_directories(weft_cli PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)

@@ -18,6 +18,8 @@ static const weft_cli_command commands[] = {
      weft_cli_mlp, weft_cli_mlp_help},
     {"worker", "serve this machine's lanes to other machines' fabrics over TCP (remote lanes)", weft_cli_worker,
      weft_cli_worker_help},
+    {"serve", "let browser tabs join as lanes (their GPUs through WebGPU) and serve the web pages", weft_cli_serve,
+     weft_cli_serve_help},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];
 

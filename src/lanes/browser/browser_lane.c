@@ -1,0 +1,648 @@
+/* browser_lane.c - browser tabs as lanes. The fabric listens (libwebsockets, on a thread of its own) for
+ * tabs that open the worker page (web/worker/); each tab that connects takes a free slot browser:0 ..
+ * browser:K-1, and the fabric then speaks the wire protocol (docs/PROTOCOL.md) to it as the client, one
+ * frame per WebSocket binary message, through the same client code as remote lanes (src/net/client.c).
+ * Slots start down ("waiting for a tab") and come up through revive once a tab has attached and answered
+ * the handshake; a tab that closes, hangs past the timeout or breaks the protocol fails its lane, so the
+ * core re-routes the op. The same server serves the worker page (and the rest of a web folder) as static
+ * files. */
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <libwebsockets.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include "net/client.h"
+#include "weft_lane.h"
+
+#define BROWSER_SLOTS_DEFAULT 4
+#define BROWSER_SLOTS_MAX 64
+#define FRAG_BYTES (256u << 10)    /* a request goes out in WebSocket fragments of this size */
+#define HANDSHAKE_TIMEOUT_MS 5000  /* a tab that attached answers its handshake at once, or is dropped */
+
+typedef struct browser_server browser_server;
+
+typedef struct browser_slot {
+  weft_net_client client; /* first: the shared vtable functions take the lane as its client */
+  browser_server *srv;
+  int index;
+  int alive;              /* 0 once the fabric destroyed the lane: no tab attaches here any more */
+  char name[32];
+  char device[256];
+  char details[512];
+  weft_contract_mask tab_contracts; /* what the attached tab said it honours */
+  pthread_cond_t cond;
+  /* The connection, guarded by srv->lock. `conn` counts attachments; `bound` is the attachment the
+   * client's session was handshaken with, so a new tab in the slot never receives the old one's requests. */
+  struct lws *wsi;
+  uint32_t conn, bound;
+  int ready, kick;
+  char peer[64];
+  /* The request in flight: the caller's pieces, read by the service thread under the lock. */
+  const uint8_t *piece[3];
+  size_t plen[3], total, sent;
+  int sending, awaiting, replied;
+  int timeout_ms;
+  /* The reply being assembled (written by the service thread only while awaiting). */
+  uint8_t *in;
+  size_t in_len, in_cap, in_max;
+  uint8_t *frag; /* LWS_PRE + FRAG_BYTES, the service thread's */
+} browser_slot;
+
+struct browser_server {
+  struct lws_context *ctx;
+  pthread_t thread;
+  int thread_started;
+  pthread_mutex_t lock;
+  int stop;
+  int refs; /* lanes alive; the last one to go stops the server */
+  size_t nslots;
+  browser_slot *slots;
+  char host[128]; /* numeric address bound */
+  int port;
+  char url[300];  /* where a person opens the worker page */
+  uint8_t secret[4096];
+  size_t secret_len;
+  char web_dir[1024];
+  struct lws_http_mount mount;
+  struct lws_protocol_vhost_options mime[4];
+  struct lws_protocols protocols[2];
+  int timeout_ms;
+};
+
+/* Per WebSocket connection. */
+typedef struct tab_session {
+  browser_slot *slot;
+  uint32_t conn;
+} tab_session;
+
+static int env_timeout_ms(void) {
+  const char *e = getenv("WEFT_REMOTE_TIMEOUT_MS");
+  long v = e ? strtol(e, NULL, 10) : 0;
+  return v > 0 && v < 3600000 ? (int)v : 30000;
+}
+
+/* ------------------------------------------------------------------------------- the service thread */
+
+/* Copies bytes [from, from + n) of the request's pieces into dst. */
+static void copy_request(const browser_slot *s, size_t from, size_t n, uint8_t *dst) {
+  for (int i = 0; i < 3 && n; i++) {
+    if (from >= s->plen[i]) {
+      from -= s->plen[i];
+      continue;
+    }
+    size_t k = s->plen[i] - from < n ? s->plen[i] - from : n;
+    memcpy(dst, s->piece[i] + from, k);
+    dst += k;
+    n -= k;
+    from = 0;
+  }
+}
+
+/* The reason travels in the close frame, which holds at most 123 bytes of it. */
+static void refuse(struct lws *wsi, const char *why) {
+  size_t n = strlen(why);
+  lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)why, n < 120 ? n : 120);
+}
+
+/* A tab connected: the first free slot takes it. */
+static int tab_attach(browser_server *srv, struct lws *wsi, tab_session *ts) {
+  pthread_mutex_lock(&srv->lock);
+  browser_slot *s = NULL;
+  for (size_t i = 0; i < srv->nslots && !s; i++)
+    if (srv->slots[i].alive && !srv->slots[i].wsi) s = &srv->slots[i];
+  if (!s) {
+    pthread_mutex_unlock(&srv->lock);
+    refuse(wsi, "every browser slot of this fabric is taken");
+    return -1;
+  }
+  s->wsi = wsi;
+  s->conn++;
+  s->ready = s->kick = s->sending = s->awaiting = s->replied = 0;
+  s->peer[0] = 0;
+  lws_get_peer_simple(wsi, s->peer, sizeof s->peer);
+  ts->slot = s;
+  ts->conn = s->conn;
+  pthread_mutex_unlock(&srv->lock);
+  return 0;
+}
+
+/* The slot this connection still holds, or NULL when it was displaced. Called with the lock held. */
+static browser_slot *tab_slot(struct lws *wsi, const tab_session *ts) {
+  browser_slot *s = ts ? ts->slot : NULL;
+  return s && s->wsi == wsi && s->conn == ts->conn ? s : NULL;
+}
+
+/* A whole or partial message from the tab: part of the reply awaited, or a protocol violation. */
+static int tab_receive(browser_server *srv, struct lws *wsi, tab_session *ts, const uint8_t *in, size_t len) {
+  pthread_mutex_lock(&srv->lock);
+  browser_slot *s = tab_slot(wsi, ts);
+  const char *bad = NULL;
+  if (!s) bad = "this connection no longer holds a slot";
+  else if (!lws_frame_is_binary(wsi)) bad = "text message: the protocol is binary frames";
+  else if (!s->awaiting || s->sending || s->replied) bad = "a message nobody asked for";
+  else if (len > s->in_max - s->in_len) bad = "a reply larger than any request allows";
+  if (!bad && s->in_len + len > s->in_cap) {
+    size_t cap = s->in_cap ? s->in_cap : 4096;
+    while (cap < s->in_len + len) cap *= 2;
+    uint8_t *p = realloc(s->in, cap);
+    if (!p) bad = "out of memory for its reply";
+    else {
+      s->in = p;
+      s->in_cap = cap;
+    }
+  }
+  if (bad) {
+    /* Whatever the fabric's thread waits for will not come: wake it to fail the lane. */
+    if (s) {
+      s->awaiting = 0;
+      s->wsi = NULL;
+      pthread_cond_broadcast(&s->cond);
+    }
+    pthread_mutex_unlock(&srv->lock);
+    refuse(wsi, bad);
+    return -1;
+  }
+  memcpy(s->in + s->in_len, in, len);
+  s->in_len += len;
+  if (lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi)) {
+    s->awaiting = 0;
+    s->replied = 1;
+    pthread_cond_broadcast(&s->cond);
+  }
+  pthread_mutex_unlock(&srv->lock);
+  return 0;
+}
+
+/* The socket can take more: the next fragment of the request, or the close the fabric asked for. */
+static int tab_writeable(browser_server *srv, struct lws *wsi, tab_session *ts) {
+  pthread_mutex_lock(&srv->lock);
+  browser_slot *s = tab_slot(wsi, ts);
+  if (!s || s->kick) {
+    pthread_mutex_unlock(&srv->lock);
+    refuse(wsi, "the fabric dropped this tab (it timed out or broke the protocol)");
+    return -1;
+  }
+  if (!s->sending) {
+    pthread_mutex_unlock(&srv->lock);
+    return 0;
+  }
+  size_t n = s->total - s->sent < FRAG_BYTES ? s->total - s->sent : FRAG_BYTES;
+  int first = s->sent == 0, last = s->sent + n == s->total;
+  copy_request(s, s->sent, n, s->frag + LWS_PRE);
+  s->sent += n;
+  if (last) s->sending = 0;
+  pthread_mutex_unlock(&srv->lock);
+  /* The slot's fragment buffer is this thread's: the copy above is the last read of the caller's memory. */
+  if (lws_write(wsi, s->frag + LWS_PRE, n, (enum lws_write_protocol)lws_write_ws_flags(LWS_WRITE_BINARY, first, last)) <
+      (int)n)
+    return -1;
+  if (!last) lws_callback_on_writable(wsi);
+  return 0;
+}
+
+static void tab_detach(browser_server *srv, struct lws *wsi, tab_session *ts) {
+  pthread_mutex_lock(&srv->lock);
+  browser_slot *s = tab_slot(wsi, ts);
+  if (s) {
+    s->wsi = NULL;
+    s->ready = s->sending = 0;
+    pthread_cond_broadcast(&s->cond);
+  }
+  pthread_mutex_unlock(&srv->lock);
+}
+
+static int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
+  browser_server *srv = lws_context_user(lws_get_context(wsi));
+  tab_session *ts = user;
+  switch (reason) {
+  case LWS_CALLBACK_ESTABLISHED: return tab_attach(srv, wsi, ts);
+  case LWS_CALLBACK_RECEIVE: return tab_receive(srv, wsi, ts, in, len);
+  case LWS_CALLBACK_SERVER_WRITEABLE: return tab_writeable(srv, wsi, ts);
+  case LWS_CALLBACK_CLOSED: tab_detach(srv, wsi, ts); return 0;
+  case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+    /* The fabric's thread queued a request or asked for a tab to be dropped. */
+    pthread_mutex_lock(&srv->lock);
+    for (size_t i = 0; i < srv->nslots; i++) {
+      browser_slot *s = &srv->slots[i];
+      if (s->wsi && (s->sending || s->kick)) lws_callback_on_writable(s->wsi);
+    }
+    pthread_mutex_unlock(&srv->lock);
+    return 0;
+  default: return lws_callback_http_dummy(wsi, reason, user, in, len);
+  }
+}
+
+static void *service_main(void *arg) {
+  browser_server *srv = arg;
+  for (;;) {
+    pthread_mutex_lock(&srv->lock);
+    int stop = srv->stop;
+    pthread_mutex_unlock(&srv->lock);
+    if (stop || lws_service(srv->ctx, 0) < 0) break;
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------------ the fabric's thread */
+
+static void wake(browser_server *srv) { lws_cancel_service(srv->ctx); }
+
+static weft_status tab_exchange(void *ctx, const uint8_t *const piece[3], const size_t len[3], size_t max_len,
+                                const uint8_t **out_frame, size_t *out_len, char *why, size_t whylen) {
+  browser_slot *s = ctx;
+  browser_server *srv = s->srv;
+  pthread_mutex_lock(&srv->lock);
+  if (!s->wsi || s->conn != s->bound) {
+    pthread_mutex_unlock(&srv->lock);
+    snprintf(why, whylen, "the tab closed");
+    return WEFT_ERR_LANE_FAILED;
+  }
+  for (int i = 0; i < 3; i++) {
+    s->piece[i] = piece[i];
+    s->plen[i] = piece[i] ? len[i] : 0;
+  }
+  s->total = s->plen[0] + s->plen[1] + s->plen[2];
+  s->sent = 0;
+  s->in_len = 0;
+  s->in_max = max_len;
+  s->sending = s->awaiting = 1;
+  s->replied = 0;
+  pthread_mutex_unlock(&srv->lock);
+  wake(srv);
+  struct timespec deadline;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  deadline.tv_sec += s->timeout_ms / 1000;
+  deadline.tv_nsec += (long)(s->timeout_ms % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&srv->lock);
+  int timed_out = 0;
+  while (!s->replied && s->wsi && s->conn == s->bound && !timed_out)
+    timed_out = pthread_cond_timedwait(&s->cond, &srv->lock, &deadline) == ETIMEDOUT;
+  weft_status st = WEFT_OK;
+  if (s->replied && s->conn == s->bound) {
+    *out_frame = s->in;
+    *out_len = s->in_len;
+    s->replied = 0;
+  } else {
+    snprintf(why, whylen, "%s", s->wsi && s->conn == s->bound ? "timed out" : "the tab closed");
+    if (timed_out) snprintf(why, whylen, "timed out after %d ms", s->timeout_ms);
+    st = WEFT_ERR_LANE_FAILED;
+  }
+  /* Nothing of the caller's may be read after this returns. */
+  s->sending = s->awaiting = 0;
+  s->piece[0] = s->piece[1] = s->piece[2] = NULL;
+  pthread_mutex_unlock(&srv->lock);
+  return st;
+}
+
+static void tab_drop(void *ctx) {
+  browser_slot *s = ctx;
+  pthread_mutex_lock(&s->srv->lock);
+  if (s->wsi && s->conn == s->bound) s->kick = 1;
+  s->ready = 0;
+  pthread_mutex_unlock(&s->srv->lock);
+  wake(s->srv);
+}
+
+static const weft_net_transport TAB_TRANSPORT = {tab_exchange, tab_drop};
+
+/* ------------------------------------------------------------------------------------------- the lane */
+
+static void set_waiting(browser_slot *s) {
+  snprintf(s->device, sizeof s->device, "(no tab attached)");
+  snprintf(s->details, sizeof s->details, "waiting for a tab: open %s in a browser with WebGPU", s->srv->url);
+}
+
+static void browser_describe(void *self, weft_lane_desc *out) {
+  browser_slot *s = self;
+  memset(out, 0, sizeof *out);
+  out->name = s->name;
+  out->kind = "browser";
+  out->device = s->device;
+  out->driver = "weft wire protocol v1 over WebSocket";
+  out->details = s->details;
+  /* What a worker page implements: the canonical order, which also satisfies fp32. The tab's own list is
+   * checked per op (supports). */
+  out->contracts = WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32);
+  out->flags = WEFT_LANE_STARTS_DOWN;
+}
+
+static void server_destroy(browser_server *srv) {
+  if (srv->thread_started) {
+    pthread_mutex_lock(&srv->lock);
+    srv->stop = 1;
+    pthread_mutex_unlock(&srv->lock);
+    wake(srv);
+    pthread_join(srv->thread, NULL);
+  }
+  /* Closes the tabs still attached; their close callbacks run here, on this thread. */
+  if (srv->ctx) lws_context_destroy(srv->ctx);
+  for (size_t i = 0; i < srv->nslots; i++) {
+    free(srv->slots[i].in);
+    free(srv->slots[i].frag);
+    pthread_cond_destroy(&srv->slots[i].cond);
+  }
+  free(srv->slots);
+  pthread_mutex_destroy(&srv->lock);
+  OPENSSL_cleanse(srv->secret, sizeof srv->secret);
+  free(srv);
+}
+
+static void browser_destroy(void *self) {
+  browser_slot *s = self;
+  browser_server *srv = s->srv;
+  pthread_mutex_lock(&srv->lock);
+  s->alive = 0;
+  if (s->wsi) s->kick = 1;
+  int last = --srv->refs == 0;
+  pthread_mutex_unlock(&srv->lock);
+  /* Slots live as long as the server: the service thread may still be looking at this one. */
+  if (last) server_destroy(srv);
+  else wake(srv);
+}
+
+static weft_status browser_supports(void *self, const weft_op *op) {
+  browser_slot *s = self;
+  if (!(s->tab_contracts & WEFT_CONTRACT_BIT(op->contract)))
+    return weft_lane_report(s->client.host, WEFT_ERR_UNSUPPORTED, "%s: the tab does not honour the %s contract",
+                            s->name, weft_contract_str(op->contract));
+  return WEFT_OK;
+}
+
+typedef struct lanes_pick {
+  int found;
+  uint32_t index;
+  weft_contract_mask contracts;
+  char name[256], kind[256], device[256];
+} lanes_pick;
+
+/* The tab's first lane that honours a contract is the one this slot serves. */
+static void pick_lane(void *ctx, uint32_t index, weft_contract_mask contracts, const char *name, const char *kind,
+                      const char *device) {
+  lanes_pick *p = ctx;
+  if (p->found || !contracts) return;
+  p->found = 1;
+  p->index = index;
+  p->contracts = contracts;
+  snprintf(p->name, sizeof p->name, "%s", name);
+  snprintf(p->kind, sizeof p->kind, "%s", kind);
+  snprintf(p->device, sizeof p->device, "%s", device);
+}
+
+/* The handshake with a newly attached tab: hello, the proof of the shared secret when one is set, its
+ * lanes. Run on the fabric's thread, bounded by a short timeout. */
+static weft_status handshake(browser_slot *s) {
+  weft_net_client *c = &s->client;
+  browser_server *srv = s->srv;
+  weft_net_client_begin(c);
+  s->timeout_ms = srv->timeout_ms < HANDSHAKE_TIMEOUT_MS ? srv->timeout_ms : HANDSHAKE_TIMEOUT_MS;
+  weft_net_hello hello;
+  weft_status st = weft_net_client_hello(c, &hello);
+  if (st) return st;
+  if (srv->secret_len) {
+    uint8_t nonce[WEFT_NET_NONCE_BYTES], want[WEFT_NET_MAC_BYTES];
+    if (RAND_bytes(nonce, sizeof nonce) != 1 || weft_net_auth_mac(srv->secret, srv->secret_len, nonce, want))
+      return weft_net_client_fail(c, "could not make a nonce for the tab's proof");
+    st = weft_net_client_call(c, WEFT_NET_PROVE, nonce, sizeof nonce, NULL, 0);
+    if (st) return weft_net_client_fail(c, "the tab did not prove the shared secret (%s)", weft_status_str(st));
+    /* One try per connection, compared in constant time, as `weft worker` does. */
+    if (c->reply_len != WEFT_NET_MAC_BYTES || CRYPTO_memcmp(c->reply, want, WEFT_NET_MAC_BYTES) != 0)
+      return weft_net_client_fail(c, "the tab's proof of the shared secret is wrong");
+  }
+  lanes_pick pick = {0};
+  st = weft_net_client_lanes(c, pick_lane, &pick);
+  if (st) return st;
+  if (!pick.found) return weft_net_client_fail(c, "the tab offers no lane that works");
+  c->peer_lane = (int32_t)pick.index;
+  s->tab_contracts = pick.contracts;
+  s->timeout_ms = srv->timeout_ms;
+  snprintf(s->device, sizeof s->device, "%s", pick.device);
+  pthread_mutex_lock(&srv->lock);
+  snprintf(s->details, sizeof s->details, "tab %.63s at %.200s: its lane %.100s (%.100s), frames up to %u bytes",
+           s->peer[0] ? s->peer : "?", srv->url, pick.name, pick.kind, (unsigned)c->max_frame);
+  pthread_mutex_unlock(&srv->lock);
+  return WEFT_OK;
+}
+
+static weft_status browser_revive(void *self) {
+  browser_slot *s = self;
+  browser_server *srv = s->srv;
+  pthread_mutex_lock(&srv->lock);
+  int attached = s->wsi != NULL, ready = s->ready && s->conn == s->bound;
+  if (attached && !ready) s->bound = s->conn;
+  pthread_mutex_unlock(&srv->lock);
+  if (ready) return WEFT_OK;
+  if (!attached) {
+    set_waiting(s);
+    return weft_lane_report(s->client.host, WEFT_ERR_LANE_FAILED, "%s is waiting for a tab: open %s", s->name,
+                            srv->url);
+  }
+  weft_status st = handshake(s);
+  if (st) {
+    set_waiting(s);
+    return st == WEFT_ERR_LANE_FAILED ? st : weft_net_client_fail(&s->client, "the tab's handshake failed");
+  }
+  pthread_mutex_lock(&srv->lock);
+  s->ready = s->wsi != NULL && s->conn == s->bound;
+  ready = s->ready;
+  pthread_mutex_unlock(&srv->lock);
+  if (!ready) return weft_net_client_fail(&s->client, "the tab closed during its handshake");
+  return WEFT_OK;
+}
+
+static const weft_lane_vtable BROWSER_VTABLE = {
+    .abi_version = WEFT_LANE_ABI_VERSION,
+    .size = sizeof(weft_lane_vtable),
+    .describe = browser_describe,
+    .destroy = browser_destroy,
+    .buffer_alloc = weft_net_client_buffer_alloc,
+    .buffer_free = weft_net_client_buffer_free,
+    .upload = weft_net_client_upload,
+    .download = weft_net_client_download,
+    .supports = browser_supports,
+    .run = weft_net_client_run,
+    .revive = browser_revive,
+};
+
+/* ------------------------------------------------------------------------------------------ the probe */
+
+static void absent(const weft_lane_sink *sink, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void absent(const weft_lane_sink *sink, const char *fmt, ...) {
+  char why[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  sink->add_absent(sink->ctx, "browser", why);
+}
+
+/* Resolves the address to listen on into a numeric host; 1 on success, with `loopback` set. */
+static int resolve(const char *host, char *numeric, size_t nl, int *loopback, char *why, size_t whylen) {
+  struct addrinfo hints = {0}, *ai = NULL;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  int gai = getaddrinfo(host, NULL, &hints, &ai);
+  if (gai || !ai) {
+    snprintf(why, whylen, "cannot resolve '%s': %s", host, gai ? gai_strerror(gai) : "no address");
+    return 0;
+  }
+  *loopback = weft_net_is_loopback(ai->ai_addr);
+  int ok = getnameinfo(ai->ai_addr, ai->ai_addrlen, numeric, (socklen_t)nl, NULL, 0, NI_NUMERICHOST) == 0;
+  if (!ok) snprintf(why, whylen, "cannot make a numeric address of '%s'", host);
+  freeaddrinfo(ai);
+  return ok;
+}
+
+static weft_status server_start(browser_server *srv, long port, char *why, size_t whylen) {
+  srv->protocols[0].name = "weft";
+  srv->protocols[0].callback = ws_callback;
+  srv->protocols[0].per_session_data_size = sizeof(tab_session);
+  srv->protocols[0].rx_buffer_size = 64 << 10;
+  static const struct {
+    const char *ext, *type;
+  } mimes[] = {{".js", "text/javascript"}, {".mjs", "text/javascript"}, {".wasm", "application/wasm"},
+               {".wgsl", "text/plain"}};
+  for (int i = 0; i < 4; i++) {
+    srv->mime[i].name = mimes[i].ext;
+    srv->mime[i].value = mimes[i].type;
+    srv->mime[i].next = i < 3 ? &srv->mime[i + 1] : NULL;
+  }
+  struct lws_context_creation_info info;
+  memset(&info, 0, sizeof info);
+  info.port = (int)port;
+  info.iface = srv->host;
+  info.protocols = srv->protocols;
+  info.user = srv;
+  info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
+  if (!strchr(srv->host, ':')) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+  if (srv->web_dir[0]) {
+    srv->mount.mountpoint = "/";
+    srv->mount.mountpoint_len = 1;
+    srv->mount.origin = srv->web_dir;
+    srv->mount.def = "index.html";
+    srv->mount.origin_protocol = LWSMPRO_FILE;
+    srv->mount.extra_mimetypes = &srv->mime[0];
+    info.mounts = &srv->mount;
+  }
+  srv->ctx = lws_create_context(&info);
+  struct lws_vhost *vh = srv->ctx ? lws_get_vhost_by_name(srv->ctx, "default") : NULL;
+  int bound = vh ? lws_get_vhost_listen_port(vh) : -1;
+  if (!srv->ctx || bound <= 0) {
+    snprintf(why, whylen, "cannot listen for tabs on %s:%ld (in use, or not an address of this machine)",
+             srv->host, port);
+    return WEFT_ERR_IO;
+  }
+  srv->port = bound;
+  const char *l = strchr(srv->host, ':') ? "[" : "", *r = strchr(srv->host, ':') ? "]" : "";
+  snprintf(srv->url, sizeof srv->url, "http://%s%s%s:%d/worker/", l, srv->host, r, bound);
+  if (pthread_create(&srv->thread, NULL, service_main, srv) != 0) {
+    snprintf(why, whylen, "cannot start the WebSocket thread");
+    return WEFT_ERR_INTERNAL;
+  }
+  srv->thread_started = 1;
+  return WEFT_OK;
+}
+
+weft_status weft_browser_probe(const weft_probe_args *args, const weft_lane_sink *sink) {
+  const char *addr = args->desc->browser && args->desc->browser[0] ? args->desc->browser : getenv("WEFT_BROWSER");
+  if (!addr || !addr[0]) {
+    absent(sink, "not asked for: set WEFT_BROWSER=host:port or weft serve");
+    return WEFT_OK;
+  }
+  char host[128], port_s[16], why[600] = "";
+  char *end = NULL;
+  long port = -1;
+  if (weft_net_split_addr(addr, host, sizeof host, port_s, sizeof port_s)) port = strtol(port_s, &end, 10);
+  if (port < 0 || port > 65535 || !end || *end) {
+    absent(sink, "the browser address '%s' is not HOST:PORT", addr);
+    return WEFT_OK;
+  }
+  long slots = BROWSER_SLOTS_DEFAULT;
+  const char *e = getenv("WEFT_BROWSER_SLOTS");
+  if (e && e[0]) {
+    slots = strtol(e, &end, 10);
+    if (*end || slots < 1 || slots > BROWSER_SLOTS_MAX) {
+      absent(sink, "WEFT_BROWSER_SLOTS is '%s'; use 1 to %d", e, BROWSER_SLOTS_MAX);
+      return WEFT_OK;
+    }
+  }
+  browser_server *srv = calloc(1, sizeof *srv);
+  if (!srv) return WEFT_ERR_OUT_OF_MEMORY;
+  pthread_mutex_init(&srv->lock, NULL);
+  srv->timeout_ms = env_timeout_ms();
+  int loopback = 0;
+  weft_status st = WEFT_OK;
+  if (!resolve(host, srv->host, sizeof srv->host, &loopback, why, sizeof why)) st = WEFT_ERR_INVALID_ARGUMENT;
+  const char *secret_file = getenv("WEFT_BROWSER_SECRET_FILE");
+  if (!st && secret_file && secret_file[0] &&
+      weft_net_read_secret(secret_file, srv->secret, sizeof srv->secret, &srv->secret_len, why, sizeof why))
+    st = WEFT_ERR_IO;
+  if (!st && !loopback && !srv->secret_len) {
+    snprintf(why, sizeof why,
+             "refusing to listen for tabs on '%s' without a shared secret: anything off loopback needs "
+             "WEFT_BROWSER_SECRET_FILE (weft serve --secret-file)",
+             addr);
+    st = WEFT_ERR_INVALID_ARGUMENT;
+  }
+  const char *web = getenv("WEFT_BROWSER_WEB");
+  struct stat sb;
+  if (!st && web && web[0]) {
+    if (stat(web, &sb) != 0 || !S_ISDIR(sb.st_mode) || strlen(web) >= sizeof srv->web_dir) {
+      snprintf(why, sizeof why, "WEFT_BROWSER_WEB '%s' is not a folder (the web pages to serve)", web);
+      st = WEFT_ERR_INVALID_ARGUMENT;
+    } else {
+      snprintf(srv->web_dir, sizeof srv->web_dir, "%s", web);
+    }
+  }
+  srv->slots = st ? NULL : calloc((size_t)slots, sizeof *srv->slots);
+  if (!st && !srv->slots) st = WEFT_ERR_OUT_OF_MEMORY;
+  for (long i = 0; !st && i < slots; i++) {
+    browser_slot *s = &srv->slots[i];
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    srv->nslots++;
+    s->frag = malloc(LWS_PRE + FRAG_BYTES);
+    if (!s->frag) st = WEFT_ERR_OUT_OF_MEMORY;
+  }
+  if (!st) {
+    /* lws is chatty on stderr by default; errors are what a person needs from a library. */
+    lws_set_log_level(LLL_ERR, NULL);
+    st = server_start(srv, port, why, sizeof why);
+  }
+  if (st) {
+    absent(sink, "%s", why[0] ? why : weft_status_str(st));
+    server_destroy(srv);
+    return st == WEFT_ERR_OUT_OF_MEMORY ? st : WEFT_OK;
+  }
+  /* Every slot holds a reference before any is added: a lane the filter leaves out is destroyed at once. */
+  srv->refs = (int)slots;
+  for (long i = 0; i < slots; i++) {
+    browser_slot *s = &srv->slots[i];
+    s->srv = srv;
+    s->index = (int)i;
+    s->alive = 1;
+    s->timeout_ms = srv->timeout_ms;
+    snprintf(s->name, sizeof s->name, "browser:%ld", i);
+    s->client.tp = &TAB_TRANSPORT;
+    s->client.tp_ctx = s;
+    s->client.host = args->host;
+    s->client.name = s->name;
+    set_waiting(s);
+  }
+  for (long i = 0; i < slots; i++) sink->add_lane(sink->ctx, &BROWSER_VTABLE, &srv->slots[i]);
+  return WEFT_OK;
+}

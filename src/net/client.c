@@ -1,0 +1,315 @@
+/* client.c - the client half of the wire protocol over a frame transport: what a remote lane (TCP) and a
+ * browser lane (WebSocket) share. Every reply is checked before anything in it is trusted: magic, type,
+ * request id, the length the header claims against the bytes received, and each reply's own size. */
+#include "net/client.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A buffer on the peer: a handle of one session. */
+typedef struct client_buffer {
+  uint64_t handle;
+  size_t bytes;
+  uint32_t session;
+} client_buffer;
+
+void weft_net_client_begin(weft_net_client *c) {
+  c->next_id = 1;
+  c->session++;
+  c->up = 1;
+  c->max_frame = 1u << 20; /* until the peer's hello says otherwise */
+  c->reply = NULL;
+  c->reply_len = 0;
+}
+
+weft_status weft_net_client_fail(weft_net_client *c, const char *fmt, ...) {
+  if (c->up && c->tp->drop) c->tp->drop(c->tp_ctx);
+  c->up = 0;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return weft_lane_report(c->host, WEFT_ERR_LANE_FAILED, "%s: %s; the lane is down", c->name, msg);
+}
+
+weft_status weft_net_client_call(weft_net_client *c, uint16_t type, const uint8_t *payload, size_t len,
+                                 const uint8_t *tail, size_t tail_len) {
+  c->reply = NULL;
+  c->reply_len = 0;
+  if (!c->up)
+    return weft_lane_report(c->host, WEFT_ERR_LANE_FAILED, "%s: the connection to its peer is down", c->name);
+  uint8_t hb[WEFT_NET_HEADER_BYTES];
+  uint32_t id = c->next_id++;
+  weft_net_header h = {WEFT_NET_MAGIC, type, 0, id, (uint32_t)(len + tail_len)};
+  weft_net_header_encode(&h, hb);
+  const uint8_t *piece[3] = {hb, payload, tail};
+  const size_t plen[3] = {sizeof hb, len, tail_len};
+  const uint8_t *frame = NULL;
+  size_t n = 0;
+  char why[256] = "";
+  /* The largest reply any request gets is a read of one chunk; an error message is far smaller. */
+  size_t max_len = WEFT_NET_HEADER_BYTES + (size_t)c->max_frame + 64;
+  if (c->tp->exchange(c->tp_ctx, piece, plen, max_len, &frame, &n, why, sizeof why) != WEFT_OK)
+    return weft_net_client_fail(c, "its peer stopped answering (%s)", why[0] ? why : "connection lost");
+  if (n < WEFT_NET_HEADER_BYTES) return weft_net_client_fail(c, "its peer sent a frame of %zu bytes", n);
+  weft_net_header r = {weft_net_get32(frame), weft_net_get16(frame + 4), weft_net_get16(frame + 6),
+                       weft_net_get32(frame + 8), weft_net_get32(frame + 12)};
+  if (r.magic != WEFT_NET_MAGIC || r.request_id != id || r.type != (type | WEFT_NET_REPLY) ||
+      (size_t)r.length != n - WEFT_NET_HEADER_BYTES)
+    return weft_net_client_fail(c,
+                                "its peer sent a malformed reply (type 0x%x, id %u, %u bytes claimed, %zu received; "
+                                "wanted type 0x%x, id %u)",
+                                (unsigned)r.type, (unsigned)r.request_id, (unsigned)r.length,
+                                n - WEFT_NET_HEADER_BYTES, (unsigned)(type | WEFT_NET_REPLY), (unsigned)id);
+  if (r.status) {
+    /* The peer's words, bounded and printable: they end up in messages and terminals. */
+    char msg[WEFT_NET_MAX_MESSAGE + 1];
+    size_t ml = r.length < WEFT_NET_MAX_MESSAGE ? r.length : WEFT_NET_MAX_MESSAGE;
+    for (size_t i = 0; i < ml; i++) {
+      uint8_t ch = frame[WEFT_NET_HEADER_BYTES + i];
+      msg[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+    }
+    msg[ml] = 0;
+    /* The peer's own lane failed: this lane goes down with it, and its connection is not kept. */
+    if (r.status == WEFT_ERR_LANE_FAILED) return weft_net_client_fail(c, "its peer's lane failed: %s", msg);
+    weft_status st = r.status < 64 ? (weft_status)r.status : WEFT_ERR_INTERNAL;
+    return weft_lane_report(c->host, st, "%s: its peer says: %s", c->name, msg);
+  }
+  c->reply = frame + WEFT_NET_HEADER_BYTES;
+  c->reply_len = r.length;
+  return WEFT_OK;
+}
+
+weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out) {
+  memset(out, 0, sizeof *out);
+  uint8_t pl[8];
+  weft_net_put32(pl, WEFT_NET_VERSION);
+  weft_net_put32(pl + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256);
+  weft_status st = weft_net_client_call(c, WEFT_NET_HELLO, pl, sizeof pl, NULL, 0);
+  if (st) return st;
+  if (c->reply_len != 24 + WEFT_NET_NONCE_BYTES)
+    return weft_net_client_fail(c, "its peer's hello reply is %zu bytes, not %u", c->reply_len,
+                                (unsigned)(24 + WEFT_NET_NONCE_BYTES));
+  out->version = weft_net_get32(c->reply);
+  out->caps = weft_net_get32(c->reply + 4);
+  out->auth_required = weft_net_get32(c->reply + 8) != 0;
+  memcpy(out->nonce, c->reply + 12, WEFT_NET_NONCE_BYTES);
+  out->max_frame = weft_net_get32(c->reply + 12 + WEFT_NET_NONCE_BYTES);
+  out->max_resident = weft_net_get64(c->reply + 16 + WEFT_NET_NONCE_BYTES);
+  if (out->version != WEFT_NET_VERSION)
+    return weft_net_client_fail(c, "its peer speaks protocol version %u, not %u", (unsigned)out->version,
+                                (unsigned)WEFT_NET_VERSION);
+  /* The peer's word sizes our receive buffer and our chunks: keep it within what a sane peer would say. */
+  c->max_frame = out->max_frame < 4096 ? 4096 : out->max_frame > (1u << 30) ? 1u << 30 : out->max_frame;
+  return WEFT_OK;
+}
+
+weft_status weft_net_client_lanes(weft_net_client *c,
+                                  void (*each)(void *ctx, uint32_t index, weft_contract_mask contracts,
+                                               const char *name, const char *kind, const char *device),
+                                  void *ctx) {
+  weft_status st = weft_net_client_call(c, WEFT_NET_LANES, NULL, 0, NULL, 0);
+  if (st) return st;
+  /* Copied: `each` may make calls of its own, which reuse the transport's buffer. */
+  size_t n = c->reply_len;
+  uint8_t *list = malloc(n ? n : 1);
+  if (!list) return weft_lane_report(c->host, WEFT_ERR_OUT_OF_MEMORY, "%s: out of host memory", c->name);
+  memcpy(list, c->reply, n);
+  uint32_t count = n >= 4 ? weft_net_get32(list) : 0;
+  size_t p = 4;
+  int ok = n >= 4 && count <= 256;
+  for (uint32_t i = 0; ok && i < count; i++) {
+    char strs[3][256];
+    if (p + 4 > n) {
+      ok = 0;
+      break;
+    }
+    weft_contract_mask contracts = weft_net_get32(list + p);
+    p += 4;
+    for (int k = 0; k < 3 && ok; k++) {
+      size_t sl = p + 2 <= n ? weft_net_get16(list + p) : 0;
+      if (p + 2 > n || sl > 255 || p + 2 + sl > n) {
+        ok = 0;
+        break;
+      }
+      memcpy(strs[k], list + p + 2, sl);
+      strs[k][sl] = 0;
+      for (size_t j = 0; j < sl; j++)
+        if ((uint8_t)strs[k][j] < 0x20 || strs[k][j] == 0x7f) strs[k][j] = '?';
+      p += 2 + sl;
+    }
+    if (ok) each(ctx, i, contracts, strs[0], strs[1], strs[2]);
+  }
+  free(list);
+  if (!ok || p != n) return weft_net_client_fail(c, "its peer sent a malformed lanes list (%zu bytes)", n);
+  return WEFT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ buffers */
+
+/* A buffer of an earlier session names nothing on the current connection. */
+static weft_status check_session(weft_net_client *c, const client_buffer *b) {
+  if (b->session != c->session || !c->up)
+    return weft_lane_report(c->host, WEFT_ERR_LANE_FAILED, "%s: the buffer belongs to a connection that closed",
+                            c->name);
+  return WEFT_OK;
+}
+
+weft_status weft_net_client_buffer_alloc(void *self, size_t bytes, weft_buffer **out) {
+  weft_net_client *c = self;
+  *out = NULL;
+  client_buffer *b = calloc(1, sizeof *b);
+  if (!b) return weft_lane_report(c->host, WEFT_ERR_OUT_OF_MEMORY, "%s: out of host memory", c->name);
+  uint8_t pl[12];
+  weft_net_put32(pl, 1);
+  weft_net_put64(pl + 4, (bytes + 3) / 4);
+  weft_status st = weft_net_client_call(c, WEFT_NET_CREATE, pl, sizeof pl, NULL, 0);
+  if (!st && c->reply_len != 8) st = weft_net_client_fail(c, "its peer sent a malformed create reply");
+  if (!st && weft_net_get64(c->reply) == 0) st = weft_net_client_fail(c, "its peer issued handle 0");
+  if (st) {
+    free(b);
+    return st;
+  }
+  b->handle = weft_net_get64(c->reply);
+  b->bytes = bytes;
+  b->session = c->session;
+  *out = b;
+  return WEFT_OK;
+}
+
+void weft_net_client_buffer_free(void *self, weft_buffer *buffer) {
+  weft_net_client *c = self;
+  client_buffer *b = buffer;
+  if (!b) return;
+  /* Never a request on a dead connection: freeing must not wait on a peer that is gone. */
+  if (c->up && b->session == c->session) {
+    uint8_t pl[8];
+    weft_net_put64(pl, b->handle);
+    weft_net_client_call(c, WEFT_NET_FREE, pl, sizeof pl, NULL, 0);
+  }
+  free(b);
+}
+
+/* Elements per frame, so a large tensor travels in frames under the peer's cap. */
+static size_t chunk_elems(const weft_net_client *c) { return (c->max_frame - 64) / 4; }
+
+weft_status weft_net_client_upload(void *self, weft_buffer *buffer, size_t offset, const void *src, size_t bytes) {
+  weft_net_client *c = self;
+  client_buffer *b = buffer;
+  weft_status st = check_session(c, b);
+  if (st) return st;
+  if (offset % 4 || bytes % 4)
+    return weft_lane_report(c->host, WEFT_ERR_INTERNAL, "%s: upload not in whole floats", c->name);
+  size_t first = offset / 4, count = bytes / 4, per = chunk_elems(c);
+  for (size_t done = 0; done < count;) {
+    size_t n = count - done < per ? count - done : per;
+    uint8_t pl[24];
+    weft_net_put64(pl, b->handle);
+    weft_net_put64(pl + 8, first + done);
+    weft_net_put64(pl + 16, n);
+    st = weft_net_client_call(c, WEFT_NET_WRITE, pl, sizeof pl, (const uint8_t *)src + done * 4, n * 4);
+    if (st) return st;
+    done += n;
+  }
+  return WEFT_OK;
+}
+
+weft_status weft_net_client_download(void *self, weft_buffer *buffer, size_t offset, void *dst, size_t bytes) {
+  weft_net_client *c = self;
+  client_buffer *b = buffer;
+  weft_status st = check_session(c, b);
+  if (st) return st;
+  if (offset % 4 || bytes % 4)
+    return weft_lane_report(c->host, WEFT_ERR_INTERNAL, "%s: download not in whole floats", c->name);
+  size_t first = offset / 4, count = bytes / 4, per = chunk_elems(c);
+  for (size_t done = 0; done < count;) {
+    size_t n = count - done < per ? count - done : per;
+    uint8_t pl[24];
+    weft_net_put64(pl, b->handle);
+    weft_net_put64(pl + 8, first + done);
+    weft_net_put64(pl + 16, n);
+    st = weft_net_client_call(c, WEFT_NET_READ, pl, sizeof pl, NULL, 0);
+    if (st) return st;
+    if (c->reply_len != 8 + n * 4 || weft_net_get64(c->reply) != n)
+      return weft_net_client_fail(c, "its peer sent a malformed read reply (%zu bytes for %zu floats)", c->reply_len,
+                                  n);
+    memcpy((uint8_t *)dst + done * 4, c->reply + 8, n * 4);
+    done += n;
+  }
+  return WEFT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------- ops */
+
+static void put_view(uint8_t *q, int nd, int64_t d0, int64_t d1, int64_t d2) {
+  int64_t d[3] = {d0, d1, d2};
+  weft_net_put32(q, (uint32_t)nd);
+  for (int i = 0; i < nd; i++) weft_net_put64(q + 4 + 8 * i, (uint64_t)d[i]);
+}
+
+/* A [rows, cols] operand; an empty one (rows 0) as [0, 1, cols], since only batch dimensions may be 0. */
+static void put_rows(uint8_t *q, int64_t rows, int64_t cols) {
+  if (rows) put_view(q, 2, rows, cols, 0);
+  else put_view(q, 3, 0, 1, cols);
+}
+
+weft_status weft_net_client_run(void *self, const weft_op *op) {
+  weft_net_client *c = self;
+  weft_buffer *bufs[4] = {op->in[0], op->in[1], op->out[0], op->out[1]};
+  for (int i = 0; i < 4; i++) {
+    weft_status st = bufs[i] ? check_session(c, bufs[i]) : WEFT_OK;
+    if (st) return st;
+  }
+  uint8_t pl[WEFT_NET_OP_BYTES];
+  memset(pl, 0, sizeof pl);
+  weft_net_put32(pl, (uint32_t)op->kind);
+  weft_net_put32(pl + 4, (uint32_t)op->contract);
+  weft_net_put32(pl + 8, (uint32_t)c->peer_lane);
+  weft_net_put32(pl + 12, (op->trans_a ? WEFT_NET_OP_TRANS_A : 0) | (op->trans_b ? WEFT_NET_OP_TRANS_B : 0));
+  uint32_t a;
+  memcpy(&a, &op->alpha, 4);
+  weft_net_put32(pl + 16, a);
+  for (int i = 0; i < 4; i++) weft_net_put64(pl + 20 + 8 * i, bufs[i] ? ((client_buffer *)bufs[i])->handle : 0);
+  uint8_t *v = pl + 52;
+  int64_t r = op->rows, cols = op->cols;
+  switch (op->kind) {
+  case WEFT_OP_MATMUL:
+    put_view(v, 3, op->batch, op->trans_a ? op->k : op->m, op->trans_a ? op->m : op->k);
+    if (op->b_batched) put_view(v + 36, 3, op->batch, op->trans_b ? op->n : op->k, op->trans_b ? op->k : op->n);
+    else put_view(v + 36, 2, op->trans_b ? op->n : op->k, op->trans_b ? op->k : op->n, 0);
+    put_view(v + 72, 3, op->batch, op->m, op->n);
+    break;
+  case WEFT_OP_ADD:
+    put_rows(v, r, cols);
+    if (op->y_broadcast) put_view(v + 36, 1, cols, 0, 0);
+    else put_rows(v + 36, r, cols);
+    put_rows(v + 72, r, cols);
+    break;
+  case WEFT_OP_RELU_BACKWARD:
+    put_rows(v + 36, r, cols);
+    /* fall through */
+  case WEFT_OP_RELU:
+  case WEFT_OP_SCALE:
+  case WEFT_OP_AXPY:
+    put_rows(v, r, cols);
+    put_rows(v + 72, r, cols);
+    break;
+  case WEFT_OP_SUM_ROWS:
+    put_rows(v, r, cols);
+    put_view(v + 72, 1, cols, 0, 0);
+    break;
+  case WEFT_OP_SOFTMAX_XENT:
+    put_rows(v, r, cols);
+    put_rows(v + 36, r, cols);
+    if (op->out[0]) put_view(v + 72, 1, 1, 0, 0);
+    if (op->out[1]) put_rows(v + 108, r, cols);
+    break;
+  default: return weft_lane_report(c->host, WEFT_ERR_UNSUPPORTED, "%s: op %d unknown", c->name, (int)op->kind);
+  }
+  weft_status st = weft_net_client_call(c, WEFT_NET_OP, pl, sizeof pl, NULL, 0);
+  if (!st && c->reply_len != 4) st = weft_net_client_fail(c, "its peer sent a malformed op reply");
+  return st;
+}

@@ -1,0 +1,80 @@
+/* client.h - the client half of the wire protocol (docs/PROTOCOL.md) over any transport that carries whole
+ * frames: the request/reply exchange with its checks, the handshake's hello, the lanes list, and the lane
+ * vtable functions (buffers as worker handles, chunked transfers, ops with views). Remote lanes carry it
+ * over TCP (src/lanes/remote), browser lanes over WebSocket (src/lanes/browser); each supplies a transport
+ * and its own describe, destroy and revive. A peer that misbehaves (a wrong id, a short or oversized reply,
+ * a count that does not match) drops the connection and fails the lane; it never aborts the process. */
+#ifndef WEFT_NET_CLIENT_H
+#define WEFT_NET_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "net/protocol.h"
+#include "weft_lane.h"
+
+/* How frames travel. Both functions are called from the fabric's thread only. */
+typedef struct weft_net_transport {
+  /* Sends one request frame, given as three pieces in order (the 16-byte header first; a piece may be
+   * empty), then receives the next whole frame into *out_frame (header and payload, owned by the transport
+   * and valid until the next call), at most max_len bytes. WEFT_OK, or WEFT_ERR_LANE_FAILED with the reason
+   * ("timed out after 30000 ms", "the tab closed") written to why. */
+  weft_status (*exchange)(void *ctx, const uint8_t *const piece[3], const size_t len[3], size_t max_len,
+                          const uint8_t **out_frame, size_t *out_len, char *why, size_t whylen);
+  /* Drops the connection (after a failure or a protocol violation); later exchanges fail at once. */
+  void (*drop)(void *ctx);
+} weft_net_transport;
+
+/* One lane's client state. A lane's own struct starts with it, so the vtable functions below take the
+ * lane's `self` directly. */
+typedef struct weft_net_client {
+  const weft_net_transport *tp;
+  void *tp_ctx;
+  const weft_lane_host *host;
+  const char *name;     /* the lane's name, for messages */
+  uint32_t next_id;
+  uint32_t max_frame;   /* the peer's frame cap, clamped to a sane range */
+  int32_t peer_lane;    /* the lane index on the peer that ops are pinned to */
+  /* Bumped on every new connection: a buffer remembers the session it was created in, so a handle of a
+   * closed connection is never sent to the next peer (where it would name nothing, or something else). */
+  uint32_t session;
+  int up;               /* 0 once the transport failed, until the lane connects again */
+  const uint8_t *reply; /* the last reply's payload (the transport's memory) */
+  size_t reply_len;
+} weft_net_client;
+
+/* What the peer said in its hello reply. */
+typedef struct weft_net_hello {
+  uint32_t version, caps;
+  int auth_required;
+  uint8_t nonce[WEFT_NET_NONCE_BYTES];
+  uint32_t max_frame;
+  uint64_t max_resident;
+} weft_net_hello;
+
+/* Starts a new session on a fresh connection: next request id 1, a new session number, up. */
+void weft_net_client_begin(weft_net_client *c);
+/* One request and its reply. A reply with a non-zero status is that status, with the peer's message
+ * reported (control characters replaced); a transport failure or a malformed reply drops the connection
+ * and is WEFT_ERR_LANE_FAILED. On WEFT_OK the payload is at c->reply (c->reply_len bytes). */
+weft_status weft_net_client_call(weft_net_client *c, uint16_t type, const uint8_t *payload, size_t len,
+                                 const uint8_t *tail, size_t tail_len);
+/* Sends hello and reads the reply; sets c->max_frame from it. */
+weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out);
+/* Asks for the peer's lanes and calls `each` per well-formed entry (index, contracts, name, kind, device);
+ * a malformed list is WEFT_ERR_LANE_FAILED. */
+weft_status weft_net_client_lanes(weft_net_client *c,
+                                  void (*each)(void *ctx, uint32_t index, weft_contract_mask contracts,
+                                               const char *name, const char *kind, const char *device),
+                                  void *ctx);
+/* Fails the lane now: drops the connection and reports `why`. */
+weft_status weft_net_client_fail(weft_net_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Lane vtable functions; `self` is a struct that starts with a weft_net_client. */
+weft_status weft_net_client_buffer_alloc(void *self, size_t bytes, weft_buffer **out);
+void weft_net_client_buffer_free(void *self, weft_buffer *buffer);
+weft_status weft_net_client_upload(void *self, weft_buffer *buffer, size_t offset, const void *src, size_t bytes);
+weft_status weft_net_client_download(void *self, weft_buffer *buffer, size_t offset, void *dst, size_t bytes);
+weft_status weft_net_client_run(void *self, const weft_op *op);
+
+#endif

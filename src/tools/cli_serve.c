@@ -1,0 +1,217 @@
+/* cli_serve.c - `weft serve`: a fabric whose browser lanes wait for tabs, and the web pages (the Bench page,
+ * the worker page) served from the same port. Says when a tab joins (checking its first matmul against the
+ * CPU lane bit for bit) and when it leaves, until interrupted. */
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+void weft_cli_serve_help(FILE *out) {
+  fprintf(out,
+          "Usage: weft serve [--port P] [--listen HOST] [--web DIR] [--secret-file F] [--slots N]\n"
+          "\n"
+          "Opens a fabric whose lanes browser:0 .. browser:N-1 are browser tabs: open the worker page\n"
+          "(http://HOST:P/worker/) in a browser with WebGPU and the tab joins as a lane, computing exact\n"
+          "matmuls on its GPU with the CPU lane's bits. The Bench page is served at http://HOST:P/bench/.\n"
+          "Prints a line when a tab joins (with a check of its first matmul) or leaves; runs until Ctrl-C.\n"
+          "\n"
+          "Options:\n"
+          "  --port P           port to listen on (default 8080; 0 picks a free one)\n"
+          "  --listen HOST      address to bind (default 127.0.0.1). Any address other than loopback\n"
+          "                     requires --secret-file; tabs then prove the secret (HMAC-SHA256 of a fresh\n"
+          "                     nonce), given to the page as .../worker/#secret=... or typed into it.\n"
+          "                     Browsers allow WebGPU only in secure contexts: off loopback, put the page\n"
+          "                     behind https\n"
+          "  --web DIR          the web folder to serve (default: the one built next to this program,\n"
+          "                     <build>/web, or the installed share/weft/web)\n"
+          "  --secret-file F    a shared secret of at least 16 bytes (also WEFT_BROWSER_SECRET_FILE)\n"
+          "  --slots N          browser lanes to offer, 1..64 (default 4; also WEFT_BROWSER_SLOTS)\n"
+          "\n"
+          "Lanes of the fabric other than the tabs: the CPU, to check each tab's bits against.\n");
+}
+
+static volatile sig_atomic_t stop_requested;
+static void on_signal(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
+
+static int is_dir(const char *p) {
+  struct stat sb;
+  return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* The web folder next to this program: <build>/web in a build tree, <prefix>/share/weft/web installed. */
+static int default_web(char *out, size_t len) {
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return 0;
+  exe[n] = 0;
+  char *slash = strrchr(exe, '/');
+  if (!slash) return 0;
+  *slash = 0;
+  snprintf(out, len, "%s/web", exe);
+  if (is_dir(out)) return 1;
+  snprintf(out, len, "%s/../share/weft/web", exe);
+  return is_dir(out);
+}
+
+/* A 64 x 64 x 64 exact matmul on the tab and on the CPU: the same bits, and how long the tab took. */
+static void check_tab(weft_fabric *f, size_t tab, size_t cpu) {
+  enum { N = 64 };
+  static float a[N * N], b[N * N], c1[N * N], c2[N * N];
+  for (int i = 0; i < N * N; i++) {
+    a[i] = (float)((i * 7919) % 1009) / 1009.0f - 0.5f;
+    b[i] = (float)((i * 104729) % 997) / 997.0f - 0.5f;
+  }
+  int64_t d[2] = {N, N};
+  weft_tensor *ta = NULL, *tb = NULL, *tc = NULL;
+  weft_op_desc on_tab = WEFT_OP_DESC_INIT, on_cpu = WEFT_OP_DESC_INIT;
+  on_tab.lane = (int)tab;
+  on_cpu.lane = (int)cpu;
+  double t0 = weft_cli_now(), t1 = t0;
+  weft_status st = weft_tensor_create(f, 2, d, a, &ta);
+  if (!st) st = weft_tensor_create(f, 2, d, b, &tb);
+  if (!st) st = weft_tensor_create(f, 2, d, NULL, &tc);
+  if (!st) st = weft_op_matmul(f, &on_tab, ta, 0, tb, 0, tc);
+  if (!st) st = weft_tensor_read(tc, c1, N * N);
+  t1 = weft_cli_now();
+  if (!st) st = weft_op_matmul(f, &on_cpu, ta, 0, tb, 0, tc);
+  if (!st) st = weft_tensor_read(tc, c2, N * N);
+  weft_tensor_destroy(ta);
+  weft_tensor_destroy(tb);
+  weft_tensor_destroy(tc);
+  if (st) {
+    printf("  check: the tab's matmul failed: %s\n", weft_fabric_last_error(f));
+  } else {
+    size_t diff = 0;
+    for (int i = 0; i < N * N; i++) diff += memcmp(&c1[i], &c2[i], 4) != 0;
+    printf("  check: matmul 64x64x64 exact on the tab in %.1f ms (upload, run, read back): %s\n", (t1 - t0) * 1e3,
+           diff ? "DIFFERENT bits from the CPU lane" : "bit-identical to the CPU lane");
+    if (diff) printf("  %zu of %d elements differ: this tab does not honour the exact contract\n", diff, N * N);
+  }
+  fflush(stdout);
+}
+
+int weft_cli_serve(int argc, char **argv) {
+  static const struct option opts[] = {{"port", required_argument, NULL, 'p'},
+                                       {"listen", required_argument, NULL, 'l'},
+                                       {"web", required_argument, NULL, 'w'},
+                                       {"secret-file", required_argument, NULL, 's'},
+                                       {"slots", required_argument, NULL, 'n'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  long port = 8080, slots = 0;
+  const char *host = "127.0.0.1", *web = NULL, *secret_file = NULL;
+  optind = 1;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'p':
+      if (weft_cli_parse_long("serve", "--port", optarg, 0, 65535, &port)) return WEFT_CLI_USAGE;
+      break;
+    case 'l': host = optarg; break;
+    case 'w': web = optarg; break;
+    case 's': secret_file = optarg; break;
+    case 'n':
+      if (weft_cli_parse_long("serve", "--slots", optarg, 1, 64, &slots)) return WEFT_CLI_USAGE;
+      break;
+    case 'h': weft_cli_serve_help(stdout); return WEFT_CLI_OK;
+    default: return weft_cli_option_error("serve", c, argv);
+    }
+  }
+  if (optind < argc) return weft_cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
+  char webbuf[PATH_MAX + 32];
+  if (web && !is_dir(web)) return weft_cli_usage_error("serve", "--web '%s' is not a folder", web);
+  if (!web && default_web(webbuf, sizeof webbuf)) web = webbuf;
+  /* The browser provider reads these; the fabric's own option carries the address. */
+  if (web) setenv("WEFT_BROWSER_WEB", web, 1);
+  if (secret_file) setenv("WEFT_BROWSER_SECRET_FILE", secret_file, 1);
+  if (slots) {
+    char s[16];
+    snprintf(s, sizeof s, "%ld", slots);
+    setenv("WEFT_BROWSER_SLOTS", s, 1);
+  }
+  char addr[300];
+  snprintf(addr, sizeof addr, strchr(host, ':') ? "[%s]:%ld" : "%s:%ld", host, port);
+  weft_fabric_desc desc = WEFT_FABRIC_DESC_INIT;
+  desc.lanes = "cpu,browser";
+  desc.browser = addr;
+  /* Tabs come and go: the router measures each as it works rather than sweeping it on arrival. */
+  desc.calibration = WEFT_CALIBRATION_OFF;
+  weft_fabric *f = weft_cli_open("serve", &desc);
+  if (!f) return WEFT_CLI_FAILED;
+  size_t n = weft_fabric_lane_count(f), cpu = 0, first = n;
+  weft_fabric_lane_find(f, "cpu", &cpu);
+  for (size_t i = 0; i < n && first == n; i++) {
+    weft_lane_info li;
+    if (!weft_fabric_lane_info(f, i, &li) && strcmp(li.kind, "browser") == 0) first = i;
+  }
+  if (first == n) {
+    for (size_t i = 0; i < weft_fabric_absent_count(f); i++) {
+      const char *name, *why;
+      if (!weft_fabric_absent_info(f, i, &name, &why) && strcmp(name, "browser") == 0)
+        fprintf(stderr, "weft serve: no browser lanes: %s\n", why);
+    }
+    weft_fabric_close(f);
+    return WEFT_CLI_FAILED;
+  }
+  weft_lane_info li;
+  weft_fabric_lane_info(f, first, &li);
+  const char *url = strstr(li.details, "http://");
+  char base[256] = "";
+  if (url) sscanf(url, "%255[^ ]", base);
+  char *w = strstr(base, "/worker/");
+  if (w) *w = 0;
+  printf("weft serve: listening on %s\n", base);
+  printf("  open %s/worker/ in a browser with WebGPU to add its GPU as a lane; the Bench page: %s/bench/\n", base,
+         base);
+  if (!web) printf("  (no web folder found next to this program: pass --web DIR to serve the pages)\n");
+  fflush(stdout);
+
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  int *was_up = calloc(n, sizeof *was_up);
+  double next_beat = 0;
+  while (!stop_requested && was_up) {
+    weft_fabric_revive(f, NULL);
+    /* A tab that left is noticed by the next op sent to it: a tiny one per second keeps the list true. */
+    int beat = weft_cli_now() >= next_beat;
+    if (beat) next_beat = weft_cli_now() + 1.0;
+    for (size_t i = first; i < n; i++) {
+      if (weft_fabric_lane_info(f, i, &li) || strcmp(li.kind, "browser") != 0) continue;
+      if (!li.failed && beat && was_up[i]) {
+        int64_t d[1] = {1};
+        weft_tensor *t = NULL;
+        weft_op_desc od = WEFT_OP_DESC_INIT;
+        od.lane = (int)i;
+        if (!weft_tensor_create(f, 1, d, NULL, &t)) weft_op_relu(f, &od, t, t);
+        weft_tensor_destroy(t);
+        weft_fabric_lane_info(f, i, &li);
+      }
+      if (!li.failed && !was_up[i]) {
+        printf("weft serve: a tab joined as %s: %s (%s)\n", li.name, li.device, li.details);
+        check_tab(f, i, cpu);
+        weft_fabric_lane_info(f, i, &li);
+      } else if (li.failed && was_up[i]) {
+        printf("weft serve: the tab of %s left\n", li.name);
+      }
+      was_up[i] = !li.failed;
+      fflush(stdout);
+    }
+    usleep(100000);
+  }
+  free(was_up);
+  printf("weft serve: stopping\n");
+  weft_fabric_close(f);
+  return WEFT_CLI_OK;
+}

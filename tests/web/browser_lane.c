@@ -1,0 +1,400 @@
+/* browser_lane.c - browser lanes end to end: a fabric listens for tabs on an ephemeral loopback port,
+ * headless Chromium opens the worker page (browser_lane_tab.mjs drives it), browser:0 comes up, and every
+ * op of the allow-list pinned to it returns the CPU lane's bits. Then the page is closed in the middle of
+ * a run of auto-routed ops that prefer the tab: every result is still right, the ops move to the CPU, and
+ * the lane is down; a new tab brings it back.
+ *
+ *   browser_lane NODE DRIVER WEB_DIR              the test (exit 77 when Chromium or playwright-core is missing)
+ *   browser_lane NODE DRIVER WEB_DIR --bench WEFT also times a tiny op's round trip through browser:0 and
+ *                                                 through a remote lane of a `weft worker` on loopback */
+#define _GNU_SOURCE
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tutil.h"
+#include "weft.h"
+
+/* ------------------------------------------------------------------------------------- the tab driver */
+
+typedef struct driver {
+  pid_t pid;
+  FILE *in, *out; /* its stdin (our commands), its stdout (its answers) */
+} driver;
+
+static int driver_start(driver *d, const char *node, const char *script, const char *url) {
+  int to[2], from[2];
+  if (pipe(to) || pipe(from)) return 0;
+  d->pid = fork();
+  if (d->pid < 0) return 0;
+  if (d->pid == 0) {
+    dup2(to[0], 0);
+    dup2(from[1], 1);
+    close(to[1]);
+    close(from[0]);
+    execl(node, node, script, "--url", url, (char *)NULL);
+    _exit(127);
+  }
+  close(to[0]);
+  close(from[1]);
+  d->in = fdopen(to[1], "w");
+  d->out = fdopen(from[0], "r");
+  return d->in && d->out;
+}
+
+/* The driver's next line (without the newline) into buf; 0 when it exited. */
+static int driver_line(driver *d, char *buf, size_t n) {
+  if (!fgets(buf, (int)n, d->out)) return 0;
+  buf[strcspn(buf, "\n")] = 0;
+  return 1;
+}
+
+static void driver_say(driver *d, const char *cmd) {
+  fprintf(d->in, "%s\n", cmd);
+  fflush(d->in);
+}
+
+static int driver_stop(driver *d) {
+  int status = 0;
+  if (d->in) {
+    driver_say(d, "quit");
+    fclose(d->in);
+  }
+  if (d->out) fclose(d->out);
+  if (d->pid > 0 && waitpid(d->pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* ------------------------------------------------------------------------------------------ helpers */
+
+static int lane_up(weft_fabric *f, size_t lane) {
+  weft_lane_info li;
+  return weft_fabric_lane_info(f, lane, &li) == WEFT_OK && !li.failed;
+}
+
+/* Asks the down lanes until `lane` is up or the deadline passes. */
+static int wait_up(weft_fabric *f, size_t lane, double seconds) {
+  double end = tu_now() + seconds;
+  while (tu_now() < end) {
+    weft_fabric_revive(f, NULL);
+    if (lane_up(f, lane)) return 1;
+    usleep(20000);
+  }
+  return 0;
+}
+
+static weft_tensor *tensor(weft_fabric *f, int ndim, const int64_t *dims, tu_rng *r, float lo, float hi) {
+  size_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= (size_t)dims[i];
+  float *x = malloc((n ? n : 1) * sizeof *x);
+  for (size_t i = 0; i < n; i++) x[i] = tu_rng_float(r, lo, hi);
+  weft_tensor *t = NULL;
+  weft_tensor_create(f, ndim, dims, x, &t);
+  free(x);
+  return t;
+}
+
+/* 1 when two tensors hold the same bits (NaNs normalised); names the first difference otherwise. */
+static int same(weft_tensor *a, weft_tensor *b, const char *what) {
+  size_t n = weft_tensor_numel(a);
+  float *x = malloc((n ? n : 1) * 4), *y = malloc((n ? n : 1) * 4);
+  int ok = weft_tensor_read(a, x, n) == WEFT_OK && weft_tensor_read(b, y, n) == WEFT_OK;
+  for (size_t i = 0; ok && i < n; i++)
+    if (!tu_same_bits(x[i], y[i])) {
+      printf("  %s: element %zu is 0x%08x on the tab, 0x%08x on the CPU\n", what, i, (unsigned)tu_bits(x[i]),
+             (unsigned)tu_bits(y[i]));
+      ok = 0;
+    }
+  free(x);
+  free(y);
+  return ok;
+}
+
+/* ------------------------------------------------------------------------------------------ the ops */
+
+/* Every op of the allow-list on the tab and on the CPU, compared bit for bit. */
+static void check_ops(weft_fabric *f, int tab, int cpu) {
+  tu_rng r = {tu_seed()};
+  weft_op_desc on_tab = WEFT_OP_DESC_INIT, on_cpu = WEFT_OP_DESC_INIT;
+  on_tab.lane = tab;
+  on_cpu.lane = cpu;
+  /* matmul: plain, batched with a shared b, both transposed, and one large enough for many GPU tiles. */
+  struct {
+    int64_t batch, m, k, n;
+    int ta, tb, bb;
+  } mm[] = {{1, 7, 5, 3, 0, 0, 0}, {3, 33, 47, 29, 0, 0, 0}, {2, 17, 19, 23, 1, 1, 1}, {1, 256, 200, 192, 0, 0, 0}};
+  for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) {
+    int64_t ad[3] = {mm[i].batch, mm[i].ta ? mm[i].k : mm[i].m, mm[i].ta ? mm[i].m : mm[i].k};
+    int64_t bd[3] = {mm[i].batch, mm[i].tb ? mm[i].n : mm[i].k, mm[i].tb ? mm[i].k : mm[i].n};
+    int64_t cd[3] = {mm[i].batch, mm[i].m, mm[i].n};
+    weft_tensor *a = tensor(f, 3, ad, &r, -2, 2), *b = tensor(f, mm[i].bb ? 3 : 2, mm[i].bb ? bd : bd + 1, &r, -2, 2);
+    weft_tensor *c1 = tensor(f, 3, cd, &r, 0, 0), *c2 = tensor(f, 3, cd, &r, 0, 0);
+    char what[96];
+    snprintf(what, sizeof what, "matmul %lldx[%lldx%lld].[%lldx%lld]%s%s", (long long)mm[i].batch, (long long)mm[i].m,
+             (long long)mm[i].k, (long long)mm[i].k, (long long)mm[i].n, mm[i].ta ? " trans_a" : "",
+             mm[i].tb ? " trans_b" : "");
+    TU_STATUS(weft_op_matmul(f, &on_tab, a, mm[i].ta, b, mm[i].tb, c1), WEFT_OK, what);
+    TU_CHECK(weft_fabric_last_lane(f) == tab, "%s ran on the tab", what);
+    TU_STATUS(weft_op_matmul(f, &on_cpu, a, mm[i].ta, b, mm[i].tb, c2), WEFT_OK, what);
+    TU_CHECK(same(c1, c2, what), "%s: the tab's bits equal the CPU lane's", what);
+    weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(c1), weft_tensor_destroy(c2);
+  }
+  /* The elementwise ops on 37 x 53 with a wide range (exp underflow and large magnitudes included). */
+  int64_t d[2] = {37, 53}, row[1] = {53}, one[1] = {1};
+  weft_tensor *x = tensor(f, 2, d, &r, -60, 60), *y = tensor(f, 2, d, &r, -3, 3), *bias = tensor(f, 1, row, &r, -1, 1);
+  weft_tensor *t = tensor(f, 2, d, &r, 0, 1);
+  weft_tensor *o[2], *s[2], *l[2], *g[2];
+  for (int k = 0; k < 2; k++) {
+    o[k] = tensor(f, 2, d, &r, 0, 0);
+    s[k] = tensor(f, 1, row, &r, 0, 0);
+    l[k] = tensor(f, 1, one, &r, 0, 0);
+    g[k] = tensor(f, 2, d, &r, 0, 0);
+  }
+  const char *names[] = {"add", "add (bias broadcast)", "relu", "relu_backward", "scale", "axpy", "sum_rows",
+                         "softmax_xent"};
+  for (int op = 0; op < 8; op++) {
+    for (int k = 0; k < 2; k++) {
+      const weft_op_desc *od = k ? &on_cpu : &on_tab;
+      weft_status st = WEFT_OK;
+      switch (op) {
+      case 0: st = weft_op_add(f, od, x, y, o[k]); break;
+      case 1: st = weft_op_add(f, od, x, bias, o[k]); break;
+      case 2: st = weft_op_relu(f, od, x, o[k]); break;
+      case 3: st = weft_op_relu_backward(f, od, y, x, o[k]); break;
+      case 4: st = weft_op_scale(f, od, 0.3f, x, o[k]); break;
+      case 5: {
+        float *init = malloc(37 * 53 * 4);
+        for (int i = 0; i < 37 * 53; i++) init[i] = (float)i * 0.01f;
+        weft_tensor_write(o[k], init, 37 * 53);
+        free(init);
+        st = weft_op_axpy(f, od, -1.7f, x, o[k]);
+        break;
+      }
+      case 6: st = weft_op_sum_rows(f, od, x, s[k]); break;
+      case 7: st = weft_op_softmax_xent(f, od, x, t, l[k], g[k]); break;
+      }
+      TU_STATUS(st, WEFT_OK, names[op]);
+      if (!k) TU_CHECK(weft_fabric_last_lane(f) == tab, "%s ran on the tab", names[op]);
+    }
+    if (op == 6) TU_CHECK(same(s[0], s[1], names[op]), "%s: the tab's bits equal the CPU lane's", names[op]);
+    else if (op == 7) {
+      TU_CHECK(same(l[0], l[1], "softmax_xent loss"), "softmax_xent loss: the tab's bits equal the CPU lane's");
+      TU_CHECK(same(g[0], g[1], "softmax_xent grad"), "softmax_xent grad: the tab's bits equal the CPU lane's");
+    } else {
+      TU_CHECK(same(o[0], o[1], names[op]), "%s: the tab's bits equal the CPU lane's", names[op]);
+    }
+  }
+  weft_tensor *all[] = {x, y, bias, t, o[0], o[1], s[0], s[1], l[0], l[1], g[0], g[1]};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) weft_tensor_destroy(all[i]);
+}
+
+/* The tab closes in the middle of a run of auto-routed matmuls that prefer it: each result is still the
+ * CPU's bits, the ops move to the CPU, and the lane is down. */
+static void check_close_midrun(weft_fabric *f, driver *d, int tab, int cpu) {
+  /* Make the tab look far faster than the CPU, so the router sends it everything while it is there. */
+  for (int c = 0; c < WEFT_COST_CLASS_COUNT; c++) {
+    weft_fabric_set_cost_model(f, (size_t)cpu, (weft_cost_class)c, WEFT_CONTRACT_EXACT, 1.0, 1e3);
+    weft_fabric_set_cost_model(f, (size_t)tab, (weft_cost_class)c, WEFT_CONTRACT_EXACT, 1e-6, 1e12);
+  }
+  tu_rng r = {tu_seed() + 1};
+  int64_t ad[2] = {96, 80}, bd[2] = {80, 64}, cd[2] = {96, 64};
+  float *av = malloc(96 * 80 * sizeof *av);
+  for (int i = 0; i < 96 * 80; i++) av[i] = tu_rng_float(&r, -1, 1);
+  weft_tensor *a = NULL, *b = tensor(f, 2, bd, &r, -1, 1);
+  weft_tensor_create(f, 2, ad, av, &a);
+  weft_tensor *c = tensor(f, 2, cd, &r, 0, 0), *want = tensor(f, 2, cd, &r, 0, 0);
+  weft_op_desc on_cpu = WEFT_OP_DESC_INIT;
+  on_cpu.lane = cpu;
+  TU_STATUS(weft_op_matmul(f, &on_cpu, a, 0, b, 0, want), WEFT_OK, "the CPU's answer");
+  driver_say(d, "close 300");
+  int on_tab = 0, after = 0, wrong = 0, errors = 0;
+  double end = tu_now() + 30;
+  while (tu_now() < end && after < 20) {
+    /* A fresh input each time, so every op crosses to the tab (nothing is left resident). */
+    weft_tensor_write(a, av, 96 * 80);
+    weft_status st = weft_op_matmul(f, NULL, a, 0, b, 0, c);
+    if (st) {
+      errors++;
+      printf("  routed matmul failed: %s\n", weft_fabric_last_error(f));
+      break;
+    }
+    int lane = weft_fabric_last_lane(f);
+    if (lane == tab) on_tab++;
+    if (!lane_up(f, (size_t)tab)) after++;
+    if (!same(c, want, "routed matmul")) wrong++;
+  }
+  char line[256] = "";
+  driver_line(d, line, sizeof line);
+  TU_CHECK(strcmp(line, "closed") == 0, "the driver closed the page (said '%s')", line);
+  TU_CHECK(on_tab > 0, "ops ran on the tab before it closed (%d)", on_tab);
+  TU_CHECK(after >= 20, "ops went on after the tab closed (%d)", after);
+  TU_CHECK(!wrong && !errors, "every routed result is the CPU's bits (%d wrong, %d failed)", wrong, errors);
+  TU_CHECK(!lane_up(f, (size_t)tab), "the tab's lane is down after the page closed");
+  TU_CHECK(weft_fabric_last_lane(f) == cpu, "the last op ran on the CPU");
+  weft_op_desc pinned = WEFT_OP_DESC_INIT;
+  pinned.lane = tab;
+  weft_status st = weft_op_matmul(f, &pinned, a, 0, b, 0, c);
+  TU_STATUS(st, WEFT_ERR_LANE_FAILED, "an op pinned to the closed tab");
+  printf("  pinned to the closed tab: %s\n", weft_fabric_last_error(f));
+  weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(c), weft_tensor_destroy(want);
+  free(av);
+}
+
+/* ------------------------------------------------------------------------------------ round trips */
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Median round trip of a tiny op (relu of 4 floats, resident on the lane) pinned to `lane`, in us. */
+static double tiny_op_us(weft_fabric *f, int lane, double *p10, double *p90) {
+  int64_t d[1] = {4};
+  float v[4] = {1, -2, 3, -4};
+  weft_tensor *x = NULL, *y = NULL;
+  weft_tensor_create(f, 1, d, v, &x);
+  weft_tensor_create(f, 1, d, NULL, &y);
+  weft_op_desc od = WEFT_OP_DESC_INIT;
+  od.lane = lane;
+  enum { R = 2000 };
+  static double t[R];
+  for (int i = 0; i < 100; i++) weft_op_relu(f, &od, x, y);
+  for (int i = 0; i < R; i++) {
+    double t0 = tu_now();
+    weft_op_relu(f, &od, x, y);
+    t[i] = tu_now() - t0;
+  }
+  qsort(t, R, sizeof t[0], cmp_d);
+  weft_tensor_destroy(x), weft_tensor_destroy(y);
+  *p10 = t[R / 10] * 1e6;
+  *p90 = t[R * 9 / 10] * 1e6;
+  return t[R / 2] * 1e6;
+}
+
+/* The same through a remote lane of a `weft worker` started here on loopback. */
+static void bench_remote(const char *weft) {
+  int fds[2];
+  if (pipe(fds)) return;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    execl(weft, weft, "worker", "--listen", "127.0.0.1:0", "--lanes", "cpu", (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  FILE *out = fdopen(fds[0], "r");
+  char line[256] = "", addr[128] = "";
+  if (out && fgets(line, sizeof line, out)) sscanf(line, "weft worker: listening on %127s", addr);
+  if (addr[0]) {
+    weft_fabric_desc desc = tu_desc();
+    desc.lanes = "remote";
+    desc.remote = addr;
+    weft_fabric *f = NULL;
+    if (weft_fabric_open(&desc, &f) == WEFT_OK) {
+      double p10, p90, med = tiny_op_us(f, 0, &p10, &p90);
+      printf("tiny op round trip, remote lane (weft worker on loopback TCP): median %.1f us, p10 %.1f, p90 %.1f\n",
+             med, p10, p90);
+      weft_fabric_close(f);
+    } else {
+      printf("remote fabric did not open: %s\n", weft_open_error());
+    }
+  }
+  kill(pid, SIGTERM);
+  waitpid(pid, NULL, 0);
+  if (out) fclose(out);
+}
+
+int main(int argc, char **argv) {
+  double start = tu_now();
+  if (argc < 4) {
+    fprintf(stderr, "usage: browser_lane NODE DRIVER WEB_DIR [--bench WEFT]\n");
+    return 2;
+  }
+  const char *bench_weft = argc >= 6 && strcmp(argv[4], "--bench") == 0 ? argv[5] : NULL;
+  signal(SIGPIPE, SIG_IGN);
+  setenv("WEFT_BROWSER_WEB", argv[3], 1);
+  setenv("WEFT_BROWSER_SLOTS", "2", 1);
+  weft_fabric_desc desc = tu_desc();
+  desc.lanes = "cpu,browser";
+  desc.browser = "127.0.0.1:0";
+  weft_fabric *f = NULL;
+  weft_status st = weft_fabric_open(&desc, &f);
+  if (st) {
+    printf("FAIL: the fabric did not open: %s\n", weft_open_error());
+    return 1;
+  }
+  size_t tab = 0, cpu = 0;
+  if (weft_fabric_lane_find(f, "browser:0", &tab) || weft_fabric_lane_find(f, "cpu", &cpu)) {
+    for (size_t i = 0; i < weft_fabric_absent_count(f); i++) {
+      const char *name, *why;
+      weft_fabric_absent_info(f, i, &name, &why);
+      printf("absent %s: %s\n", name, why);
+    }
+    printf("FAIL: no browser:0 lane\n");
+    weft_fabric_close(f);
+    return 1;
+  }
+  weft_lane_info li;
+  weft_fabric_lane_info(f, tab, &li);
+  TU_CHECK(li.failed && li.revivable, "browser:0 starts down and revivable");
+  TU_CHECK(!wait_up(f, tab, 0.1), "browser:0 stays down without a tab");
+  const char *url = strstr(li.details, "http://");
+  char urlbuf[256] = "";
+  if (url) sscanf(url, "%255s", urlbuf);
+  TU_CHECK(strncmp(urlbuf, "http://127.0.0.1:", 17) == 0, "the lane says where to open the worker page (%s)", li.details);
+
+  driver d = {0};
+  char line[512] = "";
+  if (!driver_start(&d, argv[1], argv[2], urlbuf) || !driver_line(&d, line, sizeof line)) {
+    printf("FAIL: the tab driver did not start\n");
+    driver_stop(&d);
+    weft_fabric_close(f);
+    return 1;
+  }
+  if (strncmp(line, "SKIP", 4) == 0) {
+    printf("%s\n", line);
+    driver_stop(&d);
+    weft_fabric_close(f);
+    return 77;
+  }
+  TU_CHECK(strncmp(line, "ready", 5) == 0, "the worker page started (%s)", line);
+  TU_CHECK(wait_up(f, tab, 30), "browser:0 comes up once the tab is there");
+  weft_fabric_lane_info(f, tab, &li);
+  printf("browser:0: %s | %s\n", li.device, li.details);
+  size_t tab1 = 0;
+  TU_CHECK(weft_fabric_lane_find(f, "browser:1", &tab1) == WEFT_OK && !lane_up(f, tab1),
+           "browser:1 is still waiting (one tab, two slots)");
+  if (lane_up(f, tab)) {
+    check_ops(f, (int)tab, (int)cpu);
+    if (bench_weft) {
+      double p10, p90, med = tiny_op_us(f, (int)tab, &p10, &p90);
+      printf("tiny op round trip, browser lane (tab over loopback WebSocket): median %.1f us, p10 %.1f, p90 %.1f\n",
+             med, p10, p90);
+      bench_remote(bench_weft);
+    }
+    check_close_midrun(f, &d, (int)tab, (int)cpu);
+    /* A new tab takes the free slot and the lane comes back. */
+    driver_say(&d, "open");
+    TU_CHECK(driver_line(&d, line, sizeof line) && strncmp(line, "ready", 5) == 0, "a second tab opened (%s)", line);
+    TU_CHECK(wait_up(f, tab, 30), "browser:0 comes back with the new tab");
+    tu_rng r = {7};
+    int64_t dd[2] = {16, 16};
+    weft_tensor *a = tensor(f, 2, dd, &r, -1, 1), *c1 = tensor(f, 2, dd, &r, 0, 0), *c2 = tensor(f, 2, dd, &r, 0, 0);
+    weft_op_desc on_tab = WEFT_OP_DESC_INIT, on_cpu = WEFT_OP_DESC_INIT;
+    on_tab.lane = (int)tab;
+    on_cpu.lane = (int)cpu;
+    TU_STATUS(weft_op_matmul(f, &on_tab, a, 0, a, 1, c1), WEFT_OK, "matmul on the new tab");
+    TU_STATUS(weft_op_matmul(f, &on_cpu, a, 0, a, 1, c2), WEFT_OK, "matmul on the CPU");
+    TU_CHECK(same(c1, c2, "new tab matmul"), "the new tab's bits equal the CPU lane's");
+    weft_tensor_destroy(a), weft_tensor_destroy(c1), weft_tensor_destroy(c2);
+  }
+  int rc = driver_stop(&d);
+  TU_CHECK(rc == 0, "the tab driver exited cleanly (%d)", rc);
+  weft_fabric_close(f);
+  return tu_finish("browser_lane", start);
+}

@@ -1,0 +1,18 @@
+# Browser lanes end to end (browser_lane.c): a fabric listening for tabs, the worker page in headless
+# Chromium driven by browser_lane_tab.mjs (playwright-core from tests/web/package.json), every op pinned to
+# the tab against the CPU lane bit for bit, the page closed mid-run. Skips (77) without Chromium or
+# playwright-core; left out when weft was built without browser lanes or node is missing.
+if(NOT WEFT_HAVE_BROWSER)
+  return()
+endif()
+find_program(WEFT_NODE NAMES node nodejs DOC "Node.js, for the browser tests")
+if(NOT WEFT_NODE)
+  message(STATUS "browser lane test: skipped: no node (Debian: apt-get install nodejs npm)")
+  return()
+endif()
+add_executable(test_browser_lane ${CMAKE_CURRENT_LIST_DIR}/browser_lane.c)
+target_link_libraries(test_browser_lane PRIVATE weft_testlib)
+add_test(NAME browser_lane COMMAND test_browser_lane ${WEFT_NODE} ${CMAKE_CURRENT_LIST_DIR}/browser_lane_tab.mjs
+         ${PROJECT_SOURCE_DIR}/web)
+set_tests_properties(browser_lane PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")

@@ -1,0 +1,555 @@
+// worker.js - makes this tab a lane of a weft fabric: it connects to the fabric's WebSocket (the server that
+// served this page, or ?server=host:port), answers the wire protocol of docs/PROTOCOL.md as the worker (one
+// frame per binary message), and runs every op of the allow-list under the exact contract: matmul on the
+// tab's GPU through WebGPU (../gpu/gpu.js), the elementwise ops and matmuls the GPU cannot bind in
+// JavaScript, each multiply and add rounded to fp32 on its own (Math.fround) in the canonical order of
+// src/core/reference.c, so the bits equal weft's CPU lane. Requests are validated as `weft worker` does:
+// exact payload sizes, shapes and counts against the caps, handles of this connection only.
+
+import { openGpu, matmulExact, noGpuReason } from '../gpu/gpu.js';
+
+const MAGIC = 0x54464557;
+const VERSION = 1;
+const REPLY = 0x8000;
+const T = { HELLO: 1, AUTH: 2, LANES: 3, CREATE: 4, WRITE: 5, READ: 6, FREE: 7, OP: 8, PROVE: 9 };
+const S = { OK: 0, INVALID_ARGUMENT: 1, SHAPE: 2, OVERFLOW: 3, OUT_OF_MEMORY: 5, UNSUPPORTED: 6, LANE_FAILED: 7,
+  NOT_FOUND: 8, STATE: 9, INTERNAL: 11 };
+const MAX_RANK = 4;
+const MAX_DIM = 2 ** 28;
+const MAX_ELEMENTS = 2 ** 28;
+const MAX_FRAME = 16 << 20; // payload bytes this tab accepts in one message
+const MAX_RESIDENT = 1024 * 1024 * 1024;
+const MAX_HANDLES = 4096;
+const OP_BYTES = 20 + 32 + 4 * 36;
+const CONTRACT_EXACT = 0;
+const CONTRACT_FP32 = 1;
+const OPS = ['matmul', 'add', 'relu', 'relu_backward', 'scale', 'axpy', 'sum_rows', 'softmax_xent'];
+
+const f = Math.fround;
+const status = { state: 'starting', ops: 0, device: '', lane: '', server: '', closeReason: '', error: '' };
+window.weftWorker = status; // read by people (the page) and by test drivers
+
+function show() {
+  const el = (id) => document.getElementById(id);
+  if (!el('state')) return;
+  el('state').textContent = status.state;
+  el('device').textContent = status.device;
+  el('server').textContent = status.server;
+  el('ops').textContent = String(status.ops);
+  el('why').textContent = status.error || status.closeReason;
+}
+
+class Refusal extends Error {
+  constructor(st, msg, close = false) {
+    super(msg);
+    this.status = st;
+    this.close = close;
+  }
+}
+const refuse = (st, msg, close) => {
+  throw new Refusal(st, msg, close);
+};
+
+// ----------------------------------------------------------------------------------- exact math (wmath.c)
+
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+const bitsToFloat = (u) => ((u32[0] = u >>> 0), f32[0]);
+const floatToBits = (x) => ((f32[0] = x), u32[0]);
+const pow2i = (n) => bitsToFloat((n + 127) << 23);
+
+// weft_expf, step for step: every product and sum rounded to fp32 on its own.
+function expf(x) {
+  if (x !== x) return x;
+  if (x > 88.72283935546875) return Infinity;
+  if (x < -103.97208404541015625) return 0;
+  const n = Math.floor(f(f(x * f(1.44269502925872802734375)) + 0.5));
+  let r = f(x - f(n * f(0.693145751953125)));
+  r = f(r - f(n * f(1.428606765330187045e-6)));
+  let p = f(1.98412698e-4);
+  p = f(f(p * r) + f(1.38888889e-3));
+  p = f(f(p * r) + f(8.33333377e-3));
+  p = f(f(p * r) + f(4.16666679e-2));
+  p = f(f(p * r) + f(1.66666672e-1));
+  p = f(f(p * r) + 0.5);
+  p = f(f(p * r) + 1);
+  p = f(f(p * r) + 1);
+  const e = n;
+  if (e > 127) return f(f(p * pow2i(127)) * pow2i(e - 127));
+  if (e < -126) return f(f(p * pow2i(e + 64)) * pow2i(-64));
+  return f(p * pow2i(e));
+}
+
+const LOG_C = [1.0, -5.0e-1, 3.333333433e-1, -2.500000298e-1, 1.999998242e-1, -1.666648984e-1, 1.428636611e-1,
+  -1.250664145e-1, 1.110298857e-1, -9.878969938e-2, 9.05450508e-2, -9.342882037e-2, 9.089755267e-2,
+  -4.717759788e-2].map(f);
+
+// weft_logf, step for step.
+function logf(x) {
+  if (x !== x) return x;
+  if (x < 0) return NaN;
+  if (x === 0) return -Infinity;
+  if (x === Infinity) return x;
+  let e = 0;
+  if (x < f(1.17549435e-38)) {
+    x = f(x * 8388608);
+    e = -23;
+  }
+  const u = floatToBits(x);
+  e += ((u >>> 23) & 0xff) - 127;
+  let m = bitsToFloat((u & 0x007fffff) | 0x3f800000);
+  if (m > f(1.41421353816986083984375)) {
+    m = f(m * 0.5);
+    e = e + 1;
+  }
+  const fm = f(m - 1);
+  let q = LOG_C[13];
+  for (let i = 12; i >= 0; i--) q = f(f(q * fm) + LOG_C[i]);
+  const l = f(q * fm);
+  const fe = f(e);
+  return f(f(fe * f(0.693145751953125)) + f(l + f(fe * f(1.428606765330187045e-6))));
+}
+
+// ------------------------------------------------------------------------------------------ the session
+
+class Session {
+  constructor(gpu, secret) {
+    this.gpu = gpu;
+    this.secret = secret;
+    this.hello = false;
+    this.tensors = new Map(); // handle -> {data: Float32Array, dims: number[]}
+    this.nextId = 1;
+    this.resident = 0;
+  }
+
+  // Rank 1..4, dims >= 1 (batch dimensions of rank 3-4: >= 0), each <= 2^28, product <= 2^28.
+  static shape(dims) {
+    if (dims.length < 1 || dims.length > MAX_RANK) refuse(S.SHAPE, `rank ${dims.length}; a tensor has 1 to ${MAX_RANK} dimensions`);
+    let capped = 1;
+    let numel = 1;
+    dims.forEach((d, i) => {
+      const batch = dims.length >= 3 && i < dims.length - 2;
+      if (!Number.isSafeInteger(d) || d < 0 || (d === 0 && !batch)) refuse(S.SHAPE, `dimension ${i} is ${d}; dimensions must be >= 1 (only batch dimensions may be 0)`);
+      if (d > MAX_DIM) refuse(S.OVERFLOW, `dimension ${i} is ${d}; the cap is ${MAX_DIM}`);
+      capped *= d || 1;
+      if (capped > MAX_ELEMENTS) refuse(S.OVERFLOW, `the element count passes the cap of ${MAX_ELEMENTS} at dimension ${i}`);
+      numel *= d;
+    });
+    return numel;
+  }
+
+  tensor(handle, what) {
+    const t = handle === 0n ? undefined : this.tensors.get(handle);
+    if (!t) refuse(S.NOT_FOUND, `handle ${handle} in ${what} refers to no tensor of this connection`);
+    return t;
+  }
+
+  // One request; returns [status, payload bytes (Uint8Array) or message, close?].
+  async handle(type, p) {
+    const dv = new DataView(p.buffer, p.byteOffset, p.byteLength);
+    const want = (n, what) => {
+      if (p.byteLength !== n) refuse(S.INVALID_ARGUMENT, `${what} payload is ${p.byteLength} bytes; it must be exactly ${n}`);
+    };
+    if (!this.hello && type !== T.HELLO) refuse(S.STATE, 'the first frame must be hello', true);
+    switch (type) {
+      case T.HELLO: {
+        want(8, 'hello');
+        if (this.hello) refuse(S.STATE, 'hello was already received');
+        const version = dv.getUint32(0, true);
+        if (version !== VERSION) refuse(S.UNSUPPORTED, `protocol version ${version} is not spoken here (this tab speaks ${VERSION})`, true);
+        this.hello = true;
+        const out = new Uint8Array(24 + 32);
+        const o = new DataView(out.buffer);
+        o.setUint32(0, VERSION, true);
+        o.setUint32(4, 1, true); // HMAC-SHA256 proofs (PROVE)
+        o.setUint32(8, 0, true); // the tab asks nothing of the fabric: the fabric is what the user opened
+        crypto.getRandomValues(out.subarray(12, 44));
+        o.setUint32(44, MAX_FRAME, true);
+        o.setBigUint64(48, BigInt(MAX_RESIDENT), true);
+        return out;
+      }
+      case T.AUTH:
+        want(32, 'auth');
+        return new Uint8Array(0); // this tab requires no proof from the fabric
+      case T.PROVE: {
+        want(32, 'prove');
+        if (!this.secret) {
+          refuse(S.INVALID_ARGUMENT, 'this fabric requires a shared secret: open the worker page as .../worker/#secret=THE_SECRET', true);
+        }
+        if (!crypto.subtle) refuse(S.UNSUPPORTED, 'no WebCrypto here (the page is not a secure context): serve it over https or from localhost', true);
+        const key = await crypto.subtle.importKey('raw', new TextEncoder().encode(this.secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+        const label = new TextEncoder().encode('weft-auth-v1');
+        const msg = new Uint8Array(label.length + 32);
+        msg.set(label);
+        msg.set(p, label.length);
+        return new Uint8Array(await crypto.subtle.sign('HMAC', key, msg));
+      }
+      case T.LANES: {
+        want(0, 'lanes');
+        const enc = new TextEncoder();
+        const strs = [status.lane, status.lane, status.device].map((s) => enc.encode(s).subarray(0, 255));
+        const out = new Uint8Array(4 + 4 + strs.reduce((n, s) => n + 2 + s.length, 0));
+        const o = new DataView(out.buffer);
+        o.setUint32(0, 1, true);
+        o.setUint32(4, (1 << CONTRACT_EXACT) | (1 << CONTRACT_FP32), true);
+        let at = 8;
+        for (const s of strs) {
+          o.setUint16(at, s.length, true);
+          out.set(s, at + 2);
+          at += 2 + s.length;
+        }
+        return out;
+      }
+      case T.CREATE: {
+        if (p.byteLength < 4) refuse(S.INVALID_ARGUMENT, `create payload of ${p.byteLength} bytes is truncated`);
+        const ndim = dv.getUint32(0, true);
+        if (ndim < 1 || ndim > MAX_RANK) refuse(S.SHAPE, `rank ${ndim}; a tensor has 1 to ${MAX_RANK} dimensions`);
+        want(4 + 8 * ndim, 'create');
+        const dims = [];
+        for (let d = 0; d < ndim; d++) dims.push(Number(dv.getBigInt64(4 + 8 * d, true)));
+        const numel = Session.shape(dims);
+        if (this.tensors.size >= MAX_HANDLES) refuse(S.OUT_OF_MEMORY, `this connection holds ${MAX_HANDLES} tensors, the cap`);
+        if (numel * 4 > MAX_RESIDENT - this.resident) refuse(S.OUT_OF_MEMORY, `a tensor of ${numel * 4} bytes would pass this tab's resident cap`);
+        const id = BigInt(this.nextId++);
+        this.tensors.set(id, { data: new Float32Array(Math.max(1, numel)), dims, numel });
+        this.resident += numel * 4;
+        const out = new Uint8Array(8);
+        new DataView(out.buffer).setBigUint64(0, id, true);
+        return out;
+      }
+      case T.WRITE:
+      case T.READ: {
+        if (type === T.READ) want(24, 'read');
+        else if (p.byteLength < 24) refuse(S.INVALID_ARGUMENT, `write payload of ${p.byteLength} bytes is truncated`);
+        const handle = dv.getBigUint64(0, true);
+        const offset = dv.getBigUint64(8, true);
+        const count = dv.getBigUint64(16, true);
+        if (offset > BigInt(MAX_ELEMENTS) || count > BigInt(MAX_ELEMENTS)) refuse(S.SHAPE, `${count} elements at ${offset} is beyond any tensor`);
+        const off = Number(offset);
+        const n = Number(count);
+        if (type === T.WRITE && n * 4 !== p.byteLength - 24) refuse(S.INVALID_ARGUMENT, `write claims ${n} floats but carries ${p.byteLength - 24} bytes of data`);
+        if (type === T.READ && n * 4 + 8 > MAX_FRAME) refuse(S.OVERFLOW, `a read of ${n} floats would not fit one frame`);
+        const t = this.tensor(handle, type === T.READ ? 'read' : 'write');
+        if (off + n > t.numel) refuse(S.SHAPE, `${type === T.READ ? 'read' : 'write'} of ${n} floats at ${off} runs past a tensor of ${t.numel}`);
+        if (type === T.WRITE) {
+          // The payload sits 40 bytes into its message: 4-byte aligned, so the floats are viewed, not parsed.
+          t.data.set(new Float32Array(p.buffer, p.byteOffset + 24, n), off);
+          return new Uint8Array(0);
+        }
+        const out = new Uint8Array(8 + n * 4);
+        new DataView(out.buffer).setBigUint64(0, BigInt(n), true);
+        new Float32Array(out.buffer, 8, n).set(t.data.subarray(off, off + n));
+        return out;
+      }
+      case T.FREE: {
+        want(8, 'free');
+        const handle = dv.getBigUint64(0, true);
+        const t = this.tensor(handle, 'free');
+        this.resident -= t.numel * 4;
+        this.tensors.delete(handle);
+        return new Uint8Array(0);
+      }
+      case T.OP:
+        want(OP_BYTES, 'op');
+        return this.op(dv);
+      default:
+        return refuse(S.INVALID_ARGUMENT, `unknown request type ${type}`);
+    }
+  }
+
+  async op(dv) {
+    const kind = dv.getUint32(0, true);
+    const contract = dv.getUint32(4, true);
+    const lane = dv.getInt32(8, true);
+    const flags = dv.getUint32(12, true);
+    const alpha = dv.getFloat32(16, true);
+    if (kind >= OPS.length) refuse(S.UNSUPPORTED, `op kind ${kind} is not on the allow-list (0..${OPS.length - 1})`);
+    if (contract > 3) refuse(S.INVALID_ARGUMENT, `contract ${contract} is unknown`);
+    if (contract !== CONTRACT_EXACT && contract !== CONTRACT_FP32) refuse(S.UNSUPPORTED, 'this tab honours the exact and fp32 contracts only');
+    if (flags & ~3) refuse(S.INVALID_ARGUMENT, `op flags 0x${flags.toString(16)} has unknown bits`);
+    if (lane !== -1 && lane !== 0) refuse(S.NOT_FOUND, `lane ${lane}: this tab has one lane (0)`);
+    const name = OPS[kind];
+    const required = { matmul: 7, add: 7, relu_backward: 7, relu: 5, scale: 5, axpy: 5, sum_rows: 5, softmax_xent: 3 }[name];
+    const optional = name === 'softmax_xent' ? 12 : 0;
+    const v = []; // per slot: {t, dims, numel} or null
+    for (let i = 0; i < 4; i++) {
+      const handle = dv.getBigUint64(20 + 8 * i, true);
+      const at = 52 + 36 * i;
+      const nd = dv.getUint32(at, true);
+      if (nd > MAX_RANK) refuse(S.SHAPE, `slot ${i}'s view has rank ${nd}; at most ${MAX_RANK}`);
+      const vd = [];
+      for (let d = 0; d < nd; d++) vd.push(Number(dv.getBigInt64(at + 4 + 8 * d, true)));
+      const vn = nd ? Session.shape(vd) : 0;
+      if (handle === 0n) {
+        if (required & (1 << i)) refuse(S.INVALID_ARGUMENT, `${name} needs a tensor in slot ${i}`);
+        v.push(null);
+        continue;
+      }
+      if (!((required | optional) & (1 << i))) refuse(S.INVALID_ARGUMENT, `${name} takes no tensor in slot ${i}`);
+      const t = this.tensor(handle, `slot ${i}`);
+      if (nd && vn > t.numel) refuse(S.SHAPE, `slot ${i}'s view of ${vn} elements exceeds its tensor's ${t.numel}`);
+      v.push({ t, dims: nd ? vd : t.dims, numel: nd ? vn : t.numel });
+    }
+    if (name === 'softmax_xent' && !v[2] && !v[3]) refuse(S.INVALID_ARGUMENT, 'softmax_xent needs a loss or a grad output');
+    if (name === 'matmul') await this.matmul(v, flags & 1, flags & 2);
+    else elementwise(name, v, alpha);
+    status.ops++;
+    const out = new Uint8Array(4);
+    new DataView(out.buffer).setInt32(0, 0, true);
+    return out;
+  }
+
+  async matmul(v, ta, tb) {
+    const [a, b, c] = v;
+    if (a.dims.length < 2 || b.dims.length < 2 || c.dims.length < 2) refuse(S.SHAPE, 'matmul operands need rank >= 2');
+    const last2 = (x) => [x.dims[x.dims.length - 2], x.dims[x.dims.length - 1]];
+    const [ar, ac] = last2(a);
+    const [br, bc] = last2(b);
+    const m = ta ? ac : ar;
+    const k = ta ? ar : ac;
+    const kb = tb ? bc : br;
+    const n = tb ? br : bc;
+    const batch = a.numel / (m * k);
+    const bBatched = b.dims.length > 2;
+    if (kb !== k) refuse(S.SHAPE, `matmul: a has k = ${k}, b has ${kb}`);
+    if (bBatched && b.numel !== batch * k * n) refuse(S.SHAPE, 'matmul: a batched b must have a\'s batch');
+    if (!bBatched && b.numel !== k * n) refuse(S.SHAPE, 'matmul: b is not k x n');
+    const [cm, cn] = last2(c);
+    if (cm !== m || cn !== n || c.numel !== batch * m * n) refuse(S.SHAPE, 'matmul: c is not [batch, m, n]');
+    const A = a.t.data;
+    const B = b.t.data;
+    const out = new Float32Array(batch * m * n);
+    for (let p = 0; p < batch; p++) {
+      const ap = orient(A.subarray(p * m * k, (p + 1) * m * k), ta, m, k);
+      const bp = orient(bBatched ? B.subarray(p * k * n, (p + 1) * k * n) : B.subarray(0, k * n), tb, k, n);
+      out.set(await this.matmulOne(ap, bp, m, k, n), p * m * n);
+    }
+    c.t.data.set(out);
+  }
+
+  async matmulOne(a, b, m, k, n) {
+    if (this.gpu && !this.gpuOff) {
+      try {
+        return await matmulExact(this.gpu, a, b, m, k, n);
+      } catch (e) {
+        // Too large for the GPU's bindings: the same bits come from the JavaScript loop. A lost device is
+        // the lane's failure: the fabric takes the lane out and runs the op elsewhere.
+        if (!(e instanceof RangeError)) refuse(S.LANE_FAILED, `WebGPU failed: ${e && e.message ? e.message : e}`);
+      }
+    }
+    return matmulJs(a, b, m, k, n);
+  }
+}
+
+// A (rows x cols) operand, given as stored: transposed ones are copied into row-major order first.
+function orient(x, trans, rows, cols) {
+  if (!trans) return x;
+  const out = new Float32Array(rows * cols);
+  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) out[i * cols + j] = x[j * rows + i];
+  return out;
+}
+
+function matmulJs(a, b, m, k, n) {
+  const c = new Float32Array(m * n);
+  for (let i = 0; i < m; i++) {
+    for (let j = 0; j < n; j++) {
+      let acc = 0;
+      for (let q = 0; q < k; q++) acc = f(acc + f(a[i * k + q] * b[q * n + j]));
+      c[i * n + j] = acc;
+    }
+  }
+  return c;
+}
+
+// The elementwise ops, in the canonical order of src/core/reference.c.
+function elementwise(name, v, alpha) {
+  const x = v[0];
+  const cols = x.dims[x.dims.length - 1];
+  const count = x.numel;
+  const rows = cols ? count / cols : 0;
+  const X = x.t.data;
+  const same = (s, what) => {
+    if (!s || s.numel !== count) refuse(S.SHAPE, `${name}: ${what} must have ${count} elements`);
+    return s.t.data;
+  };
+  switch (name) {
+    case 'add': {
+      const y = v[1];
+      const bcast = y.numel === cols && count !== cols;
+      const Y = bcast ? y.t.data : same(y, 'y');
+      const O = same(v[2], 'out');
+      for (let e = 0; e < count; e++) O[e] = X[e] + Y[bcast ? e % cols : e];
+      return;
+    }
+    case 'relu': {
+      const O = same(v[2], 'out');
+      for (let e = 0; e < count; e++) O[e] = X[e] > 0 ? X[e] : X[e] !== X[e] ? X[e] : 0;
+      return;
+    }
+    case 'relu_backward': {
+      const Y = same(v[1], 'x');
+      const O = same(v[2], 'out');
+      for (let e = 0; e < count; e++) O[e] = Y[e] > 0 ? X[e] : 0;
+      return;
+    }
+    case 'scale': {
+      const O = same(v[2], 'out');
+      for (let e = 0; e < count; e++) O[e] = alpha * X[e];
+      return;
+    }
+    case 'axpy': {
+      const O = same(v[2], 'y');
+      for (let e = 0; e < count; e++) O[e] = f(alpha * X[e]) + O[e];
+      return;
+    }
+    case 'sum_rows': {
+      const o = v[2];
+      if (o.numel !== cols) refuse(S.SHAPE, `sum_rows: out must have ${cols} elements`);
+      const O = o.t.data;
+      for (let j = 0; j < cols; j++) {
+        let acc = 0;
+        for (let i = 0; i < rows; i++) acc = f(acc + X[i * cols + j]);
+        O[j] = acc;
+      }
+      return;
+    }
+    case 'softmax_xent': {
+      const Tg = same(v[1], 'targets');
+      if (v[2] && v[2].numel !== 1) refuse(S.SHAPE, 'softmax_xent: loss must have 1 element');
+      const G = v[3] ? same(v[3], 'grad') : null;
+      const invRows = f(1 / f(rows));
+      let tot = 0;
+      for (let i = 0; i < rows; i++) {
+        const r = i * cols;
+        let mx = X[r];
+        for (let j = 1; j < cols; j++) mx = X[r + j] > mx ? X[r + j] : mx;
+        let s = 0;
+        for (let j = 0; j < cols; j++) s = f(s + expf(f(X[r + j] - mx)));
+        const ls = logf(s);
+        let acc = 0;
+        for (let j = 0; j < cols; j++) {
+          const lsm = f(f(X[r + j] - mx) - ls);
+          acc = f(acc + f(Tg[r + j] * lsm));
+          if (G) G[r + j] = f(expf(lsm) - Tg[r + j]) * invRows;
+        }
+        tot = f(tot + -acc);
+      }
+      if (v[2]) v[2].t.data[0] = tot * invRows;
+      return;
+    }
+    default:
+      refuse(S.UNSUPPORTED, `op ${name} is not implemented here`);
+  }
+}
+
+// --------------------------------------------------------------------------------------------- frames
+
+function frame(type, requestId, st, payload) {
+  const out = new Uint8Array(16 + payload.length);
+  const o = new DataView(out.buffer);
+  o.setUint32(0, MAGIC, true);
+  o.setUint16(4, type | REPLY, true);
+  o.setUint16(6, st, true);
+  o.setUint32(8, requestId, true);
+  o.setUint32(12, payload.length, true);
+  out.set(payload, 16);
+  return out;
+}
+
+// One message in, one reply out; [reply, close].
+async function answer(session, buf) {
+  const msg = new Uint8Array(buf);
+  if (msg.length < 16) return [null, true];
+  const h = new DataView(buf);
+  const type = h.getUint16(4, true);
+  const id = h.getUint32(8, true);
+  const length = h.getUint32(12, true);
+  const fail = (st, text, close) => [frame(type, id, st, new TextEncoder().encode(text).subarray(0, 512)), close];
+  // The stream is one frame per message: a frame that is not whole, or not ours, ends the connection.
+  if (h.getUint32(0, true) !== MAGIC) return fail(S.INVALID_ARGUMENT, 'bad frame magic: not a weft peer', true);
+  if (length > MAX_FRAME) return fail(S.OVERFLOW, `frame payload of ${length} bytes exceeds this tab's cap of ${MAX_FRAME}`, true);
+  if (length !== msg.length - 16) return fail(S.INVALID_ARGUMENT, `the header says ${length} payload bytes, the message carries ${msg.length - 16}`, true);
+  try {
+    return [frame(type, id, S.OK, await session.handle(type, msg.subarray(16))), false];
+  } catch (e) {
+    if (e instanceof Refusal) return fail(e.status, e.message, e.close);
+    return fail(S.INTERNAL, `the tab failed: ${e && e.message ? e.message : e}`, false);
+  }
+}
+
+function serverUrl() {
+  const q = new URLSearchParams(location.search);
+  const host = q.get('server') || location.host;
+  return `${location.protocol === 'https:' ? 'wss' : 'ws'}://${host}/weft`;
+}
+
+function secretFromPage() {
+  const h = new URLSearchParams(location.hash.replace(/^#/, ''));
+  const el = document.getElementById('secret');
+  return h.get('secret') || (el && el.value) || '';
+}
+
+let gpu = null;
+let retryMs = 1000;
+
+function connect() {
+  const url = serverUrl();
+  status.server = url;
+  status.state = 'connecting';
+  show();
+  const ws = new WebSocket(url, 'weft');
+  ws.binaryType = 'arraybuffer';
+  const session = new Session(gpu, secretFromPage());
+  let chain = Promise.resolve();
+  ws.onopen = () => {
+    status.state = 'connected: waiting for the fabric';
+    status.closeReason = '';
+    retryMs = 1000;
+    show();
+  };
+  ws.onmessage = (ev) => {
+    // One request at a time, in order, even when an op awaits the GPU.
+    chain = chain.then(async () => {
+      if (typeof ev.data === 'string') {
+        ws.close(1003, 'the protocol is binary frames');
+        return;
+      }
+      const [reply, close] = await answer(session, ev.data);
+      if (ws.readyState !== WebSocket.OPEN) return;
+      if (reply) ws.send(reply);
+      if (session.hello && status.state !== 'serving') {
+        status.state = 'serving';
+      }
+      show();
+      if (close) ws.close(1008, 'protocol violation');
+    });
+  };
+  ws.onclose = (ev) => {
+    status.state = 'disconnected';
+    status.closeReason = ev.reason ? `the fabric closed the connection: ${ev.reason}` : `closed (code ${ev.code})`;
+    show();
+    // The fabric may come back (weft serve restarted) or a slot may free up: try again, more slowly.
+    setTimeout(connect, retryMs);
+    retryMs = Math.min(retryMs * 2, 15000);
+  };
+}
+
+async function start() {
+  gpu = await openGpu();
+  if (gpu) {
+    const i = gpu.adapterInfo;
+    const words = [i.vendor, i.architecture, i.device, i.description].filter((s) => s).join(' ');
+    status.device = `WebGPU: ${words || 'unnamed adapter'}${i.isFallbackAdapter ? ' (fallback adapter)' : ''}`;
+    status.lane = 'webgpu';
+  } else {
+    status.device = `JavaScript on the CPU (no WebGPU: ${noGpuReason})`;
+    status.lane = 'js';
+  }
+  connect();
+}
+
+start().catch((e) => {
+  status.state = 'failed';
+  status.error = String(e && e.message ? e.message : e);
+  show();
+});
