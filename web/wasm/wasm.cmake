@@ -79,7 +79,7 @@ add_custom_command(
 
 # The page's files, copied as they change, so <build>/web serves as is.
 set(_weft_web_outputs ${WEFT_WEB_DIR}/wasm/weft.wasm)
-foreach(sub bench gpu)
+foreach(sub bench gpu worker)
   file(GLOB _files CONFIGURE_DEPENDS ${_weft_root}/web/${sub}/*.html ${_weft_root}/web/${sub}/*.js
        ${_weft_root}/web/${sub}/*.css ${_weft_root}/web/${sub}/*.wgsl)
   foreach(f ${_files})
@@ -93,3 +93,5 @@ foreach(sub bench gpu)
   endforeach()
 endforeach()
 add_custom_target(weft_web ALL DEPENDS ${_weft_web_outputs})
+# `weft serve` serves this folder; installed, it finds it at <prefix>/share/weft/web.
+install(DIRECTORY ${WEFT_WEB_DIR}/ DESTINATION ${CMAKE_INSTALL_DATADIR}/weft/web)
