@@ -179,11 +179,12 @@ WEFT_API weft_status weft_npu_probe(weft_npu_info *out, size_t cap, size_t *out_
 WEFT_API weft_status weft_tensor_create(weft_fabric *fabric, int ndim, const int64_t *dims, const float *data,
                                         weft_tensor **out_tensor);
 /* Creates a tensor over the caller's own memory, with no copy: `data` (row-major, as many floats as the
- * shape holds) becomes the tensor's host copy. Ops on host lanes (the CPU) read and write it in place;
+ * shape holds) becomes the tensor's host copy. Ops on host lanes (the CPU) read and write it in place
+ * (possibly after the op call has returned: see "Ops are asynchronous" below);
  * weft_tensor_write and weft_tensor_read given this same pointer copy nothing (a read still brings the value
  * home from a device lane, straight into `data`). After changing `data` yourself, call weft_tensor_write(t,
- * data, n) so the lanes' copies are dropped; after an op on a device lane, `data` is current again only once
- * weft_tensor_read(t, data, n) has run. `data` must stay valid until the tensor is destroyed, which does not
+ * data, n) so the lanes' copies are dropped; after an op on any lane, `data` is current only once
+ * weft_tensor_read(t, data, n) (or weft_fabric_sync) has returned. `data` must stay valid until the tensor is destroyed, which does not
  * free it. The same shape rules as weft_tensor_create apply. */
 WEFT_API weft_status weft_tensor_wrap(weft_fabric *fabric, int ndim, const int64_t *dims, float *data,
                                       weft_tensor **out_tensor);
@@ -232,6 +233,11 @@ typedef struct weft_op_desc {
 } weft_op_desc;
 
 #define WEFT_OP_DESC_INIT {WEFT_CONTRACT_EXACT, WEFT_LANE_AUTO}
+
+/* Ops are asynchronous: each returns once its work is given to a lane (a GPU's stream, the host lanes'
+ * queue thread), so independent work on different lanes overlaps. Dependencies are tracked through the
+ * tensors ops read and write; weft_tensor_read waits only for what produced that tensor, weft_fabric_sync
+ * for everything. Short host ops, with nothing queued ahead of them, run on the caller's thread. */
 
 /* Batched matmul: c[p] = op(a[p]) . op(b[p]) for each batch entry p, op(x) = x or x transposed.
  * a: [m,k] or [batch..,m,k] ([..,k,m] when trans_a); b: [k,n] (shared by the batch) or [batch..,k,n]

@@ -47,6 +47,7 @@ static char *dup_str(const char *s) {
 }
 
 static weft_status host_report(void *ctx, weft_status status, const char *fmt, va_list args) {
+  if (weft_hostq_report(status, fmt, args)) return status; /* a queued op: kept for the next wait */
   return weft_vfail((weft_fabric *)ctx, status, fmt, args);
 }
 
@@ -223,6 +224,8 @@ weft_status weft_fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fab
 
 void weft_fabric_close(weft_fabric *f) {
   if (!f) return;
+  weft_hostq_finish(f);
+  weft_hostq_stop(f);
   while (f->tensors) weft_tensor_destroy(f->tensors);
   for (size_t i = 0; i < f->nlanes; i++) f->lanes[i].vt.destroy(f->lanes[i].self);
   for (size_t i = 0; i < f->nabsent; i++) free(f->absent[i].name), free(f->absent[i].reason);
@@ -483,7 +486,9 @@ weft_status weft_scope_end(weft_fabric *f) {
 weft_status weft_fabric_sync(weft_fabric *f) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
   f->err[0] = '\0';
+  weft_status qst = weft_hostq_finish(f);
   weft_status st = each_lane(f, offsetof(weft_lane_vtable, sync), "sync");
+  if (st == WEFT_OK) st = qst;
   if (st == WEFT_OK) lanes_idle(f);
   return st;
 }

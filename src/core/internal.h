@@ -77,6 +77,7 @@ struct weft_fabric {
   double revive_at;               /* the earliest retry_at of a down, revivable lane; INFINITY when none */
   int lost;                       /* some tensor's value went down with its lane: recover before writes */
   int recovering;                 /* weft_fabric_recover_all is running (its replays must not re-enter it) */
+  struct weft_hostq *hostq;       /* host lanes' queue (hostq.c); started by the first op that is queued */
   uint64_t next_tensor_id;
   struct weft_route_memo *memo;   /* WEFT_ROUTE_MEMO entries */
   struct weft_route_memo *memo_last; /* the entry the last op used */
@@ -124,6 +125,9 @@ struct weft_tensor {
   uint64_t id, version, host_version;
   struct weft_recipe *recipe;
   int lost;            /* its only current copy went down with a lane */
+  /* The last jobs of the host queue (hostq.c) that read and that write the host memory: touching that
+   * memory from outside the queue waits for them. 0: none. */
+  uint64_t q_read, q_write;
   char location[256];
 };
 
@@ -182,5 +186,28 @@ void weft_tensor_note_recipe(weft_tensor **in, int nin, weft_tensor **out, int n
 weft_status weft_tensor_recover(weft_tensor *t, int depth);
 /* Recovers every lost value now, before anything it was made from changes. */
 void weft_fabric_recover_all(weft_fabric *f);
+
+/* The host lanes' queue (hostq.c). Tickets count from 1; ticket t is done once weft_hostq_done() >= t. */
+uint64_t weft_hostq_submit(weft_fabric *f, int lane, const weft_op *op, weft_cost_class cls, double work, int observe);
+uint64_t weft_hostq_done(const weft_fabric *f);
+int weft_hostq_idle(const weft_fabric *f);
+/* Waits for ticket `ticket`; reports (and clears) the failure of any queued job since the last wait. */
+weft_status weft_hostq_wait(weft_fabric *f, uint64_t ticket);
+/* Waits for everything queued. */
+weft_status weft_hostq_finish(weft_fabric *f);
+/* Passes finished jobs' timings to the cost model (the caller's thread). */
+void weft_hostq_drain(weft_fabric *f);
+void weft_hostq_stop(weft_fabric *f);
+/* On the queue's thread: keeps a lane's report for the next wait and returns 1; elsewhere 0. */
+int weft_hostq_report(weft_status status, const char *fmt, va_list args);
+/* Waits until no queued job still writes t's host memory (before reading it), or reads or writes it
+ * (before writing it). */
+static inline weft_status weft_tensor_wait_writer(weft_tensor *t) {
+  return t->q_write && weft_hostq_done(t->fabric) < t->q_write ? weft_hostq_wait(t->fabric, t->q_write) : WEFT_OK;
+}
+static inline weft_status weft_tensor_wait_users(weft_tensor *t) {
+  uint64_t last = t->q_read > t->q_write ? t->q_read : t->q_write;
+  return last && weft_hostq_done(t->fabric) < last ? weft_hostq_wait(t->fabric, last) : WEFT_OK;
+}
 
 #endif /* WEFT_INTERNAL_H */

@@ -41,7 +41,11 @@ static const char *shape_str(const weft_tensor *t, char *buf, size_t len) {
   return buf;
 }
 
-/* Moves inputs to the chosen lane, runs, and marks outputs as living there. */
+/* Host ops predicted to take this long always go to the host queue; this long, when another lane is busy. */
+#define WEFT_QUEUE_LONG_S 1e-3
+#define WEFT_QUEUE_OVERLAP_S 50e-6
+
+/* Moves inputs to the chosen lane, runs (or queues) the op, and marks outputs as living there. */
 static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
                                  weft_tensor **out, int nout) {
   int pinned = desc ? desc->lane : WEFT_LANE_AUTO;
@@ -86,28 +90,47 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
   weft_lane_slot *s = &f->lanes[lane];
   weft_cost_state *cs = weft_cost_state_of(s, cls, op->contract);
   if (pinned != WEFT_LANE_AUTO) t0 = weft_fabric_now(f);
+  const int host = weft_lane_is_host(f, lane);
+  const double pred = weft_cost_predict(cs, work);
+  /* ops predicted under 10 us are sampled one in eight: at that size the bookkeeping would cost a
+   * noticeable share of the op, and a median over a sample is as robust as over them all */
+  const int observe = host && !f->calibrating && ((++s->observe_tick & 7) == 0 || pred >= 10e-6);
+  /* A host op goes to the queue (it returns at once) when the queue already has work, which it must
+   * follow; when it is long enough that a hand-over (a few microseconds) is noise; or when another lane is
+   * working and the caller may have more to give it meanwhile. Tiny ops run here: no hand-over to pay. */
+  if (host && !f->calibrating &&
+      (!weft_hostq_idle(f) || pred >= WEFT_QUEUE_LONG_S || (f->busy_max > t0 && pred >= WEFT_QUEUE_OVERLAP_S))) {
+    uint64_t ticket = weft_hostq_submit(f, lane, op, cls, work, observe);
+    if (ticket) {
+      for (int i = 0; i < nin; i++) in[i]->q_read = ticket;
+      for (int o = 0; o < nout; o++)
+        if (out[o]) out[o]->q_write = ticket;
+      s->stats.ops[op->kind]++;
+      s->busy_until = (s->busy_until > t0 ? s->busy_until : t0) + pred;
+      if (s->busy_until > f->busy_max) f->busy_max = s->busy_until;
+      goto written;
+    }
+    /* no queue (no thread could start): run it here */
+  }
+  if (host && !weft_hostq_idle(f) && (st = weft_hostq_finish(f)) != WEFT_OK) return st;
   st = s->vt.run(s->self, op);
   double t1 = weft_fabric_now(f);
   if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
   if (st != WEFT_OK) return st;
   s->stats.ops[op->kind]++;
-  if (weft_lane_is_host(f, lane)) {
-    s->stats.seconds += t1 - t0;
+  if (host) {
     /* host lanes finish the op before run returns: the time is an observation for the model */
-    /* ops predicted under 10 us are sampled one in eight: at that size the bookkeeping would cost a
-     * noticeable share of the op, and a median over a sample is as robust as over them all */
-    if (!f->calibrating && ((++s->observe_tick & 7) == 0 || weft_cost_predict(cs, work) >= 10e-6) &&
-        weft_cost_observe(cs, work, t1 - t0))
-      weft_route_forget(f);
+    s->stats.seconds += t1 - t0;
+    if (observe && weft_cost_observe(cs, work, t1 - t0)) weft_route_forget(f);
     s->busy_until = t1;
     if (t1 > f->busy_max) f->busy_max = t1;
   } else {
     /* device lanes may still be working: the lane is busy for the predicted time */
-    double pred = weft_cost_predict(cs, work);
     s->stats.seconds += pred;
     s->busy_until = (s->busy_until > t0 ? s->busy_until : t0) + pred;
     if (s->busy_until > f->busy_max) f->busy_max = s->busy_until;
   }
+written:
   weft_tensor_note_recipe(in, nin, out, nout, op, lane); /* before the outputs' versions move on */
   for (int o = 0; o < nout; o++)
     if (out[o]) weft_tensor_mark_written(out[o], lane);
@@ -122,6 +145,7 @@ static weft_status dispatch(weft_fabric *f, const weft_op_desc *desc, weft_op *o
                             weft_tensor **out, int nout) {
   const int pinned = desc ? desc->lane : WEFT_LANE_AUTO;
   if (f->lost) weft_fabric_recover_all(f); /* before this op overwrites what a lost value was made from */
+  if (f->hostq) weft_hostq_drain(f);       /* the queue's measurements reach the model */
   for (size_t attempt = 0;; attempt++) {
     weft_status st = dispatch_once(f, desc, op, in, nin, out, nout);
     if (st != WEFT_ERR_LANE_FAILED || pinned != WEFT_LANE_AUTO || attempt >= f->nlanes) return st;

@@ -91,6 +91,7 @@ void weft_tensor_destroy(weft_tensor *t) {
   if (!t || t->magic != WEFT_TENSOR_MAGIC) return;
   weft_fabric *f = t->fabric;
   if (f->lost) weft_fabric_recover_all(f); /* a lost value may have been made from this one */
+  weft_tensor_wait_users(t); /* queued host work must be done with its memory */
   for (size_t i = 0; i < f->nlanes; i++)
     if (t->buf[i]) f->lanes[i].vt.buffer_free(f->lanes[i].self, t->buf[i]);
   if (t->prev) t->prev->next = t->next;
@@ -137,6 +138,7 @@ static weft_status make_host_valid(weft_tensor *t) {
     while (i < f->nlanes && !(t->valid[i] && t->buf[i])) i++;
     if (i == f->nlanes) return weft_fail(f, WEFT_ERR_INTERNAL, "tensor has no current copy anywhere (please report this)");
     weft_lane_slot *s = &f->lanes[i];
+    if ((st = weft_tensor_wait_users(t)) != WEFT_OK) return st; /* queued host work still uses the memory */
     st = s->vt.download(s->self, t->buf[i], 0, t->host, t->numel * sizeof(float));
     if (st == WEFT_ERR_LANE_FAILED) {
       weft_lane_mark_failed(f, (int)i);
@@ -166,6 +168,7 @@ weft_status weft_tensor_make_valid(weft_tensor *t, int lane) {
   weft_buffer *b;
   if ((st = weft_tensor_lane_buffer(t, lane, &b)) != WEFT_OK) return st;
   weft_lane_slot *s = &f->lanes[lane];
+  if ((st = weft_tensor_wait_writer(t)) != WEFT_OK) return st; /* the host value may still be computing */
   if (t->numel) st = s->vt.upload(s->self, b, 0, t->host, t->numel * sizeof(float));
   if (st == WEFT_OK) s->stats.bytes_up += t->numel * sizeof(float);
   if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
@@ -200,6 +203,7 @@ weft_status weft_tensor_write(weft_tensor *t, const float *data, size_t count) {
   if (count != t->numel)
     return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_write: %zu floats given, the tensor holds %zu", count, t->numel);
   if (f->lost) weft_fabric_recover_all(f); /* a lost value may have been made from the old one */
+  if ((st = weft_tensor_wait_users(t)) != WEFT_OK) return st;
   if (data != t->host) memcpy(t->host, data, count * sizeof(float)); /* a wrapped tensor's own memory: no copy */
   weft_tensor_mark_written(t, -1);
   return WEFT_OK;
@@ -214,6 +218,7 @@ weft_status weft_tensor_read(weft_tensor *t, float *out_data, size_t count) {
     return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_read: room for %zu floats given, the tensor holds %zu", count,
                      t->numel);
   if ((st = make_host_valid(t)) != WEFT_OK) return st;
+  if ((st = weft_tensor_wait_writer(t)) != WEFT_OK) return st;
   if (out_data != t->host) memcpy(out_data, t->host, count * sizeof(float));
   return WEFT_OK;
 }

@@ -138,7 +138,10 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   f->split.shares = shares;
   if (used < 2 || makespan > 0.9 * single_t) return WEFT_OK; /* one lane it is: the caller's dispatch runs it */
 
-  /* Pass 3: run the shares. Device lanes first, each on its own slice tensors, started at once. */
+  /* Pass 3: run the shares. Device lanes first, each on its own slice tensors, started at once. The shares
+   * work on the operands' host memory directly: queued host work on it is finished first. */
+  weft_status qst = weft_hostq_finish(f);
+  if (qst != WEFT_OK) return qst;
   const double t_start = weft_fabric_now(f);
   typedef struct running {
     int plan;

@@ -1,0 +1,195 @@
+/* test_async.c - the host lanes' queue. A fake host-memory lane whose ops block until the test lets them
+ * go shows, without timing anything, that: a long host op returns before it has run; a device lane gets
+ * and finishes work meanwhile, and reading its result does not wait for the host queue; reading the host
+ * result waits for exactly the op that makes it; overwriting an input of a queued op waits for that op, so
+ * it computes with the old value; queued ops keep their order; and the real CPU lane gives the same bits
+ * queued as inline. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/reference.h"
+#include "core/testing.h"
+#include "tutil.h"
+#include "weft.h"
+
+typedef struct fake {
+  char name[32];
+  uint32_t flags;
+  atomic_int gate; /* host lane: runs wait while this is 0 */
+  atomic_int runs;
+} fake;
+
+static void fk_describe(void *self, weft_lane_desc *out) {
+  fake *l = self;
+  memset(out, 0, sizeof *out);
+  out->name = l->name, out->kind = "fake", out->device = "fake", out->driver = "", out->details = "";
+  out->contracts = WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT);
+  out->flags = l->flags;
+}
+static void fk_destroy(void *self) { free(self); }
+static weft_status fk_alloc(void *self, size_t bytes, weft_buffer **out) {
+  (void)self;
+  *out = calloc(1, bytes);
+  return *out ? WEFT_OK : WEFT_ERR_OUT_OF_MEMORY;
+}
+static void fk_free(void *self, weft_buffer *b) {
+  (void)self;
+  free(b);
+}
+static weft_status fk_up(void *self, weft_buffer *b, size_t off, const void *src, size_t n) {
+  (void)self;
+  memcpy((char *)b + off, src, n);
+  return WEFT_OK;
+}
+static weft_status fk_down(void *self, weft_buffer *b, size_t off, void *dst, size_t n) {
+  (void)self;
+  memcpy(dst, (char *)b + off, n);
+  return WEFT_OK;
+}
+static weft_status fk_run(void *self, const weft_op *op) {
+  fake *l = self;
+  while (!atomic_load(&l->gate)) usleep(1000);
+  weft_reference_run(op);
+  atomic_fetch_add(&l->runs, 1);
+  return WEFT_OK;
+}
+static const weft_lane_vtable FAKE_VT = {
+    .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = fk_describe,
+    .destroy = fk_destroy, .buffer_alloc = fk_alloc, .buffer_free = fk_free, .upload = fk_up,
+    .download = fk_down, .run = fk_run,
+};
+
+static fake *add_fake(weft_fabric *f, const char *name, uint32_t flags, int gate, int *out_lane) {
+  fake *k = calloc(1, sizeof *k);
+  snprintf(k->name, sizeof k->name, "%s", name);
+  k->flags = flags;
+  atomic_store(&k->gate, gate);
+  if (weft_testing_add_lane(f, &FAKE_VT, k) != WEFT_OK) return NULL;
+  size_t i;
+  weft_fabric_lane_find(f, name, &i);
+  *out_lane = (int)i;
+  /* long enough for the queue: every op on it is predicted at 10 ms */
+  for (int c = 0; c < WEFT_COST_CLASS_COUNT; c++)
+    weft_fabric_set_cost_model(f, i, (weft_cost_class)c, WEFT_CONTRACT_EXACT, 10e-3, 1e12);
+  return k;
+}
+
+/* Opens the gate after `ms` milliseconds, from another thread. */
+typedef struct opener {
+  fake *k;
+  int ms;
+  pthread_t th;
+} opener;
+static void *open_later(void *arg) {
+  opener *o = arg;
+  usleep((useconds_t)o->ms * 1000);
+  atomic_store(&o->k->gate, 1);
+  return NULL;
+}
+static void open_gate_in(opener *o, fake *k, int ms) {
+  o->k = k, o->ms = ms;
+  pthread_create(&o->th, NULL, open_later, o);
+}
+
+enum { M = 9, K = 7, N = 5 };
+
+static weft_tensor *mat(weft_fabric *f, int rows, int cols, float base, float *keep) {
+  float v[64];
+  for (int i = 0; i < rows * cols; i++) v[i] = base + 0.25f * (float)(i % 11) - 1.0f;
+  if (keep) memcpy(keep, v, sizeof(float) * (size_t)(rows * cols));
+  int64_t d[2] = {rows, cols};
+  weft_tensor *t = NULL;
+  weft_tensor_create(f, 2, d, v, &t);
+  return t;
+}
+
+static void ref_matmul(const float *a, const float *b, float *c) {
+  weft_op r = {0};
+  r.kind = WEFT_OP_MATMUL, r.batch = 1, r.m = M, r.n = N, r.k = K;
+  r.in[0] = (void *)a, r.in[1] = (void *)b, r.out[0] = c;
+  weft_reference_run(&r);
+}
+
+int main(void) {
+  double start = tu_now();
+  weft_fabric *f = NULL;
+  TU_STATUS(tu_open("cpu", &f), WEFT_OK, "open");
+  if (!f) return tu_finish("async", start);
+  int hl, dl;
+  fake *host = add_fake(f, "slowhost:0", WEFT_LANE_HOST_MEMORY, 0, &hl);
+  fake *dev = add_fake(f, "dev:0", 0, 1, &dl);
+  TU_CHECK(host && dev, "fake lanes added");
+  if (!host || !dev) return tu_finish("async", start);
+  weft_op_desc on_host = {WEFT_CONTRACT_EXACT, hl}, on_dev = {WEFT_CONTRACT_EXACT, dl};
+  float a0[M * K], b0[K * N], want[M * N], got[M * N];
+
+  /* 1. A long host op returns before it runs; a device lane works meanwhile; reading the device's result
+   * does not wait for the host queue; reading the host's result waits for its op. */
+  weft_tensor *a = mat(f, M, K, 0.5f, a0), *b = mat(f, K, N, -0.25f, b0), *c = mat(f, M, N, 0, NULL);
+  weft_tensor *c2 = mat(f, M, N, 0, NULL);
+  TU_STATUS(weft_op_matmul(f, &on_host, a, 0, b, 0, c), WEFT_OK, "matmul queued on the host lane");
+  TU_CHECK(atomic_load(&host->runs) == 0, "weft_op_matmul returned before the host lane ran it");
+  TU_STATUS(weft_op_matmul(f, &on_dev, a, 0, b, 0, c2), WEFT_OK, "the same matmul on the device lane");
+  TU_STATUS(weft_tensor_read(c2, got, M * N), WEFT_OK, "read the device's result");
+  ref_matmul(a0, b0, want);
+  TU_CHECK(memcmp(got, want, sizeof got) == 0, "the device's result is right");
+  TU_CHECK(atomic_load(&host->runs) == 0, "and reading it did not wait for the host queue");
+  opener o;
+  open_gate_in(&o, host, 30);
+  TU_STATUS(weft_tensor_read(c, got, M * N), WEFT_OK, "read the host's result");
+  TU_CHECK(atomic_load(&host->runs) == 1, "the read waited for the op that makes it");
+  TU_CHECK(memcmp(got, want, sizeof got) == 0, "the host's result is right");
+  pthread_join(o.th, NULL);
+
+  /* 2. Overwriting an input of a queued op waits for it: the op sees the old value. Ops queue in order. */
+  atomic_store(&host->gate, 0);
+  TU_STATUS(weft_op_matmul(f, &on_host, a, 0, b, 0, c), WEFT_OK, "matmul queued");
+  weft_tensor *d = mat(f, M, N, 0, NULL);
+  TU_STATUS(weft_op_relu(f, &on_host, c, d), WEFT_OK, "relu of its result queued behind it");
+  TU_CHECK(atomic_load(&host->runs) == 1, "neither has run");
+  float a1[M * K];
+  for (int i = 0; i < M * K; i++) a1[i] = 3.0f * a0[i];
+  open_gate_in(&o, host, 30);
+  TU_STATUS(weft_tensor_write(a, a1, M * K), WEFT_OK, "overwrite a while the matmul reading it is queued");
+  TU_CHECK(atomic_load(&host->runs) >= 2, "the write waited for the matmul");
+  TU_STATUS(weft_tensor_read(d, got, M * N), WEFT_OK, "read relu(a.b)");
+  for (int i = 0; i < M * N; i++) want[i] = want[i] > 0 ? want[i] : 0.0f;
+  TU_CHECK(memcmp(got, want, sizeof got) == 0, "computed from the old a, in order");
+  pthread_join(o.th, NULL);
+
+  /* 3. Destroying a tensor a queued op uses, and closing the fabric, wait for it. */
+  atomic_store(&host->gate, 0);
+  TU_STATUS(weft_op_matmul(f, &on_host, a, 0, b, 0, c), WEFT_OK, "matmul queued");
+  int before = atomic_load(&host->runs);
+  open_gate_in(&o, host, 20);
+  weft_tensor_destroy(a);
+  TU_CHECK(atomic_load(&host->runs) == before + 1, "destroying an input waited for the op");
+  pthread_join(o.th, NULL);
+  weft_fabric_close(f);
+
+  /* 4. The CPU lane, queued (a long predicted time) and inline (the priors' short one), same bits. */
+  TU_STATUS(tu_open("cpu", &f), WEFT_OK, "open cpu");
+  if (!f) return tu_finish("async", start);
+  weft_tensor *x = mat(f, M, K, 0.5f, a0), *y = mat(f, K, N, -0.25f, b0), *z = mat(f, M, N, 0, NULL);
+  weft_op_desc exact = {WEFT_CONTRACT_EXACT, WEFT_LANE_AUTO};
+  TU_STATUS(weft_op_matmul(f, &exact, x, 0, y, 0, z), WEFT_OK, "cpu matmul inline");
+  float inline_bits[M * N];
+  weft_tensor_read(z, inline_bits, M * N);
+  weft_fabric_set_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 10e-3, 1e12);
+  for (int r = 0; r < 20; r++) TU_STATUS(weft_op_matmul(f, &exact, x, 0, y, 0, z), WEFT_OK, "cpu matmul queued");
+  TU_STATUS(weft_op_relu(f, &exact, z, z), WEFT_OK, "a short op behind them queues too");
+  TU_STATUS(weft_tensor_read(z, got, M * N), WEFT_OK, "read");
+  for (int i = 0; i < M * N; i++) inline_bits[i] = inline_bits[i] > 0 ? inline_bits[i] : 0.0f;
+  TU_CHECK(memcmp(got, inline_bits, sizeof got) == 0, "queued and inline give the same bits");
+  weft_lane_stats st;
+  weft_fabric_lane_stats(f, 0, &st);
+  TU_CHECK(st.ops[WEFT_OP_MATMUL] == 21 && st.seconds > 0, "the queued ops are counted and timed (%llu, %g s)",
+           (unsigned long long)st.ops[WEFT_OP_MATMUL], st.seconds);
+  TU_STATUS(weft_fabric_sync(f), WEFT_OK, "sync");
+  weft_fabric_close(f);
+  return tu_finish("async", start);
+}
