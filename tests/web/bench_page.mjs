@@ -1,11 +1,13 @@
 // bench_page.mjs - drives the Bench page (web/bench) in the system's headless Chromium through
 // playwright-core (never a browser download), serving the assembled page folder with a small static server.
 //
-//   node bench_page.mjs --web <build>/web --native-hash <native_hash program> --screenshot <file.png>
+//   node bench_page.mjs --web <build>/web --native-hash <native_hash program> --screenshot <file.png> [--no-gpu]
 //
 // Checks: a WebGPU adapter is found; both lanes' curves have every point; the router (weft.wasm) picks the
 // lane measured faster at every size; the WebGPU and WebAssembly result hashes equal the native CPU lane's.
 // Prints the routed / faster-lane ratio per size (a benchmark figure: asserted only loosely).
+// With --no-gpu the page is opened with navigator.gpu hidden: it must say so, explain that CPU-wasm is the
+// only backend, route every size there, and still match the native bits.
 // Exits 77 (CTest's skip) when Chromium or playwright-core is missing, saying which.
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -26,6 +28,8 @@ const nativeHash = arg('native-hash', '');
 const shotPath = path.resolve(arg('screenshot', 'bench_page.png'));
 const chromiumPath = process.env.WEFT_CHROMIUM || arg('chromium', '/usr/bin/chromium');
 const timeoutMs = 1000 * Number(process.env.WEFT_BENCH_TIMEOUT_S || 240);
+const noGpu = process.argv.includes('--no-gpu');
+const query = process.env.WEFT_BENCH_QUERY || (noGpu ? '?sizes=16,32,64,128' : '');
 
 const failures = [];
 function check(ok, what) {
@@ -76,17 +80,19 @@ const server = http.createServer((req, res) => {
   });
 });
 await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-const url = `http://127.0.0.1:${server.address().port}/bench/${process.env.WEFT_BENCH_QUERY || ''}`;
+const url = `http://127.0.0.1:${server.address().port}/bench/${query}`;
 
 const browser = await chromium.launch({
   executablePath: chromiumPath,
   args: ['--headless', '--no-sandbox', '--enable-unsafe-webgpu', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
+    '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic',
+    ...(process.env.WEFT_CHROMIUM_ARGS || '').split(' ').filter(Boolean)],
 });
 let result = null;
 try {
   // A fresh context: its own temporary profile, nothing kept between runs.
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, deviceScaleFactor: 1 });
+  if (noGpu) await context.addInitScript(() => Object.defineProperty(Navigator.prototype, 'gpu', { get: () => undefined }));
   const page = await context.newPage();
   page.on('pageerror', (e) => console.log(`page error: ${e.message}`));
   page.on('console', (m) => {
@@ -96,6 +102,7 @@ try {
   await page.goto(url);
   await page.waitForFunction(() => window.weftBench && window.weftBench.done, null, { timeout: timeoutMs, polling: 250 });
   result = await page.evaluate(() => JSON.parse(JSON.stringify(window.weftBench)));
+  result.notice = await page.evaluate(() => (document.getElementById('notice').hidden ? '' : document.getElementById('notice').textContent));
   await page.screenshot({ path: shotPath, fullPage: true });
   console.log(`screenshot: ${shotPath}`);
 } finally {
@@ -105,7 +112,12 @@ try {
 
 check(!result.error, `the page ran to the end${result.error ? `: ${result.error}` : ''}`);
 const a = result.adapter;
-check(Boolean(a), `a WebGPU adapter was found${a ? `: ${[a.vendor, a.architecture, a.description].filter(Boolean).join(' / ')}` : ` (none: ${result.noGpuReason})`}`);
+if (noGpu) {
+  check(!a && result.noGpuReason !== '', `no adapter, and the page says why: ${result.noGpuReason}`);
+  check(/only backend/.test(result.notice), `the page explains that CPU-wasm is then the only backend: "${result.notice}"`);
+} else {
+  check(Boolean(a), `a WebGPU adapter was found${a ? `: ${[a.vendor, a.architecture, a.description].filter(Boolean).join(' / ')}` : ` (none: ${result.noGpuReason})`}`);
+}
 check(result.points.length > 0, `${result.points.length} sizes measured`);
 
 console.log('\n     n   WebGPU ms  CPU-wasm ms  pick       routed ms  faster ms  routed/faster');
@@ -117,15 +129,16 @@ for (const p of result.points) {
 console.log(`routed / faster lane, worst size: ${result.ratio_max?.toFixed(3)}x (the figure's target is <= 1.10x)\n`);
 
 for (const p of result.points) {
-  check(p.gpu_ms > 0 && p.wasm_ms > 0 && p.routed_ms > 0, `n = ${p.n}: both curves and the routed run have the point`);
-  const faster = p.gpu_ms < p.wasm_ms ? 'gpu' : 'wasm';
+  if (noGpu) check(p.gpu_ms == null && p.wasm_ms > 0 && p.routed_ms > 0, `n = ${p.n}: the CPU-wasm curve and the routed run have the point`);
+  else check(p.gpu_ms > 0 && p.wasm_ms > 0 && p.routed_ms > 0, `n = ${p.n}: both curves and the routed run have the point`);
+  const faster = !noGpu && p.gpu_ms < p.wasm_ms ? 'gpu' : 'wasm';
   check(p.routed_lane === faster, `n = ${p.n}: the router picked ${p.routed_lane}, the lane measured faster (${faster})`);
   // Loose on purpose: a timing figure on a shared machine, the tight target is printed above.
   check(p.ratio > 0 && p.ratio <= 2, `n = ${p.n}: routed within 2x of the faster lane (${p.ratio?.toFixed(3)}x)`);
 }
 for (const [shape, h] of Object.entries(native)) {
   check(result.hashes.wasm?.[shape] === h, `${shape}: WebAssembly result bits equal the native CPU lane's (${result.hashes.wasm?.[shape]} vs ${h})`);
-  check(result.hashes.gpu?.[shape] === h, `${shape}: WebGPU result bits equal the native CPU lane's (${result.hashes.gpu?.[shape]} vs ${h})`);
+  if (!noGpu) check(result.hashes.gpu?.[shape] === h, `${shape}: WebGPU result bits equal the native CPU lane's (${result.hashes.gpu?.[shape]} vs ${h})`);
 }
 
 if (failures.length) {
