@@ -25,13 +25,13 @@ void weft_net_client_begin(weft_net_client *c) {
 }
 
 weft_status weft_net_client_fail(weft_net_client *c, const char *fmt, ...) {
-  if (c->up && c->tp->drop) c->tp->drop(c->tp_ctx);
-  c->up = 0;
   char msg[512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  if (c->up && c->tp->drop) c->tp->drop(c->tp_ctx, msg);
+  c->up = 0;
   return weft_lane_report(c->host, WEFT_ERR_LANE_FAILED, "%s: %s; the lane is down", c->name, msg);
 }
 

@@ -21,8 +21,9 @@ typedef struct weft_net_transport {
    * ("timed out after 30000 ms", "the tab closed") written to why. */
   weft_status (*exchange)(void *ctx, const uint8_t *const piece[3], const size_t len[3], size_t max_len,
                           const uint8_t **out_frame, size_t *out_len, char *why, size_t whylen);
-  /* Drops the connection (after a failure or a protocol violation); later exchanges fail at once. */
-  void (*drop)(void *ctx);
+  /* Drops the connection (after a failure or a protocol violation), telling the peer `why` where the
+   * transport can; later exchanges fail at once. */
+  void (*drop)(void *ctx, const char *why);
 } weft_net_transport;
 
 /* One lane's client state. A lane's own struct starts with it, so the vtable functions below take the

@@ -9,6 +9,7 @@
  *                                                 through a remote lane of a `weft worker` on loopback */
 #define _GNU_SOURCE
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +27,10 @@ typedef struct driver {
   FILE *in, *out; /* its stdin (our commands), its stdout (its answers) */
 } driver;
 
-static int driver_start(driver *d, const char *node, const char *script, const char *url) {
+/* Starts argv[0] with argv, its stdin and stdout piped to us. */
+static int driver_spawn(driver *d, char *const argv[]) {
   int to[2], from[2];
+  memset(d, 0, sizeof *d);
   if (pipe(to) || pipe(from)) return 0;
   d->pid = fork();
   if (d->pid < 0) return 0;
@@ -36,7 +39,7 @@ static int driver_start(driver *d, const char *node, const char *script, const c
     dup2(from[1], 1);
     close(to[1]);
     close(from[0]);
-    execl(node, node, script, "--url", url, (char *)NULL);
+    execv(argv[0], argv);
     _exit(127);
   }
   close(to[0]);
@@ -46,9 +49,16 @@ static int driver_start(driver *d, const char *node, const char *script, const c
   return d->in && d->out;
 }
 
-/* The driver's next line (without the newline) into buf; 0 when it exited. */
+static int driver_start(driver *d, const char *node, const char *script, const char *url) {
+  char *argv[] = {(char *)node, (char *)script, "--url", (char *)url, NULL};
+  return driver_spawn(d, argv);
+}
+
+/* The driver's next line (without the newline) into buf; 0 when it exited or said nothing for 40 s. */
 static int driver_line(driver *d, char *buf, size_t n) {
-  if (!fgets(buf, (int)n, d->out)) return 0;
+  buf[0] = 0;
+  struct pollfd pfd = {fileno(d->out), POLLIN, 0};
+  if (poll(&pfd, 1, 40000) <= 0 || !fgets(buf, (int)n, d->out)) return 0;
   buf[strcspn(buf, "\n")] = 0;
   return 1;
 }
@@ -244,6 +254,77 @@ static void check_close_midrun(weft_fabric *f, driver *d, int tab, int cpu) {
   free(av);
 }
 
+/* --------------------------------------------------------------------------------- misbehaving tabs */
+
+typedef struct fakes {
+  const char *node, *script;
+  char ws[160]; /* ws://127.0.0.1:PORT/weft */
+} fakes;
+
+/* Starts a scripted tab in `mode`; 0 when it did not connect (its first line is in line). */
+static int fake_start(const fakes *fk, const char *mode, driver *d, char *line, size_t n) {
+  char *argv[] = {(char *)fk->node, "--experimental-websocket", (char *)fk->script, "--ws", (char *)fk->ws,
+                  "--mode", (char *)mode, NULL};
+  return driver_spawn(d, argv) && driver_line(d, line, n) && strcmp(line, "open") == 0;
+}
+
+/* A tab that breaks the protocol in `mode` never brings the lane up, and its connection is closed. */
+static void check_bad_tab(weft_fabric *f, const fakes *fk, size_t tab, const char *mode) {
+  driver d;
+  char line[512];
+  if (!fake_start(fk, mode, &d, line, sizeof line)) {
+    TU_CHECK(0, "%s: the scripted tab connected (said '%s')", mode, line);
+    driver_stop(&d);
+    return;
+  }
+  /* The handshake runs in revive; a silent tab is given up after the handshake timeout (5 s). */
+  for (int i = 0; i < 5; i++) {
+    weft_fabric_revive(f, NULL);
+    usleep(20000);
+  }
+  TU_CHECK(!lane_up(f, tab), "%s: the lane stays down", mode);
+  TU_CHECK(driver_line(&d, line, sizeof line) && strncmp(line, "closed", 6) == 0,
+           "%s: the fabric closed the tab's connection (%s)", mode, line);
+  printf("  %-12s -> %s\n", mode, line);
+  driver_stop(&d);
+}
+
+/* Tabs that lie, overrun, go silent or speak out of turn: each is dropped, the fabric goes on. */
+static void check_bad_tabs(weft_fabric *f, const fakes *fk, size_t tab, int cpu) {
+  const char *modes[] = {"wrong-id", "huge-length", "short-hello", "text", "unsolicited", "oversize", "bad-lanes",
+                         "silent"};
+  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) check_bad_tab(f, fk, tab, modes[i]);
+  /* Good through the handshake, then a read reply with the wrong count: the lane goes down on it, and the
+   * value is computed again on the CPU. */
+  driver d;
+  char line[512];
+  if (!fake_start(fk, "bad-read", &d, line, sizeof line)) {
+    TU_CHECK(0, "bad-read: the scripted tab connected (said '%s')", line);
+    driver_stop(&d);
+    return;
+  }
+  TU_CHECK(wait_up(f, tab, 10), "bad-read: the lane comes up after a good handshake");
+  int64_t dims[1] = {4};
+  float x[4] = {1, -2, 3, -4}, y[4] = {0};
+  weft_tensor *tx = NULL, *ty = NULL;
+  weft_tensor_create(f, 1, dims, x, &tx);
+  weft_tensor_create(f, 1, dims, NULL, &ty);
+  weft_op_desc od = WEFT_OP_DESC_INIT;
+  od.lane = (int)tab;
+  TU_STATUS(weft_op_relu(f, &od, tx, ty), WEFT_OK, "bad-read: relu on the scripted tab");
+  weft_status st = weft_tensor_read(ty, y, 4);
+  printf("  %-12s -> read: %s%s%s\n", "bad-read", weft_status_str(st), st ? ": " : "",
+         st ? weft_fabric_last_error(f) : "");
+  TU_CHECK(st == WEFT_OK ? y[0] == 1 && y[1] == 0 && y[2] == 3 && y[3] == 0 : st == WEFT_ERR_LANE_FAILED,
+           "bad-read: the read gives the right values (computed again) or says the lane failed");
+  TU_CHECK(!lane_up(f, tab), "bad-read: the lane is down");
+  TU_CHECK(driver_line(&d, line, sizeof line) && strncmp(line, "closed", 6) == 0,
+           "bad-read: the fabric closed the tab's connection (%s)", line);
+  weft_tensor_destroy(tx), weft_tensor_destroy(ty);
+  driver_stop(&d);
+  (void)cpu;
+}
+
 /* ------------------------------------------------------------------------------------ round trips */
 
 static int cmp_d(const void *a, const void *b) {
@@ -309,16 +390,112 @@ static void bench_remote(const char *weft) {
   if (out) fclose(out);
 }
 
+/* An address off loopback without a secret, and one that is not an address: no lanes, and the reason. */
+static void check_refusals(void) {
+  const char *addrs[] = {"0.0.0.0:0", "no-port-here"};
+  const char *want[] = {"secret", "HOST:PORT"};
+  for (int i = 0; i < 2; i++) {
+    weft_fabric_desc desc = tu_desc();
+    desc.lanes = "cpu,browser";
+    desc.browser = addrs[i];
+    weft_fabric *f = NULL;
+    size_t lane;
+    TU_STATUS(weft_fabric_open(&desc, &f), WEFT_OK, "a fabric with a refused browser address still opens");
+    TU_CHECK(f && weft_fabric_lane_find(f, "browser:0", &lane) != WEFT_OK, "%s: no browser lanes", addrs[i]);
+    int said = 0;
+    for (size_t k = 0; f && k < weft_fabric_absent_count(f); k++) {
+      const char *name, *why;
+      weft_fabric_absent_info(f, k, &name, &why);
+      if (strcmp(name, "browser") == 0) {
+        said = tu_contains(why, want[i]);
+        printf("  browser=%s -> absent: %s\n", addrs[i], why);
+      }
+    }
+    TU_CHECK(said, "%s: the absent entry says why (mentions '%s')", addrs[i], want[i]);
+    weft_fabric_close(f);
+  }
+}
+
+/* The tab's lane URL, from the lane's details ("... open http://127.0.0.1:PORT/worker/ ..."). */
+static void lane_url(weft_fabric *f, size_t lane, char *out, size_t n, fakes *fk) {
+  weft_lane_info li;
+  weft_fabric_lane_info(f, lane, &li);
+  const char *url = strstr(li.details, "http://");
+  out[0] = 0;
+  if (url) sscanf(url, "%255s", out);
+  int port = 0;
+  sscanf(out, "http://127.0.0.1:%d", &port);
+  if (fk) snprintf(fk->ws, sizeof fk->ws, "ws://127.0.0.1:%d/weft", port);
+  (void)n;
+}
+
+/* Off loopback the tabs must prove the secret: a tab without it and one with a wrong proof stay out, the
+ * worker page given the secret in its address comes up. Loopback here, with the secret set all the same. */
+static void check_secret(const char *node, const char *driver_js, fakes fk) {
+  char tpl[] = "weft-browser-secret-XXXXXX"; /* in the test's working directory */
+  int fd = mkstemp(tpl);
+  const char *secret = "correct-horse-battery-staple-42";
+  if (fd < 0 || write(fd, secret, strlen(secret)) != (ssize_t)strlen(secret)) {
+    TU_CHECK(0, "a secret file could be written");
+    return;
+  }
+  close(fd);
+  setenv("WEFT_BROWSER_SECRET_FILE", tpl, 1);
+  setenv("WEFT_BROWSER_SLOTS", "1", 1);
+  weft_fabric_desc desc = tu_desc();
+  desc.lanes = "cpu,browser";
+  desc.browser = "127.0.0.1:0";
+  weft_fabric *f = NULL;
+  weft_status st = weft_fabric_open(&desc, &f);
+  unsetenv("WEFT_BROWSER_SECRET_FILE");
+  unlink(tpl);
+  size_t tab = 0, cpu = 0;
+  if (st || weft_fabric_lane_find(f, "browser:0", &tab) || weft_fabric_lane_find(f, "cpu", &cpu)) {
+    TU_CHECK(0, "a fabric with a secret opens with browser:0");
+    weft_fabric_close(f);
+    return;
+  }
+  char url[300];
+  lane_url(f, tab, url, sizeof url, &fk);
+  check_bad_tab(f, &fk, tab, "no-proof");
+  check_bad_tab(f, &fk, tab, "good"); /* answers PROVE with a wrong MAC */
+  char withsecret[400];
+  snprintf(withsecret, sizeof withsecret, "%s#secret=%s", url, secret);
+  driver d;
+  char line[512];
+  if (driver_start(&d, node, driver_js, withsecret) && driver_line(&d, line, sizeof line) &&
+      strncmp(line, "ready", 5) == 0) {
+    TU_CHECK(wait_up(f, tab, 30), "the worker page that knows the secret comes up");
+    tu_rng r = {11};
+    int64_t dd[2] = {24, 24};
+    weft_tensor *a = tensor(f, 2, dd, &r, -1, 1), *c1 = tensor(f, 2, dd, &r, 0, 0), *c2 = tensor(f, 2, dd, &r, 0, 0);
+    weft_op_desc on_tab = WEFT_OP_DESC_INIT, on_cpu = WEFT_OP_DESC_INIT;
+    on_tab.lane = (int)tab;
+    on_cpu.lane = (int)cpu;
+    TU_STATUS(weft_op_matmul(f, &on_tab, a, 1, a, 0, c1), WEFT_OK, "matmul on the authenticated tab");
+    TU_STATUS(weft_op_matmul(f, &on_cpu, a, 1, a, 0, c2), WEFT_OK, "matmul on the CPU");
+    TU_CHECK(same(c1, c2, "authenticated tab matmul"), "the authenticated tab's bits equal the CPU lane's");
+    weft_tensor_destroy(a), weft_tensor_destroy(c1), weft_tensor_destroy(c2);
+  } else {
+    TU_CHECK(0, "the worker page started for the secret fabric (%s)", line);
+  }
+  driver_stop(&d);
+  weft_fabric_close(f);
+  setenv("WEFT_BROWSER_SLOTS", "2", 1);
+}
+
 int main(int argc, char **argv) {
   double start = tu_now();
-  if (argc < 4) {
-    fprintf(stderr, "usage: browser_lane NODE DRIVER WEB_DIR [--bench WEFT]\n");
+  if (argc < 5) {
+    fprintf(stderr, "usage: browser_lane NODE DRIVER FAKE WEB_DIR [--bench WEFT]\n");
     return 2;
   }
-  const char *bench_weft = argc >= 6 && strcmp(argv[4], "--bench") == 0 ? argv[5] : NULL;
+  const char *node = argv[1], *driver_js = argv[2];
+  const char *bench_weft = argc >= 7 && strcmp(argv[5], "--bench") == 0 ? argv[6] : NULL;
   signal(SIGPIPE, SIG_IGN);
-  setenv("WEFT_BROWSER_WEB", argv[3], 1);
+  setenv("WEFT_BROWSER_WEB", argv[4], 1);
   setenv("WEFT_BROWSER_SLOTS", "2", 1);
+  check_refusals();
   weft_fabric_desc desc = tu_desc();
   desc.lanes = "cpu,browser";
   desc.browser = "127.0.0.1:0";
@@ -343,14 +520,41 @@ int main(int argc, char **argv) {
   weft_fabric_lane_info(f, tab, &li);
   TU_CHECK(li.failed && li.revivable, "browser:0 starts down and revivable");
   TU_CHECK(!wait_up(f, tab, 0.1), "browser:0 stays down without a tab");
-  const char *url = strstr(li.details, "http://");
-  char urlbuf[256] = "";
-  if (url) sscanf(url, "%255s", urlbuf);
-  TU_CHECK(strncmp(urlbuf, "http://127.0.0.1:", 17) == 0, "the lane says where to open the worker page (%s)", li.details);
+  char urlbuf[256];
+  fakes fk = {node, argv[3], ""};
+  lane_url(f, tab, urlbuf, sizeof urlbuf, &fk);
+  TU_CHECK(strncmp(urlbuf, "http://127.0.0.1:", 17) == 0, "the lane says where to open the worker page (%s)",
+           li.details);
 
-  driver d = {0};
+  /* Scripted tabs first, while both slots are free. */
+  driver d;
   char line[512] = "";
-  if (!driver_start(&d, argv[1], argv[2], urlbuf) || !driver_line(&d, line, sizeof line)) {
+  char *probe[] = {(char *)node, "--experimental-websocket", "-e",
+                   "console.log(typeof WebSocket === 'function' ? 'yes' : 'no')", NULL};
+  int have_fakes = driver_spawn(&d, probe) && driver_line(&d, line, sizeof line) && strcmp(line, "yes") == 0;
+  driver_stop(&d);
+  if (have_fakes) {
+    check_bad_tabs(f, &fk, tab, (int)cpu);
+    if (bench_weft && fake_start(&fk, "good", &d, line, sizeof line) && wait_up(f, tab, 10)) {
+      double p10, p90, med = tiny_op_us(f, (int)tab, &p10, &p90);
+      printf("tiny op round trip, browser lane with a scripted Node tab (no Chromium): median %.1f us, "
+             "p10 %.1f, p90 %.1f\n", med, p10, p90);
+      kill(d.pid, SIGTERM);
+      driver_stop(&d);
+      /* The lane learns that its tab left at its next call. */
+      weft_op_desc od = WEFT_OP_DESC_INIT;
+      od.lane = (int)tab;
+      int64_t one[1] = {1};
+      weft_tensor *t = NULL;
+      weft_tensor_create(f, 1, one, NULL, &t);
+      for (int i = 0; i < 100 && lane_up(f, tab); i++) weft_op_relu(f, &od, t, t), usleep(10000);
+      weft_tensor_destroy(t);
+    }
+  } else {
+    printf("scripted tabs skipped: %s\n", line[0] ? line : "this node has no WebSocket client");
+  }
+
+  if (!driver_start(&d, node, driver_js, urlbuf) || !driver_line(&d, line, sizeof line)) {
     printf("FAIL: the tab driver did not start\n");
     driver_stop(&d);
     weft_fabric_close(f);
@@ -360,7 +564,7 @@ int main(int argc, char **argv) {
     printf("%s\n", line);
     driver_stop(&d);
     weft_fabric_close(f);
-    return 77;
+    return tu_failures ? tu_finish("browser_lane", start) : 77;
   }
   TU_CHECK(strncmp(line, "ready", 5) == 0, "the worker page started (%s)", line);
   TU_CHECK(wait_up(f, tab, 30), "browser:0 comes up once the tab is there");
@@ -373,8 +577,8 @@ int main(int argc, char **argv) {
     check_ops(f, (int)tab, (int)cpu);
     if (bench_weft) {
       double p10, p90, med = tiny_op_us(f, (int)tab, &p10, &p90);
-      printf("tiny op round trip, browser lane (tab over loopback WebSocket): median %.1f us, p10 %.1f, p90 %.1f\n",
-             med, p10, p90);
+      printf("tiny op round trip, browser lane (Chromium tab over loopback WebSocket): median %.1f us, p10 %.1f, "
+             "p90 %.1f\n", med, p10, p90);
       bench_remote(bench_weft);
     }
     check_close_midrun(f, &d, (int)tab, (int)cpu);
@@ -396,5 +600,6 @@ int main(int argc, char **argv) {
   int rc = driver_stop(&d);
   TU_CHECK(rc == 0, "the tab driver exited cleanly (%d)", rc);
   weft_fabric_close(f);
+  if (have_fakes) check_secret(node, driver_js, fk);
   return tu_finish("browser_lane", start);
 }

@@ -13,6 +13,7 @@ endif()
 add_executable(test_browser_lane ${CMAKE_CURRENT_LIST_DIR}/browser_lane.c)
 target_link_libraries(test_browser_lane PRIVATE weft_testlib)
 add_test(NAME browser_lane COMMAND test_browser_lane ${WEFT_NODE} ${CMAKE_CURRENT_LIST_DIR}/browser_lane_tab.mjs
+         ${CMAKE_CURRENT_LIST_DIR}/browser_lane_fake.mjs
          ${PROJECT_SOURCE_DIR}/web)
 set_tests_properties(browser_lane PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")

@@ -519,8 +519,8 @@ function connect() {
       if (reply) ws.send(reply);
       if (session.hello && status.state !== 'serving') {
         status.state = 'serving';
+        show();
       }
-      show();
       if (close) ws.close(1008, 'protocol violation');
     });
   };
@@ -547,6 +547,9 @@ async function start() {
   }
   connect();
 }
+
+// The page's counters, twice a second rather than per op: a tiny op's round trip is a few hundred us.
+setInterval(show, 500);
 
 start().catch((e) => {
   status.state = 'failed';

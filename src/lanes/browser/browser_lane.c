@@ -44,6 +44,7 @@ typedef struct browser_slot {
   struct lws *wsi;
   uint32_t conn, bound;
   int ready, kick;
+  char kick_why[124]; /* told to the tab in the close frame */
   char peer[64];
   /* The request in flight: the caller's pieces, read by the service thread under the lock. */
   const uint8_t *piece[3];
@@ -126,7 +127,7 @@ static int tab_attach(browser_server *srv, struct lws *wsi, tab_session *ts) {
   s->wsi = wsi;
   s->conn++;
   s->ready = s->kick = s->sending = s->awaiting = s->replied = 0;
-  s->peer[0] = 0;
+  s->peer[0] = s->kick_why[0] = 0;
   lws_get_peer_simple(wsi, s->peer, sizeof s->peer);
   ts->slot = s;
   ts->conn = s->conn;
@@ -186,8 +187,10 @@ static int tab_writeable(browser_server *srv, struct lws *wsi, tab_session *ts) 
   pthread_mutex_lock(&srv->lock);
   browser_slot *s = tab_slot(wsi, ts);
   if (!s || s->kick) {
+    char why[sizeof s->kick_why];
+    snprintf(why, sizeof why, "%s", s && s->kick_why[0] ? s->kick_why : "the fabric dropped this tab");
     pthread_mutex_unlock(&srv->lock);
-    refuse(wsi, "the fabric dropped this tab (it timed out or broke the protocol)");
+    refuse(wsi, why);
     return -1;
   }
   if (!s->sending) {
@@ -306,10 +309,13 @@ static weft_status tab_exchange(void *ctx, const uint8_t *const piece[3], const 
   return st;
 }
 
-static void tab_drop(void *ctx) {
+static void tab_drop(void *ctx, const char *why) {
   browser_slot *s = ctx;
   pthread_mutex_lock(&s->srv->lock);
-  if (s->wsi && s->conn == s->bound) s->kick = 1;
+  if (s->wsi && s->conn == s->bound) {
+    s->kick = 1;
+    snprintf(s->kick_why, sizeof s->kick_why, "%s", why);
+  }
   s->ready = 0;
   pthread_mutex_unlock(&s->srv->lock);
   wake(s->srv);
@@ -364,7 +370,10 @@ static void browser_destroy(void *self) {
   browser_server *srv = s->srv;
   pthread_mutex_lock(&srv->lock);
   s->alive = 0;
-  if (s->wsi) s->kick = 1;
+  if (s->wsi) {
+    s->kick = 1;
+    snprintf(s->kick_why, sizeof s->kick_why, "the fabric closed");
+  }
   int last = --srv->refs == 0;
   pthread_mutex_unlock(&srv->lock);
   /* Slots live as long as the server: the service thread may still be looking at this one. */
