@@ -91,7 +91,8 @@ static void check_tab(weft_fabric *f, size_t tab, size_t cpu) {
   } else {
     size_t diff = 0;
     for (int i = 0; i < N * N; i++) diff += memcmp(&c1[i], &c2[i], 4) != 0;
-    printf("  check: matmul 64x64x64 exact on the tab in %.1f ms (upload, run, read back): %s\n", (t1 - t0) * 1e3,
+    printf("  check: matmul 64x64x64 exact on the tab in %.1f ms (upload, shader build, run, read back): %s\n",
+           (t1 - t0) * 1e3,
            diff ? "DIFFERENT bits from the CPU lane" : "bit-identical to the CPU lane");
     if (diff) printf("  %zu of %d elements differ: this tab does not honour the exact contract\n", diff, N * N);
   }
