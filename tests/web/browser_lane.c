@@ -568,6 +568,12 @@ int main(int argc, char **argv) {
   }
   TU_CHECK(strncmp(line, "ready", 5) == 0, "the worker page started (%s)", line);
   TU_CHECK(wait_up(f, tab, 30), "browser:0 comes up once the tab is there");
+  /* A page of another site dialling the fabric is refused (it would see the tensors and answer wrong bits). */
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "foreign %s", fk.ws);
+  driver_say(&d, cmd);
+  TU_CHECK(driver_line(&d, line, sizeof line) && strcmp(line, "foreign refused") == 0,
+           "a page of another origin cannot join (%s)", line);
   weft_fabric_lane_info(f, tab, &li);
   printf("browser:0: %s | %s\n", li.device, li.details);
   size_t tab1 = 0;

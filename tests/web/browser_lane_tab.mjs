@@ -6,8 +6,11 @@
 //   -> "ready <device>"  once the page is connected and serving (or "SKIP <why>" and exit 77)
 //   close [ms]           closes the page after ms milliseconds (default 0)      -> "closed"
 //   open                 opens the worker page again in a new tab               -> "ready <device>"
+//   foreign WSURL        from a page of another origin, dials the fabric's WebSocket as the worker page
+//                        would: -> "foreign open" or "foreign refused"
 //   quit (or EOF)        closes the browser and exits 0
 import fs from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 import readline from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -72,6 +75,21 @@ for await (const line of rl) {
     say('closed');
   } else if (cmd === 'open') {
     await open();
+  } else if (cmd === 'foreign') {
+    // Any site a person visits could try this: the fabric must not take it as a tab.
+    const server = http.createServer((req, res) => res.end('<!doctype html><title>elsewhere</title>'));
+    await new Promise((r) => server.listen(0, '127.0.0.1', r));
+    const other = await context.newPage();
+    await other.goto(`http://127.0.0.1:${server.address().port}/`);
+    const got = await other.evaluate((ws) => new Promise((resolve) => {
+      const s = new WebSocket(ws, 'weft');
+      s.onopen = () => resolve('open');
+      s.onerror = () => resolve('refused');
+      setTimeout(() => resolve('refused'), 5000);
+    }), a);
+    await other.close();
+    server.close();
+    say(`foreign ${got}`);
   } else if (cmd === 'quit') {
     break;
   }

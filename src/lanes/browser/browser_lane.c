@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -72,6 +73,7 @@ struct browser_server {
   uint8_t secret[4096];
   size_t secret_len;
   char web_dir[1024];
+  char origins[1024]; /* WEFT_BROWSER_ORIGINS: other pages allowed to connect ("*": any) */
   struct lws_http_mount mount;
   struct lws_protocol_vhost_options mime[4];
   struct lws_protocols protocols[2];
@@ -111,6 +113,26 @@ static void copy_request(const browser_slot *s, size_t from, size_t n, uint8_t *
 static void refuse(struct lws *wsi, const char *why) {
   size_t n = strlen(why);
   lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)why, n < 120 ? n : 120);
+}
+
+/* WebSockets are not bound by the same-origin policy: any page the person visits could dial a fabric on
+ * loopback, read the tensors it is sent and answer wrong bits. So a browser's connection is accepted only
+ * from a page of this server (its Origin names the Host it dialled) or an origin listed in
+ * WEFT_BROWSER_ORIGINS; a client that sends no Origin is no web page. 0 to refuse. */
+static int origin_allowed(browser_server *srv, struct lws *wsi) {
+  char origin[256] = "", host[256] = "";
+  if (lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN) <= 0) return 1;
+  if (lws_hdr_copy(wsi, origin, sizeof origin, WSI_TOKEN_ORIGIN) <= 0) return 0;
+  if (strcmp(srv->origins, "*") == 0) return 1;
+  for (const char *p = srv->origins; *p;) {
+    size_t n = strcspn(p, ", ");
+    if (n && n == strlen(origin) && strncasecmp(p, origin, n) == 0) return 1;
+    p += n;
+    while (*p == ',' || *p == ' ') p++;
+  }
+  const char *authority = strstr(origin, "://");
+  if (!authority || lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST) <= 0) return 0;
+  return strcasecmp(authority + 3, host) == 0;
 }
 
 /* A tab connected: the first free slot takes it. */
@@ -226,6 +248,7 @@ static int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *
   browser_server *srv = lws_context_user(lws_get_context(wsi));
   tab_session *ts = user;
   switch (reason) {
+  case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: return origin_allowed(srv, wsi) ? 0 : 1;
   case LWS_CALLBACK_ESTABLISHED: return tab_attach(srv, wsi, ts);
   case LWS_CALLBACK_RECEIVE: return tab_receive(srv, wsi, ts, in, len);
   case LWS_CALLBACK_SERVER_WRITEABLE: return tab_writeable(srv, wsi, ts);
@@ -614,6 +637,8 @@ weft_status weft_browser_probe(const weft_probe_args *args, const weft_lane_sink
       snprintf(srv->web_dir, sizeof srv->web_dir, "%s", web);
     }
   }
+  const char *origins = getenv("WEFT_BROWSER_ORIGINS");
+  if (origins) snprintf(srv->origins, sizeof srv->origins, "%s", origins);
   srv->slots = st ? NULL : calloc((size_t)slots, sizeof *srv->slots);
   if (!st && !srv->slots) st = WEFT_ERR_OUT_OF_MEMORY;
   for (long i = 0; !st && i < slots; i++) {
