@@ -15,3 +15,5 @@ target_link_libraries(weft_obj PUBLIC PkgConfig::LWS)
 target_link_libraries(weft PUBLIC PkgConfig::LWS)
 target_link_libraries(weft_static PUBLIC PkgConfig::LWS)
 set(WEFT_HAVE_BROWSER ON)
+# Static consumers of libweft.a need libwebsockets too (weft.pc).
+set(WEFT_PC_REQUIRES "${WEFT_PC_REQUIRES} libwebsockets")
