@@ -17,7 +17,9 @@ const REPEATS = Math.max(3, Math.min(25, parseInt(params.get('repeats') || '7', 
 const BATCH_MS = Math.max(2, parseFloat(params.get('batch_ms') || '12') || 12);
 // Shapes whose results are hashed and compared with the native CPU lane (tests/web/native_hash.c); not
 // multiples of any tile, so every edge path runs.
-const HASH_SHAPES = [[37, 53, 29], [128, 128, 128]];
+// The third has edge values (subnormals, overflow to infinity, NaN), where the GPU path is not exact and
+// gpu.js computes in JavaScript instead.
+const HASH_SHAPES = [[37, 53, 29, false], [128, 128, 128, false], [19, 23, 17, true]];
 
 const LANE_CPU = 0; // lane indices in weft.wasm's fabric
 const LANE_GPU = 1;
@@ -55,19 +57,46 @@ const settle = () => new Promise((r) => setTimeout(r, 15));
 
 // The same generator and hash as tests/web/native_hash.c: change both or neither. Every step is exact in
 // float32 and float64, so C and JavaScript produce the same floats.
-function genValue(seed, i) {
+function hash32(seed, i) {
   let x = (Math.imul(seed, 0x9e3779b9) + Math.imul(i, 0x85ebca6b)) | 0;
   x ^= x >>> 16;
   x = Math.imul(x, 0x7feb352d);
   x ^= x >>> 15;
   x = Math.imul(x, 0x846ca68b);
   x ^= x >>> 16;
-  return ((x >>> 8) * 2 ** -24 - 0.5) * 4;
+  return x >>> 0;
+}
+
+const genValue = (seed, i) => ((hash32(seed, i) >>> 8) * 2 ** -24 - 0.5) * 4;
+
+// Edge values: about one in eight subnormal (or zero), one tiny, one huge; the rest as genValue. Every third
+// row of A and column of B is also scaled by 2^-66, so where they meet the results are subnormal.
+function genEdge(seed, i) {
+  const h = hash32(seed + 100, i);
+  const v = genValue(seed, i);
+  switch (h & 7) {
+    case 0: return ((h >>> 8) & 0x7fffff) * 2 ** -149;
+    case 1: return v * 2 ** -60;
+    case 2: return v * 2 ** 100;
+    default: return v;
+  }
 }
 
 function genMatrix(seed, count) {
   const v = new Float32Array(count);
   for (let i = 0; i < count; i++) v[i] = genValue(seed, i);
+  return v;
+}
+
+// seed 1 is A (rows scaled), seed 2 is B (columns scaled), as edge_matrix in native_hash.c.
+function edgeMatrix(seed, rows, cols) {
+  const v = new Float32Array(rows * cols);
+  for (let r = 0; r < rows; r++) {
+    for (let c = 0; c < cols; c++) {
+      const x = genEdge(seed, r * cols + c);
+      v[r * cols + c] = (seed === 1 ? r : c) % 3 === 0 ? x * 2 ** -66 : x;
+    }
+  }
   return v;
 }
 
@@ -322,10 +351,10 @@ async function checkBits(gpu, wasm) {
   const rows = [];
   let allSame = true;
   state.hashes = { gpu: gpu ? {} : null, wasm: {} };
-  for (const [m, k, n] of HASH_SHAPES) {
-    const key = `${m}x${k}x${n}`;
-    const a = genMatrix(1, m * k);
-    const b = genMatrix(2, k * n);
+  for (const [m, k, n, edge] of HASH_SHAPES) {
+    const key = `${m}x${k}x${n}${edge ? '-edge' : ''}`;
+    const a = edge ? edgeMatrix(1, m, k) : genMatrix(1, m * k);
+    const b = edge ? edgeMatrix(2, k, n) : genMatrix(2, k * n);
     const hw = fnv1a(wasm.matmul(a, b, m, k, n));
     state.hashes.wasm[key] = hw;
     let hg = null;
@@ -334,7 +363,7 @@ async function checkBits(gpu, wasm) {
       state.hashes.gpu[key] = hg;
       if (hg !== hw) allSame = false;
     }
-    rows.push(`<tr><td>${m}×${k}×${n}</td><td><code>${hw}</code></td><td><code>${hg || '—'}</code></td></tr>`);
+    rows.push(`<tr><td>${m}×${k}×${n}${edge ? ' edge values' : ''}</td><td><code>${hw}</code></td><td><code>${hg || '—'}</code></td></tr>`);
   }
   const verdict = $('exact-verdict');
   if (!gpu) {

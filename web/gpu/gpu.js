@@ -6,6 +6,12 @@
 //   const c = await matmulExact(gpu, a, b, m, k, n);   // Float32Array m*n, row-major
 //
 // Calls on one device run one after another (a queue per device), so callers may overlap them freely.
+//
+// Where WebGPU cannot be exact: WGSL lets an implementation flush subnormals to zero (SwiftShader does) and
+// assume that no infinity or NaN occurs. matmulExact therefore looks at its operands first (one pass over
+// them, small beside the matmul) and runs the GPU kernel only when no product or partial sum can leave the
+// normal range; otherwise it computes the canonical loop in JavaScript, so the result bits are the contract's
+// either way (see gpuCanBeExact).
 
 export let noGpuReason = '';
 
@@ -180,6 +186,51 @@ async function runMatmul(gpu, st, a, b, m, k, n) {
   return out;
 }
 
+// 1 when the GPU kernel gives the contract's bits for these operands: every input finite and zero or
+// normal, every nonzero product at least 2^-102 in magnitude, and k times the largest product below 2^126.
+// Then no product is subnormal or infinite, and every partial sum is zero or normal and finite: the partial
+// sums are sums of multiples of 2^-125 (a float of magnitude >= 2^-102 is one), so a nonzero one is at
+// least 2^-125, and a multiple of 2^-125 below 2^-102 is a float itself; so flushing subnormals to zero and
+// assuming finite values change nothing.
+function gpuCanBeExact(a, b, m, k, n) {
+  const range = (v, count) => {
+    let lo = Infinity;
+    let hi = 0;
+    for (let i = 0; i < count; i++) {
+      const x = Math.abs(v[i]);
+      if (x === 0) continue;
+      if (!(x >= 2 ** -126 && x <= 3.4028234663852886e38)) return null; // subnormal, infinite or NaN
+      if (x < lo) lo = x;
+      if (x > hi) hi = x;
+    }
+    return [lo, hi];
+  };
+  if (m * k === 0 || k * n === 0) return true;
+  const ra = range(a, m * k);
+  const rb = ra && range(b, k * n);
+  if (!ra || !rb) return false;
+  if (ra[1] === 0 || rb[1] === 0) return true; // an all-zero operand: every sum is +0
+  return ra[0] * rb[0] >= 2 ** -102 && k * ra[1] * rb[1] < 2 ** 126;
+}
+
+// The canonical loop of src/core/reference.c in JavaScript: a product of two floats is exact in a double,
+// and a double sum of two floats rounded to float is the float sum (53 >= 2 * 24 + 2 bits), so each
+// Math.fround is the one rounding the contract asks for, subnormals, infinities and NaNs included.
+function matmulCanonical(a, b, m, k, n) {
+  const c = new Float32Array(m * n);
+  const row = new Float32Array(n);
+  for (let i = 0; i < m; i++) {
+    row.fill(0);
+    for (let q = 0; q < k; q++) {
+      const av = a[i * k + q];
+      const boff = q * n;
+      for (let j = 0; j < n; j++) row[j] = Math.fround(row[j] + Math.fround(av * b[boff + j]));
+    }
+    c.set(row, i * n);
+  }
+  return c;
+}
+
 function checkShape(a, b, m, k, n) {
   for (const [name, v] of [['m', m], ['k', k], ['n', n]]) {
     if (!Number.isInteger(v) || v < 0) throw new RangeError(`matmulExact: ${name} must be a whole number >= 0, got ${v}`);
@@ -192,10 +243,12 @@ function checkShape(a, b, m, k, n) {
 }
 
 // C = A . B under the exact contract: a is m x k, b is k x n, both row-major Float32Arrays; resolves to a
-// new Float32Array of m x n, bit-identical to weft's CPU lane and reference.
+// new Float32Array of m x n, bit-identical to weft's CPU lane and reference (on the GPU, or in JavaScript
+// for operands the GPU cannot be exact on: see the top of this file).
 export async function matmulExact(gpu, a, b, m, k, n) {
   if (!gpu || !gpu.device) throw new TypeError('matmulExact: no GPU (openGpu() returned null: ' + (noGpuReason || 'not opened') + ')');
   checkShape(a, b, m, k, n);
+  if (!gpuCanBeExact(a, b, m, k, n)) return matmulCanonical(a, b, m, k, n);
   const st = await stateFor(gpu.device);
   const run = async () => {
     await st.ready;
