@@ -51,6 +51,11 @@ typedef struct weft_op {
   int y_broadcast;
   float alpha;
   float inv_rows;
+  /* Where the core keeps out[i]'s host copy, given only when that memory is registered with this lane
+   * (host_register) and the result is expected home (every input came from the host): the lane may write
+   * the result straight there as it is computed, so the download that follows moves nothing. NULL
+   * otherwise. */
+  void *out_host[2];
 } weft_op;
 
 /* Lane properties. */
@@ -96,7 +101,9 @@ typedef struct weft_lane_vtable {
   weft_status (*buffer_alloc)(void *self, size_t bytes, weft_buffer **out_buffer);
   /* Frees a buffer from buffer_alloc (waiting for work that uses it if needed). */
   void (*buffer_free)(void *self, weft_buffer *buffer);
-  /* Copies host memory into a buffer at byte `offset`; the source may be reused when this returns. */
+  /* Copies host memory into a buffer at byte `offset`; the source may be reused when this returns, unless
+   * it lies in memory registered with the lane (host_register), which the copy may still be reading until
+   * the lane's next download or sync returns. */
   weft_status (*upload)(void *self, weft_buffer *buffer, size_t offset, const void *src, size_t bytes);
   /* Copies a buffer into host memory; waits for work writing the buffer, flushing an open scope first. */
   weft_status (*download)(void *self, weft_buffer *buffer, size_t offset, void *dst, size_t bytes);
@@ -120,6 +127,14 @@ typedef struct weft_lane_vtable {
    * must not block on a dead device or connection) and recomputed elsewhere what was lost with them.
    * Anything else leaves it down; the lane says why through weft_lane_report. */
   weft_status (*revive)(void *self);
+  /* Optional: the core offers host memory that stays where it is until host_unregister (a tensor's host
+   * copy, offered once it has crossed to or from this lane twice, so one-off transfers pay nothing). The
+   * lane may pin it and then move data between it and its buffers directly, with no staging copy, and
+   * asynchronously: the core keeps its hands off that memory until the lane's next download or sync has
+   * returned. WEFT_OK: the lane took it; anything else: it did not, and nothing changes. */
+  weft_status (*host_register)(void *self, void *ptr, size_t bytes);
+  /* Optional: registered memory is about to be freed or reused: waits for transfers using it, unpins it. */
+  void (*host_unregister)(void *self, void *ptr, size_t bytes);
 } weft_lane_vtable;
 
 /* A lane provider's probe hands each lane it finds to add_lane and each one it cannot open to add_absent.

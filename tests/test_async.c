@@ -21,6 +21,10 @@ typedef struct fake {
   uint32_t flags;
   atomic_int gate; /* host lane: runs wait while this is 0 */
   atomic_int runs;
+  /* registered host memory (host_register), the out_host a run was given, and syncs asked of the lane */
+  void *reg_ptr;
+  int registers, unregisters, syncs;
+  void *last_out_host;
 } fake;
 
 static void fk_describe(void *self, weft_lane_desc *out) {
@@ -52,23 +56,48 @@ static weft_status fk_down(void *self, weft_buffer *b, size_t off, void *dst, si
 }
 static weft_status fk_run(void *self, const weft_op *op) {
   fake *l = self;
+  l->last_out_host = op->out_host[0];
   while (!atomic_load(&l->gate)) usleep(1000);
   weft_reference_run(op);
   atomic_fetch_add(&l->runs, 1);
   return WEFT_OK;
 }
+static weft_status fk_register(void *self, void *ptr, size_t bytes) {
+  fake *l = self;
+  (void)bytes;
+  l->registers++;
+  l->reg_ptr = ptr;
+  return WEFT_OK;
+}
+static void fk_unregister(void *self, void *ptr, size_t bytes) {
+  fake *l = self;
+  (void)bytes;
+  if (ptr == l->reg_ptr) l->unregisters++;
+}
+static weft_status fk_sync(void *self) {
+  fake *l = self;
+  l->syncs++;
+  return WEFT_OK;
+}
+static const weft_lane_vtable REG_VT = {
+    .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = fk_describe,
+    .destroy = fk_destroy, .buffer_alloc = fk_alloc, .buffer_free = fk_free, .upload = fk_up,
+    .download = fk_down, .run = fk_run, .sync = fk_sync, .host_register = fk_register,
+    .host_unregister = fk_unregister,
+};
 static const weft_lane_vtable FAKE_VT = {
     .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = fk_describe,
     .destroy = fk_destroy, .buffer_alloc = fk_alloc, .buffer_free = fk_free, .upload = fk_up,
     .download = fk_down, .run = fk_run,
 };
 
-static fake *add_fake(weft_fabric *f, const char *name, uint32_t flags, int gate, int *out_lane) {
+static fake *add_fake_vt(weft_fabric *f, const weft_lane_vtable *vt, const char *name, uint32_t flags, int gate,
+                         int *out_lane) {
   fake *k = calloc(1, sizeof *k);
   snprintf(k->name, sizeof k->name, "%s", name);
   k->flags = flags;
   atomic_store(&k->gate, gate);
-  if (weft_testing_add_lane(f, &FAKE_VT, k) != WEFT_OK) return NULL;
+  if (weft_testing_add_lane(f, vt, k) != WEFT_OK) return NULL;
   size_t i;
   weft_fabric_lane_find(f, name, &i);
   *out_lane = (int)i;
@@ -76,6 +105,9 @@ static fake *add_fake(weft_fabric *f, const char *name, uint32_t flags, int gate
   for (int c = 0; c < WEFT_COST_CLASS_COUNT; c++)
     weft_fabric_set_cost_model(f, i, (weft_cost_class)c, WEFT_CONTRACT_EXACT, 10e-3, 1e12);
   return k;
+}
+static fake *add_fake(weft_fabric *f, const char *name, uint32_t flags, int gate, int *out_lane) {
+  return add_fake_vt(f, &FAKE_VT, name, flags, gate, out_lane);
 }
 
 /* Opens the gate after `ms` milliseconds, from another thread. */
@@ -190,6 +222,38 @@ int main(void) {
   TU_CHECK(st.ops[WEFT_OP_MATMUL] == 21 && st.seconds > 0, "the queued ops are counted and timed (%llu, %g s)",
            (unsigned long long)st.ops[WEFT_OP_MATMUL], st.seconds);
   TU_STATUS(weft_fabric_sync(f), WEFT_OK, "sync");
+
+  /* 5. Registered host memory: offered on a tensor's second crossing (1 MiB or more), given to the lane
+   * as out_host when a result is expected home, waited for before the host writes it, released at destroy. */
+  int rl;
+  fake *reg = add_fake_vt(f, &REG_VT, "regdev:0", 0, 1, &rl);
+  TU_CHECK(reg != NULL, "registering lane added");
+  if (!reg) return tu_finish("async", start);
+  weft_op_desc on_reg = {WEFT_CONTRACT_EXACT, rl};
+  enum { BIG = 512 };
+  int64_t dd[2] = {BIG, BIG};
+  weft_tensor *p = NULL, *q = NULL;
+  weft_tensor_create(f, 2, dd, NULL, &p);
+  weft_tensor_create(f, 2, dd, NULL, &q);
+  float *buf = calloc(BIG * BIG, sizeof(float));
+  TU_STATUS(weft_op_relu(f, &on_reg, p, q), WEFT_OK, "first op on the lane");
+  TU_CHECK(reg->registers == 0 && reg->last_out_host == NULL, "nothing registered on a first crossing");
+  TU_STATUS(weft_tensor_read(q, buf, BIG * BIG), WEFT_OK, "q comes home");
+  TU_STATUS(weft_tensor_write(p, buf, BIG * BIG), WEFT_OK, "p changes on the host");
+  TU_STATUS(weft_op_relu(f, &on_reg, p, q), WEFT_OK, "second op");
+  TU_CHECK(reg->registers == 1, "p's memory was offered on its second crossing (%d)", reg->registers);
+  TU_STATUS(weft_tensor_read(q, buf, BIG * BIG), WEFT_OK, "q comes home again");
+  TU_CHECK(reg->registers == 2, "and q's on its second (%d)", reg->registers);
+  TU_STATUS(weft_tensor_write(p, buf, BIG * BIG), WEFT_OK, "p changes again");
+  TU_STATUS(weft_op_relu(f, &on_reg, p, q), WEFT_OK, "third op, inputs from the host");
+  TU_CHECK(reg->last_out_host != NULL, "the lane was told where q's host copy is");
+  int syncs = reg->syncs;
+  TU_STATUS(weft_tensor_write(p, buf, BIG * BIG), WEFT_OK, "writing p while the lane may still read it");
+  TU_CHECK(reg->syncs == syncs + 1, "waited for the lane's transfers first (%d syncs)", reg->syncs - syncs);
+  weft_tensor_destroy(q);
+  TU_CHECK(reg->unregisters == 1, "q's memory was released at destroy (%d)", reg->unregisters);
+  weft_tensor_destroy(p);
+  free(buf);
   weft_fabric_close(f);
   return tu_finish("async", start);
 }

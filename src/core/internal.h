@@ -128,6 +128,12 @@ struct weft_tensor {
   /* The last jobs of the host queue (hostq.c) that read and that write the host memory: touching that
    * memory from outside the queue waits for them. 0: none. */
   uint64_t q_read, q_write;
+  /* Host memory registered with lanes (bit i: lane i, i < 64; weft_lane_vtable.host_register), transfers
+   * between this memory and any lane (registration waits for the second), and the lane whose direct,
+   * asynchronous transfers may still be using the memory (index + 1; 0: none). */
+  uint64_t reg_mask;
+  unsigned xfers;
+  int dma_lane;
   char location[256];
 };
 
@@ -209,5 +215,10 @@ static inline weft_status weft_tensor_wait_users(weft_tensor *t) {
   uint64_t last = t->q_read > t->q_write ? t->q_read : t->q_write;
   return last && weft_hostq_done(t->fabric) < last ? weft_hostq_wait(t->fabric, last) : WEFT_OK;
 }
+
+/* Registered host memory (tensor.c). Offers t's host memory to lane `lane` once it is worth it. */
+void weft_tensor_offer_host(weft_tensor *t, int lane);
+/* Waits until no lane's direct transfer still uses t's host memory (before the host copy is written). */
+weft_status weft_tensor_wait_dma(weft_tensor *t);
 
 #endif /* WEFT_INTERNAL_H */

@@ -76,6 +76,9 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     if (lane < 0) return WEFT_ERR_UNSUPPORTED;
   }
   weft_status st;
+  /* every input on the host: the caller works on host data and will want the result there too */
+  int home = 1;
+  for (int i = 0; i < nin; i++) home &= in[i]->host_valid;
   for (int i = 0; i < nin; i++) {
     if ((st = weft_tensor_make_valid(in[i], lane)) != WEFT_OK) return st;
     if ((st = weft_tensor_lane_buffer(in[i], lane, &op->in[i])) != WEFT_OK) return st;
@@ -91,6 +94,14 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
   weft_cost_state *cs = weft_cost_state_of(s, cls, op->contract);
   if (pinned != WEFT_LANE_AUTO) t0 = weft_fabric_now(f);
   const int host = weft_lane_is_host(f, lane);
+  for (int o = 0; o < nout; o++) {
+    op->out_host[o] = NULL;
+    if (!out[o]) continue;
+    /* the host memory an op writes, or a device may stream a result into, must be free of other transfers */
+    if (out[o]->dma_lane && (host || out[o]->dma_lane != lane + 1) && (st = weft_tensor_wait_dma(out[o])) != WEFT_OK)
+      return st;
+    if (!host && lane < 64 && ((out[o]->reg_mask >> lane) & 1) && home) op->out_host[o] = out[o]->host;
+  }
   const double pred = weft_cost_predict(cs, work);
   /* ops predicted under 10 us are sampled one in eight: at that size the bookkeeping would cost a
    * noticeable share of the op, and a median over a sample is as robust as over them all */
@@ -131,6 +142,8 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     if (s->busy_until > f->busy_max) f->busy_max = s->busy_until;
   }
 written:
+  for (int o = 0; o < nout; o++)
+    if (out[o] && op->out_host[o]) out[o]->dma_lane = lane + 1; /* the lane may be writing its host memory */
   weft_tensor_note_recipe(in, nin, out, nout, op, lane); /* before the outputs' versions move on */
   for (int o = 0; o < nout; o++)
     if (out[o]) weft_tensor_mark_written(out[o], lane);

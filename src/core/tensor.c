@@ -92,6 +92,11 @@ void weft_tensor_destroy(weft_tensor *t) {
   weft_fabric *f = t->fabric;
   if (f->lost) weft_fabric_recover_all(f); /* a lost value may have been made from this one */
   weft_tensor_wait_users(t); /* queued host work must be done with its memory */
+  for (size_t i = 0; i < f->nlanes && t->reg_mask; i++)
+    if ((t->reg_mask >> i) & 1) {
+      weft_lane_slot *s = &f->lanes[i];
+      if (s->vt.host_unregister) s->vt.host_unregister(s->self, t->host, t->bytes);
+    }
   for (size_t i = 0; i < f->nlanes; i++)
     if (t->buf[i]) f->lanes[i].vt.buffer_free(f->lanes[i].self, t->buf[i]);
   if (t->prev) t->prev->next = t->next;
@@ -139,6 +144,8 @@ static weft_status make_host_valid(weft_tensor *t) {
     if (i == f->nlanes) return weft_fail(f, WEFT_ERR_INTERNAL, "tensor has no current copy anywhere (please report this)");
     weft_lane_slot *s = &f->lanes[i];
     if ((st = weft_tensor_wait_users(t)) != WEFT_OK) return st; /* queued host work still uses the memory */
+    if (t->dma_lane && t->dma_lane != (int)i + 1 && (st = weft_tensor_wait_dma(t)) != WEFT_OK) return st;
+    weft_tensor_offer_host(t, (int)i);
     st = s->vt.download(s->self, t->buf[i], 0, t->host, t->numel * sizeof(float));
     if (st == WEFT_ERR_LANE_FAILED) {
       weft_lane_mark_failed(f, (int)i);
@@ -155,6 +162,7 @@ static weft_status make_host_valid(weft_tensor *t) {
     t->host_valid = 1;
     t->host_version = t->version;
     t->where |= 1;
+    if (t->dma_lane == (int)i + 1) t->dma_lane = 0; /* the download waited for the lane's transfers */
     return WEFT_OK;
   }
 }
@@ -169,7 +177,9 @@ weft_status weft_tensor_make_valid(weft_tensor *t, int lane) {
   if ((st = weft_tensor_lane_buffer(t, lane, &b)) != WEFT_OK) return st;
   weft_lane_slot *s = &f->lanes[lane];
   if ((st = weft_tensor_wait_writer(t)) != WEFT_OK) return st; /* the host value may still be computing */
+  weft_tensor_offer_host(t, lane);
   if (t->numel) st = s->vt.upload(s->self, b, 0, t->host, t->numel * sizeof(float));
+  if (st == WEFT_OK && lane < 64 && ((t->reg_mask >> lane) & 1)) t->dma_lane = lane + 1; /* may still read it */
   if (st == WEFT_OK) s->stats.bytes_up += t->numel * sizeof(float);
   if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
   if (st == WEFT_OK) {
@@ -204,6 +214,7 @@ weft_status weft_tensor_write(weft_tensor *t, const float *data, size_t count) {
     return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_write: %zu floats given, the tensor holds %zu", count, t->numel);
   if (f->lost) weft_fabric_recover_all(f); /* a lost value may have been made from the old one */
   if ((st = weft_tensor_wait_users(t)) != WEFT_OK) return st;
+  if ((st = weft_tensor_wait_dma(t)) != WEFT_OK) return st;
   if (data != t->host) memcpy(t->host, data, count * sizeof(float)); /* a wrapped tensor's own memory: no copy */
   weft_tensor_mark_written(t, -1);
   return WEFT_OK;
@@ -245,6 +256,33 @@ const char *weft_tensor_location(const weft_tensor *tc) {
       used += (size_t)snprintf(t->location + used, sizeof t->location - used, "%s%s", used ? "," : "",
                                f->lanes[i].desc.name);
   return t->location;
+}
+
+/* ------------------------------------------------------------------------------ registered host memory */
+
+/* Tensors smaller than this are cheap to stage; pinning them would cost more than it saves. */
+#define WEFT_REGISTER_MIN_BYTES ((size_t)1 << 20)
+
+void weft_tensor_offer_host(weft_tensor *t, int lane) {
+  weft_fabric *f = t->fabric;
+  if (lane < 0 || lane >= 64 || ((t->reg_mask >> lane) & 1) || t->bytes < WEFT_REGISTER_MIN_BYTES) return;
+  weft_lane_slot *s = &f->lanes[lane];
+  if (!s->vt.host_register || ++t->xfers < 2) return;
+  char saved[WEFT_ERR_LEN];
+  memcpy(saved, f->err, sizeof saved); /* a refusal is not an error the caller should see */
+  if (s->vt.host_register(s->self, t->host, t->bytes) == WEFT_OK) t->reg_mask |= (uint64_t)1 << lane;
+  memcpy(f->err, saved, sizeof saved);
+}
+
+weft_status weft_tensor_wait_dma(weft_tensor *t) {
+  if (!t->dma_lane) return WEFT_OK;
+  weft_fabric *f = t->fabric;
+  weft_lane_slot *s = &f->lanes[t->dma_lane - 1];
+  weft_status st = WEFT_OK;
+  if (!s->failed && s->vt.sync) st = s->vt.sync(s->self);
+  if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, t->dma_lane - 1);
+  t->dma_lane = 0; /* a failed lane's transfers are over too */
+  return st == WEFT_ERR_LANE_FAILED ? WEFT_OK : st;
 }
 
 /* ------------------------------------------------------------------------------------------- recovery */

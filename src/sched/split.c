@@ -141,6 +141,7 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   /* Pass 3: run the shares. Device lanes first, each on its own slice tensors, started at once. The shares
    * work on the operands' host memory directly: queued host work on it is finished first. */
   weft_status qst = weft_hostq_finish(f);
+  if (qst == WEFT_OK) qst = weft_tensor_wait_dma(c);
   if (qst != WEFT_OK) return qst;
   const double t_start = weft_fabric_now(f);
   typedef struct running {

@@ -18,6 +18,7 @@
 #define WEFT_CU_WB_MAX ((size_t)512 << 20)            /* nor larger than this (pinned memory is precious) */
 #define WEFT_CU_GRAPHS 8                              /* recorded launch sequences kept as graphs */
 #define WEFT_CU_BLAS_WORKSPACE ((size_t)32 << 20)
+#define WEFT_CU_REGS 64                               /* host ranges registered (pinned in place) at once */
 
 enum { WEFT_CU_S_COMPUTE, WEFT_CU_S_H2D, WEFT_CU_S_D2H, WEFT_CU_NSTREAMS };
 
@@ -32,7 +33,14 @@ typedef struct weft_cu_buf {
   int wb_chunks;      /* > 0: this buffer is being streamed into the write-back area, in that many parts */
   uint64_t wb_gen;    /* ... as it was at this gen */
   size_t wb_end[WEFT_CU_WB_CHUNKS]; /* byte offset where part i ends */
+  unsigned char *wb_dst; /* where it streams: the write-back area, or registered host memory (op->out_host) */
 } weft_cu_buf;
+
+/* Host memory the core registered (host_register), pinned in place: transfers skip the staging copies. */
+typedef struct weft_cu_reg {
+  unsigned char *ptr;
+  size_t bytes;
+} weft_cu_reg;
 
 /* cuBLAS strided-batched gemm, column-major as cuBLAS sees it. */
 typedef struct weft_cu_gemm {
@@ -104,6 +112,8 @@ typedef struct weft_cu_dev {
   CUevent wb_ev[WEFT_CU_WB_CHUNKS], chunk_ev[WEFT_CU_WB_CHUNKS];
   weft_cu_copier *copier;
   int copier_tried;
+  weft_cu_reg regs[WEFT_CU_REGS];
+  int nregs;
   /* scopes: launches recorded until the scope ends or something needs them done */
   int scope_depth;
   weft_cu_item *items;

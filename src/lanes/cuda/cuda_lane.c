@@ -173,6 +173,14 @@ static weft_status slot_take(weft_cu_dev *d, int *out_slot) {
   return WEFT_OK;
 }
 
+/* 1 when [p, p + bytes) lies in registered host memory. */
+static int reg_covers(const weft_cu_dev *d, const void *p, size_t bytes) {
+  const unsigned char *c = p;
+  for (int i = 0; i < d->nregs; i++)
+    if (c >= d->regs[i].ptr && c + bytes <= d->regs[i].ptr + d->regs[i].bytes) return 1;
+  return 0;
+}
+
 /* Host -> device through the slots: each slot is filled (on several threads) while the previous one is on
  * the bus. Returns once `src` has been read; the copies finish on the upload stream. */
 static weft_status to_device(weft_cu_dev *d, CUdeviceptr dst, const void *src, size_t bytes, int wait_d2h) {
@@ -181,6 +189,13 @@ static weft_status to_device(weft_cu_dev *d, CUdeviceptr dst, const void *src, s
   if (st == WEFT_OK && wait_d2h) st = weft_cu_order(d, WEFT_CU_S_H2D, WEFT_CU_S_D2H);
   if (st != WEFT_OK) return st;
   CUstream s = d->stream[WEFT_CU_S_H2D];
+  if (reg_covers(d, src, bytes)) {
+    /* pinned in place: one copy straight from the caller's memory, left running (the core waits for it
+     * before it writes that memory again) */
+    d->work[WEFT_CU_S_H2D]++;
+    CUresult r = d->cu->cuMemcpyHtoDAsync(dst, src, bytes, s);
+    return r == CUDA_SUCCESS ? WEFT_OK : weft_cu_check(d, r, "copying to the GPU");
+  }
   if (!d->ring) { /* no pinned memory: the driver stages pageable copies itself, synchronously */
     if ((st = weft_cu_sync_all(d)) != WEFT_OK) return st;
     CUresult r = d->cu->cuMemcpyHtoD(dst, src, bytes);
@@ -213,6 +228,14 @@ static weft_status to_host(weft_cu_dev *d, void *dst, CUdeviceptr src, size_t by
     return r == CUDA_SUCCESS ? WEFT_OK : weft_cu_check(d, r, "copying from the GPU");
   }
   CUstream s = d->stream[WEFT_CU_S_D2H];
+  if (reg_covers(d, dst, bytes)) {
+    d->work[WEFT_CU_S_D2H]++;
+    CUresult r = d->cu->cuMemcpyDtoHAsync(dst, src, bytes, s);
+    if (r == CUDA_SUCCESS) r = d->cu->cuStreamSynchronize(s);
+    if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "copying from the GPU");
+    d->synced[WEFT_CU_S_D2H] = d->work[WEFT_CU_S_D2H];
+    return WEFT_OK;
+  }
   size_t nchunks = (bytes + WEFT_CU_SLOT_BYTES - 1) / WEFT_CU_SLOT_BYTES;
   int slots[WEFT_CU_SLOTS];
   size_t issued = 0;
@@ -368,7 +391,9 @@ static weft_status lane_download(void *self, weft_buffer *buffer, size_t offset,
         CUresult r = d->cu->cuEventSynchronize(d->wb_ev[c]);
         if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "copying a result from the GPU");
         size_t a = lo > offset ? lo : offset, e = hi < offset + bytes ? hi : offset + bytes;
-        weft_cu_copy(d->copier, (char *)dst + (a - offset), d->wb + a, e - a);
+        /* streamed straight into the destination (registered memory): nothing left to copy */
+        if ((char *)dst + (a - offset) != (char *)b->wb_dst + a)
+          weft_cu_copy(d->copier, (char *)dst + (a - offset), b->wb_dst + a, e - a);
       }
       lo = hi;
     }
@@ -410,6 +435,38 @@ static weft_status lane_flush(void *self) {
   return st == WEFT_OK ? weft_cu_flush(l->dev) : st;
 }
 
+static weft_status lane_host_register(void *self, void *ptr, size_t bytes) {
+  weft_cu_lane *l = self;
+  weft_cu_dev *d = l->dev;
+  weft_status st = weft_cu_enter(d);
+  if (st != WEFT_OK) return st;
+  if (reg_covers(d, ptr, bytes)) return WEFT_OK; /* the other lane of this GPU took it already */
+  if (d->nregs == WEFT_CU_REGS) return WEFT_ERR_UNSUPPORTED;
+  CUresult r = d->cu->cuMemHostRegister(ptr, bytes, 0);
+  if (r != CUDA_SUCCESS) return WEFT_ERR_UNSUPPORTED; /* e.g. memory the driver cannot pin: stage it */
+  d->regs[d->nregs].ptr = ptr;
+  d->regs[d->nregs].bytes = bytes;
+  d->nregs++;
+  return WEFT_OK;
+}
+
+static void lane_host_unregister(void *self, void *ptr, size_t bytes) {
+  weft_cu_lane *l = self;
+  weft_cu_dev *d = l->dev;
+  (void)bytes;
+  for (int i = 0; i < d->nregs; i++) {
+    if (d->regs[i].ptr != ptr) continue;
+    /* transfers may still use it; a failed device has nothing left to wait for */
+    if (!d->failed && weft_cu_enter(d) == WEFT_OK) {
+      if (weft_cu_flush(d) == WEFT_OK) weft_cu_sync_all(d);
+      d->cu->cuMemHostUnregister(ptr);
+    }
+    if (d->wb_owner && d->wb_owner->wb_dst == ptr) wb_drop(d, d->wb_owner);
+    d->regs[i] = d->regs[--d->nregs];
+    return;
+  }
+}
+
 /* A matmul on fresh host inputs, run in row blocks, each block's result streamed into pinned memory as soon
  * as it is computed. Returns 0 (nothing done) when the op does not fit that plan. */
 static int plan_stream_back(weft_cu_lane *l, const weft_op *op, int64_t *rows, int *nchunks, int64_t bounds[]) {
@@ -417,7 +474,8 @@ static int plan_stream_back(weft_cu_lane *l, const weft_op *op, int64_t *rows, i
   const weft_cu_buf *a = op->in[0], *b = op->in[1];
   if (op->kind != WEFT_OP_MATMUL || d->scope_depth > 0 || !a->from_host || !b->from_host || op->batch == 0) return 0;
   size_t cbytes = (size_t)op->batch * (size_t)op->m * (size_t)op->n * sizeof(float);
-  if (cbytes < WEFT_CU_WB_MIN || cbytes > WEFT_CU_WB_MAX) return 0;
+  if (cbytes < WEFT_CU_WB_MIN || (cbytes > WEFT_CU_WB_MAX && !(op->out_host[0] && reg_covers(d, op->out_host[0], cbytes))))
+    return 0;
   int split;
   int64_t r = weft_cu_matmul_rows(op, &split);
   if (!split) return 0;
@@ -443,7 +501,8 @@ static weft_status run_stream_back(weft_cu_lane *l, const weft_op *op, int nchun
   const weft_cuda_api *cu = d->cu;
   size_t row_bytes = (size_t)op->n * sizeof(float);
   size_t need = (size_t)bounds[nchunks] * row_bytes;
-  if (d->wb_bytes < need) {
+  unsigned char *direct = op->out_host[0] && reg_covers(d, op->out_host[0], need) ? op->out_host[0] : NULL;
+  if (!direct && d->wb_bytes < need) {
     /* grow the area; copies still landing in the old one finish first */
     weft_status st = weft_cu_sync_all(d);
     if (st != WEFT_OK) return st;
@@ -471,7 +530,8 @@ static weft_status run_stream_back(weft_cu_lane *l, const weft_op *op, int nchun
     size_t off = (size_t)bounds[i] * row_bytes, len = (size_t)(bounds[i + 1] - bounds[i]) * row_bytes;
     CUresult r = cu->cuEventRecord(d->chunk_ev[i], d->stream[WEFT_CU_S_COMPUTE]);
     if (r == CUDA_SUCCESS) r = cu->cuStreamWaitEvent(d->stream[WEFT_CU_S_D2H], d->chunk_ev[i], 0);
-    if (r == CUDA_SUCCESS) r = cu->cuMemcpyDtoHAsync(d->wb + off, c->ptr + off, len, d->stream[WEFT_CU_S_D2H]);
+    if (r == CUDA_SUCCESS)
+      r = cu->cuMemcpyDtoHAsync((direct ? direct : d->wb) + off, c->ptr + off, len, d->stream[WEFT_CU_S_D2H]);
     if (r == CUDA_SUCCESS) r = cu->cuEventRecord(d->wb_ev[i], d->stream[WEFT_CU_S_D2H]);
     if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "streaming a result back");
     c->wb_end[i] = off + len;
@@ -481,6 +541,7 @@ static weft_status run_stream_back(weft_cu_lane *l, const weft_op *op, int nchun
   c->from_host = 0;
   c->wb_chunks = nchunks;
   c->wb_gen = c->gen;
+  c->wb_dst = direct ? direct : d->wb;
   d->wb_owner = c;
   return WEFT_OK;
 }
@@ -559,7 +620,8 @@ static const weft_lane_vtable CUDA_VTABLE = {
     .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = lane_describe,
     .destroy = lane_destroy, .buffer_alloc = lane_alloc, .buffer_free = lane_free, .upload = lane_upload,
     .download = lane_download, .supports = lane_supports, .run = lane_run, .scope_begin = lane_scope_begin,
-    .scope_end = lane_scope_end, .sync = lane_sync, .flush = lane_flush,
+    .scope_end = lane_scope_end, .sync = lane_sync, .flush = lane_flush, .host_register = lane_host_register,
+    .host_unregister = lane_host_unregister,
 };
 
 /* -------------------------------------------------------------------------------------------- probe */
