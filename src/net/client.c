@@ -107,27 +107,31 @@ weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out) {
   return WEFT_OK;
 }
 
+typedef struct lane_entry {
+  weft_contract_mask contracts;
+  char strs[3][256]; /* name, kind, device */
+} lane_entry;
+
 weft_status weft_net_client_lanes(weft_net_client *c,
                                   void (*each)(void *ctx, uint32_t index, weft_contract_mask contracts,
                                                const char *name, const char *kind, const char *device),
                                   void *ctx) {
   weft_status st = weft_net_client_call(c, WEFT_NET_LANES, NULL, 0, NULL, 0);
   if (st) return st;
-  /* Copied: `each` may make calls of its own, which reuse the transport's buffer. */
-  size_t n = c->reply_len;
-  uint8_t *list = malloc(n ? n : 1);
-  if (!list) return weft_lane_report(c->host, WEFT_ERR_OUT_OF_MEMORY, "%s: out of host memory", c->name);
-  memcpy(list, c->reply, n);
+  const uint8_t *list = c->reply;
+  size_t n = c->reply_len, p = 4;
   uint32_t count = n >= 4 ? weft_net_get32(list) : 0;
-  size_t p = 4;
   int ok = n >= 4 && count <= 256;
+  /* The whole list is checked before `each` sees any of it: a callback may hand this lane's connection to
+   * the fabric (the first lane of a worker), after which nothing here may touch it. */
+  lane_entry *e = ok && count ? calloc(count, sizeof *e) : NULL;
+  if (ok && count && !e) return weft_lane_report(c->host, WEFT_ERR_OUT_OF_MEMORY, "%s: out of host memory", c->name);
   for (uint32_t i = 0; ok && i < count; i++) {
-    char strs[3][256];
     if (p + 4 > n) {
       ok = 0;
       break;
     }
-    weft_contract_mask contracts = weft_net_get32(list + p);
+    e[i].contracts = weft_net_get32(list + p);
     p += 4;
     for (int k = 0; k < 3 && ok; k++) {
       size_t sl = p + 2 <= n ? weft_net_get16(list + p) : 0;
@@ -135,16 +139,18 @@ weft_status weft_net_client_lanes(weft_net_client *c,
         ok = 0;
         break;
       }
-      memcpy(strs[k], list + p + 2, sl);
-      strs[k][sl] = 0;
+      memcpy(e[i].strs[k], list + p + 2, sl);
       for (size_t j = 0; j < sl; j++)
-        if ((uint8_t)strs[k][j] < 0x20 || strs[k][j] == 0x7f) strs[k][j] = '?';
+        if ((uint8_t)e[i].strs[k][j] < 0x20 || e[i].strs[k][j] == 0x7f) e[i].strs[k][j] = '?';
       p += 2 + sl;
     }
-    if (ok) each(ctx, i, contracts, strs[0], strs[1], strs[2]);
   }
-  free(list);
-  if (!ok || p != n) return weft_net_client_fail(c, "its peer sent a malformed lanes list (%zu bytes)", n);
+  if (!ok || p != n) {
+    free(e);
+    return weft_net_client_fail(c, "its peer sent a malformed lanes list (%zu bytes)", n);
+  }
+  for (uint32_t i = 0; i < count; i++) each(ctx, i, e[i].contracts, e[i].strs[0], e[i].strs[1], e[i].strs[2]);
+  free(e);
   return WEFT_OK;
 }
 

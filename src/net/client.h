@@ -62,8 +62,10 @@ weft_status weft_net_client_call(weft_net_client *c, uint16_t type, const uint8_
                                  const uint8_t *tail, size_t tail_len);
 /* Sends hello and reads the reply; sets c->max_frame from it. */
 weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out);
-/* Asks for the peer's lanes and calls `each` per well-formed entry (index, contracts, name, kind, device);
- * a malformed list is WEFT_ERR_LANE_FAILED. */
+/* Asks for the peer's lanes and, once the whole list is found well-formed, calls `each` per entry (index,
+ * contracts, name, kind, device; strings bounded, control characters replaced); a malformed list is
+ * WEFT_ERR_LANE_FAILED and calls nothing. `each` may hand the lane to the fabric: the client is not used
+ * after it returns. */
 weft_status weft_net_client_lanes(weft_net_client *c,
                                   void (*each)(void *ctx, uint32_t index, weft_contract_mask contracts,
                                                const char *name, const char *kind, const char *device),
