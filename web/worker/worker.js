@@ -1,10 +1,14 @@
-// worker.js - makes this tab a lane of a weft fabric: it connects to the fabric's WebSocket (the server that
-// served this page, or ?server=host:port), answers the wire protocol of docs/PROTOCOL.md as the worker (one
-// frame per binary message), and runs every op of the allow-list under the exact contract: matmul on the
-// tab's GPU through WebGPU (../gpu/gpu.js), the elementwise ops and matmuls the GPU cannot bind in
-// JavaScript, each multiply and add rounded to fp32 on its own (Math.fround) in the canonical order of
-// src/core/reference.c, so the bits equal weft's CPU lane. Requests are validated as `weft worker` does:
-// exact payload sizes, shapes and counts against the caps, handles of this connection only.
+// worker.js - makes this tab a lane of a weft fabric: it connects to the fabric's WebSocket, answers the
+// wire protocol of docs/PROTOCOL.md as the worker (one frame per binary message), and runs every op of the
+// allow-list under the exact contract: matmul on the tab's GPU through WebGPU (../gpu/gpu.js), the
+// elementwise ops and matmuls the GPU cannot bind in JavaScript, each multiply and add rounded to fp32 on
+// its own (Math.fround) in the canonical order of src/core/reference.c, so the bits equal weft's CPU lane.
+// Requests are validated as `weft worker` does: exact payload sizes, shapes and counts against the caps,
+// handles of this connection only.
+//
+// It runs in a dedicated Worker started by page.js (so a long JavaScript op never freezes the page), or on
+// the page itself through startWorker() where module workers are missing. Started in a Worker, it waits for the page's message
+// {url, secret}; later {secret} messages replace the secret for the next connection; it posts its status.
 
 import { openGpu, matmulExact, noGpuReason } from '../gpu/gpu.js';
 
@@ -27,17 +31,8 @@ const OPS = ['matmul', 'add', 'relu', 'relu_backward', 'scale', 'axpy', 'sum_row
 
 const f = Math.fround;
 const status = { state: 'starting', ops: 0, device: '', lane: '', server: '', closeReason: '', error: '' };
-window.weftWorker = status; // read by people (the page) and by test drivers
-
-function show() {
-  const el = (id) => document.getElementById(id);
-  if (!el('state')) return;
-  el('state').textContent = status.state;
-  el('device').textContent = status.device;
-  el('server').textContent = status.server;
-  el('ops').textContent = String(status.ops);
-  el('why').textContent = status.error || status.closeReason;
-}
+let report = () => {}; // tells the page what status holds now
+let currentSecret = () => '';
 
 class Refusal extends Error {
   constructor(st, msg, close = false) {
@@ -477,35 +472,22 @@ async function answer(session, buf) {
   }
 }
 
-function serverUrl() {
-  const q = new URLSearchParams(location.search);
-  const host = q.get('server') || location.host;
-  return `${location.protocol === 'https:' ? 'wss' : 'ws'}://${host}/weft`;
-}
-
-function secretFromPage() {
-  const h = new URLSearchParams(location.hash.replace(/^#/, ''));
-  const el = document.getElementById('secret');
-  return h.get('secret') || (el && el.value) || '';
-}
-
 let gpu = null;
 let retryMs = 1000;
 
-function connect() {
-  const url = serverUrl();
+function connect(url) {
   status.server = url;
   status.state = 'connecting';
-  show();
+  report();
   const ws = new WebSocket(url, 'weft');
   ws.binaryType = 'arraybuffer';
-  const session = new Session(gpu, secretFromPage());
+  const session = new Session(gpu, currentSecret());
   let chain = Promise.resolve();
   ws.onopen = () => {
     status.state = 'connected: waiting for the fabric';
     status.closeReason = '';
     retryMs = 1000;
-    show();
+    report();
   };
   ws.onmessage = (ev) => {
     // One request at a time, in order, even when an op awaits the GPU.
@@ -519,7 +501,7 @@ function connect() {
       if (reply) ws.send(reply);
       if (session.hello && status.state !== 'serving') {
         status.state = 'serving';
-        show();
+        report();
       }
       if (close) ws.close(1008, 'protocol violation');
     });
@@ -527,32 +509,49 @@ function connect() {
   ws.onclose = (ev) => {
     status.state = 'disconnected';
     status.closeReason = ev.reason ? `the fabric closed the connection: ${ev.reason}` : `closed (code ${ev.code})`;
-    show();
+    report();
     // The fabric may come back (weft serve restarted) or a slot may free up: try again, more slowly.
-    setTimeout(connect, retryMs);
+    setTimeout(() => connect(url), retryMs);
     retryMs = Math.min(retryMs * 2, 15000);
   };
 }
 
-async function start() {
-  gpu = await openGpu();
-  if (gpu) {
-    const i = gpu.adapterInfo;
-    const words = [i.vendor, i.architecture, i.device, i.description].filter((s) => s).join(' ');
-    status.device = `WebGPU: ${words || 'unnamed adapter'}${i.isFallbackAdapter ? ' (fallback adapter)' : ''}`;
-    status.lane = 'webgpu';
-  } else {
-    status.device = `JavaScript on the CPU (no WebGPU: ${noGpuReason})`;
-    status.lane = 'js';
+// Opens the GPU and connects to the fabric at `url`; `secret()` gives the shared secret (or '') at each
+// connection, `onStatus(status)` hears every change of state.
+export async function startWorker({ url, secret, onStatus }) {
+  currentSecret = secret;
+  report = () => onStatus({ ...status });
+  try {
+    gpu = await openGpu();
+    if (gpu) {
+      const i = gpu.adapterInfo;
+      const words = [i.vendor, i.architecture, i.device, i.description].filter((w) => w).join(' ');
+      status.device = `WebGPU: ${words || 'unnamed adapter'}${i.isFallbackAdapter ? ' (fallback adapter)' : ''}`;
+      status.lane = 'webgpu';
+    } else {
+      status.device = `JavaScript on the CPU (no WebGPU: ${noGpuReason})`;
+      status.lane = 'js';
+    }
+    connect(url);
+    // The ops counter, twice a second rather than per op: a tiny op's round trip is a few hundred us.
+    setInterval(report, 500);
+  } catch (e) {
+    status.state = 'failed';
+    status.error = String(e && e.message ? e.message : e);
+    report();
   }
-  connect();
 }
 
-// The page's counters, twice a second rather than per op: a tiny op's round trip is a few hundred us.
-setInterval(show, 500);
-
-start().catch((e) => {
-  status.state = 'failed';
-  status.error = String(e && e.message ? e.message : e);
-  show();
-});
+// In a dedicated Worker: wait for the page to say where the fabric is.
+if (typeof WorkerGlobalScope !== 'undefined' && self instanceof WorkerGlobalScope) {
+  let secret = '';
+  let started = false;
+  self.onmessage = (ev) => {
+    const m = ev.data || {};
+    if (typeof m.secret === 'string') secret = m.secret;
+    if (m.url && !started) {
+      started = true;
+      startWorker({ url: m.url, secret: () => secret, onStatus: (st) => self.postMessage(st) });
+    }
+  };
+}
