@@ -126,6 +126,58 @@ static int same(weft_tensor *a, weft_tensor *b, const char *what) {
 
 /* ------------------------------------------------------------------------------------------ the ops */
 
+/* The values where a transcription would slip: NaN, infinities, signed zeros, subnormals, the largest
+ * floats; an empty batch. */
+static void check_edges(weft_fabric *f, const weft_op_desc *on_tab, const weft_op_desc *on_cpu) {
+  const float v[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, -1e-40f, 3.4e38f, -3.4e38f, 1.0f, -1.0f, 88.0f,
+                     -104.0f, 1e-30f, 0.5f, 2.0f};
+  int64_t d[2] = {4, 4};
+  weft_tensor *x = NULL, *o[2] = {0}, *sr[2] = {0}, *g[2] = {0}, *t = NULL;
+  weft_tensor_create(f, 2, d, v, &x);
+  float tv[16];
+  for (int i = 0; i < 16; i++) tv[i] = i % 4 == 0 ? 1.0f : 0.0f;
+  weft_tensor_create(f, 2, d, tv, &t);
+  int64_t four[1] = {4};
+  for (int k = 0; k < 2; k++) {
+    weft_tensor_create(f, 2, d, NULL, &o[k]);
+    weft_tensor_create(f, 2, d, NULL, &g[k]);
+    weft_tensor_create(f, 1, four, NULL, &sr[k]);
+  }
+  const char *names[] = {"add", "relu", "relu_backward", "scale", "axpy", "sum_rows", "softmax_xent"};
+  for (int op = 0; op < 7; op++) {
+    for (int k = 0; k < 2; k++) {
+      const weft_op_desc *od = k ? on_cpu : on_tab;
+      weft_status st = WEFT_OK;
+      switch (op) {
+      case 0: st = weft_op_add(f, od, x, x, o[k]); break;
+      case 1: st = weft_op_relu(f, od, x, o[k]); break;
+      case 2: st = weft_op_relu_backward(f, od, x, x, o[k]); break;
+      case 3: st = weft_op_scale(f, od, 1e-10f, x, o[k]); break;
+      case 4:
+        weft_tensor_write(o[k], v, 16);
+        st = weft_op_axpy(f, od, -3.0f, x, o[k]);
+        break;
+      case 5: st = weft_op_sum_rows(f, od, x, sr[k]); break;
+      case 6: st = weft_op_softmax_xent(f, od, x, t, NULL, g[k]); break;
+      }
+      TU_STATUS(st, WEFT_OK, names[op]);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "%s of NaN, inf, -0, subnormals", names[op]);
+    weft_tensor **r = op == 5 ? sr : op == 6 ? g : o;
+    TU_CHECK(same(r[0], r[1], what), "%s: the tab's bits equal the CPU lane's", what);
+  }
+  /* An empty batch: nothing to compute, and nothing may break. */
+  int64_t ad[3] = {0, 5, 3}, bd[2] = {3, 4}, cd[3] = {0, 5, 4};
+  weft_tensor *a = NULL, *b = NULL, *c = NULL;
+  weft_tensor_create(f, 3, ad, NULL, &a);
+  weft_tensor_create(f, 2, bd, NULL, &b);
+  weft_tensor_create(f, 3, cd, NULL, &c);
+  TU_STATUS(weft_op_matmul(f, on_tab, a, 0, b, 0, c), WEFT_OK, "matmul of an empty batch on the tab");
+  weft_tensor *all[] = {x, t, o[0], o[1], sr[0], sr[1], g[0], g[1], a, b, c};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) weft_tensor_destroy(all[i]);
+}
+
 /* Every op of the allow-list on the tab and on the CPU, compared bit for bit. */
 static void check_ops(weft_fabric *f, int tab, int cpu) {
   tu_rng r = {tu_seed()};
@@ -200,6 +252,7 @@ static void check_ops(weft_fabric *f, int tab, int cpu) {
   }
   weft_tensor *all[] = {x, y, bias, t, o[0], o[1], s[0], s[1], l[0], l[1], g[0], g[1]};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) weft_tensor_destroy(all[i]);
+  check_edges(f, &on_tab, &on_cpu);
 }
 
 /* The tab closes in the middle of a run of auto-routed matmuls that prefer it: each result is still the
