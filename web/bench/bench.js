@@ -479,11 +479,17 @@ async function run() {
     const routed = () => (wasm.route(n) === LANE_GPU ? lane.gpu() : lane.wasm());
     const routedIters = iters[p.routed_lane];
     const samples = { gpu: [], wasm: [], routed: [] };
-    const order = gpu ? ['routed', 'wasm', 'gpu'] : ['routed', 'wasm'];
+    // Each round: the lane not picked first, then the routed run and the picked lane back to back, in
+    // alternating order. The two runs compared are neighbours, and each follows the other equally often
+    // (a software GPU's threads, still winding down after a GPU run, would tax whichever came next).
+    const other = p.routed_lane === 'gpu' ? 'wasm' : 'gpu';
     setStatus(`n = ${n}: routed runs against both lanes…`);
-    for (let r = 0; r < REPEATS; r++) {
-      for (let j = 0; j < order.length; j++) {
-        const which = order[(r + j) % order.length];
+    // An even number of rounds: each order equally often, so the median of the pairs favours neither.
+    const rounds = REPEATS + (REPEATS % 2 ? 3 : 2);
+    for (let r = 0; r < rounds; r++) {
+      const order = r % 2 ? [p.routed_lane, 'routed'] : ['routed', p.routed_lane];
+      if (gpu) order.unshift(other);
+      for (const which of order) {
         const op = which === 'routed' ? routed : lane[which];
         await settle();
         samples[which].push(await timeOnce(op, which === 'routed' ? routedIters : iters[which]));
@@ -493,7 +499,13 @@ async function run() {
     p.wasm_ms_pass2 = median(samples.wasm);
     p.gpu_ms_pass2 = gpu ? median(samples.gpu) : null;
     p.faster_ms = gpu ? Math.min(p.wasm_ms_pass2, p.gpu_ms_pass2) : p.wasm_ms_pass2;
-    p.ratio = p.routed_ms / p.faster_ms;
+    // routed / faster: the median of each round's routed / picked-lane pair (neighbours in time, so the
+    // machine's other load mostly cancels), times how much slower the picked lane was than the other one,
+    // if it was (a wrong pick costs exactly that).
+    const picked = samples[p.routed_lane];
+    const pairs = samples.routed.map((t, r) => t / picked[r]);
+    const pickedMs = median(picked);
+    p.ratio = median(pairs) * Math.max(1, pickedMs / p.faster_ms);
     redraw();
     await nextFrame();
   }
