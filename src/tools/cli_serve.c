@@ -14,6 +14,7 @@
 void weft_cli_serve_help(FILE *out) {
   fprintf(out,
           "Usage: weft serve [--port P] [--listen HOST] [--web DIR] [--secret-file F] [--slots N]\n"
+          "                  [--tls-cert F --tls-key F]\n"
           "\n"
           "Opens a fabric whose lanes browser:0 .. browser:N-1 are browser tabs: open the worker page\n"
           "(http://HOST:P/worker/) in a browser with WebGPU and the tab joins as a lane, computing exact\n"
@@ -25,8 +26,8 @@ void weft_cli_serve_help(FILE *out) {
           "  --listen HOST      address to bind (default 127.0.0.1). Any address other than loopback\n"
           "                     requires --secret-file; tabs then prove the secret (HMAC-SHA256 of a fresh\n"
           "                     nonce), given to the page as .../worker/#secret=... or typed into it.\n"
-          "                     Browsers allow WebGPU only in secure contexts: off loopback, put the page\n"
-          "                     behind https\n"
+          "                     Browsers allow WebGPU only in secure contexts: off loopback, serve https\n"
+          "  --tls-cert F, --tls-key F  serve https and wss with this certificate and key (PEM)\n"
           "  --web DIR          the web folder to serve (default: the one built next to this program,\n"
           "                     <build>/web, or the installed share/weft/web)\n"
           "  --secret-file F    a shared secret of at least 16 bytes (also WEFT_BROWSER_SECRET_FILE)\n"
@@ -105,10 +106,12 @@ int weft_cli_serve(int argc, char **argv) {
                                        {"web", required_argument, NULL, 'w'},
                                        {"secret-file", required_argument, NULL, 's'},
                                        {"slots", required_argument, NULL, 'n'},
+                                       {"tls-cert", required_argument, NULL, 'c'},
+                                       {"tls-key", required_argument, NULL, 'k'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   long port = 8080, slots = 0;
-  const char *host = "127.0.0.1", *web = NULL, *secret_file = NULL;
+  const char *host = "127.0.0.1", *web = NULL, *secret_file = NULL, *cert = NULL, *key = NULL;
   optind = 1;
   opterr = 0;
   int c;
@@ -120,6 +123,8 @@ int weft_cli_serve(int argc, char **argv) {
     case 'l': host = optarg; break;
     case 'w': web = optarg; break;
     case 's': secret_file = optarg; break;
+    case 'c': cert = optarg; break;
+    case 'k': key = optarg; break;
     case 'n':
       if (weft_cli_parse_long("serve", "--slots", optarg, 1, 64, &slots)) return WEFT_CLI_USAGE;
       break;
@@ -128,12 +133,17 @@ int weft_cli_serve(int argc, char **argv) {
     }
   }
   if (optind < argc) return weft_cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
+  if (!cert != !key) return weft_cli_usage_error("serve", "--tls-cert and --tls-key go together");
   char webbuf[PATH_MAX + 32];
   if (web && !is_dir(web)) return weft_cli_usage_error("serve", "--web '%s' is not a folder", web);
   if (!web && default_web(webbuf, sizeof webbuf)) web = webbuf;
   /* The browser provider reads these; the fabric's own option carries the address. */
   if (web) setenv("WEFT_BROWSER_WEB", web, 1);
   if (secret_file) setenv("WEFT_BROWSER_SECRET_FILE", secret_file, 1);
+  if (cert) {
+    setenv("WEFT_BROWSER_TLS_CERT", cert, 1);
+    setenv("WEFT_BROWSER_TLS_KEY", key, 1);
+  }
   if (slots) {
     char s[16];
     snprintf(s, sizeof s, "%ld", slots);
@@ -165,7 +175,7 @@ int weft_cli_serve(int argc, char **argv) {
   }
   weft_lane_info li;
   weft_fabric_lane_info(f, first, &li);
-  const char *url = strstr(li.details, "http://");
+  const char *url = strstr(li.details, "http");
   char base[256] = "";
   if (url) sscanf(url, "%255[^ ]", base);
   char *w = strstr(base, "/worker/");

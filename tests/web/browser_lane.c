@@ -473,13 +473,13 @@ static void check_refusals(void) {
 static void lane_url(weft_fabric *f, size_t lane, char *out, size_t n, fakes *fk) {
   weft_lane_info li;
   weft_fabric_lane_info(f, lane, &li);
-  const char *url = strstr(li.details, "http://");
+  const char *url = strstr(li.details, "http");
   out[0] = 0;
-  if (url) sscanf(url, "%255s", out);
+  if (url) snprintf(out, n, "%.*s", (int)strcspn(url, " "), url);
   int port = 0;
-  sscanf(out, "http://127.0.0.1:%d", &port);
-  if (fk) snprintf(fk->ws, sizeof fk->ws, "ws://127.0.0.1:%d/weft", port);
-  (void)n;
+  int tls = strncmp(out, "https:", 6) == 0;
+  sscanf(out + (tls ? 8 : 7), "127.0.0.1:%d", &port);
+  if (fk) snprintf(fk->ws, sizeof fk->ws, "%s://127.0.0.1:%d/weft", tls ? "wss" : "ws", port);
 }
 
 /* Off loopback the tabs must prove the secret: a tab without it and one with a wrong proof stay out, the
@@ -534,6 +534,61 @@ static void check_secret(const char *node, const char *driver_js, fakes fk) {
   }
   driver_stop(&d);
   weft_fabric_close(f);
+  setenv("WEFT_BROWSER_SLOTS", "2", 1);
+}
+
+/* https and wss: the worker page of a fabric with a (self-signed, here) certificate comes up. Skipped where
+ * the openssl tool is missing. */
+static void check_tls(const char *node, const char *driver_js) {
+  if (system("openssl req -x509 -newkey rsa:2048 -nodes -keyout weft-browser-key.pem -out weft-browser-cert.pem "
+             "-days 1 -subj /CN=127.0.0.1 >/dev/null 2>&1") != 0) {
+    printf("https check skipped: no openssl tool to make a certificate\n");
+    return;
+  }
+  setenv("WEFT_BROWSER_TLS_CERT", "weft-browser-cert.pem", 1);
+  setenv("WEFT_BROWSER_TLS_KEY", "weft-browser-key.pem", 1);
+  setenv("WEFT_BROWSER_SLOTS", "1", 1);
+  weft_fabric_desc desc = tu_desc();
+  desc.lanes = "cpu,browser";
+  desc.browser = "127.0.0.1:0";
+  weft_fabric *f = NULL;
+  weft_status st = weft_fabric_open(&desc, &f);
+  unsetenv("WEFT_BROWSER_TLS_CERT");
+  unsetenv("WEFT_BROWSER_TLS_KEY");
+  size_t tab = 0, cpu = 0;
+  if (st || weft_fabric_lane_find(f, "browser:0", &tab) || weft_fabric_lane_find(f, "cpu", &cpu)) {
+    TU_CHECK(0, "a fabric serving https opens with browser:0");
+    weft_fabric_close(f);
+    return;
+  }
+  char url[300];
+  lane_url(f, tab, url, sizeof url, NULL);
+  TU_CHECK(strncmp(url, "https://", 8) == 0, "the lane's address is https (%s)", url);
+  driver d;
+  char line[512] = "";
+  char *argv[] = {(char *)node, (char *)driver_js, "--url", url, "--insecure", NULL};
+  if (driver_spawn(&d, argv) && driver_line(&d, line, sizeof line) && strncmp(line, "ready", 5) == 0) {
+    TU_CHECK(wait_up(f, tab, 30), "the worker page served over https comes up over wss");
+    tu_rng r = {13};
+    int64_t dd[2] = {20, 12};
+    weft_tensor *a = tensor(f, 2, dd, &r, -1, 1), *c1 = NULL, *c2 = NULL;
+    int64_t cd[2] = {20, 20};
+    weft_tensor_create(f, 2, cd, NULL, &c1);
+    weft_tensor_create(f, 2, cd, NULL, &c2);
+    weft_op_desc on_tab = WEFT_OP_DESC_INIT, on_cpu = WEFT_OP_DESC_INIT;
+    on_tab.lane = (int)tab;
+    on_cpu.lane = (int)cpu;
+    TU_STATUS(weft_op_matmul(f, &on_tab, a, 0, a, 1, c1), WEFT_OK, "matmul on the https tab");
+    TU_STATUS(weft_op_matmul(f, &on_cpu, a, 0, a, 1, c2), WEFT_OK, "matmul on the CPU");
+    TU_CHECK(same(c1, c2, "https tab matmul"), "the https tab's bits equal the CPU lane's");
+    weft_tensor_destroy(a), weft_tensor_destroy(c1), weft_tensor_destroy(c2);
+  } else {
+    TU_CHECK(0, "the worker page started over https (%s)", line);
+  }
+  driver_stop(&d);
+  weft_fabric_close(f);
+  unlink("weft-browser-cert.pem");
+  unlink("weft-browser-key.pem");
   setenv("WEFT_BROWSER_SLOTS", "2", 1);
 }
 
@@ -660,5 +715,6 @@ int main(int argc, char **argv) {
   TU_CHECK(rc == 0, "the tab driver exited cleanly (%d)", rc);
   weft_fabric_close(f);
   if (have_fakes) check_secret(node, driver_js, fk);
+  check_tls(node, driver_js);
   return tu_finish("browser_lane", start);
 }

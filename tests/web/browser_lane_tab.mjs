@@ -2,7 +2,8 @@
 // browser download; a fresh profile each run) so that a test's fabric gets a browser lane, then takes
 // commands on stdin, one per line, answering each on stdout:
 //
-//   node browser_lane_tab.mjs --url http://127.0.0.1:PORT/worker/ [--chromium PATH]
+//   node browser_lane_tab.mjs --url http://127.0.0.1:PORT/worker/ [--chromium PATH] [--insecure]
+//   (--insecure: accept the server's self-signed certificate, for a test fabric serving https)
 //   -> "ready <device>"  once the page is connected and serving (or "SKIP <why>" and exit 77)
 //   close [ms]           closes the page after ms milliseconds (default 0)      -> "closed"
 //   open                 opens the worker page again in a new tab               -> "ready <device>"
@@ -42,7 +43,7 @@ const browser = await chromium.launch({
   args: ['--headless', '--no-sandbox', '--enable-unsafe-webgpu', '--disable-background-networking',
     '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
 });
-const context = await browser.newContext();
+const context = await browser.newContext({ ignoreHTTPSErrors: process.argv.includes('--insecure') });
 let page = null;
 
 async function open() {

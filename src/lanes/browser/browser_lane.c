@@ -15,6 +15,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <libwebsockets.h>
 #include <openssl/crypto.h>
@@ -74,6 +75,7 @@ struct browser_server {
   size_t secret_len;
   char web_dir[1024];
   char origins[1024]; /* WEFT_BROWSER_ORIGINS: other pages allowed to connect ("*": any) */
+  char tls_cert[1024], tls_key[1024]; /* https and wss when set: browsers give WebGPU to secure pages only */
   struct lws_http_mount mount;
   struct lws_protocol_vhost_options mime[4];
   struct lws_protocols protocols[2];
@@ -558,6 +560,11 @@ static weft_status server_start(browser_server *srv, long port, char *why, size_
   info.user = srv;
   info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
   if (!strchr(srv->host, ':')) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+  if (srv->tls_cert[0]) {
+    info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+    info.ssl_cert_filepath = srv->tls_cert;
+    info.ssl_private_key_filepath = srv->tls_key;
+  }
   if (srv->web_dir[0]) {
     srv->mount.mountpoint = "/";
     srv->mount.mountpoint_len = 1;
@@ -571,13 +578,14 @@ static weft_status server_start(browser_server *srv, long port, char *why, size_
   struct lws_vhost *vh = srv->ctx ? lws_get_vhost_by_name(srv->ctx, "default") : NULL;
   int bound = vh ? lws_get_vhost_listen_port(vh) : -1;
   if (!srv->ctx || bound <= 0) {
-    snprintf(why, whylen, "cannot listen for tabs on %s:%ld (in use, or not an address of this machine)",
-             srv->host, port);
+    snprintf(why, whylen, "cannot listen for tabs on %s:%ld (in use, not an address of this machine%s)", srv->host,
+             port, srv->tls_cert[0] ? ", or a certificate and key that do not load" : "");
     return WEFT_ERR_IO;
   }
   srv->port = bound;
   const char *l = strchr(srv->host, ':') ? "[" : "", *r = strchr(srv->host, ':') ? "]" : "";
-  snprintf(srv->url, sizeof srv->url, "http://%s%s%s:%d/worker/", l, srv->host, r, bound);
+  snprintf(srv->url, sizeof srv->url, "%s://%s%s%s:%d/worker/", srv->tls_cert[0] ? "https" : "http", l, srv->host,
+           r, bound);
   if (pthread_create(&srv->thread, NULL, service_main, srv) != 0) {
     snprintf(why, whylen, "cannot start the WebSocket thread");
     return WEFT_ERR_INTERNAL;
@@ -635,6 +643,23 @@ weft_status weft_browser_probe(const weft_probe_args *args, const weft_lane_sink
       st = WEFT_ERR_INVALID_ARGUMENT;
     } else {
       snprintf(srv->web_dir, sizeof srv->web_dir, "%s", web);
+    }
+  }
+  const char *cert = getenv("WEFT_BROWSER_TLS_CERT"), *key = getenv("WEFT_BROWSER_TLS_KEY");
+  int has_cert = cert && cert[0], has_key = key && key[0];
+  if (!st && has_cert != has_key) {
+    snprintf(why, sizeof why, "https needs both WEFT_BROWSER_TLS_CERT and WEFT_BROWSER_TLS_KEY (weft serve --tls-cert, "
+                              "--tls-key)");
+    st = WEFT_ERR_INVALID_ARGUMENT;
+  }
+  if (!st && has_cert) {
+    if (access(cert, R_OK) != 0 || access(key, R_OK) != 0 || strlen(cert) >= sizeof srv->tls_cert ||
+        strlen(key) >= sizeof srv->tls_key) {
+      snprintf(why, sizeof why, "cannot read the TLS certificate '%s' or key '%s'", cert, key);
+      st = WEFT_ERR_IO;
+    } else {
+      snprintf(srv->tls_cert, sizeof srv->tls_cert, "%s", cert);
+      snprintf(srv->tls_key, sizeof srv->tls_key, "%s", key);
     }
   }
   const char *origins = getenv("WEFT_BROWSER_ORIGINS");
