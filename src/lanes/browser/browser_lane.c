@@ -564,6 +564,8 @@ static weft_status server_start(browser_server *srv, long port, char *why, size_
     info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
     info.ssl_cert_filepath = srv->tls_cert;
     info.ssl_private_key_filepath = srv->tls_key;
+    /* HTTP/1.1 only: every tab's WebSocket is an upgrade of it, and this libwebsockets' HTTP/2 leaks. */
+    info.alpn = "http/1.1";
   }
   if (srv->web_dir[0]) {
     srv->mount.mountpoint = "/";
