@@ -68,7 +68,8 @@ static void print_text(weft_fabric *f) {
     if (weft_fabric_lane_info(f, i, &li) != WEFT_OK) continue;
     char contracts[128];
     contracts_text(li.contracts, contracts, sizeof contracts);
-    printf("\n%s%s\n", li.name, li.failed ? "  (FAILED: out of the fabric)" : "");
+    printf("\n%s%s\n", li.name,
+           !li.failed ? "" : li.revivable ? "  (down: routed again when it comes back)" : "  (FAILED: out of the fabric)");
     printf("  kind       %s\n", li.kind);
     printf("  device     %s\n", *li.device ? li.device : "-");
     printf("  driver     %s\n", *li.driver ? li.driver : "-");
