@@ -17,3 +17,7 @@ add_test(NAME browser_lane COMMAND test_browser_lane ${WEFT_NODE} ${CMAKE_CURREN
          ${PROJECT_SOURCE_DIR}/web)
 set_tests_properties(browser_lane PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+# `weft serve` end to end: where it listens, a tab joining with the CPU's bits and leaving, clean SIGINT.
+add_test(NAME browser_lane_serve COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/browser_lane_serve.sh $<TARGET_FILE:weft_cli>
+         ${WEFT_NODE} ${CMAKE_CURRENT_LIST_DIR}/browser_lane_tab.mjs ${PROJECT_SOURCE_DIR}/web)
+set_tests_properties(browser_lane_serve PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)

@@ -1,0 +1,64 @@
+#!/bin/sh
+# browser_lane_serve.sh - `weft serve` end to end: it says where it listens, serves the worker page, says
+# when a tab joins (and that the tab's matmul has the CPU lane's bits) and when it leaves, refuses bad
+# options, and stops cleanly on SIGINT. Exits 77 (skip) when the tab driver cannot run a browser.
+# Usage: browser_lane_serve.sh WEFT NODE DRIVER WEB_DIR
+weft=${1:?usage: browser_lane_serve.sh WEFT NODE DRIVER WEB_DIR} node=$2 driver=$3 web=$4
+out=serve.out drv=serve-driver.out
+failures=0
+fail() {
+  echo "FAIL: $*"
+  sed 's/^/  serve: /' "$out"
+  failures=$((failures + 1))
+}
+# waitfor FILE PATTERN SECONDS: 0 once a line of FILE matches PATTERN (grep -E).
+waitfor() {
+  n=0
+  while [ "$n" -lt $(($3 * 10)) ]; do
+    grep -Eq -- "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+    n=$((n + 1))
+  done
+  return 1
+}
+
+"$weft" serve --help | grep -q "^Usage: weft serve" || fail "weft serve --help"
+"$weft" serve --port 70000 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "a port out of range is a usage error"
+"$weft" serve --tls-cert x >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--tls-cert without --tls-key is a usage error"
+"$weft" serve --listen 0.0.0.0 --port 0 --web "$web" >"$out" 2>&1
+[ $? -eq 1 ] && grep -q "secret" "$out" || fail "off loopback without a secret: exit 1, saying why"
+
+"$weft" serve --port 0 --web "$web" --slots 2 >"$out" 2>&1 &
+pid=$!
+waitfor "$out" "^weft serve: listening on http://127\.0\.0\.1:[0-9]+$" 10 || fail "serve says where it listens"
+base=$(sed -n 's/^weft serve: listening on //p' "$out")
+# The driver reads commands from a pipe we hold open; closing it (EOF) makes it close its browser.
+rm -f serve.fifo
+mkfifo serve.fifo
+"$node" "$driver" --url "$base/worker/" <serve.fifo >"$drv" 2>/dev/null &
+dpid=$!
+exec 3>serve.fifo
+waitfor "$drv" "^(ready|SKIP|FAIL)" 60
+if grep -q "^SKIP" "$drv"; then
+  cat "$drv"
+  exec 3>&-
+  kill "$pid" 2>/dev/null
+  wait
+  rm -f serve.fifo
+  exit 77
+fi
+waitfor "$out" "^weft serve: a tab joined as browser:0: " 30 || fail "serve says a tab joined"
+waitfor "$out" "bit-identical to the CPU lane" 30 || fail "the tab's check matmul has the CPU lane's bits"
+exec 3>&-
+wait "$dpid"
+rm -f serve.fifo
+waitfor "$out" "^weft serve: the tab of browser:0 left$" 20 || fail "serve says the tab left"
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 0 ] || fail "SIGINT: exit $rc, expected 0"
+grep -q "^weft serve: stopping$" "$out" || fail "serve says it stops"
+[ "$failures" -eq 0 ] && echo "browser_lane_serve: all checks passed"
+[ "$failures" -eq 0 ]
