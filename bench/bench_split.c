@@ -3,7 +3,7 @@
  * the auto run timed in alternation with the best lane so machine noise falls on both. Prints the ratio
  * auto/best (the split must never lose: >= 0.97x the best lane's speed means ratio <= 1.03) and the split's
  * shares with each lane's measured time.
- * Usage: bench_split [n] [max_batch] */
+ * Usage: bench_split [n] [max_batch]   (WEFT_BENCH_LANES=cpu,cuda opens only those lanes) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +22,9 @@ static int cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* One run as a host-data caller sees it: write a and b, matmul, read c. */
+/* One run as a host-data caller sees it: write a and b, matmul, read c. The tensors wrap the caller's
+ * arrays, so the writes and the read move nothing in the core: what is timed is the lanes' own work and
+ * transfers, not a copy every lane would pay alike. */
 static double run(weft_fabric *f, int lane, weft_tensor *a, weft_tensor *b, weft_tensor *c, const float *ha,
                   const float *hb, float *hc) {
   weft_op_desc d = WEFT_OP_DESC_INIT;
@@ -41,7 +43,9 @@ static double run(weft_fabric *f, int lane, weft_tensor *a, weft_tensor *b, weft
 int main(int argc, char **argv) {
   int64_t n = argc > 1 ? atoll(argv[1]) : 128, maxb = argc > 2 ? atoll(argv[2]) : 64;
   weft_fabric *f;
-  if (weft_fabric_open(NULL, &f) != WEFT_OK) return fprintf(stderr, "%s\n", weft_open_error()), 1;
+  weft_fabric_desc desc = WEFT_FABRIC_DESC_INIT;
+  desc.lanes = getenv("WEFT_BENCH_LANES"); /* e.g. cpu,cuda: leave a slow lane out of a long run */
+  if (weft_fabric_open(&desc, &f) != WEFT_OK) return fprintf(stderr, "%s\n", weft_open_error()), 1;
   size_t nl = weft_fabric_lane_count(f);
   printf("batched matmul [B,%lld,%lld].[%lld,%lld], exact, host data in and out; median of runs\n", (long long)n,
          (long long)n, (long long)n, (long long)n);
@@ -60,9 +64,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < ca; i++) ha[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
     for (size_t i = 0; i < (size_t)(n * n); i++) hb[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
     weft_tensor *a, *b, *c;
-    weft_tensor_create(f, 3, da, ha, &a);
-    weft_tensor_create(f, 2, db, hb, &b);
-    weft_tensor_create(f, 3, da, NULL, &c);
+    weft_tensor_wrap(f, 3, da, ha, &a);
+    weft_tensor_wrap(f, 2, db, hb, &b);
+    weft_tensor_wrap(f, 3, da, hc, &c);
     printf("%6lld", (long long)B);
     int best = -1;
     double best_t = 0;
@@ -84,8 +88,12 @@ int main(int argc, char **argv) {
     run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
     int reps = 0;
     double start = now();
+    int where[64] = {0}, splits = 0; /* where the auto runs went */
     while (reps < 15 && (reps < 5 || now() - start < 1.0)) {
       ta[reps] = run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
+      weft_split_report sr;
+      if (weft_split_last(f, &sr) == WEFT_OK && sr.split && B >= 2) splits++;
+      else if (weft_fabric_last_lane(f) >= 0 && weft_fabric_last_lane(f) < 64) where[weft_fabric_last_lane(f)]++;
       tb[reps] = run(f, best, a, b, c, ha, hb, hc);
       reps++;
     }
@@ -111,7 +119,15 @@ int main(int argc, char **argv) {
       weft_fabric_lane_info(f, (size_t)weft_fabric_last_lane(f), &li);
       printf("batch 1: %s", li.name);
     }
-    printf("\n");
+    printf("  [auto runs:");
+    if (splits) printf(" split x%d", splits);
+    for (size_t l = 0; l < nl && l < 64; l++)
+      if (where[l]) {
+        weft_lane_info li;
+        weft_fabric_lane_info(f, l, &li);
+        printf(" %s x%d", li.name, where[l]);
+      }
+    printf("]\n");
     weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(c);
     free(ha), free(hb), free(hc);
   }

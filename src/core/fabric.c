@@ -271,6 +271,8 @@ weft_status weft_fabric_set_cost_model(weft_fabric *f, size_t lane, weft_cost_cl
   c->line.beta = beta;
   c->line.refine = 1.0;
   c->line.source = WEFT_COST_SET;
+  /* a transfer model the caller sets holds for registered memory too */
+  if (cls == WEFT_COST_UPLOAD || cls == WEFT_COST_DOWNLOAD) f->lanes[lane].cost[cls][WEFT_XFER_PINNED] = *c;
   f->lanes[lane].calib_tried = 1; /* a model the caller set is not measured over */
   weft_route_forget(f);
   return WEFT_OK;

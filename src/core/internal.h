@@ -29,6 +29,12 @@ typedef struct weft_cost_state {
   double pw[WEFT_COST_POINTS], pt[WEFT_COST_POINTS];
 } weft_cost_state;
 
+/* Transfer lines (WEFT_COST_UPLOAD, WEFT_COST_DOWNLOAD) use no contract; their two slots hold the cost of
+ * moving pageable host memory (through the lane's staging) and memory registered with the lane
+ * (weft_lane_vtable.host_register), which may move straight over the bus. */
+#define WEFT_XFER_STAGED 0
+#define WEFT_XFER_PINNED 1
+
 /* One lane in the fabric: the vtable it registered, its state, what it said about itself, its cost model. */
 typedef struct weft_lane_slot {
   weft_lane_vtable vt; /* copied, with slots beyond the lane's own size zeroed */
@@ -76,6 +82,7 @@ struct weft_fabric {
   double busy_max;                /* the latest busy_until of any lane: one compare tells "all idle" */
   double revive_at;               /* the earliest retry_at of a down, revivable lane; INFINITY when none */
   int lost;                       /* some tensor's value went down with its lane: recover before writes */
+  unsigned split_probe;           /* splits passed over on the strength of split_refine alone (split.c) */
   int recovering;                 /* weft_fabric_recover_all is running (its replays must not re-enter it) */
   struct weft_hostq *hostq;       /* host lanes' queue (hostq.c); started by the first op that is queued */
   uint64_t next_tensor_id;
@@ -132,6 +139,7 @@ struct weft_tensor {
    * between this memory and any lane (registration waits for the second), and the lane whose direct,
    * asynchronous transfers may still be using the memory (index + 1; 0: none). */
   uint64_t reg_mask;
+  uint64_t cover_mask; /* lanes where this memory lies inside another tensor's registered memory (a slice) */
   unsigned xfers;
   int dma_lane;
   char location[256];

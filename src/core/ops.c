@@ -79,7 +79,9 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
   /* every input on the host: the caller works on host data and will want the result there too */
   int home = 1;
   for (int i = 0; i < nin; i++) home &= in[i]->host_valid;
-  for (int i = 0; i < nin; i++) {
+  /* last input first: a matmul's b goes over before a, so a device may start on a's first rows while the
+   * rest of a is still in flight */
+  for (int i = nin - 1; i >= 0; i--) {
     if ((st = weft_tensor_make_valid(in[i], lane)) != WEFT_OK) return st;
     if ((st = weft_tensor_lane_buffer(in[i], lane, &op->in[i])) != WEFT_OK) return st;
   }
@@ -100,7 +102,8 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     /* the host memory an op writes, or a device may stream a result into, must be free of other transfers */
     if (out[o]->dma_lane && (host || out[o]->dma_lane != lane + 1) && (st = weft_tensor_wait_dma(out[o])) != WEFT_OK)
       return st;
-    if (!host && lane < 64 && ((out[o]->reg_mask >> lane) & 1) && home) op->out_host[o] = out[o]->host;
+    if (!host && lane < 64 && (((out[o]->reg_mask | out[o]->cover_mask) >> lane) & 1) && home)
+      op->out_host[o] = out[o]->host;
   }
   const double pred = weft_cost_predict(cs, work);
   /* ops predicted under 10 us are sampled one in eight: at that size the bookkeeping would cost a

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../sched/route.h"
 #include "internal.h"
 
 weft_status weft_tensor_check(weft_fabric *f, const weft_tensor *t, const char *what) {
@@ -179,7 +180,8 @@ weft_status weft_tensor_make_valid(weft_tensor *t, int lane) {
   if ((st = weft_tensor_wait_writer(t)) != WEFT_OK) return st; /* the host value may still be computing */
   weft_tensor_offer_host(t, lane);
   if (t->numel) st = s->vt.upload(s->self, b, 0, t->host, t->numel * sizeof(float));
-  if (st == WEFT_OK && lane < 64 && ((t->reg_mask >> lane) & 1)) t->dma_lane = lane + 1; /* may still read it */
+  if (st == WEFT_OK && lane < 64 && (((t->reg_mask | t->cover_mask) >> lane) & 1))
+    t->dma_lane = lane + 1; /* may still be reading it */
   if (st == WEFT_OK) s->stats.bytes_up += t->numel * sizeof(float);
   if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
   if (st == WEFT_OK) {
@@ -270,7 +272,11 @@ void weft_tensor_offer_host(weft_tensor *t, int lane) {
   if (!s->vt.host_register || ++t->xfers < 2) return;
   char saved[WEFT_ERR_LEN];
   memcpy(saved, f->err, sizeof saved); /* a refusal is not an error the caller should see */
-  if (s->vt.host_register(s->self, t->host, t->bytes) == WEFT_OK) t->reg_mask |= (uint64_t)1 << lane;
+  if (s->vt.host_register(s->self, t->host, t->bytes) == WEFT_OK) {
+    t->reg_mask |= (uint64_t)1 << lane;
+    weft_route_forget(f); /* its transfers cost less now */
+    f->split_nratio = 0, f->split_refine = 0; /* and what splits learned from staged transfers is stale */
+  }
   memcpy(f->err, saved, sizeof saved);
 }
 

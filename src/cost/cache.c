@@ -13,7 +13,7 @@
 #include "../sched/route.h"
 #include "cost.h"
 
-#define CACHE_FORMAT 2 /* 2: lines carry their measured points */
+#define CACHE_FORMAT 3 /* 2: lines carry their measured points; 3: and transfers of registered memory */
 
 weft_status weft_cost_cache_path(char *out, size_t len) {
   if (!out || len == 0) return WEFT_ERR_INVALID_ARGUMENT;
@@ -33,9 +33,18 @@ static void lane_key(const weft_lane_slot *s, char *out, size_t len) {
            s->desc.driver ? s->desc.driver : "", s->desc.details ? s->desc.details : "");
 }
 
+static int is_transfer(int cls) { return cls == WEFT_COST_UPLOAD || cls == WEFT_COST_DOWNLOAD; }
+
 static void line_name(int cls, int contract, char *out, size_t len) {
   if (cls == WEFT_COST_MATMUL) snprintf(out, len, "matmul.%s", weft_contract_str((weft_contract)contract));
+  else if (is_transfer(cls) && contract == WEFT_XFER_PINNED)
+    snprintf(out, len, "%s.registered", weft_cost_class_str((weft_cost_class)cls));
   else snprintf(out, len, "%s", weft_cost_class_str((weft_cost_class)cls));
+}
+
+/* Lines a class keeps: one per contract for matmul, staged and registered for transfers, else one. */
+static int lines_of(int cls) {
+  return cls == WEFT_COST_MATMUL ? WEFT_CONTRACT_COUNT : is_transfer(cls) ? 2 : 1;
 }
 
 static char *read_file(const char *path, size_t *out_len) {
@@ -110,7 +119,7 @@ void weft_cost_cache_load(weft_fabric *f) {
       const cJSON *lines = cJSON_GetObjectItemCaseSensitive(entry, "lines");
       if (!cJSON_IsString(k) || strcmp(k->valuestring, key) != 0 || !cJSON_IsObject(lines)) continue;
       for (int cls = 0; cls < WEFT_COST_CLASS_COUNT; cls++)
-        for (int c = 0; c < (cls == WEFT_COST_MATMUL ? WEFT_CONTRACT_COUNT : 1); c++) {
+        for (int c = 0; c < lines_of(cls); c++) {
           char name[64];
           line_name(cls, c, name, sizeof name);
           const cJSON *l = cJSON_GetObjectItemCaseSensitive(lines, name);
@@ -179,7 +188,7 @@ weft_status weft_cost_cache_save(weft_fabric *f) {
     cJSON *lines = cJSON_CreateObject();
     int any = 0;
     for (int cls = 0; cls < WEFT_COST_CLASS_COUNT; cls++)
-      for (int c = 0; c < (cls == WEFT_COST_MATMUL ? WEFT_CONTRACT_COUNT : 1); c++) {
+      for (int c = 0; c < lines_of(cls); c++) {
         const weft_cost_line *l = &s->cost[cls][c].line;
         if (l->source != WEFT_COST_MEASURED && l->source != WEFT_COST_CACHED) continue;
         char name[64];

@@ -171,6 +171,55 @@ static weft_status sweep_elementwise(weft_fabric *f, int lane, double budget) {
   return st;
 }
 
+/* Transfers from and to memory registered with the lane (host_register), the way a tensor's host copy
+ * moves once it has crossed twice. A lane that registers nothing moves it like any other. */
+static weft_status sweep_pinned(weft_fabric *f, int lane) {
+  static const size_t bytes[] = {1u << 20, 8u << 20, 32u << 20};
+  weft_lane_slot *slot = &f->lanes[lane];
+  /* indexed directly: weft_cost_state_of folds every class but matmul onto its first slot */
+  weft_cost_state *up_st = &slot->cost[WEFT_COST_UPLOAD][WEFT_XFER_PINNED];
+  weft_cost_state *down_st = &slot->cost[WEFT_COST_DOWNLOAD][WEFT_XFER_PINNED];
+  *up_st = slot->cost[WEFT_COST_UPLOAD][WEFT_XFER_STAGED];
+  *down_st = slot->cost[WEFT_COST_DOWNLOAD][WEFT_XFER_STAGED];
+  if (!slot->vt.host_register || !slot->vt.host_unregister) return WEFT_OK;
+  sweep up = {.n = 0}, down = {.n = 0};
+  weft_status st = WEFT_OK;
+  for (size_t i = 0; i < sizeof bytes / sizeof bytes[0] && st == WEFT_OK; i++) {
+    float *host = aligned_alloc(4096, bytes[i]);
+    weft_buffer *buf = NULL;
+    if (!host) return WEFT_ERR_OUT_OF_MEMORY;
+    fill(host, bytes[i] / sizeof(float), 5);
+    if (slot->vt.host_register(slot->self, host, bytes[i]) != WEFT_OK) {
+      free(host);
+      return WEFT_OK; /* it keeps the staged line */
+    }
+    st = slot->vt.buffer_alloc(slot->self, bytes[i], &buf);
+    double tu[5], td[5];
+    int reps = 0;
+    for (; st == WEFT_OK && reps < 5; reps++) {
+      double t0 = weft_monotonic_seconds(NULL);
+      st = slot->vt.upload(slot->self, buf, 0, host, bytes[i]);
+      if (st == WEFT_OK && slot->vt.sync) st = slot->vt.sync(slot->self);
+      double t1 = weft_monotonic_seconds(NULL);
+      if (st == WEFT_OK) st = slot->vt.download(slot->self, buf, 0, host, bytes[i]);
+      double t2 = weft_monotonic_seconds(NULL);
+      tu[reps] = t1 - t0, td[reps] = t2 - t1;
+    }
+    if (buf) slot->vt.buffer_free(slot->self, buf);
+    slot->vt.host_unregister(slot->self, host, bytes[i]);
+    free(host);
+    if (st != WEFT_OK) break;
+    up.work[up.n] = down.work[down.n] = (double)bytes[i];
+    up.secs[up.n++] = median(tu + 1, reps - 1);
+    down.secs[down.n++] = median(td + 1, reps - 1);
+    weft_note(f, 0, "calibrate %s: registered transfer %zu KiB  up %.3f ms  down %.3f ms", slot->desc.name,
+              bytes[i] >> 10, up.secs[up.n - 1] * 1e3, down.secs[down.n - 1] * 1e3);
+  }
+  if (up.n >= 2) set_line(up_st, &up);
+  if (down.n >= 2) set_line(down_st, &down);
+  return st;
+}
+
 /* Transfers through the lane's own vtable: upload then sync, and download (which waits by contract). */
 static weft_status sweep_transfers(weft_fabric *f, int lane, double budget) {
   static const size_t bytes[] = {4096, 65536, 1u << 20, 8u << 20, 32u << 20};
@@ -206,8 +255,9 @@ static weft_status sweep_transfers(weft_fabric *f, int lane, double budget) {
               up.secs[up.n - 1] * 1e3, down.secs[down.n - 1] * 1e3);
     if (weft_monotonic_seconds(NULL) > deadline && up.n >= 3) break;
   }
-  if (up.n >= 2) set_line(weft_cost_state_of(slot, WEFT_COST_UPLOAD, 0), &up);
-  if (down.n >= 2) set_line(weft_cost_state_of(slot, WEFT_COST_DOWNLOAD, 0), &down);
+  if (up.n >= 2) set_line(&slot->cost[WEFT_COST_UPLOAD][WEFT_XFER_STAGED], &up);
+  if (down.n >= 2) set_line(&slot->cost[WEFT_COST_DOWNLOAD][WEFT_XFER_STAGED], &down);
+  if (st == WEFT_OK) st = sweep_pinned(f, lane);
   return st;
 }
 

@@ -32,11 +32,11 @@ static double move_cost(weft_fabric *f, const weft_tensor *t, int to, double byt
     /* lives only on another device lane: it comes down first */
     for (size_t i = 0; i < f->nlanes; i++)
       if (t->valid[i]) {
-        cost += weft_cost_predict(&f->lanes[i].cost[WEFT_COST_DOWNLOAD][0], bytes);
+        cost += weft_cost_predict(&f->lanes[i].cost[WEFT_COST_DOWNLOAD][weft_route_xfer(t, (int)i)], bytes);
         break;
       }
   }
-  if (!dst_host) cost += weft_cost_predict(&dst->cost[WEFT_COST_UPLOAD][0], bytes);
+  if (!dst_host) cost += weft_cost_predict(&dst->cost[WEFT_COST_UPLOAD][weft_route_xfer(t, to)], bytes);
   return cost;
 }
 
@@ -90,8 +90,11 @@ int weft_route_pick_at(weft_fabric *f, const weft_op *op, weft_cost_class cls, d
     int n_in = inputs ? ninputs : (op->kind == WEFT_OP_RELU || op->kind == WEFT_OP_SCALE || op->kind == WEFT_OP_SUM_ROWS ? 1 : 2);
     for (int k = 0; k < n_in; k++)
       c->transfer += move_cost(f, inputs && k < ninputs ? inputs[k] : NULL, (int)i, in_bytes(op, k));
-    if (from_host && !(s->desc.flags & WEFT_LANE_HOST_MEMORY))
-      c->transfer += weft_cost_predict(&s->cost[WEFT_COST_DOWNLOAD][0], out_bytes(op));
+    if (from_host && !(s->desc.flags & WEFT_LANE_HOST_MEMORY)) {
+      /* the result goes home the way its operands came: registered with this lane, or staged */
+      int x = inputs && ninputs > 0 && inputs[0] ? weft_route_xfer(inputs[0], (int)i) : WEFT_XFER_STAGED;
+      c->transfer += weft_cost_predict(&s->cost[WEFT_COST_DOWNLOAD][x], out_bytes(op));
+    }
     /* alpha is the line's; compute is the rest of the prediction (the measured curve where it reaches) */
     c->alpha = cs->line.alpha * refine;
     c->compute = weft_cost_base(cs, work) * refine - c->alpha;

@@ -24,6 +24,10 @@ int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, do
                       weft_tensor *const *inputs, int ninputs);
 /* Forgets remembered decisions: something they depended on changed. */
 static inline void weft_route_forget(weft_fabric *f) { f->route_epoch++; }
+/* Which transfer line moves t's host memory to or from lane `lane`: registered with it, or staged. */
+static inline int weft_route_xfer(const weft_tensor *t, int lane) {
+  return t && lane < 64 && ((t->reg_mask >> lane) & 1) ? WEFT_XFER_PINNED : WEFT_XFER_STAGED;
+}
 /* Frees the decision memory (fabric close). */
 void weft_route_memo_free(weft_fabric *f);
 

@@ -1,6 +1,6 @@
 /* test_cuda_fault.c - a GPU fault is a status, not a crash. WEFT_CUDA_FAULT=trap:2 makes the lane's second
  * op launch a kernel that traps, which leaves the CUDA context unusable as an illegal memory access would.
- * Then: the read of that op's result returns WEFT_ERR_LANE_FAILED with a message, both lanes of the GPU
+ * Then: the read of that op's result computes it again on the CPU from the op that made it, both lanes of the GPU
  * leave the fabric (weft_lane_info.failed), ops pinned to them fail the same way, an op the router had
  * placed on the GPU is routed again and runs on the CPU with the right result, later ops the router places
  * (WEFT_LANE_AUTO) run on the CPU, and closing the fabric is clean.
@@ -86,11 +86,12 @@ int main(void) {
     free(am), free(cm);
   }
 
-  /* the trapped op's result lived only on the GPU: reading it is an error, not a crash */
+  /* the trapped op's result lived only on the GPU: reading it computes it again elsewhere */
   st = weft_tensor_read(Z, y, 256);
-  TU_STATUS(st, WEFT_ERR_LANE_FAILED, "reading the result of a trapped kernel");
-  TU_CHECK(tu_contains(weft_fabric_last_error(f), "cuda:0"), "message names the lane: %s", weft_fabric_last_error(f));
-  printf("reported: %s\n", weft_fabric_last_error(f));
+  TU_STATUS(st, WEFT_OK, "reading the result of a trapped kernel");
+  int wrong_z = 0;
+  for (int i = 0; i < 256; i++) wrong_z += y[i] != 2.0f * (x[i] > 0 ? x[i] : 0.0f);
+  TU_CHECK(wrong_z == 0, "it holds 2 relu(x), computed again on the CPU (%d wrong)", wrong_z);
   weft_lane_info info;
   weft_fabric_lane_info(f, cu, &info);
   TU_CHECK(info.failed, "cuda:0 is marked failed");

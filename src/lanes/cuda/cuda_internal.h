@@ -19,6 +19,8 @@
 #define WEFT_CU_GRAPHS 8                              /* recorded launch sequences kept as graphs */
 #define WEFT_CU_BLAS_WORKSPACE ((size_t)32 << 20)
 #define WEFT_CU_REGS 64                               /* host ranges registered (pinned in place) at once */
+#define WEFT_CU_UP_CHUNKS 8                           /* a large upload from registered memory, in parts */
+#define WEFT_CU_UP_EVENTS 32                          /* events marking those parts, reused in turn */
 
 enum { WEFT_CU_S_COMPUTE, WEFT_CU_S_H2D, WEFT_CU_S_D2H, WEFT_CU_NSTREAMS };
 
@@ -34,6 +36,13 @@ typedef struct weft_cu_buf {
   uint64_t wb_gen;    /* ... as it was at this gen */
   size_t wb_end[WEFT_CU_WB_CHUNKS]; /* byte offset where part i ends */
   unsigned char *wb_dst; /* where it streams: the write-back area, or registered host memory (op->out_host) */
+  /* Its last upload: the upload stream's work count then, and for a large one from registered memory the
+   * parts it came in (byte offset where each ends, and the event marking it), so a matmul can start on the
+   * first rows of `a` while the rest is on the bus. */
+  uint64_t up_work;
+  int up_chunks;
+  size_t up_end[WEFT_CU_UP_CHUNKS];
+  int up_ev[WEFT_CU_UP_CHUNKS];
 } weft_cu_buf;
 
 /* Host memory the core registered (host_register), pinned in place: transfers skip the staging copies. */
@@ -114,6 +123,9 @@ typedef struct weft_cu_dev {
   int copier_tried;
   weft_cu_reg regs[WEFT_CU_REGS];
   int nregs;
+  CUevent up_evs[WEFT_CU_UP_EVENTS];
+  weft_cu_buf *up_owner[WEFT_CU_UP_EVENTS]; /* the buffer whose upload part each event marks now */
+  int up_next;
   /* scopes: launches recorded until the scope ends or something needs them done */
   int scope_depth;
   weft_cu_item *items;

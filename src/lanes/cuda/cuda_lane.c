@@ -183,25 +183,45 @@ static int reg_covers(const weft_cu_dev *d, const void *p, size_t bytes) {
 
 /* Host -> device through the slots: each slot is filled (on several threads) while the previous one is on
  * the bus. Returns once `src` has been read; the copies finish on the upload stream. */
-static weft_status to_device(weft_cu_dev *d, CUdeviceptr dst, const void *src, size_t bytes, int wait_d2h) {
+static weft_status to_device(weft_cu_dev *d, weft_cu_buf *b, size_t offset, const void *src, size_t bytes,
+                             int wait_d2h) {
+  CUdeviceptr dst = b->ptr + offset;
   staging_init(d);
   weft_status st = weft_cu_order(d, WEFT_CU_S_H2D, WEFT_CU_S_COMPUTE); /* kernels still reading dst */
   if (st == WEFT_OK && wait_d2h) st = weft_cu_order(d, WEFT_CU_S_H2D, WEFT_CU_S_D2H);
   if (st != WEFT_OK) return st;
   CUstream s = d->stream[WEFT_CU_S_H2D];
+  d->work[WEFT_CU_S_H2D]++;
+  b->up_work = d->work[WEFT_CU_S_H2D];
+  b->up_chunks = 0;
   if (reg_covers(d, src, bytes)) {
-    /* pinned in place: one copy straight from the caller's memory, left running (the core waits for it
-     * before it writes that memory again) */
-    d->work[WEFT_CU_S_H2D]++;
-    CUresult r = d->cu->cuMemcpyHtoDAsync(dst, src, bytes, s);
-    return r == CUDA_SUCCESS ? WEFT_OK : weft_cu_check(d, r, "copying to the GPU");
+    /* Pinned in place: copies straight from the caller's memory, left running (the core waits for them
+     * before it writes that memory again). A whole large buffer goes in parts, each marked by an event. */
+    int parts = offset == 0 && bytes >= ((size_t)8 << 20) ? WEFT_CU_UP_CHUNKS : 1;
+    size_t per = ((bytes / (size_t)parts) + 4095) & ~(size_t)4095;
+    for (int c = 0; c < parts; c++) {
+      size_t lo = per * (size_t)c, hi = lo + per < bytes ? lo + per : bytes;
+      if (lo >= hi) break;
+      CUresult r = d->cu->cuMemcpyHtoDAsync(dst + lo, (const char *)src + lo, hi - lo, s);
+      if (r == CUDA_SUCCESS && parts > 1) {
+        int e = d->up_next;
+        d->up_next = (e + 1) % WEFT_CU_UP_EVENTS;
+        if (!d->up_evs[e]) r = d->cu->cuEventCreate(&d->up_evs[e], CU_EVENT_DISABLE_TIMING);
+        if (r == CUDA_SUCCESS) r = d->cu->cuEventRecord(d->up_evs[e], s);
+        d->up_owner[e] = b;
+        b->up_ev[c] = e;
+        b->up_end[c] = hi;
+        b->up_chunks = c + 1;
+      }
+      if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "copying to the GPU");
+    }
+    return WEFT_OK;
   }
   if (!d->ring) { /* no pinned memory: the driver stages pageable copies itself, synchronously */
     if ((st = weft_cu_sync_all(d)) != WEFT_OK) return st;
     CUresult r = d->cu->cuMemcpyHtoD(dst, src, bytes);
     return r == CUDA_SUCCESS ? WEFT_OK : weft_cu_check(d, r, "copying to the GPU");
   }
-  d->work[WEFT_CU_S_H2D]++;
   for (size_t off = 0; off < bytes; off += WEFT_CU_SLOT_BYTES) {
     size_t len = bytes - off < WEFT_CU_SLOT_BYTES ? bytes - off : WEFT_CU_SLOT_BYTES;
     int slot;
@@ -305,6 +325,8 @@ static void dev_release(weft_cu_dev *d) {
   if (d->wb) cu->cuMemFreeHost(d->wb);
   for (int i = 0; i < WEFT_CU_SLOTS; i++)
     if (d->slot_ev[i]) cu->cuEventDestroy(d->slot_ev[i]);
+  for (int i = 0; i < WEFT_CU_UP_EVENTS; i++)
+    if (d->up_evs[i]) cu->cuEventDestroy(d->up_evs[i]);
   for (int i = 0; i < WEFT_CU_WB_CHUNKS; i++) {
     if (d->wb_ev[i]) cu->cuEventDestroy(d->wb_ev[i]);
     if (d->chunk_ev[i]) cu->cuEventDestroy(d->chunk_ev[i]);
@@ -372,7 +394,7 @@ static weft_status lane_upload(void *self, weft_buffer *buffer, size_t offset, c
   wb_drop(d, b);
   b->gen++;
   b->from_host = 1;
-  return to_device(d, b->ptr + offset, src, bytes, streaming);
+  return to_device(d, b, offset, src, bytes, streaming);
 }
 
 static weft_status lane_download(void *self, weft_buffer *buffer, size_t offset, void *dst, size_t bytes) {
@@ -516,13 +538,26 @@ static weft_status run_stream_back(weft_cu_lane *l, const weft_op *op, int nchun
   }
   int streaming = d->wb_owner == c;
   if (d->wb_owner) d->wb_owner->wb_chunks = 0, d->wb_owner = NULL;
-  weft_status st = weft_cu_order(d, WEFT_CU_S_COMPUTE, WEFT_CU_S_H2D);
+  /* `a` still coming in parts, after `b`: each block waits only for the part of `a` it reads (the upload
+   * stream is in order, so that part's event also covers `b` and everything before). The tensor lane
+   * converts all of `a` at once, and a transposed `a` is read across parts: those wait for everything. */
+  const weft_cu_buf *A = op->in[0], *Bm = op->in[1];
+  int by_part = !l->tensor && !op->trans_a && A->up_chunks > 0 && A != Bm && Bm->up_work < A->up_work;
+  for (int p = 0; by_part && p < A->up_chunks; p++) by_part = d->up_owner[A->up_ev[p]] == A;
+  weft_status st = by_part ? WEFT_OK : weft_cu_order(d, WEFT_CU_S_COMPUTE, WEFT_CU_S_H2D);
   if (st == WEFT_OK && streaming) st = weft_cu_order(d, WEFT_CU_S_COMPUTE, WEFT_CU_S_D2H);
   if (st == WEFT_OK) st = weft_cu_order(d, WEFT_CU_S_D2H, WEFT_CU_S_H2D);
   if (st != WEFT_OK) return st;
   d->work[WEFT_CU_S_COMPUTE]++;
   d->work[WEFT_CU_S_D2H]++;
   for (int i = 0; i < nchunks; i++) {
+    if (by_part) {
+      size_t need = (size_t)bounds[i + 1] * (size_t)op->k * sizeof(float); /* rows of a this block reads */
+      int p = 0;
+      while (p < A->up_chunks - 1 && A->up_end[p] < need) p++;
+      CUresult r = cu->cuStreamWaitEvent(d->stream[WEFT_CU_S_COMPUTE], d->up_evs[A->up_ev[p]], 0);
+      if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "ordering a block after its rows");
+    }
     if ((st = weft_cu_emit(l, op, bounds[i], bounds[i + 1])) != WEFT_OK) return st;
     st = weft_cu_launch(d, d->items, d->nitems);
     d->nitems = 0;
