@@ -378,6 +378,43 @@ static void check_bad_tabs(weft_fabric *f, const fakes *fk, size_t tab, int cpu)
   (void)cpu;
 }
 
+/* Two tabs at once: a batched matmul the router splits across them (both made to look fast) comes back
+ * with the CPU's bits, and each tab did a share. */
+static void check_two_tabs(weft_fabric *f, driver *d, size_t tab0, size_t tab1, size_t cpu) {
+  char line[512];
+  driver_say(d, "open");
+  TU_CHECK(driver_line(d, line, sizeof line) && strncmp(line, "ready", 5) == 0, "a second tab opened (%s)", line);
+  TU_CHECK(wait_up(f, tab1, 30), "browser:1 comes up with the second tab");
+  /* Compute that dominates fixed costs and transfers, so sharing the batch halves the predicted time. */
+  for (int c = 0; c < WEFT_COST_CLASS_COUNT; c++) {
+    double beta = c == WEFT_COST_MATMUL ? 1e7 : 1e12;
+    weft_fabric_set_cost_model(f, cpu, (weft_cost_class)c, WEFT_CONTRACT_EXACT, 1.0, 1e3);
+    weft_fabric_set_cost_model(f, tab0, (weft_cost_class)c, WEFT_CONTRACT_EXACT, 1e-6, beta);
+    weft_fabric_set_cost_model(f, tab1, (weft_cost_class)c, WEFT_CONTRACT_EXACT, 1e-6, beta);
+  }
+  weft_fabric_reset_stats(f);
+  tu_rng r = {17};
+  int64_t ad[3] = {8, 40, 24}, bd[2] = {24, 36}, cd[3] = {8, 40, 36};
+  weft_tensor *a = tensor(f, 3, ad, &r, -1, 1), *b = tensor(f, 2, bd, &r, -1, 1);
+  weft_tensor *c1 = tensor(f, 3, cd, &r, 0, 0), *c2 = tensor(f, 3, cd, &r, 0, 0);
+  weft_op_desc on_cpu = WEFT_OP_DESC_INIT;
+  on_cpu.lane = (int)cpu;
+  TU_STATUS(weft_op_matmul(f, NULL, a, 0, b, 0, c1), WEFT_OK, "a batched matmul routed over two tabs");
+  weft_split_report sr;
+  if (weft_split_last(f, &sr) == WEFT_OK && sr.split)
+    for (size_t i = 0; i < sr.nshares; i++)
+      printf("  split share: %s entries %lld..%lld\n", sr.shares[i].lane, (long long)sr.shares[i].first,
+             (long long)(sr.shares[i].first + sr.shares[i].entries - 1));
+  TU_STATUS(weft_op_matmul(f, &on_cpu, a, 0, b, 0, c2), WEFT_OK, "the same on the CPU");
+  TU_CHECK(same(c1, c2, "two-tab matmul"), "the result over two tabs has the CPU lane's bits");
+  weft_lane_stats s0, s1;
+  weft_fabric_lane_stats(f, tab0, &s0);
+  weft_fabric_lane_stats(f, tab1, &s1);
+  TU_CHECK(s0.ops[WEFT_OP_MATMUL] > 0 && s1.ops[WEFT_OP_MATMUL] > 0, "both tabs computed a share (%llu, %llu matmuls)",
+           (unsigned long long)s0.ops[WEFT_OP_MATMUL], (unsigned long long)s1.ops[WEFT_OP_MATMUL]);
+  weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(c1), weft_tensor_destroy(c2);
+}
+
 /* ------------------------------------------------------------------------------------ round trips */
 
 static int cmp_d(const void *a, const void *b) {
@@ -710,6 +747,7 @@ int main(int argc, char **argv) {
     TU_STATUS(weft_op_matmul(f, &on_cpu, a, 0, a, 1, c2), WEFT_OK, "matmul on the CPU");
     TU_CHECK(same(c1, c2, "new tab matmul"), "the new tab's bits equal the CPU lane's");
     weft_tensor_destroy(a), weft_tensor_destroy(c1), weft_tensor_destroy(c2);
+    check_two_tabs(f, &d, tab, tab1, cpu);
   }
   int rc = driver_stop(&d);
   TU_CHECK(rc == 0, "the tab driver exited cleanly (%d)", rc);
