@@ -112,9 +112,9 @@ static void copy_request(const browser_slot *s, size_t from, size_t n, uint8_t *
 }
 
 /* The reason travels in the close frame, which holds at most 123 bytes of it. */
-static void refuse(struct lws *wsi, const char *why) {
+static void refuse(struct lws *wsi, enum lws_close_status status, const char *why) {
   size_t n = strlen(why);
-  lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)why, n < 120 ? n : 120);
+  lws_close_reason(wsi, status, (unsigned char *)why, n < 120 ? n : 120);
 }
 
 /* WebSockets are not bound by the same-origin policy: any page the person visits could dial a fabric on
@@ -145,7 +145,7 @@ static int tab_attach(browser_server *srv, struct lws *wsi, tab_session *ts) {
     if (srv->slots[i].alive && !srv->slots[i].wsi) s = &srv->slots[i];
   if (!s) {
     pthread_mutex_unlock(&srv->lock);
-    refuse(wsi, "every browser slot of this fabric is taken");
+    refuse(wsi, LWS_CLOSE_STATUS_GOINGAWAY, "every browser slot of this fabric is taken");
     return -1;
   }
   s->wsi = wsi;
@@ -192,7 +192,7 @@ static int tab_receive(browser_server *srv, struct lws *wsi, tab_session *ts, co
       pthread_cond_broadcast(&s->cond);
     }
     pthread_mutex_unlock(&srv->lock);
-    refuse(wsi, bad);
+    refuse(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, bad);
     return -1;
   }
   memcpy(s->in + s->in_len, in, len);
@@ -213,8 +213,10 @@ static int tab_writeable(browser_server *srv, struct lws *wsi, tab_session *ts) 
   if (!s || s->kick) {
     char why[sizeof s->kick_why];
     snprintf(why, sizeof why, "%s", s && s->kick_why[0] ? s->kick_why : "the fabric dropped this tab");
+    /* A fabric closing is going away; anything else is the tab's fault. */
+    enum lws_close_status status = s && !s->alive ? LWS_CLOSE_STATUS_GOINGAWAY : LWS_CLOSE_STATUS_POLICY_VIOLATION;
     pthread_mutex_unlock(&srv->lock);
-    refuse(wsi, why);
+    refuse(wsi, status, why);
     return -1;
   }
   if (!s->sending) {
