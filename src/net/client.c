@@ -19,6 +19,7 @@ void weft_net_client_begin(weft_net_client *c) {
   c->next_id = 1;
   c->session++;
   c->up = 1;
+  c->pending = 0;
   c->max_frame = 1u << 20; /* until the peer's hello says otherwise */
   c->reply = NULL;
   c->reply_len = 0;
@@ -32,13 +33,13 @@ weft_status weft_net_client_fail(weft_net_client *c, const char *fmt, ...) {
   va_end(ap);
   if (c->up && c->tp->drop) c->tp->drop(c->tp_ctx, msg);
   c->up = 0;
+  c->pending = 0;
   return weft_lane_report(c->host, WEFT_ERR_LANE_FAILED, "%s: %s; the lane is down", c->name, msg);
 }
 
-weft_status weft_net_client_call(weft_net_client *c, uint16_t type, const uint8_t *payload, size_t len,
-                                 const uint8_t *tail, size_t tail_len) {
-  c->reply = NULL;
-  c->reply_len = 0;
+/* Sends one request; its id is *out_id. */
+static weft_status send_request(weft_net_client *c, uint16_t type, const uint8_t *payload, size_t len,
+                                const uint8_t *tail, size_t tail_len, uint32_t *out_id) {
   if (!c->up)
     return weft_lane_report(c->host, WEFT_ERR_LANE_FAILED, "%s: the connection to its peer is down", c->name);
   uint8_t hb[WEFT_NET_HEADER_BYTES];
@@ -47,12 +48,23 @@ weft_status weft_net_client_call(weft_net_client *c, uint16_t type, const uint8_
   weft_net_header_encode(&h, hb);
   const uint8_t *piece[3] = {hb, payload, tail};
   const size_t plen[3] = {sizeof hb, len, tail_len};
+  char why[256] = "";
+  /* The largest reply any request gets is a read of one chunk; an error message is far smaller. */
+  size_t max_reply = WEFT_NET_HEADER_BYTES + (size_t)c->max_frame + 64;
+  if (c->tp->send(c->tp_ctx, piece, plen, max_reply, why, sizeof why) != WEFT_OK)
+    return weft_net_client_fail(c, "its peer stopped answering (%s)", why[0] ? why : "connection lost");
+  *out_id = id;
+  return WEFT_OK;
+}
+
+/* Receives the reply to request `id` of `type` and checks it; leaves the payload in c->reply. */
+static weft_status take_reply(weft_net_client *c, uint16_t type, uint32_t id) {
+  c->reply = NULL;
+  c->reply_len = 0;
   const uint8_t *frame = NULL;
   size_t n = 0;
   char why[256] = "";
-  /* The largest reply any request gets is a read of one chunk; an error message is far smaller. */
-  size_t max_len = WEFT_NET_HEADER_BYTES + (size_t)c->max_frame + 64;
-  if (c->tp->exchange(c->tp_ctx, piece, plen, max_len, &frame, &n, why, sizeof why) != WEFT_OK)
+  if (c->tp->recv(c->tp_ctx, &frame, &n, why, sizeof why) != WEFT_OK)
     return weft_net_client_fail(c, "its peer stopped answering (%s)", why[0] ? why : "connection lost");
   if (n < WEFT_NET_HEADER_BYTES) return weft_net_client_fail(c, "its peer sent a frame of %zu bytes", n);
   weft_net_header r = {weft_net_get32(frame), weft_net_get16(frame + 4), weft_net_get16(frame + 6),
@@ -81,6 +93,31 @@ weft_status weft_net_client_call(weft_net_client *c, uint16_t type, const uint8_
   c->reply = frame + WEFT_NET_HEADER_BYTES;
   c->reply_len = r.length;
   return WEFT_OK;
+}
+
+weft_status weft_net_client_drain(weft_net_client *c) {
+  while (c->pending) {
+    uint32_t id = c->first_pending_id++;
+    c->pending--;
+    weft_status st = take_reply(c, WEFT_NET_OP, id);
+    if (st == WEFT_OK && c->reply_len != 4) st = weft_net_client_fail(c, "its peer sent a malformed op reply");
+    /* The caller was told the op ran: a failure now can only take the lane down, so the core computes what
+     * the op wrote again elsewhere. */
+    if (st != WEFT_OK && st != WEFT_ERR_LANE_FAILED)
+      st = weft_net_client_fail(c, "an op it had accepted failed (%s)", weft_status_str(st));
+    if (st) return st;
+  }
+  return WEFT_OK;
+}
+
+weft_status weft_net_client_call(weft_net_client *c, uint16_t type, const uint8_t *payload, size_t len,
+                                 const uint8_t *tail, size_t tail_len) {
+  c->reply = NULL;
+  c->reply_len = 0;
+  uint32_t id = 0;
+  weft_status st = weft_net_client_drain(c);
+  if (!st) st = send_request(c, type, payload, len, tail, tail_len, &id);
+  return st ? st : take_reply(c, type, id);
 }
 
 weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out) {
@@ -190,7 +227,8 @@ void weft_net_client_buffer_free(void *self, weft_buffer *buffer) {
   weft_net_client *c = self;
   client_buffer *b = buffer;
   if (!b) return;
-  /* Never a request on a dead connection: freeing must not wait on a peer that is gone. */
+  /* Never a request on a dead connection: freeing must not wait on a peer that is gone. (A FREE waits for
+   * the ops still on the wire first, which may use the buffer.) */
   if (c->up && b->session == c->session) {
     uint8_t pl[8];
     weft_net_put64(pl, b->handle);
@@ -315,7 +353,18 @@ weft_status weft_net_client_run(void *self, const weft_op *op) {
     break;
   default: return weft_lane_report(c->host, WEFT_ERR_UNSUPPORTED, "%s: op %d unknown", c->name, (int)op->kind);
   }
+  if (c->pipeline) {
+    weft_status st = c->pending >= WEFT_NET_CLIENT_MAX_PENDING ? weft_net_client_drain(c) : WEFT_OK;
+    uint32_t id = 0;
+    if (!st) st = send_request(c, WEFT_NET_OP, pl, sizeof pl, NULL, 0, &id);
+    if (st) return st;
+    if (!c->pending) c->first_pending_id = id;
+    c->pending++;
+    return WEFT_OK;
+  }
   weft_status st = weft_net_client_call(c, WEFT_NET_OP, pl, sizeof pl, NULL, 0);
   if (!st && c->reply_len != 4) st = weft_net_client_fail(c, "its peer sent a malformed op reply");
   return st;
 }
+
+weft_status weft_net_client_sync(void *self) { return weft_net_client_drain(self); }

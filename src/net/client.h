@@ -13,18 +13,24 @@
 #include "net/protocol.h"
 #include "weft_lane.h"
 
-/* How frames travel. Both functions are called from the fabric's thread only. */
+/* How frames travel. Called from the fabric's thread only. Replies come back in the order of the requests,
+ * so a client may send several (ops) before it reads their replies. */
 typedef struct weft_net_transport {
-  /* Sends one request frame, given as three pieces in order (the 16-byte header first; a piece may be
-   * empty), then receives the next whole frame into *out_frame (header and payload, owned by the transport
-   * and valid until the next call), at most max_len bytes. WEFT_OK, or WEFT_ERR_LANE_FAILED with the reason
-   * ("timed out after 30000 ms", "the tab closed") written to why. */
-  weft_status (*exchange)(void *ctx, const uint8_t *const piece[3], const size_t len[3], size_t max_len,
-                          const uint8_t **out_frame, size_t *out_len, char *why, size_t whylen);
+  /* Sends (or queues) one request frame, given as three pieces in order (the 16-byte header first; a
+   * piece may be empty); the pieces may be reused once this returns. The reply may be at most max_reply
+   * bytes. WEFT_OK, or WEFT_ERR_LANE_FAILED with the reason ("connection lost", "the tab closed") in why. */
+  weft_status (*send)(void *ctx, const uint8_t *const piece[3], const size_t len[3], size_t max_reply, char *why,
+                      size_t whylen);
+  /* Receives the next whole frame into *out_frame (header and payload, owned by the transport and valid
+   * until the next call), waiting at most the lane's timeout. WEFT_OK, or WEFT_ERR_LANE_FAILED with why. */
+  weft_status (*recv)(void *ctx, const uint8_t **out_frame, size_t *out_len, char *why, size_t whylen);
   /* Drops the connection (after a failure or a protocol violation), telling the peer `why` where the
-   * transport can; later exchanges fail at once. */
+   * transport can; later calls fail at once. */
   void (*drop)(void *ctx, const char *why);
 } weft_net_transport;
+
+/* Ops a pipelined client may have on the wire before it waits for the first of their replies. */
+#define WEFT_NET_CLIENT_MAX_PENDING 64
 
 /* One lane's client state. A lane's own struct starts with it, so the vtable functions below take the
  * lane's `self` directly. */
@@ -40,6 +46,12 @@ typedef struct weft_net_client {
    * closed connection is never sent to the next peer (where it would name nothing, or something else). */
   uint32_t session;
   int up;               /* 0 once the transport failed, until the lane connects again */
+  /* Pipelined ops: run() sends the op and returns, like a GPU stream; its reply is read before the next
+   * request that needs one (or at sync), in order. An op that then turns out to have failed fails the lane,
+   * and the core computes what it wrote again elsewhere. */
+  int pipeline;
+  uint32_t pending;     /* ops sent whose replies are unread */
+  uint32_t first_pending_id;
   const uint8_t *reply; /* the last reply's payload (the transport's memory) */
   size_t reply_len;
 } weft_net_client;
@@ -73,11 +85,16 @@ weft_status weft_net_client_lanes(weft_net_client *c,
 /* Fails the lane now: drops the connection and reports `why`. */
 weft_status weft_net_client_fail(weft_net_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Reads the replies of every pipelined op still on the wire; the first that failed fails the lane. */
+weft_status weft_net_client_drain(weft_net_client *c);
+
 /* Lane vtable functions; `self` is a struct that starts with a weft_net_client. */
 weft_status weft_net_client_buffer_alloc(void *self, size_t bytes, weft_buffer **out);
 void weft_net_client_buffer_free(void *self, weft_buffer *buffer);
 weft_status weft_net_client_upload(void *self, weft_buffer *buffer, size_t offset, const void *src, size_t bytes);
 weft_status weft_net_client_download(void *self, weft_buffer *buffer, size_t offset, void *dst, size_t bytes);
 weft_status weft_net_client_run(void *self, const weft_op *op);
+/* The sync slot: waits for every pipelined op. */
+weft_status weft_net_client_sync(void *self);
 
 #endif

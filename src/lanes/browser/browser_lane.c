@@ -48,15 +48,16 @@ typedef struct browser_slot {
   int ready, kick;
   char kick_why[124]; /* told to the tab in the close frame */
   char peer[64];
-  /* The request in flight: the caller's pieces, read by the service thread under the lock. */
-  const uint8_t *piece[3];
-  size_t plen[3], total, sent;
-  int sending, awaiting, replied;
   int timeout_ms;
-  /* The reply being assembled (written by the service thread only while awaiting). */
-  uint8_t *in;
-  size_t in_len, in_cap, in_max;
-  uint8_t *frag; /* LWS_PRE + FRAG_BYTES, the service thread's */
+  /* Frames both ways, guarded by srv->lock. Requests are copied into `out` (the fabric's thread appends, the
+   * service thread sends and frees them); replies the tab owes (`owed`) are assembled in `in` and queued in
+   * `replies` until the fabric's thread takes them; `cur` is the reply it holds now. */
+  struct frame *out, *out_tail;
+  struct frame *replies, *replies_tail;
+  struct frame *in;
+  struct frame *cur;
+  uint32_t owed;
+  size_t in_max; /* the largest reply the client accepts */
 } browser_slot;
 
 struct browser_server {
@@ -82,6 +83,31 @@ struct browser_server {
   int timeout_ms;
 };
 
+/* A frame in a queue: LWS_PRE bytes of headroom for libwebsockets' own header, then the frame. */
+typedef struct frame {
+  struct frame *next;
+  size_t len, cap, sent;
+  uint8_t data[];
+} frame;
+
+static frame *frame_new(size_t cap) {
+  frame *f = malloc(sizeof *f + LWS_PRE + cap);
+  if (f) {
+    f->next = NULL;
+    f->len = f->sent = 0;
+    f->cap = cap;
+  }
+  return f;
+}
+
+static void frames_free(frame *f) {
+  while (f) {
+    frame *next = f->next;
+    free(f);
+    f = next;
+  }
+}
+
 /* Per WebSocket connection. */
 typedef struct tab_session {
   browser_slot *slot;
@@ -95,21 +121,6 @@ static int env_timeout_ms(void) {
 }
 
 /* ------------------------------------------------------------------------------- the service thread */
-
-/* Copies bytes [from, from + n) of the request's pieces into dst. */
-static void copy_request(const browser_slot *s, size_t from, size_t n, uint8_t *dst) {
-  for (int i = 0; i < 3 && n; i++) {
-    if (from >= s->plen[i]) {
-      from -= s->plen[i];
-      continue;
-    }
-    size_t k = s->plen[i] - from < n ? s->plen[i] - from : n;
-    memcpy(dst, s->piece[i] + from, k);
-    dst += k;
-    n -= k;
-    from = 0;
-  }
-}
 
 /* The reason travels in the close frame, which holds at most 123 bytes of it. */
 static void refuse(struct lws *wsi, enum lws_close_status status, const char *why) {
@@ -150,7 +161,8 @@ static int tab_attach(browser_server *srv, struct lws *wsi, tab_session *ts) {
   }
   s->wsi = wsi;
   s->conn++;
-  s->ready = s->kick = s->sending = s->awaiting = s->replied = 0;
+  s->ready = s->kick = 0;
+  s->owed = 0;
   s->peer[0] = s->kick_why[0] = 0;
   lws_get_peer_simple(wsi, s->peer, sizeof s->peer);
   ts->slot = s;
@@ -165,29 +177,41 @@ static browser_slot *tab_slot(struct lws *wsi, const tab_session *ts) {
   return s && s->wsi == wsi && s->conn == ts->conn ? s : NULL;
 }
 
-/* A whole or partial message from the tab: part of the reply awaited, or a protocol violation. */
+/* Forgets what the connection carried (the fabric's thread keeps `cur`). Called with the lock held. */
+static void slot_clear(browser_slot *s) {
+  frames_free(s->out);
+  frames_free(s->replies);
+  frames_free(s->in);
+  s->out = s->out_tail = s->replies = s->replies_tail = s->in = NULL;
+  s->owed = 0;
+}
+
+/* A whole or partial message from the tab: part of a reply it owes, or a protocol violation. */
 static int tab_receive(browser_server *srv, struct lws *wsi, tab_session *ts, const uint8_t *in, size_t len) {
   pthread_mutex_lock(&srv->lock);
   browser_slot *s = tab_slot(wsi, ts);
   const char *bad = NULL;
+  size_t have = s && s->in ? s->in->len : 0;
   if (!s) bad = "this connection no longer holds a slot";
   else if (!lws_frame_is_binary(wsi)) bad = "text message: the protocol is binary frames";
-  else if (!s->awaiting || s->sending || s->replied) bad = "a message nobody asked for";
-  else if (len > s->in_max - s->in_len) bad = "a reply larger than any request allows";
-  if (!bad && s->in_len + len > s->in_cap) {
-    size_t cap = s->in_cap ? s->in_cap : 4096;
-    while (cap < s->in_len + len) cap *= 2;
-    uint8_t *p = realloc(s->in, cap);
-    if (!p) bad = "out of memory for its reply";
+  else if (!s->owed) bad = "a message nobody asked for";
+  else if (len > s->in_max - have) bad = "a reply larger than any request allows";
+  if (!bad && (!s->in || have + len > s->in->cap)) {
+    size_t cap = s->in ? s->in->cap : 0;
+    cap = cap ? cap : 4096;
+    while (cap < have + len) cap *= 2;
+    frame *f = realloc(s->in, sizeof *f + LWS_PRE + cap);
+    if (!f) bad = "out of memory for its reply";
     else {
-      s->in = p;
-      s->in_cap = cap;
+      if (!s->in) f->next = NULL, f->len = f->sent = 0;
+      f->cap = cap;
+      s->in = f;
     }
   }
   if (bad) {
     /* Whatever the fabric's thread waits for will not come: wake it to fail the lane. */
     if (s) {
-      s->awaiting = 0;
+      slot_clear(s);
       s->wsi = NULL;
       pthread_cond_broadcast(&s->cond);
     }
@@ -195,18 +219,21 @@ static int tab_receive(browser_server *srv, struct lws *wsi, tab_session *ts, co
     refuse(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, bad);
     return -1;
   }
-  memcpy(s->in + s->in_len, in, len);
-  s->in_len += len;
+  memcpy(s->in->data + LWS_PRE + have, in, len);
+  s->in->len += len;
   if (lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi)) {
-    s->awaiting = 0;
-    s->replied = 1;
+    if (s->replies_tail) s->replies_tail->next = s->in;
+    else s->replies = s->in;
+    s->replies_tail = s->in;
+    s->in = NULL;
+    s->owed--;
     pthread_cond_broadcast(&s->cond);
   }
   pthread_mutex_unlock(&srv->lock);
   return 0;
 }
 
-/* The socket can take more: the next fragment of the request, or the close the fabric asked for. */
+/* The socket can take more: the next fragment of the oldest request, or the close the fabric asked for. */
 static int tab_writeable(browser_server *srv, struct lws *wsi, tab_session *ts) {
   pthread_mutex_lock(&srv->lock);
   browser_slot *s = tab_slot(wsi, ts);
@@ -219,21 +246,26 @@ static int tab_writeable(browser_server *srv, struct lws *wsi, tab_session *ts) 
     refuse(wsi, status, why);
     return -1;
   }
-  if (!s->sending) {
-    pthread_mutex_unlock(&srv->lock);
-    return 0;
-  }
-  size_t n = s->total - s->sent < FRAG_BYTES ? s->total - s->sent : FRAG_BYTES;
-  int first = s->sent == 0, last = s->sent + n == s->total;
-  copy_request(s, s->sent, n, s->frag + LWS_PRE);
-  s->sent += n;
-  if (last) s->sending = 0;
+  frame *f = s->out;
   pthread_mutex_unlock(&srv->lock);
-  /* The slot's fragment buffer is this thread's: the copy above is the last read of the caller's memory. */
-  if (lws_write(wsi, s->frag + LWS_PRE, n, (enum lws_write_protocol)lws_write_ws_flags(LWS_WRITE_BINARY, first, last)) <
-      (int)n)
+  if (!f) return 0;
+  /* Only this thread removes requests from the queue, so `f` stays ours without the lock. Each fragment's
+   * WebSocket header goes into the bytes before it: the headroom, then the fragment already sent. */
+  size_t n = f->len - f->sent < FRAG_BYTES ? f->len - f->sent : FRAG_BYTES;
+  int first = f->sent == 0, last = f->sent + n == f->len;
+  if (lws_write(wsi, f->data + LWS_PRE + f->sent, n,
+                (enum lws_write_protocol)lws_write_ws_flags(LWS_WRITE_BINARY, first, last)) < (int)n)
     return -1;
-  if (!last) lws_callback_on_writable(wsi);
+  pthread_mutex_lock(&srv->lock);
+  f->sent += n;
+  if (last) {
+    s->out = f->next;
+    if (!s->out) s->out_tail = NULL;
+    free(f);
+  }
+  int more = s->out != NULL;
+  pthread_mutex_unlock(&srv->lock);
+  if (more) lws_callback_on_writable(wsi);
   return 0;
 }
 
@@ -241,8 +273,9 @@ static void tab_detach(browser_server *srv, struct lws *wsi, tab_session *ts) {
   pthread_mutex_lock(&srv->lock);
   browser_slot *s = tab_slot(wsi, ts);
   if (s) {
+    slot_clear(s);
     s->wsi = NULL;
-    s->ready = s->sending = 0;
+    s->ready = 0;
     pthread_cond_broadcast(&s->cond);
   }
   pthread_mutex_unlock(&srv->lock);
@@ -262,7 +295,7 @@ static int ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *
     pthread_mutex_lock(&srv->lock);
     for (size_t i = 0; i < srv->nslots; i++) {
       browser_slot *s = &srv->slots[i];
-      if (s->wsi && (s->sending || s->kick)) lws_callback_on_writable(s->wsi);
+      if (s->wsi && (s->out || s->kick)) lws_callback_on_writable(s->wsi);
     }
     pthread_mutex_unlock(&srv->lock);
     return 0;
@@ -285,28 +318,47 @@ static void *service_main(void *arg) {
 
 static void wake(browser_server *srv) { lws_cancel_service(srv->ctx); }
 
-static weft_status tab_exchange(void *ctx, const uint8_t *const piece[3], const size_t len[3], size_t max_len,
-                                const uint8_t **out_frame, size_t *out_len, char *why, size_t whylen) {
+static int attached(const browser_slot *s) { return s->wsi && s->conn == s->bound; }
+
+static weft_status tab_send(void *ctx, const uint8_t *const piece[3], const size_t len[3], size_t max_reply,
+                            char *why, size_t whylen) {
   browser_slot *s = ctx;
-  browser_server *srv = s->srv;
-  pthread_mutex_lock(&srv->lock);
-  if (!s->wsi || s->conn != s->bound) {
-    pthread_mutex_unlock(&srv->lock);
+  size_t total = 0;
+  for (int i = 0; i < 3; i++) total += piece[i] ? len[i] : 0;
+  frame *f = frame_new(total);
+  if (!f) {
+    snprintf(why, whylen, "out of host memory for a request of %zu bytes", total);
+    return WEFT_ERR_LANE_FAILED;
+  }
+  size_t at = 0;
+  for (int i = 0; i < 3; i++)
+    if (piece[i] && len[i]) {
+      memcpy(f->data + LWS_PRE + at, piece[i], len[i]);
+      at += len[i];
+    }
+  f->len = total;
+  pthread_mutex_lock(&s->srv->lock);
+  int ok = attached(s);
+  if (ok) {
+    if (s->out_tail) s->out_tail->next = f;
+    else s->out = f;
+    s->out_tail = f;
+    s->owed++;
+    s->in_max = max_reply;
+  }
+  pthread_mutex_unlock(&s->srv->lock);
+  if (!ok) {
+    free(f);
     snprintf(why, whylen, "the tab closed");
     return WEFT_ERR_LANE_FAILED;
   }
-  for (int i = 0; i < 3; i++) {
-    s->piece[i] = piece[i];
-    s->plen[i] = piece[i] ? len[i] : 0;
-  }
-  s->total = s->plen[0] + s->plen[1] + s->plen[2];
-  s->sent = 0;
-  s->in_len = 0;
-  s->in_max = max_len;
-  s->sending = s->awaiting = 1;
-  s->replied = 0;
-  pthread_mutex_unlock(&srv->lock);
-  wake(srv);
+  wake(s->srv);
+  return WEFT_OK;
+}
+
+static weft_status tab_recv(void *ctx, const uint8_t **out_frame, size_t *out_len, char *why, size_t whylen) {
+  browser_slot *s = ctx;
+  browser_server *srv = s->srv;
   struct timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline);
   deadline.tv_sec += s->timeout_ms / 1000;
@@ -316,22 +368,23 @@ static weft_status tab_exchange(void *ctx, const uint8_t *const piece[3], const 
     deadline.tv_nsec -= 1000000000L;
   }
   pthread_mutex_lock(&srv->lock);
+  free(s->cur);
+  s->cur = NULL;
   int timed_out = 0;
-  while (!s->replied && s->wsi && s->conn == s->bound && !timed_out)
+  while (!s->replies && attached(s) && !timed_out)
     timed_out = pthread_cond_timedwait(&s->cond, &srv->lock, &deadline) == ETIMEDOUT;
   weft_status st = WEFT_OK;
-  if (s->replied && s->conn == s->bound) {
-    *out_frame = s->in;
-    *out_len = s->in_len;
-    s->replied = 0;
+  if (s->replies && attached(s)) {
+    s->cur = s->replies;
+    s->replies = s->cur->next;
+    if (!s->replies) s->replies_tail = NULL;
+    *out_frame = s->cur->data + LWS_PRE;
+    *out_len = s->cur->len;
   } else {
-    snprintf(why, whylen, "%s", s->wsi && s->conn == s->bound ? "timed out" : "the tab closed");
     if (timed_out) snprintf(why, whylen, "timed out after %d ms", s->timeout_ms);
+    else snprintf(why, whylen, "the tab closed");
     st = WEFT_ERR_LANE_FAILED;
   }
-  /* Nothing of the caller's may be read after this returns. */
-  s->sending = s->awaiting = 0;
-  s->piece[0] = s->piece[1] = s->piece[2] = NULL;
   pthread_mutex_unlock(&srv->lock);
   return st;
 }
@@ -339,7 +392,7 @@ static weft_status tab_exchange(void *ctx, const uint8_t *const piece[3], const 
 static void tab_drop(void *ctx, const char *why) {
   browser_slot *s = ctx;
   pthread_mutex_lock(&s->srv->lock);
-  if (s->wsi && s->conn == s->bound) {
+  if (attached(s)) {
     s->kick = 1;
     snprintf(s->kick_why, sizeof s->kick_why, "%s", why);
   }
@@ -348,7 +401,7 @@ static void tab_drop(void *ctx, const char *why) {
   wake(s->srv);
 }
 
-static const weft_net_transport TAB_TRANSPORT = {tab_exchange, tab_drop};
+static const weft_net_transport TAB_TRANSPORT = {tab_send, tab_recv, tab_drop};
 
 /* ------------------------------------------------------------------------------------------- the lane */
 
@@ -382,8 +435,8 @@ static void server_destroy(browser_server *srv) {
   /* Closes the tabs still attached; their close callbacks run here, on this thread. */
   if (srv->ctx) lws_context_destroy(srv->ctx);
   for (size_t i = 0; i < srv->nslots; i++) {
-    free(srv->slots[i].in);
-    free(srv->slots[i].frag);
+    slot_clear(&srv->slots[i]);
+    free(srv->slots[i].cur);
     pthread_cond_destroy(&srv->slots[i].cond);
   }
   free(srv->slots);
@@ -508,6 +561,7 @@ static const weft_lane_vtable BROWSER_VTABLE = {
     .download = weft_net_client_download,
     .supports = browser_supports,
     .run = weft_net_client_run,
+    .sync = weft_net_client_sync,
     .revive = browser_revive,
 };
 
@@ -678,8 +732,6 @@ weft_status weft_browser_probe(const weft_probe_args *args, const weft_lane_sink
     pthread_cond_init(&s->cond, &ca);
     pthread_condattr_destroy(&ca);
     srv->nslots++;
-    s->frag = malloc(LWS_PRE + FRAG_BYTES);
-    if (!s->frag) st = WEFT_ERR_OUT_OF_MEMORY;
   }
   if (!st) {
     /* lws is chatty on stderr by default; errors are what a person needs from a library. */
@@ -704,6 +756,9 @@ weft_status weft_browser_probe(const weft_probe_args *args, const weft_lane_sink
     s->client.tp_ctx = s;
     s->client.host = args->host;
     s->client.name = s->name;
+    /* Ops stream to the tab like a GPU queue: the caller goes on while the tab computes, and several tabs
+     * compute at once. */
+    s->client.pipeline = 1;
     set_waiting(s);
   }
   for (long i = 0; i < slots; i++) sink->add_lane(sink->ctx, &BROWSER_VTABLE, &srv->slots[i]);
