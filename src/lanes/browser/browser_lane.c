@@ -198,7 +198,7 @@ static int tab_receive(browser_server *srv, struct lws *wsi, tab_session *ts, co
   else if (len > s->in_max - have) bad = "a reply larger than any request allows";
   if (!bad && (!s->in || have + len > s->in->cap)) {
     size_t cap = s->in ? s->in->cap : 0;
-    cap = cap ? cap : 4096;
+    cap = cap ? cap : 256;
     while (cap < have + len) cap *= 2;
     frame *f = realloc(s->in, sizeof *f + LWS_PRE + cap);
     if (!f) bad = "out of memory for its reply";
