@@ -35,6 +35,15 @@ typedef struct weft_cost_state {
 #define WEFT_XFER_STAGED 0
 #define WEFT_XFER_PINNED 1
 
+/* A batched matmul's signature that was planned and not worth splitting (split.c), with the route epoch
+ * it was planned in. Compared bytewise: built from a zeroed struct. */
+typedef struct weft_split_memo {
+  int64_t batch, m, n, k;
+  int contract, trans_a, trans_b, b_batched;
+  uint64_t where_a, where_b;
+  uint64_t epoch;
+} weft_split_memo;
+
 /* One lane in the fabric: the vtable it registered, its state, what it said about itself, its cost model. */
 typedef struct weft_lane_slot {
   weft_lane_vtable vt; /* copied, with slots beyond the lane's own size zeroed */
@@ -82,6 +91,8 @@ struct weft_fabric {
   double busy_max;                /* the latest busy_until of any lane: one compare tells "all idle" */
   double revive_at;               /* the earliest retry_at of a down, revivable lane; INFINITY when none */
   int lost;                       /* some tensor's value went down with its lane: recover before writes */
+  weft_split_memo split_memo;
+  int split_memo_valid;
   unsigned split_probe;           /* splits passed over on the strength of split_refine alone (split.c) */
   int recovering;                 /* weft_fabric_recover_all is running (its replays must not re-enter it) */
   struct weft_hostq *hostq;       /* host lanes' queue (hostq.c); started by the first op that is queued */

@@ -131,9 +131,11 @@ static weft_status sweep_matmul(weft_fabric *f, int lane, weft_contract contract
         s.secs[s.n++] = t;
         weft_note(f, 0, "calibrate %s: matmul %s n=%lld  %.3f ms  (%.2f GFLOP/s)", slot->desc.name,
                   weft_contract_str(contract), (long long)n, t * 1e3, s.work[s.n - 1] / t * 1e-9);
-        /* stop when the next point (8x the work) would overrun the budget */
+        /* stop when the next point (8x the work) would overrun the budget; points under a millisecond
+         * are cheap enough to take anyway, and a GPU's large sizes are where its throughput shows (two
+         * identical GPUs measured only on small sizes can differ by a fifth, and a split follows that) */
         double left = s.deadline - weft_monotonic_seconds(NULL);
-        if (t * 8 * 4 > left && s.n >= 3) i = sizeof sizes / sizeof sizes[0];
+        if (t * 8 * 4 > left && s.n >= 3 && t > 1e-3) i = sizeof sizes / sizeof sizes[0];
       }
     }
     weft_tensor_destroy(m.a), weft_tensor_destroy(m.b), weft_tensor_destroy(m.c);

@@ -84,6 +84,12 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   *out_done = 0;
   const int64_t B = op->batch;
   if (B < 2 || f->in_scope || f->calibrating || !a->host_valid || !b->host_valid || f->nlanes > 64) return WEFT_OK;
+  /* The same shape, with every lane idle and nothing in the models changed, was planned before and not
+   * worth splitting on any count: that holds without planning again (a few microseconds on tiny ops). */
+  weft_split_memo key = {B, op->m, op->n, op->k, (int)op->contract, op->trans_a, op->trans_b, op->b_batched,
+                         a->where, b->where, f->route_epoch};
+  const int idle = f->busy_max <= weft_fabric_now(f);
+  if (idle && f->split_memo_valid && memcmp(&key, &f->split_memo, sizeof key) == 0) return WEFT_OK;
   int eligible = 0;
   for (size_t i = 0; i < f->nlanes; i++) eligible += weft_route_lane_can_run(f, (int)i, op, NULL);
   if (eligible < 2) return WEFT_OK;
@@ -141,8 +147,9 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   if (used < 2 || makespan > 0.9 * single_t) {
     /* A plan that loses only by what earlier splits measured is tried again now and then: the lanes may
      * have changed since (memory registered, a cache warmed), and only a run shows it. */
-    int probe = used >= 2 && makespan / refine <= 0.9 * single_t && ++f->split_probe % 16 == 0;
-    if (!probe) return WEFT_OK; /* one lane it is: the caller's dispatch runs it */
+    int blocked_by_refine = used >= 2 && makespan / refine <= 0.9 * single_t;
+    if (!blocked_by_refine && idle) f->split_memo = key, f->split_memo_valid = 1;
+    if (!blocked_by_refine || ++f->split_probe % 16 != 0) return WEFT_OK; /* one lane: the caller's dispatch */
   }
 
   /* Pass 3: run the shares. Device lanes first, each on its own slice tensors, started at once. The shares

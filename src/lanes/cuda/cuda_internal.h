@@ -49,6 +49,7 @@ typedef struct weft_cu_buf {
 typedef struct weft_cu_reg {
   unsigned char *ptr;
   size_t bytes;
+  int owned; /* this device pinned it (another GPU's lane may have, first): unpin it when done */
 } weft_cu_reg;
 
 /* cuBLAS strided-batched gemm, column-major as cuBLAS sees it. */

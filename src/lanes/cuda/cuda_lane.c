@@ -464,10 +464,14 @@ static weft_status lane_host_register(void *self, void *ptr, size_t bytes) {
   if (st != WEFT_OK) return st;
   if (reg_covers(d, ptr, bytes)) return WEFT_OK; /* the other lane of this GPU took it already */
   if (d->nregs == WEFT_CU_REGS) return WEFT_ERR_UNSUPPORTED;
-  CUresult r = d->cu->cuMemHostRegister(ptr, bytes, 0);
-  if (r != CUDA_SUCCESS) return WEFT_ERR_UNSUPPORTED; /* e.g. memory the driver cannot pin: stage it */
+  /* portable: pinned for every context, so each GPU of the process moves it directly */
+  CUresult r = d->cu->cuMemHostRegister(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE);
+  int owned = r == CUDA_SUCCESS;
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
+    return WEFT_ERR_UNSUPPORTED; /* e.g. memory the driver cannot pin: stage it */
   d->regs[d->nregs].ptr = ptr;
   d->regs[d->nregs].bytes = bytes;
+  d->regs[d->nregs].owned = owned;
   d->nregs++;
   return WEFT_OK;
 }
@@ -481,7 +485,7 @@ static void lane_host_unregister(void *self, void *ptr, size_t bytes) {
     /* transfers may still use it; a failed device has nothing left to wait for */
     if (!d->failed && weft_cu_enter(d) == WEFT_OK) {
       if (weft_cu_flush(d) == WEFT_OK) weft_cu_sync_all(d);
-      d->cu->cuMemHostUnregister(ptr);
+      if (d->regs[i].owned) d->cu->cuMemHostUnregister(ptr);
     }
     if (d->wb_owner && d->wb_owner->wb_dst == ptr) wb_drop(d, d->wb_owner);
     d->regs[i] = d->regs[--d->nregs];
