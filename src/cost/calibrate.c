@@ -173,93 +173,71 @@ static weft_status sweep_elementwise(weft_fabric *f, int lane, double budget) {
   return st;
 }
 
-/* Transfers from and to memory registered with the lane (host_register), the way a tensor's host copy
- * moves once it has crossed twice. A lane that registers nothing moves it like any other. */
-static weft_status sweep_pinned(weft_fabric *f, int lane) {
-  static const size_t bytes[] = {1u << 20, 8u << 20, 32u << 20};
+/* One transfer size through the lane's own vtable: upload then sync, and download (which waits by
+ * contract), five times; adds the medians to `up` and `down` (the first repeat pays first-touch costs and
+ * is dropped). `registered`: the host memory is offered to the lane first, as a tensor's is once it has
+ * crossed twice; a lane that declines it leaves the sweep as it was and *out_declined set. */
+static weft_status time_transfer(weft_fabric *f, int lane, size_t bytes, int registered, sweep *up, sweep *down,
+                                 int *out_declined) {
   weft_lane_slot *slot = &f->lanes[lane];
-  /* indexed directly: weft_cost_state_of folds every class but matmul onto its first slot */
-  weft_cost_state *up_st = &slot->cost[WEFT_COST_UPLOAD][WEFT_XFER_PINNED];
-  weft_cost_state *down_st = &slot->cost[WEFT_COST_DOWNLOAD][WEFT_XFER_PINNED];
-  *up_st = slot->cost[WEFT_COST_UPLOAD][WEFT_XFER_STAGED];
-  *down_st = slot->cost[WEFT_COST_DOWNLOAD][WEFT_XFER_STAGED];
-  if (!slot->vt.host_register || !slot->vt.host_unregister) return WEFT_OK;
-  sweep up = {.n = 0}, down = {.n = 0};
-  weft_status st = WEFT_OK;
-  for (size_t i = 0; i < sizeof bytes / sizeof bytes[0] && st == WEFT_OK; i++) {
-    float *host = aligned_alloc(4096, bytes[i]);
-    weft_buffer *buf = NULL;
-    if (!host) return WEFT_ERR_OUT_OF_MEMORY;
-    fill(host, bytes[i] / sizeof(float), 5);
-    if (slot->vt.host_register(slot->self, host, bytes[i]) != WEFT_OK) {
-      free(host);
-      return WEFT_OK; /* it keeps the staged line */
-    }
-    st = slot->vt.buffer_alloc(slot->self, bytes[i], &buf);
-    double tu[5], td[5];
-    int reps = 0;
-    for (; st == WEFT_OK && reps < 5; reps++) {
-      double t0 = weft_monotonic_seconds(NULL);
-      st = slot->vt.upload(slot->self, buf, 0, host, bytes[i]);
-      if (st == WEFT_OK && slot->vt.sync) st = slot->vt.sync(slot->self);
-      double t1 = weft_monotonic_seconds(NULL);
-      if (st == WEFT_OK) st = slot->vt.download(slot->self, buf, 0, host, bytes[i]);
-      double t2 = weft_monotonic_seconds(NULL);
-      tu[reps] = t1 - t0, td[reps] = t2 - t1;
-    }
-    if (buf) slot->vt.buffer_free(slot->self, buf);
-    slot->vt.host_unregister(slot->self, host, bytes[i]);
+  float *host = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
+  weft_buffer *buf = NULL;
+  if (!host) return WEFT_ERR_OUT_OF_MEMORY;
+  fill(host, bytes / sizeof(float), registered ? 5 : 3);
+  if (registered && slot->vt.host_register(slot->self, host, bytes) != WEFT_OK) {
     free(host);
-    if (st != WEFT_OK) break;
-    up.work[up.n] = down.work[down.n] = (double)bytes[i];
-    up.secs[up.n++] = median(tu + 1, reps - 1);
-    down.secs[down.n++] = median(td + 1, reps - 1);
-    weft_note(f, 0, "calibrate %s: registered transfer %zu KiB  up %.3f ms  down %.3f ms", slot->desc.name,
-              bytes[i] >> 10, up.secs[up.n - 1] * 1e3, down.secs[down.n - 1] * 1e3);
+    *out_declined = 1;
+    return WEFT_OK;
   }
-  if (up.n >= 2) set_line(up_st, &up);
-  if (down.n >= 2) set_line(down_st, &down);
-  return st;
+  weft_status st = slot->vt.buffer_alloc(slot->self, bytes, &buf);
+  double tu[5], td[5];
+  int reps = 0;
+  for (; st == WEFT_OK && reps < 5; reps++) {
+    double t0 = weft_monotonic_seconds(NULL);
+    st = slot->vt.upload(slot->self, buf, 0, host, bytes);
+    if (st == WEFT_OK && slot->vt.sync) st = slot->vt.sync(slot->self);
+    double t1 = weft_monotonic_seconds(NULL);
+    if (st == WEFT_OK) st = slot->vt.download(slot->self, buf, 0, host, bytes);
+    double t2 = weft_monotonic_seconds(NULL);
+    tu[reps] = t1 - t0, td[reps] = t2 - t1;
+  }
+  if (buf) slot->vt.buffer_free(slot->self, buf);
+  if (registered) slot->vt.host_unregister(slot->self, host, bytes);
+  free(host);
+  if (st != WEFT_OK) return st;
+  up->work[up->n] = down->work[down->n] = (double)bytes;
+  up->secs[up->n++] = median(tu + 1, reps - 1);
+  down->secs[down->n++] = median(td + 1, reps - 1);
+  weft_note(f, 0, "calibrate %s: %stransfer %zu KiB  up %.3f ms  down %.3f ms", slot->desc.name,
+            registered ? "registered " : "", bytes >> 10, up->secs[up->n - 1] * 1e3, down->secs[down->n - 1] * 1e3);
+  return WEFT_OK;
 }
 
-/* Transfers through the lane's own vtable: upload then sync, and download (which waits by contract). */
+/* Transfers of pageable host memory (through the lane's staging), then of memory registered with the lane,
+ * which may move straight over the bus: each kind has its own lines. A lane that registers nothing moves
+ * registered memory like any other. */
 static weft_status sweep_transfers(weft_fabric *f, int lane, double budget) {
   static const size_t bytes[] = {4096, 65536, 1u << 20, 8u << 20, 32u << 20};
   weft_lane_slot *slot = &f->lanes[lane];
   sweep up = {.n = 0}, down = {.n = 0};
   double deadline = weft_monotonic_seconds(NULL) + budget;
   weft_status st = WEFT_OK;
+  int declined = 0;
   for (size_t i = 0; i < sizeof bytes / sizeof bytes[0] && st == WEFT_OK; i++) {
-    float *host = malloc(bytes[i]);
-    weft_buffer *buf = NULL;
-    if (!host) return WEFT_ERR_OUT_OF_MEMORY;
-    fill(host, bytes[i] / sizeof(float), 3);
-    st = slot->vt.buffer_alloc(slot->self, bytes[i], &buf);
-    double tu[5], td[5];
-    int reps = 0;
-    for (; st == WEFT_OK && reps < 5; reps++) {
-      double t0 = weft_monotonic_seconds(NULL);
-      st = slot->vt.upload(slot->self, buf, 0, host, bytes[i]);
-      if (st == WEFT_OK && slot->vt.sync) st = slot->vt.sync(slot->self);
-      double t1 = weft_monotonic_seconds(NULL);
-      if (st == WEFT_OK) st = slot->vt.download(slot->self, buf, 0, host, bytes[i]);
-      double t2 = weft_monotonic_seconds(NULL);
-      tu[reps] = t1 - t0, td[reps] = t2 - t1;
-    }
-    if (buf) slot->vt.buffer_free(slot->self, buf);
-    free(host);
-    if (st != WEFT_OK) break;
-    /* the first repeat pays first-touch costs: drop it */
-    up.work[up.n] = down.work[down.n] = (double)bytes[i];
-    up.secs[up.n++] = median(tu + 1, reps - 1);
-    down.secs[down.n++] = median(td + 1, reps - 1);
-    weft_note(f, 0, "calibrate %s: transfer %zu KiB  up %.3f ms  down %.3f ms", slot->desc.name, bytes[i] >> 10,
-              up.secs[up.n - 1] * 1e3, down.secs[down.n - 1] * 1e3);
+    st = time_transfer(f, lane, bytes[i], 0, &up, &down, &declined);
     if (weft_monotonic_seconds(NULL) > deadline && up.n >= 3) break;
   }
+  /* indexed directly: weft_cost_state_of folds every class but matmul onto its first slot */
   if (up.n >= 2) set_line(&slot->cost[WEFT_COST_UPLOAD][WEFT_XFER_STAGED], &up);
   if (down.n >= 2) set_line(&slot->cost[WEFT_COST_DOWNLOAD][WEFT_XFER_STAGED], &down);
-  if (st == WEFT_OK) st = sweep_pinned(f, lane);
+  slot->cost[WEFT_COST_UPLOAD][WEFT_XFER_PINNED] = slot->cost[WEFT_COST_UPLOAD][WEFT_XFER_STAGED];
+  slot->cost[WEFT_COST_DOWNLOAD][WEFT_XFER_PINNED] = slot->cost[WEFT_COST_DOWNLOAD][WEFT_XFER_STAGED];
+  if (st != WEFT_OK || !slot->vt.host_register || !slot->vt.host_unregister) return st;
+  sweep rup = {.n = 0}, rdown = {.n = 0};
+  for (size_t i = 2; i < sizeof bytes / sizeof bytes[0] && st == WEFT_OK && !declined; i++)
+    st = time_transfer(f, lane, bytes[i], 1, &rup, &rdown, &declined);
+  if (rup.n >= 2) set_line(&slot->cost[WEFT_COST_UPLOAD][WEFT_XFER_PINNED], &rup);
+  if (rdown.n >= 2) set_line(&slot->cost[WEFT_COST_DOWNLOAD][WEFT_XFER_PINNED], &rdown);
   return st;
 }
 
