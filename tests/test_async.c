@@ -35,25 +35,6 @@ static void fk_describe(void *self, weft_lane_desc *out) {
   out->flags = l->flags;
 }
 static void fk_destroy(void *self) { free(self); }
-static weft_status fk_alloc(void *self, size_t bytes, weft_buffer **out) {
-  (void)self;
-  *out = calloc(1, bytes);
-  return *out ? WEFT_OK : WEFT_ERR_OUT_OF_MEMORY;
-}
-static void fk_free(void *self, weft_buffer *b) {
-  (void)self;
-  free(b);
-}
-static weft_status fk_up(void *self, weft_buffer *b, size_t off, const void *src, size_t n) {
-  (void)self;
-  memcpy((char *)b + off, src, n);
-  return WEFT_OK;
-}
-static weft_status fk_down(void *self, weft_buffer *b, size_t off, void *dst, size_t n) {
-  (void)self;
-  memcpy(dst, (char *)b + off, n);
-  return WEFT_OK;
-}
 static weft_status fk_run(void *self, const weft_op *op) {
   fake *l = self;
   l->last_out_host = op->out_host[0];
@@ -81,14 +62,14 @@ static weft_status fk_sync(void *self) {
 }
 static const weft_lane_vtable REG_VT = {
     .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = fk_describe,
-    .destroy = fk_destroy, .buffer_alloc = fk_alloc, .buffer_free = fk_free, .upload = fk_up,
-    .download = fk_down, .run = fk_run, .sync = fk_sync, .host_register = fk_register,
-    .host_unregister = fk_unregister,
+    .destroy = fk_destroy, .buffer_alloc = tu_fake_alloc, .buffer_free = tu_fake_free,
+    .upload = tu_fake_upload, .download = tu_fake_download, .run = fk_run, .sync = fk_sync,
+    .host_register = fk_register, .host_unregister = fk_unregister,
 };
 static const weft_lane_vtable FAKE_VT = {
     .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = fk_describe,
-    .destroy = fk_destroy, .buffer_alloc = fk_alloc, .buffer_free = fk_free, .upload = fk_up,
-    .download = fk_down, .run = fk_run,
+    .destroy = fk_destroy, .buffer_alloc = tu_fake_alloc, .buffer_free = tu_fake_free,
+    .upload = tu_fake_upload, .download = tu_fake_download, .run = fk_run,
 };
 
 static fake *add_fake_vt(weft_fabric *f, const weft_lane_vtable *vt, const char *name, uint32_t flags, int gate,

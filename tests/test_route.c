@@ -9,6 +9,7 @@
 
 #include "core/reference.h"
 #include "core/testing.h"
+#include "tutil.h"
 #include "weft.h"
 
 static int failures = 0, checks = 0;
@@ -43,25 +44,6 @@ static void fk_describe(void *self, weft_lane_desc *out) {
   out->contracts = l->contracts;
 }
 static void fk_destroy(void *self) { free(self); }
-static weft_status fk_alloc(void *self, size_t bytes, weft_buffer **out) {
-  (void)self;
-  *out = calloc(1, bytes);
-  return *out ? WEFT_OK : WEFT_ERR_OUT_OF_MEMORY;
-}
-static void fk_free(void *self, weft_buffer *b) {
-  (void)self;
-  free(b);
-}
-static weft_status fk_up(void *self, weft_buffer *b, size_t off, const void *src, size_t n) {
-  (void)self;
-  memcpy((char *)b + off, src, n);
-  return WEFT_OK;
-}
-static weft_status fk_down(void *self, weft_buffer *b, size_t off, void *dst, size_t n) {
-  (void)self;
-  memcpy(dst, (char *)b + off, n);
-  return WEFT_OK;
-}
 static weft_status fk_run(void *self, const weft_op *op) {
   fake *l = self;
   if (++l->runs == l->fail_at) return WEFT_ERR_LANE_FAILED;
@@ -70,8 +52,8 @@ static weft_status fk_run(void *self, const weft_op *op) {
 }
 static const weft_lane_vtable FAKE_VT = {
     .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = fk_describe,
-    .destroy = fk_destroy, .buffer_alloc = fk_alloc, .buffer_free = fk_free, .upload = fk_up,
-    .download = fk_down, .run = fk_run,
+    .destroy = fk_destroy, .buffer_alloc = tu_fake_alloc, .buffer_free = tu_fake_free,
+    .upload = tu_fake_upload, .download = tu_fake_download, .run = fk_run,
 };
 
 static fake *add_fake(weft_fabric *f, const char *name, weft_contract_mask contracts, size_t *out_index) {
@@ -292,7 +274,7 @@ static void test_cache(void) {
   weft_fabric_close(f);
   /* another weft version's cache is not trusted */
   fp = fopen(path, "w");
-  fputs("{\"format\": 2, \"weft_version\": \"0.0.1\", \"lanes\": []}", fp);
+  fputs("{\"format\": 3, \"weft_version\": \"0.0.1\", \"lanes\": []}", fp);
   fclose(fp);
   CHECK(weft_fabric_open(&d, &f) == WEFT_OK, "open over a foreign-version cache");
   weft_fabric_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, &line);

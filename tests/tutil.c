@@ -95,3 +95,26 @@ int tu_finish(const char *name, double start) {
   printf("%s: %ld checks, %ld failed (%.2f s)\n", name, tu_checks, tu_failures, tu_now() - start);
   return tu_failures ? 1 : 0;
 }
+
+weft_status tu_fake_alloc(void *self, size_t bytes, void **out_buffer) {
+  (void)self;
+  *out_buffer = calloc(1, bytes);
+  return *out_buffer ? WEFT_OK : WEFT_ERR_OUT_OF_MEMORY;
+}
+
+void tu_fake_free(void *self, void *buffer) {
+  (void)self;
+  free(buffer);
+}
+
+weft_status tu_fake_upload(void *self, void *buffer, size_t offset, const void *src, size_t bytes) {
+  (void)self;
+  memcpy((char *)buffer + offset, src, bytes);
+  return WEFT_OK;
+}
+
+weft_status tu_fake_download(void *self, void *buffer, size_t offset, void *dst, size_t bytes) {
+  (void)self;
+  memcpy(dst, (const char *)buffer + offset, bytes);
+  return WEFT_OK;
+}

@@ -61,6 +61,13 @@ weft_status tu_open(const char *lanes, weft_fabric **out_fabric);
 int tu_contains(const char *haystack, const char *needle);
 /* Seconds on a monotonic clock. */
 double tu_now(void);
+/* Buffer slots for fake device lanes whose buffers are plain host memory (calloc), for tests that drive
+ * the core with lanes of their own (weft_testing_add_lane). */
+weft_status tu_fake_alloc(void *self, size_t bytes, void **out_buffer);
+void tu_fake_free(void *self, void *buffer);
+weft_status tu_fake_upload(void *self, void *buffer, size_t offset, const void *src, size_t bytes);
+weft_status tu_fake_download(void *self, void *buffer, size_t offset, void *dst, size_t bytes);
+
 /* Prints "<name>: N checks, M failed (S s)" and returns the process exit code (0 when nothing failed). */
 int tu_finish(const char *name, double start);
 
