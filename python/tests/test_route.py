@@ -12,7 +12,7 @@ f32 = np.float32
 
 def test_devices_lists_present_and_absent_lanes():
     rows = weft.devices()
-    keys = {"name", "kind", "device", "driver", "details", "contracts", "failed", "present", "reason"}
+    keys = {"name", "kind", "device", "driver", "details", "contracts", "failed", "revivable", "present", "reason"}
     assert rows and all(set(r) == keys for r in rows)
     present = [r for r in rows if r["present"]]
     assert any(r["kind"] == "cpu" for r in present)
@@ -28,6 +28,8 @@ def test_devices_lists_present_and_absent_lanes():
 
 def test_fabric_lanes_and_version(fabric):
     assert "cpu" in fabric.lanes and fabric.lane_index("cpu") == fabric.lanes.index("cpu")
+    # nothing is down: every lane is up, asked or not
+    assert fabric.revive() == len(fabric.lanes)
     assert weft.library_version.count(".") == 2 and weft.library_path
 
 

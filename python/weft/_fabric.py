@@ -705,12 +705,22 @@ class Fabric:
             if st:
                 raise self._error(st)
 
+    def revive(self):
+        """Asks every down lane that can come back (a restarted worker, a browser tab that attached) whether it
+        is up, now rather than at its next backoff. Returns the number of lanes up."""
+        with self._lock:
+            up = ctypes.c_size_t()
+            st = lib.weft_fabric_revive(self._open_ptr(), ctypes.byref(up))
+            if st:
+                raise self._error(st)
+            return up.value
+
     # ------------------------------------------------------------------------------------ lanes
 
     def devices(self):
         """Every lane of the fabric (present=True) and every lane looked for and absent (present=False, with
-        the reason), as dicts with the keys name, kind, device, driver, details, contracts, failed, present,
-        reason."""
+        the reason), as dicts with the keys name, kind, device, driver, details, contracts, failed (the lane is
+        down), revivable (a down lane may come back), present, reason."""
         with self._lock:
             p = self._open_ptr()
             rows = []
@@ -722,15 +732,15 @@ class Fabric:
                 rows.append({
                     "name": _lib.text(info.name), "kind": _lib.text(info.kind), "device": _lib.text(info.device),
                     "driver": _lib.text(info.driver), "details": _lib.text(info.details),
-                    "contracts": _contract_names(info.contracts), "failed": bool(info.failed), "present": True,
-                    "reason": "",
+                    "contracts": _contract_names(info.contracts), "failed": bool(info.failed),
+                    "revivable": bool(info.revivable), "present": True, "reason": "",
                 })
             name, reason = ctypes.c_char_p(), ctypes.c_char_p()
             for i in range(lib.weft_fabric_absent_count(p)):
                 if lib.weft_fabric_absent_info(p, i, ctypes.byref(name), ctypes.byref(reason)) == 0:
                     n = _lib.text(name.value)
                     rows.append({"name": n, "kind": n.split(":")[0], "device": "", "driver": "", "details": "",
-                                 "contracts": [], "failed": False, "present": False,
+                                 "contracts": [], "failed": False, "revivable": False, "present": False,
                                  "reason": _lib.text(reason.value)})
             return rows
 

@@ -154,6 +154,7 @@ _PROTOTYPES = {
     "weft_scope_begin": (_S, [_P]),
     "weft_scope_end": (_S, [_P]),
     "weft_fabric_sync": (_S, [_P]),
+    "weft_fabric_revive": (_S, [_P, ctypes.POINTER(_Z)]),
     "weft_fabric_cost_model": (_S, [_P, _Z, _I, _I, ctypes.POINTER(CostLine)]),
     "weft_fabric_set_cost_model": (_S, [_P, _Z, _I, _I, ctypes.c_double, ctypes.c_double]),
     "weft_fabric_calibrate": (_S, [_P]),
