@@ -5,7 +5,9 @@ if(NOT OpenSSL_FOUND)
   message(STATUS "weft: remote lanes left out: libcrypto not found (Debian: libssl-dev)")
   return()
 endif()
-target_sources(weft_obj PRIVATE ${CMAKE_CURRENT_LIST_DIR}/remote_lane.c ${CMAKE_CURRENT_LIST_DIR}/../../net/protocol.c)
+# client.c is the protocol's client half, shared with browser lanes (src/lanes/browser).
+target_sources(weft_obj PRIVATE ${CMAKE_CURRENT_LIST_DIR}/remote_lane.c ${CMAKE_CURRENT_LIST_DIR}/../../net/protocol.c
+                                ${CMAKE_CURRENT_LIST_DIR}/../../net/client.c)
 target_compile_definitions(weft_obj PRIVATE WEFT_HAVE_REMOTE)
 target_link_libraries(weft_obj PUBLIC OpenSSL::Crypto)
 target_link_libraries(weft PUBLIC OpenSSL::Crypto)
