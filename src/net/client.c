@@ -15,6 +15,12 @@ typedef struct client_buffer {
   uint32_t session;
 } client_buffer;
 
+int weft_net_client_timeout_ms(void) {
+  const char *e = getenv("WEFT_REMOTE_TIMEOUT_MS");
+  long v = e ? strtol(e, NULL, 10) : 0;
+  return v > 0 && v < 3600000 ? (int)v : 30000;
+}
+
 void weft_net_client_begin(weft_net_client *c) {
   c->next_id = 1;
   c->session++;

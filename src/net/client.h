@@ -65,6 +65,8 @@ typedef struct weft_net_hello {
   uint64_t max_resident;
 } weft_net_hello;
 
+/* How long a lane waits for a reply: WEFT_REMOTE_TIMEOUT_MS, default 30000 (remote and browser lanes). */
+int weft_net_client_timeout_ms(void);
 /* Starts a new session on a fresh connection: next request id 1, a new session number, up. */
 void weft_net_client_begin(weft_net_client *c);
 /* One request and its reply. A reply with a non-zero status is that status, with the peer's message

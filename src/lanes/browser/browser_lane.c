@@ -114,12 +114,6 @@ typedef struct tab_session {
   uint32_t conn;
 } tab_session;
 
-static int env_timeout_ms(void) {
-  const char *e = getenv("WEFT_REMOTE_TIMEOUT_MS");
-  long v = e ? strtol(e, NULL, 10) : 0;
-  return v > 0 && v < 3600000 ? (int)v : 30000;
-}
-
 /* ------------------------------------------------------------------------------- the service thread */
 
 /* The reason travels in the close frame, which holds at most 123 bytes of it. */
@@ -678,7 +672,7 @@ weft_status weft_browser_probe(const weft_probe_args *args, const weft_lane_sink
   browser_server *srv = calloc(1, sizeof *srv);
   if (!srv) return WEFT_ERR_OUT_OF_MEMORY;
   pthread_mutex_init(&srv->lock, NULL);
-  srv->timeout_ms = env_timeout_ms();
+  srv->timeout_ms = weft_net_client_timeout_ms();
   int loopback = 0;
   weft_status st = WEFT_OK;
   if (!resolve(host, srv->host, sizeof srv->host, &loopback, why, sizeof why)) st = WEFT_ERR_INVALID_ARGUMENT;

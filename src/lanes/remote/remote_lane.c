@@ -34,12 +34,6 @@ typedef struct remote_lane {
   size_t max_reply; /* the largest reply the last request may get */
 } remote_lane;
 
-static int timeout_ms(void) {
-  const char *e = getenv("WEFT_REMOTE_TIMEOUT_MS");
-  long v = e ? strtol(e, NULL, 10) : 0;
-  return v > 0 && v < 3600000 ? (int)v : 30000;
-}
-
 /* ---------------------------------------------------------------------------------- the TCP transport */
 
 /* Header, payload and tail in one sendmsg where the kernel takes them whole: a small request is one
@@ -262,7 +256,7 @@ static remote_lane *lane_open(const weft_probe_args *args, const char *addr, cha
   l->client.tp_ctx = l;
   l->client.host = args->host;
   l->client.name = l->name;
-  l->timeout_ms = timeout_ms();
+  l->timeout_ms = weft_net_client_timeout_ms();
   snprintf(l->addr, sizeof l->addr, "%s", addr);
   snprintf(l->name, sizeof l->name, "remote:%s", addr);
   l->fd = dial(addr, l->timeout_ms);
