@@ -636,6 +636,42 @@ static void check_tls(const char *node, const char *driver_js) {
   setenv("WEFT_BROWSER_SLOTS", "2", 1);
 }
 
+/* A browser without WebGPU: the tab says so in its device, and computes every op in JavaScript with the
+ * CPU lane's bits. */
+static void check_no_webgpu(const char *node, const char *driver_js) {
+  setenv("WEFT_BROWSER_SLOTS", "1", 1);
+  weft_fabric_desc desc = tu_desc();
+  desc.lanes = "cpu,browser";
+  desc.browser = "127.0.0.1:0";
+  weft_fabric *f = NULL;
+  size_t tab = 0, cpu = 0;
+  if (weft_fabric_open(&desc, &f) || weft_fabric_lane_find(f, "browser:0", &tab) ||
+      weft_fabric_lane_find(f, "cpu", &cpu)) {
+    TU_CHECK(0, "a fabric for the tab without WebGPU opens");
+    weft_fabric_close(f);
+    return;
+  }
+  char url[300];
+  lane_url(f, tab, url, sizeof url, NULL);
+  driver d;
+  char line[512] = "";
+  char *argv[] = {(char *)node, (char *)driver_js, "--url", url, "--no-webgpu", NULL};
+  if (driver_spawn(&d, argv) && driver_line(&d, line, sizeof line) && strncmp(line, "ready", 5) == 0 &&
+      wait_up(f, tab, 30)) {
+    weft_lane_info li;
+    weft_fabric_lane_info(f, tab, &li);
+    printf("tab without WebGPU: %s\n", li.device);
+    TU_CHECK(tu_contains(li.device, "JavaScript") && tu_contains(li.device, "no WebGPU"),
+             "the tab says it has no WebGPU (%s)", li.device);
+    check_ops(f, (int)tab, (int)cpu);
+  } else {
+    TU_CHECK(0, "the worker page without WebGPU came up (%s)", line);
+  }
+  driver_stop(&d);
+  weft_fabric_close(f);
+  setenv("WEFT_BROWSER_SLOTS", "2", 1);
+}
+
 int main(int argc, char **argv) {
   double start = tu_now();
   if (argc < 5) {
@@ -761,5 +797,6 @@ int main(int argc, char **argv) {
   weft_fabric_close(f);
   if (have_fakes) check_secret(node, driver_js, fk);
   check_tls(node, driver_js);
+  check_no_webgpu(node, driver_js);
   return tu_finish("browser_lane", start);
 }

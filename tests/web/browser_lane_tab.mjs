@@ -3,7 +3,8 @@
 // commands on stdin, one per line, answering each on stdout:
 //
 //   node browser_lane_tab.mjs --url http://127.0.0.1:PORT/worker/ [--chromium PATH] [--insecure]
-//   (--insecure: accept the server's self-signed certificate, for a test fabric serving https)
+//   (--insecure: accept the server's self-signed certificate, for a test fabric serving https;
+//    --no-webgpu: a browser without WebGPU, whose tab computes in JavaScript)
 //   -> "ready <device>"  once the page is connected and serving (or "SKIP <why>" and exit 77)
 //   close [ms]           closes the page after ms milliseconds (default 0)      -> "closed"
 //   open                 opens the worker page again in a new tab               -> "ready <device>"
@@ -38,9 +39,10 @@ try {
   process.exit(SKIP);
 }
 
+const webgpu = process.argv.includes('--no-webgpu') ? ['--disable-features=WebGPU'] : ['--enable-unsafe-webgpu'];
 const browser = await chromium.launch({
   executablePath: chromiumPath,
-  args: ['--headless', '--no-sandbox', '--enable-unsafe-webgpu', '--disable-background-networking',
+  args: ['--headless', '--no-sandbox', ...webgpu, '--disable-background-networking',
     '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
 });
 const context = await browser.newContext({ ignoreHTTPSErrors: process.argv.includes('--insecure') });

@@ -215,8 +215,9 @@ function gpuCanBeExact(a, b, m, k, n) {
 
 // The canonical loop of src/core/reference.c in JavaScript: a product of two floats is exact in a double,
 // and a double sum of two floats rounded to float is the float sum (53 >= 2 * 24 + 2 bits), so each
-// Math.fround is the one rounding the contract asks for, subnormals, infinities and NaNs included.
-function matmulCanonical(a, b, m, k, n) {
+// Math.fround is the one rounding the contract asks for, subnormals, infinities and NaNs included. Exported
+// for the worker page, which needs it where there is no GPU at all.
+export function matmulCanonical(a, b, m, k, n) {
   const c = new Float32Array(m * n);
   const row = new Float32Array(n);
   for (let i = 0; i < m; i++) {

@@ -10,7 +10,7 @@
 // the page itself through startWorker() where module workers are missing. Started in a Worker, it waits for the page's message
 // {url, secret}; later {secret} messages replace the secret for the next connection; it posts its status.
 
-import { openGpu, matmulExact, noGpuReason } from '../gpu/gpu.js';
+import { openGpu, matmulExact, matmulCanonical, noGpuReason } from '../gpu/gpu.js';
 
 const MAGIC = 0x54464557;
 const VERSION = 1;
@@ -332,7 +332,7 @@ class Session {
         if (!(e instanceof RangeError)) refuse(S.LANE_FAILED, `WebGPU failed: ${e && e.message ? e.message : e}`);
       }
     }
-    return matmulJs(a, b, m, k, n);
+    return matmulCanonical(a, b, m, k, n);
   }
 }
 
@@ -342,18 +342,6 @@ function orient(x, trans, rows, cols) {
   const out = new Float32Array(rows * cols);
   for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) out[i * cols + j] = x[j * rows + i];
   return out;
-}
-
-function matmulJs(a, b, m, k, n) {
-  const c = new Float32Array(m * n);
-  for (let i = 0; i < m; i++) {
-    for (let j = 0; j < n; j++) {
-      let acc = 0;
-      for (let q = 0; q < k; q++) acc = f(acc + f(a[i * k + q] * b[q * n + j]));
-      c[i * n + j] = acc;
-    }
-  }
-  return c;
 }
 
 // The elementwise ops, in the canonical order of src/core/reference.c.
