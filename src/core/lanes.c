@@ -38,7 +38,8 @@ const weft_lane_provider weft_lane_providers[] = {
     {"browser", weft_browser_probe, NULL},
 #else
     {"browser", NULL,
-     "weft was built without browser lanes (no libwebsockets, Debian libwebsockets-dev, at build time)"},
+     "weft was built without browser lanes (no libwebsockets, Debian libwebsockets-dev, at build time, or "
+     "WEFT_BROWSER_LANES=OFF)"},
 #endif
     /* Last: plugin lanes are admitted after a self-test, and a built-in lane keeps its name. */
     {"plugin", weft_plugin_probe, NULL},

@@ -1,6 +1,11 @@
 # Browser lanes: tabs that open the worker page (web/worker/) join the fabric as browser:N over WebSocket.
 # libwebsockets (Debian: libwebsockets-dev) is the server; the wire protocol and its client come with the
 # remote lanes (libcrypto). Without either, the lanes are left out and `weft devices` says why.
+option(WEFT_BROWSER_LANES "Build browser lanes and weft serve's server when libwebsockets is found" ON)
+if(NOT WEFT_BROWSER_LANES)
+  message(STATUS "weft: browser lanes left out (WEFT_BROWSER_LANES=OFF)")
+  return()
+endif()
 find_package(PkgConfig)
 if(PkgConfig_FOUND)
   pkg_check_modules(LWS IMPORTED_TARGET libwebsockets)
