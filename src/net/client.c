@@ -246,23 +246,43 @@ void weft_net_client_buffer_free(void *self, weft_buffer *buffer) {
 /* Elements per frame, so a large tensor travels in frames under the peer's cap. */
 static size_t chunk_elems(const weft_net_client *c) { return (c->max_frame - 64) / 4; }
 
-weft_status weft_net_client_upload(void *self, weft_buffer *buffer, size_t offset, const void *src, size_t bytes) {
-  weft_net_client *c = self;
-  client_buffer *b = buffer;
+/* A transfer in frames under the peer's cap: checks the buffer belongs to this session and the range is in
+ * whole floats, then gives each frame's (handle, first element, count) header, element offset and count. */
+typedef struct chunked {
+  size_t first, count, per, done, n;
+  uint8_t pl[24];
+} chunked;
+
+static weft_status chunked_start(weft_net_client *c, client_buffer *b, size_t offset, size_t bytes, const char *what,
+                                 chunked *k) {
   weft_status st = check_session(c, b);
   if (st) return st;
   if (offset % 4 || bytes % 4)
-    return weft_lane_report(c->host, WEFT_ERR_INTERNAL, "%s: upload not in whole floats", c->name);
-  size_t first = offset / 4, count = bytes / 4, per = chunk_elems(c);
-  for (size_t done = 0; done < count;) {
-    size_t n = count - done < per ? count - done : per;
-    uint8_t pl[24];
-    weft_net_put64(pl, b->handle);
-    weft_net_put64(pl + 8, first + done);
-    weft_net_put64(pl + 16, n);
-    st = weft_net_client_call(c, WEFT_NET_WRITE, pl, sizeof pl, (const uint8_t *)src + done * 4, n * 4);
+    return weft_lane_report(c->host, WEFT_ERR_INTERNAL, "%s: %s not in whole floats", c->name, what);
+  k->first = offset / 4, k->count = bytes / 4, k->per = chunk_elems(c), k->done = 0;
+  return WEFT_OK;
+}
+
+/* The next frame's header; 0 when the transfer is done. */
+static int chunked_next(const client_buffer *b, chunked *k) {
+  if (k->done >= k->count) return 0;
+  k->n = k->count - k->done < k->per ? k->count - k->done : k->per;
+  weft_net_put64(k->pl, b->handle);
+  weft_net_put64(k->pl + 8, k->first + k->done);
+  weft_net_put64(k->pl + 16, k->n);
+  return 1;
+}
+
+weft_status weft_net_client_upload(void *self, weft_buffer *buffer, size_t offset, const void *src, size_t bytes) {
+  weft_net_client *c = self;
+  client_buffer *b = buffer;
+  chunked k;
+  weft_status st = chunked_start(c, b, offset, bytes, "upload", &k);
+  if (st) return st;
+  for (; chunked_next(b, &k); k.done += k.n) {
+    size_t done = k.done, n = k.n;
+    st = weft_net_client_call(c, WEFT_NET_WRITE, k.pl, sizeof k.pl, (const uint8_t *)src + done * 4, n * 4);
     if (st) return st;
-    done += n;
   }
   return WEFT_OK;
 }
@@ -270,24 +290,17 @@ weft_status weft_net_client_upload(void *self, weft_buffer *buffer, size_t offse
 weft_status weft_net_client_download(void *self, weft_buffer *buffer, size_t offset, void *dst, size_t bytes) {
   weft_net_client *c = self;
   client_buffer *b = buffer;
-  weft_status st = check_session(c, b);
+  chunked k;
+  weft_status st = chunked_start(c, b, offset, bytes, "download", &k);
   if (st) return st;
-  if (offset % 4 || bytes % 4)
-    return weft_lane_report(c->host, WEFT_ERR_INTERNAL, "%s: download not in whole floats", c->name);
-  size_t first = offset / 4, count = bytes / 4, per = chunk_elems(c);
-  for (size_t done = 0; done < count;) {
-    size_t n = count - done < per ? count - done : per;
-    uint8_t pl[24];
-    weft_net_put64(pl, b->handle);
-    weft_net_put64(pl + 8, first + done);
-    weft_net_put64(pl + 16, n);
-    st = weft_net_client_call(c, WEFT_NET_READ, pl, sizeof pl, NULL, 0);
+  for (; chunked_next(b, &k); k.done += k.n) {
+    size_t done = k.done, n = k.n;
+    st = weft_net_client_call(c, WEFT_NET_READ, k.pl, sizeof k.pl, NULL, 0);
     if (st) return st;
     if (c->reply_len != 8 + n * 4 || weft_net_get64(c->reply) != n)
       return weft_net_client_fail(c, "its peer sent a malformed read reply (%zu bytes for %zu floats)", c->reply_len,
                                   n);
     memcpy((uint8_t *)dst + done * 4, c->reply + 8, n * 4);
-    done += n;
   }
   return WEFT_OK;
 }

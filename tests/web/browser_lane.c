@@ -124,6 +124,24 @@ static int same(weft_tensor *a, weft_tensor *b, const char *what) {
   return ok;
 }
 
+/* a^T.a (trans_a) or a.a^T of a rows x cols random matrix, on the tab and on the CPU: the same bits. */
+static void tab_matmul_matches(weft_fabric *f, size_t tab, size_t cpu, int64_t rows, int64_t cols, int trans_a,
+                               uint64_t seed, const char *what) {
+  tu_rng r = {seed};
+  int64_t dd[2] = {rows, cols}, n = trans_a ? cols : rows, cd[2] = {n, n};
+  weft_tensor *a = tensor(f, 2, dd, &r, -1, 1), *c1 = NULL, *c2 = NULL;
+  weft_tensor_create(f, 2, cd, NULL, &c1);
+  weft_tensor_create(f, 2, cd, NULL, &c2);
+  weft_op_desc on_tab = WEFT_OP_DESC_INIT, on_cpu = WEFT_OP_DESC_INIT;
+  on_tab.lane = (int)tab;
+  on_cpu.lane = (int)cpu;
+  TU_STATUS(weft_op_matmul(f, &on_tab, a, trans_a, a, !trans_a, c1), WEFT_OK, what);
+  TU_STATUS(weft_op_matmul(f, &on_cpu, a, trans_a, a, !trans_a, c2), WEFT_OK, "the same matmul on the CPU");
+  TU_CHECK(same(c1, c2, what), "%s: its bits equal the CPU lane's", what);
+  weft_tensor_destroy(a), weft_tensor_destroy(c1), weft_tensor_destroy(c2);
+}
+
+
 /* ------------------------------------------------------------------------------------------ the ops */
 
 /* The values where a transcription would slip: NaN, infinities, signed zeros, subnormals, the largest
@@ -563,16 +581,7 @@ static void check_secret(const char *node, const char *driver_js, fakes fk) {
   if (driver_start(&d, node, driver_js, withsecret) && driver_line(&d, line, sizeof line) &&
       strncmp(line, "ready", 5) == 0) {
     TU_CHECK(wait_up(f, tab, 30), "the worker page that knows the secret comes up");
-    tu_rng r = {11};
-    int64_t dd[2] = {24, 24};
-    weft_tensor *a = tensor(f, 2, dd, &r, -1, 1), *c1 = tensor(f, 2, dd, &r, 0, 0), *c2 = tensor(f, 2, dd, &r, 0, 0);
-    weft_op_desc on_tab = WEFT_OP_DESC_INIT, on_cpu = WEFT_OP_DESC_INIT;
-    on_tab.lane = (int)tab;
-    on_cpu.lane = (int)cpu;
-    TU_STATUS(weft_op_matmul(f, &on_tab, a, 1, a, 0, c1), WEFT_OK, "matmul on the authenticated tab");
-    TU_STATUS(weft_op_matmul(f, &on_cpu, a, 1, a, 0, c2), WEFT_OK, "matmul on the CPU");
-    TU_CHECK(same(c1, c2, "authenticated tab matmul"), "the authenticated tab's bits equal the CPU lane's");
-    weft_tensor_destroy(a), weft_tensor_destroy(c1), weft_tensor_destroy(c2);
+    tab_matmul_matches(f, tab, cpu, 24, 24, 1, 11, "the authenticated tab");
   } else {
     TU_CHECK(0, "the worker page started for the secret fabric (%s)", line);
   }
@@ -613,19 +622,7 @@ static void check_tls(const char *node, const char *driver_js) {
   char *argv[] = {(char *)node, (char *)driver_js, "--url", url, "--insecure", NULL};
   if (driver_spawn(&d, argv) && driver_line(&d, line, sizeof line) && strncmp(line, "ready", 5) == 0) {
     TU_CHECK(wait_up(f, tab, 30), "the worker page served over https comes up over wss");
-    tu_rng r = {13};
-    int64_t dd[2] = {20, 12};
-    weft_tensor *a = tensor(f, 2, dd, &r, -1, 1), *c1 = NULL, *c2 = NULL;
-    int64_t cd[2] = {20, 20};
-    weft_tensor_create(f, 2, cd, NULL, &c1);
-    weft_tensor_create(f, 2, cd, NULL, &c2);
-    weft_op_desc on_tab = WEFT_OP_DESC_INIT, on_cpu = WEFT_OP_DESC_INIT;
-    on_tab.lane = (int)tab;
-    on_cpu.lane = (int)cpu;
-    TU_STATUS(weft_op_matmul(f, &on_tab, a, 0, a, 1, c1), WEFT_OK, "matmul on the https tab");
-    TU_STATUS(weft_op_matmul(f, &on_cpu, a, 0, a, 1, c2), WEFT_OK, "matmul on the CPU");
-    TU_CHECK(same(c1, c2, "https tab matmul"), "the https tab's bits equal the CPU lane's");
-    weft_tensor_destroy(a), weft_tensor_destroy(c1), weft_tensor_destroy(c2);
+    tab_matmul_matches(f, tab, cpu, 20, 12, 0, 13, "the https tab");
   } else {
     TU_CHECK(0, "the worker page started over https (%s)", line);
   }
