@@ -222,3 +222,15 @@ int nt_op(int fd, uint32_t kind, uint32_t contract, int32_t lane, uint32_t flags
   for (int i = 0; i < 4; i++) weft_net_put64(pl + 20 + 8 * i, hs[i]);
   return nt_call(fd, WEFT_NET_OP, pl, WEFT_NET_OP_BYTES, NULL, NULL);
 }
+
+void nt_ref_matmul(const float *a, const float *b, float *c, int m, int k, int n) {
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      float acc = 0;
+      for (int p = 0; p < k; p++) {
+        float prod = a[i * k + p] * b[p * n + j];
+        acc = acc + prod;
+      }
+      c[i * n + j] = acc;
+    }
+}

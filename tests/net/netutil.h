@@ -37,5 +37,7 @@ uint64_t nt_create(int fd, int ndim, const int64_t *dims);
 int nt_write(int fd, uint64_t h, const float *x, uint64_t n);
 int nt_read(int fd, uint64_t h, float *x, uint64_t n);
 int nt_op(int fd, uint32_t kind, uint32_t contract, int32_t lane, uint32_t flags, float alpha, const uint64_t hs[4]);
+/* c = a.b (m x k times k x n) in the exact contract's canonical order: the bits a worker must return. */
+void nt_ref_matmul(const float *a, const float *b, float *c, int m, int k, int n);
 
 #endif

@@ -11,18 +11,6 @@
 #include "netutil.h"
 #include "tutil.h"
 
-static void ref_matmul(const float *a, const float *b, float *c, int m, int k, int n) {
-  for (int i = 0; i < m; i++)
-    for (int j = 0; j < n; j++) {
-      float acc = 0;
-      for (int p = 0; p < k; p++) {
-        float prod = a[i * k + p] * b[p * n + j];
-        acc = acc + prod;
-      }
-      c[i * n + j] = acc;
-    }
-}
-
 static int same(const float *x, const float *y, int n) {
   for (int i = 0; i < n; i++)
     if (!tu_same_bits(x[i], y[i])) return 0;
@@ -60,7 +48,7 @@ int main(int argc, char **argv) {
   tu_rng rng = {tu_seed()};
   for (int i = 0; i < M * K; i++) a[i] = tu_rng_float(&rng, -1, 1);
   for (int i = 0; i < K * N; i++) b[i] = tu_rng_float(&rng, -1, 1);
-  ref_matmul(a, b, want, M, K, N);
+  nt_ref_matmul(a, b, want, M, K, N);
   int64_t da[2] = {M, K}, db[2] = {K, N}, dc[2] = {M, N};
   weft_tensor *ta = NULL, *tb = NULL, *tc = NULL;
   weft_tensor_create(f, 2, da, a, &ta);

@@ -45,15 +45,7 @@ static void test_matmul_bits(void) {
   tu_rng rng = {tu_seed()};
   for (int i = 0; i < 35; i++) a[i] = tu_rng_float(&rng, -1, 1);
   for (int i = 0; i < 21; i++) b[i] = tu_rng_float(&rng, -1, 1);
-  for (int i = 0; i < m; i++)
-    for (int j = 0; j < n; j++) {
-      float acc = 0;
-      for (int p = 0; p < k; p++) {
-        float prod = a[i * k + p] * b[p * n + j];
-        acc = acc + prod;
-      }
-      want[i * n + j] = acc;
-    }
+  nt_ref_matmul(a, b, want, m, k, n);
   uint64_t ha = nt_create(fd, 2, da), hb = nt_create(fd, 2, db), hc = nt_create(fd, 2, dc);
   TU_CHECK(ha && hb && hc && ha != hb && hb != hc, "create gives distinct handles");
   TU_CHECK(nt_write(fd, ha, a, 35) == 0 && nt_write(fd, hb, b, 21) == 0, "write");

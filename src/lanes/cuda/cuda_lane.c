@@ -431,16 +431,6 @@ static weft_status lane_scope_begin(void *self) {
   return st;
 }
 
-static weft_status lane_scope_end(void *self) {
-  weft_cu_lane *l = self;
-  weft_cu_dev *d = l->dev;
-  if (d->scope_depth > 0) d->scope_depth--;
-  weft_status st = weft_cu_enter(d);
-  if (st == WEFT_OK) st = weft_cu_flush(d);
-  if (st == WEFT_OK) st = weft_cu_sync_all(d);
-  return st;
-}
-
 static weft_status lane_sync(void *self) {
   weft_cu_lane *l = self;
   weft_cu_dev *d = l->dev;
@@ -448,6 +438,13 @@ static weft_status lane_sync(void *self) {
   if (st == WEFT_OK) st = weft_cu_flush(d);
   if (st == WEFT_OK) st = weft_cu_sync_all(d);
   return st;
+}
+
+/* Ending a scope submits what it recorded and waits for it: a sync. */
+static weft_status lane_scope_end(void *self) {
+  weft_cu_lane *l = self;
+  if (l->dev->scope_depth > 0) l->dev->scope_depth--;
+  return lane_sync(self);
 }
 
 /* Starts recorded launches without waiting for them. */
