@@ -296,9 +296,12 @@ WEFT_API void weft_fabric_reset_stats(weft_fabric *fabric);
 /* A batched matmul routed automatically ([b,m,k].[k,n] or [b,m,k].[b,k,n], b >= 2, inputs on the host) may
  * be split across lanes: the batch entries are shared out so that the predicted makespan - each lane's
  * wait, fixed cost, transfers and compute - is least, a lane whose fixed cost outweighs its share gets
- * nothing, and the split is used only when it is predicted to beat the best single lane by 10%. The lanes
+ * nothing, and the split is tried only when it is predicted to beat the best single lane by 10%. The lanes
  * run at once (device lanes are started first, the CPU's share runs meanwhile); under the exact contract
- * the result is bit-identical to a single lane's. */
+ * the result is bit-identical to a single lane's. What each lane measured as it ran beside the others
+ * corrects its shares next time, and the split is kept only while it measures at least 3% faster than the
+ * lane the op would otherwise run on (also measured, now and then); when it stops winning, the op runs on
+ * that lane and a split is tried again every 16th time. */
 typedef struct weft_split_share {
   const char *lane;  /* lane name */
   int64_t first;     /* first batch entry of its share */
@@ -316,6 +319,8 @@ typedef struct weft_split_report {
   double seconds;                 /* the whole op, measured */
   size_t nshares;                 /* lanes that got entries */
   const weft_split_share *shares; /* owned by the fabric; valid until the next split */
+  double measured_split;          /* this signature split: the best of its last few runs (0: not run yet) */
+  double measured_single;         /* the same, on the single lane alone (0: not measured yet) */
 } weft_split_report;
 
 /* Reports the last split the fabric made (or considered: split = 0 then says it ran on one lane). */

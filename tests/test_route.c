@@ -26,11 +26,19 @@ static int failures = 0, checks = 0;
 
 /* A fake device lane: host malloc behind a device-style interface, the reference kernels, and a run
  * counter. Its costs are whatever the test sets. */
+/* The injected clock: each read advances by `step` seconds. */
+typedef struct fake_clock {
+  double t, step;
+} fake_clock;
+static void fake_clock_advance(fake_clock *c, double seconds) { c->t += seconds; }
+
 typedef struct fake {
   char name[32];
   weft_contract_mask contracts;
   int runs;
   int fail_at; /* > 0: the run with this number reports the device lost */
+  struct fake_clock *clock; /* set: each run advances it by `per_entry` seconds per batch entry */
+  double per_entry;
 } fake;
 
 static void fk_describe(void *self, weft_lane_desc *out) {
@@ -47,6 +55,7 @@ static void fk_destroy(void *self) { free(self); }
 static weft_status fk_run(void *self, const weft_op *op) {
   fake *l = self;
   if (++l->runs == l->fail_at) return WEFT_ERR_LANE_FAILED;
+  if (l->clock) fake_clock_advance(l->clock, l->per_entry * (double)(op->kind == WEFT_OP_MATMUL ? op->batch : 1));
   weft_reference_run(op);
   return WEFT_OK;
 }
@@ -65,10 +74,7 @@ static fake *add_fake(weft_fabric *f, const char *name, weft_contract_mask contr
   return l;
 }
 
-/* The injected clock: each read advances by `step` seconds. */
-typedef struct fake_clock {
-  double t, step;
-} fake_clock;
+
 static double clock_read(void *ctx) {
   fake_clock *c = ctx;
   double now = c->t;
@@ -374,6 +380,66 @@ static void test_split(void) {
   weft_fabric_close(f);
 }
 
+/* The split is kept only while it measures faster than the lane the op would run on alone. Two fake lanes
+ * whose models promise that sharing a batch halves it, but which run one after the other (each advances the
+ * injected clock by its share's time), gain nothing: after two splits and two single runs are measured
+ * the op runs on one lane, and a split is tried again every 16th time. Every result keeps the bits. */
+static void test_split_measured(void) {
+  fake_clock clk = {10.0, 0.0};
+  weft_fabric *f = open_cpu();
+  weft_testing_set_clock(f, clock_read, &clk);
+  size_t g1 = 0, g2 = 0;
+  fake *l1 = add_fake(f, "g1", EXACT_FP32, &g1), *l2 = add_fake(f, "g2", EXACT_FP32, &g2);
+  l1->clock = l2->clock = &clk;
+  l1->per_entry = l2->per_entry = 1e-3;
+  /* the cpu made slow (it gets nothing); g1 and g2 alike: 1 ms per entry (29.3 kflop), transfers free */
+  weft_fabric_set_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e9);
+  for (size_t g = g1; g <= g2; g++) {
+    weft_fabric_set_cost_model(f, g, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 29.282e6);
+    weft_fabric_set_cost_model(f, g, WEFT_COST_UPLOAD, 0, 0, 1e15);
+    weft_fabric_set_cost_model(f, g, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
+  }
+  const int64_t B = 8, M = 33, K = 17, N = 26;
+  int64_t da[3] = {B, M, K}, db[2] = {K, N}, dc[3] = {B, M, N};
+  float *ha = malloc(sizeof(float) * B * M * K), *hb = malloc(sizeof(float) * K * N);
+  float *got = malloc(sizeof(float) * B * M * N), *want = malloc(sizeof(float) * B * M * N);
+  uint32_t x = 11;
+  for (int64_t i = 0; i < B * M * K; i++) x = x * 1664525u + 1013904223u, ha[i] = (float)(int)(x >> 9) * 1e-6f;
+  for (int64_t i = 0; i < K * N; i++) x = x * 1664525u + 1013904223u, hb[i] = (float)(int)(x >> 9) * 1e-6f;
+  weft_op ref;
+  memset(&ref, 0, sizeof ref);
+  ref.kind = WEFT_OP_MATMUL, ref.batch = B, ref.m = M, ref.n = N, ref.k = K;
+  ref.in[0] = ha, ref.in[1] = hb, ref.out[0] = want;
+  weft_reference_run(&ref);
+  weft_tensor *a, *b, *c;
+  weft_tensor_create(f, 3, da, NULL, &a);
+  weft_tensor_create(f, 2, db, hb, &b);
+  weft_tensor_create(f, 3, dc, NULL, &c);
+  int splits = 0, late_splits = 0, bits_ok = 1;
+  weft_split_report rep;
+  memset(&rep, 0, sizeof rep);
+  for (int run = 0; run < 38; run++) {
+    weft_tensor_write(a, ha, (size_t)(B * M * K)); /* fresh host data each time, as a caller's loop has */
+    CHECK(weft_op_matmul(f, NULL, a, 0, b, 0, c) == WEFT_OK, "run %d: %s", run, weft_fabric_last_error(f));
+    CHECK(weft_split_last(f, &rep) == WEFT_OK, "a report");
+    splits += rep.split;
+    if (run >= 6) late_splits += rep.split;
+    weft_tensor_read(c, got, (size_t)(B * M * N));
+    bits_ok &= memcmp(got, want, sizeof(float) * B * M * N) == 0;
+    if (run == 0) CHECK(rep.split == 1, "the first run is split, as the models promise (split=%d)", rep.split);
+  }
+  CHECK(bits_ok, "every run, split or not, has the reference's bits");
+  /* run 0 splits (b is then resident on the fakes: a new signature); runs 1..5 measure it (split, split,
+   * single, split, single); of the 32 runs after, the 16th and the 32nd try a split again */
+  CHECK(splits == 6 && late_splits == 2, "splits measured and dropped: %d in all, %d after the verdict", splits,
+        late_splits);
+  CHECK(rep.measured_split > 0 && rep.measured_single > 0 && rep.measured_split >= 0.97 * rep.measured_single,
+        "the report shows why: split %g s against one lane %g s", rep.measured_split, rep.measured_single);
+  CHECK(l1->runs + l2->runs > 0, "the fake lanes ran");
+  free(ha), free(hb), free(got), free(want);
+  weft_fabric_close(f);
+}
+
 /* A lane that fails mid-run leaves the fabric; the op it failed is routed again and the caller gets the
  * right result; later ops never go there. */
 static void test_failure(void) {
@@ -414,6 +480,7 @@ static void test_failure(void) {
 int main(void) {
   test_failure();
   test_split();
+  test_split_measured();
   test_least_finish_time();
   test_contracts();
   test_residency();

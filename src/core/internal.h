@@ -44,6 +44,21 @@ typedef struct weft_split_memo {
   uint64_t epoch;
 } weft_split_memo;
 
+/* What splits of one signature measured (split.c): the signature (the memo's, with the lanes that hold the
+ * operands' memory registered in place of the epoch), each lane's measured/predicted factor as it ran
+ * beside the others, and the last few wall times of the split and of the single lane it must beat. */
+#define WEFT_SPLIT_TRACKS 8
+#define WEFT_SPLIT_SAMPLES 3
+typedef struct weft_split_track {
+  weft_split_memo key;
+  uint64_t stamp;                          /* last use (0: the slot is free) */
+  float k[64];                             /* per lane; 0 = not measured */
+  double t_split[WEFT_SPLIT_SAMPLES], t_single[WEFT_SPLIT_SAMPLES];
+  int n_split, n_single;                   /* samples taken (the rings hold the last WEFT_SPLIT_SAMPLES) */
+  int verdict;                             /* 1 the split wins, -1 the single lane does, 0 not known yet */
+  unsigned since;                          /* runs since the other way was last measured */
+} weft_split_track;
+
 /* One lane in the fabric: the vtable it registered, its state, what it said about itself, its cost model. */
 typedef struct weft_lane_slot {
   weft_lane_vtable vt; /* copied, with slots beyond the lane's own size zeroed */
@@ -93,7 +108,6 @@ struct weft_fabric {
   int lost;                       /* some tensor's value went down with its lane: recover before writes */
   weft_split_memo split_memo;
   int split_memo_valid;
-  unsigned split_probe;           /* splits passed over on the strength of split_refine alone (split.c) */
   int recovering;                 /* weft_fabric_recover_all is running (its replays must not re-enter it) */
   struct weft_hostq *hostq;       /* host lanes' queue (hostq.c); started by the first op that is queued */
   uint64_t next_tensor_id;
@@ -101,12 +115,8 @@ struct weft_fabric {
   struct weft_route_memo *memo_last; /* the entry the last op used */
   weft_split_report split;        /* the last split considered (weft_split_last) */
   weft_split_share *split_shares; /* per lane */
-  /* Splits measured against their plans: the median of the last few measured/predicted makespans scales
-   * every later plan, so a split that lost in practice (lanes contending for the host's cores or bus) is
-   * not tried again on faith. */
-  float split_ratio[5];
-  int split_nratio, split_pos;
-  double split_refine;
+  weft_split_track *split_tracks; /* WEFT_SPLIT_TRACKS, made by the first split */
+  uint64_t split_clock;
   char err[WEFT_ERR_LEN];
 };
 

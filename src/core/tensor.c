@@ -277,8 +277,7 @@ void weft_tensor_offer_host(weft_tensor *t, int lane) {
   memcpy(saved, f->err, sizeof saved); /* a refusal is not an error the caller should see */
   if (s->vt.host_register(s->self, t->host, t->bytes) == WEFT_OK) {
     t->reg_mask |= (uint64_t)1 << lane;
-    weft_route_forget(f); /* its transfers cost less now */
-    f->split_nratio = 0, f->split_refine = 0; /* and what splits learned from staged transfers is stale */
+    weft_route_forget(f); /* its transfers cost less now (splits key what they measured on it too) */
   }
   memcpy(f->err, saved, sizeof saved);
 }

@@ -50,6 +50,7 @@ typedef struct weft_cu_reg {
   unsigned char *ptr;
   size_t bytes;
   int owned; /* this device pinned it (another GPU's lane may have, first): unpin it when done */
+  uint64_t h2d_work; /* the upload stream's work that last read from it (a result streamed in waits for it) */
 } weft_cu_reg;
 
 /* cuBLAS strided-batched gemm, column-major as cuBLAS sees it. */

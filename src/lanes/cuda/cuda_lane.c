@@ -173,13 +173,15 @@ static weft_status slot_take(weft_cu_dev *d, int *out_slot) {
   return WEFT_OK;
 }
 
-/* 1 when [p, p + bytes) lies in registered host memory. */
-static int reg_covers(const weft_cu_dev *d, const void *p, size_t bytes) {
+/* The registered host range that holds [p, p + bytes), or NULL. */
+static weft_cu_reg *reg_find(weft_cu_dev *d, const void *p, size_t bytes) {
   const unsigned char *c = p;
   for (int i = 0; i < d->nregs; i++)
-    if (c >= d->regs[i].ptr && c + bytes <= d->regs[i].ptr + d->regs[i].bytes) return 1;
-  return 0;
+    if (c >= d->regs[i].ptr && c + bytes <= d->regs[i].ptr + d->regs[i].bytes) return &d->regs[i];
+  return NULL;
 }
+
+static int reg_covers(weft_cu_dev *d, const void *p, size_t bytes) { return reg_find(d, p, bytes) != NULL; }
 
 /* Host -> device through the slots: each slot is filled (on several threads) while the previous one is on
  * the bus. Returns once `src` has been read; the copies finish on the upload stream. */
@@ -194,7 +196,9 @@ static weft_status to_device(weft_cu_dev *d, weft_cu_buf *b, size_t offset, cons
   d->work[WEFT_CU_S_H2D]++;
   b->up_work = d->work[WEFT_CU_S_H2D];
   b->up_chunks = 0;
-  if (reg_covers(d, src, bytes)) {
+  weft_cu_reg *reg = reg_find(d, src, bytes);
+  if (reg) {
+    reg->h2d_work = d->work[WEFT_CU_S_H2D];
     /* Pinned in place: copies straight from the caller's memory, left running (the core waits for them
      * before it writes that memory again). A whole large buffer goes in parts, each marked by an event. */
     int parts = offset == 0 && bytes >= ((size_t)8 << 20) ? WEFT_CU_UP_CHUNKS : 1;
@@ -547,7 +551,12 @@ static weft_status run_stream_back(weft_cu_lane *l, const weft_op *op, int nchun
   for (int p = 0; by_part && p < A->up_chunks; p++) by_part = d->up_owner[A->up_ev[p]] == A;
   weft_status st = by_part ? WEFT_OK : weft_cu_order(d, WEFT_CU_S_COMPUTE, WEFT_CU_S_H2D);
   if (st == WEFT_OK && streaming) st = weft_cu_order(d, WEFT_CU_S_COMPUTE, WEFT_CU_S_D2H);
-  if (st == WEFT_OK) st = weft_cu_order(d, WEFT_CU_S_D2H, WEFT_CU_S_H2D);
+  /* The blocks' copies home wait for their blocks only, so results flow down while `a` still flows up
+   * (the bus carries both ways at once). Written straight into registered memory, they also wait for
+   * uploads still reading that memory; the write-back area is the lane's own, which no upload reads. */
+  weft_cu_reg *dst_reg = direct ? reg_find(d, direct, need) : NULL;
+  if (st == WEFT_OK && dst_reg && dst_reg->h2d_work > d->seen[WEFT_CU_S_D2H][WEFT_CU_S_H2D])
+    st = weft_cu_order(d, WEFT_CU_S_D2H, WEFT_CU_S_H2D);
   if (st != WEFT_OK) return st;
   d->work[WEFT_CU_S_COMPUTE]++;
   d->work[WEFT_CU_S_D2H]++;
