@@ -89,10 +89,19 @@ int main(int argc, char **argv) {
     int reps = 0;
     double start = now();
     int where[64] = {0}, splits = 0; /* where the auto runs went */
+    char last_split[512] = "";
+    double last_split_t = 0;
     while (reps < 15 && (reps < 5 || now() - start < 1.0)) {
       ta[reps] = run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
       weft_split_report sr;
-      if (weft_split_last(f, &sr) == WEFT_OK && sr.split && B >= 2) splits++;
+      if (weft_split_last(f, &sr) == WEFT_OK && sr.split && B >= 2) {
+        splits++;
+        int used = 0; /* the last split's shares, for when the auto runs settle on one lane */
+        for (size_t i = 0; i < sr.nshares && used < (int)sizeof last_split - 64; i++)
+          used += snprintf(last_split + used, sizeof last_split - (size_t)used, "%s%s: %lld, %.3f ms", i ? "; " : "",
+                           sr.shares[i].lane, (long long)sr.shares[i].entries, sr.shares[i].seconds * 1e3);
+        last_split_t = sr.seconds;
+      }
       else if (weft_fabric_last_lane(f) >= 0 && weft_fabric_last_lane(f) < 64) where[weft_fabric_last_lane(f)]++;
       tb[reps] = run(f, best, a, b, c, ha, hb, hc);
       reps++;
@@ -130,7 +139,9 @@ int main(int argc, char **argv) {
         weft_fabric_lane_info(f, l, &li);
         printf(" %s x%d", li.name, where[l]);
       }
-    printf("]\n");
+    printf("]");
+    if (last_split[0] && !(have && rep.split)) printf(" last split %.3f ms: %s", last_split_t * 1e3, last_split);
+    printf("\n");
     weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(c);
     free(ha), free(hb), free(hc);
   }

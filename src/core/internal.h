@@ -44,20 +44,28 @@ typedef struct weft_split_memo {
   uint64_t epoch;
 } weft_split_memo;
 
-/* What splits of one signature measured (split.c): the signature (the memo's, with the lanes that hold the
- * operands' memory registered in place of the epoch), each lane's measured/predicted factor as it ran
- * beside the others, and the last few wall times of the split and of the single lane it must beat. */
+/* How a batched matmul of one signature runs best, measured (split.c). The signature is the memo's, with
+ * the lanes that hold the operands' memory registered in place of the epoch. The candidates are the split
+ * and the lanes the models put near the best; each keeps its last few wall times. Each lane's factor
+ * (measured / predicted, as it ran a share beside the others) corrects its share in the next split. */
 #define WEFT_SPLIT_TRACKS 8
 #define WEFT_SPLIT_SAMPLES 3
+#define WEFT_SPLIT_CANDS 4
+typedef struct weft_split_cand {
+  int lane;                          /* -1: the split */
+  int n;                             /* samples taken (the ring holds the last WEFT_SPLIT_SAMPLES) */
+  double t[WEFT_SPLIT_SAMPLES];
+} weft_split_cand;
 typedef struct weft_split_track {
   weft_split_memo key;
-  uint64_t stamp;                          /* last use (0: the slot is free) */
-  float k[64];                             /* per lane; 0 = not measured */
-  double t_split[WEFT_SPLIT_SAMPLES], t_single[WEFT_SPLIT_SAMPLES];
-  int n_split, n_single;                   /* samples taken (the rings hold the last WEFT_SPLIT_SAMPLES) */
-  int verdict;                             /* 1 the split wins, -1 the single lane does, 0 not known yet */
-  unsigned since;                          /* runs since the other way was last measured */
+  uint64_t stamp;                    /* last use (0: the slot is free) */
+  float k[64];                       /* per lane; 0 = not measured */
+  weft_split_cand cand[WEFT_SPLIT_CANDS];
+  int ncand;
+  unsigned since;                    /* runs since the last probe */
+  unsigned probe_next;               /* which candidate the next probe tries */
 } weft_split_track;
+
 
 /* One lane in the fabric: the vtable it registered, its state, what it said about itself, its cost model. */
 typedef struct weft_lane_slot {

@@ -109,25 +109,67 @@ static weft_split_track *track_of(weft_fabric *f, const weft_split_memo *key, in
   return oldest;
 }
 
-static double best_of(const double *t, int n) {
+/* The best of a candidate's recent wall times; 0 when it has none. */
+static double cand_best(const weft_split_cand *c) {
   double b = 0;
-  for (int i = 0; i < n && i < WEFT_SPLIT_SAMPLES; i++)
-    if (i == 0 || t[i] < b) b = t[i];
+  for (int i = 0; i < c->n && i < WEFT_SPLIT_SAMPLES; i++)
+    if (i == 0 || c->t[i] < b) b = c->t[i];
   return b;
 }
 
-/* A new wall time for the split (or the single lane), and the verdict it leads to: the split is kept while
- * its best recent run beats the single lane's best recent run by 3% (two of each are needed to judge). */
-static void track_note(weft_split_track *tr, int split, double seconds) {
-  if (split) tr->t_split[tr->n_split++ % WEFT_SPLIT_SAMPLES] = seconds;
-  else tr->t_single[tr->n_single++ % WEFT_SPLIT_SAMPLES] = seconds;
-  if (tr->n_split >= 2 && tr->n_single >= 2)
-    tr->verdict = best_of(tr->t_split, tr->n_split) < 0.97 * best_of(tr->t_single, tr->n_single) ? 1 : -1;
+static void cand_note(weft_split_cand *c, double seconds) { c->t[c->n++ % WEFT_SPLIT_SAMPLES] = seconds; }
+
+/* The candidate to run now, from what was measured: the fastest, the split only while it beats the fastest
+ * single lane by 3% (contention the models cannot see must not make a split lose). -1: none measured. */
+static int track_best(const weft_split_track *tr) {
+  int best = -1, split = -1;
+  for (int i = 0; i < tr->ncand; i++) {
+    if (!tr->cand[i].n) continue;
+    if (tr->cand[i].lane < 0) split = i;
+    else if (best < 0 || cand_best(&tr->cand[i]) < cand_best(&tr->cand[best])) best = i;
+  }
+  if (split >= 0 && (best < 0 || cand_best(&tr->cand[split]) < 0.97 * cand_best(&tr->cand[best]))) return split;
+  return best;
+}
+
+/* Which candidate runs now, and whether it is timed (*probe): first each is measured in turn (the split three
+ * times, its shares corrected in between; a lane twice, or once when that was twice the best so far); then
+ * the best runs, and every 32nd time another that came within 1.5x of it is measured again, in turn. */
+static int track_pick(weft_split_track *tr, int *probe) {
+  int best = track_best(tr);
+  double best_t = best >= 0 ? cand_best(&tr->cand[best]) : 0;
+  for (int i = 0; i < tr->ncand; i++) {
+    const weft_split_cand *c = &tr->cand[i];
+    int need = c->lane < 0 ? 3 : (c->n == 1 && best_t > 0 && c->t[0] > 2 * best_t) ? 1 : 2;
+    if (c->n < need) {
+      *probe = 1;
+      /* in turn: the least measured first */
+      int pick = i;
+      for (int j = i + 1; j < tr->ncand; j++)
+        if (tr->cand[j].n < tr->cand[pick].n) pick = j;
+      return pick;
+    }
+  }
+  *probe = 0;
+  if (++tr->since % 32 == 0) {
+    for (int tries = 0; tries < tr->ncand; tries++) {
+      int i = (int)(tr->probe_next++ % (unsigned)tr->ncand);
+      if (i != best && cand_best(&tr->cand[i]) <= 1.5 * best_t) {
+        *probe = 1;
+        return i;
+      }
+    }
+  }
+  return best;
 }
 
 static void report_measured(weft_fabric *f, const weft_split_track *tr) {
-  f->split.measured_split = tr ? best_of(tr->t_split, tr->n_split) : 0;
-  f->split.measured_single = tr ? best_of(tr->t_single, tr->n_single) : 0;
+  f->split.measured_split = f->split.measured_single = 0;
+  for (int i = 0; tr && i < tr->ncand; i++) {
+    double t = cand_best(&tr->cand[i]);
+    if (tr->cand[i].lane < 0) f->split.measured_split = t;
+    else if (t > 0 && (f->split.measured_single == 0 || t < f->split.measured_single)) f->split.measured_single = t;
+  }
 }
 
 /* Pass 3: the shares in `plan` (those with entries), each timed. The operands' host memory is used
@@ -227,51 +269,23 @@ static weft_status run_shares(weft_fabric *f, const weft_op *op, weft_tensor *a,
   return WEFT_OK;
 }
 
-/* The single lane, measured the way the op runs unsplit: dispatched to the lane the router picks, then
- * its result brought home (where the caller reads it). */
-static weft_status run_single(weft_fabric *f, weft_op *op, weft_tensor *a, weft_tensor *b, weft_tensor *c,
-                              double *out_seconds) {
-  double work;
-  weft_cost_class cls = weft_cost_op_work(op, &work);
-  weft_tensor *in[2] = {a, b};
+/* The whole op on one lane, as it runs unsplit (dispatched there, left running); timed when `probe`, its
+ * result then brought home as the caller will read it. */
+static weft_status run_single(weft_fabric *f, const weft_op *op, int lane, weft_tensor *a, weft_tensor *b,
+                              weft_tensor *c, int probe, double *out_seconds) {
   const double t0 = weft_fabric_now(f);
-  int lane = weft_route_decide(f, op, cls, work, t0, in, 2);
-  if (lane < 0) return WEFT_ERR_UNSUPPORTED;
   weft_op_desc d = {op->contract, lane};
   weft_status st = weft_op_matmul(f, &d, a, op->trans_a, b, op->trans_b, c);
-  if (st == WEFT_OK) st = weft_tensor_read(c, c->host, c->numel);
+  if (st == WEFT_OK && probe) st = weft_tensor_read(c, c->host, c->numel);
   *out_seconds = weft_fabric_now(f) - t0;
-  f->split.single_lane = f->lanes[lane].desc.name;
-  f->split.seconds = *out_seconds;
   return st;
 }
 
-weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_tensor *b, weft_tensor *c,
-                              int *out_done) {
-  *out_done = 0;
-  const int64_t B = op->batch;
-  if (B < 2 || f->in_scope || f->calibrating || !a->host_valid || !b->host_valid || !c->host || f->nlanes > 64)
-    return WEFT_OK;
-  /* The same shape, with every lane idle and nothing in the models changed, was planned before and not
-   * worth splitting on any count: that holds without planning again (a few microseconds on tiny ops). */
-  weft_split_memo key = {B, op->m, op->n, op->k, (int)op->contract, op->trans_a, op->trans_b, op->b_batched,
-                         a->where, b->where, f->route_epoch};
-  const int idle = f->busy_max <= weft_fabric_now(f);
-  if (idle && f->split_memo_valid && memcmp(&key, &f->split_memo, sizeof key) == 0) return WEFT_OK;
-  int eligible = 0;
-  for (size_t i = 0; i < f->nlanes; i++) eligible += weft_route_lane_can_run(f, (int)i, op, NULL);
-  if (eligible < 2) return WEFT_OK;
-  if (!f->models_ready) weft_cost_ensure(f);
-  /* what earlier splits of this signature measured: keyed by where the operands' memory is registered
-   * too, since that changes what moving them costs */
-  weft_split_memo tkey = key;
-  tkey.epoch = a->reg_mask ^ (c->reg_mask * 0x9e3779b97f4a7c15ull) ^ (b->reg_mask << 1);
-  weft_split_track *tr = track_of(f, &tkey, 0);
-
-  /* Pass 1: every eligible lane's fixed and per-entry cost. */
-  lane_plan plan[64];
-  memset(plan, 0, sizeof plan);
+/* Pass 1: every eligible lane's fixed and per-entry cost, scaled by the track's factors; returns the count. */
+static int plan_lanes(weft_fabric *f, const weft_op *op, const weft_tensor *a, const weft_tensor *b,
+                      const weft_split_track *tr, lane_plan *plan) {
   int n = 0;
+  const int64_t B = op->batch;
   const double entry_flops = 2.0 * (double)op->m * (double)op->n * (double)op->k;
   const double a_bytes = 4.0 * (double)op->m * (double)op->k, c_bytes = 4.0 * (double)op->m * (double)op->n;
   const double b_bytes = 4.0 * (double)op->k * (double)op->n;
@@ -281,6 +295,7 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     weft_lane_slot *s = &f->lanes[i];
     const weft_cost_state *mm = weft_cost_state_of(s, WEFT_COST_MATMUL, op->contract);
     lane_plan *q = &plan[n++];
+    memset(q, 0, sizeof *q);
     q->lane = (int)i;
     /* per entry: the predicted time of the whole batch on this lane, less alpha, shared out */
     q->c = mm->line.alpha * mm->line.refine;
@@ -300,57 +315,15 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     q->c *= k, q->r *= k;
     q->c += s->busy_until > now ? s->busy_until - now : 0.0; /* the wait is no model's to scale */
   }
+  return n;
+}
 
-  if (n < 2) return WEFT_OK;
-  /* Pass 2: the best single lane against the best split. */
-  int single = 0;
-  for (int i = 1; i < n; i++)
-    if (plan[i].c + (double)B * plan[i].r < plan[single].c + (double)B * plan[single].r) single = i;
-  double single_t = plan[single].c + (double)B * plan[single].r;
-  double makespan = plan_shares(plan, n, B);
-  int used = 0;
-  for (int i = 0; i < n; i++) used += plan[i].share > 0;
-  weft_split_share *shares = realloc(f->split_shares, (size_t)n * sizeof *shares);
-  if (!shares) return WEFT_OK; /* no room to report a split: run it whole */
-  f->split_shares = shares;
-  memset(&f->split, 0, sizeof f->split);
-  f->split.batch = B;
-  f->split.predicted = makespan;
-  f->split.predicted_single = single_t;
-  f->split.single_lane = f->lanes[plan[single].lane].desc.name;
-  f->split.shares = shares;
-  report_measured(f, tr);
-  if (used < 2 || makespan > 0.9 * single_t) {
-    if (idle) f->split_memo = key, f->split_memo_valid = 1;
-    return WEFT_OK; /* one lane: the caller's dispatch */
-  }
-  if (!tr && !(tr = track_of(f, &tkey, 1))) return WEFT_OK;
-  /* Measured, the split lost: the op runs on one lane, and every 16th time the split is tried again (the
-   * lanes may have changed since: memory registered, another lane's load gone). Not yet judged: two
-   * splits (the second with shares corrected by what the first measured), then the single lane, in turn
-   * until there are two of each. Judged a win: the single lane is measured again every 32nd time. */
-  int split_now = 1;
-  if (tr->verdict < 0) {
-    if (++tr->since % 16 != 0) return WEFT_OK;
-  } else if (tr->verdict == 0) {
-    split_now = tr->n_split < 2 || tr->n_single >= tr->n_split - 1;
-  } else if (++tr->since % 32 == 0) {
-    split_now = 0;
-  }
-  if (!split_now) {
-    double t = 0;
-    weft_status st = run_single(f, op, a, b, c, &t);
-    if (st != WEFT_OK) return st;
-    track_note(tr, 0, t);
-    report_measured(f, tr);
-    *out_done = 1;
-    return WEFT_OK;
-  }
-
+/* The split run and timed, each lane's factor learned from the share it had. */
+static weft_status split_run(weft_fabric *f, const weft_op *op, weft_tensor *a, weft_tensor *b, weft_tensor *c,
+                             lane_plan *plan, int n, weft_split_track *tr) {
   weft_status st = run_shares(f, op, a, b, c, plan, n);
   if (st != WEFT_OK) return st;
   f->split.split = 1;
-  /* learn from it: each lane's measured time against its model's prediction for the share it had */
   for (int i = 0; i < n; i++) {
     lane_plan *q = &plan[i];
     if (q->share == 0 || q->lane >= 64) continue;
@@ -362,7 +335,123 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     if (q->exact) *k = *k > 0 ? (float)sqrt(*k * kn) : (float)kn; /* damped: shares move, so does contention */
     else if (*k == 0 || kn < *k) *k = (float)kn;
   }
-  track_note(tr, 1, f->split.seconds);
+  return WEFT_OK;
+}
+
+weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_tensor *b, weft_tensor *c,
+                              int *out_done) {
+  *out_done = 0;
+  const int64_t B = op->batch;
+  if (B < 2 || f->in_scope || f->calibrating || !a->host_valid || !b->host_valid || !c->host || f->nlanes > 64)
+    return WEFT_OK;
+  /* what this signature measured before: keyed by where the operands' memory is registered too, since that
+   * changes what moving them costs */
+  weft_split_memo key = {B, op->m, op->n, op->k, (int)op->contract, op->trans_a, op->trans_b, op->b_batched,
+                         a->where, b->where, f->route_epoch};
+  weft_split_memo tkey = key;
+  tkey.epoch = a->reg_mask ^ (c->reg_mask * 0x9e3779b97f4a7c15ull) ^ (b->reg_mask << 1);
+  weft_split_track *tr = track_of(f, &tkey, 0);
+  const int idle = f->busy_max <= weft_fabric_now(f);
+  lane_plan plan[64];
+  int n = 0;
+  if (!tr) {
+    /* The same shape, with every lane idle and nothing in the models changed, was planned before and had
+     * nothing to choose between: that holds without planning again (a few microseconds on tiny ops). */
+    if (idle && f->split_memo_valid && memcmp(&key, &f->split_memo, sizeof key) == 0) return WEFT_OK;
+    int eligible = 0;
+    for (size_t i = 0; i < f->nlanes; i++) eligible += weft_route_lane_can_run(f, (int)i, op, NULL);
+    if (eligible < 2) return WEFT_OK;
+    if (!f->models_ready) weft_cost_ensure(f);
+  }
+  weft_split_share *shares = realloc(f->split_shares, f->nlanes * sizeof *shares);
+  if (!shares) return WEFT_OK; /* no room to report a split: run it whole */
+  f->split_shares = shares;
+  memset(&f->split, 0, sizeof f->split);
+  f->split.batch = B;
+  f->split.shares = shares;
+
+  int pick = -1, probe = 0;
+  if (tr) {
+    /* Measured before: the candidate to run now. A lane gone down drops what was measured. */
+    pick = track_pick(tr, &probe);
+    int lane = pick >= 0 ? tr->cand[pick].lane : -1;
+    if (pick < 0 || (lane >= 0 && !weft_route_lane_can_run(f, lane, op, NULL))) {
+      memset(tr, 0, sizeof *tr);
+      return WEFT_OK;
+    }
+    if (lane >= 0) {
+      f->split.single_lane = f->lanes[lane].desc.name;
+      /* one lane, the fastest measured: no plan needed */
+      double t = 0;
+      weft_status st = run_single(f, op, lane, a, b, c, probe, &t);
+      if (st == WEFT_ERR_LANE_FAILED) {
+        memset(tr, 0, sizeof *tr);
+        return WEFT_OK; /* the caller's dispatch routes it again among the lanes still up */
+      }
+      if (st != WEFT_OK) return st;
+      if (probe) cand_note(&tr->cand[pick], t), f->split.seconds = t;
+      report_measured(f, tr);
+      *out_done = 1;
+      return WEFT_OK;
+    }
+  }
+
+  /* Pass 2: the best single lane against the best split, from the models (and the factors measured). */
+  n = plan_lanes(f, op, a, b, tr, plan);
+  if (n < 2) return WEFT_OK;
+  int order[64];
+  for (int i = 0; i < n; i++) {
+    int j = i;
+    double ti = plan[i].c + (double)B * plan[i].r;
+    while (j > 0 && plan[order[j - 1]].c + (double)B * plan[order[j - 1]].r > ti) order[j] = order[j - 1], j--;
+    order[j] = i;
+  }
+  const int single = order[0];
+  const double single_t = plan[single].c + (double)B * plan[single].r;
+  const double makespan = plan_shares(plan, n, B);
+  int used = 0;
+  for (int i = 0; i < n; i++) used += plan[i].share > 0;
+  f->split.predicted = makespan;
+  f->split.predicted_single = single_t;
+  f->split.single_lane = f->lanes[plan[single].lane].desc.name;
+  if (!tr) {
+    /* A choice worth measuring: a split predicted to beat the best lane by 10%, or lanes within 3x of it
+     * (the models' error can be that large; measurement settles it). Else the router's choice stands. */
+    weft_split_cand cands[WEFT_SPLIT_CANDS];
+    int nc = 0;
+    memset(cands, 0, sizeof cands);
+    if (used >= 2 && makespan <= 0.9 * single_t) cands[nc++].lane = -1;
+    for (int i = 0; i < n && nc < WEFT_SPLIT_CANDS; i++)
+      if (plan[order[i]].c + (double)B * plan[order[i]].r <= 3.0 * single_t) cands[nc++].lane = plan[order[i]].lane;
+    if (nc < 2) {
+      if (idle) f->split_memo = key, f->split_memo_valid = 1;
+      return WEFT_OK; /* one lane: the caller's dispatch */
+    }
+    if (!(tr = track_of(f, &tkey, 1))) return WEFT_OK;
+    memcpy(tr->cand, cands, sizeof cands);
+    tr->ncand = nc;
+    pick = track_pick(tr, &probe);
+    if (tr->cand[pick].lane >= 0) {
+      double t = 0;
+      weft_status st = run_single(f, op, tr->cand[pick].lane, a, b, c, 1, &t);
+      if (st != WEFT_OK) return st == WEFT_ERR_LANE_FAILED ? (memset(tr, 0, sizeof *tr), WEFT_OK) : st;
+      cand_note(&tr->cand[pick], t);
+      f->split.single_lane = f->lanes[tr->cand[pick].lane].desc.name, f->split.seconds = t;
+      report_measured(f, tr);
+      *out_done = 1;
+      return WEFT_OK;
+    }
+  }
+  if (used < 2) {
+    /* the factors measured leave one lane worth using: the split is no longer a candidate */
+    tr->cand[pick].t[0] = 1e30, tr->cand[pick].n = WEFT_SPLIT_SAMPLES;
+    for (int i = 1; i < WEFT_SPLIT_SAMPLES; i++) tr->cand[pick].t[i] = 1e30;
+    return WEFT_OK;
+  }
+  /* Pass 3: the split, timed. */
+  weft_status st = split_run(f, op, a, b, c, plan, n, tr);
+  if (st != WEFT_OK) return st;
+  cand_note(&tr->cand[pick], f->split.seconds);
   report_measured(f, tr);
   *out_done = 1;
   return WEFT_OK;
