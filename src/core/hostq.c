@@ -170,6 +170,13 @@ weft_status weft_hostq_wait(weft_fabric *f, uint64_t ticket) {
   return err;
 }
 
+double weft_hostq_seconds(const weft_fabric *f, uint64_t ticket) {
+  const weft_hostq *q = f->hostq;
+  if (!q || ticket == 0 || ticket > weft_hostq_done(f) || q->submitted - ticket >= JOBS) return -1;
+  const job *j = &q->ring[(ticket - 1) % JOBS];
+  return j->st == WEFT_OK ? j->t1 - j->t0 : -1;
+}
+
 weft_status weft_hostq_finish(weft_fabric *f) { return f->hostq ? weft_hostq_wait(f, f->hostq->submitted) : WEFT_OK; }
 
 uint64_t weft_hostq_submit(weft_fabric *f, int lane, const weft_op *op, weft_cost_class cls, double work, int observe) {

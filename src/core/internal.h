@@ -238,6 +238,8 @@ int weft_hostq_idle(const weft_fabric *f);
 weft_status weft_hostq_wait(weft_fabric *f, uint64_t ticket);
 /* Waits for everything queued. */
 weft_status weft_hostq_finish(weft_fabric *f);
+/* The seconds a finished job ran (measured on the queue's thread); -1 if it failed or is not known. */
+double weft_hostq_seconds(const weft_fabric *f, uint64_t ticket);
 /* Passes finished jobs' timings to the cost model (the caller's thread). */
 void weft_hostq_drain(weft_fabric *f);
 void weft_hostq_stop(weft_fabric *f);

@@ -173,7 +173,7 @@ static void report_measured(weft_fabric *f, const weft_split_track *tr) {
 }
 
 /* Pass 3: the shares in `plan` (those with entries), each timed. The operands' host memory is used
- * directly: queued host work on it is finished first. */
+ * directly: queued host work on it is finished first. Shares follow one another in plan order. */
 static weft_status run_shares(weft_fabric *f, const weft_op *op, weft_tensor *a, weft_tensor *b, weft_tensor *c,
                               lane_plan *plan, int n) {
   weft_status st = weft_hostq_finish(f);
@@ -196,15 +196,33 @@ static weft_status run_shares(weft_fabric *f, const weft_op *op, weft_tensor *a,
   } running;
   running run[64];
   int nrun = 0;
-  int64_t first = 0;
   const size_t a_elems = (size_t)(op->m * op->k), b_elems = (size_t)(op->k * op->n), c_elems = (size_t)(op->m * op->n);
+  /* The host lane's share starts first, on the host queue's thread, straight on the host copies: the
+   * caller's thread then starts the devices and waits for each, so every lane's own time is measured. */
   int host_plan = -1;
-  int64_t host_first = 0;
+  int64_t host_first = 0, first = 0;
+  for (int i = 0; i < n; i++) {
+    if (plan[i].share > 0 && weft_lane_is_host(f, plan[i].lane) && host_plan < 0) host_plan = i, host_first = first;
+    first += plan[i].share;
+  }
+  weft_op sub = *op;
+  uint64_t ticket = 0;
+  double host_t0 = 0;
+  if (host_plan >= 0) {
+    lane_plan *q = &plan[host_plan];
+    sub.batch = q->share;
+    sub.in[0] = a->host + (size_t)host_first * a_elems;
+    sub.in[1] = op->b_batched ? b->host + (size_t)host_first * b_elems : b->host;
+    sub.out[0] = c->host + (size_t)host_first * c_elems;
+    double work;
+    weft_cost_class cls = weft_cost_op_work(&sub, &work);
+    host_t0 = weft_fabric_now(f);
+    ticket = weft_hostq_submit(f, q->lane, &sub, cls, work, 0); /* 0: no thread to run it: below, inline */
+  }
+  first = 0;
   for (int i = 0; i < n && st == WEFT_OK; i++) {
     lane_plan *q = &plan[i];
-    if (q->share == 0) continue;
-    if (weft_lane_is_host(f, q->lane) && host_plan < 0) {
-      host_plan = i, host_first = first; /* runs below, while the devices work */
+    if (q->share == 0 || i == host_plan) {
       first += q->share;
       continue;
     }
@@ -228,40 +246,48 @@ static weft_status run_shares(weft_fabric *f, const weft_op *op, weft_tensor *a,
     if (st == WEFT_OK && s->vt.flush) st = s->vt.flush(s->self);
     first += q->share;
   }
-  /* The host lane's share, straight on the host copies. */
-  if (st == WEFT_OK && host_plan >= 0) {
+  const double t_started = weft_fabric_now(f);
+  if (host_plan >= 0 && !ticket && st == WEFT_OK) {
+    /* no queue thread: the host share runs here, while the devices work */
     lane_plan *q = &plan[host_plan];
     weft_lane_slot *s = &f->lanes[q->lane];
-    weft_op sub = *op;
-    sub.batch = q->share;
-    sub.in[0] = a->host + (size_t)host_first * a_elems;
-    sub.in[1] = op->b_batched ? b->host + (size_t)host_first * b_elems : b->host;
-    sub.out[0] = c->host + (size_t)host_first * c_elems;
     double t0 = weft_fabric_now(f);
     st = s->vt.run(s->self, &sub);
-    double t1 = weft_fabric_now(f);
+    q->seconds = weft_fabric_now(f) - t0, q->exact = 1;
     if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, q->lane);
-    s->stats.ops[WEFT_OP_MATMUL]++;
-    s->stats.seconds += t1 - t0;
-    q->seconds = t1 - t0, q->exact = 1;
-    weft_split_share *sh = &f->split_shares[f->split.nshares++];
-    sh->lane = s->desc.name, sh->first = host_first, sh->entries = q->share;
-    sh->predicted = q->c + (double)q->share * q->r, sh->seconds = t1 - t0;
+    s->stats.seconds += q->seconds;
   }
-  /* The device shares come home into the result's host copy. A share still running when it is waited for
-   * measured its own time; one already done measured only an upper bound. */
+  /* The device shares come home into the result's host copy. A share waited for as soon as the devices
+   * were started, or still running when waited for, measured its own time; otherwise only an upper bound. */
   for (int j = 0; j < nrun; j++) {
     running *r = &run[j];
     lane_plan *q = &plan[r->plan];
     double w0 = weft_fabric_now(f);
     if (st == WEFT_OK) st = weft_tensor_read(r->tc, c->host + (size_t)r->first * c_elems, (size_t)q->share * c_elems);
-    double w1 = weft_fabric_now(f);
+    double w1 = weft_fabric_now(f), slack = 0.02 * (w1 - t_start) > 20e-6 ? 0.02 * (w1 - t_start) : 20e-6;
     q->seconds = w1 - r->t0;
-    q->exact = w1 - w0 > 20e-6 && w1 - w0 > 0.02 * (w1 - t_start);
-    weft_split_share *sh = &f->split_shares[f->split.nshares++];
-    sh->lane = f->lanes[q->lane].desc.name, sh->first = r->first, sh->entries = q->share;
-    sh->predicted = q->c + (double)q->share * q->r, sh->seconds = q->seconds;
+    q->exact = w1 - w0 > slack || w0 - t_started < slack;
     weft_tensor_destroy(r->ta), weft_tensor_destroy(r->tb), weft_tensor_destroy(r->tc);
+  }
+  if (ticket) {
+    /* the queue's own measurement; stats.seconds comes with it when the queue is drained */
+    lane_plan *q = &plan[host_plan];
+    weft_status qs = weft_hostq_wait(f, ticket);
+    if (st == WEFT_OK) st = qs;
+    if (qs == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, q->lane);
+    double secs = weft_hostq_seconds(f, ticket);
+    q->seconds = secs > 0 ? secs : weft_fabric_now(f) - host_t0, q->exact = 1;
+  }
+  if (host_plan >= 0) f->lanes[plan[host_plan].lane].stats.ops[WEFT_OP_MATMUL]++;
+  /* the report: shares in batch order */
+  first = 0;
+  for (int i = 0; i < n; i++) {
+    lane_plan *q = &plan[i];
+    if (q->share == 0) continue;
+    weft_split_share *sh = &f->split_shares[f->split.nshares++];
+    sh->lane = f->lanes[q->lane].desc.name, sh->first = first, sh->entries = q->share;
+    sh->predicted = q->c + (double)q->share * q->r, sh->seconds = q->seconds;
+    first += q->share;
   }
   if (st != WEFT_OK) return st; /* the caller's dispatch may try again on one lane */
   weft_tensor_mark_written(c, -1);

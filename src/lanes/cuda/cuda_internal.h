@@ -21,6 +21,9 @@
 #define WEFT_CU_REGS 64                               /* host ranges registered (pinned in place) at once */
 #define WEFT_CU_UP_CHUNKS 8                           /* a large upload from registered memory, in parts */
 #define WEFT_CU_UP_EVENTS 32                          /* events marking those parts, reused in turn */
+#define WEFT_CU_CACHE 8                               /* freed device allocations kept for reuse ... */
+#define WEFT_CU_CACHE_MIN ((size_t)1 << 20)           /* ... of at least this size ... */
+#define WEFT_CU_CACHE_MAX ((size_t)1 << 30)           /* ... up to this many bytes in all */
 
 enum { WEFT_CU_S_COMPUTE, WEFT_CU_S_H2D, WEFT_CU_S_D2H, WEFT_CU_NSTREAMS };
 
@@ -28,6 +31,7 @@ enum { WEFT_CU_S_COMPUTE, WEFT_CU_S_H2D, WEFT_CU_S_D2H, WEFT_CU_NSTREAMS };
 typedef struct weft_cu_buf {
   CUdeviceptr ptr;
   size_t bytes;
+  size_t cap;         /* bytes allocated at ptr (a cached allocation may be larger) */
   uint64_t gen;       /* bumped whenever the contents change (an upload, an op writing it) */
   int from_host;      /* the contents came straight from an upload (not from an op) */
   CUdeviceptr bf16;   /* the contents rounded to bf16 for the tensor lane; current when bf16_gen == gen */
@@ -125,6 +129,14 @@ typedef struct weft_cu_dev {
   int copier_tried;
   weft_cu_reg regs[WEFT_CU_REGS];
   int nregs;
+  /* freed allocations kept for the next of a similar size (cuMemAlloc and cuMemFree take hundreds of
+   * microseconds on large ones; a split allocates its slices anew each time), oldest first */
+  struct {
+    CUdeviceptr ptr;
+    size_t bytes;
+  } cache[WEFT_CU_CACHE];
+  int ncache;
+  size_t cached_bytes;
   CUevent up_evs[WEFT_CU_UP_EVENTS];
   weft_cu_buf *up_owner[WEFT_CU_UP_EVENTS]; /* the buffer whose upload part each event marks now */
   int up_next;

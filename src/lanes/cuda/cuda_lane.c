@@ -312,6 +312,12 @@ static void lane_describe(void *self, weft_lane_desc *out) {
   out->flags = 0;
 }
 
+/* Frees the allocations kept for reuse. */
+static void cache_clear(weft_cu_dev *d) {
+  for (int i = 0; i < d->ncache; i++) d->cu->cuMemFree(d->cache[i].ptr);
+  d->ncache = 0, d->cached_bytes = 0;
+}
+
 static void dev_release(weft_cu_dev *d) {
   if (--d->refs > 0) return;
   const weft_cuda_api *cu = d->cu;
@@ -325,6 +331,7 @@ static void dev_release(weft_cu_dev *d) {
   if (d->blas) d->bl->cublasDestroy(d->blas);
   if (d->blas_ws) cu->cuMemFree(d->blas_ws);
   if (d->scratch) cu->cuMemFree(d->scratch);
+  if (!d->failed) cache_clear(d);
   if (d->ring) cu->cuMemFreeHost(d->ring);
   if (d->wb) cu->cuMemFreeHost(d->wb);
   for (int i = 0; i < WEFT_CU_SLOTS; i++)
@@ -358,7 +365,27 @@ static weft_status lane_alloc(void *self, size_t bytes, weft_buffer **out) {
   if (st != WEFT_OK) return st;
   weft_cu_buf *b = calloc(1, sizeof *b);
   if (!b) return weft_lane_report(d->host, WEFT_ERR_OUT_OF_MEMORY, "%s: out of host memory", l->name);
-  CUresult r = d->cu->cuMemAlloc(&b->ptr, bytes ? bytes : 4);
+  size_t want = bytes ? bytes : 4;
+  /* a freed allocation of about this size (at most a quarter larger) serves as it is */
+  int pick = -1;
+  for (int i = 0; i < d->ncache; i++)
+    if (d->cache[i].bytes >= want && d->cache[i].bytes - want <= want / 4 &&
+        (pick < 0 || d->cache[i].bytes < d->cache[pick].bytes))
+      pick = i;
+  CUresult r = CUDA_SUCCESS;
+  if (pick >= 0) {
+    b->ptr = d->cache[pick].ptr, b->cap = d->cache[pick].bytes;
+    d->cached_bytes -= b->cap;
+    memmove(&d->cache[pick], &d->cache[pick + 1], (size_t)(d->ncache - pick - 1) * sizeof d->cache[0]);
+    d->ncache--;
+  } else {
+    r = d->cu->cuMemAlloc(&b->ptr, want);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && d->ncache) { /* what the cache holds may make the room */
+      cache_clear(d);
+      r = d->cu->cuMemAlloc(&b->ptr, want);
+    }
+    b->cap = want;
+  }
   if (r != CUDA_SUCCESS) {
     free(b);
     char what[96];
@@ -380,7 +407,18 @@ static void lane_free(void *self, weft_buffer *buffer) {
   /* recorded or running work may still use it; a failed device has nothing left to wait for */
   if (!d->failed && weft_cu_enter(d) == WEFT_OK && weft_cu_flush(d) == WEFT_OK) weft_cu_sync_all(d);
   if (!d->failed) {
-    d->cu->cuMemFree(b->ptr);
+    if (b->cap >= WEFT_CU_CACHE_MIN && b->cap <= WEFT_CU_CACHE_MAX) {
+      /* kept for the next allocation of its size; the oldest go first to make room */
+      while (d->ncache && (d->ncache == WEFT_CU_CACHE || d->cached_bytes + b->cap > WEFT_CU_CACHE_MAX)) {
+        d->cu->cuMemFree(d->cache[0].ptr);
+        d->cached_bytes -= d->cache[0].bytes;
+        memmove(&d->cache[0], &d->cache[1], (size_t)(--d->ncache) * sizeof d->cache[0]);
+      }
+      d->cache[d->ncache].ptr = b->ptr, d->cache[d->ncache].bytes = b->cap;
+      d->ncache++, d->cached_bytes += b->cap;
+    } else {
+      d->cu->cuMemFree(b->ptr);
+    }
     if (b->bf16) d->cu->cuMemFree(b->bf16);
   }
   free(b);
