@@ -135,6 +135,10 @@ typedef struct weft_lane_vtable {
   weft_status (*host_register)(void *self, void *ptr, size_t bytes);
   /* Optional: registered memory is about to be freed or reused: waits for transfers using it, unpins it. */
   void (*host_unregister)(void *self, void *ptr, size_t bytes);
+  /* Optional: 1 when every op and transfer given to the lane so far has finished, 0 while some still runs;
+   * never blocks. A split polls it while the CPU computes its share, to time each device's share without a
+   * thread spinning in a wait on a core the CPU's share needs. */
+  int (*idle)(void *self);
 } weft_lane_vtable;
 
 /* A lane provider's probe hands each lane it finds to add_lane and each one it cannot open to add_absent.

@@ -312,6 +312,21 @@ static void lane_describe(void *self, weft_lane_desc *out) {
   out->flags = 0;
 }
 
+/* Finished everything given so far? (Recorded launches not yet started count as unfinished.) */
+static int lane_idle(void *self) {
+  weft_cu_lane *l = self;
+  weft_cu_dev *d = l->dev;
+  if (d->failed) return 1;
+  if (d->nitems || weft_cu_enter(d) != WEFT_OK) return 0;
+  for (int s = 0; s < WEFT_CU_NSTREAMS; s++) {
+    if (d->synced[s] == d->work[s]) continue;
+    CUresult r = d->cu->cuStreamQuery(d->stream[s]);
+    if (r != CUDA_SUCCESS) return 0; /* not ready, or an error the next wait reports */
+    d->synced[s] = d->work[s];
+  }
+  return 1;
+}
+
 /* Frees the allocations kept for reuse. */
 static void cache_clear(weft_cu_dev *d) {
   for (int i = 0; i < d->ncache; i++) d->cu->cuMemFree(d->cache[i].ptr);
@@ -704,7 +719,7 @@ static const weft_lane_vtable CUDA_VTABLE = {
     .destroy = lane_destroy, .buffer_alloc = lane_alloc, .buffer_free = lane_free, .upload = lane_upload,
     .download = lane_download, .supports = lane_supports, .run = lane_run, .scope_begin = lane_scope_begin,
     .scope_end = lane_scope_end, .sync = lane_sync, .flush = lane_flush, .host_register = lane_host_register,
-    .host_unregister = lane_host_unregister,
+    .host_unregister = lane_host_unregister, .idle = lane_idle,
 };
 
 /* -------------------------------------------------------------------------------------------- probe */
