@@ -3,7 +3,8 @@
  * the auto run timed in alternation with the best lane so machine noise falls on both. Prints the ratio
  * auto/best (the split must never lose: >= 0.97x the best lane's speed means ratio <= 1.03) and the split's
  * shares with each lane's measured time.
- * Usage: bench_split [n] [max_batch]   (WEFT_BENCH_LANES=cpu,cuda opens only those lanes) */
+ * Usage: bench_split [n] [max_batch]   (WEFT_BENCH_LANES=cpu,cuda opens only those lanes;
+ * WEFT_BENCH_CONTRACT=fp32 runs under the fp32 contract instead of exact) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,10 +26,13 @@ static int cmp(const void *a, const void *b) {
 /* One run as a host-data caller sees it: write a and b, matmul, read c. The tensors wrap the caller's
  * arrays, so the writes and the read move nothing in the core: what is timed is the lanes' own work and
  * transfers, not a copy every lane would pay alike. */
+static weft_contract contract = WEFT_CONTRACT_EXACT;
+
 static double run(weft_fabric *f, int lane, weft_tensor *a, weft_tensor *b, weft_tensor *c, const float *ha,
                   const float *hb, float *hc) {
   weft_op_desc d = WEFT_OP_DESC_INIT;
   d.lane = lane;
+  d.contract = contract;
   double t0 = now();
   weft_tensor_write(a, ha, weft_tensor_numel(a));
   weft_tensor_write(b, hb, weft_tensor_numel(b));
@@ -45,15 +49,17 @@ int main(int argc, char **argv) {
   weft_fabric *f;
   weft_fabric_desc desc = WEFT_FABRIC_DESC_INIT;
   desc.lanes = getenv("WEFT_BENCH_LANES"); /* e.g. cpu,cuda: leave a slow lane out of a long run */
+  const char *ce = getenv("WEFT_BENCH_CONTRACT"); /* exact (default) or fp32 */
+  if (ce && strcmp(ce, "fp32") == 0) contract = WEFT_CONTRACT_FP32;
   if (weft_fabric_open(&desc, &f) != WEFT_OK) return fprintf(stderr, "%s\n", weft_open_error()), 1;
   size_t nl = weft_fabric_lane_count(f);
-  printf("batched matmul [B,%lld,%lld].[%lld,%lld], exact, host data in and out; median of runs\n", (long long)n,
-         (long long)n, (long long)n, (long long)n);
+  printf("batched matmul [B,%lld,%lld].[%lld,%lld], %s, host data in and out; median of runs\n", (long long)n,
+         (long long)n, (long long)n, (long long)n, weft_contract_str(contract));
   printf("%6s", "B");
   for (size_t l = 0; l < nl; l++) {
     weft_lane_info li;
     weft_fabric_lane_info(f, l, &li);
-    if (li.contracts & 1) printf(" %14s", li.name);
+    if (li.contracts & WEFT_CONTRACT_BIT(contract)) printf(" %14s", li.name);
   }
   printf(" %14s %12s %7s  split (lane: entries, measured ms)\n", "auto", "best", "ratio");
   double worst = 0;
@@ -73,7 +79,7 @@ int main(int argc, char **argv) {
     for (size_t l = 0; l < nl; l++) {
       weft_lane_info li;
       weft_fabric_lane_info(f, l, &li);
-      if (!(li.contracts & 1)) continue;
+      if (!(li.contracts & WEFT_CONTRACT_BIT(contract))) continue;
       double t[9];
       run(f, (int)l, a, b, c, ha, hb, hc);
       int reps = 0;
@@ -83,9 +89,10 @@ int main(int argc, char **argv) {
       printf(" %11.3f ms", t[reps / 2] * 1e3);
       if (best < 0 || t[reps / 2] < best_t) best = (int)l, best_t = t[reps / 2];
     }
-    /* auto against the best lane, alternating */
+    /* auto against the best lane, alternating, in the steady state: the first auto runs of a shape measure
+     * the candidates (the split, each lane near the best: up to 7 runs), then the fastest is kept */
     double ta[15], tb[15];
-    run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
+    for (int w = 0; w < 8; w++) run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
     int reps = 0;
     double start = now();
     int where[64] = {0}, splits = 0; /* where the auto runs went */

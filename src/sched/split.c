@@ -168,6 +168,7 @@ static void report_measured(weft_fabric *f, const weft_split_track *tr) {
   f->split.measured_split = f->split.measured_single = 0;
   for (int i = 0; tr && i < tr->ncand; i++) {
     double t = cand_best(&tr->cand[i]);
+    if (t >= 1e29) t = 0; /* a split the factors ruled out: never measured as such */
     if (tr->cand[i].lane < 0) f->split.measured_split = t;
     else if (t > 0 && (f->split.measured_single == 0 || t < f->split.measured_single)) f->split.measured_single = t;
   }
@@ -461,13 +462,16 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   f->split.single_lane = f->lanes[plan[single].lane].desc.name;
   if (!tr) {
     /* A choice worth measuring: a split predicted to beat the best lane by 10%, or lanes within 3x of it
-     * (the models' error can be that large; measurement settles it). Else the router's choice stands. */
+     * or 100 us (the models' error can be that large; measurement settles it, and on small ops trying a
+     * lane costs little). Else the router's choice stands. */
     weft_split_cand cands[WEFT_SPLIT_CANDS];
     int nc = 0;
     memset(cands, 0, sizeof cands);
     if (used >= 2 && makespan <= 0.9 * single_t) cands[nc++].lane = -1;
-    for (int i = 0; i < n && nc < WEFT_SPLIT_CANDS; i++)
-      if (plan[order[i]].c + (double)B * plan[order[i]].r <= 3.0 * single_t) cands[nc++].lane = plan[order[i]].lane;
+    for (int i = 0; i < n && nc < WEFT_SPLIT_CANDS; i++) {
+      const double t = plan[order[i]].c + (double)B * plan[order[i]].r;
+      if (t <= 3.0 * single_t || t <= single_t + 100e-6) cands[nc++].lane = plan[order[i]].lane;
+    }
     if (nc < 2) {
       if (idle) f->split_memo = key, f->split_memo_valid = 1;
       return WEFT_OK; /* one lane: the caller's dispatch */
