@@ -1,7 +1,7 @@
 /* bench_split.c - the data-parallel split against the best single lane: batched matmuls [B,n,n].[n,n] from
  * host data for growing B, each lane alone (pinned) and the fabric's own choice (auto: possibly split),
- * the auto run timed in alternation with the best lane so machine noise falls on both. Prints the ratio
- * auto/best (the split must never lose: >= 0.97x the best lane's speed means ratio <= 1.03) and the split's
+ * the auto run timed in alternation with the best lane so machine noise falls on both (the median of the
+ * pairs' ratios). Prints the ratio auto/best (the split must never lose: >= 0.97x the best lane's speed means ratio <= 1.03) and the split's
  * shares with each lane's measured time.
  * Usage: bench_split [n] [max_batch]   (WEFT_BENCH_LANES=cpu,cuda opens only those lanes;
  * WEFT_BENCH_CONTRACT=fp32 runs under the fp32 contract instead of exact) */
@@ -91,14 +91,14 @@ int main(int argc, char **argv) {
     }
     /* auto against the best lane, alternating, in the steady state: the first auto runs of a shape measure
      * the candidates (the split, each lane near the best: up to 7 runs), then the fastest is kept */
-    double ta[15], tb[15];
-    for (int w = 0; w < 8; w++) run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
+    double ta[41], tb[41], pr[41];
+    for (int w = 0; w < 12; w++) run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
     int reps = 0;
     double start = now();
     int where[64] = {0}, splits = 0; /* where the auto runs went */
     char last_split[512] = "";
     double last_split_t = 0;
-    while (reps < 15 && (reps < 5 || now() - start < 1.0)) {
+    while (reps < 41 && (reps < 5 || now() - start < 1.0)) {
       ta[reps] = run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
       weft_split_report sr;
       if (weft_split_last(f, &sr) == WEFT_OK && sr.split && B >= 2) {
@@ -111,6 +111,7 @@ int main(int argc, char **argv) {
       }
       else if (weft_fabric_last_lane(f) >= 0 && weft_fabric_last_lane(f) < 64) where[weft_fabric_last_lane(f)]++;
       tb[reps] = run(f, best, a, b, c, ha, hb, hc);
+      pr[reps] = ta[reps] / tb[reps];
       reps++;
     }
     run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc); /* leaves the report for an auto run */
@@ -118,7 +119,8 @@ int main(int argc, char **argv) {
     int have = weft_split_last(f, &rep) == WEFT_OK;
     qsort(ta, (size_t)reps, sizeof ta[0], cmp);
     qsort(tb, (size_t)reps, sizeof tb[0], cmp);
-    double ratio = ta[reps / 2] / tb[reps / 2];
+    qsort(pr, (size_t)reps, sizeof pr[0], cmp);
+    double ratio = pr[reps / 2]; /* the median of each pair's ratio: drift on the machine falls on both */
     worst = ratio > worst ? ratio : worst;
     weft_lane_info bi;
     weft_fabric_lane_info(f, (size_t)best, &bi);

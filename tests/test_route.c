@@ -382,7 +382,7 @@ static void test_split(void) {
 
 /* The split is kept only while it measures faster than the lanes alone. Two fake lanes whose models promise
  * that sharing a batch halves it, but which run one after the other (each advances the injected clock by
- * its share's time), gain nothing: once the split (three times) and each lane (twice) are measured, the op
+ * its share's time), gain nothing: once the split and each lane are measured (three times each), the op
  * runs on one lane, and every 32nd time another candidate is measured again. Every result keeps the bits. */
 static void test_split_measured(void) {
   fake_clock clk = {10.0, 0.0};
@@ -418,19 +418,19 @@ static void test_split_measured(void) {
   int splits = 0, late_splits = 0, bits_ok = 1;
   weft_split_report rep;
   memset(&rep, 0, sizeof rep);
-  for (int run = 0; run < 40; run++) {
+  for (int run = 0; run < 44; run++) {
     weft_tensor_write(a, ha, (size_t)(B * M * K)); /* fresh host data each time, as a caller's loop has */
     CHECK(weft_op_matmul(f, NULL, a, 0, b, 0, c) == WEFT_OK, "run %d: %s", run, weft_fabric_last_error(f));
     CHECK(weft_split_last(f, &rep) == WEFT_OK, "a report");
     splits += rep.split;
-    if (run >= 8) late_splits += rep.split;
+    if (run >= 10) late_splits += rep.split;
     weft_tensor_read(c, got, (size_t)(B * M * N));
     bits_ok &= memcmp(got, want, sizeof(float) * B * M * N) == 0;
     if (run == 0) CHECK(rep.split == 1, "the first run is split, as the models promise (split=%d)", rep.split);
   }
   CHECK(bits_ok, "every run, split or not, has the reference's bits");
-  /* run 0 splits (b is then resident on the fakes: a new signature); runs 1..7 measure that one (split,
-   * g1, g2, split, g1, g2, split); of the 32 runs after, the 32nd measures the split again */
+  /* run 0 splits (b is then resident on the fakes: a new signature); runs 1..9 measure that one (split,
+   * g1, g2, three times); of the 32 runs after, the 32nd measures the split again */
   CHECK(splits == 5 && late_splits == 1, "splits measured and dropped: %d in all, %d after the choice", splits,
         late_splits);
   CHECK(rep.measured_split > 0 && rep.measured_single > 0 && rep.measured_split >= 0.97 * rep.measured_single,

@@ -133,15 +133,15 @@ static int track_best(const weft_split_track *tr) {
   return best;
 }
 
-/* Which candidate runs now, and whether it is timed (*probe): first each is measured in turn (the split three
- * times, its shares corrected in between; a lane twice, or once when that was twice the best so far); then
+/* Which candidate runs now, and whether it is timed (*probe): first each is measured in turn, three times (a
+ * split's shares corrected in between), or once when that was twice the best so far; then
  * the best runs, and every 32nd time another that came within 1.5x of it is measured again, in turn. */
 static int track_pick(weft_split_track *tr, int *probe) {
   int best = track_best(tr);
   double best_t = best >= 0 ? cand_best(&tr->cand[best]) : 0;
   for (int i = 0; i < tr->ncand; i++) {
     const weft_split_cand *c = &tr->cand[i];
-    int need = c->lane < 0 ? 3 : (c->n == 1 && best_t > 0 && c->t[0] > 2 * best_t) ? 1 : 2;
+    int need = (c->n == 1 && best_t > 0 && c->t[0] > 2 * best_t) ? 1 : 3;
     if (c->n < need) {
       *probe = 1;
       /* in turn: the least measured first */
