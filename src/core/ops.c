@@ -215,9 +215,15 @@ weft_status weft_op_matmul(weft_fabric *f, const weft_op_desc *desc, weft_tensor
   if ((!desc || desc->lane == WEFT_LANE_AUTO) && batch >= 2) {
     /* a batch may be worth sharing out across lanes (sched/split.c); a split that fails leaves the result
      * unwritten, and the whole op then runs on one lane */
-    int done = 0;
-    weft_status st = weft_split_matmul(f, &op, a, b, c, &done);
+    int done = 0, lane = -1;
+    weft_status st = weft_split_matmul(f, &op, a, b, c, &done, &lane);
     if (st == WEFT_OK && done) return WEFT_OK;
+    if (st == WEFT_OK && lane >= 0) {
+      /* the lane this shape measured fastest; should it fail under the op, the router takes over */
+      weft_op_desc there = {op.contract, lane};
+      st = dispatch(f, &there, &op, in, 2, out, 1);
+      if (st != WEFT_ERR_LANE_FAILED) return st;
+    }
   }
   return dispatch(f, desc, &op, in, 2, out, 1);
 }

@@ -385,8 +385,9 @@ static weft_status split_run(weft_fabric *f, const weft_op *op, weft_tensor *a, 
 }
 
 weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_tensor *b, weft_tensor *c,
-                              int *out_done) {
+                              int *out_done, int *out_lane) {
   *out_done = 0;
+  *out_lane = -1;
   const int64_t B = op->batch;
   if (B < 2 || f->in_scope || f->calibrating || !a->host_valid || !b->host_valid || !c->host || f->nlanes > 64)
     return WEFT_OK;
@@ -409,12 +410,9 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     if (eligible < 2) return WEFT_OK;
     if (!f->models_ready) weft_cost_ensure(f);
   }
-  weft_split_share *shares = realloc(f->split_shares, f->nlanes * sizeof *shares);
-  if (!shares) return WEFT_OK; /* no room to report a split: run it whole */
-  f->split_shares = shares;
   memset(&f->split, 0, sizeof f->split);
   f->split.batch = B;
-  f->split.shares = shares;
+  f->split.shares = f->split_shares;
 
   int pick = -1, probe = 0;
   if (tr) {
@@ -427,7 +425,11 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     }
     if (lane >= 0) {
       f->split.single_lane = f->lanes[lane].desc.name;
-      /* one lane, the fastest measured: no plan needed */
+      report_measured(f, tr);
+      if (!probe) {
+        *out_lane = lane; /* one lane, the fastest measured: the caller dispatches it there */
+        return WEFT_OK;
+      }
       double t = 0;
       weft_status st = run_single(f, op, lane, a, b, c, probe, &t);
       if (st == WEFT_ERR_LANE_FAILED) {
@@ -443,6 +445,10 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   }
 
   /* Pass 2: the best single lane against the best split, from the models (and the factors measured). */
+  weft_split_share *shares = realloc(f->split_shares, f->nlanes * sizeof *shares);
+  if (!shares) return WEFT_OK; /* no room to report a split: run it whole */
+  f->split_shares = shares;
+  f->split.shares = shares;
   n = plan_lanes(f, op, a, b, tr, plan);
   if (n < 2) return WEFT_OK;
   int order[64];

@@ -4,10 +4,11 @@
 
 #include "../core/internal.h"
 
-/* Plans (and, when a split wins, runs) an auto-routed batched matmul across lanes. Returns WEFT_OK with
- * *out_done = 1 when it ran the op split; *out_done = 0 means "run it on one lane as usual". */
+/* Plans (and, when a split wins, runs) an auto-routed batched matmul across lanes, or measures how one
+ * runs best. Returns WEFT_OK with *out_done = 1 when it ran the op (split, or on one lane to time it);
+ * *out_done = 0 means "run it on one lane": *out_lane, the lane measured fastest, or -1 for the router's. */
 weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_tensor *b, weft_tensor *c,
-                              int *out_done);
+                              int *out_done, int *out_lane);
 /* Frees the last report's storage (fabric close). */
 void weft_split_free(weft_fabric *f);
 
