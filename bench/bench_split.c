@@ -4,7 +4,8 @@
  * pairs' ratios). Prints the ratio auto/best (the split must never lose: >= 0.97x the best lane's speed means ratio <= 1.03) and the split's
  * shares with each lane's measured time.
  * Usage: bench_split [n] [max_batch]   (WEFT_BENCH_LANES=cpu,cuda opens only those lanes;
- * WEFT_BENCH_CONTRACT=fp32 runs under the fp32 contract instead of exact) */
+ * WEFT_BENCH_CONTRACT=fp32 runs under the fp32 contract instead of exact; WEFT_BENCH_BATCHED_B=1 gives
+ * each entry its own b) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,12 +50,14 @@ int main(int argc, char **argv) {
   weft_fabric *f;
   weft_fabric_desc desc = WEFT_FABRIC_DESC_INIT;
   desc.lanes = getenv("WEFT_BENCH_LANES"); /* e.g. cpu,cuda: leave a slow lane out of a long run */
+  const char *be = getenv("WEFT_BENCH_BATCHED_B"); /* 1: b is [B,n,n] too, one per entry */
+  const int batched_b = be && strcmp(be, "1") == 0;
   const char *ce = getenv("WEFT_BENCH_CONTRACT"); /* exact (default) or fp32 */
   if (ce && strcmp(ce, "fp32") == 0) contract = WEFT_CONTRACT_FP32;
   if (weft_fabric_open(&desc, &f) != WEFT_OK) return fprintf(stderr, "%s\n", weft_open_error()), 1;
   size_t nl = weft_fabric_lane_count(f);
-  printf("batched matmul [B,%lld,%lld].[%lld,%lld], %s, host data in and out; median of runs\n", (long long)n,
-         (long long)n, (long long)n, (long long)n, weft_contract_str(contract));
+  printf("batched matmul [B,%lld,%lld].[%s%lld,%lld], %s, host data in and out; median of runs\n", (long long)n,
+         (long long)n, batched_b ? "B," : "", (long long)n, (long long)n, weft_contract_str(contract));
   printf("%6s", "B");
   for (size_t l = 0; l < nl; l++) {
     weft_lane_info li;
@@ -64,14 +67,15 @@ int main(int argc, char **argv) {
   printf(" %14s %12s %7s  split (lane: entries, measured ms)\n", "auto", "best", "ratio");
   double worst = 0;
   for (int64_t B = 1; B <= maxb; B *= 2) {
-    int64_t da[3] = {B, n, n}, db[2] = {n, n};
-    size_t ca = (size_t)(B * n * n);
-    float *ha = malloc(ca * sizeof(float)), *hb = malloc((size_t)(n * n) * sizeof(float)), *hc = malloc(ca * sizeof(float));
+    int64_t da[3] = {B, n, n}, db[3] = {B, n, n};
+    size_t ca = (size_t)(B * n * n), cb = batched_b ? ca : (size_t)(n * n);
+    float *ha = malloc(ca * sizeof(float)), *hb = malloc(cb * sizeof(float)), *hc = malloc(ca * sizeof(float));
     for (size_t i = 0; i < ca; i++) ha[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
-    for (size_t i = 0; i < (size_t)(n * n); i++) hb[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < cb; i++) hb[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
     weft_tensor *a, *b, *c;
     weft_tensor_wrap(f, 3, da, ha, &a);
-    weft_tensor_wrap(f, 2, db, hb, &b);
+    if (batched_b) weft_tensor_wrap(f, 3, db, hb, &b);
+    else weft_tensor_wrap(f, 2, db + 1, hb, &b);
     weft_tensor_wrap(f, 3, da, hc, &c);
     printf("%6lld", (long long)B);
     int best = -1;
