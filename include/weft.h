@@ -319,7 +319,7 @@ typedef struct weft_split_report {
   double seconds;                 /* the whole op, measured */
   size_t nshares;                 /* lanes that got entries */
   const weft_split_share *shares; /* owned by the fabric; valid until the next split */
-  double measured_split;          /* this signature split: the best of its last few runs (0: not run yet) */
+  double measured_split;          /* this signature split: the median of its last three runs (0: not run yet) */
   double measured_single;         /* the same, on the single lane alone (0: not measured yet) */
 } weft_split_report;
 

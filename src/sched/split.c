@@ -110,12 +110,15 @@ static weft_split_track *track_of(weft_fabric *f, const weft_split_memo *key, in
   return oldest;
 }
 
-/* The best of a candidate's recent wall times; 0 when it has none. */
+/* A candidate's typical recent wall time: the median of its last three (the mean of two); 0 when it has
+ * none. Not the best: one lucky run must not win a shape for the lane that had it. */
 static double cand_best(const weft_split_cand *c) {
-  double b = 0;
-  for (int i = 0; i < c->n && i < WEFT_SPLIT_SAMPLES; i++)
-    if (i == 0 || c->t[i] < b) b = c->t[i];
-  return b;
+  const double *t = c->t;
+  if (c->n <= 0) return 0;
+  if (c->n == 1) return t[0];
+  if (c->n == 2) return 0.5 * (t[0] + t[1]);
+  double lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
+  return t[2] < lo ? lo : t[2] > hi ? hi : t[2];
 }
 
 static void cand_note(weft_split_cand *c, double seconds) { c->t[c->n++ % WEFT_SPLIT_SAMPLES] = seconds; }
