@@ -95,14 +95,14 @@ int main(int argc, char **argv) {
     }
     /* auto against the best lane, alternating, in the steady state: the first auto runs of a shape measure
      * the candidates (the split, each lane near the best: up to 7 runs), then the fastest is kept */
-    double ta[41], tb[41], pr[41];
+    double ta[201], tb[201], pr[201];
     for (int w = 0; w < 12; w++) run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
     int reps = 0;
     double start = now();
     int where[64] = {0}, splits = 0; /* where the auto runs went */
     char last_split[512] = "";
     double last_split_t = 0;
-    while (reps < 41 && (reps < 5 || now() - start < 1.0)) {
+    while (reps < 201 && (reps < 5 || now() - start < 1.0) && (reps < 41 || now() - start < 0.3)) {
       ta[reps] = run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
       weft_split_report sr;
       if (weft_split_last(f, &sr) == WEFT_OK && sr.split && B >= 2) {

@@ -299,9 +299,9 @@ WEFT_API void weft_fabric_reset_stats(weft_fabric *fabric);
  * nothing, and the split is tried only when it is predicted to beat the best single lane by 10%. The lanes
  * run at once (device lanes are started first, the CPU's share runs meanwhile); under the exact contract
  * the result is bit-identical to a single lane's. What each lane measured as it ran beside the others
- * corrects its shares next time, and the split is kept only while it measures at least 3% faster than the
- * lane the op would otherwise run on (also measured, now and then); when it stops winning, the op runs on
- * that lane and a split is tried again every 16th time. */
+ * corrects its shares next time. Measurement decides: the split and the lanes near the best are each timed
+ * for the shape, the fastest is kept (the split only while it measures at least 3% faster than the fastest
+ * lane alone), and the others are timed again now and then (docs/DESIGN.md says when). */
 typedef struct weft_split_share {
   const char *lane;  /* lane name */
   int64_t first;     /* first batch entry of its share */

@@ -137,8 +137,9 @@ static int track_best(const weft_split_track *tr) {
 }
 
 /* Which candidate runs now, and whether it is timed (*probe): first each is measured in turn, three times (a
- * split's shares corrected in between), or once when that was twice the best so far; then
- * the best runs, and every 32nd time another that came within 1.5x of it is measured again, in turn. */
+ * split's shares corrected in between), or once when that was twice the best so far; then the best runs,
+ * and every 32nd time (every 8th while another is within 10% of it) another that came within 1.5x of it is
+ * measured again, in turn. */
 static int track_pick(weft_split_track *tr, int *probe) {
   int best = track_best(tr);
   double best_t = best >= 0 ? cand_best(&tr->cand[best]) : 0;
@@ -155,7 +156,11 @@ static int track_pick(weft_split_track *tr, int *probe) {
     }
   }
   *probe = 0;
-  if (++tr->since % 32 == 0) {
+  /* a close race (another within 10%) is looked at again every 8th run, a clear one every 32nd */
+  int close = 0;
+  for (int i = 0; i < tr->ncand; i++)
+    close |= i != best && cand_best(&tr->cand[i]) <= 1.1 * best_t;
+  if (++tr->since % (close ? 8u : 32u) == 0) {
     for (int tries = 0; tries < tr->ncand; tries++) {
       int i = (int)(tr->probe_next++ % (unsigned)tr->ncand);
       if (i != best && cand_best(&tr->cand[i]) <= 1.5 * best_t) {
@@ -471,7 +476,7 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   f->split.single_lane = f->lanes[plan[single].lane].desc.name;
   if (!tr) {
     /* A choice worth measuring: a split predicted to beat the best lane by 10%, or lanes within 3x of it
-     * or 100 us (the models' error can be that large; measurement settles it, and on small ops trying a
+     * or 1 ms (the models' error can be that large; measurement settles it, and on small ops trying a
      * lane costs little). Else the router's choice stands. */
     weft_split_cand cands[WEFT_SPLIT_CANDS];
     int nc = 0;
@@ -479,7 +484,7 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     if (used >= 2 && makespan <= 0.9 * single_t) cands[nc++].lane = -1;
     for (int i = 0; i < n && nc < WEFT_SPLIT_CANDS; i++) {
       const double t = plan[order[i]].c + (double)B * plan[order[i]].r;
-      if (t <= 3.0 * single_t || t <= single_t + 100e-6) cands[nc++].lane = plan[order[i]].lane;
+      if (t <= 3.0 * single_t || t <= single_t + 1e-3) cands[nc++].lane = plan[order[i]].lane;
     }
     if (nc < 2) {
       if (idle) f->split_memo = key, f->split_memo_valid = 1;
