@@ -1,9 +1,7 @@
 /* pool.c - the CPU lane's persistent worker threads. Each worker watches its own wake-up counter, so a
  * job that uses only some of the threads never disturbs the others; after a job a worker polls for a
  * fraction of a millisecond before it sleeps on its condition variable, so back-to-back large ops do not
- * pay a futex wake each (and do not risk the OS placing the woken worker on the caller's core). While it
- * polls it yields its core now and then, so a thread with work to do (another lane's, driving a device)
- * is not kept waiting behind spinning workers.
+ * pay a futex wake each (and do not risk the OS placing the woken worker on the caller's core).
  *
  * Joining: the job's gate holds its sequence number, a closed bit and the count of workers inside. A
  * worker enters only an open gate of the job it was woken for; the caller closes the gate when its own
@@ -77,12 +75,7 @@ static unsigned wait_for_job(worker *w, unsigned seen) {
     unsigned g = atomic_load_explicit(&w->go, memory_order_acquire);
     if (g != seen || atomic_load_explicit(&p->stop, memory_order_relaxed)) return g;
     CPU_RELAX();
-    if ((++spins & 63) == 0) {
-      if (now_ns() > until) break;
-      /* a thread that has real work (the one driving a GPU, say) gets the core at once: a yield with
-       * nothing else runnable returns straight away */
-      sched_yield();
-    }
+    if ((++spins & 63) == 0 && now_ns() > until) break;
   }
   /* sleeping is raised before go is re-read, and the waker stores go before reading sleeping, so one of
    * the two always sees the other: no wake-up is lost. */
