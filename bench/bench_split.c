@@ -133,9 +133,10 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < rep.nshares; i++)
         printf("%s%s: %lld, %.3f ms", i ? "; " : "", rep.shares[i].lane, (long long)rep.shares[i].entries,
                rep.shares[i].seconds * 1e3);
-    } else if (B >= 2 && have && rep.measured_split > 0 && rep.measured_single > 0) {
-      printf("not split: measured %.3f ms split against %.3f ms on one lane", rep.measured_split * 1e3,
-             rep.measured_single * 1e3);
+    } else if (B >= 2 && have && rep.ncandidates) {
+      printf("measured:");
+      for (size_t i = 0; i < rep.ncandidates; i++)
+        printf("%s %s %.3f ms", i ? "," : "", rep.candidate[i], rep.candidate_seconds[i] * 1e3);
     } else if (B >= 2 && have) {
       printf("not split: %s alone (predicted %.3f ms; best split %.3f ms)", rep.single_lane,
              rep.predicted_single * 1e3, rep.predicted * 1e3);

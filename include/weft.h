@@ -302,6 +302,8 @@ WEFT_API void weft_fabric_reset_stats(weft_fabric *fabric);
  * corrects its shares next time. Measurement decides: the split and the lanes near the best are each timed
  * for the shape, the fastest is kept (the split only while it measures at least 3% faster than the fastest
  * lane alone), and the others are timed again now and then (docs/DESIGN.md says when). */
+#define WEFT_SPLIT_CANDIDATES 4
+
 typedef struct weft_split_share {
   const char *lane;  /* lane name */
   int64_t first;     /* first batch entry of its share */
@@ -321,6 +323,11 @@ typedef struct weft_split_report {
   const weft_split_share *shares; /* owned by the fabric; valid until the next split */
   double measured_split;          /* this signature split: the median of its last three runs (0: not run yet) */
   double measured_single;         /* the same, on the single lane alone (0: not measured yet) */
+  /* What the fabric measures for this shape: "split" or a lane name, each with the median of its last
+   * three runs (seconds; 0: not measured yet). None when the models left nothing to choose between. */
+  size_t ncandidates;
+  const char *candidate[WEFT_SPLIT_CANDIDATES];
+  double candidate_seconds[WEFT_SPLIT_CANDIDATES];
 } weft_split_report;
 
 /* Reports the last split the fabric made (or considered: split = 0 then says it ran on one lane). */

@@ -436,6 +436,9 @@ static void test_split_measured(void) {
         late_splits);
   CHECK(rep.measured_split > 0 && rep.measured_single > 0 && rep.measured_split >= 0.97 * rep.measured_single,
         "the report shows why: split %g s against one lane %g s", rep.measured_split, rep.measured_single);
+  CHECK(rep.ncandidates == 3 && strcmp(rep.candidate[0], "split") == 0 && strcmp(rep.candidate[1], "g1") == 0 &&
+            strcmp(rep.candidate[2], "g2") == 0 && rep.candidate_seconds[1] > 0,
+        "the report lists what was measured: %zu candidates", rep.ncandidates);
   CHECK(l1->runs + l2->runs > 0, "the fake lanes ran");
   free(ha), free(hb), free(got), free(want);
   weft_fabric_close(f);

@@ -50,7 +50,7 @@ typedef struct weft_split_memo {
  * (measured / predicted, as it ran a share beside the others) corrects its share in the next split. */
 #define WEFT_SPLIT_TRACKS 8
 #define WEFT_SPLIT_SAMPLES 3
-#define WEFT_SPLIT_CANDS 4
+#define WEFT_SPLIT_CANDS WEFT_SPLIT_CANDIDATES
 typedef struct weft_split_cand {
   int lane;                          /* -1: the split */
   int n;                             /* samples taken (the ring holds the last WEFT_SPLIT_SAMPLES) */

@@ -174,9 +174,12 @@ static int track_pick(weft_split_track *tr, int *probe) {
 
 static void report_measured(weft_fabric *f, const weft_split_track *tr) {
   f->split.measured_split = f->split.measured_single = 0;
+  f->split.ncandidates = tr ? (size_t)tr->ncand : 0;
   for (int i = 0; tr && i < tr->ncand; i++) {
     double t = cand_best(&tr->cand[i]);
     if (t >= 1e29) t = 0; /* a split the factors ruled out: never measured as such */
+    f->split.candidate[i] = tr->cand[i].lane < 0 ? "split" : f->lanes[tr->cand[i].lane].desc.name;
+    f->split.candidate_seconds[i] = t;
     if (tr->cand[i].lane < 0) f->split.measured_split = t;
     else if (t > 0 && (f->split.measured_single == 0 || t < f->split.measured_single)) f->split.measured_single = t;
   }
