@@ -1,7 +1,7 @@
 /* bench_split.c - the data-parallel split against the best single lane: batched matmuls [B,n,n].[n,n] from
  * host data for growing B, each lane alone (pinned) and the fabric's own choice (auto: possibly split),
- * the auto run timed in alternation with the best lane so machine noise falls on both (the median of the
- * pairs' ratios). Prints the ratio auto/best (the split must never lose: >= 0.97x the best lane's speed means ratio <= 1.03) and the split's
+ * auto timed in blocks of runs alternating with blocks of the best lane, so machine noise falls on both
+ * (the median over the pairs of blocks). Prints the ratio auto/best (the split must never lose: >= 0.97x the best lane's speed means ratio <= 1.03) and the split's
  * shares with each lane's measured time.
  * Usage: bench_split [n] [max_batch]   (WEFT_BENCH_LANES=cpu,cuda opens only those lanes;
  * WEFT_BENCH_CONTRACT=fp32 runs under the fp32 contract instead of exact; WEFT_BENCH_BATCHED_B=1 gives
@@ -93,42 +93,50 @@ int main(int argc, char **argv) {
       printf(" %11.3f ms", t[reps / 2] * 1e3);
       if (best < 0 || t[reps / 2] < best_t) best = (int)l, best_t = t[reps / 2];
     }
-    /* auto against the best lane, alternating, in the steady state: the first auto runs of a shape measure
-     * the candidates (the split, each lane near the best: up to 7 runs), then the fastest is kept */
-    double ta[201], tb[201], pr[201];
+    /* auto against the best lane in the steady state: blocks of 8 runs of each in turn, so each block runs
+     * as a loop of that op does (not after the other's run, which leaves a pool spinning or a device's
+     * caches cold) while machine drift still falls on both; the ratio is the median over the pairs of
+     * blocks of auto's block median over best's. The first auto runs of a shape measure its candidates
+     * (the split and each lane near the best, three times each): those come before. */
+    enum { BLOCK = 8, MAXPAIRS = 25 };
+    double ta[MAXPAIRS * BLOCK], pr[MAXPAIRS], blk[BLOCK];
     for (int w = 0; w < 12; w++) run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
-    int reps = 0;
+    int pairs = 0, nta = 0;
     double start = now();
     int where[64] = {0}, splits = 0; /* where the auto runs went */
     char last_split[512] = "";
     double last_split_t = 0;
-    while (reps < 201 && (reps < 5 || now() - start < 1.0) && (reps < 41 || now() - start < 0.3)) {
-      ta[reps] = run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
-      weft_split_report sr;
-      if (weft_split_last(f, &sr) == WEFT_OK && sr.split && B >= 2) {
-        splits++;
-        int used = 0; /* the last split's shares, for when the auto runs settle on one lane */
-        for (size_t i = 0; i < sr.nshares && used < (int)sizeof last_split - 64; i++)
-          used += snprintf(last_split + used, sizeof last_split - (size_t)used, "%s%s: %lld, %.3f ms", i ? "; " : "",
-                           sr.shares[i].lane, (long long)sr.shares[i].entries, sr.shares[i].seconds * 1e3);
-        last_split_t = sr.seconds;
+    while (pairs < MAXPAIRS && (pairs < 3 || now() - start < 1.0)) {
+      for (int r = 0; r < BLOCK; r++) {
+        blk[r] = ta[nta++] = run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
+        weft_split_report sr;
+        if (weft_split_last(f, &sr) == WEFT_OK && sr.split && B >= 2) {
+          splits++;
+          int used = 0; /* the last split's shares, for when the auto runs settle on one lane */
+          for (size_t i = 0; i < sr.nshares && used < (int)sizeof last_split - 64; i++)
+            used += snprintf(last_split + used, sizeof last_split - (size_t)used, "%s%s: %lld, %.3f ms", i ? "; " : "",
+                             sr.shares[i].lane, (long long)sr.shares[i].entries, sr.shares[i].seconds * 1e3);
+          last_split_t = sr.seconds;
+        } else if (weft_fabric_last_lane(f) >= 0 && weft_fabric_last_lane(f) < 64) {
+          where[weft_fabric_last_lane(f)]++;
+        }
       }
-      else if (weft_fabric_last_lane(f) >= 0 && weft_fabric_last_lane(f) < 64) where[weft_fabric_last_lane(f)]++;
-      tb[reps] = run(f, best, a, b, c, ha, hb, hc);
-      pr[reps] = ta[reps] / tb[reps];
-      reps++;
+      qsort(blk, BLOCK, sizeof blk[0], cmp);
+      double auto_med = 0.5 * (blk[BLOCK / 2 - 1] + blk[BLOCK / 2]);
+      for (int r = 0; r < BLOCK; r++) blk[r] = run(f, best, a, b, c, ha, hb, hc);
+      qsort(blk, BLOCK, sizeof blk[0], cmp);
+      pr[pairs++] = auto_med / (0.5 * (blk[BLOCK / 2 - 1] + blk[BLOCK / 2]));
     }
     run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc); /* leaves the report for an auto run */
     weft_split_report rep;
     int have = weft_split_last(f, &rep) == WEFT_OK;
-    qsort(ta, (size_t)reps, sizeof ta[0], cmp);
-    qsort(tb, (size_t)reps, sizeof tb[0], cmp);
-    qsort(pr, (size_t)reps, sizeof pr[0], cmp);
-    double ratio = pr[reps / 2]; /* the median of each pair's ratio: drift on the machine falls on both */
+    qsort(ta, (size_t)nta, sizeof ta[0], cmp);
+    qsort(pr, (size_t)pairs, sizeof pr[0], cmp);
+    double ratio = pr[pairs / 2];
     worst = ratio > worst ? ratio : worst;
     weft_lane_info bi;
     weft_fabric_lane_info(f, (size_t)best, &bi);
-    printf(" %11.3f ms %12s %7.3f  ", ta[reps / 2] * 1e3, bi.name, ratio);
+    printf(" %11.3f ms %12s %7.3f  ", ta[nta / 2] * 1e3, bi.name, ratio);
     if (have && rep.split) {
       for (size_t i = 0; i < rep.nshares; i++)
         printf("%s%s: %lld, %.3f ms", i ? "; " : "", rep.shares[i].lane, (long long)rep.shares[i].entries,

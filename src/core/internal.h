@@ -49,7 +49,7 @@ typedef struct weft_split_memo {
  * and the lanes the models put near the best; each keeps its last few wall times. Each lane's factor
  * (measured / predicted, as it ran a share beside the others) corrects its share in the next split. */
 #define WEFT_SPLIT_TRACKS 8
-#define WEFT_SPLIT_SAMPLES 3
+#define WEFT_SPLIT_SAMPLES 5
 #define WEFT_SPLIT_CANDS WEFT_SPLIT_CANDIDATES
 typedef struct weft_split_cand {
   int lane;                          /* -1: the split */

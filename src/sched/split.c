@@ -27,6 +27,8 @@
 void weft_split_free(weft_fabric *f) {
   free(f->split_shares);
   f->split_shares = NULL;
+  free(f->split_tracks);
+  f->split_tracks = NULL;
 }
 
 weft_status weft_split_last(weft_fabric *f, weft_split_report *out) {
@@ -110,15 +112,19 @@ static weft_split_track *track_of(weft_fabric *f, const weft_split_memo *key, in
   return oldest;
 }
 
-/* A candidate's typical recent wall time: the median of its last three (the mean of two); 0 when it has
- * none. Not the best: one lucky run must not win a shape for the lane that had it. */
+/* A candidate's typical recent wall time: the median of its last few runs (the mean of the middle two
+ * when even); 0 when it has none. Not the best: one lucky run must not win a shape for the lane that had it. */
 static double cand_best(const weft_split_cand *c) {
-  const double *t = c->t;
-  if (c->n <= 0) return 0;
-  if (c->n == 1) return t[0];
-  if (c->n == 2) return 0.5 * (t[0] + t[1]);
-  double lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
-  return t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+  int n = c->n < WEFT_SPLIT_SAMPLES ? c->n : WEFT_SPLIT_SAMPLES;
+  if (n <= 0) return 0;
+  double t[WEFT_SPLIT_SAMPLES];
+  memcpy(t, c->t, sizeof t);
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
+      double x = t[j];
+      t[j] = t[j - 1], t[j - 1] = x;
+    }
+  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
 static void cand_note(weft_split_cand *c, double seconds) { c->t[c->n++ % WEFT_SPLIT_SAMPLES] = seconds; }

@@ -9,7 +9,7 @@
  * *out_done = 0 means "run it on one lane": *out_lane, the lane measured fastest, or -1 for the router's. */
 weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_tensor *b, weft_tensor *c,
                               int *out_done, int *out_lane);
-/* Frees the last report's storage (fabric close). */
+/* Frees the last report's storage and what splits measured (fabric close). */
 void weft_split_free(weft_fabric *f);
 
 #endif
