@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
      * (the split and each lane near the best, three times each): those come before. */
     enum { BLOCK = 8, MAXPAIRS = 25 };
     double ta[MAXPAIRS * BLOCK], pr[MAXPAIRS], blk[BLOCK];
-    for (int w = 0; w < 12; w++) run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
+    for (int w = 0; w < 16; w++) run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
     int pairs = 0, nta = 0;
     double start = now();
     int where[64] = {0}, splits = 0; /* where the auto runs went */

@@ -62,6 +62,7 @@ typedef struct weft_split_track {
   float k[64];                       /* per lane; 0 = not measured */
   weft_split_cand cand[WEFT_SPLIT_CANDS];
   int ncand;
+  int last;                          /* the candidate that ran last (-1: none yet) */
   unsigned since;                    /* runs since the last probe */
   unsigned probe_next;               /* which candidate the next probe tries */
 } weft_split_track;
