@@ -312,6 +312,33 @@ static void test_bad_queries(void) {
   weft_fabric_close(f);
 }
 
+/* A batched matmul [B,M,K].[K,N] for the split tests: seeded host operands, room for a result, and the
+ * reference's result. */
+typedef struct mm_case {
+  int64_t B, M, K, N;
+  float *ha, *hb, *got, *want;
+  weft_tensor *a, *b, *c; /* in the fabric: a and b hold ha and hb */
+} mm_case;
+
+static mm_case mm_case_make(weft_fabric *f, int64_t B, int64_t M, int64_t K, int64_t N, uint32_t x) {
+  mm_case m = {B, M, K, N, malloc(sizeof(float) * B * M * K), malloc(sizeof(float) * K * N),
+               malloc(sizeof(float) * B * M * N), malloc(sizeof(float) * B * M * N), NULL, NULL, NULL};
+  for (int64_t i = 0; i < B * M * K; i++) x = x * 1664525u + 1013904223u, m.ha[i] = (float)(int)(x >> 9) * 1e-6f;
+  for (int64_t i = 0; i < K * N; i++) x = x * 1664525u + 1013904223u, m.hb[i] = (float)(int)(x >> 9) * 1e-6f;
+  weft_op ref;
+  memset(&ref, 0, sizeof ref);
+  ref.kind = WEFT_OP_MATMUL, ref.batch = B, ref.m = M, ref.n = N, ref.k = K;
+  ref.in[0] = m.ha, ref.in[1] = m.hb, ref.out[0] = m.want;
+  weft_reference_run(&ref);
+  int64_t da[3] = {B, M, K}, db[2] = {K, N}, dc[3] = {B, M, N};
+  weft_tensor_create(f, 3, da, m.ha, &m.a);
+  weft_tensor_create(f, 2, db, m.hb, &m.b);
+  weft_tensor_create(f, 3, dc, NULL, &m.c);
+  return m;
+}
+
+static void mm_case_free(mm_case *m) { free(m->ha), free(m->hb), free(m->got), free(m->want); }
+
 /* Data-parallel split: two fake device lanes that are as fast as the cpu share a batch with it; a lane
  * whose fixed cost outweighs any share gets nothing; the bits are the reference's. */
 static void test_split(void) {
@@ -328,17 +355,10 @@ static void test_split(void) {
   weft_fabric_set_cost_model(f, g2, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e12);
   weft_fabric_set_cost_model(f, g2, WEFT_COST_UPLOAD, 0, 1e-6, 1e12);
   weft_fabric_set_cost_model(f, g2, WEFT_COST_DOWNLOAD, 0, 1e-6, 1e12);
-  const int64_t B = 12, M = 33, K = 17, N = 29;
-  int64_t da[3] = {B, M, K}, db[2] = {K, N}, dc[3] = {B, M, N};
-  float *ha = malloc(sizeof(float) * B * M * K), *hb = malloc(sizeof(float) * K * N);
-  float *got = malloc(sizeof(float) * B * M * N), *want = malloc(sizeof(float) * B * M * N);
-  uint32_t x = 7;
-  for (int64_t i = 0; i < B * M * K; i++) x = x * 1664525u + 1013904223u, ha[i] = (float)(int)(x >> 9) * 1e-6f;
-  for (int64_t i = 0; i < K * N; i++) x = x * 1664525u + 1013904223u, hb[i] = (float)(int)(x >> 9) * 1e-6f;
-  weft_tensor *a, *b, *c;
-  weft_tensor_create(f, 3, da, ha, &a);
-  weft_tensor_create(f, 2, db, hb, &b);
-  weft_tensor_create(f, 3, dc, NULL, &c);
+  mm_case m = mm_case_make(f, 12, 33, 17, 29, 7);
+  const int64_t B = m.B, M = m.M, K = m.K, N = m.N;
+  float *ha = m.ha, *got = m.got, *want = m.want;
+  weft_tensor *a = m.a, *b = m.b, *c = m.c;
   CHECK(weft_op_matmul(f, NULL, a, 0, b, 0, c) == WEFT_OK, "split matmul: %s", weft_fabric_last_error(f));
   weft_split_report rep;
   CHECK(weft_split_last(f, &rep) == WEFT_OK && rep.split == 1, "the batch was split (split=%d)", rep.split);
@@ -357,11 +377,6 @@ static void test_split(void) {
   CHECK(rep.predicted < rep.predicted_single, "the plan beats the best single lane (%g < %g)", rep.predicted,
         rep.predicted_single);
   weft_tensor_read(c, got, (size_t)(B * M * N));
-  weft_op ref;
-  memset(&ref, 0, sizeof ref);
-  ref.kind = WEFT_OP_MATMUL, ref.batch = B, ref.m = M, ref.n = N, ref.k = K;
-  ref.in[0] = ha, ref.in[1] = hb, ref.out[0] = want;
-  weft_reference_run(&ref);
   CHECK(memcmp(got, want, sizeof(float) * B * M * N) == 0, "split result is the reference's bits");
   CHECK(strcmp(weft_tensor_location(c), "host") == 0, "the result is on the host: %s", weft_tensor_location(c));
   /* a batch of one is never split */
@@ -376,7 +391,7 @@ static void test_split(void) {
   CHECK(weft_op_matmul(f, NULL, a, 0, b, 0, c) == WEFT_OK && weft_split_last(f, &rep) == WEFT_OK && rep.split == 0 &&
             strcmp(rep.single_lane, "cpu") == 0 && weft_fabric_last_lane(f) == (int)cpu,
         "no split when one lane is best: split=%d single=%s", rep.split, rep.single_lane);
-  free(ha), free(hb), free(got), free(want);
+  mm_case_free(&m);
   weft_fabric_close(f);
 }
 
@@ -399,22 +414,10 @@ static void test_split_measured(void) {
     weft_fabric_set_cost_model(f, g, WEFT_COST_UPLOAD, 0, 0, 1e15);
     weft_fabric_set_cost_model(f, g, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
   }
-  const int64_t B = 8, M = 33, K = 17, N = 26;
-  int64_t da[3] = {B, M, K}, db[2] = {K, N}, dc[3] = {B, M, N};
-  float *ha = malloc(sizeof(float) * B * M * K), *hb = malloc(sizeof(float) * K * N);
-  float *got = malloc(sizeof(float) * B * M * N), *want = malloc(sizeof(float) * B * M * N);
-  uint32_t x = 11;
-  for (int64_t i = 0; i < B * M * K; i++) x = x * 1664525u + 1013904223u, ha[i] = (float)(int)(x >> 9) * 1e-6f;
-  for (int64_t i = 0; i < K * N; i++) x = x * 1664525u + 1013904223u, hb[i] = (float)(int)(x >> 9) * 1e-6f;
-  weft_op ref;
-  memset(&ref, 0, sizeof ref);
-  ref.kind = WEFT_OP_MATMUL, ref.batch = B, ref.m = M, ref.n = N, ref.k = K;
-  ref.in[0] = ha, ref.in[1] = hb, ref.out[0] = want;
-  weft_reference_run(&ref);
-  weft_tensor *a, *b, *c;
-  weft_tensor_create(f, 3, da, NULL, &a);
-  weft_tensor_create(f, 2, db, hb, &b);
-  weft_tensor_create(f, 3, dc, NULL, &c);
+  mm_case m = mm_case_make(f, 8, 33, 17, 26, 11);
+  const int64_t B = m.B, M = m.M, K = m.K, N = m.N;
+  float *ha = m.ha, *got = m.got, *want = m.want;
+  weft_tensor *a = m.a, *b = m.b, *c = m.c;
   int splits = 0, late_splits = 0, bits_ok = 1;
   weft_split_report rep;
   memset(&rep, 0, sizeof rep);
@@ -440,7 +443,7 @@ static void test_split_measured(void) {
             strcmp(rep.candidate[2], "g2") == 0 && rep.candidate_seconds[1] > 0,
         "the report lists what was measured: %zu candidates", rep.ncandidates);
   CHECK(l1->runs + l2->runs > 0, "the fake lanes ran");
-  free(ha), free(hb), free(got), free(want);
+  mm_case_free(&m);
   weft_fabric_close(f);
 }
 
