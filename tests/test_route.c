@@ -434,7 +434,7 @@ static void test_split_measured(void) {
   CHECK(bits_ok, "every run, split or not, has the reference's bits");
   /* run 0 splits (b is then resident on the fakes: a new signature); runs 1..9 measure that one (split,
    * g1, g2, three times); g1 is kept, and since the others are as fast, every 8th run of the 34 after
-   * measures one of them again, in turn: the split at the 8th and 24th */
+   * measures one of the three again, in turn: the split at the 8th and the 32nd */
   CHECK(splits == 6 && late_splits == 2, "splits measured and dropped: %d in all, %d after the choice", splits,
         late_splits);
   CHECK(rep.measured_split > 0 && rep.measured_single > 0 && rep.measured_split >= 0.97 * rep.measured_single,

@@ -144,8 +144,8 @@ static int track_best(const weft_split_track *tr) {
 
 /* Which candidate runs now, and whether it is timed (*probe): first each is measured in turn, three times (a
  * split's shares corrected in between), or once when that was twice the best so far; then the best runs,
- * and every 32nd time (every 8th while another is within 10% of it) another that came within 1.5x of it is
- * measured again, in turn. */
+ * and every 32nd time (every 8th while another is within 10% of it) one that came within 1.5x of it, the
+ * best included, is measured again, in turn. */
 static int track_pick(weft_split_track *tr, int *probe) {
   int best = track_best(tr);
   double best_t = best >= 0 ? cand_best(&tr->cand[best]) : 0;
@@ -169,7 +169,7 @@ static int track_pick(weft_split_track *tr, int *probe) {
   if (++tr->since % (close ? 8u : 32u) == 0) {
     for (int tries = 0; tries < tr->ncand; tries++) {
       int i = (int)(tr->probe_next++ % (unsigned)tr->ncand);
-      if (i != best && cand_best(&tr->cand[i]) <= 1.5 * best_t) {
+      if (cand_best(&tr->cand[i]) <= 1.5 * best_t) { /* the best too: its median must stay as fresh */
         *probe = 1;
         return i;
       }
