@@ -443,6 +443,21 @@ static void test_split_measured(void) {
             strcmp(rep.candidate[2], "g2") == 0 && rep.candidate_seconds[1] > 0,
         "the report lists what was measured: %zu candidates", rep.ncandidates);
   CHECK(l1->runs + l2->runs > 0, "the fake lanes ran");
+  /* a lane that joins is a new candidate: the shape is measured anew, the newcomer among the lanes */
+  size_t g3 = 0;
+  fake *l3 = add_fake(f, "g3", EXACT_FP32, &g3);
+  l3->clock = &clk;
+  l3->per_entry = 1e-3;
+  weft_fabric_set_cost_model(f, g3, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 29.282e6);
+  weft_fabric_set_cost_model(f, g3, WEFT_COST_UPLOAD, 0, 0, 1e15);
+  weft_fabric_set_cost_model(f, g3, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
+  weft_tensor_write(a, ha, (size_t)(B * M * K));
+  CHECK(weft_op_matmul(f, NULL, a, 0, b, 0, c) == WEFT_OK && weft_split_last(f, &rep) == WEFT_OK, "after g3 joined");
+  int has_g3 = 0;
+  for (size_t i = 0; i < rep.ncandidates; i++) has_g3 |= strcmp(rep.candidate[i], "g3") == 0;
+  CHECK(has_g3 && rep.ncandidates == 4, "the lane that joined is measured too (%zu candidates)", rep.ncandidates);
+  weft_tensor_read(c, got, (size_t)(B * M * N));
+  CHECK(memcmp(got, want, sizeof(float) * B * M * N) == 0, "the bits after g3 joined");
   mm_case_free(&m);
   weft_fabric_close(f);
 }

@@ -146,6 +146,7 @@ static weft_status add_lane_checked(weft_fabric *f, const weft_lane_vtable *vt, 
   }
   f->lanes[f->nlanes++] = slot;
   f->models_ready = 0;
+  f->lanes_epoch++;
   weft_route_forget(f);
   return WEFT_OK;
 }
@@ -379,6 +380,7 @@ void weft_lane_mark_failed(weft_fabric *f, int lane) {
   weft_lane_slot *s = &f->lanes[lane];
   if (!s->failed) {
     s->failed = 1;
+    f->lanes_epoch++;
     snprintf(s->down_why, sizeof s->down_why, "is down: %.170s", f->err[0] ? f->err : "it failed");
     s->backoff = REVIVE_FIRST_S;
     s->retry_at = weft_fabric_now(f) + s->backoff;
@@ -413,6 +415,7 @@ void weft_lanes_revive(weft_fabric *f, int all) {
     weft_status st = s->vt.revive(s->self);
     if (st == WEFT_OK) {
       s->failed = 0;
+      f->lanes_epoch++;
       s->down_why[0] = '\0';
       s->busy_until = 0;
       f->models_ready = 0; /* a lane that never had a model is measured before routing counts on it */

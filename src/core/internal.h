@@ -45,7 +45,7 @@ typedef struct weft_split_memo {
 } weft_split_memo;
 
 /* How a batched matmul of one signature runs best, measured (split.c). The signature is the memo's, with
- * the lanes that hold the operands' memory registered in place of the epoch. The candidates are the split
+ * the lanes that hold the operands' memory registered and the lanes epoch in place of the route epoch. The candidates are the split
  * and the lanes the models put near the best; each keeps its last few wall times. Each lane's factor
  * (measured / predicted, as it ran a share beside the others) corrects its share in the next split. */
 #define WEFT_SPLIT_TRACKS 8
@@ -125,6 +125,7 @@ struct weft_fabric {
   weft_split_report split;        /* the last split considered (weft_split_last) */
   weft_split_share *split_shares; /* per lane */
   weft_split_track *split_tracks; /* WEFT_SPLIT_TRACKS, made by the first split */
+  uint32_t lanes_epoch;           /* bumped when a lane joins, fails or comes back: splits measure anew */
   uint64_t split_clock;
   char err[WEFT_ERR_LEN];
 };

@@ -419,11 +419,13 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   if (B < 2 || f->in_scope || f->calibrating || !a->host_valid || !b->host_valid || !c->host || f->nlanes > 64)
     return WEFT_OK;
   /* what this signature measured before: keyed by where the operands' memory is registered too, since that
-   * changes what moving them costs */
+   * changes what moving them costs, and by the set of lanes up (one that joins or comes back is a new
+   * candidate; the old track ages out) */
   weft_split_memo key = {B, op->m, op->n, op->k, (int)op->contract, op->trans_a, op->trans_b, op->b_batched,
                          a->where, b->where, f->route_epoch};
   weft_split_memo tkey = key;
-  tkey.epoch = a->reg_mask ^ (c->reg_mask * 0x9e3779b97f4a7c15ull) ^ (b->reg_mask << 1);
+  tkey.epoch = a->reg_mask ^ (c->reg_mask * 0x9e3779b97f4a7c15ull) ^ (b->reg_mask << 1) ^
+               ((uint64_t)f->lanes_epoch * 0xc2b2ae3d27d4eb4full);
   weft_split_track *tr = track_of(f, &tkey, 0);
   const int idle = f->busy_max <= weft_fabric_now(f);
   lane_plan plan[64];
