@@ -48,17 +48,7 @@ static int dial(int port) {
   return fd;
 }
 
-static int io(int fd, void *p, size_t n, int rd) {
-  uint8_t *b = p;
-  while (n) {
-    ssize_t k = rd ? recv(fd, b, n, 0) : send(fd, b, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return 0;
-    b += k;
-    n -= (size_t)k;
-  }
-  return 1;
-}
+static int io(int fd, void *p, size_t n, int rd) { return rd ? weft_net_recv_all(fd, p, n) : weft_net_send_all(fd, p, n); }
 
 /* Sends a frame (header + a + b) and reads the reply into *buf (grown); returns the status or -1. */
 static int call(int fd, uint16_t type, const void *a, size_t al, const void *b, size_t bl, uint8_t **buf,
@@ -137,7 +127,6 @@ static int start_worker(const char *weft) {
 
 /* ------------------------------------------------------------------------------------- raw TCP sink */
 
-static int sink_port;
 static void *sink_thread(void *arg) {
   int lfd = *(int *)arg;
   int fd = accept(lfd, NULL, NULL);
@@ -152,7 +141,8 @@ static void *sink_thread(void *arg) {
   return NULL;
 }
 
-static double raw_tcp_gbps(const uint8_t *data, size_t bytes) {
+/* A listening socket on a free loopback port; *port says which. */
+static int listen_loopback(int *port) {
   int lfd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {0};
   a.sin_family = AF_INET;
@@ -161,10 +151,15 @@ static double raw_tcp_gbps(const uint8_t *data, size_t bytes) {
   bind(lfd, (struct sockaddr *)&a, sizeof a);
   listen(lfd, 1);
   getsockname(lfd, (struct sockaddr *)&a, &al);
-  sink_port = ntohs(a.sin_port);
+  *port = ntohs(a.sin_port);
+  return lfd;
+}
+
+static double raw_tcp_gbps(const uint8_t *data, size_t bytes) {
+  int port = 0, lfd = listen_loopback(&port);
   pthread_t th;
   pthread_create(&th, NULL, sink_thread, &lfd);
-  int fd = dial(sink_port);
+  int fd = dial(port);
   double t0 = now();
   io(fd, (void *)data, bytes, 0);
   shutdown(fd, SHUT_WR);
@@ -189,17 +184,10 @@ static void *echo_thread(void *arg) {
 }
 
 static double raw_ping_us(int reps) {
-  int lfd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t al = sizeof a;
-  bind(lfd, (struct sockaddr *)&a, sizeof a);
-  listen(lfd, 1);
-  getsockname(lfd, (struct sockaddr *)&a, &al);
+  int port = 0, lfd = listen_loopback(&port);
   pthread_t th;
   pthread_create(&th, NULL, echo_thread, &lfd);
-  int fd = dial(ntohs(a.sin_port));
+  int fd = dial(port);
   uint8_t b[16 + WEFT_NET_OP_BYTES] = {0};
   double *t = malloc(sizeof(double) * (size_t)reps);
   for (int i = 0; i < reps; i++) {

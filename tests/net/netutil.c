@@ -83,17 +83,7 @@ int nt_connect(int port) {
   return fd;
 }
 
-int nt_send_raw(int fd, const void *p, size_t n) {
-  const uint8_t *b = p;
-  while (n) {
-    ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return 0;
-    b += k;
-    n -= (size_t)k;
-  }
-  return 1;
-}
+int nt_send_raw(int fd, const void *p, size_t n) { return weft_net_send_all(fd, p, n); }
 
 int nt_send(int fd, uint16_t type, uint32_t id, const void *payload, uint32_t len) {
   uint8_t hb[WEFT_NET_HEADER_BYTES];
