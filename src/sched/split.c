@@ -332,26 +332,37 @@ static weft_status run_shares(weft_fabric *f, const weft_op *op, weft_tensor *a,
   return WEFT_OK;
 }
 
-/* The whole op on one lane, as it runs unsplit (dispatched there, left running); timed when `probe`, its
- * result then brought home as the caller will read it. */
-static weft_status run_single(weft_fabric *f, const weft_op *op, int lane, weft_tensor *a, weft_tensor *b,
-                              weft_tensor *c, int probe, int warm, double *out_seconds) {
+/* Candidate `pick` of the track (one lane) timed: the op dispatched there, as it runs unsplit, and its
+ * result brought home, as the caller will read it. */
+static weft_status probe_lane(weft_fabric *f, const weft_op *op, weft_split_track *tr, int pick, weft_tensor *a,
+                              weft_tensor *b, weft_tensor *c, int *out_done) {
+  const int lane = tr->cand[pick].lane;
   weft_op_desc d = {op->contract, lane};
   weft_status st = WEFT_OK;
   /* A lane timed right after other lanes ran is not in the state a loop of the op keeps it in (a host
    * lane's workers asleep, another lane's threads still spinning): it runs once untimed first. What that
    * run left on a device lane is dropped (the host copies are current), so the timed run moves the inputs
    * as a loop over fresh host data does. */
-  if (probe && warm) {
+  if (tr->last != pick) {
     st = weft_op_matmul(f, &d, a, op->trans_a, b, op->trans_b, c);
     if (st == WEFT_OK) st = weft_tensor_read(c, c->host, c->numel);
     if (!weft_lane_is_host(f, lane)) weft_tensor_drop_copy(a, lane), weft_tensor_drop_copy(b, lane);
   }
   const double t0 = weft_fabric_now(f);
   if (st == WEFT_OK) st = weft_op_matmul(f, &d, a, op->trans_a, b, op->trans_b, c);
-  if (st == WEFT_OK && probe) st = weft_tensor_read(c, c->host, c->numel);
-  *out_seconds = weft_fabric_now(f) - t0;
-  return st;
+  if (st == WEFT_OK) st = weft_tensor_read(c, c->host, c->numel);
+  const double t = weft_fabric_now(f) - t0;
+  tr->last = pick;
+  if (st == WEFT_ERR_LANE_FAILED) {
+    memset(tr, 0, sizeof *tr);
+    return WEFT_OK; /* the caller's dispatch routes it again among the lanes still up */
+  }
+  if (st != WEFT_OK) return st;
+  cand_note(&tr->cand[pick], t);
+  f->split.single_lane = f->lanes[lane].desc.name, f->split.seconds = t;
+  report_measured(f, tr);
+  *out_done = 1;
+  return WEFT_OK;
 }
 
 /* Pass 1: every eligible lane's fixed and per-entry cost, scaled by the track's factors; returns the count. */
@@ -455,22 +466,9 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     if (lane >= 0) {
       f->split.single_lane = f->lanes[lane].desc.name;
       report_measured(f, tr);
-      if (!probe) {
-        *out_lane = lane; /* one lane, the fastest measured: the caller dispatches it there */
-        tr->last = pick;
-        return WEFT_OK;
-      }
-      double t = 0;
-      weft_status st = run_single(f, op, lane, a, b, c, probe, tr->last != pick, &t);
+      if (probe) return probe_lane(f, op, tr, pick, a, b, c, out_done);
+      *out_lane = lane; /* one lane, the fastest measured: the caller dispatches it there */
       tr->last = pick;
-      if (st == WEFT_ERR_LANE_FAILED) {
-        memset(tr, 0, sizeof *tr);
-        return WEFT_OK; /* the caller's dispatch routes it again among the lanes still up */
-      }
-      if (st != WEFT_OK) return st;
-      if (probe) cand_note(&tr->cand[pick], t), f->split.seconds = t;
-      report_measured(f, tr);
-      *out_done = 1;
       return WEFT_OK;
     }
   }
@@ -518,17 +516,7 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     tr->ncand = nc;
     tr->last = -1;
     pick = track_pick(tr, &probe);
-    if (tr->cand[pick].lane >= 0) {
-      double t = 0;
-      weft_status st = run_single(f, op, tr->cand[pick].lane, a, b, c, 1, 1, &t);
-      tr->last = pick;
-      if (st != WEFT_OK) return st == WEFT_ERR_LANE_FAILED ? (memset(tr, 0, sizeof *tr), WEFT_OK) : st;
-      cand_note(&tr->cand[pick], t);
-      f->split.single_lane = f->lanes[tr->cand[pick].lane].desc.name, f->split.seconds = t;
-      report_measured(f, tr);
-      *out_done = 1;
-      return WEFT_OK;
-    }
+    if (tr->cand[pick].lane >= 0) return probe_lane(f, op, tr, pick, a, b, c, out_done);
   }
   if (used < 2) {
     /* the factors measured leave one lane worth using: the split is no longer a candidate */
