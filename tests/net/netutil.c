@@ -92,21 +92,10 @@ int nt_send(int fd, uint16_t type, uint32_t id, const void *payload, uint32_t le
   return nt_send_raw(fd, hb, sizeof hb) && (!len || nt_send_raw(fd, payload, len));
 }
 
-static int read_full(int fd, uint8_t *p, size_t n) {
-  while (n) {
-    ssize_t k = recv(fd, p, n, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return 0;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 1;
-}
-
 int nt_recv(int fd, weft_net_header *h, uint8_t **out_payload) {
   *out_payload = NULL;
   uint8_t hb[WEFT_NET_HEADER_BYTES];
-  if (!read_full(fd, hb, sizeof hb)) return 0;
+  if (!weft_net_recv_all(fd, hb, sizeof hb)) return 0;
   h->magic = weft_net_get32(hb);
   h->type = weft_net_get16(hb + 4);
   h->status = weft_net_get16(hb + 6);
@@ -114,7 +103,7 @@ int nt_recv(int fd, weft_net_header *h, uint8_t **out_payload) {
   h->length = weft_net_get32(hb + 12);
   if (h->magic != WEFT_NET_MAGIC || h->length > (1u << 30)) return 0;
   uint8_t *p = malloc(h->length + 1);
-  if (!p || !read_full(fd, p, h->length)) {
+  if (!p || !weft_net_recv_all(fd, p, h->length)) {
     free(p);
     return 0;
   }

@@ -544,6 +544,22 @@ static void lane_url(weft_fabric *f, size_t lane, char *out, size_t n, fakes *fk
   if (fk) snprintf(fk->ws, sizeof fk->ws, "%s://127.0.0.1:%d/weft", tls ? "wss" : "ws", port);
 }
 
+/* A fabric of the CPU lane and one browser slot on a free loopback port (the caller sets what else it
+ * needs in the environment first); NULL when it did not open with both. */
+static weft_fabric *open_one_tab(size_t *tab, size_t *cpu) {
+  setenv("WEFT_BROWSER_SLOTS", "1", 1);
+  weft_fabric_desc desc = tu_desc();
+  desc.lanes = "cpu,browser";
+  desc.browser = "127.0.0.1:0";
+  weft_fabric *f = NULL;
+  if (weft_fabric_open(&desc, &f) || weft_fabric_lane_find(f, "browser:0", tab) ||
+      weft_fabric_lane_find(f, "cpu", cpu)) {
+    weft_fabric_close(f);
+    return NULL;
+  }
+  return f;
+}
+
 /* Off loopback the tabs must prove the secret: a tab without it and one with a wrong proof stay out, the
  * worker page given the secret in its address comes up. Loopback here, with the secret set all the same. */
 static void check_secret(const char *node, const char *driver_js, fakes fk) {
@@ -556,18 +572,12 @@ static void check_secret(const char *node, const char *driver_js, fakes fk) {
   }
   close(fd);
   setenv("WEFT_BROWSER_SECRET_FILE", tpl, 1);
-  setenv("WEFT_BROWSER_SLOTS", "1", 1);
-  weft_fabric_desc desc = tu_desc();
-  desc.lanes = "cpu,browser";
-  desc.browser = "127.0.0.1:0";
-  weft_fabric *f = NULL;
-  weft_status st = weft_fabric_open(&desc, &f);
+  size_t tab = 0, cpu = 0;
+  weft_fabric *f = open_one_tab(&tab, &cpu);
   unsetenv("WEFT_BROWSER_SECRET_FILE");
   unlink(tpl);
-  size_t tab = 0, cpu = 0;
-  if (st || weft_fabric_lane_find(f, "browser:0", &tab) || weft_fabric_lane_find(f, "cpu", &cpu)) {
+  if (!f) {
     TU_CHECK(0, "a fabric with a secret opens with browser:0");
-    weft_fabric_close(f);
     return;
   }
   char url[300];
@@ -600,18 +610,12 @@ static void check_tls(const char *node, const char *driver_js) {
   }
   setenv("WEFT_BROWSER_TLS_CERT", "weft-browser-cert.pem", 1);
   setenv("WEFT_BROWSER_TLS_KEY", "weft-browser-key.pem", 1);
-  setenv("WEFT_BROWSER_SLOTS", "1", 1);
-  weft_fabric_desc desc = tu_desc();
-  desc.lanes = "cpu,browser";
-  desc.browser = "127.0.0.1:0";
-  weft_fabric *f = NULL;
-  weft_status st = weft_fabric_open(&desc, &f);
+  size_t tab = 0, cpu = 0;
+  weft_fabric *f = open_one_tab(&tab, &cpu);
   unsetenv("WEFT_BROWSER_TLS_CERT");
   unsetenv("WEFT_BROWSER_TLS_KEY");
-  size_t tab = 0, cpu = 0;
-  if (st || weft_fabric_lane_find(f, "browser:0", &tab) || weft_fabric_lane_find(f, "cpu", &cpu)) {
+  if (!f) {
     TU_CHECK(0, "a fabric serving https opens with browser:0");
-    weft_fabric_close(f);
     return;
   }
   char url[300];
@@ -636,16 +640,10 @@ static void check_tls(const char *node, const char *driver_js) {
 /* A browser without WebGPU: the tab says so in its device, and computes every op in JavaScript with the
  * CPU lane's bits. */
 static void check_no_webgpu(const char *node, const char *driver_js) {
-  setenv("WEFT_BROWSER_SLOTS", "1", 1);
-  weft_fabric_desc desc = tu_desc();
-  desc.lanes = "cpu,browser";
-  desc.browser = "127.0.0.1:0";
-  weft_fabric *f = NULL;
   size_t tab = 0, cpu = 0;
-  if (weft_fabric_open(&desc, &f) || weft_fabric_lane_find(f, "browser:0", &tab) ||
-      weft_fabric_lane_find(f, "cpu", &cpu)) {
+  weft_fabric *f = open_one_tab(&tab, &cpu);
+  if (!f) {
     TU_CHECK(0, "a fabric for the tab without WebGPU opens");
-    weft_fabric_close(f);
     return;
   }
   char url[300];
