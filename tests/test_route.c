@@ -432,17 +432,20 @@ static void test_split_measured(void) {
     if (run == 0) CHECK(rep.split == 1, "the first run is split, as the models promise (split=%d)", rep.split);
   }
   CHECK(bits_ok, "every run, split or not, has the reference's bits");
-  /* run 0 splits (b is then resident on the fakes: a new signature); runs 1..9 measure that one (split,
-   * g1, g2, three times); g1 is kept, and since the others are as fast, every 8th run of the 34 after
-   * measures one of the three again, in turn: the split at the 8th and the 32nd */
+  /* run 0 splits (b is then resident on the fakes: a new signature); runs 1..11 measure that one: the
+   * split three times, then g1 and g2 each run once untimed (warming it, as the caller's op) and three
+   * times timed. g1 is kept; the others are as fast, so each is timed again every 16th run: the split at
+   * the 19th and the 35th */
   CHECK(splits == 6 && late_splits == 2, "splits measured and dropped: %d in all, %d after the choice", splits,
         late_splits);
+  /* measuring runs nothing twice: every call ran one lane, or both for a split (the cpu got nothing) */
+  CHECK(l1->runs + l2->runs == 44 + splits, "each call ran the op once: %d lane runs for 44 calls, %d split",
+        l1->runs + l2->runs, splits);
   CHECK(rep.measured_split > 0 && rep.measured_single > 0 && rep.measured_split >= 0.97 * rep.measured_single,
         "the report shows why: split %g s against one lane %g s", rep.measured_split, rep.measured_single);
   CHECK(rep.ncandidates == 3 && strcmp(rep.candidate[0], "split") == 0 && strcmp(rep.candidate[1], "g1") == 0 &&
             strcmp(rep.candidate[2], "g2") == 0 && rep.candidate_seconds[1] > 0,
         "the report lists what was measured: %zu candidates", rep.ncandidates);
-  CHECK(l1->runs + l2->runs > 0, "the fake lanes ran");
   /* a lane that joins is a new candidate: the shape is measured anew, the newcomer among the lanes */
   size_t g3 = 0;
   fake *l3 = add_fake(f, "g3", EXACT_FP32, &g3);

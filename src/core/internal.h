@@ -45,16 +45,19 @@ typedef struct weft_split_memo {
 } weft_split_memo;
 
 /* How a batched matmul of one signature runs best, measured (split.c). The signature is the memo's, with
- * the lanes that hold the operands' memory registered and the lanes epoch in place of the route epoch. The candidates are the split
- * and the lanes the models put near the best; each keeps its last few wall times. Each lane's factor
- * (measured / predicted, as it ran a share beside the others) corrects its share in the next split. */
+ * the lanes that hold the operands' memory registered and the lanes epoch in place of the route epoch. The
+ * candidates are the split and the lanes the models put near the best; each keeps its last few wall times
+ * and when it is next due to be timed again. Each lane's factor (measured / predicted, as it ran a share
+ * beside the others) corrects its share in the next split. */
 #define WEFT_SPLIT_TRACKS 8
-#define WEFT_SPLIT_SAMPLES 5
+#define WEFT_SPLIT_SAMPLES 7
 #define WEFT_SPLIT_CANDS WEFT_SPLIT_CANDIDATES
 typedef struct weft_split_cand {
   int lane;                          /* -1: the split */
   int n;                             /* samples taken (the ring holds the last WEFT_SPLIT_SAMPLES) */
   double t[WEFT_SPLIT_SAMPLES];
+  double med;                        /* the median of the ring (0: none yet) */
+  uint64_t due;                      /* the track's run count at which it is timed again */
 } weft_split_cand;
 typedef struct weft_split_track {
   weft_split_memo key;
@@ -62,9 +65,10 @@ typedef struct weft_split_track {
   float k[64];                       /* per lane; 0 = not measured */
   weft_split_cand cand[WEFT_SPLIT_CANDS];
   int ncand;
+  int best;                          /* the candidate that runs between timings (-1: none measured yet) */
   int last;                          /* the candidate that ran last (-1: none yet) */
-  unsigned since;                    /* runs since the last probe */
-  unsigned probe_next;               /* which candidate the next probe tries */
+  int burst, burst_left;             /* the candidate being timed, and how many timed runs it still has */
+  uint64_t runs;                     /* runs of the signature while tracked */
 } weft_split_track;
 
 

@@ -112,9 +112,9 @@ static weft_split_track *track_of(weft_fabric *f, const weft_split_memo *key, in
   return oldest;
 }
 
-/* A candidate's typical recent wall time: the median of its last few runs (the mean of the middle two
- * when even); 0 when it has none. Not the best: one lucky run must not win a shape for the lane that had it. */
-static double cand_best(const weft_split_cand *c) {
+/* The median of a candidate's ring (the mean of the middle two when even): its typical recent wall time.
+ * Not the best: one lucky run must not win a shape for the lane that had it. */
+static double ring_median(const weft_split_cand *c) {
   int n = c->n < WEFT_SPLIT_SAMPLES ? c->n : WEFT_SPLIT_SAMPLES;
   if (n <= 0) return 0;
   double t[WEFT_SPLIT_SAMPLES];
@@ -127,62 +127,99 @@ static double cand_best(const weft_split_cand *c) {
   return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
-static void cand_note(weft_split_cand *c, double seconds) { c->t[c->n++ % WEFT_SPLIT_SAMPLES] = seconds; }
-
-/* The candidate to run now, from what was measured: the fastest, the split only while it beats the fastest
- * single lane by 3% (contention the models cannot see must not make a split lose). -1: none measured. */
-static int track_best(const weft_split_track *tr) {
+/* The candidate that runs between timings, from the medians: the fastest lane (the one running stays
+ * unless another is 1% faster: two lanes alike must not trade places on noise, each trade costing a cold
+ * run), the split only while it beats that lane by 3% (contention the models cannot see must not make a
+ * split lose). */
+static void track_settle(weft_split_track *tr) {
   int best = -1, split = -1;
   for (int i = 0; i < tr->ncand; i++) {
-    if (!tr->cand[i].n) continue;
-    if (tr->cand[i].lane < 0) split = i;
-    else if (best < 0 || cand_best(&tr->cand[i]) < cand_best(&tr->cand[best])) best = i;
+    const weft_split_cand *c = &tr->cand[i];
+    if (!c->n) continue;
+    if (c->lane < 0) split = i;
+    else if (best < 0 || c->med < tr->cand[best].med) best = i;
   }
-  if (split >= 0 && (best < 0 || cand_best(&tr->cand[split]) < 0.97 * cand_best(&tr->cand[best]))) return split;
-  return best;
+  const int cur = tr->best;
+  if (best >= 0 && cur >= 0 && cur != best && tr->cand[cur].lane >= 0 && tr->cand[cur].n &&
+      tr->cand[best].med > 0.99 * tr->cand[cur].med)
+    best = cur;
+  if (split >= 0 && (best < 0 || tr->cand[split].med < 0.97 * tr->cand[best].med)) best = split;
+  if (best != cur && cur >= 0) /* the gaps the others were scheduled by no longer hold: all timed again soon */
+    for (int i = 0; i < tr->ncand; i++)
+      if (tr->cand[i].med < 1e29 && tr->cand[i].due > tr->runs + 16) tr->cand[i].due = tr->runs + 16;
+  tr->best = best;
 }
 
-/* Which candidate runs now, and whether it is timed (*probe): first each is measured in turn, three times (a
- * split's shares corrected in between), or once when that was twice the best so far; then the best runs,
- * and every 32nd time (every 8th while another is within 10% of it) one that came within 1.5x of it, the
- * best included, is measured again, in turn. */
+/* Runs between timings of candidate i: the best is timed every 16th run (its median must stay fresh, and
+ * timing it costs nothing but waiting for its result); another when what timing it costs (its gap to the
+ * best, on two runs where it is a lane: one to warm it, one timed) comes to 0.5% of the runs between. */
+static uint64_t cand_interval(const weft_split_track *tr, int i) {
+  const weft_split_cand *c = &tr->cand[i];
+  if (c->med >= 1e29) return UINT64_MAX / 2; /* ruled out */
+  if (i == tr->best || tr->best < 0) return 16;
+  const double gap = c->med / tr->cand[tr->best].med - 1.0, cost = c->lane >= 0 ? 2.0 : 1.0;
+  const double iv = cost * (gap > 0 ? gap : 0) / 0.005;
+  return iv < 16 ? 16 : iv > 1e12 ? (uint64_t)1e12 : (uint64_t)iv;
+}
+
+/* Timed runs a candidate needs before the choice is made: three (a split's shares are corrected in
+ * between), or one when that was more than twice the best so far. */
+static int cand_need(const weft_split_track *tr, const weft_split_cand *c) {
+  const double best_t = tr->best >= 0 ? tr->cand[tr->best].med : 0;
+  return c->n == 1 && best_t > 0 && c->t[0] > 2 * best_t ? 1 : 3;
+}
+
+/* A timed run of candidate i: into its ring, the choice settled again, and when its timing is done, when it
+ * is next due. */
+static void track_note(weft_split_track *tr, int i, double seconds) {
+  weft_split_cand *c = &tr->cand[i];
+  c->t[c->n++ % WEFT_SPLIT_SAMPLES] = seconds;
+  c->med = ring_median(c);
+  track_settle(tr);
+  if (tr->burst == i && (--tr->burst_left <= 0 || c->n >= cand_need(tr, c))) tr->burst = -1;
+  if (tr->burst != i) c->due = tr->runs + cand_interval(tr, i);
+}
+
+/* The split, measured not to pay: never tried again for this signature. */
+static void track_rule_out(weft_split_track *tr, int i) {
+  weft_split_cand *c = &tr->cand[i];
+  for (int j = 0; j < WEFT_SPLIT_SAMPLES; j++) c->t[j] = 1e30;
+  c->n = WEFT_SPLIT_SAMPLES, c->med = 1e30, c->due = UINT64_MAX;
+  if (tr->burst == i) tr->burst = -1;
+  track_settle(tr);
+}
+
+/* Which candidate runs now, and whether it is timed (*probe). A candidate is timed in a burst of runs in a
+ * row, as a loop of the op runs it: first each in turn until it has what cand_need asks, then one run
+ * whenever it is due. A lane timed right after another candidate ran is not in the state a loop keeps it
+ * in (a host lane's workers asleep, another lane's threads still spinning): its burst starts with one
+ * untimed run, which is the caller's op run there, not an extra one. Between bursts the best runs. */
 static int track_pick(weft_split_track *tr, int *probe) {
-  int best = track_best(tr);
-  double best_t = best >= 0 ? cand_best(&tr->cand[best]) : 0;
-  for (int i = 0; i < tr->ncand; i++) {
-    const weft_split_cand *c = &tr->cand[i];
-    int need = (c->n == 1 && best_t > 0 && c->t[0] > 2 * best_t) ? 1 : 3;
-    if (c->n < need) {
-      *probe = 1;
-      /* in turn: the least measured first */
-      int pick = i;
-      for (int j = i + 1; j < tr->ncand; j++)
-        if (tr->cand[j].n < tr->cand[pick].n) pick = j;
-      return pick;
-    }
-  }
+  tr->runs++;
   *probe = 0;
-  /* a close race (another within 10%) is looked at again every 8th run, a clear one every 32nd */
-  int close = 0;
-  for (int i = 0; i < tr->ncand; i++)
-    close |= i != best && cand_best(&tr->cand[i]) <= 1.1 * best_t;
-  if (++tr->since % (close ? 8u : 32u) == 0) {
-    for (int tries = 0; tries < tr->ncand; tries++) {
-      int i = (int)(tr->probe_next++ % (unsigned)tr->ncand);
-      if (cand_best(&tr->cand[i]) <= 1.5 * best_t) { /* the best too: its median must stay as fresh */
-        *probe = 1;
-        return i;
-      }
-    }
+  if (tr->burst < 0) {
+    for (int i = 0; i < tr->ncand; i++)
+      if (tr->cand[i].n < cand_need(tr, &tr->cand[i]) &&
+          (tr->burst < 0 || tr->cand[i].n < tr->cand[tr->burst].n)) /* the least measured first */
+        tr->burst = i;
+    if (tr->burst >= 0) tr->burst_left = cand_need(tr, &tr->cand[tr->burst]) - tr->cand[tr->burst].n;
   }
-  return best;
+  if (tr->burst < 0) {
+    for (int i = 0; i < tr->ncand; i++) /* the longest overdue first */
+      if (tr->runs >= tr->cand[i].due && (tr->burst < 0 || tr->cand[i].due < tr->cand[tr->burst].due)) tr->burst = i;
+    if (tr->burst >= 0) tr->burst_left = 1;
+  }
+  if (tr->burst < 0) return tr->best;
+  const int pick = tr->burst;
+  *probe = tr->cand[pick].lane < 0 || tr->last == pick;
+  return pick;
 }
 
 static void report_measured(weft_fabric *f, const weft_split_track *tr) {
   f->split.measured_split = f->split.measured_single = 0;
   f->split.ncandidates = tr ? (size_t)tr->ncand : 0;
   for (int i = 0; tr && i < tr->ncand; i++) {
-    double t = cand_best(&tr->cand[i]);
+    double t = tr->cand[i].med;
     if (t >= 1e29) t = 0; /* a split the factors ruled out: never measured as such */
     f->split.candidate[i] = tr->cand[i].lane < 0 ? "split" : f->lanes[tr->cand[i].lane].desc.name;
     f->split.candidate_seconds[i] = t;
@@ -338,18 +375,8 @@ static weft_status probe_lane(weft_fabric *f, const weft_op *op, weft_split_trac
                               weft_tensor *b, weft_tensor *c, int *out_done) {
   const int lane = tr->cand[pick].lane;
   weft_op_desc d = {op->contract, lane};
-  weft_status st = WEFT_OK;
-  /* A lane timed right after other lanes ran is not in the state a loop of the op keeps it in (a host
-   * lane's workers asleep, another lane's threads still spinning): it runs once untimed first. What that
-   * run left on a device lane is dropped (the host copies are current), so the timed run moves the inputs
-   * as a loop over fresh host data does. */
-  if (tr->last != pick) {
-    st = weft_op_matmul(f, &d, a, op->trans_a, b, op->trans_b, c);
-    if (st == WEFT_OK) st = weft_tensor_read(c, c->host, c->numel);
-    if (!weft_lane_is_host(f, lane)) weft_tensor_drop_copy(a, lane), weft_tensor_drop_copy(b, lane);
-  }
   const double t0 = weft_fabric_now(f);
-  if (st == WEFT_OK) st = weft_op_matmul(f, &d, a, op->trans_a, b, op->trans_b, c);
+  weft_status st = weft_op_matmul(f, &d, a, op->trans_a, b, op->trans_b, c);
   if (st == WEFT_OK) st = weft_tensor_read(c, c->host, c->numel);
   const double t = weft_fabric_now(f) - t0;
   tr->last = pick;
@@ -358,10 +385,21 @@ static weft_status probe_lane(weft_fabric *f, const weft_op *op, weft_split_trac
     return WEFT_OK; /* the caller's dispatch routes it again among the lanes still up */
   }
   if (st != WEFT_OK) return st;
-  cand_note(&tr->cand[pick], t);
+  track_note(tr, pick, t);
   f->split.single_lane = f->lanes[lane].desc.name, f->split.seconds = t;
   report_measured(f, tr);
   *out_done = 1;
+  return WEFT_OK;
+}
+
+/* Candidate `pick`, one lane: timed here (probe), or handed to the caller to dispatch there. */
+static weft_status run_lane_pick(weft_fabric *f, const weft_op *op, weft_split_track *tr, int pick, int probe,
+                                 weft_tensor *a, weft_tensor *b, weft_tensor *c, int *out_done, int *out_lane) {
+  f->split.single_lane = f->lanes[tr->cand[pick].lane].desc.name;
+  report_measured(f, tr);
+  if (probe) return probe_lane(f, op, tr, pick, a, b, c, out_done);
+  *out_lane = tr->cand[pick].lane;
+  tr->last = pick;
   return WEFT_OK;
 }
 
@@ -463,14 +501,7 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
       memset(tr, 0, sizeof *tr);
       return WEFT_OK;
     }
-    if (lane >= 0) {
-      f->split.single_lane = f->lanes[lane].desc.name;
-      report_measured(f, tr);
-      if (probe) return probe_lane(f, op, tr, pick, a, b, c, out_done);
-      *out_lane = lane; /* one lane, the fastest measured: the caller dispatches it there */
-      tr->last = pick;
-      return WEFT_OK;
-    }
+    if (lane >= 0) return run_lane_pick(f, op, tr, pick, probe, a, b, c, out_done, out_lane);
   }
 
   /* Pass 2: the best single lane against the best split, from the models (and the factors measured). */
@@ -514,21 +545,20 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     if (!(tr = track_of(f, &tkey, 1))) return WEFT_OK;
     memcpy(tr->cand, cands, sizeof cands);
     tr->ncand = nc;
-    tr->last = -1;
+    tr->best = tr->last = tr->burst = -1;
     pick = track_pick(tr, &probe);
-    if (tr->cand[pick].lane >= 0) return probe_lane(f, op, tr, pick, a, b, c, out_done);
+    if (tr->cand[pick].lane >= 0) return run_lane_pick(f, op, tr, pick, probe, a, b, c, out_done, out_lane);
   }
   if (used < 2) {
     /* the factors measured leave one lane worth using: the split is no longer a candidate */
-    tr->cand[pick].t[0] = 1e30, tr->cand[pick].n = WEFT_SPLIT_SAMPLES;
-    for (int i = 1; i < WEFT_SPLIT_SAMPLES; i++) tr->cand[pick].t[i] = 1e30;
+    track_rule_out(tr, pick);
     return WEFT_OK;
   }
   /* Pass 3: the split, timed. */
   weft_status st = split_run(f, op, a, b, c, plan, n, tr);
   if (st != WEFT_OK) return st;
   tr->last = pick;
-  cand_note(&tr->cand[pick], f->split.seconds);
+  track_note(tr, pick, f->split.seconds);
   report_measured(f, tr);
   *out_done = 1;
   return WEFT_OK;
