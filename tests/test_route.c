@@ -434,9 +434,9 @@ static void test_split_measured(void) {
   CHECK(bits_ok, "every run, split or not, has the reference's bits");
   /* run 0 splits (b is then resident on the fakes: a new signature); runs 1..11 measure that one: the
    * split three times, then g1 and g2 each run once untimed (warming it, as the caller's op) and three
-   * times timed. g1 is kept; the others are as fast, so each is timed again every 16th run: the split at
-   * the 19th and the 35th */
-  CHECK(splits == 6 && late_splits == 2, "splits measured and dropped: %d in all, %d after the choice", splits,
+   * times timed. g1 is kept; the others are as fast, so each is timed again 16 runs after its last timing,
+   * three runs in a row: the split at runs 19..21 and 37..39 */
+  CHECK(splits == 10 && late_splits == 6, "splits measured and dropped: %d in all, %d after the choice", splits,
         late_splits);
   /* measuring runs nothing twice: every call ran one lane, or both for a split (the cpu got nothing) */
   CHECK(l1->runs + l2->runs == 44 + splits, "each call ran the op once: %d lane runs for 44 calls, %d split",

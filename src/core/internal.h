@@ -50,7 +50,7 @@ typedef struct weft_split_memo {
  * and when it is next due to be timed again. Each lane's factor (measured / predicted, as it ran a share
  * beside the others) corrects its share in the next split. */
 #define WEFT_SPLIT_TRACKS 8
-#define WEFT_SPLIT_SAMPLES 7
+#define WEFT_SPLIT_SAMPLES 5
 #define WEFT_SPLIT_CANDS WEFT_SPLIT_CANDIDATES
 typedef struct weft_split_cand {
   int lane;                          /* -1: the split */

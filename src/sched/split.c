@@ -9,8 +9,9 @@
  * c_i >= T gets nothing (it is dropped and T recomputed). Shares are rounded to whole entries.
  * Pass 2, the decision: a split is tried only if its makespan beats the best single lane by 10%. Models
  * cannot see lanes contending for the host's memory or cores, so what decides in the end is measurement:
- * each signature's split and the lane the router would pick alone are both timed (the single lane now and
- * then, through the same path the op takes unsplit), and the split is kept while it wins by 3%.
+ * each signature's split and the lanes near the best are timed (a lane through the same path the op takes
+ * unsplit), the split is kept while it wins by 3%, and the others are timed again now and then (see
+ * track_pick and cand_interval).
  * Pass 3, the run: device lanes get their slices first (uploaded, dispatched, flushed so they start), the
  * host lane computes its slice on the caller's thread meanwhile, then the device slices come home into
  * the result. Every entry is computed by an exact kernel, so the bits are those of any single lane. */
@@ -128,7 +129,7 @@ static double ring_median(const weft_split_cand *c) {
 }
 
 /* The candidate that runs between timings, from the medians: the fastest lane (the one running stays
- * unless another is 1% faster: two lanes alike must not trade places on noise, each trade costing a cold
+ * unless another is 2% faster: two lanes alike must not trade places on noise, each trade costing a cold
  * run), the split only while it beats that lane by 3% (contention the models cannot see must not make a
  * split lose). */
 static void track_settle(weft_split_track *tr) {
@@ -141,7 +142,7 @@ static void track_settle(weft_split_track *tr) {
   }
   const int cur = tr->best;
   if (best >= 0 && cur >= 0 && cur != best && tr->cand[cur].lane >= 0 && tr->cand[cur].n &&
-      tr->cand[best].med > 0.99 * tr->cand[cur].med)
+      tr->cand[best].med > 0.98 * tr->cand[cur].med)
     best = cur;
   if (split >= 0 && (best < 0 || tr->cand[split].med < 0.97 * tr->cand[best].med)) best = split;
   if (best != cur && cur >= 0) /* the gaps the others were scheduled by no longer hold: all timed again soon */
@@ -152,12 +153,12 @@ static void track_settle(weft_split_track *tr) {
 
 /* Runs between timings of candidate i: the best is timed every 16th run (its median must stay fresh, and
  * timing it costs nothing but waiting for its result); another when what timing it costs (its gap to the
- * best, on two runs where it is a lane: one to warm it, one timed) comes to 0.5% of the runs between. */
+ * best, on four runs where it is a lane: one to warm it, three timed) comes to 0.5% of the runs between. */
 static uint64_t cand_interval(const weft_split_track *tr, int i) {
   const weft_split_cand *c = &tr->cand[i];
   if (c->med >= 1e29) return UINT64_MAX / 2; /* ruled out */
   if (i == tr->best || tr->best < 0) return 16;
-  const double gap = c->med / tr->cand[tr->best].med - 1.0, cost = c->lane >= 0 ? 2.0 : 1.0;
+  const double gap = c->med / tr->cand[tr->best].med - 1.0, cost = c->lane >= 0 ? 4.0 : 3.0;
   const double iv = cost * (gap > 0 ? gap : 0) / 0.005;
   return iv < 16 ? 16 : iv > 1e12 ? (uint64_t)1e12 : (uint64_t)iv;
 }
@@ -176,7 +177,9 @@ static void track_note(weft_split_track *tr, int i, double seconds) {
   c->t[c->n++ % WEFT_SPLIT_SAMPLES] = seconds;
   c->med = ring_median(c);
   track_settle(tr);
-  if (tr->burst == i && (--tr->burst_left <= 0 || c->n >= cand_need(tr, c))) tr->burst = -1;
+  /* a burst ends early on a run more than twice the best's: that candidate is out of the race for now */
+  const int far = i != tr->best && tr->best >= 0 && seconds > 2 * tr->cand[tr->best].med;
+  if (tr->burst == i && (--tr->burst_left <= 0 || far)) tr->burst = -1;
   if (tr->burst != i) c->due = tr->runs + cand_interval(tr, i);
 }
 
@@ -190,10 +193,12 @@ static void track_rule_out(weft_split_track *tr, int i) {
 }
 
 /* Which candidate runs now, and whether it is timed (*probe). A candidate is timed in a burst of runs in a
- * row, as a loop of the op runs it: first each in turn until it has what cand_need asks, then one run
- * whenever it is due. A lane timed right after another candidate ran is not in the state a loop keeps it
- * in (a host lane's workers asleep, another lane's threads still spinning): its burst starts with one
- * untimed run, which is the caller's op run there, not an extra one. Between bursts the best runs. */
+ * row, as a loop of the op runs it: first each in turn until it has what cand_need asks, then whenever it
+ * is due, three runs (a majority of its ring: what it does now decides, not what it did long ago), or one
+ * for the best, which runs in its steady state anyway. A lane timed right after another candidate ran is
+ * not in the state a loop keeps it in (a host lane's workers asleep, another lane's threads still
+ * spinning): its burst starts with one untimed run, which is the caller's op run there, not an extra one.
+ * Between bursts the best runs. */
 static int track_pick(weft_split_track *tr, int *probe) {
   tr->runs++;
   *probe = 0;
@@ -207,7 +212,7 @@ static int track_pick(weft_split_track *tr, int *probe) {
   if (tr->burst < 0) {
     for (int i = 0; i < tr->ncand; i++) /* the longest overdue first */
       if (tr->runs >= tr->cand[i].due && (tr->burst < 0 || tr->cand[i].due < tr->cand[tr->burst].due)) tr->burst = i;
-    if (tr->burst >= 0) tr->burst_left = 1;
+    if (tr->burst >= 0) tr->burst_left = tr->burst == tr->best ? 1 : 3;
   }
   if (tr->burst < 0) return tr->best;
   const int pick = tr->burst;
