@@ -151,14 +151,18 @@ static void track_settle(weft_split_track *tr) {
   tr->best = best;
 }
 
+/* Untimed runs a lane gets when it takes over from another candidate, before it is timed: a host lane
+ * that ran nothing while a device worked takes two or three runs to come back to its loop's speed. */
+#define WARM_RUNS 2
+
 /* Runs between timings of candidate i: the best is timed every 16th run (its median must stay fresh, and
  * timing it costs nothing but waiting for its result); another when what timing it costs (its gap to the
- * best, on four runs where it is a lane: one to warm it, three timed) comes to 0.5% of the runs between. */
+ * best, on five runs where it is a lane: two to warm it, three timed) comes to 0.5% of the runs between. */
 static uint64_t cand_interval(const weft_split_track *tr, int i) {
   const weft_split_cand *c = &tr->cand[i];
   if (c->med >= 1e29) return UINT64_MAX / 2; /* ruled out */
   if (i == tr->best || tr->best < 0) return 16;
-  const double gap = c->med / tr->cand[tr->best].med - 1.0, cost = c->lane >= 0 ? 4.0 : 3.0;
+  const double gap = c->med / tr->cand[tr->best].med - 1.0, cost = c->lane >= 0 ? WARM_RUNS + 3.0 : 3.0;
   const double iv = cost * (gap > 0 ? gap : 0) / 0.005;
   return iv < 16 ? 16 : iv > 1e12 ? (uint64_t)1e12 : (uint64_t)iv;
 }
@@ -192,12 +196,19 @@ static void track_rule_out(weft_split_track *tr, int i) {
   track_settle(tr);
 }
 
+/* Candidate `pick` ran: how many times in a row. */
+static void ran(weft_split_track *tr, int pick) {
+  tr->streak = tr->last == pick ? tr->streak + 1 : 1;
+  tr->last = pick;
+}
+
 /* Which candidate runs now, and whether it is timed (*probe). A candidate is timed in a burst of runs in a
  * row, as a loop of the op runs it: first each in turn until it has what cand_need asks, then whenever it
  * is due, three runs (a majority of its ring: what it does now decides, not what it did long ago), or one
  * for the best, which runs in its steady state anyway. A lane timed right after another candidate ran is
- * not in the state a loop keeps it in (a host lane's workers asleep, another lane's threads still
- * spinning): its burst starts with one untimed run, which is the caller's op run there, not an extra one.
+ * not in the state a loop keeps it in (a host lane's workers asleep, its caches cold, another lane's
+ * threads still spinning): its burst starts with WARM_RUNS untimed runs, each the caller's op run there,
+ * not an extra one.
  * Between bursts the best runs. */
 static int track_pick(weft_split_track *tr, int *probe) {
   tr->runs++;
@@ -216,7 +227,7 @@ static int track_pick(weft_split_track *tr, int *probe) {
   }
   if (tr->burst < 0) return tr->best;
   const int pick = tr->burst;
-  *probe = tr->cand[pick].lane < 0 || tr->last == pick;
+  *probe = tr->cand[pick].lane < 0 || (tr->last == pick && tr->streak >= WARM_RUNS);
   return pick;
 }
 
@@ -384,7 +395,7 @@ static weft_status probe_lane(weft_fabric *f, const weft_op *op, weft_split_trac
   weft_status st = weft_op_matmul(f, &d, a, op->trans_a, b, op->trans_b, c);
   if (st == WEFT_OK) st = weft_tensor_read(c, c->host, c->numel);
   const double t = weft_fabric_now(f) - t0;
-  tr->last = pick;
+  ran(tr, pick);
   if (st == WEFT_ERR_LANE_FAILED) {
     memset(tr, 0, sizeof *tr);
     return WEFT_OK; /* the caller's dispatch routes it again among the lanes still up */
@@ -404,7 +415,7 @@ static weft_status run_lane_pick(weft_fabric *f, const weft_op *op, weft_split_t
   report_measured(f, tr);
   if (probe) return probe_lane(f, op, tr, pick, a, b, c, out_done);
   *out_lane = tr->cand[pick].lane;
-  tr->last = pick;
+  ran(tr, pick);
   return WEFT_OK;
 }
 
@@ -562,7 +573,7 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   /* Pass 3: the split, timed. */
   weft_status st = split_run(f, op, a, b, c, plan, n, tr);
   if (st != WEFT_OK) return st;
-  tr->last = pick;
+  ran(tr, pick);
   track_note(tr, pick, f->split.seconds);
   report_measured(f, tr);
   *out_done = 1;
