@@ -321,10 +321,11 @@ typedef struct weft_split_report {
   double seconds;                 /* the whole op, measured */
   size_t nshares;                 /* lanes that got entries */
   const weft_split_share *shares; /* owned by the fabric; valid until the next split */
-  double measured_split;          /* this signature split: the median of its last five runs (0: not run yet) */
+  double measured_split;          /* this signature split: its typical time (see below; 0: not run yet) */
   double measured_single;         /* the same, on the single lane alone (0: not measured yet) */
   /* What the fabric measures for this shape: "split" or a lane name, each with the median of its last
-   * five runs (seconds; 0: not measured yet). None when the models left nothing to choose between. */
+   * five timings, each the fastest of three runs in a row (seconds; 0: not measured yet). None when the
+   * models left nothing to choose between. */
   size_t ncandidates;
   const char *candidate[WEFT_SPLIT_CANDIDATES];
   double candidate_seconds[WEFT_SPLIT_CANDIDATES];

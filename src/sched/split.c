@@ -156,7 +156,7 @@ static void track_settle(weft_split_track *tr) {
 #define WARM_RUNS 2
 
 /* Runs between timings of candidate i: the best is timed every 16th run (its median must stay fresh, and
- * timing it costs nothing but waiting for its result); another when what timing it costs (its gap to the
+ * timing it costs nothing but waiting for its results); another when what timing it costs (its gap to the
  * best, on five runs where it is a lane: two to warm it, three timed) comes to 0.5% of the runs between. */
 static uint64_t cand_interval(const weft_split_track *tr, int i) {
   const weft_split_cand *c = &tr->cand[i];
@@ -167,31 +167,31 @@ static uint64_t cand_interval(const weft_split_track *tr, int i) {
   return iv < 16 ? 16 : iv > 1e12 ? (uint64_t)1e12 : (uint64_t)iv;
 }
 
-/* Timed runs a candidate needs before the choice is made: three (a split's shares are corrected in
- * between), or one when that was more than twice the best so far. */
-static int cand_need(const weft_split_track *tr, const weft_split_cand *c) {
-  const double best_t = tr->best >= 0 ? tr->cand[tr->best].med : 0;
-  return c->n == 1 && best_t > 0 && c->t[0] > 2 * best_t ? 1 : 3;
-}
-
-/* A timed run of candidate i: into its ring, the choice settled again, and when its timing is done, when it
- * is next due. */
+/* A timed run of candidate i. A timing is a burst of runs in a row; what enters the ring is the fastest
+ * of them, the nearest to what a loop of the op gets once it runs there (a host lane coming back after a
+ * device ran is still slow for a few runs, a split's shares are corrected between its runs). When a
+ * timing ends, the choice is settled again and the candidate's next timing scheduled. A timed run outside
+ * a burst (a split that is the best runs timed anyway) only corrects the shares. */
 static void track_note(weft_split_track *tr, int i, double seconds) {
   weft_split_cand *c = &tr->cand[i];
-  c->t[c->n++ % WEFT_SPLIT_SAMPLES] = seconds;
-  c->med = ring_median(c);
-  track_settle(tr);
+  if (tr->burst != i) return;
+  if (c->burst_min == 0 || seconds < c->burst_min) c->burst_min = seconds;
   /* a burst ends early on a run more than twice the best's: that candidate is out of the race for now */
   const int far = i != tr->best && tr->best >= 0 && seconds > 2 * tr->cand[tr->best].med;
-  if (tr->burst == i && (--tr->burst_left <= 0 || far)) tr->burst = -1;
-  if (tr->burst != i) c->due = tr->runs + cand_interval(tr, i);
+  if (--tr->burst_left > 0 && !far) return;
+  c->t[c->n++ % WEFT_SPLIT_SAMPLES] = c->burst_min;
+  c->burst_min = 0;
+  c->med = ring_median(c);
+  tr->burst = -1;
+  track_settle(tr);
+  c->due = tr->runs + cand_interval(tr, i);
 }
 
 /* The split, measured not to pay: never tried again for this signature. */
 static void track_rule_out(weft_split_track *tr, int i) {
   weft_split_cand *c = &tr->cand[i];
   for (int j = 0; j < WEFT_SPLIT_SAMPLES; j++) c->t[j] = 1e30;
-  c->n = WEFT_SPLIT_SAMPLES, c->med = 1e30, c->due = UINT64_MAX;
+  c->n = WEFT_SPLIT_SAMPLES, c->med = 1e30, c->due = UINT64_MAX, c->burst_min = 0;
   if (tr->burst == i) tr->burst = -1;
   track_settle(tr);
 }
@@ -202,28 +202,21 @@ static void ran(weft_split_track *tr, int pick) {
   tr->last = pick;
 }
 
-/* Which candidate runs now, and whether it is timed (*probe). A candidate is timed in a burst of runs in a
- * row, as a loop of the op runs it: first each in turn until it has what cand_need asks, then whenever it
- * is due, three runs (a majority of its ring: what it does now decides, not what it did long ago), or one
- * for the best, which runs in its steady state anyway. A lane timed right after another candidate ran is
- * not in the state a loop keeps it in (a host lane's workers asleep, its caches cold, another lane's
- * threads still spinning): its burst starts with WARM_RUNS untimed runs, each the caller's op run there,
- * not an extra one.
- * Between bursts the best runs. */
+/* Which candidate runs now, and whether it is timed (*probe). A candidate is timed in a burst of three
+ * runs in a row, as a loop of the op runs it: first each in turn, then whenever it is due. A lane timed
+ * right after another candidate ran is not in the state a loop keeps it in (a host lane's workers asleep,
+ * its caches cold, another lane's threads still spinning): its burst starts with WARM_RUNS untimed runs,
+ * each the caller's op run there, not an extra one. Between bursts the best runs. */
 static int track_pick(weft_split_track *tr, int *probe) {
   tr->runs++;
   *probe = 0;
   if (tr->burst < 0) {
-    for (int i = 0; i < tr->ncand; i++)
-      if (tr->cand[i].n < cand_need(tr, &tr->cand[i]) &&
-          (tr->burst < 0 || tr->cand[i].n < tr->cand[tr->burst].n)) /* the least measured first */
-        tr->burst = i;
-    if (tr->burst >= 0) tr->burst_left = cand_need(tr, &tr->cand[tr->burst]) - tr->cand[tr->burst].n;
-  }
-  if (tr->burst < 0) {
-    for (int i = 0; i < tr->ncand; i++) /* the longest overdue first */
-      if (tr->runs >= tr->cand[i].due && (tr->burst < 0 || tr->cand[i].due < tr->cand[tr->burst].due)) tr->burst = i;
-    if (tr->burst >= 0) tr->burst_left = tr->burst == tr->best ? 1 : 3;
+    for (int i = 0; i < tr->ncand && tr->burst < 0; i++)
+      if (tr->cand[i].n == 0) tr->burst = i; /* not timed yet: in turn */
+    if (tr->burst < 0)
+      for (int i = 0; i < tr->ncand; i++) /* the longest overdue first */
+        if (tr->runs >= tr->cand[i].due && (tr->burst < 0 || tr->cand[i].due < tr->cand[tr->burst].due)) tr->burst = i;
+    if (tr->burst >= 0) tr->burst_left = 3, tr->cand[tr->burst].burst_min = 0;
   }
   if (tr->burst < 0) return tr->best;
   const int pick = tr->burst;
