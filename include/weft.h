@@ -324,7 +324,7 @@ typedef struct weft_split_report {
   double measured_split;          /* this signature split: its typical time (see below; 0: not run yet) */
   double measured_single;         /* the same, on the single lane alone (0: not measured yet) */
   /* What the fabric measures for this shape: "split" or a lane name, each with the median of its last
-   * five timings, each the fastest of three runs in a row (seconds; 0: not measured yet). None when the
+   * five timings, each the median of three runs in a row (seconds; 0: not measured yet). None when the
    * models left nothing to choose between. */
   size_t ncandidates;
   const char *candidate[WEFT_SPLIT_CANDIDATES];

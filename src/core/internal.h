@@ -55,9 +55,10 @@ typedef struct weft_split_memo {
 typedef struct weft_split_cand {
   int lane;                          /* -1: the split */
   int n;                             /* timings done (the ring holds the last WEFT_SPLIT_SAMPLES) */
-  double t[WEFT_SPLIT_SAMPLES];      /* each timing: the fastest of a burst of runs in a row (split.c) */
+  double t[WEFT_SPLIT_SAMPLES];      /* each timing: the median of a burst of runs in a row (split.c) */
   double med;                        /* the median of the ring (0: none yet) */
-  double burst_min;                  /* the timing under way: its fastest run so far (0: none) */
+  double bt[3];                      /* the timing under way: its runs so far */
+  int bn;
   uint64_t due;                      /* the track's run count at which it is timed again */
 } weft_split_cand;
 typedef struct weft_split_track {

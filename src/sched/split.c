@@ -113,8 +113,8 @@ static weft_split_track *track_of(weft_fabric *f, const weft_split_memo *key, in
   return oldest;
 }
 
-/* The median of a candidate's ring (the mean of the middle two when even): its typical recent wall time.
- * Not the best: one lucky run must not win a shape for the lane that had it. */
+/* The median of a candidate's ring (the lower of the middle two when even: one slow timing of two must not
+ * count for half): its typical recent wall time. Not the best: one lucky run must not win a shape. */
 static double ring_median(const weft_split_cand *c) {
   int n = c->n < WEFT_SPLIT_SAMPLES ? c->n : WEFT_SPLIT_SAMPLES;
   if (n <= 0) return 0;
@@ -125,7 +125,7 @@ static double ring_median(const weft_split_cand *c) {
       double x = t[j];
       t[j] = t[j - 1], t[j - 1] = x;
     }
-  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+  return t[(n - 1) / 2];
 }
 
 /* The candidate that runs between timings, from the medians: the fastest lane (the one running stays
@@ -157,30 +157,36 @@ static void track_settle(weft_split_track *tr) {
 
 /* Runs between timings of candidate i: the best is timed every 16th run (its median must stay fresh, and
  * timing it costs nothing but waiting for its results); another when what timing it costs (its gap to the
- * best, on five runs where it is a lane: two to warm it, three timed) comes to 0.5% of the runs between. */
+ * best, on five runs where it is a lane: two to warm it, three timed) comes to 0.5% of the runs between,
+ * but its second timing within 64 runs of its first. */
 static uint64_t cand_interval(const weft_split_track *tr, int i) {
   const weft_split_cand *c = &tr->cand[i];
   if (c->med >= 1e29) return UINT64_MAX / 2; /* ruled out */
   if (i == tr->best || tr->best < 0) return 16;
   const double gap = c->med / tr->cand[tr->best].med - 1.0, cost = c->lane >= 0 ? WARM_RUNS + 3.0 : 3.0;
-  const double iv = cost * (gap > 0 ? gap : 0) / 0.005;
+  double iv = cost * (gap > 0 ? gap : 0) / 0.005;
+  if (c->n < 2 && iv > 64) iv = 64; /* one timing may have met the machine busy elsewhere: a second decides */
   return iv < 16 ? 16 : iv > 1e12 ? (uint64_t)1e12 : (uint64_t)iv;
 }
 
-/* A timed run of candidate i. A timing is a burst of runs in a row; what enters the ring is the fastest
- * of them, the nearest to what a loop of the op gets once it runs there (a host lane coming back after a
- * device ran is still slow for a few runs, a split's shares are corrected between its runs). When a
- * timing ends, the choice is settled again and the candidate's next timing scheduled. A timed run outside
- * a burst (a split that is the best runs timed anyway) only corrects the shares. */
+/* A timed run of candidate i. A timing is a burst of runs in a row; what enters the ring is their median.
+ * When a timing ends, the choice is settled again and the candidate's next timing scheduled. A timed run
+ * outside a burst (a split that is the best runs timed anyway) only corrects the shares. */
 static void track_note(weft_split_track *tr, int i, double seconds) {
   weft_split_cand *c = &tr->cand[i];
   if (tr->burst != i) return;
-  if (c->burst_min == 0 || seconds < c->burst_min) c->burst_min = seconds;
+  if (c->bn < 3) c->bt[c->bn++] = seconds;
   /* a burst ends early on a run more than twice the best's: that candidate is out of the race for now */
   const int far = i != tr->best && tr->best >= 0 && seconds > 2 * tr->cand[tr->best].med;
   if (--tr->burst_left > 0 && !far) return;
-  c->t[c->n++ % WEFT_SPLIT_SAMPLES] = c->burst_min;
-  c->burst_min = 0;
+  double m = c->bt[0];
+  if (c->bn == 2) m = c->bt[0] < c->bt[1] ? c->bt[0] : c->bt[1];
+  if (c->bn == 3) {
+    const double x = c->bt[0], y = c->bt[1], z = c->bt[2];
+    m = x > y ? (y > z ? y : x > z ? z : x) : (x > z ? x : y > z ? z : y);
+  }
+  c->t[c->n++ % WEFT_SPLIT_SAMPLES] = m;
+  c->bn = 0;
   c->med = ring_median(c);
   tr->burst = -1;
   track_settle(tr);
@@ -191,7 +197,7 @@ static void track_note(weft_split_track *tr, int i, double seconds) {
 static void track_rule_out(weft_split_track *tr, int i) {
   weft_split_cand *c = &tr->cand[i];
   for (int j = 0; j < WEFT_SPLIT_SAMPLES; j++) c->t[j] = 1e30;
-  c->n = WEFT_SPLIT_SAMPLES, c->med = 1e30, c->due = UINT64_MAX, c->burst_min = 0;
+  c->n = WEFT_SPLIT_SAMPLES, c->med = 1e30, c->due = UINT64_MAX, c->bn = 0;
   if (tr->burst == i) tr->burst = -1;
   track_settle(tr);
 }
@@ -216,7 +222,7 @@ static int track_pick(weft_split_track *tr, int *probe) {
     if (tr->burst < 0)
       for (int i = 0; i < tr->ncand; i++) /* the longest overdue first */
         if (tr->runs >= tr->cand[i].due && (tr->burst < 0 || tr->cand[i].due < tr->cand[tr->burst].due)) tr->burst = i;
-    if (tr->burst >= 0) tr->burst_left = 3, tr->cand[tr->burst].burst_min = 0;
+    if (tr->burst >= 0) tr->burst_left = 3, tr->cand[tr->burst].bn = 0;
   }
   if (tr->burst < 0) return tr->best;
   const int pick = tr->burst;
