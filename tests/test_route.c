@@ -432,8 +432,8 @@ static void test_split_measured(void) {
     if (run == 0) CHECK(rep.split == 1, "the first run is split, as the models promise (split=%d)", rep.split);
   }
   CHECK(bits_ok, "every run, split or not, has the reference's bits");
-  /* run 0 splits (b is then resident on the fakes: a new signature); runs 1..13 measure that one: the
-   * split three times, then g1 and g2 each run twice untimed (warming it, as the caller's op) and three
+  /* run 0 splits (b is then resident on the fakes: a new signature); runs 1..17 measure that one: the
+   * split three times, then g1 and g2 each run four times untimed (warming it, as the caller's op) and three
    * times timed. g1 is kept; the others are as fast, so each is timed again 16 runs after its last timing,
    * three runs in a row: the split at runs 19..21 and 37..39 */
   CHECK(splits == 10 && late_splits == 6, "splits measured and dropped: %d in all, %d after the choice", splits,

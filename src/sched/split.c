@@ -152,12 +152,13 @@ static void track_settle(weft_split_track *tr) {
 }
 
 /* Untimed runs a lane gets when it takes over from another candidate, before it is timed: a host lane
- * that ran nothing while a device worked takes two or three runs to come back to its loop's speed. */
-#define WARM_RUNS 2
+ * that ran nothing while a device worked takes a few runs to come back to its loop's speed (on the H200
+ * machine, a 0.15 ms CPU op ran at 0.5 ms in two of the first five runs after GPU runs, fine after). */
+#define WARM_RUNS 4
 
 /* Runs between timings of candidate i: the best is timed every 16th run (its median must stay fresh, and
  * timing it costs nothing but waiting for its results); another when what timing it costs (its gap to the
- * best, on five runs where it is a lane: two to warm it, three timed) comes to 0.5% of the runs between,
+ * best, over WARM_RUNS + 3 runs where it is a lane) comes to 0.5% of the runs between,
  * but its second timing within 64 runs of its first. */
 static uint64_t cand_interval(const weft_split_track *tr, int i) {
   const weft_split_cand *c = &tr->cand[i];
@@ -176,8 +177,9 @@ static void track_note(weft_split_track *tr, int i, double seconds) {
   weft_split_cand *c = &tr->cand[i];
   if (tr->burst != i) return;
   if (c->bn < 3) c->bt[c->bn++] = seconds;
-  /* a burst ends early on a run more than twice the best's: that candidate is out of the race for now */
-  const int far = i != tr->best && tr->best >= 0 && seconds > 2 * tr->cand[tr->best].med;
+  /* a burst ends early on two runs more than twice the best's: that candidate is out of the race for now */
+  const int far = i != tr->best && tr->best >= 0 && c->bn >= 2 && c->bt[0] > 2 * tr->cand[tr->best].med &&
+                  c->bt[1] > 2 * tr->cand[tr->best].med;
   if (--tr->burst_left > 0 && !far) return;
   double m = c->bt[0];
   if (c->bn == 2) m = c->bt[0] < c->bt[1] ? c->bt[0] : c->bt[1];
