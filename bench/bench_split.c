@@ -100,10 +100,11 @@ int main(int argc, char **argv) {
      * caches cold) while machine drift still falls on both; the ratio is the median over the pairs of
      * blocks of auto's block median over best's (and, for the total, the sum of auto's runs over the sum of
      * best's). Up to 101 pairs in a second: small ops are noisy. The first auto runs of a shape measure its candidates
-     * (the split and each lane near the best, three times each): those come before. */
+     * (the split and each lane near the best, three runs each, a lane after four untimed): those come
+     * before, in 32 runs. */
     enum { BLOCK = 8, MAXPAIRS = 101 };
     double ta[MAXPAIRS * BLOCK], pr[MAXPAIRS], blk[BLOCK];
-    for (int w = 0; w < 16; w++) run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
+    for (int w = 0; w < 32; w++) run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
     int pairs = 0, nta = 0;
     double start = now();
     int where[64] = {0}, splits = 0; /* where the auto runs went */

@@ -158,15 +158,16 @@ static void track_settle(weft_split_track *tr) {
 
 /* Runs between timings of candidate i: the best is timed every 16th run (its median must stay fresh, and
  * timing it costs nothing but waiting for its results); another when what timing it costs (its gap to the
- * best, over WARM_RUNS + 3 runs where it is a lane) comes to 0.5% of the runs between,
- * but its second timing within 64 runs of its first. */
+ * best, over WARM_RUNS + 3 runs where it is a lane) comes to 0.5% of the runs between; its second timing
+ * when that comes to 4% (but at least 64 runs after the first). */
 static uint64_t cand_interval(const weft_split_track *tr, int i) {
   const weft_split_cand *c = &tr->cand[i];
   if (c->med >= 1e29) return UINT64_MAX / 2; /* ruled out */
   if (i == tr->best || tr->best < 0) return 16;
   const double gap = c->med / tr->cand[tr->best].med - 1.0, cost = c->lane >= 0 ? WARM_RUNS + 3.0 : 3.0;
   double iv = cost * (gap > 0 ? gap : 0) / 0.005;
-  if (c->n < 2 && iv > 64) iv = 64; /* one timing may have met the machine busy elsewhere: a second decides */
+  /* one timing may have met the machine busy elsewhere: the second comes sooner, on 8x the budget */
+  if (c->n < 2 && iv > 64) iv = iv / 8 > 64 ? iv / 8 : 64;
   return iv < 16 ? 16 : iv > 1e12 ? (uint64_t)1e12 : (uint64_t)iv;
 }
 
