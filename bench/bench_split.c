@@ -95,13 +95,13 @@ int main(int argc, char **argv) {
       printf(" %11.3f ms", t[reps / 2] * 1e3);
       if (best < 0 || t[reps / 2] < best_t) best = (int)l, best_t = t[reps / 2];
     }
-    /* auto against the best lane in the steady state: blocks of 8 runs of each in turn, so each block runs
-     * as a loop of that op does (not after the other's run, which leaves a pool spinning or a device's
-     * caches cold) while machine drift still falls on both; the ratio is the median over the pairs of
-     * blocks of auto's block median over best's (and, for the total, the sum of auto's runs over the sum of
-     * best's). Up to 101 pairs in a second: small ops are noisy. The first auto runs of a shape measure its candidates
-     * (the split and each lane near the best, three runs each, a lane after four untimed): those come
-     * before, in 32 runs. */
+    /* auto against the best lane in the steady state: blocks of 8 runs of each in turn, so each block runs as
+     * a loop of that op does (not after the other's run, which leaves a pool spinning or a device's caches
+     * cold) while machine drift still falls on both; the ratio is the median over the pairs of blocks of
+     * auto's block median over best's (and, for the total, the sum of auto's runs over the sum of best's). Up
+     * to 101 pairs in a second: small ops are noisy. The first auto runs of a shape measure its candidates
+     * (the split and each lane near the best, three runs each, a lane after four untimed): those come before,
+     * in 32 runs. */
     enum { BLOCK = 8, MAXPAIRS = 101 };
     double ta[MAXPAIRS * BLOCK], pr[MAXPAIRS], blk[BLOCK];
     for (int w = 0; w < 32; w++) run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
