@@ -18,6 +18,14 @@
  * Measured on 2 cores: a second thread gained nothing on a 64^3 matmul and 27% on 80^3; with this value
  * two threads start at about 70^3. */
 #define MIN_WORK_PER_THREAD ((int64_t)56 * 56 * 56)
+/* The shared split's threads wait on one another (a packed panel before its units, computed units before
+ * the panel buffer is reused), so one thread the OS preempts stalls them all. A short job on a large pool
+ * leaves two cores free for whatever else the host runs: on the H200 machine (16 cores), a 0.13 ms
+ * [8,128,128] matmul ran at 0.45-0.6 ms in most runs right after GPU work when all 16 threads took part
+ * (the GPU lane's host threads and the driver's wanted a core), and at 0.13 ms in every run with 14.
+ * Longer jobs keep every thread: a stall costs them less than a sixth of the pool would. */
+#define SHORT_SHARED_WORK ((int64_t)1 << 27)
+#define SHORT_SHARED_MIN_POOL 8
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
@@ -421,6 +429,7 @@ weft_status weft_cpu_matmul(weft_cpu_lane *lane, const weft_op *op) {
   /* Whole batch entries per thread when they divide evenly enough; else all threads on each entry. */
   const int by_batch = nthreads > 1 && batch >= nthreads &&
                        (batch % nthreads == 0 || batch >= 4 * nthreads || per_entry < 4 * MIN_WORK_PER_THREAD);
+  if (!by_batch && nthreads >= SHORT_SHARED_MIN_POOL && total < SHORT_SHARED_WORK) job.nthreads = nthreads -= 2;
 
   if (!lane->scratch) {
     lane->scratch = calloc((size_t)lane->threads, sizeof *lane->scratch);
