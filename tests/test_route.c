@@ -39,6 +39,8 @@ typedef struct fake {
   int fail_at; /* > 0: the run with this number reports the device lost */
   struct fake_clock *clock; /* set: each run advances it by `per_entry` seconds per batch entry */
   double per_entry;
+  int slow_runs;      /* its first slow_runs runs take slow_factor times as long (the machine busy) */
+  double slow_factor;
 } fake;
 
 static void fk_describe(void *self, weft_lane_desc *out) {
@@ -55,7 +57,9 @@ static void fk_destroy(void *self) { free(self); }
 static weft_status fk_run(void *self, const weft_op *op) {
   fake *l = self;
   if (++l->runs == l->fail_at) return WEFT_ERR_LANE_FAILED;
-  if (l->clock) fake_clock_advance(l->clock, l->per_entry * (double)(op->kind == WEFT_OP_MATMUL ? op->batch : 1));
+  const double slow = l->runs <= l->slow_runs ? l->slow_factor : 1.0;
+  if (l->clock)
+    fake_clock_advance(l->clock, slow * l->per_entry * (double)(op->kind == WEFT_OP_MATMUL ? op->batch : 1));
   weft_reference_run(op);
   return WEFT_OK;
 }
@@ -465,6 +469,48 @@ static void test_split_measured(void) {
   weft_fabric_close(f);
 }
 
+/* A lane timed while the machine was busy elsewhere is not written off for long: g2 is faster than g1, but
+ * slow through its first timing; its second timing comes early (at 4% of the runs' cost, not 0.5%), finds
+ * it fast, and the fabric moves to it. Timed again only at the 0.5% rate, it would stay on g1 for ~1500
+ * runs. */
+static void test_split_retime(void) {
+  fake_clock clk = {10.0, 0.0};
+  weft_fabric *f = open_cpu();
+  weft_testing_set_clock(f, clock_read, &clk);
+  size_t g1 = 0, g2 = 0;
+  fake *l1 = add_fake(f, "g1", EXACT_FP32, &g1), *l2 = add_fake(f, "g2", EXACT_FP32, &g2);
+  l1->clock = l2->clock = &clk;
+  l1->per_entry = 1e-3, l2->per_entry = 0.7e-3;
+  l2->slow_runs = 6, l2->slow_factor = 3.0; /* its first timing: four runs to warm it, two timed */
+  weft_fabric_set_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e9);
+  /* both 1 ms per entry to the models, g2 with a 7 ms fixed cost: a candidate (15 ms against 8), and no
+   * split is worth measuring (its plan, 7.5 ms, is not 10% better than g1 alone) */
+  for (size_t g = g1; g <= g2; g++) {
+    weft_fabric_set_cost_model(f, g, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, g == g2 ? 7e-3 : 1e-6, 29.282e6);
+    weft_fabric_set_cost_model(f, g, WEFT_COST_UPLOAD, 0, 0, 1e15);
+    weft_fabric_set_cost_model(f, g, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
+  }
+  mm_case m = mm_case_make(f, 8, 33, 17, 26, 5);
+  int on_g1_early = 0, on_g2_late = 0, bits_ok = 1;
+  for (int run = 0; run < 320; run++) {
+    /* fresh host data for both operands each time: the signature (where they live) stays one */
+    weft_tensor_write(m.a, m.ha, (size_t)(m.B * m.M * m.K));
+    weft_tensor_write(m.b, m.hb, (size_t)(m.K * m.N));
+    CHECK(weft_op_matmul(f, NULL, m.a, 0, m.b, 0, m.c) == WEFT_OK, "run %d: %s", run, weft_fabric_last_error(f));
+    weft_split_report rep;
+    const int lane = weft_split_last(f, &rep) == WEFT_OK && rep.split ? -1 : weft_fabric_last_lane(f);
+    if (run >= 40 && run < 140) on_g1_early += lane == (int)g1;
+    if (run >= 270) on_g2_late += lane == (int)g2;
+    weft_tensor_read(m.c, m.got, (size_t)(m.B * m.M * m.N));
+    bits_ok &= memcmp(m.got, m.want, sizeof(float) * m.B * m.M * m.N) == 0;
+  }
+  CHECK(bits_ok, "every run has the reference's bits");
+  CHECK(on_g1_early >= 90, "after g2's slow first timing, g1 runs (%d of 100 runs)", on_g1_early);
+  CHECK(on_g2_late >= 40, "g2's second timing found it fast: it runs now (%d of the last 50 runs)", on_g2_late);
+  mm_case_free(&m);
+  weft_fabric_close(f);
+}
+
 /* A lane that fails mid-run leaves the fabric; the op it failed is routed again and the caller gets the
  * right result; later ops never go there. */
 static void test_failure(void) {
@@ -506,6 +552,7 @@ int main(void) {
   test_failure();
   test_split();
   test_split_measured();
+  test_split_retime();
   test_least_finish_time();
   test_contracts();
   test_residency();
