@@ -516,6 +516,16 @@ weft_status weft_testing_add_lane(weft_fabric *f, const weft_lane_vtable *vt, vo
   return WEFT_OK;
 }
 
+int weft_testing_lane_idle(weft_fabric *f, size_t lane) {
+  if (!f || lane >= f->nlanes || !f->lanes[lane].vt.idle) return -1;
+  return f->lanes[lane].vt.idle(f->lanes[lane].self) ? 1 : 0;
+}
+
+weft_status weft_testing_lane_flush(weft_fabric *f, size_t lane) {
+  if (!f || lane >= f->nlanes) return WEFT_ERR_INVALID_ARGUMENT;
+  return f->lanes[lane].vt.flush ? f->lanes[lane].vt.flush(f->lanes[lane].self) : WEFT_OK;
+}
+
 void weft_testing_set_clock(weft_fabric *f, double (*clock)(void *ctx), void *ctx) {
   if (!f) return;
   f->clock = clock ? clock : weft_monotonic_seconds;

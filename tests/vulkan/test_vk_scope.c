@@ -1,10 +1,12 @@
 /* test_vk_scope.c - scopes on the Vulkan lane: the ops of a training step recorded into one submission
  * give the same bits as the same ops submitted one by one and as the CPU lane; a read inside a scope
  * flushes it and the scope goes on; a thousand dependent ops in one scope come out right; tensors freed
- * while their work is pending are released safely. */
+ * while their work is pending are released safely; the lane's idle slot tells recorded and running work
+ * from finished work without blocking, and a split with the CPU polls it. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/testing.h"
 #include "vkt.h"
 
 enum { B = 64, IN = 48, HID = 40, OUT = 10, STEPS = 4 };
@@ -164,6 +166,74 @@ static void free_pending(weft_fabric *f, int lane) {
   weft_tensor_destroy(keep);
 }
 
+/* The idle slot (what a split polls): yes with nothing given; no while recorded work is not submitted yet
+ * (in a scope, or an op the lane batches); yes once the scope has ended; after a flush (as a split starts
+ * a device's share), yes by itself, polled without a wait; the result is right. */
+static void idle_slot(weft_fabric *f, int lane) {
+  enum { N = 128 };
+  weft_op_desc d = {WEFT_CONTRACT_EXACT, lane};
+  int64_t dims[2] = {N, N};
+  static float ones[N * N], got[N * N];
+  for (int i = 0; i < N * N; i++) ones[i] = 1.0f;
+  weft_tensor *a, *b, *c;
+  weft_tensor_create(f, 2, dims, ones, &a), weft_tensor_create(f, 2, dims, ones, &b);
+  weft_tensor_create(f, 2, dims, NULL, &c);
+  TU_STATUS(weft_fabric_sync(f), WEFT_OK, "sync");
+  TU_CHECK(weft_testing_lane_idle(f, (size_t)lane) == 1, "idle with nothing given");
+  TU_STATUS(weft_scope_begin(f), WEFT_OK, "scope");
+  TU_STATUS(weft_op_matmul(f, &d, a, 0, b, 0, c), WEFT_OK, "matmul in the scope");
+  TU_CHECK(weft_testing_lane_idle(f, (size_t)lane) == 0, "not idle while the scope holds recorded work");
+  TU_STATUS(weft_scope_end(f), WEFT_OK, "end scope");
+  TU_CHECK(weft_testing_lane_idle(f, (size_t)lane) == 1, "idle once the scope has ended");
+  TU_STATUS(weft_op_matmul(f, &d, c, 0, b, 0, a), WEFT_OK, "matmul");
+  TU_CHECK(weft_testing_lane_idle(f, (size_t)lane) == 0, "not idle with the op recorded (the lane batches ops)");
+  TU_STATUS(weft_testing_lane_flush(f, (size_t)lane), WEFT_OK, "flush: the op is submitted");
+  int v = 0, polls = 0;
+  for (double t0 = tu_now(); (v = weft_testing_lane_idle(f, (size_t)lane)) == 0 && tu_now() - t0 < 60;) polls++;
+  TU_CHECK(v == 1, "idle by itself once the work is done (%d polls)", polls);
+  TU_STATUS(weft_tensor_read(a, got, N * N), WEFT_OK, "read");
+  int bad = 0;
+  for (int i = 0; i < N * N; i++) bad += got[i] != (float)(N * N);
+  TU_CHECK(bad == 0, "the polled result is right (%d wrong)", bad);
+  weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(c);
+}
+
+/* A batched matmul shared out between the CPU and the Vulkan lane (the models set so the plan splits it):
+ * the Vulkan share is started, polled through its idle slot while the CPU computes, and brought home; every
+ * entry has the bits of the CPU alone, and each share reports its measured time. */
+static void split_with_cpu(weft_fabric *f, int lane, size_t cpu) {
+  enum { BATCH = 8, M = 32, K = 24, N = 40 };
+  for (size_t l = 0; l < 2; l++) {
+    const size_t i = l ? (size_t)lane : cpu;
+    weft_fabric_set_cost_model(f, i, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-5, 1e9);
+    weft_fabric_set_cost_model(f, i, WEFT_COST_UPLOAD, 0, 0, 1e15);
+    weft_fabric_set_cost_model(f, i, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
+  }
+  tu_rng r = {11};
+  static float ha[BATCH * M * K], hb[K * N], want[BATCH * M * N], got[BATCH * M * N];
+  vkt_fill(&r, ha, BATCH * M * K, 1), vkt_fill(&r, hb, K * N, 1);
+  int64_t da[3] = {BATCH, M, K}, db[2] = {K, N}, dc[3] = {BATCH, M, N};
+  weft_tensor *a, *b, *c;
+  weft_tensor_create(f, 3, da, ha, &a), weft_tensor_create(f, 2, db, hb, &b), weft_tensor_create(f, 3, dc, NULL, &c);
+  weft_op_desc on_cpu = {WEFT_CONTRACT_EXACT, (int)cpu};
+  TU_STATUS(weft_op_matmul(f, &on_cpu, a, 0, b, 0, c), WEFT_OK, "on the cpu alone");
+  TU_STATUS(weft_tensor_read(c, want, BATCH * M * N), WEFT_OK, "read");
+  weft_tensor_write(a, ha, BATCH * M * K), weft_tensor_write(b, hb, K * N);
+  TU_STATUS(weft_op_matmul(f, NULL, a, 0, b, 0, c), WEFT_OK, "routed: split");
+  weft_split_report rep;
+  TU_STATUS(weft_split_last(f, &rep), WEFT_OK, "split report");
+  weft_lane_info li;
+  weft_fabric_lane_info(f, (size_t)lane, &li);
+  int vk_share = 0;
+  for (size_t i = 0; i < rep.nshares; i++)
+    if (strcmp(rep.shares[i].lane, li.name) == 0 && rep.shares[i].entries > 0 && rep.shares[i].seconds > 0) vk_share = 1;
+  TU_CHECK(rep.split == 1 && rep.nshares == 2 && vk_share, "split between the cpu and %s (split %d, %zu shares)",
+           li.name, rep.split, rep.nshares);
+  TU_STATUS(weft_tensor_read(c, got, BATCH * M * N), WEFT_OK, "read");
+  vkt_same("split vs the cpu alone", got, want, BATCH * M * N);
+  weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(c);
+}
+
 int main(void) {
   double start = tu_now();
   weft_fabric *f;
@@ -181,6 +251,8 @@ int main(void) {
   same_out("vulkan vs cpu", &plain, &on_cpu);
   long_chain(f, lane);
   free_pending(f, lane);
+  idle_slot(f, lane);
+  split_with_cpu(f, lane, cpu);
   TU_STATUS(weft_scope_begin(f), WEFT_OK, "begin");
   TU_STATUS(weft_scope_begin(f), WEFT_ERR_STATE, "a second begin");
   TU_STATUS(weft_scope_end(f), WEFT_OK, "end");

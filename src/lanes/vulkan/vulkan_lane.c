@@ -497,11 +497,24 @@ static weft_status vk_flush(void *self) {
   return l->in_scope ? WEFT_OK : weft_vk_flush(l);
 }
 
+/* Finished everything given so far? Commands recorded but not yet submitted count as unfinished; never
+ * blocks (a split polls it while the CPU computes its share). A lost device says yes: its next wait reports
+ * the loss. */
+static int vk_idle(void *self) {
+  weft_vk_lane *l = self;
+  if (l->lost) return 1;
+  if (l->cur >= 0 && (l->batches[l->cur].ncmds || l->batches[l->cur].nfrees)) return 0;
+  for (int i = 0; i < VK_NBATCH; i++)
+    if (l->batches[i].state == VK_BATCH_SUBMITTED && l->vkGetFenceStatus(l->dev, l->batches[i].fence) != VK_SUCCESS)
+      return 0;
+  return 1;
+}
+
 static const weft_lane_vtable VK_VTABLE = {
     .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = vk_describe,
     .destroy = vk_destroy, .buffer_alloc = vk_buffer_alloc, .buffer_free = vk_buffer_free, .upload = vk_upload,
     .download = vk_download, .supports = vk_supports, .run = vk_run, .scope_begin = vk_scope_begin,
-    .scope_end = vk_scope_end, .sync = vk_sync, .flush = vk_flush,
+    .scope_end = vk_scope_end, .sync = vk_sync, .flush = vk_flush, .idle = vk_idle,
 };
 
 /* -------------------------------------------------------------------------------------------- probe */
