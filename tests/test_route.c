@@ -399,25 +399,39 @@ static void test_split(void) {
   weft_fabric_close(f);
 }
 
+/* A cpu fabric on an injected clock with two fake lanes, g1 and g2, that advance it by per_entry seconds
+ * per entry (1 ms unless the caller changes it). The cpu is made slow (it gets nothing); to the models g1
+ * and g2 both take 1 ms per entry (29.3 kflop), g2 after a fixed cost g2_alpha; transfers are free. */
+typedef struct two_fakes {
+  weft_fabric *f;
+  fake *l1, *l2;
+  size_t g1, g2;
+} two_fakes;
+
+static two_fakes two_fakes_open(fake_clock *clk, double g2_alpha) {
+  two_fakes t = {open_cpu(), NULL, NULL, 0, 0};
+  weft_testing_set_clock(t.f, clock_read, clk);
+  t.l1 = add_fake(t.f, "g1", EXACT_FP32, &t.g1), t.l2 = add_fake(t.f, "g2", EXACT_FP32, &t.g2);
+  t.l1->clock = t.l2->clock = clk;
+  t.l1->per_entry = t.l2->per_entry = 1e-3;
+  weft_fabric_set_cost_model(t.f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e9);
+  for (size_t g = t.g1; g <= t.g2; g++) {
+    weft_fabric_set_cost_model(t.f, g, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, g == t.g2 ? g2_alpha : 1e-6, 29.282e6);
+    weft_fabric_set_cost_model(t.f, g, WEFT_COST_UPLOAD, 0, 0, 1e15);
+    weft_fabric_set_cost_model(t.f, g, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
+  }
+  return t;
+}
+
 /* The split is kept only while it measures faster than the lanes alone. Two fake lanes whose models promise
  * that sharing a batch halves it, but which run one after the other (each advances the injected clock by
  * its share's time), gain nothing: once the split and each lane are measured (three times each), the op
  * runs on one lane, and now and then another candidate is measured again. Every result keeps the bits. */
 static void test_split_measured(void) {
   fake_clock clk = {10.0, 0.0};
-  weft_fabric *f = open_cpu();
-  weft_testing_set_clock(f, clock_read, &clk);
-  size_t g1 = 0, g2 = 0;
-  fake *l1 = add_fake(f, "g1", EXACT_FP32, &g1), *l2 = add_fake(f, "g2", EXACT_FP32, &g2);
-  l1->clock = l2->clock = &clk;
-  l1->per_entry = l2->per_entry = 1e-3;
-  /* the cpu made slow (it gets nothing); g1 and g2 alike: 1 ms per entry (29.3 kflop), transfers free */
-  weft_fabric_set_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e9);
-  for (size_t g = g1; g <= g2; g++) {
-    weft_fabric_set_cost_model(f, g, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 29.282e6);
-    weft_fabric_set_cost_model(f, g, WEFT_COST_UPLOAD, 0, 0, 1e15);
-    weft_fabric_set_cost_model(f, g, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
-  }
+  two_fakes t = two_fakes_open(&clk, 1e-6); /* g1 and g2 alike */
+  weft_fabric *f = t.f;
+  fake *l1 = t.l1, *l2 = t.l2;
   mm_case m = mm_case_make(f, 8, 33, 17, 26, 11);
   const int64_t B = m.B, M = m.M, K = m.K, N = m.N;
   float *ha = m.ha, *got = m.got, *want = m.want;
@@ -475,21 +489,13 @@ static void test_split_measured(void) {
  * runs. */
 static void test_split_retime(void) {
   fake_clock clk = {10.0, 0.0};
-  weft_fabric *f = open_cpu();
-  weft_testing_set_clock(f, clock_read, &clk);
-  size_t g1 = 0, g2 = 0;
-  fake *l1 = add_fake(f, "g1", EXACT_FP32, &g1), *l2 = add_fake(f, "g2", EXACT_FP32, &g2);
-  l1->clock = l2->clock = &clk;
-  l1->per_entry = 1e-3, l2->per_entry = 0.7e-3;
-  l2->slow_runs = 6, l2->slow_factor = 3.0; /* its first timing: four runs to warm it, two timed */
-  weft_fabric_set_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e9);
-  /* both 1 ms per entry to the models, g2 with a 7 ms fixed cost: a candidate (15 ms against 8), and no
-   * split is worth measuring (its plan, 7.5 ms, is not 10% better than g1 alone) */
-  for (size_t g = g1; g <= g2; g++) {
-    weft_fabric_set_cost_model(f, g, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, g == g2 ? 7e-3 : 1e-6, 29.282e6);
-    weft_fabric_set_cost_model(f, g, WEFT_COST_UPLOAD, 0, 0, 1e15);
-    weft_fabric_set_cost_model(f, g, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
-  }
+  /* g2's 7 ms fixed cost to the models: a candidate (15 ms against 8), and no split is worth measuring
+   * (its plan, 7.5 ms, is not 10% better than g1 alone) */
+  two_fakes t = two_fakes_open(&clk, 7e-3);
+  weft_fabric *f = t.f;
+  const size_t g1 = t.g1, g2 = t.g2;
+  t.l2->per_entry = 0.7e-3;
+  t.l2->slow_runs = 6, t.l2->slow_factor = 3.0; /* its first timing: four runs to warm it, two timed */
   mm_case m = mm_case_make(f, 8, 33, 17, 26, 5);
   int on_g1_early = 0, on_g2_late = 0, bits_ok = 1;
   for (int run = 0; run < 320; run++) {
