@@ -268,8 +268,5 @@ static inline weft_status weft_tensor_wait_users(weft_tensor *t) {
 void weft_tensor_offer_host(weft_tensor *t, int lane);
 /* Waits until no lane's direct transfer still uses t's host memory (before the host copy is written). */
 weft_status weft_tensor_wait_dma(weft_tensor *t);
-/* Forgets lane's copy of t when the host copy is current (the value is unchanged; the next use there
- * uploads it again). */
-void weft_tensor_drop_copy(weft_tensor *t, int lane);
 
 #endif /* WEFT_INTERNAL_H */

@@ -282,12 +282,6 @@ void weft_tensor_offer_host(weft_tensor *t, int lane) {
   memcpy(f->err, saved, sizeof saved);
 }
 
-void weft_tensor_drop_copy(weft_tensor *t, int lane) {
-  if (!t->host_valid || lane < 0 || (size_t)lane >= t->fabric->nlanes || !t->valid[lane]) return;
-  t->valid[lane] = 0; /* the buffer stays, for the next upload */
-  if (lane < 63) t->where &= ~((uint64_t)1 << (lane + 1));
-}
-
 weft_status weft_tensor_wait_dma(weft_tensor *t) {
   if (!t->dma_lane) return WEFT_OK;
   weft_fabric *f = t->fabric;

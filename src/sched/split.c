@@ -113,19 +113,24 @@ static weft_split_track *track_of(weft_fabric *f, const weft_split_memo *key, in
   return oldest;
 }
 
-/* The median of a candidate's ring (the lower of the middle two when even: one slow timing of two must not
- * count for half): its typical recent wall time. Not the best: one lucky run must not win a shape. */
-static double ring_median(const weft_split_cand *c) {
-  int n = c->n < WEFT_SPLIT_SAMPLES ? c->n : WEFT_SPLIT_SAMPLES;
+/* The lower median of n values (the lower of the middle two when n is even: one slow value of two must not
+ * count for half); 0 when n is 0. */
+static double lower_median(const double *v, int n) {
   if (n <= 0) return 0;
   double t[WEFT_SPLIT_SAMPLES];
-  memcpy(t, c->t, sizeof t);
+  memcpy(t, v, sizeof(double) * (size_t)n);
   for (int i = 1; i < n; i++)
     for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
       double x = t[j];
       t[j] = t[j - 1], t[j - 1] = x;
     }
   return t[(n - 1) / 2];
+}
+
+/* A candidate's typical recent wall time: the median of its ring. Not the best: one lucky run must not
+ * win a shape. */
+static double ring_median(const weft_split_cand *c) {
+  return lower_median(c->t, c->n < WEFT_SPLIT_SAMPLES ? c->n : WEFT_SPLIT_SAMPLES);
 }
 
 /* The candidate that runs between timings, from the medians: the fastest lane (the one running stays
@@ -182,13 +187,7 @@ static void track_note(weft_split_track *tr, int i, double seconds) {
   const int far = i != tr->best && tr->best >= 0 && c->bn >= 2 && c->bt[0] > 2 * tr->cand[tr->best].med &&
                   c->bt[1] > 2 * tr->cand[tr->best].med;
   if (--tr->burst_left > 0 && !far) return;
-  double m = c->bt[0];
-  if (c->bn == 2) m = c->bt[0] < c->bt[1] ? c->bt[0] : c->bt[1];
-  if (c->bn == 3) {
-    const double x = c->bt[0], y = c->bt[1], z = c->bt[2];
-    m = x > y ? (y > z ? y : x > z ? z : x) : (x > z ? x : y > z ? z : y);
-  }
-  c->t[c->n++ % WEFT_SPLIT_SAMPLES] = m;
+  c->t[c->n++ % WEFT_SPLIT_SAMPLES] = lower_median(c->bt, c->bn);
   c->bn = 0;
   c->med = ring_median(c);
   tr->burst = -1;
