@@ -70,6 +70,7 @@ typedef struct weft_split_track {
   int best;                          /* the candidate that runs between timings (-1: none measured yet) */
   int last;                          /* the candidate that ran last (-1: none yet) */
   unsigned streak;                   /* how many times in a row it ran */
+  double streak_t0;                  /* when that streak began (the fabric's clock) */
   int burst, burst_left;             /* the candidate being timed, and how many timed runs it still has */
   uint64_t runs;                     /* runs of the signature while tracked */
 } weft_split_track;

@@ -157,19 +157,30 @@ static void track_settle(weft_split_track *tr) {
 }
 
 /* Untimed runs a lane gets when it takes over from another candidate, before it is timed: a host lane
- * that ran nothing while a device worked takes a few runs to come back to its loop's speed (on the H200
- * machine, a 0.15 ms CPU op ran at 0.5 ms in two of the first five runs after GPU runs, fine after). */
+ * that ran nothing for a while (a device ran the op meanwhile, or nothing did) comes back to its loop's
+ * speed only after about a millisecond of work. On the H200 machine, over 40 trials each, a 45 us CPU op
+ * ran 20% slower in its 5th to 7th runs after 24 GPU runs, 5% slower in its 16th, and at its loop's speed
+ * from about its 20th; the same after 2 or 20 ms idle. So: WARM_RUNS runs, and WARM_SECONDS since the
+ * lane took over, whichever is later (at most WARM_MAX runs). */
 #define WARM_RUNS 4
+#define WARM_SECONDS 1e-3
+#define WARM_MAX 128
+
+/* The untimed runs candidate i (a lane that takes 'seconds' a run) gets before its timing. */
+static double warm_runs(double seconds) {
+  double n = seconds > 0 ? ceil(WARM_SECONDS / seconds) : WARM_RUNS;
+  return n < WARM_RUNS ? WARM_RUNS : n > WARM_MAX ? WARM_MAX : n;
+}
 
 /* Runs between timings of candidate i: the best is timed every 16th run (its median must stay fresh, and
  * timing it costs nothing but waiting for its results); another when what timing it costs (its gap to the
- * best, over WARM_RUNS + 3 runs where it is a lane) comes to 0.5% of the runs between; its second timing
+ * best, over its warm-up and 3 timed runs where it is a lane) comes to 0.5% of the runs between; its second timing
  * when that comes to 4% (but at least 64 runs after the first). */
 static uint64_t cand_interval(const weft_split_track *tr, int i) {
   const weft_split_cand *c = &tr->cand[i];
   if (c->med >= 1e29) return UINT64_MAX / 2; /* ruled out */
   if (i == tr->best || tr->best < 0) return 16;
-  const double gap = c->med / tr->cand[tr->best].med - 1.0, cost = c->lane >= 0 ? WARM_RUNS + 3.0 : 3.0;
+  const double gap = c->med / tr->cand[tr->best].med - 1.0, cost = c->lane >= 0 ? warm_runs(c->med) + 3.0 : 3.0;
   double iv = cost * (gap > 0 ? gap : 0) / 0.005;
   /* one timing may have met the machine busy elsewhere: the second comes sooner, on 8x the budget */
   if (c->n < 2 && iv > 64) iv = iv / 8 > 64 ? iv / 8 : 64;
@@ -204,18 +215,19 @@ static void track_rule_out(weft_split_track *tr, int i) {
   track_settle(tr);
 }
 
-/* Candidate `pick` ran: how many times in a row. */
-static void ran(weft_split_track *tr, int pick) {
-  tr->streak = tr->last == pick ? tr->streak + 1 : 1;
+/* Candidate `pick` ran, starting at `t0`: how many times in a row, since when. */
+static void ran(weft_split_track *tr, int pick, double t0) {
+  if (tr->last != pick || !tr->streak) tr->streak = 0, tr->streak_t0 = t0;
+  tr->streak++;
   tr->last = pick;
 }
 
 /* Which candidate runs now, and whether it is timed (*probe). A candidate is timed in a burst of three
  * runs in a row, as a loop of the op runs it: first each in turn, then whenever it is due. A lane timed
  * right after another candidate ran is not in the state a loop keeps it in (a host lane's workers asleep,
- * its caches cold, another lane's threads still spinning): its burst starts with WARM_RUNS untimed runs,
- * each the caller's op run there, not an extra one. Between bursts the best runs. */
-static int track_pick(weft_split_track *tr, int *probe) {
+ * its caches cold, another lane's threads still spinning): its burst starts with untimed runs (see
+ * WARM_RUNS), each the caller's op run there, not an extra one. Between bursts the best runs. */
+static int track_pick(weft_split_track *tr, double now, int *probe) {
   tr->runs++;
   *probe = 0;
   if (tr->burst < 0) {
@@ -228,7 +240,9 @@ static int track_pick(weft_split_track *tr, int *probe) {
   }
   if (tr->burst < 0) return tr->best;
   const int pick = tr->burst;
-  *probe = tr->cand[pick].lane < 0 || (tr->last == pick && tr->streak >= WARM_RUNS);
+  *probe = tr->cand[pick].lane < 0 ||
+           (tr->last == pick && tr->streak >= WARM_RUNS &&
+            (now - tr->streak_t0 >= WARM_SECONDS || tr->streak >= WARM_MAX));
   return pick;
 }
 
@@ -396,7 +410,7 @@ static weft_status probe_lane(weft_fabric *f, const weft_op *op, weft_split_trac
   weft_status st = weft_op_matmul(f, &d, a, op->trans_a, b, op->trans_b, c);
   if (st == WEFT_OK) st = weft_tensor_read(c, c->host, c->numel);
   const double t = weft_fabric_now(f) - t0;
-  ran(tr, pick);
+  ran(tr, pick, t0);
   if (st == WEFT_ERR_LANE_FAILED) {
     memset(tr, 0, sizeof *tr);
     return WEFT_OK; /* the caller's dispatch routes it again among the lanes still up */
@@ -416,7 +430,7 @@ static weft_status run_lane_pick(weft_fabric *f, const weft_op *op, weft_split_t
   report_measured(f, tr);
   if (probe) return probe_lane(f, op, tr, pick, a, b, c, out_done);
   *out_lane = tr->cand[pick].lane;
-  ran(tr, pick);
+  ran(tr, pick, weft_fabric_now(f));
   return WEFT_OK;
 }
 
@@ -512,7 +526,7 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   int pick = -1, probe = 0;
   if (tr) {
     /* Measured before: the candidate to run now. A lane gone down drops what was measured. */
-    pick = track_pick(tr, &probe);
+    pick = track_pick(tr, weft_fabric_now(f), &probe);
     int lane = pick >= 0 ? tr->cand[pick].lane : -1;
     if (pick < 0 || (lane >= 0 && !weft_route_lane_can_run(f, lane, op, NULL))) {
       memset(tr, 0, sizeof *tr);
@@ -563,7 +577,7 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     memcpy(tr->cand, cands, sizeof cands);
     tr->ncand = nc;
     tr->best = tr->last = tr->burst = -1;
-    pick = track_pick(tr, &probe);
+    pick = track_pick(tr, weft_fabric_now(f), &probe);
     if (tr->cand[pick].lane >= 0) return run_lane_pick(f, op, tr, pick, probe, a, b, c, out_done, out_lane);
   }
   if (used < 2) {
@@ -572,9 +586,10 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     return WEFT_OK;
   }
   /* Pass 3: the split, timed. */
+  const double t0 = weft_fabric_now(f);
   weft_status st = split_run(f, op, a, b, c, plan, n, tr);
   if (st != WEFT_OK) return st;
-  ran(tr, pick);
+  ran(tr, pick, t0);
   track_note(tr, pick, f->split.seconds);
   report_measured(f, tr);
   *out_done = 1;
