@@ -72,6 +72,14 @@ static const weft_lane_vtable FAKE_VT = {
     .upload = tu_fake_upload, .download = tu_fake_download, .run = fk_run,
 };
 
+/* What the router would wait for lane `lane` before a relu of [n, n] could start there. */
+static double lane_wait(weft_fabric *f, int lane, int64_t n) {
+  weft_route_query q = {WEFT_OP_RELU, WEFT_CONTRACT_EXACT, 1, 0, 0, 0, n, n};
+  weft_route_explanation e;
+  if (weft_route_explain(f, &q, &e) != WEFT_OK || (size_t)lane >= e.nlanes) return -1;
+  return e.lanes[lane].wait;
+}
+
 static fake *add_fake_vt(weft_fabric *f, const weft_lane_vtable *vt, const char *name, uint32_t flags, int gate,
                          int *out_lane) {
   fake *k = calloc(1, sizeof *k);
@@ -226,11 +234,15 @@ int main(void) {
   TU_STATUS(weft_tensor_read(q, buf, BIG * BIG), WEFT_OK, "q comes home again");
   TU_CHECK(reg->registers == 2, "and q's on its second (%d)", reg->registers);
   TU_STATUS(weft_tensor_write(p, buf, BIG * BIG), WEFT_OK, "p changes again");
+  /* the model predicts the op takes 5 s: the lane is busy that long, until a wait shows it done */
+  weft_fabric_set_cost_model(f, (size_t)rl, WEFT_COST_ELEMENTWISE, WEFT_CONTRACT_EXACT, 5.0, 1e9);
   TU_STATUS(weft_op_relu(f, &on_reg, p, q), WEFT_OK, "third op, inputs from the host");
   TU_CHECK(reg->last_out_host != NULL, "the lane was told where q's host copy is");
+  TU_CHECK(lane_wait(f, rl, BIG) > 1.0, "the lane counts as busy for its predicted time (%g s)", lane_wait(f, rl, BIG));
   int syncs = reg->syncs;
   TU_STATUS(weft_tensor_write(p, buf, BIG * BIG), WEFT_OK, "writing p while the lane may still read it");
   TU_CHECK(reg->syncs == syncs + 1, "waited for the lane's transfers first (%d syncs)", reg->syncs - syncs);
+  TU_CHECK(lane_wait(f, rl, BIG) == 0, "after that sync the lane is free (wait %g s)", lane_wait(f, rl, BIG));
   weft_tensor_destroy(q);
   TU_CHECK(reg->unregisters == 1, "q's memory was released at destroy (%d)", reg->unregisters);
   weft_tensor_destroy(p);

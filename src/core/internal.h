@@ -220,6 +220,18 @@ static inline void weft_busy_recompute(weft_fabric *f) {
   for (size_t i = 0; i < f->nlanes; i++) m = f->lanes[i].busy_until > m ? f->lanes[i].busy_until : m;
   f->busy_max = m;
 }
+/* Lane i has done all it was given (a download or a sync of it returned): it is free from now, whatever
+ * its model predicted for that work. Without this, a lane whose results stream into registered host memory
+ * (waited for by a sync, not a download) stayed "busy" for the sum of its predictions: with a model
+ * pessimistic by 30 us an op, a loop ran tens of ms ahead, and host ops meanwhile took the queue's
+ * hand-over (a thread wake each) instead of running inline. */
+static inline void weft_lane_caught_up(weft_fabric *f, int i) {
+  const double now = weft_fabric_now(f);
+  if (f->lanes[i].busy_until > now) {
+    f->lanes[i].busy_until = now;
+    weft_busy_recompute(f);
+  }
+}
 /* Marks a lane failed after it returned WEFT_ERR_LANE_FAILED: it leaves routing, its buffers are released
  * and values that lived only there are marked lost (recovered by weft_tensor_recover). */
 void weft_lane_mark_failed(weft_fabric *f, int lane);

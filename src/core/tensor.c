@@ -156,12 +156,7 @@ static weft_status make_host_valid(weft_tensor *t) {
       if (attempt <= f->nlanes) continue;
     }
     if (st != WEFT_OK) return st;
-    /* a lane's work is done in order: once this download has waited, what it was given before is done */
-    double now = weft_fabric_now(f);
-    if (s->busy_until > now) {
-      s->busy_until = now;
-      weft_busy_recompute(f);
-    }
+    weft_lane_caught_up(f, (int)i); /* a lane works in order: what it was given before is done too */
     s->stats.bytes_down += t->numel * sizeof(float);
     t->host_valid = 1;
     t->host_version = t->version;
@@ -288,6 +283,7 @@ weft_status weft_tensor_wait_dma(weft_tensor *t) {
   weft_lane_slot *s = &f->lanes[t->dma_lane - 1];
   weft_status st = WEFT_OK;
   if (!s->failed && s->vt.sync) st = s->vt.sync(s->self);
+  if (st == WEFT_OK && s->vt.sync) weft_lane_caught_up(f, t->dma_lane - 1);
   if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, t->dma_lane - 1);
   t->dma_lane = 0; /* a failed lane's transfers are over too */
   return st == WEFT_ERR_LANE_FAILED ? WEFT_OK : st;
