@@ -54,6 +54,7 @@ typedef struct weft_split_memo {
 #define WEFT_SPLIT_CANDS WEFT_SPLIT_CANDIDATES
 typedef struct weft_split_cand {
   int lane;                          /* -1: the split */
+  int host;                          /* 1: a host lane (warmed longer before it is timed, split.c) */
   int n;                             /* timings done (the ring holds the last WEFT_SPLIT_SAMPLES) */
   double t[WEFT_SPLIT_SAMPLES];      /* each timing: the median of a burst of runs in a row (split.c) */
   double med;                        /* the median of the ring (0: none yet) */
@@ -222,9 +223,9 @@ static inline void weft_busy_recompute(weft_fabric *f) {
 }
 /* Lane i has done all it was given (a download or a sync of it returned): it is free from now, whatever
  * its model predicted for that work. Without this, a lane whose results stream into registered host memory
- * (waited for by a sync, not a download) stayed "busy" for the sum of its predictions: with a model
- * pessimistic by 30 us an op, a loop ran tens of ms ahead, and host ops meanwhile took the queue's
- * hand-over (a thread wake each) instead of running inline. */
+ * (waited for by a sync, not a download) stayed "busy" until the sum of its predictions ran out: where the
+ * model predicts more than the op takes, that runs ahead of the clock, the router adds a wait that is not
+ * there, and host ops meanwhile take the queue's hand-over (a thread wake) instead of running inline. */
 static inline void weft_lane_caught_up(weft_fabric *f, int i) {
   const double now = weft_fabric_now(f);
   if (f->lanes[i].busy_until > now) {

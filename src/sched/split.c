@@ -156,19 +156,22 @@ static void track_settle(weft_split_track *tr) {
   tr->best = best;
 }
 
-/* Untimed runs a lane gets when it takes over from another candidate, before it is timed: a host lane
- * that ran nothing for a while (a device ran the op meanwhile, or nothing did) comes back to its loop's
- * speed only after about a millisecond of work. On the H200 machine, over 40 trials each, a 45 us CPU op
- * ran 20% slower in its 5th to 7th runs after 24 GPU runs, 5% slower in its 16th, and at its loop's speed
- * from about its 20th; the same after 2 or 20 ms idle. So: WARM_RUNS runs, and WARM_SECONDS since the
- * lane took over, whichever is later (at most WARM_MAX runs). */
+/* Untimed runs a lane gets when it takes over from another candidate, before it is timed. Measured on the
+ * H200 machine, 40 trials each:
+ * - a device lane needs a few runs: the GPU's first run after CPU work took 0.25-0.38 ms, its second
+ *   0.09-0.21, and from its fifth it ran at its loop's speed (0.06-0.19 ms by batch);
+ * - a host lane that ran nothing for a while (a device ran the op, or nothing did) needs about a
+ *   millisecond of work: a 45 us CPU op ran 20% slower in its 5th to 7th runs after 24 GPU runs, 5% slower
+ *   in its 16th, at its loop's speed from about its 20th; the same after 2 or 20 ms idle.
+ * So every lane gets WARM_RUNS, and a host lane also WARM_SECONDS since it took over (at most WARM_MAX
+ * runs). A device lane is not held longer: the host lane cools all the while. */
 #define WARM_RUNS 4
 #define WARM_SECONDS 1e-3
 #define WARM_MAX 128
 
-/* The untimed runs candidate i (a lane that takes 'seconds' a run) gets before its timing. */
-static double warm_runs(double seconds) {
-  double n = seconds > 0 ? ceil(WARM_SECONDS / seconds) : WARM_RUNS;
+/* The untimed runs candidate c gets before its timing, when a run there takes `seconds`. */
+static double warm_runs(const weft_split_cand *c, double seconds) {
+  double n = c->host && seconds > 0 ? ceil(WARM_SECONDS / seconds) : WARM_RUNS;
   return n < WARM_RUNS ? WARM_RUNS : n > WARM_MAX ? WARM_MAX : n;
 }
 
@@ -180,7 +183,7 @@ static uint64_t cand_interval(const weft_split_track *tr, int i) {
   const weft_split_cand *c = &tr->cand[i];
   if (c->med >= 1e29) return UINT64_MAX / 2; /* ruled out */
   if (i == tr->best || tr->best < 0) return 16;
-  const double gap = c->med / tr->cand[tr->best].med - 1.0, cost = c->lane >= 0 ? warm_runs(c->med) + 3.0 : 3.0;
+  const double gap = c->med / tr->cand[tr->best].med - 1.0, cost = c->lane >= 0 ? warm_runs(c, c->med) + 3.0 : 3.0;
   double iv = cost * (gap > 0 ? gap : 0) / 0.005;
   /* one timing may have met the machine busy elsewhere: the second comes sooner, on 8x the budget */
   if (c->n < 2 && iv > 64) iv = iv / 8 > 64 ? iv / 8 : 64;
@@ -242,7 +245,7 @@ static int track_pick(weft_split_track *tr, double now, int *probe) {
   const int pick = tr->burst;
   *probe = tr->cand[pick].lane < 0 ||
            (tr->last == pick && tr->streak >= WARM_RUNS &&
-            (now - tr->streak_t0 >= WARM_SECONDS || tr->streak >= WARM_MAX));
+            (!tr->cand[pick].host || now - tr->streak_t0 >= WARM_SECONDS || tr->streak >= WARM_MAX));
   return pick;
 }
 
@@ -567,7 +570,10 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     if (used >= 2 && makespan <= 0.9 * single_t) cands[nc++].lane = -1;
     for (int i = 0; i < n && nc < WEFT_SPLIT_CANDS; i++) {
       const double t = plan[order[i]].c + (double)B * plan[order[i]].r;
-      if (t <= 3.0 * single_t || t <= single_t + 1e-3) cands[nc++].lane = plan[order[i]].lane;
+      if (t <= 3.0 * single_t || t <= single_t + 1e-3) {
+        cands[nc].lane = plan[order[i]].lane;
+        cands[nc++].host = weft_lane_is_host(f, plan[order[i]].lane);
+      }
     }
     if (nc < 2) {
       if (idle) f->split_memo = key, f->split_memo_valid = 1;
