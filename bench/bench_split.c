@@ -100,8 +100,8 @@ int main(int argc, char **argv) {
      * cold) while machine drift still falls on both; the ratio is the median over the pairs of blocks of
      * auto's block median over best's (and, for the total, the sum of auto's runs over the sum of best's). Up
      * to 101 pairs in a second: small ops are noisy. The first auto runs of a shape measure its candidates
-     * (the split and each lane near the best, three runs each, a lane after four untimed): those come before,
-     * in 32 runs. */
+     * (the split and each lane near the best, three runs each, a device lane after four untimed, a host lane
+     * after 1 ms of them): 32 runs before cover those where an op takes 0.1 ms or more. */
     enum { BLOCK = 8, MAXPAIRS = 101 };
     double ta[MAXPAIRS * BLOCK], pr[MAXPAIRS], blk[BLOCK];
     for (int w = 0; w < 32; w++) run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
