@@ -7,7 +7,8 @@
  * measured time.
  * Usage: bench_split [n] [max_batch]   (WEFT_BENCH_LANES=cpu,cuda opens only those lanes;
  * WEFT_BENCH_CONTRACT=fp32 runs under the fp32 contract instead of exact; WEFT_BENCH_BATCHED_B=1 gives
- * each entry its own b) */
+ * each entry its own b; WEFT_BENCH_CONTROL=1 runs the best lane in auto's place: the ratio the method reads
+ * when nothing differs, the noise floor of the machine) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,10 +55,13 @@ int main(int argc, char **argv) {
   desc.lanes = getenv("WEFT_BENCH_LANES"); /* e.g. cpu,cuda: leave a slow lane out of a long run */
   const char *be = getenv("WEFT_BENCH_BATCHED_B"); /* 1: b is [B,n,n] too, one per entry */
   const int batched_b = be && strcmp(be, "1") == 0;
+  const char *ctl = getenv("WEFT_BENCH_CONTROL"); /* 1: the best lane against itself */
+  const int control = ctl && strcmp(ctl, "1") == 0;
   const char *ce = getenv("WEFT_BENCH_CONTRACT"); /* exact (default) or fp32 */
   if (ce && strcmp(ce, "fp32") == 0) contract = WEFT_CONTRACT_FP32;
   if (weft_fabric_open(&desc, &f) != WEFT_OK) return fprintf(stderr, "%s\n", weft_open_error()), 1;
   size_t nl = weft_fabric_lane_count(f);
+  if (control) printf("CONTROL: the best lane runs in auto's place; the ratios are the machine's noise floor\n");
   printf("batched matmul [B,%lld,%lld].[%s%lld,%lld], %s, host data in and out; median of runs\n", (long long)n,
          (long long)n, batched_b ? "B," : "", (long long)n, (long long)n, weft_contract_str(contract));
   printf("%6s", "B");
@@ -104,7 +108,8 @@ int main(int argc, char **argv) {
      * after 1 ms of them): 32 runs before cover those where an op takes 0.1 ms or more. */
     enum { BLOCK = 8, MAXPAIRS = 101 };
     double ta[MAXPAIRS * BLOCK], pr[MAXPAIRS], blk[BLOCK];
-    for (int w = 0; w < 32; w++) run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
+    const int subject = control ? best : WEFT_LANE_AUTO; /* what the auto columns time */
+    for (int w = 0; w < 32; w++) run(f, subject, a, b, c, ha, hb, hc);
     int pairs = 0, nta = 0;
     double start = now();
     int where[64] = {0}, splits = 0; /* where the auto runs went */
@@ -112,7 +117,7 @@ int main(int argc, char **argv) {
     double last_split_t = 0, sum_auto = 0, sum_best = 0;
     while (pairs < MAXPAIRS && (pairs < 3 || now() - start < 1.0)) {
       for (int r = 0; r < BLOCK; r++) {
-        blk[r] = ta[nta++] = run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc);
+        blk[r] = ta[nta++] = run(f, subject, a, b, c, ha, hb, hc);
         sum_auto += blk[r];
         weft_split_report sr;
         if (weft_split_last(f, &sr) == WEFT_OK && sr.split && B >= 2) {
