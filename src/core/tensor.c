@@ -282,8 +282,7 @@ weft_status weft_tensor_wait_dma(weft_tensor *t) {
   weft_fabric *f = t->fabric;
   weft_lane_slot *s = &f->lanes[t->dma_lane - 1];
   weft_status st = WEFT_OK;
-  if (!s->failed && s->vt.sync) st = s->vt.sync(s->self);
-  if (st == WEFT_OK && s->vt.sync) weft_lane_caught_up(f, t->dma_lane - 1);
+  if (!s->failed && s->vt.sync && (st = s->vt.sync(s->self)) == WEFT_OK) weft_lane_caught_up(f, t->dma_lane - 1);
   if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, t->dma_lane - 1);
   t->dma_lane = 0; /* a failed lane's transfers are over too */
   return st == WEFT_ERR_LANE_FAILED ? WEFT_OK : st;

@@ -428,12 +428,13 @@ static weft_status probe_lane(weft_fabric *f, const weft_op *op, weft_split_trac
 
 /* Candidate `pick`, one lane: timed here (probe), or handed to the caller to dispatch there. */
 static weft_status run_lane_pick(weft_fabric *f, const weft_op *op, weft_split_track *tr, int pick, int probe,
-                                 weft_tensor *a, weft_tensor *b, weft_tensor *c, int *out_done, int *out_lane) {
+                                 double now, weft_tensor *a, weft_tensor *b, weft_tensor *c, int *out_done,
+                                 int *out_lane) {
   f->split.single_lane = f->lanes[tr->cand[pick].lane].desc.name;
   report_measured(f, tr);
   if (probe) return probe_lane(f, op, tr, pick, a, b, c, out_done);
   *out_lane = tr->cand[pick].lane;
-  ran(tr, pick, weft_fabric_now(f));
+  ran(tr, pick, now);
   return WEFT_OK;
 }
 
@@ -510,7 +511,8 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   tkey.epoch = a->reg_mask ^ (c->reg_mask * 0x9e3779b97f4a7c15ull) ^ (b->reg_mask << 1) ^
                ((uint64_t)f->lanes_epoch * 0xc2b2ae3d27d4eb4full);
   weft_split_track *tr = track_of(f, &tkey, 0);
-  const int idle = f->busy_max <= weft_fabric_now(f);
+  double now = weft_fabric_now(f); /* one clock read serves the tracked path */
+  const int idle = f->busy_max <= now;
   lane_plan plan[64];
   int n = 0;
   if (!tr) {
@@ -529,13 +531,13 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   int pick = -1, probe = 0;
   if (tr) {
     /* Measured before: the candidate to run now. A lane gone down drops what was measured. */
-    pick = track_pick(tr, weft_fabric_now(f), &probe);
+    pick = track_pick(tr, now, &probe);
     int lane = pick >= 0 ? tr->cand[pick].lane : -1;
     if (pick < 0 || (lane >= 0 && !weft_route_lane_can_run(f, lane, op, NULL))) {
       memset(tr, 0, sizeof *tr);
       return WEFT_OK;
     }
-    if (lane >= 0) return run_lane_pick(f, op, tr, pick, probe, a, b, c, out_done, out_lane);
+    if (lane >= 0) return run_lane_pick(f, op, tr, pick, probe, now, a, b, c, out_done, out_lane);
   }
 
   /* Pass 2: the best single lane against the best split, from the models (and the factors measured). */
@@ -583,8 +585,9 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     memcpy(tr->cand, cands, sizeof cands);
     tr->ncand = nc;
     tr->best = tr->last = tr->burst = -1;
-    pick = track_pick(tr, weft_fabric_now(f), &probe);
-    if (tr->cand[pick].lane >= 0) return run_lane_pick(f, op, tr, pick, probe, a, b, c, out_done, out_lane);
+    now = weft_fabric_now(f); /* planning (and a first calibration) came between */
+    pick = track_pick(tr, now, &probe);
+    if (tr->cand[pick].lane >= 0) return run_lane_pick(f, op, tr, pick, probe, now, a, b, c, out_done, out_lane);
   }
   if (used < 2) {
     /* the factors measured leave one lane worth using: the split is no longer a candidate */
