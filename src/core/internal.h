@@ -61,6 +61,9 @@ typedef struct weft_split_cand {
   double bt[3];                      /* the timing under way: its runs so far */
   int bn;
   uint64_t due;                      /* the track's run count at which it is timed again */
+  double best_med;                   /* the lowest median it has had (0: none yet) */
+  uint64_t backoff;                  /* after it lost the lead: runs to its next timing at most (0: none) */
+  int shift;                         /* its last timing left the median: +1 above, -1 below, 0 not */
 } weft_split_cand;
 typedef struct weft_split_track {
   weft_split_memo key;

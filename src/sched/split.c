@@ -133,6 +133,17 @@ static double ring_median(const weft_split_cand *c) {
   return lower_median(c->t, c->n < WEFT_SPLIT_SAMPLES ? c->n : WEFT_SPLIT_SAMPLES);
 }
 
+/* How the rings follow a machine whose lanes change speed for stretches of tens of ms (the H200 machine's
+ * CPU ran 2-2.5x slower for such stretches; bench/sim_split models them):
+ * - a timing SHIFT_FACTOR off its candidate's median is checked by another within 16 runs, and when that
+ *   one agrees (off the same way) the ring restarts from the two: three fresh timings need not outvote five
+ *   stale ones;
+ * - a lane that lost the lead is timed again LOST_LEAD_RUNS later, then at twice that, and so on (never
+ *   later than its cost-based interval), while it is a contender: its lowest median so far beats the kept
+ *   one's median now. A lane that never was faster is timed at its cost-based interval only. */
+#define SHIFT_FACTOR 1.25
+#define LOST_LEAD_RUNS 64
+
 /* The candidate that runs between timings, from the medians: the fastest lane (the one running stays
  * unless another is 2% faster: two lanes alike must not trade places on noise, each trade costing a cold
  * run), the split only while it beats that lane by 3% (contention the models cannot see must not make a
@@ -153,6 +164,9 @@ static void track_settle(weft_split_track *tr) {
   if (best != cur && cur >= 0) /* the gaps the others were scheduled by no longer hold: all timed again soon */
     for (int i = 0; i < tr->ncand; i++)
       if (tr->cand[i].med < 1e29 && tr->cand[i].due > tr->runs + 16) tr->cand[i].due = tr->runs + 16;
+  /* the one that lost the lead may get it back soon (a slow stretch of the machine ends): see track_note */
+  if (best != cur && cur >= 0) tr->cand[cur].backoff = LOST_LEAD_RUNS;
+  if (best >= 0) tr->cand[best].backoff = 0;
   tr->best = best;
 }
 
@@ -201,19 +215,38 @@ static void track_note(weft_split_track *tr, int i, double seconds) {
   const int far = i != tr->best && tr->best >= 0 && c->bn >= 2 && c->bt[0] > 2 * tr->cand[tr->best].med &&
                   c->bt[1] > 2 * tr->cand[tr->best].med;
   if (--tr->burst_left > 0 && !far) return;
-  c->t[c->n++ % WEFT_SPLIT_SAMPLES] = lower_median(c->bt, c->bn);
+  const double fresh = lower_median(c->bt, c->bn);
+  int check = 0;
+  if (c->n >= 2 && c->med > 0 && c->med < 1e29) {
+    const int shift = fresh > SHIFT_FACTOR * c->med ? 1 : fresh * SHIFT_FACTOR < c->med ? -1 : 0;
+    if (shift && shift == c->shift) {
+      /* confirmed: the ring restarts from the timing before and this one */
+      const double prev = c->t[(c->n - 1) % WEFT_SPLIT_SAMPLES];
+      c->t[0] = prev, c->n = 1, c->shift = 0;
+    } else {
+      c->shift = shift, check = shift != 0;
+    }
+  }
+  c->t[c->n++ % WEFT_SPLIT_SAMPLES] = fresh;
   c->bn = 0;
   c->med = ring_median(c);
+  if (c->best_med == 0 || c->med < c->best_med) c->best_med = c->med;
   tr->burst = -1;
   track_settle(tr);
-  c->due = tr->runs + cand_interval(tr, i);
+  uint64_t iv = cand_interval(tr, i);
+  if (c->backoff && i != tr->best && tr->best >= 0 && c->best_med < tr->cand[tr->best].med) {
+    if (c->backoff < iv) iv = c->backoff;
+    c->backoff *= 2;
+  }
+  if (check && iv > 16) iv = 16;
+  c->due = tr->runs + iv;
 }
 
 /* The split, measured not to pay: never tried again for this signature. */
 static void track_rule_out(weft_split_track *tr, int i) {
   weft_split_cand *c = &tr->cand[i];
   for (int j = 0; j < WEFT_SPLIT_SAMPLES; j++) c->t[j] = 1e30;
-  c->n = WEFT_SPLIT_SAMPLES, c->med = 1e30, c->due = UINT64_MAX, c->bn = 0;
+  c->n = WEFT_SPLIT_SAMPLES, c->med = 1e30, c->due = UINT64_MAX, c->bn = 0, c->backoff = 0;
   if (tr->burst == i) tr->burst = -1;
   track_settle(tr);
 }
