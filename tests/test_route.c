@@ -45,6 +45,9 @@ typedef struct fake {
   /* cold_for > 0: after another lane ran (the clock moved since its last run), its runs take cold_factor
    * times as long until it has run cold_for seconds in a row, as a host lane idle a while does */
   double cold_for, cold_factor, warm_so_far, last_end;
+  /* its runs that start while the clock is in [stretch_from, stretch_to) take stretch_factor times as long
+   * (a slow stretch of the machine, tens of ms, as the H200 machine's CPU had) */
+  double stretch_from, stretch_to, stretch_factor;
 } fake;
 
 static void fk_describe(void *self, weft_lane_desc *out) {
@@ -67,6 +70,8 @@ static weft_status fk_run(void *self, const weft_op *op) {
     if (l->clock->t != l->last_end) l->warm_so_far = 0;
     if (l->warm_so_far < l->cold_for) slow *= l->cold_factor;
   }
+  if (l->clock && l->stretch_factor > 0 && l->clock->t >= l->stretch_from && l->clock->t < l->stretch_to)
+    slow *= l->stretch_factor;
   if (l->clock) {
     const double t = slow * l->per_entry * (double)(op->kind == WEFT_OP_MATMUL ? op->batch : 1);
     fake_clock_advance(l->clock, t);
@@ -579,6 +584,50 @@ static void test_split_warm(void) {
   weft_fabric_close(f);
 }
 
+/* A slow stretch of the machine moves the fabric off a lane for its length, not for long after. h (a host
+ * lane) takes 120 us a run against g1's 160, but from 20 ms to 60 ms into the test every run of h takes
+ * 2.2x as long. The fabric moves to g1 during the stretch; once it ends, h's timings find it fast again and
+ * the fabric goes back. Before h's rings followed such a stretch, its ring held the slow timings and h was
+ * timed again only at its cost-based interval (over a thousand runs), so g1 kept running long after. */
+static void test_split_stretch(void) {
+  fake_clock clk = {10.0, 0.0};
+  weft_fabric *f = open_cpu();
+  weft_testing_set_clock(f, clock_read, &clk);
+  size_t g1 = 0, h = 0;
+  fake *l1 = add_fake(f, "g1", EXACT_FP32, &g1);
+  fake *l2 = add_fake_flags(f, "h", EXACT_FP32, WEFT_LANE_HOST_MEMORY, &h);
+  l1->clock = l2->clock = &clk;
+  l1->per_entry = 20e-6, l2->per_entry = 15e-6;
+  l2->stretch_from = 10.020, l2->stretch_to = 10.060, l2->stretch_factor = 2.2;
+  /* the models as in test_split_warm: both candidates, no split */
+  weft_fabric_set_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e9);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 29.282e6 * 100);
+  weft_fabric_set_cost_model(f, h, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 29.282e6 / 0.12);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_UPLOAD, 0, 0, 1e15);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
+  mm_case m = mm_case_make(f, 8, 33, 17, 26, 9);
+  int on_g1_in = 0, in = 0, on_h_after = 0, after = 0, bits_ok = 1, end_run = -1;
+  for (int run = 0; end_run < 0 || run < end_run + 600; run++) {
+    const double t0 = clk.t;
+    weft_tensor_write(m.a, m.ha, (size_t)(m.B * m.M * m.K));
+    CHECK(weft_op_matmul(f, NULL, m.a, 0, m.b, 0, m.c) == WEFT_OK, "run %d: %s", run, weft_fabric_last_error(f));
+    weft_split_report rep;
+    const int lane = weft_split_last(f, &rep) == WEFT_OK && rep.split ? -1 : weft_fabric_last_lane(f);
+    if (t0 >= 10.030 && t0 < 10.060) in++, on_g1_in += lane == (int)g1; /* the stretch, after 10 ms to see it */
+    if (end_run < 0 && t0 >= 10.060) end_run = run;
+    if (end_run >= 0 && run >= end_run + 500) after++, on_h_after += lane == (int)h;
+    weft_tensor_read(m.c, m.got, (size_t)(m.B * m.M * m.N));
+    bits_ok &= memcmp(m.got, m.want, sizeof(float) * m.B * m.M * m.N) == 0;
+    if (run > 100000) break;
+  }
+  CHECK(bits_ok, "every run has the reference's bits");
+  CHECK(in > 100 && on_g1_in >= in * 8 / 10, "during h's slow stretch g1 runs (%d of %d runs)", on_g1_in, in);
+  CHECK(after == 100 && on_h_after >= 90, "after the stretch h runs again (%d of 100 runs, 500 runs after it ended)",
+        on_h_after);
+  mm_case_free(&m);
+  weft_fabric_close(f);
+}
+
 /* A lane that fails mid-run leaves the fabric; the op it failed is routed again and the caller gets the
  * right result; later ops never go there. */
 static void test_failure(void) {
@@ -622,6 +671,7 @@ int main(void) {
   test_split_measured();
   test_split_retime();
   test_split_warm();
+  test_split_stretch();
   test_least_finish_time();
   test_contracts();
   test_residency();
