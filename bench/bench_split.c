@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < rep.nshares; i++)
         printf("%s%s: %lld, %.3f ms", i ? "; " : "", rep.shares[i].lane, (long long)rep.shares[i].entries,
                rep.shares[i].seconds * 1e3);
-    } else if (B >= 2 && have && rep.ncandidates) {
+    } else if (have && rep.ncandidates) {
       printf("measured:");
       for (size_t i = 0; i < rep.ncandidates; i++)
         printf("%s %s %.3f ms", i ? "," : "", rep.candidate[i], rep.candidate_seconds[i] * 1e3);

@@ -410,8 +410,9 @@ static void test_split(void) {
   weft_tensor *a1, *c1;
   weft_tensor_create(f, 3, d1, ha, &a1);
   weft_tensor_create(f, 3, dc1, NULL, &c1);
-  CHECK(weft_op_matmul(f, NULL, a1, 0, b, 0, c1) == WEFT_OK && weft_split_last(f, &rep) == WEFT_OK && rep.batch == B,
-        "batch 1 is not considered for a split (the report is still the batch of %lld)", (long long)rep.batch);
+  CHECK(weft_op_matmul(f, NULL, a1, 0, b, 0, c1) == WEFT_OK && weft_split_last(f, &rep) == WEFT_OK && rep.batch == 1 &&
+            rep.split == 0 && rep.nshares == 0,
+        "batch 1 is never split (batch %lld, split %d, %zu shares)", (long long)rep.batch, rep.split, rep.nshares);
   /* the cpu alone (the gpu's models made slow): no split, and the report says which lane */
   weft_fabric_set_cost_model(f, g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e12);
   CHECK(weft_op_matmul(f, NULL, a, 0, b, 0, c) == WEFT_OK && weft_split_last(f, &rep) == WEFT_OK && rep.split == 0 &&
@@ -628,6 +629,56 @@ static void test_split_stretch(void) {
   weft_fabric_close(f);
 }
 
+/* One matrix (batch 1) on host data is measured too where the models put two lanes within 3x: the models
+ * say h (a host lane) takes 100 us and g1 130, but g1 takes 80 us a run and h 120, so after both are timed
+ * g1 runs. (The router alone stays on h: its refinement learns h's 120 us, still under g1's 130, and g1,
+ * never run, never corrects its own.) An op where g1's prediction is over 3x h's is the router's alone: never measured, g1 never runs.
+ * (On the H200 machine the router put [256,256] x [256,256] on the CPU, 0.097 ms, where cuda:0 took 0.082.) */
+static void test_single_measured(void) {
+  fake_clock clk = {10.0, 0.0};
+  weft_fabric *f = open_cpu();
+  weft_testing_set_clock(f, clock_read, &clk);
+  size_t g1 = 0, h = 0;
+  fake *l1 = add_fake(f, "g1", EXACT_FP32, &g1);
+  fake *l2 = add_fake_flags(f, "h", EXACT_FP32, WEFT_LANE_HOST_MEMORY, &h);
+  l1->clock = l2->clock = &clk;
+  l1->per_entry = 80e-6, l2->per_entry = 120e-6;
+  /* 2 * 33 * 17 * 26 = 29172 flop: h 100 us to the models, g1 130 */
+  weft_fabric_set_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e9);
+  weft_fabric_set_cost_model(f, h, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 29172 / 99e-6);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 29172 / 129e-6);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_UPLOAD, 0, 0, 1e15);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
+  mm_case m = mm_case_make(f, 1, 33, 17, 26, 3);
+  int on_g1_late = 0, bits_ok = 1;
+  weft_split_report rep;
+  for (int run = 0; run < 200; run++) {
+    weft_tensor_write(m.a, m.ha, (size_t)(m.M * m.K));
+    CHECK(weft_op_matmul(f, NULL, m.a, 0, m.b, 0, m.c) == WEFT_OK, "run %d: %s", run, weft_fabric_last_error(f));
+    if (run >= 60 && run < 160) on_g1_late += weft_fabric_last_lane(f) == (int)g1;
+    weft_tensor_read(m.c, m.got, (size_t)(m.M * m.N));
+    bits_ok &= memcmp(m.got, m.want, sizeof(float) * m.M * m.N) == 0;
+  }
+  CHECK(bits_ok, "every run has the reference's bits");
+  /* the first 50-odd runs time both (h's timings are 1 ms of untimed runs, then three timed), then g1 runs
+   * until h's next timing, a thousand runs later */
+  CHECK(on_g1_late == 100, "g1, measured faster, runs (%d of runs 60-159)", on_g1_late);
+  CHECK(weft_split_last(f, &rep) == WEFT_OK && rep.batch == 1 && rep.split == 0 && rep.ncandidates == 2,
+        "the report lists the two lanes measured (%zu candidates)", rep.ncandidates);
+  /* another shape, where g1 is over 3x h to the models: the router's choice, h, every time */
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-3, 1e15);
+  mm_case m2 = mm_case_make(f, 1, 34, 17, 26, 4);
+  const int g1_runs = l1->runs;
+  for (int run = 0; run < 50; run++) {
+    weft_tensor_write(m2.a, m2.ha, (size_t)(m2.M * m2.K));
+    CHECK(weft_op_matmul(f, NULL, m2.a, 0, m2.b, 0, m2.c) == WEFT_OK, "run %d: %s", run, weft_fabric_last_error(f));
+  }
+  CHECK(l1->runs == g1_runs, "a lane over 3x the best is not measured at batch 1 (%d runs)", l1->runs - g1_runs);
+  mm_case_free(&m2);
+  mm_case_free(&m);
+  weft_fabric_close(f);
+}
+
 /* A lane that fails mid-run leaves the fabric; the op it failed is routed again and the caller gets the
  * right result; later ops never go there. */
 static void test_failure(void) {
@@ -672,6 +723,7 @@ int main(void) {
   test_split_retime();
   test_split_warm();
   test_split_stretch();
+  test_single_measured();
   test_least_finish_time();
   test_contracts();
   test_residency();

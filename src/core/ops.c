@@ -212,9 +212,10 @@ weft_status weft_op_matmul(weft_fabric *f, const weft_op_desc *desc, weft_tensor
   op.batch = batch, op.m = am, op.n = bn, op.k = ak;
   op.trans_a = trans_a != 0, op.trans_b = trans_b != 0, op.b_batched = b_batched;
   weft_tensor *in[2] = {a, b}, *out[1] = {c};
-  if ((!desc || desc->lane == WEFT_LANE_AUTO) && batch >= 2) {
-    /* a batch may be worth sharing out across lanes (sched/split.c); a split that fails leaves the result
-     * unwritten, and the whole op then runs on one lane */
+  if (!desc || desc->lane == WEFT_LANE_AUTO) {
+    /* on host data, a batch may be worth sharing out across lanes, and lanes the models put close are
+     * measured (sched/split.c); a split that fails leaves the result unwritten, and the whole op then runs
+     * on one lane */
     int done = 0, lane = -1;
     weft_status st = weft_split_matmul(f, &op, a, b, c, &done, &lane);
     if (st == WEFT_OK && done) return WEFT_OK;

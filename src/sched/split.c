@@ -533,7 +533,7 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   *out_done = 0;
   *out_lane = -1;
   const int64_t B = op->batch;
-  if (B < 2 || f->in_scope || f->calibrating || !a->host_valid || !b->host_valid || !c->host || f->nlanes > 64)
+  if (B < 1 || f->in_scope || f->calibrating || !a->host_valid || !b->host_valid || !c->host || f->nlanes > 64)
     return WEFT_OK;
   /* what this signature measured before: keyed by where the operands' memory is registered too, since that
    * changes what moving them costs, and by the set of lanes up (one that joins or comes back is a new
@@ -597,15 +597,17 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   f->split.single_lane = f->lanes[plan[single].lane].desc.name;
   if (!tr) {
     /* A choice worth measuring: a split predicted to beat the best lane by 10%, or lanes within 3x of it
-     * or 1 ms (the models' error can be that large; measurement settles it, and on small ops trying a
-     * lane costs little). Else the router's choice stands. */
+     * or, for a batch, 1 ms (the models' error can be that large; measurement settles it, and on small ops
+     * trying a lane costs little). One matrix (B = 1) is measured only between lanes within 3x: an op of
+     * a few microseconds, where a device lane's launch is most of its time, stays the router's. Else the
+     * router's choice stands. */
     weft_split_cand cands[WEFT_SPLIT_CANDS];
     int nc = 0;
     memset(cands, 0, sizeof cands);
     if (used >= 2 && makespan <= 0.9 * single_t) cands[nc++].lane = -1;
     for (int i = 0; i < n && nc < WEFT_SPLIT_CANDS; i++) {
       const double t = plan[order[i]].c + (double)B * plan[order[i]].r;
-      if (t <= 3.0 * single_t || t <= single_t + 1e-3) {
+      if (t <= 3.0 * single_t || (B >= 2 && t <= single_t + 1e-3)) {
         cands[nc].lane = plan[order[i]].lane;
         cands[nc++].host = weft_lane_is_host(f, plan[order[i]].lane);
       }
