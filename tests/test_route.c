@@ -540,6 +540,42 @@ static void test_split_retime(void) {
   weft_fabric_close(f);
 }
 
+/* g1 (a fake device lane) and h (a fake host-memory lane) on the injected clock, taking g1_s and h_s seconds
+ * per batch entry; to the models the cpu is far off, g1 and h take 1 us plus their flops at g1_beta and
+ * h_beta, and g1's transfers are free. */
+typedef struct host_pair {
+  weft_fabric *f;
+  fake *l1, *l2;
+  size_t g1, h;
+} host_pair;
+
+static host_pair host_pair_open(fake_clock *clk, double g1_s, double h_s, double g1_beta, double h_beta) {
+  host_pair p = {open_cpu(), NULL, NULL, 0, 0};
+  weft_testing_set_clock(p.f, clock_read, clk);
+  p.l1 = add_fake(p.f, "g1", EXACT_FP32, &p.g1);
+  p.l2 = add_fake_flags(p.f, "h", EXACT_FP32, WEFT_LANE_HOST_MEMORY, &p.h);
+  p.l1->clock = p.l2->clock = clk;
+  p.l1->per_entry = g1_s, p.l2->per_entry = h_s;
+  weft_fabric_set_cost_model(p.f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e9);
+  weft_fabric_set_cost_model(p.f, p.g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, g1_beta);
+  weft_fabric_set_cost_model(p.f, p.h, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, h_beta);
+  weft_fabric_set_cost_model(p.f, p.g1, WEFT_COST_UPLOAD, 0, 0, 1e15);
+  weft_fabric_set_cost_model(p.f, p.g1, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
+  return p;
+}
+
+/* One auto-routed run of m on fresh host data for a; its result is compared with the reference's bits
+ * (*bits_ok cleared on a difference). Returns the lane it ran on, -1 for a split. */
+static int mm_step(weft_fabric *f, mm_case *m, int run, int *bits_ok) {
+  weft_tensor_write(m->a, m->ha, (size_t)(m->B * m->M * m->K));
+  CHECK(weft_op_matmul(f, NULL, m->a, 0, m->b, 0, m->c) == WEFT_OK, "run %d: %s", run, weft_fabric_last_error(f));
+  weft_split_report rep;
+  const int lane = weft_split_last(f, &rep) == WEFT_OK && rep.split ? -1 : weft_fabric_last_lane(f);
+  weft_tensor_read(m->c, m->got, (size_t)(m->B * m->M * m->N));
+  *bits_ok &= memcmp(m->got, m->want, sizeof(float) * m->B * m->M * m->N) == 0;
+  return lane;
+}
+
 /* A host lane that comes back slowly after another ran is timed only once warm, and a device lane is not
  * held that long. h (a host-memory lane) is 25% faster than g1 in a loop (120 us a run against 160), but
  * 1.5x slower through its first 0.95 ms after the other ran, as the H200 machine's CPU is after GPU runs.
@@ -548,33 +584,17 @@ static void test_split_retime(void) {
  * lane, is timed after four untimed runs. */
 static void test_split_warm(void) {
   fake_clock clk = {10.0, 0.0};
-  weft_fabric *f = open_cpu();
-  weft_testing_set_clock(f, clock_read, &clk);
-  size_t g1 = 0, h = 0;
-  fake *l1 = add_fake(f, "g1", EXACT_FP32, &g1);
-  fake *l2 = add_fake_flags(f, "h", EXACT_FP32, WEFT_LANE_HOST_MEMORY, &h);
-  l1->clock = l2->clock = &clk;
-  l1->per_entry = 20e-6, l2->per_entry = 15e-6;
-  l2->cold_for = 0.95e-3, l2->cold_factor = 1.5;
-  /* to the models: the cpu far off; g1 10 us an entry, h 120 (within 1 ms of g1, so a candidate; a split
-   * of the two only 8% better than g1, so not one), both short enough to run inline, never queued */
-  weft_fabric_set_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e9);
-  weft_fabric_set_cost_model(f, g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 29.282e6 * 100);
-  weft_fabric_set_cost_model(f, h, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 29.282e6 / 0.12);
-  weft_fabric_set_cost_model(f, g1, WEFT_COST_UPLOAD, 0, 0, 1e15);
-  weft_fabric_set_cost_model(f, g1, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
-  mm_case m = mm_case_make(f, 8, 33, 17, 26, 7);
+  /* to the models: g1 10 us an entry, h 120 (within 1 ms of g1, so a candidate; a split of the two only 8%
+   * better than g1, so not one), both short enough to run inline, never queued */
+  host_pair p = host_pair_open(&clk, 20e-6, 15e-6, 29.282e6 * 100, 29.282e6 / 0.12);
+  p.l2->cold_for = 0.95e-3, p.l2->cold_factor = 1.5;
+  mm_case m = mm_case_make(p.f, 8, 33, 17, 26, 7);
   int on_h_late = 0, bits_ok = 1, g1_first_burst = -1;
   for (int run = 0; run < 200; run++) {
-    weft_tensor_write(m.a, m.ha, (size_t)(m.B * m.M * m.K));
-    CHECK(weft_op_matmul(f, NULL, m.a, 0, m.b, 0, m.c) == WEFT_OK, "run %d: %s", run, weft_fabric_last_error(f));
-    weft_split_report rep;
-    const int lane = weft_split_last(f, &rep) == WEFT_OK && rep.split ? -1 : weft_fabric_last_lane(f);
+    const int lane = mm_step(p.f, &m, run, &bits_ok);
     CHECK(lane != -1, "run %d: no split (the models put it under 10%% better)", run);
-    if (lane == (int)h && g1_first_burst < 0) g1_first_burst = l1->runs;
-    if (run >= 100) on_h_late += lane == (int)h;
-    weft_tensor_read(m.c, m.got, (size_t)(m.B * m.M * m.N));
-    bits_ok &= memcmp(m.got, m.want, sizeof(float) * m.B * m.M * m.N) == 0;
+    if (lane == (int)p.h && g1_first_burst < 0) g1_first_burst = p.l1->runs;
+    if (run >= 100) on_h_late += lane == (int)p.h;
   }
   CHECK(bits_ok, "every run has the reference's bits");
   /* the first call is a signature of its own (b is not on g1 yet): one run; then g1's burst, 4 + 3 runs */
@@ -582,7 +602,7 @@ static void test_split_warm(void) {
         g1_first_burst);
   CHECK(on_h_late >= 90, "h, timed once warm, runs (%d of the last 100 runs)", on_h_late);
   mm_case_free(&m);
-  weft_fabric_close(f);
+  weft_fabric_close(p.f);
 }
 
 /* A slow stretch of the machine moves the fabric off a lane for its length, not for long after. h (a host
@@ -592,91 +612,57 @@ static void test_split_warm(void) {
  * timed again only at its cost-based interval (over a thousand runs), so g1 kept running long after. */
 static void test_split_stretch(void) {
   fake_clock clk = {10.0, 0.0};
-  weft_fabric *f = open_cpu();
-  weft_testing_set_clock(f, clock_read, &clk);
-  size_t g1 = 0, h = 0;
-  fake *l1 = add_fake(f, "g1", EXACT_FP32, &g1);
-  fake *l2 = add_fake_flags(f, "h", EXACT_FP32, WEFT_LANE_HOST_MEMORY, &h);
-  l1->clock = l2->clock = &clk;
-  l1->per_entry = 20e-6, l2->per_entry = 15e-6;
-  l2->stretch_from = 10.020, l2->stretch_to = 10.060, l2->stretch_factor = 2.2;
-  /* the models as in test_split_warm: both candidates, no split */
-  weft_fabric_set_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e9);
-  weft_fabric_set_cost_model(f, g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 29.282e6 * 100);
-  weft_fabric_set_cost_model(f, h, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 29.282e6 / 0.12);
-  weft_fabric_set_cost_model(f, g1, WEFT_COST_UPLOAD, 0, 0, 1e15);
-  weft_fabric_set_cost_model(f, g1, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
-  mm_case m = mm_case_make(f, 8, 33, 17, 26, 9);
+  host_pair p = host_pair_open(&clk, 20e-6, 15e-6, 29.282e6 * 100, 29.282e6 / 0.12); /* as test_split_warm's */
+  p.l2->stretch_from = 10.020, p.l2->stretch_to = 10.060, p.l2->stretch_factor = 2.2;
+  mm_case m = mm_case_make(p.f, 8, 33, 17, 26, 9);
   int on_g1_in = 0, in = 0, on_h_after = 0, after = 0, bits_ok = 1, end_run = -1;
-  for (int run = 0; end_run < 0 || run < end_run + 600; run++) {
+  for (int run = 0; (end_run < 0 || run < end_run + 600) && run < 100000; run++) {
     const double t0 = clk.t;
-    weft_tensor_write(m.a, m.ha, (size_t)(m.B * m.M * m.K));
-    CHECK(weft_op_matmul(f, NULL, m.a, 0, m.b, 0, m.c) == WEFT_OK, "run %d: %s", run, weft_fabric_last_error(f));
-    weft_split_report rep;
-    const int lane = weft_split_last(f, &rep) == WEFT_OK && rep.split ? -1 : weft_fabric_last_lane(f);
-    if (t0 >= 10.030 && t0 < 10.060) in++, on_g1_in += lane == (int)g1; /* the stretch, after 10 ms to see it */
+    const int lane = mm_step(p.f, &m, run, &bits_ok);
+    if (t0 >= 10.030 && t0 < 10.060) in++, on_g1_in += lane == (int)p.g1; /* the stretch, after 10 ms to see it */
     if (end_run < 0 && t0 >= 10.060) end_run = run;
-    if (end_run >= 0 && run >= end_run + 500) after++, on_h_after += lane == (int)h;
-    weft_tensor_read(m.c, m.got, (size_t)(m.B * m.M * m.N));
-    bits_ok &= memcmp(m.got, m.want, sizeof(float) * m.B * m.M * m.N) == 0;
-    if (run > 100000) break;
+    if (end_run >= 0 && run >= end_run + 500) after++, on_h_after += lane == (int)p.h;
   }
   CHECK(bits_ok, "every run has the reference's bits");
   CHECK(in > 100 && on_g1_in >= in * 8 / 10, "during h's slow stretch g1 runs (%d of %d runs)", on_g1_in, in);
   CHECK(after == 100 && on_h_after >= 90, "after the stretch h runs again (%d of 100 runs, 500 runs after it ended)",
         on_h_after);
   mm_case_free(&m);
-  weft_fabric_close(f);
+  weft_fabric_close(p.f);
 }
 
 /* One matrix (batch 1) on host data is measured too where the models put two lanes within 3x: the models
  * say h (a host lane) takes 100 us and g1 130, but g1 takes 80 us a run and h 120, so after both are timed
  * g1 runs. (The router alone stays on h: its refinement learns h's 120 us, still under g1's 130, and g1,
- * never run, never corrects its own.) An op where g1's prediction is over 3x h's is the router's alone: never measured, g1 never runs.
- * (On the H200 machine the router put [256,256] x [256,256] on the CPU, 0.097 ms, where cuda:0 took 0.082.) */
+ * never run, never corrects its own.) An op where g1's prediction is over 3x h's is the
+ * router's alone: never measured, g1 never runs. (On the H200 machine the router put [256,256] x [256,256] on the CPU, 0.097 ms, where cuda:0 took 0.082.) */
 static void test_single_measured(void) {
   fake_clock clk = {10.0, 0.0};
-  weft_fabric *f = open_cpu();
-  weft_testing_set_clock(f, clock_read, &clk);
-  size_t g1 = 0, h = 0;
-  fake *l1 = add_fake(f, "g1", EXACT_FP32, &g1);
-  fake *l2 = add_fake_flags(f, "h", EXACT_FP32, WEFT_LANE_HOST_MEMORY, &h);
-  l1->clock = l2->clock = &clk;
-  l1->per_entry = 80e-6, l2->per_entry = 120e-6;
   /* 2 * 33 * 17 * 26 = 29172 flop: h 100 us to the models, g1 130 */
-  weft_fabric_set_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1.0, 1e9);
-  weft_fabric_set_cost_model(f, h, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 29172 / 99e-6);
-  weft_fabric_set_cost_model(f, g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 29172 / 129e-6);
-  weft_fabric_set_cost_model(f, g1, WEFT_COST_UPLOAD, 0, 0, 1e15);
-  weft_fabric_set_cost_model(f, g1, WEFT_COST_DOWNLOAD, 0, 0, 1e15);
-  mm_case m = mm_case_make(f, 1, 33, 17, 26, 3);
+  host_pair p = host_pair_open(&clk, 80e-6, 120e-6, 29172 / 129e-6, 29172 / 99e-6);
+  mm_case m = mm_case_make(p.f, 1, 33, 17, 26, 3);
   int on_g1_late = 0, bits_ok = 1;
-  weft_split_report rep;
   for (int run = 0; run < 200; run++) {
-    weft_tensor_write(m.a, m.ha, (size_t)(m.M * m.K));
-    CHECK(weft_op_matmul(f, NULL, m.a, 0, m.b, 0, m.c) == WEFT_OK, "run %d: %s", run, weft_fabric_last_error(f));
-    if (run >= 60 && run < 160) on_g1_late += weft_fabric_last_lane(f) == (int)g1;
-    weft_tensor_read(m.c, m.got, (size_t)(m.M * m.N));
-    bits_ok &= memcmp(m.got, m.want, sizeof(float) * m.M * m.N) == 0;
+    const int lane = mm_step(p.f, &m, run, &bits_ok);
+    if (run >= 60 && run < 160) on_g1_late += lane == (int)p.g1;
   }
   CHECK(bits_ok, "every run has the reference's bits");
   /* the first 50-odd runs time both (h's timings are 1 ms of untimed runs, then three timed), then g1 runs
    * until h's next timing, a thousand runs later */
   CHECK(on_g1_late == 100, "g1, measured faster, runs (%d of runs 60-159)", on_g1_late);
-  CHECK(weft_split_last(f, &rep) == WEFT_OK && rep.batch == 1 && rep.split == 0 && rep.ncandidates == 2,
+  weft_split_report rep;
+  CHECK(weft_split_last(p.f, &rep) == WEFT_OK && rep.batch == 1 && rep.split == 0 && rep.ncandidates == 2,
         "the report lists the two lanes measured (%zu candidates)", rep.ncandidates);
   /* another shape, where g1 is over 3x h to the models: the router's choice, h, every time */
-  weft_fabric_set_cost_model(f, g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-3, 1e15);
-  mm_case m2 = mm_case_make(f, 1, 34, 17, 26, 4);
-  const int g1_runs = l1->runs;
-  for (int run = 0; run < 50; run++) {
-    weft_tensor_write(m2.a, m2.ha, (size_t)(m2.M * m2.K));
-    CHECK(weft_op_matmul(f, NULL, m2.a, 0, m2.b, 0, m2.c) == WEFT_OK, "run %d: %s", run, weft_fabric_last_error(f));
-  }
-  CHECK(l1->runs == g1_runs, "a lane over 3x the best is not measured at batch 1 (%d runs)", l1->runs - g1_runs);
+  weft_fabric_set_cost_model(p.f, p.g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-3, 1e15);
+  mm_case m2 = mm_case_make(p.f, 1, 34, 17, 26, 4);
+  const int g1_runs = p.l1->runs;
+  for (int run = 0; run < 50; run++) CHECK(mm_step(p.f, &m2, run, &bits_ok) == (int)p.h, "run %d on h", run);
+  CHECK(bits_ok && p.l1->runs == g1_runs, "a lane over 3x the best is not measured at batch 1 (%d runs)",
+        p.l1->runs - g1_runs);
   mm_case_free(&m2);
   mm_case_free(&m);
-  weft_fabric_close(f);
+  weft_fabric_close(p.f);
 }
 
 /* A lane that fails mid-run leaves the fabric; the op it failed is routed again and the caller gets the
