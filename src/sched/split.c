@@ -12,6 +12,8 @@
  * each signature's split and the lanes near the best are timed (a lane through the same path the op takes
  * unsplit), the split is kept while it wins by 3%, and the others are timed again now and then (see
  * track_pick and cand_interval).
+ * A matmul of one matrix (B = 1) on host data takes the same measured path between its lanes within 3x,
+ * never split: the router's refinement corrects only the lane that ran.
  * Pass 3, the run: device lanes get their slices first (uploaded, dispatched, flushed so they start), the
  * host lane computes its slice on the caller's thread meanwhile, then the device slices come home into
  * the result. Every entry is computed by an exact kernel, so the bits are those of any single lane. */
