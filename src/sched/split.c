@@ -556,7 +556,10 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     if (idle && f->split_memo_valid && memcmp(&key, &f->split_memo, sizeof key) == 0) return WEFT_OK;
     int eligible = 0;
     for (size_t i = 0; i < f->nlanes; i++) eligible += weft_route_lane_can_run(f, (int)i, op, NULL);
-    if (eligible < 2) return WEFT_OK;
+    if (eligible < 2) {
+      if (idle) f->split_memo = key, f->split_memo_valid = 1; /* one lane: nothing to choose between either */
+      return WEFT_OK;
+    }
     if (!f->models_ready) weft_cost_ensure(f);
   }
   memset(&f->split, 0, sizeof f->split);
