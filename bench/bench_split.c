@@ -8,7 +8,9 @@
  * Usage: bench_split [n] [max_batch]   (WEFT_BENCH_LANES=cpu,cuda opens only those lanes;
  * WEFT_BENCH_CONTRACT=fp32 runs under the fp32 contract instead of exact; WEFT_BENCH_BATCHED_B=1 gives
  * each entry its own b; WEFT_BENCH_CONTROL=1 runs the best lane in auto's place: the ratio the method reads
- * when nothing differs, the noise floor of the machine) */
+ * when nothing differs, the noise floor of the machine; WEFT_BENCH_PAIRS=N and WEFT_BENCH_SECONDS=S make a
+ * row up to N pairs of blocks (at most 2001; 101 unless set) within S seconds (1 unless set): a longer row
+ * reads the steady state, and prints the ratio of its first 101 pairs and of its later half beside) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,10 @@ int main(int argc, char **argv) {
   const int control = ctl && strcmp(ctl, "1") == 0;
   const char *ce = getenv("WEFT_BENCH_CONTRACT"); /* exact (default) or fp32 */
   if (ce && strcmp(ce, "fp32") == 0) contract = WEFT_CONTRACT_FP32;
+  const char *pe = getenv("WEFT_BENCH_PAIRS"), *se = getenv("WEFT_BENCH_SECONDS");
+  int max_pairs = pe ? atoi(pe) : 101;
+  max_pairs = max_pairs < 3 ? 3 : max_pairs > 2001 ? 2001 : max_pairs;
+  const double row_seconds = se && atof(se) > 0 ? atof(se) : 1.0;
   if (weft_fabric_open(&desc, &f) != WEFT_OK) return fprintf(stderr, "%s\n", weft_open_error()), 1;
   size_t nl = weft_fabric_lane_count(f);
   if (control) printf("CONTROL: the best lane runs in auto's place; the ratios are the machine's noise floor\n");
@@ -103,11 +109,15 @@ int main(int argc, char **argv) {
      * a loop of that op does (not after the other's run, which leaves a pool spinning or a device's caches
      * cold) while machine drift still falls on both; the ratio is the median over the pairs of blocks of
      * auto's block median over best's (and, for the total, the sum of auto's runs over the sum of best's). Up
-     * to 101 pairs in a second: small ops are noisy. The first auto runs of a shape measure its candidates
-     * (the split and each lane near the best, three runs each, a device lane after four untimed, a host lane
-     * after 1 ms of them): 32 runs before cover those where an op takes 0.1 ms or more. */
-    enum { BLOCK = 8, MAXPAIRS = 101 };
-    double ta[MAXPAIRS * BLOCK], pr[MAXPAIRS], blk[BLOCK];
+     * to 101 pairs in a second (unless set otherwise): small ops are noisy. The first auto runs of a shape
+     * measure its candidates (the split and each lane near the best, three runs each, a device lane after
+     * four untimed, a host lane after 1 ms of them): 32 runs before cover those where an op takes 0.1 ms or
+     * more. Re-timing the others goes on at a budget of 0.5% of the time, so where lanes are near a tie
+     * the choice settles over a thousand runs or so: a longer row (WEFT_BENCH_PAIRS) shows the steady state
+     * against the first 101 pairs. */
+    enum { BLOCK = 8, MAXPAIRS = 2001 };
+    static double ta[MAXPAIRS * BLOCK], pr[MAXPAIRS], part[MAXPAIRS];
+    double blk[BLOCK];
     const int subject = control ? best : WEFT_LANE_AUTO; /* what the auto columns time */
     for (int w = 0; w < 32; w++) run(f, subject, a, b, c, ha, hb, hc);
     int pairs = 0, nta = 0;
@@ -115,7 +125,7 @@ int main(int argc, char **argv) {
     int where[64] = {0}, splits = 0; /* where the auto runs went */
     char last_split[512] = "";
     double last_split_t = 0, sum_auto = 0, sum_best = 0;
-    while (pairs < MAXPAIRS && (pairs < 3 || now() - start < 1.0)) {
+    while (pairs < max_pairs && (pairs < 3 || now() - start < row_seconds)) {
       for (int r = 0; r < BLOCK; r++) {
         blk[r] = ta[nta++] = run(f, subject, a, b, c, ha, hb, hc);
         sum_auto += blk[r];
@@ -141,6 +151,16 @@ int main(int argc, char **argv) {
     weft_split_report rep;
     int have = weft_split_last(f, &rep) == WEFT_OK;
     qsort(ta, (size_t)nta, sizeof ta[0], cmp);
+    double first = 0, late = 0; /* a long row: the median over its first 101 pairs, and over its later half */
+    if (pe) {
+      const int nf = pairs < 101 ? pairs : 101, h = pairs / 2;
+      memcpy(part, pr, sizeof pr[0] * (size_t)nf);
+      qsort(part, (size_t)nf, sizeof part[0], cmp);
+      first = part[nf / 2];
+      memcpy(part, pr + h, sizeof pr[0] * (size_t)(pairs - h));
+      qsort(part, (size_t)(pairs - h), sizeof part[0], cmp);
+      late = part[(pairs - h) / 2];
+    }
     qsort(pr, (size_t)pairs, sizeof pr[0], cmp);
     double ratio = pr[pairs / 2];
     worst = ratio > worst ? ratio : worst;
@@ -175,6 +195,7 @@ int main(int argc, char **argv) {
     printf("]");
     if (last_split[0] && !(have && rep.split)) printf(" last split %.3f ms: %s", last_split_t * 1e3, last_split);
     printf("\n");
+    if (pe) printf("%6s %d pairs: the first 101 read %.3f, the later half %.3f\n", "", pairs, first, late);
     weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(c);
     free(ha), free(hb), free(hc);
   }
