@@ -47,7 +47,7 @@ static const char *shape_str(const weft_tensor *t, char *buf, size_t len) {
 
 /* Moves inputs to the chosen lane, runs (or queues) the op, and marks outputs as living there. */
 static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
-                                 weft_tensor **out, int nout) {
+                                 weft_tensor **out, int nout, const double *now) {
   int pinned = desc ? desc->lane : WEFT_LANE_AUTO;
   int lane;
   double work, t0 = 0;
@@ -70,7 +70,7 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     weft_tensor *route_in[3] = {nin > 0 ? in[0] : NULL, nin > 1 ? in[1] : NULL, NULL};
     int nroute = nin;
     if (op->kind == WEFT_OP_AXPY) route_in[nroute++] = out[0];
-    t0 = weft_fabric_now(f); /* one clock read serves the route and the op's timing */
+    t0 = now ? *now : weft_fabric_now(f); /* one clock read serves the route and the op's timing */
     if (t0 >= f->revive_at) weft_lanes_revive(f, 0);
     lane = weft_route_decide(f, op, cls, work, t0, route_in, nroute);
     if (lane < 0) return WEFT_ERR_UNSUPPORTED;
@@ -94,7 +94,7 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
   }
   weft_lane_slot *s = &f->lanes[lane];
   weft_cost_state *cs = weft_cost_state_of(s, cls, op->contract);
-  if (pinned != WEFT_LANE_AUTO) t0 = weft_fabric_now(f);
+  if (pinned != WEFT_LANE_AUTO) t0 = now ? *now : weft_fabric_now(f);
   const int host = weft_lane_is_host(f, lane);
   for (int o = 0; o < nout; o++) {
     op->out_host[o] = NULL;
@@ -156,16 +156,22 @@ written:
 
 /* A lane the router chose may fail under the op (a lost device shows at the next call into it): it has left
  * the fabric, so the op is routed again among the others, whose copies of the inputs (the host's at least,
- * unless the value lived only on the failed lane) are still current. Pinned ops report the failure. */
-static weft_status dispatch(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
-                            weft_tensor **out, int nout) {
+ * unless the value lived only on the failed lane) are still current. Pinned ops report the failure. `now`,
+ * when not NULL, is the clock as the caller just read it (the first attempt uses it). */
+static weft_status dispatch_at(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
+                               weft_tensor **out, int nout, const double *now) {
   const int pinned = desc ? desc->lane : WEFT_LANE_AUTO;
-  if (f->lost) weft_fabric_recover_all(f); /* before this op overwrites what a lost value was made from */
-  if (f->hostq) weft_hostq_drain(f);       /* the queue's measurements reach the model */
+  if (f->lost) weft_fabric_recover_all(f), now = NULL; /* before this op overwrites what a lost value was made from */
+  if (f->hostq) weft_hostq_drain(f);                   /* the queue's measurements reach the model */
   for (size_t attempt = 0;; attempt++) {
-    weft_status st = dispatch_once(f, desc, op, in, nin, out, nout);
+    weft_status st = dispatch_once(f, desc, op, in, nin, out, nout, attempt ? NULL : now);
     if (st != WEFT_ERR_LANE_FAILED || pinned != WEFT_LANE_AUTO || attempt >= f->nlanes) return st;
   }
+}
+
+static weft_status dispatch(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
+                            weft_tensor **out, int nout) {
+  return dispatch_at(f, desc, op, in, nin, out, nout, NULL);
 }
 
 #define CHECK_T(t, name)                                                                                           \
@@ -216,14 +222,17 @@ weft_status weft_op_matmul(weft_fabric *f, const weft_op_desc *desc, weft_tensor
     /* on host data, a batch may be worth sharing out across lanes, and lanes the models put close are
      * measured (sched/split.c); a split that fails leaves the result unwritten, and the whole op then runs
      * on one lane */
-    int done = 0, lane = -1;
-    weft_status st = weft_split_matmul(f, &op, a, b, c, &done, &lane);
+    int done = 0, lane = -1, have_now = 0;
+    double now = 0;
+    weft_status st = weft_split_matmul(f, &op, a, b, c, &done, &lane, &have_now, &now);
     if (st == WEFT_OK && done) return WEFT_OK;
     if (st == WEFT_OK && lane >= 0) {
       /* the lane this shape measured fastest; should it fail under the op, the router takes over */
       weft_op_desc there = {op.contract, lane};
-      st = dispatch(f, &there, &op, in, 2, out, 1);
+      st = dispatch_at(f, &there, &op, in, 2, out, 1, have_now ? &now : NULL);
       if (st != WEFT_ERR_LANE_FAILED) return st;
+    } else if (st == WEFT_OK) {
+      return dispatch_at(f, desc, &op, in, 2, out, 1, have_now ? &now : NULL);
     }
   }
   return dispatch(f, desc, &op, in, 2, out, 1);

@@ -531,9 +531,10 @@ static weft_status split_run(weft_fabric *f, const weft_op *op, weft_tensor *a, 
 }
 
 weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_tensor *b, weft_tensor *c,
-                              int *out_done, int *out_lane) {
+                              int *out_done, int *out_lane, int *out_have_now, double *out_now) {
   *out_done = 0;
   *out_lane = -1;
+  *out_have_now = 0;
   const int64_t B = op->batch;
   if (B < 1 || f->in_scope || f->calibrating || !a->host_valid || !b->host_valid || !c->host || f->nlanes > 64)
     return WEFT_OK;
@@ -546,13 +547,15 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   tkey.epoch = a->reg_mask ^ (c->reg_mask * 0x9e3779b97f4a7c15ull) ^ (b->reg_mask << 1) ^
                ((uint64_t)f->lanes_epoch * 0xc2b2ae3d27d4eb4full);
   weft_split_track *tr = track_of(f, &tkey, 0);
-  double now = weft_fabric_now(f); /* one clock read serves the tracked path */
+  double now = weft_fabric_now(f); /* one clock read serves the tracked path and the dispatch after */
   const int idle = f->busy_max <= now;
+  *out_now = now;
   lane_plan plan[64];
   int n = 0;
   if (!tr) {
     /* The same shape, with every lane idle and nothing in the models changed, was planned before and had
      * nothing to choose between: that holds without planning again (a few microseconds on tiny ops). */
+    *out_have_now = 1; /* until planning, which may take a while (a first calibration) */
     if (idle && f->split_memo_valid && memcmp(&key, &f->split_memo, sizeof key) == 0) return WEFT_OK;
     int eligible = 0;
     for (size_t i = 0; i < f->nlanes; i++) eligible += weft_route_lane_can_run(f, (int)i, op, NULL);
@@ -560,6 +563,7 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
       if (idle) f->split_memo = key, f->split_memo_valid = 1; /* one lane: nothing to choose between either */
       return WEFT_OK;
     }
+    *out_have_now = 0;
     if (!f->models_ready) weft_cost_ensure(f);
   }
   memset(&f->split, 0, sizeof f->split);
@@ -575,7 +579,10 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
       memset(tr, 0, sizeof *tr);
       return WEFT_OK;
     }
-    if (lane >= 0) return run_lane_pick(f, op, tr, pick, probe, now, a, b, c, out_done, out_lane);
+    if (lane >= 0) {
+      *out_have_now = !probe;
+      return run_lane_pick(f, op, tr, pick, probe, now, a, b, c, out_done, out_lane);
+    }
   }
 
   /* Pass 2: the best single lane against the best split, from the models (and the factors measured). */
