@@ -92,6 +92,13 @@ static double plan_shares(lane_plan *p, int n, int64_t B) {
   return makespan;
 }
 
+/* Two signatures alike (field by field: on an op of a microsecond a library memcmp shows). */
+static int memo_eq(const weft_split_memo *x, const weft_split_memo *y) {
+  return x->batch == y->batch && x->m == y->m && x->n == y->n && x->k == y->k && x->contract == y->contract &&
+         x->trans_a == y->trans_a && x->trans_b == y->trans_b && x->b_batched == y->b_batched &&
+         x->where_a == y->where_a && x->where_b == y->where_b && x->epoch == y->epoch;
+}
+
 /* The track of a signature (created, taking the least recently used slot, when `make`); NULL if none. */
 static weft_split_track *track_of(weft_fabric *f, const weft_split_memo *key, int make) {
   if (!f->split_tracks) {
@@ -102,7 +109,7 @@ static weft_split_track *track_of(weft_fabric *f, const weft_split_memo *key, in
   weft_split_track *oldest = &f->split_tracks[0];
   for (int i = 0; i < WEFT_SPLIT_TRACKS; i++) {
     weft_split_track *t = &f->split_tracks[i];
-    if (t->stamp && memcmp(&t->key, key, sizeof *key) == 0) {
+    if (t->stamp && memo_eq(&t->key, key)) {
       t->stamp = ++f->split_clock;
       return t;
     }
@@ -556,7 +563,7 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     /* The same shape, with every lane idle and nothing in the models changed, was planned before and had
      * nothing to choose between: that holds without planning again (a few microseconds on tiny ops). */
     *out_have_now = 1; /* until planning, which may take a while (a first calibration) */
-    if (idle && f->split_memo_valid && memcmp(&key, &f->split_memo, sizeof key) == 0) return WEFT_OK;
+    if (idle && f->split_memo_valid && memo_eq(&key, &f->split_memo)) return WEFT_OK;
     int eligible = 0;
     for (size_t i = 0; i < f->nlanes; i++) eligible += weft_route_lane_can_run(f, (int)i, op, NULL);
     if (eligible < 2) {
