@@ -665,6 +665,39 @@ static void test_single_measured(void) {
   weft_fabric_close(p.f);
 }
 
+/* A batch of a few microseconds is not tracked against a lane the models put 100x slower, though within
+ * 1 ms of it: h takes 2 us for 4 entries to the models, g1 300 us; g1 never runs and no candidates are
+ * reported (the router's choice, with no per-call bookkeeping). With g1 at 150 us to the models (75x) the
+ * shape is tracked: g1 is timed, then h runs. */
+static void test_split_tiny_batch(void) {
+  fake_clock clk = {10.0, 0.0};
+  /* 4 entries of 2 * 8 * 8 * 8 = 1024 flop: h 1 us + 4096 flop at 4.096 Gflop/s = 2 us */
+  host_pair p = host_pair_open(&clk, 50e-6, 0.5e-6, 4096 / 299e-6, 4096 / 1e-6);
+  mm_case m = mm_case_make(p.f, 4, 8, 8, 8, 5);
+  int bits_ok = 1;
+  for (int run = 0; run < 300; run++) CHECK(mm_step(p.f, &m, run, &bits_ok) == (int)p.h, "run %d on h", run);
+  weft_split_report rep;
+  CHECK(bits_ok && p.l1->runs == 0, "g1, 150x h to the models, never runs (%d runs)", p.l1->runs);
+  CHECK(weft_split_last(p.f, &rep) == WEFT_OK && rep.ncandidates == 0, "nothing measured (%zu candidates)",
+        rep.ncandidates);
+  weft_fabric_set_cost_model(p.f, p.g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 4096 / 149e-6);
+  mm_case m2 = mm_case_make(p.f, 4, 8, 8, 9, 6);
+  int on_h_late = 0;
+  for (int run = 0; run < 400; run++) {
+    const int lane = mm_step(p.f, &m2, run, &bits_ok);
+    on_h_late += run >= 300 && lane == (int)p.h;
+  }
+  /* h's first timing comes after 1 ms of untimed runs (128 at most), then g1's, and g1's second (a timing
+   * may have met a busy machine) 64 runs after that */
+  CHECK(bits_ok && p.l1->runs >= 7, "g1, 75x h to the models, is timed (%d runs)", p.l1->runs);
+  CHECK(on_h_late == 100, "then h runs (%d of runs 300-399)", on_h_late);
+  CHECK(weft_split_last(p.f, &rep) == WEFT_OK && rep.ncandidates == 2, "both measured (%zu candidates)",
+        rep.ncandidates);
+  mm_case_free(&m2);
+  mm_case_free(&m);
+  weft_fabric_close(p.f);
+}
+
 /* A lane that fails mid-run leaves the fabric; the op it failed is routed again and the caller gets the
  * right result; later ops never go there. */
 static void test_failure(void) {
@@ -710,6 +743,7 @@ int main(void) {
   test_split_warm();
   test_split_stretch();
   test_single_measured();
+  test_split_tiny_batch();
   test_least_finish_time();
   test_contracts();
   test_residency();

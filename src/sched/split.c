@@ -617,16 +617,19 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   if (!tr) {
     /* A choice worth measuring: a split predicted to beat the best lane by 10%, or lanes within 3x of it
      * or, for a batch, 1 ms (the models' error can be that large; measurement settles it, and on small ops
-     * trying a lane costs little). One matrix (B = 1) is measured only between lanes within 3x: an op of
-     * a few microseconds, where a device lane's launch is most of its time, stays the router's. Else the
-     * router's choice stands. */
+     * trying a lane costs little), though never 100x the best lane's time: a lane the models put 100x
+     * slower than a batch of a few microseconds is not worth a track, and a tracked op pays for its
+     * bookkeeping on every call (on 2 cores, a 16x16 batch of 2 against lavapipe predicted 0.16 ms: 70 ns
+     * a call, against 20 untracked, on an op of 0.8 us). One matrix (B = 1) is measured only between lanes
+     * within 3x: an op of a few microseconds, where a device lane's launch is most of its time, stays the
+     * router's. Else the router's choice stands. */
     weft_split_cand cands[WEFT_SPLIT_CANDS];
     int nc = 0;
     memset(cands, 0, sizeof cands);
     if (used >= 2 && makespan <= 0.9 * single_t) cands[nc++].lane = -1;
     for (int i = 0; i < n && nc < WEFT_SPLIT_CANDS; i++) {
       const double t = plan[order[i]].c + (double)B * plan[order[i]].r;
-      if (t <= 3.0 * single_t || (B >= 2 && t <= single_t + 1e-3)) {
+      if (t <= 3.0 * single_t || (B >= 2 && t <= single_t + 1e-3 && t <= 100.0 * single_t)) {
         cands[nc].lane = plan[order[i]].lane;
         cands[nc++].host = weft_lane_is_host(f, plan[order[i]].lane);
       }
