@@ -226,13 +226,11 @@ weft_status weft_op_matmul(weft_fabric *f, const weft_op_desc *desc, weft_tensor
     double now = 0;
     weft_status st = weft_split_matmul(f, &op, a, b, c, &done, &lane, &have_now, &now);
     if (st == WEFT_OK && done) return WEFT_OK;
-    if (st == WEFT_OK && lane >= 0) {
-      /* the lane this shape measured fastest; should it fail under the op, the router takes over */
+    if (st == WEFT_OK) {
+      /* lane >= 0: the lane this shape measured fastest; should it fail under the op, the router takes over */
       weft_op_desc there = {op.contract, lane};
-      st = dispatch_at(f, &there, &op, in, 2, out, 1, have_now ? &now : NULL);
-      if (st != WEFT_ERR_LANE_FAILED) return st;
-    } else if (st == WEFT_OK) {
-      return dispatch_at(f, desc, &op, in, 2, out, 1, have_now ? &now : NULL);
+      st = dispatch_at(f, lane >= 0 ? &there : desc, &op, in, 2, out, 1, have_now ? &now : NULL);
+      if (lane < 0 || st != WEFT_ERR_LANE_FAILED) return st;
     }
   }
   return dispatch(f, desc, &op, in, 2, out, 1);
