@@ -576,6 +576,16 @@ static int mm_step(weft_fabric *f, mm_case *m, int run, int *bits_ok) {
   return lane;
 }
 
+/* n auto-routed runs of m (see mm_step); returns how many of runs [from, to) ran on `lane`. */
+static int mm_runs_on(weft_fabric *f, mm_case *m, int n, int from, int to, int lane, int *bits_ok) {
+  int on = 0;
+  for (int run = 0; run < n; run++) {
+    const int ran = mm_step(f, m, run, bits_ok);
+    on += run >= from && run < to && ran == lane;
+  }
+  return on;
+}
+
 /* A host lane that comes back slowly after another ran is timed only once warm, and a device lane is not
  * held that long. h (a host-memory lane) is 25% faster than g1 in a loop (120 us a run against 160), but
  * 1.5x slower through its first 0.95 ms after the other ran, as the H200 machine's CPU is after GPU runs.
@@ -641,11 +651,8 @@ static void test_single_measured(void) {
   /* 2 * 33 * 17 * 26 = 29172 flop: h 100 us to the models, g1 130 */
   host_pair p = host_pair_open(&clk, 80e-6, 120e-6, 29172 / 129e-6, 29172 / 99e-6);
   mm_case m = mm_case_make(p.f, 1, 33, 17, 26, 3);
-  int on_g1_late = 0, bits_ok = 1;
-  for (int run = 0; run < 200; run++) {
-    const int lane = mm_step(p.f, &m, run, &bits_ok);
-    if (run >= 60 && run < 160) on_g1_late += lane == (int)p.g1;
-  }
+  int bits_ok = 1;
+  const int on_g1_late = mm_runs_on(p.f, &m, 200, 60, 160, (int)p.g1, &bits_ok);
   CHECK(bits_ok, "every run has the reference's bits");
   /* the first 50-odd runs time both (h's timings are 1 ms of untimed runs, then three timed), then g1 runs
    * until h's next timing, a thousand runs later */
@@ -657,7 +664,8 @@ static void test_single_measured(void) {
   weft_fabric_set_cost_model(p.f, p.g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-3, 1e15);
   mm_case m2 = mm_case_make(p.f, 1, 34, 17, 26, 4);
   const int g1_runs = p.l1->runs;
-  for (int run = 0; run < 50; run++) CHECK(mm_step(p.f, &m2, run, &bits_ok) == (int)p.h, "run %d on h", run);
+  const int on_h = mm_runs_on(p.f, &m2, 50, 0, 50, (int)p.h, &bits_ok);
+  CHECK(on_h == 50, "h, the router's choice, runs (%d of 50 runs)", on_h);
   CHECK(bits_ok && p.l1->runs == g1_runs, "a lane over 3x the best is not measured at batch 1 (%d runs)",
         p.l1->runs - g1_runs);
   mm_case_free(&m2);
@@ -675,18 +683,15 @@ static void test_split_tiny_batch(void) {
   host_pair p = host_pair_open(&clk, 50e-6, 0.5e-6, 4096 / 299e-6, 4096 / 1e-6);
   mm_case m = mm_case_make(p.f, 4, 8, 8, 8, 5);
   int bits_ok = 1;
-  for (int run = 0; run < 300; run++) CHECK(mm_step(p.f, &m, run, &bits_ok) == (int)p.h, "run %d on h", run);
+  const int on_h = mm_runs_on(p.f, &m, 300, 0, 300, (int)p.h, &bits_ok);
+  CHECK(on_h == 300, "h runs (%d of 300 runs)", on_h);
   weft_split_report rep;
   CHECK(bits_ok && p.l1->runs == 0, "g1, 150x h to the models, never runs (%d runs)", p.l1->runs);
   CHECK(weft_split_last(p.f, &rep) == WEFT_OK && rep.ncandidates == 0, "nothing measured (%zu candidates)",
         rep.ncandidates);
   weft_fabric_set_cost_model(p.f, p.g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 4096 / 149e-6);
   mm_case m2 = mm_case_make(p.f, 4, 8, 8, 9, 6);
-  int on_h_late = 0;
-  for (int run = 0; run < 400; run++) {
-    const int lane = mm_step(p.f, &m2, run, &bits_ok);
-    on_h_late += run >= 300 && lane == (int)p.h;
-  }
+  const int on_h_late = mm_runs_on(p.f, &m2, 400, 300, 400, (int)p.h, &bits_ok);
   /* h's first timing comes after 1 ms of untimed runs (128 at most), then g1's, and g1's second (a timing
    * may have met a busy machine) 64 runs after that */
   CHECK(bits_ok && p.l1->runs >= 7, "g1, 75x h to the models, is timed (%d runs)", p.l1->runs);
