@@ -150,7 +150,8 @@ typedef struct weft_cu_dev {
   /* scratch: softmax's per-row losses */
   CUdeviceptr scratch;
   size_t scratch_bytes;
-  /* fault injection for the tests: WEFT_CUDA_FAULT=trap:N makes the Nth run launch a trapping kernel */
+  /* fault injection for the tests: WEFT_CUDA_FAULT=trap:N makes the Nth run on device 0 launch a trapping
+   * kernel (device 0 only: a second GPU stays up, as it would when one device faults) */
   long fault_at, runs;
 } weft_cu_dev;
 

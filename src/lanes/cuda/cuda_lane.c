@@ -14,8 +14,10 @@
  *
  * Failures: out of device memory is WEFT_ERR_OUT_OF_MEMORY and the lane goes on; an error that leaves the
  * context unusable (illegal address, trapped kernel, lost device) fails both lanes of the device with
- * WEFT_ERR_LANE_FAILED. Nothing aborts. */
+ * WEFT_ERR_LANE_FAILED. The driver then fails every other GPU of the process too, at its next call: their
+ * lanes leave the fabric as well, saying whose fault they follow. Nothing aborts. */
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,9 @@ static const char *const kernel_names[WEFT_CUK_COUNT] = {
 };
 
 /* ------------------------------------------------------------------------------------------- errors */
+
+/* The first device whose context was lost, plus one (0: none yet): the process's CUDA state is lost with it. */
+static atomic_int first_lost;
 
 /* Errors after which the context cannot be used again. */
 static int context_lost(CUresult r) {
@@ -79,13 +84,22 @@ weft_status weft_cu_check(weft_cu_dev *d, CUresult r, const char *what) {
                             d->ordinal, what, (double)free_b / (1u << 30), (double)total_b / (1u << 30));
   }
   if (context_lost(r)) {
+    /* The driver stops every GPU of the process once one has faulted: on two H200s, after a trap on one, the
+     * other's next allocation, launch and wait all failed with the same error. A later failure says whose
+     * fault it follows, so a healthy GPU is not taken for a faulty one. */
+    int none = 0;
+    atomic_compare_exchange_strong(&first_lost, &none, d->ordinal + 1);
+    const int first = atomic_load(&first_lost) - 1;
+    char after[96] = "";
+    if (first != d->ordinal)
+      snprintf(after, sizeof after, " after cuda:%d's fault (the driver stops every GPU of a process then)", first);
     if (!d->failed)
-      snprintf(d->failure, sizeof d->failure, "%s failed with %s (%s)", what, name, desc);
+      snprintf(d->failure, sizeof d->failure, "%s failed with %s (%s)%s", what, name, desc, after);
     d->failed = 1;
     return weft_lane_report(d->host, WEFT_ERR_LANE_FAILED,
-                            "cuda:%d: %s failed: %s (%s); the GPU's context is lost, so its lanes leave the fabric "
+                            "cuda:%d: %s failed: %s (%s)%s; the GPU's context is lost, so its lanes leave the fabric "
                             "(data that lived only there is gone)",
-                            d->ordinal, what, name, desc);
+                            d->ordinal, what, name, desc, after);
   }
   return weft_lane_report(d->host, WEFT_ERR_INTERNAL, "cuda:%d: %s failed: %s (%s)", d->ordinal, what, name, desc);
 }
@@ -845,7 +859,7 @@ weft_status weft_cuda_probe(const weft_probe_args *args, const weft_lane_sink *s
     d->host = args->host;
     d->ordinal = i;
     d->refs = 1;
-    d->fault_at = env_long("WEFT_CUDA_FAULT", "trap:");
+    d->fault_at = i == 0 ? env_long("WEFT_CUDA_FAULT", "trap:") : 0;
     char name[32], why_dev[512] = "", why_blas[768] = "";
     snprintf(name, sizeof name, "cuda:%d", i);
     if (dev_init(d, why_dev, sizeof why_dev, why_blas, sizeof why_blas) != WEFT_OK) {
