@@ -479,6 +479,34 @@ static void cases_matmul(ctx *c) {
   mm_run(c, &mc);
 }
 
+/* Large k on every lane, whatever its size cap: a lane that fuses multiply-adds, sums in another order or
+ * splits k only past some length, or only on full tiles, differs here. Small m and n keep the work (about
+ * 6 M multiply-adds in all) modest on a software GPU. */
+static void cases_matmul_large_k(ctx *c) {
+  mm_case mc;
+  for (int t = 0; t < 4; t++) { /* k = 4099: past 4096, prime-ish, every transpose combination */
+    mm_case_init(&mc, 0, 1, 1, 3, 4099, 5, t & 1, t >> 1);
+    mm_run(c, &mc);
+  }
+  /* odd m, n and k, no multiple of any tile or block size */
+  mm_case_init(&mc, 0, 1, 1, 67, 2111, 33, 0, 0);
+  mm_run(c, &mc);
+  mm_case_init(&mc, 0, 1, 1, 13, 3001, 9, 1, 1);
+  mm_run(c, &mc);
+  /* a batch with large k, b batched and shared */
+  mm_case_init(&mc, 2, 2, 1, 5, 4099, 3, 0, 1);
+  mm_run(c, &mc);
+  mm_case_init(&mc, 1, 3, 1, 7, 2049, 4, 1, 0);
+  mm_run(c, &mc);
+  /* large k with subnormal products and sparse specials */
+  mm_case_init(&mc, 0, 1, 1, 2, 4099, 3, 0, 0);
+  mc.fill_a = FILL_TINY;
+  mm_run(c, &mc);
+  mm_case_init(&mc, 0, 1, 1, 3, 4099, 2, 0, 1);
+  mc.fill_a = mc.fill_b = FILL_SPARSE;
+  mm_run(c, &mc);
+}
+
 /* ------------------------------------------------------------------------------------- elementwise */
 
 /* One elementwise op: p is x (add, relu, scale, axpy) or grad (relu_backward); q is y (add, axpy) or x
@@ -878,6 +906,10 @@ void weft_conf_run(weft_fabric *f, int lane, weft_contract contract, int slow, i
   /* Each family draws from its own stream so that adding cases to one leaves the others' shapes alone. */
   c.rng.s = family_seed(seed, "matmul");
   cases_matmul(&c);
+  if (!quick) {
+    c.rng.s = family_seed(seed, "matmul_large_k");
+    cases_matmul_large_k(&c);
+  }
   static const weft_op_kind ew[] = {WEFT_OP_ADD, WEFT_OP_RELU, WEFT_OP_RELU_BACKWARD, WEFT_OP_SCALE, WEFT_OP_AXPY};
   for (size_t i = 0; i < sizeof ew / sizeof ew[0]; i++) {
     c.rng.s = family_seed(seed, weft_op_kind_str(ew[i]));

@@ -25,7 +25,8 @@ typedef struct weft_conf_stats {
 /* Runs every case on lane `lane` (an index from weft_fabric_lane_count, or WEFT_LANE_AUTO to let the router
  * choose) under `contract`. `slow` keeps every dimension <= 256 and trims the random cases (for lanes that
  * are not the CPU: a software Vulkan driver is 50-400x slower); `quick` runs only the fixed edge cases.
- * Shapes and values come from `seed`, so every lane sees the same cases. Adds to *stats. */
+ * Large-k matmuls (k up to 4099, odd shapes, small m and n) run on every lane whatever `slow` says; `quick`
+ * leaves them out. Shapes and values come from `seed`, so every lane sees the same cases. Adds to *stats. */
 void weft_conf_run(weft_fabric *fabric, int lane, weft_contract contract, int slow, int quick, uint64_t seed,
                    weft_conf_stats *stats);
 
