@@ -456,6 +456,11 @@ static float *session_write_target(weft_net_session *s, const weft_net_header *h
   return sl->data + offset;
 }
 
+/* The fuzzer's way to the zero-copy WRITE path without a socket (serve_conn's receive, worker.h). */
+float *weft_net_session_write_target(weft_net_session *s, const weft_net_header *h, const uint8_t *prefix) {
+  return session_write_target(s, h, prefix);
+}
+
 /* ------------------------------------------------------------------------------------------- sockets */
 
 typedef struct conn {

@@ -43,6 +43,12 @@ void weft_net_session_destroy(weft_net_session *s);
  * appends the reply frame to `reply`. Returns 1 to keep the connection, 0 to close it after the reply. */
 int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const uint8_t *payload,
                             weft_net_buf *reply);
+
+/* Where serve_conn would receive a WRITE frame's floats directly (no staging copy) given its first 24
+ * payload bytes, or NULL when the frame is not a valid write for this session now (the frame is then read
+ * whole and weft_net_session_handle answers it). For the fuzzer, which has no socket. */
+float *weft_net_session_write_target(weft_net_session *s, const weft_net_header *h, const uint8_t *prefix);
+
 void weft_net_buf_free(weft_net_buf *b);
 
 /* Binds, then serves until the process ends. Returns only on a setup error (bind failed, or a non-loopback
