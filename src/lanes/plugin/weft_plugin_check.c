@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "selftest.h"
 
@@ -32,5 +33,10 @@ int main(int argc, char **argv) {
   desc.calibration = WEFT_CALIBRATION_OFF;
   desc.lanes = argc > 4 && argv[4][0] ? argv[4] : NULL;
   desc.cpu_threads = argc > 5 ? atoi(argv[5]) : 0;
-  return weft_plugin_selftest(load, argv[3], &desc, (int)ofd);
+  int rc = weft_plugin_selftest(load, argv[3], &desc, (int)ofd);
+  /* The verdict is written; the plugin's lanes and runtime are not torn down (a plugin's teardown is not
+   * what admission tests, and a leak checker at exit would turn its leaks into a refusal). */
+  fflush(stdout);
+  fflush(stderr);
+  _exit(rc);
 }
