@@ -217,7 +217,7 @@ static void counters_read(counters *c) {
   struct dirent *e;
   while ((e = readdir(d)) != NULL && c->n < ACCEL_MAX) {
     if (!accel_name_ok(e->d_name)) continue;
-    snprintf(c->dev[c->n], sizeof c->dev[c->n], "%s", e->d_name);
+    snprintf(c->dev[c->n], sizeof c->dev[c->n], "%.16s", e->d_name); /* accel_name_ok: <= 16 */
     c->us[c->n] = busy_us(e->d_name, &c->ok[c->n]);
     c->n++;
   }
