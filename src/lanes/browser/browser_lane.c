@@ -835,7 +835,7 @@ static weft_status browser_revive(void *self) {
     pthread_mutex_unlock(&srv->lock);
     return WEFT_OK;
   }
-  int tab = s->wsi != NULL;
+  int tab = s->admitting || (s->wsi && s->bound != s->conn); /* a tab there, its verdict still to come */
   char peer[64], refusal[sizeof s->refusal];
   snprintf(peer, sizeof peer, "%s", s->peer);
   snprintf(refusal, sizeof refusal, "%s", s->refusal);
