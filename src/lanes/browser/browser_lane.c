@@ -548,7 +548,7 @@ static void browser_destroy(void *self) {
 static weft_status browser_supports(void *self, const weft_op *op) {
   browser_slot *s = self;
   if (!(s->tab_contracts & WEFT_CONTRACT_BIT(op->contract)))
-    return weft_lane_report(s->client.host, WEFT_ERR_UNSUPPORTED, "%s: the tab does not honour the %s contract",
+    return weft_lane_report(s->fabric_host, WEFT_ERR_UNSUPPORTED, "%s: the tab does not honour the %s contract",
                             s->name, weft_contract_str(op->contract));
   return WEFT_OK;
 }
