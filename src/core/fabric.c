@@ -403,7 +403,13 @@ void weft_lane_mark_failed(weft_fabric *f, int lane) {
   weft_route_forget(f);
 }
 
+void weft_lane_revive_soon(const weft_lane_host *host) {
+  if (host && host->report == host_report) atomic_store(&((weft_fabric *)host->ctx)->revive_poke, 1);
+}
+
 void weft_lanes_revive(weft_fabric *f, int all) {
+  /* A lane that came up in the background asks to be asked now, whatever its backoff says. */
+  if (atomic_exchange(&f->revive_poke, 0)) all = 1;
   double now = weft_fabric_now(f);
   int changed = 0;
   for (size_t i = 0; i < f->nlanes; i++) {

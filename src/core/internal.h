@@ -3,6 +3,7 @@
 #define WEFT_INTERNAL_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -126,6 +127,9 @@ struct weft_fabric {
   uint32_t route_epoch;
   double busy_max;                /* the latest busy_until of any lane: one compare tells "all idle" */
   double revive_at;               /* the earliest retry_at of a down, revivable lane; INFINITY when none */
+  /* Set from any thread (weft_lane_revive_soon) when a down lane became ready in the background: the next
+   * op asks every down lane's revive at once, which for such lanes is a cheap check. */
+  atomic_int revive_poke;
   int lost;                       /* some tensor's value went down with its lane: recover before writes */
   weft_split_memo split_memo;
   int split_memo_valid;
@@ -241,6 +245,8 @@ static inline void weft_lane_caught_up(weft_fabric *f, int i) {
 void weft_lane_mark_failed(weft_fabric *f, int lane);
 /* Asks down lanes whose retry time has come whether they are back (all of them when `all`). */
 void weft_lanes_revive(weft_fabric *f, int all);
+/* Safe from any thread: a down lane is ready, so the fabric's next op asks the down lanes' revive at once. */
+void weft_lane_revive_soon(const weft_lane_host *host);
 
 /* What wrote a tensor on a device lane, so a lost value can be computed again. */
 typedef struct weft_recipe {

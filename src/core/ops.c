@@ -71,7 +71,7 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     int nroute = nin;
     if (op->kind == WEFT_OP_AXPY) route_in[nroute++] = out[0];
     t0 = now ? *now : weft_fabric_now(f); /* one clock read serves the route and the op's timing */
-    if (t0 >= f->revive_at) weft_lanes_revive(f, 0);
+    if (t0 >= f->revive_at || atomic_load_explicit(&f->revive_poke, memory_order_relaxed)) weft_lanes_revive(f, 0);
     lane = weft_route_decide(f, op, cls, work, t0, route_in, nroute);
     if (lane < 0) return WEFT_ERR_UNSUPPORTED;
   }

@@ -201,6 +201,22 @@ weft_status weft_net_auth_mac(const uint8_t *secret, size_t secret_len, const ui
   return WEFT_OK;
 }
 
+weft_status weft_net_tab_mac(const uint8_t *secret, size_t secret_len, const uint8_t nonce[WEFT_NET_NONCE_BYTES],
+                             const char *server, uint8_t out[WEFT_NET_MAC_BYTES]) {
+  static const char label[] = "weft-v1 tab->fabric";
+  size_t sl = strlen(server);
+  if (sl > 1024) return WEFT_ERR_INVALID_ARGUMENT;
+  uint8_t msg[sizeof label - 1 + WEFT_NET_NONCE_BYTES + 1024];
+  memcpy(msg, label, sizeof label - 1);
+  memcpy(msg + sizeof label - 1, nonce, WEFT_NET_NONCE_BYTES);
+  memcpy(msg + sizeof label - 1 + WEFT_NET_NONCE_BYTES, server, sl);
+  unsigned int n = 0;
+  if (!HMAC(EVP_sha256(), secret, (int)secret_len, msg, sizeof label - 1 + WEFT_NET_NONCE_BYTES + sl, out, &n) ||
+      n != WEFT_NET_MAC_BYTES)
+    return WEFT_ERR_INTERNAL;
+  return WEFT_OK;
+}
+
 weft_status weft_net_read_secret(const char *path, uint8_t *out, size_t cap, size_t *out_len, char *err,
                                  size_t errlen) {
   *out_len = 0;

@@ -39,8 +39,8 @@ typedef enum weft_net_type {
   WEFT_NET_FREE = 7,   /* u64 handle -> empty */
   WEFT_NET_OP = 8,     /* u32 kind, u32 contract, i32 lane, u32 flags, f32 alpha, 4 x u64 handle,
                         * 4 x {u32 ndim (0 = the tensor's own shape), 4 x i64 dims} -> i32 lane */
-  WEFT_NET_PROVE = 9,  /* nonce[32] -> mac[32] = HMAC-SHA256(secret, "weft-auth-v1" || nonce): the client asks
-                        * the worker to prove the secret (a browser tab joining a fabric); `weft worker` refuses it */
+  WEFT_NET_PROVE = 9,  /* nonce[32] -> mac[32] = weft_net_tab_mac: the client asks the worker to prove the
+                        * secret (a browser tab joining a fabric); `weft worker` refuses it */
   WEFT_NET_TYPE_END
 } weft_net_type;
 
@@ -121,6 +121,12 @@ weft_status weft_net_shape_check(int ndim, const int64_t *dims, uint64_t *out_nu
 /* HMAC-SHA256(secret, "weft-auth-v1" || nonce): the proof a client sends; the secret itself never travels. */
 weft_status weft_net_auth_mac(const uint8_t *secret, size_t secret_len, const uint8_t nonce[WEFT_NET_NONCE_BYTES],
                               uint8_t out[WEFT_NET_MAC_BYTES]);
+/* HMAC-SHA256(secret, "weft-v1 tab->fabric" || nonce || server): a browser tab's answer to PROVE, where
+ * `server` is the host:port the tab dialled (the page's view, as in its Host header). Its own label keeps it
+ * from ever being a valid AUTH proof (or the reverse), and the server's name in it makes a proof given to
+ * one server worthless to any other. */
+weft_status weft_net_tab_mac(const uint8_t *secret, size_t secret_len, const uint8_t nonce[WEFT_NET_NONCE_BYTES],
+                             const char *server, uint8_t out[WEFT_NET_MAC_BYTES]);
 /* Reads a secret file (at most 4096 bytes, trailing newline dropped, at least 16 bytes left). */
 weft_status weft_net_read_secret(const char *path, uint8_t *out, size_t cap, size_t *out_len, char *err,
                                  size_t errlen);

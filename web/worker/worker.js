@@ -107,10 +107,12 @@ function logf(x) {
 
 // ------------------------------------------------------------------------------------------ the session
 
-class Session {
-  constructor(gpu, secret) {
+export class Session {
+  // `server`: the host:port this tab dialled (its WebSocket URL's), which its proof of the secret names.
+  constructor(gpu, secret, server = '') {
     this.gpu = gpu;
     this.secret = secret;
+    this.server = server;
     this.hello = false;
     this.tensors = new Map(); // handle -> {data: Float32Array, dims: number[]}
     this.nextId = 1;
@@ -172,11 +174,15 @@ class Session {
           refuse(S.INVALID_ARGUMENT, 'this fabric requires a shared secret: open the worker page as .../worker/#secret=THE_SECRET', true);
         }
         if (!crypto.subtle) refuse(S.UNSUPPORTED, 'no WebCrypto here (the page is not a secure context): serve it over https or from localhost', true);
+        // HMAC-SHA256(secret, "weft-v1 tab->fabric" || nonce || the host:port dialled): a label of its own, so
+        // it is never a valid login of `weft worker`, and this server's name, so no other server can use it.
         const key = await crypto.subtle.importKey('raw', new TextEncoder().encode(this.secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
-        const label = new TextEncoder().encode('weft-auth-v1');
-        const msg = new Uint8Array(label.length + 32);
+        const label = new TextEncoder().encode('weft-v1 tab->fabric');
+        const server = new TextEncoder().encode(this.server);
+        const msg = new Uint8Array(label.length + 32 + server.length);
         msg.set(label);
         msg.set(p, label.length);
+        msg.set(server, label.length + 32);
         return new Uint8Array(await crypto.subtle.sign('HMAC', key, msg));
       }
       case T.LANES: {
@@ -440,7 +446,7 @@ function frame(type, requestId, st, payload) {
 }
 
 // One message in, one reply out; [reply, close].
-async function answer(session, buf) {
+export async function answer(session, buf) {
   const msg = new Uint8Array(buf);
   if (msg.length < 16) return [null, true];
   const h = new DataView(buf);
@@ -469,7 +475,7 @@ function connect(url) {
   report();
   const ws = new WebSocket(url, 'weft');
   ws.binaryType = 'arraybuffer';
-  const session = new Session(gpu, currentSecret());
+  const session = new Session(gpu, currentSecret(), new URL(url).host);
   let chain = Promise.resolve();
   ws.onopen = () => {
     status.state = 'connected: waiting for the fabric';
