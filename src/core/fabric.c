@@ -170,9 +170,17 @@ weft_status weft_fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fab
     return WEFT_ERR_INVALID_ARGUMENT;
   }
   weft_fabric *f = calloc(1, sizeof *f);
-  if (!f) return WEFT_ERR_OUT_OF_MEMORY;
+  if (!f) {
+    snprintf(open_error, sizeof open_error, "weft_fabric_open: out of host memory for the fabric");
+    return WEFT_ERR_OUT_OF_MEMORY;
+  }
   f->desc = *desc;
   f->lanes_filter = desc->lanes ? dup_str(desc->lanes) : NULL;
+  if (desc->lanes && !f->lanes_filter) { /* not every lane instead of those asked for */
+    snprintf(open_error, sizeof open_error, "weft_fabric_open: out of host memory for the lane filter");
+    free(f);
+    return WEFT_ERR_OUT_OF_MEMORY;
+  }
   f->desc.lanes = f->lanes_filter;
   f->host.ctx = f;
   f->host.report = host_report;
@@ -498,6 +506,8 @@ weft_status weft_fabric_sync(weft_fabric *f) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
   f->err[0] = '\0';
   weft_status qst = weft_hostq_finish(f);
+  /* a queued op that failed and that no read or op has reported yet (its outputs still hold the failure) */
+  if (qst == WEFT_OK) qst = weft_hostq_take_unreported(f);
   weft_status st = each_lane(f, offsetof(weft_lane_vtable, sync), "sync");
   if (st == WEFT_OK) st = qst;
   if (st == WEFT_OK) lanes_idle(f);
@@ -530,6 +540,13 @@ int weft_testing_lane_idle(weft_fabric *f, size_t lane) {
 weft_status weft_testing_lane_flush(weft_fabric *f, size_t lane) {
   if (!f || lane >= f->nlanes) return WEFT_ERR_INVALID_ARGUMENT;
   return f->lanes[lane].vt.flush ? f->lanes[lane].vt.flush(f->lanes[lane].self) : WEFT_OK;
+}
+
+weft_status weft_testing_cache_store(weft_fabric *f, size_t lane, double alpha, double beta) {
+  if (!f || lane >= f->nlanes) return WEFT_ERR_INVALID_ARGUMENT;
+  weft_cost_line *l = &f->lanes[lane].cost[WEFT_COST_ELEMENTWISE][0].line;
+  l->alpha = alpha, l->beta = beta, l->source = WEFT_COST_MEASURED, l->points = 1;
+  return weft_cost_cache_save(f);
 }
 
 void weft_testing_set_clock(weft_fabric *f, double (*clock)(void *ctx), void *ctx) {

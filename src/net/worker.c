@@ -273,9 +273,11 @@ static int run_op(weft_net_session *s, const weft_net_header *h, const weft_net_
     }
   int lane = weft_fabric_last_lane(f);
   if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(f));
-  /* Outputs back into the session's floats (a no-copy read when the op ran on a host lane). */
+  /* Outputs back into the session's floats (a no-copy read when the op ran on a host lane). An output that
+   * is also an input (an in-place op: the same handle in the same shape) is one tensor, wrapped for the
+   * input's slot: it is read back all the same, once. */
   for (int i = 2; i < 4 && !st; i++)
-    if (t[i] && owner[i]) {
+    if (t[i] && !(i == 3 && t[3] == t[2])) {
       st = weft_tensor_read(t[i], sl[i]->data, weft_tensor_numel(t[i]));
       if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(f));
     }
