@@ -17,6 +17,7 @@
 
 #include "../cost/cost.h"
 #include "../sched/route.h"
+#include "fpenv.h"
 #include "internal.h"
 
 #define JOBS 256      /* queued jobs at most; a caller that gets further ahead waits for the oldest */
@@ -69,6 +70,9 @@ int weft_hostq_report(weft_status status, const char *fmt, va_list args) {
 static void *queue_main(void *arg) {
   weft_hostq *q = arg;
   on_queue_thread = q;
+  /* The thread was created with the caller's floating-point environment; host kernels run under the clean
+   * one (fpenv.h), set here and checked again before each job. */
+  weft_fpenv_clean();
   for (;;) {
     pthread_mutex_lock(&q->mu);
     while (!q->stop && q->taken == q->submitted) pthread_cond_wait(&q->work_cv, &q->mu);
@@ -80,6 +84,7 @@ static void *queue_main(void *arg) {
     q->taken++;
     pthread_mutex_unlock(&q->mu);
     weft_lane_slot *s = &q->f->lanes[j->lane];
+    weft_fpenv_clean();
     j->t0 = weft_monotonic_seconds(NULL);
     j->st = s->vt.run(s->self, &j->op);
     j->t1 = weft_monotonic_seconds(NULL);
