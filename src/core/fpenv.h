@@ -109,4 +109,17 @@ static inline void weft_fpenv_leave(const weft_fpenv *saved) {
 #endif
 }
 
+/* 1 / n rounded to nearest, whatever the caller's environment: the host-side factor (softmax's 1/rows)
+ * that every lane scales by. The volatile accesses keep the conversion and the division between enter and
+ * leave. */
+static inline float weft_fpenv_recip(int64_t n) {
+  weft_fpenv env;
+  weft_fpenv_enter(&env);
+  volatile float d = (float)n;
+  volatile float r = 1.0f / d;
+  const float out = r;
+  weft_fpenv_leave(&env);
+  return out;
+}
+
 #endif
