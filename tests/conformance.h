@@ -4,8 +4,9 @@
  * weft_conf_run once per lane and contract, so a lane added to weft later (vulkan, cuda, remote, ...) is
  * covered with no copy of the suite. Every case builds its inputs on the host, runs the op through the public
  * API pinned to the lane, reads the result back with weft_tensor_read and compares it:
- *   exact contract: bit for bit (NaNs normalised) against the reference (src/core/reference.c) run on host
- *                   copies, and within the fp32 bound below against float64 (which checks the reference too);
+ *   exact contract: bit for bit against the reference (src/core/reference.c) run on host copies, NaNs too
+ *                   (each must be the canonical 0x7fc00000), and within the fp32 bound below against
+ *                   float64 (which checks the reference too);
  *   fp32 contract:  against a float64 reference within a stated bound per op (see conformance.c). */
 #ifndef WEFT_CONFORMANCE_H
 #define WEFT_CONFORMANCE_H

@@ -21,7 +21,7 @@ int main(void) {
     return 1;
   }
   printf("conformance: seed %llu (WEFT_TEST_SEED repeats it)\n", (unsigned long long)seed);
-  printf("exact: bits equal to the reference (NaNs normalised); fp32: |got - ref64| <= 2(k+1) 2^-24 sum|a b| + "
+  printf("exact: bits equal to the reference (NaNs too: every NaN is 0x7fc00000); fp32: |got - ref64| <= 2(k+1) 2^-24 sum|a b| + "
          "(2k+2) 2^-126 for matmul, per-op bounds in conformance.c\n");
   for (size_t i = 0; i < weft_fabric_absent_count(f); i++) {
     const char *name, *reason;

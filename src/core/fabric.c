@@ -10,6 +10,7 @@
 #include "../cost/cost.h"
 #include "../sched/route.h"
 #include "../sched/split.h"
+#include "fpenv.h"
 #include "internal.h"
 #include "testing.h"
 
@@ -155,7 +156,20 @@ static weft_status add_lane(void *ctx, const weft_lane_vtable *vt, void *self) {
   return add_lane_checked(ctx, vt, self, 1);
 }
 
+static weft_status fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fabric);
+
+/* Lanes start threads when they open (the CPU pool, a driver's own: lavapipe's), and a thread starts with
+ * its creator's floating-point environment; so the lanes open, and calibrate, under the clean one
+ * (fpenv.h), and the caller's is put back after. */
 weft_status weft_fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fabric) {
+  weft_fpenv env;
+  weft_fpenv_enter(&env);
+  weft_status st = fabric_open(desc, out_fabric);
+  weft_fpenv_leave(&env);
+  return st;
+}
+
+static weft_status fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fabric) {
   open_error[0] = '\0';
   if (!out_fabric) {
     snprintf(open_error, sizeof open_error, "weft_fabric_open: out_fabric is NULL");
@@ -306,7 +320,7 @@ weft_status weft_route_explain(weft_fabric *f, const weft_route_query *q, weft_r
     if (q->rows < 1 || q->cols < 1)
       return weft_fail(f, WEFT_ERR_SHAPE, "weft_route_explain: %s needs rows and cols >= 1", weft_op_kind_str(q->op));
     op.rows = q->rows, op.cols = q->cols;
-    op.inv_rows = 1.0f / (float)q->rows;
+    op.inv_rows = weft_fpenv_recip(q->rows);
   }
   int lane = weft_route_pick(f, &op, NULL, 0, f->explain);
   out->op = op.kind;
@@ -426,7 +440,10 @@ void weft_lanes_revive(weft_fabric *f, int all) {
     char saved[WEFT_ERR_LEN];
     memcpy(saved, f->err, sizeof saved); /* the lane's answer must not replace the caller's last error */
     f->err[0] = '\0';
+    weft_fpenv env; /* a revived lane may start threads: they inherit the clean environment */
+    weft_fpenv_enter(&env);
     weft_status st = s->vt.revive(s->self);
+    weft_fpenv_leave(&env);
     if (st == WEFT_OK) {
       s->failed = 0;
       f->lanes_epoch++;

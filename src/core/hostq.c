@@ -17,6 +17,7 @@
 
 #include "../cost/cost.h"
 #include "../sched/route.h"
+#include "fpenv.h"
 #include "internal.h"
 
 #define JOBS 256      /* queued jobs at most; a caller that gets further ahead waits for the oldest */
@@ -75,6 +76,9 @@ int weft_hostq_report(weft_status status, const char *fmt, va_list args) {
 
 static void *queue_main(void *arg) {
   weft_hostq *q = arg;
+  /* The thread was created with the caller's floating-point environment; host kernels run under the clean
+   * one (fpenv.h), set here and checked again before each job. */
+  weft_fpenv_clean();
   for (;;) {
     pthread_mutex_lock(&q->mu);
     while (!q->stop && q->taken == q->submitted) pthread_cond_wait(&q->work_cv, &q->mu);
@@ -88,6 +92,7 @@ static void *queue_main(void *arg) {
     weft_lane_slot *s = &q->f->lanes[j->lane];
     if (j->msg) j->msg[0] = '\0';
     on_queue_job = j;
+    weft_fpenv_clean();
     j->t0 = weft_monotonic_seconds(NULL);
     j->st = s->vt.run(s->self, &j->op);
     j->t1 = weft_monotonic_seconds(NULL);

@@ -7,6 +7,7 @@
 #include "../cost/cost.h"
 #include "../sched/route.h"
 #include "../sched/split.h"
+#include "fpenv.h"
 #include "internal.h"
 
 static weft_status check_desc(weft_fabric *f, const weft_op_desc *desc, const char *fn, weft_op *op) {
@@ -446,7 +447,7 @@ weft_status weft_op_softmax_xent(weft_fabric *f, const weft_op_desc *desc, weft_
     return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_softmax_xent: out_grad must not be an input");
   as_rows_cols(logits, &op.rows, &op.cols);
   if (op.rows == 0) return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_softmax_xent: the logits have no rows");
-  op.inv_rows = 1.0f / (float)op.rows;
+  op.inv_rows = weft_fpenv_recip(op.rows); /* rounded to nearest whatever the caller's environment */
   weft_tensor *in[2] = {logits, targets}, *o[2] = {out_loss, out_grad};
   static const char *const in_names[2] = {"logits", "targets"}, *const out_names[2] = {"out_loss", "out_grad"};
   if ((st = refuse_overlap(f, &op, in, in_names, 2, o, out_names, 2)) != WEFT_OK) return st;

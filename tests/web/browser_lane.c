@@ -108,13 +108,14 @@ static weft_tensor *tensor(weft_fabric *f, int ndim, const int64_t *dims, tu_rng
   return t;
 }
 
-/* 1 when two tensors hold the same bits (NaNs normalised); names the first difference otherwise. */
+/* 1 when two tensors hold the same bits, NaNs included (every exact lane stores the canonical 0x7fc00000);
+ * names the first difference otherwise. */
 static int same(weft_tensor *a, weft_tensor *b, const char *what) {
   size_t n = weft_tensor_numel(a);
   float *x = malloc((n ? n : 1) * 4), *y = malloc((n ? n : 1) * 4);
   int ok = weft_tensor_read(a, x, n) == WEFT_OK && weft_tensor_read(b, y, n) == WEFT_OK;
   for (size_t i = 0; ok && i < n; i++)
-    if (!tu_same_bits(x[i], y[i])) {
+    if (tu_bits(x[i]) != tu_bits(y[i])) {
       printf("  %s: element %zu is 0x%08x on the tab, 0x%08x on the CPU\n", what, i, (unsigned)tu_bits(x[i]),
              (unsigned)tu_bits(y[i]));
       ok = 0;
@@ -144,11 +145,13 @@ static void tab_matmul_matches(weft_fabric *f, size_t tab, size_t cpu, int64_t r
 
 /* ------------------------------------------------------------------------------------------ the ops */
 
-/* The values where a transcription would slip: NaN, infinities, signed zeros, subnormals, the largest
- * floats; an empty batch. */
+/* The values where a transcription would slip: NaN (with a payload and the sign bit: the tab must store the
+ * canonical NaN, not the one its arithmetic made), infinities, signed zeros, subnormals, the largest floats;
+ * an empty batch. */
 static void check_edges(weft_fabric *f, const weft_op_desc *on_tab, const weft_op_desc *on_cpu) {
-  const float v[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, -1e-40f, 3.4e38f, -3.4e38f, 1.0f, -1.0f, 88.0f,
+  float v[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, -1e-40f, 3.4e38f, -3.4e38f, 1.0f, -1.0f, 88.0f,
                      -104.0f, 1e-30f, 0.5f, 2.0f};
+  v[0] = tu_float(0xffc00001u);
   int64_t d[2] = {4, 4};
   weft_tensor *x = NULL, *o[2] = {0}, *sr[2] = {0}, *g[2] = {0}, *t = NULL;
   weft_tensor_create(f, 2, d, v, &x);

@@ -53,6 +53,19 @@ const bitsToFloat = (u) => ((u32[0] = u >>> 0), f32[0]);
 const floatToBits = (x) => ((f32[0] = x), u32[0]);
 const pow2i = (n) => bitsToFloat((n + 127) << 23);
 
+// Under the exact contract every NaN result is stored as the canonical quiet NaN 0x7fc00000
+// (src/core/reference.h). A Float32Array store of a NaN keeps whatever bits the engine's arithmetic made (V8
+// keeps an input NaN's payload and sign, and x86 makes 0xffc00000 for inf - inf; ECMAScript leaves the bits to
+// the implementation), so the first n elements of each output are rewritten through their bits.
+function canonicalNaN(arr, n) {
+  let bits = null;
+  for (let e = 0; e < n; e++) {
+    if (arr[e] === arr[e]) continue;
+    if (!bits) bits = new Uint32Array(arr.buffer, arr.byteOffset, arr.length);
+    bits[e] = 0x7fc00000;
+  }
+}
+
 // weft_expf, step for step: every product and sum rounded to fp32 on its own.
 function expf(x) {
   if (x !== x) return x;
@@ -325,6 +338,7 @@ export class Session {
       const bp = orient(bBatched ? B.subarray(p * k * n, (p + 1) * k * n) : B.subarray(0, k * n), tb, k, n);
       out.set(await this.matmulOne(ap, bp, m, k, n), p * m * n);
     }
+    canonicalNaN(out, out.length);
     c.t.data.set(out);
   }
 
@@ -368,27 +382,32 @@ function elementwise(name, v, alpha) {
       const Y = bcast ? y.t.data : same(y, 'y');
       const O = same(v[2], 'out');
       for (let e = 0; e < count; e++) O[e] = X[e] + Y[bcast ? e % cols : e];
+      canonicalNaN(O, count);
       return;
     }
     case 'relu': {
       const O = same(v[2], 'out');
       for (let e = 0; e < count; e++) O[e] = X[e] > 0 ? X[e] : X[e] !== X[e] ? X[e] : 0;
+      canonicalNaN(O, count);
       return;
     }
     case 'relu_backward': {
       const Y = same(v[1], 'x');
       const O = same(v[2], 'out');
       for (let e = 0; e < count; e++) O[e] = Y[e] > 0 ? X[e] : 0;
+      canonicalNaN(O, count);
       return;
     }
     case 'scale': {
       const O = same(v[2], 'out');
       for (let e = 0; e < count; e++) O[e] = alpha * X[e];
+      canonicalNaN(O, count);
       return;
     }
     case 'axpy': {
       const O = same(v[2], 'y');
       for (let e = 0; e < count; e++) O[e] = f(alpha * X[e]) + O[e];
+      canonicalNaN(O, count);
       return;
     }
     case 'sum_rows': {
@@ -400,6 +419,7 @@ function elementwise(name, v, alpha) {
         for (let i = 0; i < rows; i++) acc = f(acc + X[i * cols + j]);
         O[j] = acc;
       }
+      canonicalNaN(O, cols);
       return;
     }
     case 'softmax_xent': {
@@ -423,7 +443,11 @@ function elementwise(name, v, alpha) {
         }
         tot = f(tot + -acc);
       }
-      if (v[2]) v[2].t.data[0] = tot * invRows;
+      if (v[2]) {
+        v[2].t.data[0] = tot * invRows;
+        canonicalNaN(v[2].t.data, 1);
+      }
+      if (G) canonicalNaN(G, count);
       return;
     }
     default:

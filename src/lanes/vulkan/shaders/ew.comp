@@ -39,6 +39,6 @@ void main() {
     } else {
       r = weft_add(weft_mul(pc.alpha, x[pc.base_x + e]), o[pc.base_o + e]);
     }
-    o[pc.base_o + e] = r;
+    o[pc.base_o + e] = weft_canon(r);
   }
 }
