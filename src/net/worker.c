@@ -77,6 +77,7 @@ typedef struct lane_route {
   int local;    /* its index in that fabric */
   atomic_int down; /* it failed under an op: routed ops avoid it, LANES reports it without contracts */
   double pending;  /* predicted seconds of ops queued or running on it (under pend_lock) */
+  double scale[WEFT_OP_COUNT]; /* measured over predicted time of its recent ops, per kind (under pend_lock) */
 } lane_route;
 
 struct weft_net_server {
@@ -109,6 +110,12 @@ static int mem_take(weft_net_server *srv, uint64_t n) {
 
 static void mem_give(weft_net_server *srv, uint64_t n) {
   if (n) atomic_fetch_sub(&srv->total, n);
+}
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* A resident tensor: the session owns its floats; each op sees them through tensors wrapped over them
@@ -221,6 +228,7 @@ static weft_status open_lanes(weft_net_server *srv, const weft_net_worker_desc *
     lr->group = 0;
     lr->local = (int)i;
     atomic_init(&lr->down, 0);
+    for (int k = 0; k < WEFT_OP_COUNT; k++) lr->scale[k] = 1.0;
     weft_lane_info li;
     if (weft_fabric_lane_info(dir, i, &li) || !li.name || li.failed) continue;
     weft_fabric_desc one = WEFT_FABRIC_DESC_INIT;
@@ -383,8 +391,10 @@ static int op_query(const weft_net_request *r, const int nd[4], const int64_t *c
 }
 
 /* Chooses the lane of an op: a pinned one as asked; a routed one by the directory fabric's cost model
- * (weft_route_explain: every lane's predicted cost with the inputs on the host, as the worker's are), plus
- * what is already queued or running on each lane, leaving out lanes that failed. Only this choice holds
+ * (weft_route_explain: every lane's predicted cost with the inputs on the host, as the worker's are). The
+ * directory runs no op, so it predicts each lane idle; when the lane it picks has work queued or running
+ * (other clients'), every lane's prediction, scaled by how long that lane's recent ops of this kind really
+ * took, plus what is queued on it, decides instead. Lanes that failed are left out. Only this choice holds
  * the directory's lock, never an op on another lane. */
 static void plan_op(weft_net_server *srv, const weft_net_request *r, const weft_route_query *q, int have_q,
                     op_plan *pl) {
@@ -397,15 +407,22 @@ static void plan_op(weft_net_server *srv, const weft_net_request *r, const weft_
   pthread_mutex_lock(&srv->pend_lock);
   if (r->lane >= 0) {
     pl->lane = r->lane;
-    if (ok && ex.lanes[r->lane].eligible && ex.lanes[r->lane].total >= 0) pl->cost = ex.lanes[r->lane].total;
+    const weft_route_cost *c = ok ? &ex.lanes[r->lane] : NULL;
+    if (c && c->eligible && c->total >= 0) pl->cost = c->total * srv->lanes[r->lane].scale[r->op];
   } else if (ok) {
-    double best = 0;
-    for (size_t i = 0; i < srv->nlanes; i++) {
-      const weft_route_cost *c = &ex.lanes[i];
-      if (!c->eligible || !(c->total >= 0) || atomic_load(&srv->lanes[i].down)) continue;
-      double t = c->total + srv->lanes[i].pending;
-      /* With nothing queued anywhere that matters, the core's own choice stands. */
-      if (pl->lane < 0 || t < best || ((int)i == ex.chosen && t <= best)) best = t, pl->lane = (int)i, pl->cost = c->total;
+    int chosen = ex.chosen;
+    if (chosen >= 0 && (size_t)chosen < srv->nlanes && ex.lanes[chosen].eligible && ex.lanes[chosen].total >= 0 &&
+        !atomic_load(&srv->lanes[chosen].down) && srv->lanes[chosen].pending == 0) {
+      pl->lane = chosen; /* the core's own choice, as a fabric of its own would make it */
+      pl->cost = ex.lanes[chosen].total * srv->lanes[chosen].scale[r->op];
+    } else {
+      double best = 0;
+      for (size_t i = 0; i < srv->nlanes; i++) {
+        const weft_route_cost *c = &ex.lanes[i];
+        if (!c->eligible || !(c->total >= 0) || atomic_load(&srv->lanes[i].down)) continue;
+        double own = c->total * srv->lanes[i].scale[r->op], t = own + srv->lanes[i].pending;
+        if (pl->lane < 0 || t < best) best = t, pl->lane = (int)i, pl->cost = own;
+      }
     }
   }
   if (pl->lane >= 0) {
@@ -416,12 +433,18 @@ static void plan_op(weft_net_server *srv, const weft_net_request *r, const weft_
   ticket_give(&srv->groups[0].lock);
 }
 
-static void plan_done(weft_net_server *srv, const op_plan *pl) {
+/* The op has left its lane after `ran` seconds on it (0: it failed). */
+static void plan_done(weft_net_server *srv, const op_plan *pl, weft_op_kind kind, double ran) {
   if (pl->lane < 0) return;
   pthread_mutex_lock(&srv->pend_lock);
-  double *p = &srv->lanes[pl->lane].pending;
-  *p -= pl->cost;
-  if (*p < 1e-12) *p = 0;
+  lane_route *lr = &srv->lanes[pl->lane];
+  lr->pending -= pl->cost;
+  if (lr->pending < 1e-12) lr->pending = 0;
+  if (ran > 0 && pl->cost > 0) {
+    double ratio = ran / (pl->cost / lr->scale[kind]);
+    ratio = ratio < 1e-3 ? 1e-3 : ratio > 1e6 ? 1e6 : ratio;
+    lr->scale[kind] = 0.5 * lr->scale[kind] + 0.5 * ratio;
+  }
   pthread_mutex_unlock(&srv->pend_lock);
 }
 
@@ -472,6 +495,7 @@ retry:;
   weft_tensor *t[4] = {0};
   int owner[4] = {0}; /* t[i] was wrapped for slot i (not shared with an earlier slot) */
   ticket_take(&g->lock);
+  double began = mono_s();
   weft_status st = WEFT_OK;
   for (int i = 0; i < 4 && !st; i++) {
     if (!sl[i]) continue;
@@ -513,8 +537,9 @@ retry:;
   weft_lane_info li;
   if (st && pl.lane >= 0 && !weft_fabric_lane_info(f, (size_t)od.lane, &li) && li.failed)
     atomic_store(&srv->lanes[pl.lane].down, 1);
+  double ran = st ? 0 : mono_s() - began;
   ticket_give(&g->lock);
-  plan_done(srv, &pl);
+  plan_done(srv, &pl, r->op, ran);
   /* A routed op whose lane failed under it goes to the next best lane (the session's floats are intact: a
    * lane that can fail is a device lane, which wrote nothing back). */
   if (st == WEFT_ERR_LANE_FAILED && r->lane < 0 && pl.lane >= 0 && ++attempt < srv->nlanes) goto retry;
@@ -779,12 +804,6 @@ static void set_timeout(int fd, int ms) {
   struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-}
-
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void conn_free(conn *c) {
