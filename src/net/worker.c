@@ -1,6 +1,23 @@
 /* worker.c - `weft worker`'s engine: sessions that run each request through the public API on resident
- * tensors named by handles, and the TCP server (a thread per connection, each isolated: a bad frame gets
- * an error reply or closes that connection only). */
+ * tensors named by handles, and the TCP server (each connection isolated: a bad frame gets an error reply
+ * or closes that connection only).
+ *
+ * Connections. The accepting thread runs the handshake stage: every connection that has not completed HELLO
+ * (+ AUTH with a secret) sits in one poll() set with a frame buffer of a few dozen bytes, on a cap of its own
+ * (the oldest is dropped for a newcomer when full) and a deadline from accept; before the handshake only
+ * HELLO and AUTH headers of their fixed sizes are read, anything else is refused without its payload being
+ * read. A connection that completes the handshake gets a thread of its own (the client cap) and is dropped
+ * after the idle timeout between frames. Tensors and kept receive buffers draw from a worker-wide budget.
+ *
+ * Lanes. A fabric is used from one thread at a time. The worker opens a directory fabric (it answers LANES,
+ * whose indices are the ones clients see, and routes with weft_route_explain) and then each lane again in a
+ * fabric of its own; each fabric sits behind a FIFO (ticket) lock. An op takes its lane's lock only, so ops of
+ * different clients on different lanes run at once, and on one lane an op waits only for the ops queued
+ * before it, never for a client that keeps coming back. A routed op (lane -1) takes the core's own choice
+ * when that lane has nothing queued; otherwise each eligible lane's prediction, scaled by how long its recent
+ * ops of that kind took, plus what is queued on it. The bits are the lane's own (an exact op gives the same
+ * bits on every lane); the lane in the reply is the directory's index of the lane that ran it. A lane that
+ * cannot be opened alone stays in the directory fabric (group 0) and runs under the directory's lock. */
 #define _GNU_SOURCE /* accept4 */
 #include "net/worker.h"
 
