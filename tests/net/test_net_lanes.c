@@ -173,6 +173,7 @@ int main(int argc, char **argv) {
     TU_CHECK(same, "A's %lldx%lld matmul differs from the canonical order", (long long)n, (long long)n);
     free(row), free(got);
   }
+  free(av), free(bv);
   printf("A's matmul: %lld^3 on cpu, %.2f s\n", (long long)n, t_a);
   big job = {a, {ha, hb, hc, 0}, 1, 0, 0};
   pthread_t th;
