@@ -189,6 +189,15 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
   }
 }
 
+long weft_net_handshake_len(uint16_t type) {
+  /* Must agree with weft_net_request_decode's sizes for these types. */
+  switch (type) {
+  case WEFT_NET_HELLO: return 8;
+  case WEFT_NET_AUTH: return WEFT_NET_MAC_BYTES;
+  default: return -1;
+  }
+}
+
 weft_status weft_net_auth_mac(const uint8_t *secret, size_t secret_len, const uint8_t nonce[WEFT_NET_NONCE_BYTES],
                               uint8_t out[WEFT_NET_MAC_BYTES]) {
   static const char label[] = "weft-auth-v1";

@@ -118,6 +118,10 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
  * others >= 1, each <= WEFT_NET_MAX_DIM, the product (overflow-checked) <= WEFT_NET_MAX_ELEMENTS. */
 weft_status weft_net_shape_check(int ndim, const int64_t *dims, uint64_t *out_numel, char *err, size_t errlen);
 
+/* The fixed payload size of a handshake frame (HELLO, AUTH): before the handshake completes a worker reads
+ * only those two types, and only at exactly these sizes; -1 for every other type. */
+long weft_net_handshake_len(uint16_t type);
+
 /* HMAC-SHA256(secret, "weft-auth-v1" || nonce): the proof a client sends; the secret itself never travels. */
 weft_status weft_net_auth_mac(const uint8_t *secret, size_t secret_len, const uint8_t nonce[WEFT_NET_NONCE_BYTES],
                               uint8_t out[WEFT_NET_MAC_BYTES]);

@@ -1,7 +1,9 @@
-/* worker.h - the server side of the protocol: a server (one fabric shared by every connection, the
- * secret, the caps) and sessions (one per connection: its handles, its resident bytes, its auth state).
- * weft_net_session_handle turns one frame into one reply with no socket involved, so the request handler
- * can be fuzzed; weft_net_worker_run adds the listening socket and a thread per connection. */
+/* worker.h - the server side of the protocol: a server (a directory fabric that lists and routes, one
+ * fabric per lane behind a FIFO lock that runs the ops, the secret, the caps) and sessions (one per
+ * connection: its handles, its resident bytes, its auth state). weft_net_session_handle turns one frame into
+ * one reply with no socket involved, so the request handler can be fuzzed; weft_net_worker_run adds the
+ * listening socket, a poll()-driven handshake stage for unauthenticated connections and a thread per
+ * authenticated one. */
 #ifndef WEFT_NET_WORKER_H
 #define WEFT_NET_WORKER_H
 
@@ -20,8 +22,15 @@ typedef struct weft_net_worker_desc {
   const uint8_t *secret;   /* shared secret, or NULL; required off loopback */
   size_t secret_len;
   weft_net_limits limits;  /* zeros = defaults */
-  int max_clients;         /* concurrent connections; 0 = 64 */
+  int max_clients;         /* concurrent connections past the handshake; 0 = 64 */
   int io_timeout_ms;       /* a peer silent this long mid-frame is dropped; 0 = 30000 */
+  int max_pending;         /* connections still in the handshake (their own cap; the oldest is dropped for a
+                            * newcomer when full); 0 = 64 */
+  int handshake_timeout_ms; /* accept to a complete HELLO (and AUTH when a secret is set); 0 = 5000 */
+  int idle_timeout_ms;     /* an authenticated peer silent this long between frames is dropped; 0 = one
+                            * hour, < 0 = never */
+  uint64_t max_total_resident; /* tensor and frame-buffer bytes across all connections; 0 = half the
+                                * machine's physical memory */
   /* Called once the socket is bound, with the address and the port actually bound. */
   void (*on_listen)(void *ctx, const char *host, int port);
   void *ctx;
