@@ -93,6 +93,9 @@ void weft_tensor_destroy(weft_tensor *t) {
   weft_fabric *f = t->fabric;
   if (f->lost) weft_fabric_recover_all(f); /* a lost value may have been made from this one */
   weft_tensor_wait_users(t); /* queued host work must be done with its memory */
+  /* Finished jobs that used it still hold its pointer until they are drained (their outcome is settled on
+   * the tensors they wrote): drain them now, before the memory goes. */
+  if (t->q_read || t->q_write) weft_hostq_drain(f);
   /* every lane that may move this memory finishes first: one lane's unpinning may be another's pinning */
   for (size_t i = 0; i < f->nlanes && t->reg_mask; i++)
     if (weft_lane_bit(t->reg_mask, i) && !f->lanes[i].failed && f->lanes[i].vt.sync) f->lanes[i].vt.sync(f->lanes[i].self);
