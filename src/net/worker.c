@@ -23,6 +23,8 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include "net/tls.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the worker copies float payloads as little-endian bytes; a big-endian port must swap them"
 #endif
@@ -33,6 +35,8 @@ struct weft_net_server {
   uint8_t secret[4096];
   size_t secret_len;
   int need_auth;
+  char identity[WEFT_NET_MAX_IDENTITY + 1]; /* bound into both proofs */
+  weft_net_tls *tls;                        /* NULL: plain TCP */
   weft_net_limits limits;
   int io_timeout_ms;
   int max_clients;
@@ -52,8 +56,9 @@ typedef struct slot {
 
 struct weft_net_session {
   weft_net_server *srv;
-  int hello, authed;
+  int hello, authed, auth_started;
   uint8_t nonce[WEFT_NET_NONCE_BYTES];
+  uint8_t client_nonce[WEFT_NET_NONCE_BYTES];
   slot *slots;
   size_t nslots;
   uint64_t next_id, resident;
@@ -130,6 +135,12 @@ weft_status weft_net_server_create(const weft_net_worker_desc *desc, weft_net_se
     srv->secret_len = desc->secret_len;
     srv->need_auth = 1;
   }
+  if (desc->identity && strlen(desc->identity) > WEFT_NET_MAX_IDENTITY) {
+    free(srv);
+    snprintf(err, errlen, "the worker's identity is over %u bytes", WEFT_NET_MAX_IDENTITY);
+    return WEFT_ERR_INVALID_ARGUMENT;
+  }
+  snprintf(srv->identity, sizeof srv->identity, "%s", desc->identity ? desc->identity : "weft-worker");
   srv->limits = desc->limits;
   if (!srv->limits.max_frame) srv->limits.max_frame = WEFT_NET_DEFAULT_MAX_FRAME;
   if (!srv->limits.max_resident) srv->limits.max_resident = WEFT_NET_DEFAULT_MAX_RESIDENT;
@@ -154,6 +165,7 @@ weft_status weft_net_server_create(const weft_net_worker_desc *desc, weft_net_se
 void weft_net_server_destroy(weft_net_server *srv) {
   if (!srv) return;
   weft_fabric_close(srv->fabric);
+  weft_net_tls_destroy(srv->tls);
   pthread_mutex_destroy(&srv->lock);
   pthread_mutex_destroy(&srv->count_lock);
   OPENSSL_cleanse(srv->secret, sizeof srv->secret);
@@ -307,8 +319,10 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
     errorf(s, b, h, WEFT_ERR_STATE, "the first frame must be hello");
     return 0;
   }
-  if (srv->need_auth && !s->authed && r.type != WEFT_NET_HELLO && r.type != WEFT_NET_AUTH) {
-    errorf(s, b, h, WEFT_ERR_STATE, "this worker requires authentication (auth frame) before any request");
+  if (srv->need_auth && !s->authed && r.type != WEFT_NET_HELLO && r.type != WEFT_NET_AUTH &&
+      r.type != WEFT_NET_AUTH_START && r.type != WEFT_NET_AUTH_FINISH) {
+    errorf(s, b, h, WEFT_ERR_STATE,
+           "this worker requires authentication (auth_start, auth_finish) before any request");
     return 0;
   }
   switch (r.type) {
@@ -323,27 +337,59 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
     uint8_t *p = reply_begin(b, h, WEFT_OK, 12 + WEFT_NET_NONCE_BYTES + 12);
     if (!p) return 0;
     weft_net_put32(p, WEFT_NET_VERSION);
-    weft_net_put32(p + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256);
+    weft_net_put32(p + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | (srv->need_auth ? WEFT_NET_CAP_AUTH_MUTUAL : 0));
     weft_net_put32(p + 8, (uint32_t)srv->need_auth);
     memcpy(p + 12, s->nonce, WEFT_NET_NONCE_BYTES);
     weft_net_put32(p + 12 + WEFT_NET_NONCE_BYTES, srv->limits.max_frame);
     weft_net_put64(p + 16 + WEFT_NET_NONCE_BYTES, srv->limits.max_resident);
     return 1;
   }
-  case WEFT_NET_AUTH: {
+  case WEFT_NET_AUTH:
+    /* The first release's proof shares its label with browser tabs' PROVE answer: a tab holding the secret
+     * could sign it for any worker it was pointed at. */
+    errorf(s, b, h, WEFT_ERR_UNSUPPORTED,
+           "the single-sided auth proof is retired (it shares its domain with browser tabs' proofs): this worker "
+           "wants mutual authentication (auth_start, auth_finish); update the client");
+    return 0;
+  case WEFT_NET_AUTH_START: {
     if (!srv->need_auth) {
-      reply_begin(b, h, WEFT_OK, 0);
-      return 1;
+      errorf(s, b, h, WEFT_ERR_STATE, "this worker has no shared secret: there is nothing to prove");
+      return 0;
     }
-    if (s->authed) return errorf(s, b, h, WEFT_ERR_STATE, "already authenticated");
-    uint8_t want[WEFT_NET_MAC_BYTES];
-    if (weft_net_auth_mac(srv->secret, srv->secret_len, s->nonce, want)) {
+    /* One try per connection: a second challenge would be a second guess against the same nonce. */
+    if (s->auth_started || s->authed) {
+      errorf(s, b, h, WEFT_ERR_STATE, "auth_start was already received on this connection");
+      return 0;
+    }
+    s->auth_started = 1;
+    memcpy(s->client_nonce, r.nonce, WEFT_NET_NONCE_BYTES);
+    size_t idlen = strlen(srv->identity), mark = b->len;
+    uint8_t *p = reply_begin(b, h, WEFT_OK, WEFT_NET_MAC_BYTES + 2 + idlen);
+    if (!p || weft_net_auth_proof(WEFT_NET_PROOF_WORKER, srv->secret, srv->secret_len, s->nonce, s->client_nonce,
+                                  srv->identity, p)) {
+      b->len = mark;
       errorf(s, b, h, WEFT_ERR_INTERNAL, "HMAC failed");
       return 0;
     }
-    /* One try per connection: the nonce is not reused for a second guess. */
+    weft_net_put16(p + WEFT_NET_MAC_BYTES, (uint16_t)idlen);
+    memcpy(p + WEFT_NET_MAC_BYTES + 2, srv->identity, idlen);
+    return 1;
+  }
+  case WEFT_NET_AUTH_FINISH: {
+    if (!srv->need_auth || !s->auth_started || s->authed) {
+      errorf(s, b, h, WEFT_ERR_STATE, "auth_finish comes once, after auth_start, on a worker with a secret");
+      return 0;
+    }
+    uint8_t want[WEFT_NET_MAC_BYTES];
+    if (weft_net_auth_proof(WEFT_NET_PROOF_CLIENT, srv->secret, srv->secret_len, s->nonce, s->client_nonce,
+                            srv->identity, want)) {
+      errorf(s, b, h, WEFT_ERR_INTERNAL, "HMAC failed");
+      return 0;
+    }
+    /* One try per connection, compared in constant time. */
     if (CRYPTO_memcmp(want, r.mac, WEFT_NET_MAC_BYTES) != 0) {
-      errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "authentication failed: wrong proof of the shared secret");
+      errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT,
+             "authentication failed: wrong proof of the shared secret for worker '%s'", srv->identity);
       return 0;
     }
     s->authed = 1;
@@ -472,6 +518,9 @@ static void set_timeout(int fd, int ms) {
 static void *serve_conn(void *arg) {
   conn c = *(conn *)arg;
   free(arg);
+  /* Every byte of the connection goes through nc: plain TCP, or TLS once its handshake is done. */
+  weft_net_conn nc;
+  weft_net_conn_init(&nc, c.fd);
   weft_net_session *s = weft_net_session_create(c.srv);
   weft_net_buf out = {0};
   uint8_t *payload = NULL;
@@ -483,13 +532,16 @@ static void *serve_conn(void *arg) {
   /* A client may sit idle between frames as long as it likes (its fabric holds the lane open); keepalive
    * finds peers that vanished. Once a frame starts, the io timeout applies. */
   setsockopt(c.fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  if (c.srv->tls && weft_net_conn_accept(&nc, c.srv->tls, s->err, sizeof s->err) != WEFT_OK) goto done;
   for (;;) {
     uint8_t hb[WEFT_NET_HEADER_BYTES];
     struct pollfd pfd = {c.fd, POLLIN, 0};
-    int pr;
-    while ((pr = poll(&pfd, 1, -1)) < 0 && errno == EINTR) {
-    }
-    if (pr <= 0 || !weft_net_recv_all(c.fd, hb, sizeof hb)) break;
+    int pr = 1;
+    /* Bytes TLS already decrypted are not on the socket any more: poll only when none wait. */
+    if (!weft_net_conn_pending(&nc))
+      while ((pr = poll(&pfd, 1, -1)) < 0 && errno == EINTR) {
+      }
+    if (pr <= 0 || !weft_net_conn_recv_all(&nc, hb, sizeof hb)) break;
     weft_net_header h;
     out.len = 0;
     weft_status st = weft_net_header_decode(hb, &c.srv->limits, &h, s->err, sizeof s->err);
@@ -497,7 +549,7 @@ static void *serve_conn(void *arg) {
       /* The stream cannot be resynchronised after a bad header: say why, then close. Nothing is read or
        * allocated on the strength of the peer's length. */
       reply_error(&out, &h, st, s->err);
-      weft_net_send_all(c.fd, out.data, out.len);
+      weft_net_conn_send_all(&nc, out.data, out.len);
       break;
     }
     /* The length is capped by max_frame above. The buffer is kept between frames (large uploads would
@@ -511,28 +563,28 @@ static void *serve_conn(void *arg) {
     if (h.type == WEFT_NET_WRITE && h.length >= 24) {
       /* Large uploads land straight in the tensor once the prefix says where, and is valid. */
       uint8_t prefix[24];
-      if (!weft_net_recv_all(c.fd, prefix, sizeof prefix)) break;
+      if (!weft_net_conn_recv_all(&nc, prefix, sizeof prefix)) break;
       float *dst = session_write_target(s, &h, prefix);
       if (dst) {
-        if (!weft_net_recv_all(c.fd, (uint8_t *)dst, h.length - 24u)) break;
+        if (!weft_net_conn_recv_all(&nc, (uint8_t *)dst, h.length - 24u)) break;
         reply_begin(&out, &h, WEFT_OK, 0);
-        if (!weft_net_send_all(c.fd, out.data, out.len)) break;
+        if (!weft_net_conn_send_all(&nc, out.data, out.len)) break;
         continue;
       }
       memcpy(payload, prefix, sizeof prefix);
-      if (!weft_net_recv_all(c.fd, payload + 24, h.length - 24u)) break;
-    } else if (!weft_net_recv_all(c.fd, payload, h.length)) {
+      if (!weft_net_conn_recv_all(&nc, payload + 24, h.length - 24u)) break;
+    } else if (!weft_net_conn_recv_all(&nc, payload, h.length)) {
       break;
     }
     int keep = weft_net_session_handle(s, &h, payload, &out);
-    if (out.len && !weft_net_send_all(c.fd, out.data, out.len)) break;
+    if (out.len && !weft_net_conn_send_all(&nc, out.data, out.len)) break;
     if (!keep) break;
   }
 done:
   free(payload);
   weft_net_buf_free(&out);
   weft_net_session_destroy(s);
-  close(c.fd);
+  weft_net_conn_close(&nc);
   pthread_mutex_lock(&c.srv->count_lock);
   c.srv->clients--;
   pthread_mutex_unlock(&c.srv->count_lock);
@@ -560,6 +612,14 @@ weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, siz
              "refusing to listen on '%s' without a shared secret: anything off loopback needs --secret-file", addr);
     return WEFT_ERR_INVALID_ARGUMENT;
   }
+  /* Off loopback the frames run inside TLS whatever was asked: the proof alone protects neither their
+   * integrity nor their privacy. */
+  int loopback = weft_net_is_loopback(ai->ai_addr), tls = desc->tls || !loopback;
+  if (tls && !(desc->secret && desc->secret_len)) {
+    freeaddrinfo(ai);
+    snprintf(err, errlen, "--tls needs --secret-file: the TLS key is derived from the shared secret");
+    return WEFT_ERR_INVALID_ARGUMENT;
+  }
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
   if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -576,8 +636,19 @@ weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, siz
   int bport = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                  : ((struct sockaddr_in *)&bound)->sin_port);
   weft_net_server *srv = NULL;
-  weft_status st = weft_net_server_create(desc, &srv, err, errlen);
+  weft_net_worker_desc d = *desc;
+  char identity[WEFT_NET_MAX_IDENTITY + 1];
+  if (!d.identity) {
+    /* The name a client sees proven: this host's name and the port bound, unless one was given. */
+    char hn[200] = "";
+    if (gethostname(hn, sizeof hn - 1) != 0 || !hn[0]) snprintf(hn, sizeof hn, "weft-worker");
+    snprintf(identity, sizeof identity, "%s:%d", hn, bport);
+    d.identity = identity;
+  }
+  weft_status st = weft_net_server_create(&d, &srv, err, errlen);
+  if (!st && tls) st = weft_net_tls_create(1, srv->secret, srv->secret_len, &srv->tls, err, errlen);
   if (st) {
+    weft_net_server_destroy(srv);
     close(fd);
     return st;
   }
