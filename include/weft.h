@@ -120,7 +120,8 @@ WEFT_API weft_status weft_fabric_open(const weft_fabric_desc *desc, weft_fabric 
 WEFT_API void weft_fabric_close(weft_fabric *fabric);
 /* The message of the last failed call on this fabric ("" if none); valid until the next call. */
 WEFT_API const char *weft_fabric_last_error(const weft_fabric *fabric);
-/* The message of the last weft_fabric_open that failed on this thread (it has no fabric to hold it). */
+/* The message of the last weft_fabric_open that failed on this thread (it has no fabric to hold it); every
+ * failure of weft_fabric_open sets it, and a successful open clears it. */
 WEFT_API const char *weft_open_error(void);
 
 /* -------------------------------------------------------------------------------------------- lanes */
@@ -237,7 +238,20 @@ typedef struct weft_op_desc {
 /* Ops are asynchronous: each returns once its work is given to a lane (a GPU's stream, the host lanes'
  * queue thread), so independent work on different lanes overlaps. Dependencies are tracked through the
  * tensors ops read and write; weft_tensor_read waits only for what produced that tensor, weft_fabric_sync
- * for everything. Short host ops, with nothing queued ahead of them, run on the caller's thread. */
+ * for everything. Short host ops, with nothing queued ahead of them, run on the caller's thread.
+ *
+ * Errors of queued ops: an op that fails after its call returned OK leaves its failure (status and message)
+ * on the tensors it writes. weft_tensor_read of such a tensor returns that failure and copies nothing; an
+ * op that reads it fails with it (or, queued behind the failed op, passes the failure on to what it
+ * writes); a later successful write of the tensor (weft_tensor_write, or an op) clears it. weft_fabric_sync
+ * returns the first such failure that no read or op has reported yet, once. Calls that touch none of the
+ * failed op's outputs are not failed by it.
+ *
+ * In-place ops: add, relu, relu_backward and scale may be given one of their inputs as `out` (the same
+ * tensor), on every lane, with the same bits as out of place; axpy is in place by definition. matmul,
+ * sum_rows and softmax_xent refuse an output that is an input (WEFT_ERR_INVALID_ARGUMENT). Different
+ * tensors whose host memory overlaps (weft_tensor_wrap of the same or overlapping memory) may not be an
+ * input and an output of one op, nor two outputs: WEFT_ERR_INVALID_ARGUMENT, and nothing changes. */
 
 /* Batched matmul: c[p] = op(a[p]) . op(b[p]) for each batch entry p, op(x) = x or x transposed.
  * a: [m,k] or [batch..,m,k] ([..,k,m] when trans_a); b: [k,n] (shared by the batch) or [batch..,k,n]
@@ -252,7 +266,7 @@ WEFT_API weft_status weft_op_add(weft_fabric *fabric, const weft_op_desc *desc, 
                                  weft_tensor *out);
 /* out = max(x, 0) (a NaN stays NaN). out may be x. */
 WEFT_API weft_status weft_op_relu(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out);
-/* out = x > 0 ? grad : 0, the gradient through relu given the relu's input x. out may be grad. */
+/* out = x > 0 ? grad : 0, the gradient through relu given the relu's input x. out may be grad or x. */
 WEFT_API weft_status weft_op_relu_backward(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *grad,
                                            weft_tensor *x, weft_tensor *out);
 /* out = alpha * x. out may be x. */
@@ -418,7 +432,9 @@ typedef struct weft_route_explanation {
   const weft_route_cost *lanes; /* owned by the fabric; valid until the next op or explain call */
 } weft_route_explanation;
 
-/* Explains where an op of this shape would run, with inputs on the host, and why. */
+/* Explains where an op of this shape would run, with inputs on the host, and why. A query: it measures no
+ * lane and writes no cache; a lane never measured is explained from its built-in prior (its cost line's
+ * source, weft_fabric_cost_model, is WEFT_COST_PRIOR). */
 WEFT_API weft_status weft_route_explain(weft_fabric *fabric, const weft_route_query *query,
                                         weft_route_explanation *out_explanation);
 /* Explains the last op the fabric routed (WEFT_LANE_AUTO): every lane's predicted cost and the choice. */

@@ -6,12 +6,25 @@
  * plugins named in weft_fabric_desc.plugins or WEFT_PLUGIN_PATH (':'-separated files, or directories whose
  * *.so files are all loaded).
  *
- * Admission: a plugin lane serves no work until it has passed, in a child process (so a crash or a hang
- * cannot take the caller down), a self-test of every op it claims: small exact-contract cases compared bit
- * for bit with weft's reference. A lane of kind "npu" must also hand back, from its evidence slot, its
- * platform's own receipt that the NPU ran the self-test's work (a compute-plan report, a profiling record):
- * an NPU lane that cannot show it ran anything is refused, never silently served by something else.
- * Refused plugins and lanes are listed as absent with the reason (`weft devices`).
+ * Admission: a plugin lane serves no work until it has passed a self-test of every op it claims, run by
+ * the helper executable weft-plugin-check in a process of its own (spawned, never forked from the caller;
+ * a crash or a hang there cannot take the caller down): exact-contract cases compared bit for bit with
+ * weft's reference, small shapes in every form of each op and matmuls with k up to 4099 and odd m, n, k.
+ * weft copies the plugin file once into a sealed private copy, hashes it (SHA-256), tests that copy and
+ * loads that same copy: what runs is byte for byte what passed, and a verdict is kept per content hash.
+ * (A plugin is therefore loaded from /proc/self/fd/N: an $ORIGIN in its run path does not find files
+ * next to it; link its dependencies from the system's library path.) The helper is found through the
+ * environment variable WEFT_PLUGIN_CHECK, next to the library or executable holding weft, in weft's
+ * installed libexec folder, or in its build tree.
+ *
+ * A lane of kind "npu" must name, from its accel_device slot, the /sys/class/accel device it runs on
+ * ("accel0"); it is admitted only when that device's own busy counter (npu_busy_time_us, which the Intel
+ * NPU driver advances when and only when jobs are submitted to the firmware) advanced during its
+ * self-test. Whatever its evidence slot writes is shown as claimed, never taken as proof: an NPU lane
+ * whose counter did not move is refused ("npu claimed, not verified"), never silently served by something
+ * else. Refused plugins and lanes are listed as absent with the reason; `weft devices` says for each
+ * admitted plugin lane what was verified and what was only claimed. The sysfs root is /sys, or
+ * WEFT_SYSFS_ROOT (tests point it at a fake tree).
  *
  * A plugin links nothing of weft: it reports errors through args->host->report (the executable that loads
  * it may hold weft statically and export none of its symbols).
@@ -48,11 +61,20 @@ typedef struct weft_plugin_desc {
   /* Finds the plugin's devices and adds one lane per device to the sink (or an absent entry and WEFT_OK
    * when there is none). Called once in the self-test's child process and once in the caller. */
   weft_lane_probe_fn probe;
-  /* Optional, required for kind "npu": after the self-test ran on the lane `self` (a lane this probe added),
-   * writes the platform's own receipt that its device ran that work into buf (len bytes, NUL-terminated)
-   * and returns 1; returns 0 when there is no such receipt. */
+  /* Optional: after the self-test ran on the lane `self` (a lane this probe added), writes the platform's
+   * own receipt that its device ran that work into buf (len bytes, NUL-terminated) and returns 1; returns
+   * 0 when there is no such receipt. Shown as what the plugin claims; admission does not rely on it. */
   int (*evidence)(void *self, char *buf, size_t len);
+  /* Required for kind "npu": writes the name of the /sys/class/accel device the lane `self` runs its work
+   * on ("accel0") into buf (len bytes, NUL-terminated) and returns 1; 0 when it cannot say. Admission
+   * reads that device's npu_busy_time_us before and after the self-test. */
+  int (*accel_device)(void *self, char *buf, size_t len);
 } weft_plugin_desc;
+
+/* For a lane admitted from a plugin in this process: one line saying what admission verified (the
+ * self-test's bits; for an NPU, the device counter that advanced) and what the plugin only claimed. NULL
+ * for any other lane. The text lives as long as the process. (`weft devices` prints it.) */
+WEFT_API const char *weft_plugin_admission(const char *lane_name);
 
 /* What a plugin exports, under this name (WEFT_PLUGIN_ENTRY_SYMBOL). Returns a descriptor that lives as
  * long as the plugin is loaded. */

@@ -45,6 +45,14 @@ if(BUILD_TESTING AND WEFT_PYTHON)
     add_test(NAME python COMMAND ${WEFT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/tests/run_tests.py)
   endif()
   set_tests_properties(python PROPERTIES ENVIRONMENT "${_weft_py_env}" SKIP_RETURN_CODE 77 TIMEOUT 900)
+  # `out=` naming an input on the remote lanes of a real worker (its CPU and, where there is one, its GPU).
+  if(TARGET weft_cli AND NOT _weft_py_skip)
+    add_test(NAME python_inplace_remote COMMAND sh ${PROJECT_SOURCE_DIR}/tests/net/with_worker.sh
+             $<TARGET_FILE:weft_cli> ${WEFT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/tests/run_tests.py
+             -k "test_inplace and remote")
+    set_tests_properties(python_inplace_remote PROPERTIES
+      ENVIRONMENT "${_weft_py_env};WEFT_WORKER_LANES=cpu,vulkan" SKIP_RETURN_CODE 77 TIMEOUT 300)
+  endif()
 endif()
 
 option(WEFT_INSTALL_PYTHON "cmake --install also installs the Python package" OFF)

@@ -3,7 +3,8 @@
  *
  * Two comparisons, chosen by the contract the case runs under:
  *   exact: every output element must have the reference's bits (src/core/reference.c run on host copies of
- *          the inputs; NaNs compare equal whatever their payload). The fp32 bound below is checked too, which
+ *          the inputs; NaNs too: every NaN an exact lane stores is the canonical 0x7fc00000, see same_bits_exact
+ *          and cases_nan). The fp32 bound below is checked too, which
  *          catches a reference that is itself wrong (the bit comparison alone cannot).
  *   fp32:  |got - ref| <= bound per element, ref computed in float64 here. With u = 2^-24 (fp32's unit
  *          roundoff) the bounds are the classical ones for any summation order (with or without fused
@@ -91,6 +92,13 @@ static void case_check(ctx *c, int ok, const char *fmt, ...) {
   fputc('\n', LOG);
 }
 
+/* The exact contract's comparison: the same 32 bits, NaNs included (no NaN equals any NaN shortcut). */
+static int same_bits_exact(float a, float b) { return tu_bits(a) == tu_bits(b); }
+
+/* Under exact every NaN a lane stores is the canonical quiet NaN 0x7fc00000 (src/core/reference.h). */
+static int canonical_nan(float v) { return v == v || tu_bits(v) == 0x7fc00000u; }
+
+
 /* ------------------------------------------------------------------------------------------- tensors */
 
 typedef struct tens {
@@ -112,6 +120,8 @@ enum fill {
   FILL_LOGITS,   /* [-4, 4) */
   FILL_ONEHOT,   /* one 1 per row of the last dimension, the rest 0 */
   FILL_SOFT,     /* positive rows summing to about 1 */
+  FILL_NANS,     /* NaNs of several payloads (quiet, signalling, negative) and infinities among uniform values */
+  FILL_INFZERO,  /* only +-inf, +-0 and +-1: products 0*inf and sums inf-inf make NaNs from no NaN input */
 };
 
 static float special_value(ctx *c) {
@@ -132,6 +142,8 @@ static float special_value(ctx *c) {
   return tu_float(bits[tu_rng_int(&c->rng, 0, (int64_t)(sizeof bits / sizeof bits[0]) - 1)]);
 }
 
+static float nan_fill_value(ctx *c, int fill);
+
 static void fill_values(ctx *c, float *h, size_t n, int64_t cols, int fill) {
   for (size_t e = 0; e < n; e++) {
     switch (fill) {
@@ -147,6 +159,8 @@ static void fill_values(ctx *c, float *h, size_t n, int64_t cols, int fill) {
       break;
     }
     case FILL_NEGZERO: h[e] = -0.0f; break;
+    case FILL_NANS:
+    case FILL_INFZERO: h[e] = nan_fill_value(c, fill); break;
     case FILL_WIDE: h[e] = tu_rng_float(&c->rng, -80, 80); break;
     case FILL_LOGITS: h[e] = tu_rng_float(&c->rng, -4, 4); break;
     case FILL_ONEHOT:
@@ -228,7 +242,7 @@ static void check_unchanged(ctx *c, const tens *x, const char *name) {
   if (!got) return;
   size_t bad = 0, first = 0;
   for (size_t e = 0; e < x->n; e++)
-    if (!tu_same_bits(got[e], x->h[e]) && bad++ == 0) first = e;
+    if (!same_bits_exact(got[e], x->h[e]) && bad++ == 0) first = e;
   case_check(c, bad == 0, "input %s was modified by the op: %zu elements differ, first [%zu] now 0x%08x, was 0x%08x",
              name, bad, first, bad ? tu_bits(got[first]) : 0u, bad ? tu_bits(x->h[first]) : 0u);
   free(got);
@@ -258,6 +272,7 @@ static int op_ok(ctx *c, weft_status st, const char *fn) {
 
 /* ---------------------------------------------------------------------------------------- comparison */
 
+
 static void coord_str(char *buf, size_t len, const tens *x, size_t e) {
   size_t idx[4];
   for (int d = x->ndim - 1; d >= 0; d--) {
@@ -276,7 +291,7 @@ static void compare(ctx *c, const char *name, const tens *out, const float *got,
                     const double *bound) {
   size_t bad = 0;
   for (size_t e = 0; e < out->n; e++) {
-    int bits_ok = !want || tu_same_bits(got[e], want[e]);
+    int bits_ok = !want || (same_bits_exact(got[e], want[e]) && canonical_nan(got[e]));
     double g = (double)got[e];
     int tol_ok;
     if (isnan(ref[e])) tol_ok = isnan(g);
@@ -287,8 +302,9 @@ static void compare(ctx *c, const char *name, const tens *out, const float *got,
       char at[64];
       coord_str(at, sizeof at, out, e);
       if (!bits_ok)
-        fprintf(LOG, "FAIL [%s/exact] %s: %s%s got 0x%08x (%.9g) want 0x%08x (%.9g) [bits vs reference]\n",
-                c->lane_name, c->what, name, at, tu_bits(got[e]), got[e], tu_bits(want[e]), want[e]);
+        fprintf(LOG, "FAIL [%s/exact] %s: %s%s got 0x%08x (%.9g) want 0x%08x (%.9g) [%s]\n", c->lane_name, c->what,
+                name, at, tu_bits(got[e]), got[e], tu_bits(want[e]), want[e],
+                canonical_nan(got[e]) ? "bits vs reference" : "a NaN must be the canonical 0x7fc00000");
       if (!tol_ok)
         fprintf(LOG, "FAIL [%s/%s] %s: %s%s got 0x%08x (%.9g) want %.12g +- %.3g [float64 bound]\n", c->lane_name,
                 c->exact ? "exact" : "fp32", c->what, name, at, tu_bits(got[e]), got[e], ref[e], bound[e]);
@@ -476,6 +492,34 @@ static void cases_matmul(ctx *c) {
     mm_run(c, &mc);
   }
   mm_case_init(&mc, 2, 4, 1, 65, 129, 33, 0, 0);
+  mm_run(c, &mc);
+}
+
+/* Large k on every lane, whatever its size cap: a lane that fuses multiply-adds, sums in another order or
+ * splits k only past some length, or only on full tiles, differs here. Small m and n keep the work (about
+ * 6 M multiply-adds in all) modest on a software GPU. */
+static void cases_matmul_large_k(ctx *c) {
+  mm_case mc;
+  for (int t = 0; t < 4; t++) { /* k = 4099: past 4096, prime-ish, every transpose combination */
+    mm_case_init(&mc, 0, 1, 1, 3, 4099, 5, t & 1, t >> 1);
+    mm_run(c, &mc);
+  }
+  /* odd m, n and k, no multiple of any tile or block size */
+  mm_case_init(&mc, 0, 1, 1, 67, 2111, 33, 0, 0);
+  mm_run(c, &mc);
+  mm_case_init(&mc, 0, 1, 1, 13, 3001, 9, 1, 1);
+  mm_run(c, &mc);
+  /* a batch with large k, b batched and shared */
+  mm_case_init(&mc, 2, 2, 1, 5, 4099, 3, 0, 1);
+  mm_run(c, &mc);
+  mm_case_init(&mc, 1, 3, 1, 7, 2049, 4, 1, 0);
+  mm_run(c, &mc);
+  /* large k with subnormal products and sparse specials */
+  mm_case_init(&mc, 0, 1, 1, 2, 4099, 3, 0, 0);
+  mc.fill_a = FILL_TINY;
+  mm_run(c, &mc);
+  mm_case_init(&mc, 0, 1, 1, 3, 4099, 2, 0, 1);
+  mc.fill_a = mc.fill_b = FILL_SPARSE;
   mm_run(c, &mc);
 }
 
@@ -728,8 +772,10 @@ static void softmax_ref(const float *z, const float *t, int64_t rows, int64_t co
       double L = fabs(d) + fabs(ls) + fabs(lsm) + (double)cols + 8;
       acc += tr[j] * lsm;
       grad[i * cols + j] = (p - tr[j]) / (double)rows;
-      grad_bound[i * cols + j] = 4 * U24 * L * (p + fabs(tr[j])) / (double)rows + 4 * TINY;
-      tb += fabs(tr[j]) * (L + (double)(cols + rows + 8) * (1 + fabs(lsm)));
+      /* a -inf logit makes L infinite where p and t are 0: the term is then 0, not inf * 0 */
+      const double pt = p + fabs(tr[j]);
+      grad_bound[i * cols + j] = (pt != 0 ? 4 * U24 * L * pt / (double)rows : 0) + 4 * TINY;
+      if (tr[j] != 0) tb += fabs(tr[j]) * (L + (double)(cols + rows + 8) * (1 + fabs(lsm)));
     }
     tot += -acc;
   }
@@ -802,6 +848,81 @@ static void cases_softmax(ctx *c) {
   }
 }
 
+/* ------------------------------------------------------------------------------------------- NaNs */
+
+/* FILL_NANS and FILL_INFZERO. Hardware differs in the NaN it makes: x86 keeps (and quiets) an input NaN's
+ * payload and sign and makes 0xffc00000 for inf - inf or 0 * inf; GPUs make others. Under exact every lane
+ * must store the canonical 0x7fc00000 instead, which these values expose. */
+static float nan_fill_value(ctx *c, int fill) {
+  static const uint32_t nans[] = {
+      0x7fc00001u, /* quiet NaN with a payload */
+      0xffc00000u, /* negative quiet NaN (x86's default NaN) */
+      0x7f800001u, /* signalling NaN */
+      0xff800001u, /* negative signalling NaN */
+      0xffc00001u, /* negative quiet NaN with a payload */
+      0x7fffffffu, /* every payload bit */
+      0x7f800000u, /* +inf */
+      0xff800000u, /* -inf */
+      0x80000000u, /* -0 */
+      0x00000000u, /* +0 */
+  };
+  static const uint32_t infzero[] = {0x7f800000u, 0xff800000u, 0x00000000u, 0x80000000u, 0x3f800000u, 0xbf800000u};
+  if (fill == FILL_INFZERO)
+    return tu_float(infzero[tu_rng_int(&c->rng, 0, (int64_t)(sizeof infzero / sizeof infzero[0]) - 1)]);
+  if (tu_rng_int(&c->rng, 0, 3) != 0) return tu_rng_float(&c->rng, -1, 1);
+  return tu_float(nans[tu_rng_int(&c->rng, 0, (int64_t)(sizeof nans / sizeof nans[0]) - 1)]);
+}
+
+/* Every op on inputs that make NaNs: NaN inputs of different payloads, signalling NaNs, inf - inf, 0 * inf
+ * (in the products, and through alpha for scale and axpy). Under exact the outputs are compared bit for bit
+ * with the reference, whose every NaN is 0x7fc00000; compare() also requires any NaN read back to be that
+ * one. The matmul shapes take the tiny path, the packed path with edge tiles, and a k that crosses the CPU's
+ * k-blocking (a NaN partial sum carried from one block to the next). */
+static void cases_nan(ctx *c) {
+  static const int fills[2] = {FILL_NANS, FILL_INFZERO};
+  for (int fi = 0; fi < 2; fi++) {
+    const int fill = fills[fi];
+    mm_case mc;
+    static const int64_t mm_shapes[][3] = {{5, 7, 3}, {13, 37, 29}, {20, 300, 35}}; /* m, k, n */
+    for (size_t s = 0; s < sizeof mm_shapes / sizeof mm_shapes[0]; s++)
+      for (int t = 0; t < 4; t += 3) {
+        mm_case_init(&mc, 0, 1, 1, mm_shapes[s][0], mm_shapes[s][1], mm_shapes[s][2], t & 1, t >> 1);
+        mc.fill_a = fill;
+        mc.fill_b = s == 1 ? FILL_UNIFORM : fill;
+        mm_run(c, &mc);
+      }
+    mm_case_init(&mc, 3, 3, 2, 6, 9, 5, 0, 0); /* batched, b shared */
+    mc.fill_a = mc.fill_b = fill;
+    mm_run(c, &mc);
+
+    static const weft_op_kind ew[] = {WEFT_OP_ADD, WEFT_OP_RELU, WEFT_OP_RELU_BACKWARD, WEFT_OP_SCALE, WEFT_OP_AXPY};
+    static const int64_t ew_shapes[][2] = {{9, 13}, {97, 65}};
+    const float alphas[] = {0.0f, INFINITY, tu_float(0xffc00001u), 1.5f};
+    for (size_t k = 0; k < sizeof ew / sizeof ew[0]; k++)
+      for (size_t s = 0; s < 2; s++) {
+        const int uses_alpha = ew[k] == WEFT_OP_SCALE || ew[k] == WEFT_OP_AXPY;
+        for (int a = 0; a < (uses_alpha ? 4 : 1); a++) {
+          ew_case ec;
+          ew_init(&ec, ew[k], 2, ew_shapes[s]);
+          ec.fill_p = fill;
+          ec.fill_q = a & 1 ? FILL_UNIFORM : fill;
+          ec.alpha = alphas[a];
+          ew_run(c, &ec);
+          if (ew[k] == WEFT_OP_ADD) { /* a broadcast bias row of NaNs */
+            ec.ymode = 1;
+            ew_run(c, &ec);
+          }
+        }
+      }
+
+    static const int64_t sr[2] = {37, 21};
+    sum_rows_run(c, 2, sr, 0, fill);
+    static const int64_t sx[2] = {16, 9};
+    softmax_run(c, 2, sx, fill, FILL_ONEHOT, 3);
+    softmax_run(c, 2, sx, FILL_LOGITS, fill, 3);
+  }
+}
+
 /* --------------------------------------------------------------------------------------- residency */
 
 /* The bookkeeping of where a tensor's current value lives: a host write after the lane computed with the
@@ -833,7 +954,7 @@ static void cases_residency(ctx *c) {
     if ((got = tens_read(c, &Q, "q"))) {
       size_t bad = 0;
       /* relu and a scale by 2 round nothing: bits under exact, values (any zero sign) under fp32 */
-      for (int e = 0; e < 35; e++) bad += c->exact ? !tu_same_bits(got[e], want2[e]) : got[e] != want2[e];
+      for (int e = 0; e < 35; e++) bad += c->exact ? !same_bits_exact(got[e], want2[e]) : got[e] != want2[e];
       case_check(c, bad == 0, "round %d: scale(relu(x)) differs from the host's in %zu of 35 elements%s", round, bad,
                  round ? " (a stale lane copy of x after weft_tensor_write?)" : "");
       free(got);
@@ -878,6 +999,10 @@ void weft_conf_run(weft_fabric *f, int lane, weft_contract contract, int slow, i
   /* Each family draws from its own stream so that adding cases to one leaves the others' shapes alone. */
   c.rng.s = family_seed(seed, "matmul");
   cases_matmul(&c);
+  if (!quick) {
+    c.rng.s = family_seed(seed, "matmul_large_k");
+    cases_matmul_large_k(&c);
+  }
   static const weft_op_kind ew[] = {WEFT_OP_ADD, WEFT_OP_RELU, WEFT_OP_RELU_BACKWARD, WEFT_OP_SCALE, WEFT_OP_AXPY};
   for (size_t i = 0; i < sizeof ew / sizeof ew[0]; i++) {
     c.rng.s = family_seed(seed, weft_op_kind_str(ew[i]));
@@ -889,6 +1014,8 @@ void weft_conf_run(weft_fabric *f, int lane, weft_contract contract, int slow, i
   cases_softmax(&c);
   c.rng.s = family_seed(seed, "residency");
   cases_residency(&c);
+  c.rng.s = family_seed(seed, "nan");
+  cases_nan(&c);
 }
 
 /* ------------------------------------------------------------------------------------------- chain */
@@ -933,7 +1060,7 @@ static void chain_one(ctx *c, const int *steps, const char *const *names, int sc
   if (got) {
     size_t bad = 0, first = 0;
     for (size_t e = 0; e < H.n; e++)
-      if (!tu_same_bits(got[e], want[e]) && bad++ == 0) first = e;
+      if (!same_bits_exact(got[e], want[e]) && bad++ == 0) first = e;
     case_check(c, bad == 0, "%zu of %zu elements differ from the reference chain; first h[%zu] got 0x%08x want 0x%08x",
                bad, H.n, first, bad ? tu_bits(got[first]) : 0u, bad ? tu_bits(want[first]) : 0u);
     c->st->elements += (long)H.n;

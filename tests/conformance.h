@@ -4,8 +4,9 @@
  * weft_conf_run once per lane and contract, so a lane added to weft later (vulkan, cuda, remote, ...) is
  * covered with no copy of the suite. Every case builds its inputs on the host, runs the op through the public
  * API pinned to the lane, reads the result back with weft_tensor_read and compares it:
- *   exact contract: bit for bit (NaNs normalised) against the reference (src/core/reference.c) run on host
- *                   copies, and within the fp32 bound below against float64 (which checks the reference too);
+ *   exact contract: bit for bit against the reference (src/core/reference.c) run on host copies, NaNs too
+ *                   (each must be the canonical 0x7fc00000), and within the fp32 bound below against
+ *                   float64 (which checks the reference too);
  *   fp32 contract:  against a float64 reference within a stated bound per op (see conformance.c). */
 #ifndef WEFT_CONFORMANCE_H
 #define WEFT_CONFORMANCE_H
@@ -25,7 +26,8 @@ typedef struct weft_conf_stats {
 /* Runs every case on lane `lane` (an index from weft_fabric_lane_count, or WEFT_LANE_AUTO to let the router
  * choose) under `contract`. `slow` keeps every dimension <= 256 and trims the random cases (for lanes that
  * are not the CPU: a software Vulkan driver is 50-400x slower); `quick` runs only the fixed edge cases.
- * Shapes and values come from `seed`, so every lane sees the same cases. Adds to *stats. */
+ * Large-k matmuls (k up to 4099, odd shapes, small m and n) run on every lane whatever `slow` says; `quick`
+ * leaves them out. Shapes and values come from `seed`, so every lane sees the same cases. Adds to *stats. */
 void weft_conf_run(weft_fabric *fabric, int lane, weft_contract contract, int slow, int quick, uint64_t seed,
                    weft_conf_stats *stats);
 

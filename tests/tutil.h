@@ -15,6 +15,9 @@
 extern long tu_checks;   /* checks made */
 extern long tu_failures; /* checks that failed */
 
+/* The exit code CTest reads as "skipped" (each test that can skip has SKIP_RETURN_CODE 77). */
+#define TU_SKIP_EXIT 77
+
 /* Records one check; on failure prints file:line and the printf-style explanation. */
 void tu_check_at(int ok, const char *file, int line, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -68,7 +71,17 @@ void tu_fake_free(void *self, void *buffer);
 weft_status tu_fake_upload(void *self, void *buffer, size_t offset, const void *src, size_t bytes);
 weft_status tu_fake_download(void *self, void *buffer, size_t offset, void *dst, size_t bytes);
 
-/* Prints "<name>: N checks, M failed (S s)" and returns the process exit code (0 when nothing failed). */
+/* Marks the whole test as skipped (nothing here to test: no GPU, no driver) and prints "SKIP: <why>".
+ * tu_finish then returns TU_SKIP_EXIT unless a check failed. */
+void tu_skip(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* Prints "<name>: N checks, M failed (S s)" and returns the process exit code: 1 when a check failed,
+ * TU_SKIP_EXIT when the test skipped (tu_skip), 1 when it made no check at all (a test that checked
+ * nothing cannot have passed), else 0. */
 int tu_finish(const char *name, double start);
 
 #endif

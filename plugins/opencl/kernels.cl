@@ -4,6 +4,11 @@
  * on its own: acc = acc + prod never becomes a fused multiply-add. */
 #pragma OPENCL FP_CONTRACT OFF
 
+/* Every result a kernel stores goes through canon: a NaN becomes the canonical quiet NaN 0x7fc00000
+ * (src/core/reference.h), whatever NaN the device made, so NaN results have the same bits on every lane.
+ * Tested on the bits, which no compiler assumption about NaN can change. */
+static float canon(float v) { return (as_uint(v) & 0x7fffffffu) > 0x7f800000u ? as_float(0x7fc00000u) : v; }
+
 /* MATMUL: one work-item per c[p, i, j]; global size (n, m, batch). */
 __kernel void weft_matmul(__global const float *a, __global const float *b, __global float *c, long m, long n, long k,
                           int trans_a, int trans_b, int b_batched) {
@@ -19,7 +24,7 @@ __kernel void weft_matmul(__global const float *a, __global const float *b, __gl
     const float prod = av * bv;
     acc = acc + prod;
   }
-  c[i * n + j] = acc;
+  c[i * n + j] = canon(acc);
 }
 
 #define EW_ADD 1
@@ -35,16 +40,16 @@ __kernel void weft_elementwise(__global const float *x, __global const float *y,
   if (e >= count) return;
   const float xv = x[e];
   if (op == EW_ADD) {
-    out[e] = xv + y[y_broadcast ? e % cols : e];
+    out[e] = canon(xv + y[y_broadcast ? e % cols : e]);
   } else if (op == EW_RELU) {
-    out[e] = xv > 0.0f ? xv : (xv != xv ? xv : 0.0f);
+    out[e] = xv > 0.0f ? xv : (xv != xv ? canon(xv) : 0.0f);
   } else if (op == EW_RELU_BACKWARD) {
-    out[e] = y[e] > 0.0f ? xv : 0.0f;
+    out[e] = y[e] > 0.0f ? canon(xv) : 0.0f;
   } else if (op == EW_SCALE) {
-    out[e] = alpha * xv;
+    out[e] = canon(alpha * xv);
   } else if (op == EW_AXPY) {
     const float prod = alpha * xv;
-    out[e] = prod + out[e];
+    out[e] = canon(prod + out[e]);
   }
 }
 
@@ -54,7 +59,7 @@ __kernel void weft_sum_rows(__global const float *x, __global float *out, long r
   if (j >= cols) return;
   float acc = 0.0f;
   for (long i = 0; i < rows; i++) acc = acc + x[i * cols + j];
-  out[j] = acc;
+  out[j] = canon(acc);
 }
 
 static float pow2i(int n) { return as_float((uint)(n + 127) << 23); }
@@ -127,9 +132,9 @@ __kernel void weft_softmax_rows(__global const float *z, __global const float *t
     const float lsm = (zr[j] - mx) - ls;
     const float prod = tr[j] * lsm;
     acc = acc + prod;
-    if (want_grad) grad[i * cols + j] = (weft_expf(lsm) - tr[j]) * inv_rows;
+    if (want_grad) grad[i * cols + j] = canon((weft_expf(lsm) - tr[j]) * inv_rows);
   }
-  row_loss[i] = -acc;
+  row_loss[i] = canon(-acc);
 }
 
 /* The loss: the rows' losses summed in row order, then scaled, by one work-item. */
@@ -137,5 +142,5 @@ __kernel void weft_softmax_loss(__global const float *row_loss, __global float *
   if (get_global_id(0) != 0) return;
   float tot = 0.0f;
   for (long i = 0; i < rows; i++) tot = tot + row_loss[i];
-  loss[0] = tot * inv_rows;
+  loss[0] = canon(tot * inv_rows);
 }

@@ -282,7 +282,7 @@ static weft_status ocl_probe(const weft_probe_args *args, const weft_lane_sink *
 
 static const weft_plugin_desc OCL_PLUGIN = {
     WEFT_PLUGIN_ABI_VERSION, sizeof(weft_plugin_desc), WEFT_LANE_ABI_VERSION, "opencl", "opencl",
-    WEFT_PLUGIN_CLAIM_ALL,   ocl_probe,                NULL,
+    WEFT_PLUGIN_CLAIM_ALL,   ocl_probe,                NULL, NULL,
 };
 
 __attribute__((visibility("default"))) const weft_plugin_desc *weft_plugin_entry(void) { return &OCL_PLUGIN; }

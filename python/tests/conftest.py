@@ -40,5 +40,6 @@ def pytest_report_header(config):
 
 @pytest.fixture(params=[None] + EXACT_LANES, ids=lambda lane: f"lane={lane or 'auto'}")
 def lane(request):
-    """None (the router chooses) and then every lane that honours exact."""
+    """None (the router chooses) and then every lane that honours exact. Such a lane claims every op under the
+    exact contract: a test pinned to it fails (never skips) when it raises UnsupportedError."""
     return request.param

@@ -15,11 +15,29 @@ def rand(rng, *shape, lo=-1.0, hi=1.0):
 
 
 def run(fn, *args, **kw):
-    """Runs an op; a lane that does not run this op at all is skipped, not failed."""
+    """Runs an op. Every lane these tests pin to claims the exact contract (conftest.EXACT_LANES) and routed
+    ops always have the CPU lane, so an UnsupportedError is the lane breaking its claim: a failure, never a
+    skip."""
     try:
         return fn(*args, **kw)
     except weft.UnsupportedError as e:
-        pytest.skip(str(e))
+        pytest.fail(f"a lane that claims the exact contract refused the op: {e}")
+
+
+def test_a_refusal_on_a_lane_that_claims_exact_fails():
+    # run() must turn an UnsupportedError into a failure: a skip here would let a lane that claims the
+    # contract and refuses its ops pass the whole suite.
+    def refuses(*args, **kw):
+        raise weft.UnsupportedError("vulkan:0 does not run relu")
+
+    try:
+        run(refuses)
+    except pytest.fail.Exception as e:
+        assert "claims the exact contract" in str(e)
+        return
+    except BaseException as e:  # pytest.skip raises an OutcomeException, not an Exception
+        pytest.fail(f"run() turned the refusal into {type(e).__name__}, not a failure")
+    pytest.fail("run() swallowed the refusal")
 
 
 def test_reference_matmul_is_the_definition():
@@ -87,10 +105,7 @@ def test_matmul_exact_lanes_agree_with_each_other(fabric):
     a, b = rand(rng, 70, 300), rand(rng, 300, 50)
     results = {}
     for lane in lanes:
-        try:
-            results[lane] = fabric.matmul(a, b, lane=lane)
-        except weft.UnsupportedError:
-            continue
+        results[lane] = run(fabric.matmul, a, b, lane=lane)  # each claims exact: refusing is a failure
     first = next(iter(results.values()))
     assert all(ref.same_bits(first, r) for r in results.values()), list(results)
 

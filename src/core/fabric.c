@@ -10,6 +10,7 @@
 #include "../cost/cost.h"
 #include "../sched/route.h"
 #include "../sched/split.h"
+#include "fpenv.h"
 #include "internal.h"
 #include "testing.h"
 
@@ -155,7 +156,20 @@ static weft_status add_lane(void *ctx, const weft_lane_vtable *vt, void *self) {
   return add_lane_checked(ctx, vt, self, 1);
 }
 
+static weft_status fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fabric);
+
+/* Lanes start threads when they open (the CPU pool, a driver's own: lavapipe's), and a thread starts with
+ * its creator's floating-point environment; so the lanes open, and calibrate, under the clean one
+ * (fpenv.h), and the caller's is put back after. */
 weft_status weft_fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fabric) {
+  weft_fpenv env;
+  weft_fpenv_enter(&env);
+  weft_status st = fabric_open(desc, out_fabric);
+  weft_fpenv_leave(&env);
+  return st;
+}
+
+static weft_status fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fabric) {
   open_error[0] = '\0';
   if (!out_fabric) {
     snprintf(open_error, sizeof open_error, "weft_fabric_open: out_fabric is NULL");
@@ -170,9 +184,17 @@ weft_status weft_fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fab
     return WEFT_ERR_INVALID_ARGUMENT;
   }
   weft_fabric *f = calloc(1, sizeof *f);
-  if (!f) return WEFT_ERR_OUT_OF_MEMORY;
+  if (!f) {
+    snprintf(open_error, sizeof open_error, "weft_fabric_open: out of host memory for the fabric");
+    return WEFT_ERR_OUT_OF_MEMORY;
+  }
   f->desc = *desc;
   f->lanes_filter = desc->lanes ? dup_str(desc->lanes) : NULL;
+  if (desc->lanes && !f->lanes_filter) { /* not every lane instead of those asked for */
+    snprintf(open_error, sizeof open_error, "weft_fabric_open: out of host memory for the lane filter");
+    free(f);
+    return WEFT_ERR_OUT_OF_MEMORY;
+  }
   f->desc.lanes = f->lanes_filter;
   f->host.ctx = f;
   f->host.report = host_report;
@@ -298,7 +320,7 @@ weft_status weft_route_explain(weft_fabric *f, const weft_route_query *q, weft_r
     if (q->rows < 1 || q->cols < 1)
       return weft_fail(f, WEFT_ERR_SHAPE, "weft_route_explain: %s needs rows and cols >= 1", weft_op_kind_str(q->op));
     op.rows = q->rows, op.cols = q->cols;
-    op.inv_rows = 1.0f / (float)q->rows;
+    op.inv_rows = weft_fpenv_recip(q->rows);
   }
   int lane = weft_route_pick(f, &op, NULL, 0, f->explain);
   out->op = op.kind;
@@ -403,7 +425,13 @@ void weft_lane_mark_failed(weft_fabric *f, int lane) {
   weft_route_forget(f);
 }
 
+void weft_lane_revive_soon(const weft_lane_host *host) {
+  if (host && host->report == host_report) atomic_store(&((weft_fabric *)host->ctx)->revive_poke, 1);
+}
+
 void weft_lanes_revive(weft_fabric *f, int all) {
+  /* A lane that came up in the background asks to be asked now, whatever its backoff says. */
+  if (atomic_exchange(&f->revive_poke, 0)) all = 1;
   double now = weft_fabric_now(f);
   int changed = 0;
   for (size_t i = 0; i < f->nlanes; i++) {
@@ -412,7 +440,10 @@ void weft_lanes_revive(weft_fabric *f, int all) {
     char saved[WEFT_ERR_LEN];
     memcpy(saved, f->err, sizeof saved); /* the lane's answer must not replace the caller's last error */
     f->err[0] = '\0';
+    weft_fpenv env; /* a revived lane may start threads: they inherit the clean environment */
+    weft_fpenv_enter(&env);
     weft_status st = s->vt.revive(s->self);
+    weft_fpenv_leave(&env);
     if (st == WEFT_OK) {
       s->failed = 0;
       f->lanes_epoch++;
@@ -492,6 +523,8 @@ weft_status weft_fabric_sync(weft_fabric *f) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
   f->err[0] = '\0';
   weft_status qst = weft_hostq_finish(f);
+  /* a queued op that failed and that no read or op has reported yet (its outputs still hold the failure) */
+  if (qst == WEFT_OK) qst = weft_hostq_take_unreported(f);
   weft_status st = each_lane(f, offsetof(weft_lane_vtable, sync), "sync");
   if (st == WEFT_OK) st = qst;
   if (st == WEFT_OK) lanes_idle(f);
@@ -524,6 +557,13 @@ int weft_testing_lane_idle(weft_fabric *f, size_t lane) {
 weft_status weft_testing_lane_flush(weft_fabric *f, size_t lane) {
   if (!f || lane >= f->nlanes) return WEFT_ERR_INVALID_ARGUMENT;
   return f->lanes[lane].vt.flush ? f->lanes[lane].vt.flush(f->lanes[lane].self) : WEFT_OK;
+}
+
+weft_status weft_testing_cache_store(weft_fabric *f, size_t lane, double alpha, double beta) {
+  if (!f || lane >= f->nlanes) return WEFT_ERR_INVALID_ARGUMENT;
+  weft_cost_line *l = &f->lanes[lane].cost[WEFT_COST_ELEMENTWISE][0].line;
+  l->alpha = alpha, l->beta = beta, l->source = WEFT_COST_MEASURED, l->points = 1;
+  return weft_cost_cache_save(f);
 }
 
 void weft_testing_set_clock(weft_fabric *f, double (*clock)(void *ctx), void *ctx) {

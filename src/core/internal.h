@@ -3,6 +3,7 @@
 #define WEFT_INTERNAL_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -126,6 +127,9 @@ struct weft_fabric {
   uint32_t route_epoch;
   double busy_max;                /* the latest busy_until of any lane: one compare tells "all idle" */
   double revive_at;               /* the earliest retry_at of a down, revivable lane; INFINITY when none */
+  /* Set from any thread (weft_lane_revive_soon) when a down lane became ready in the background: the next
+   * op asks every down lane's revive at once, which for such lanes is a cheap check. */
+  atomic_int revive_poke;
   int lost;                       /* some tensor's value went down with its lane: recover before writes */
   weft_split_memo split_memo;
   int split_memo_valid;
@@ -185,8 +189,28 @@ struct weft_tensor {
   uint64_t cover_mask; /* lanes where this memory lies inside another tensor's registered memory (a slice) */
   unsigned xfers;
   int dma_lane;
+  /* A queued op that was to make version `err_version` of this tensor failed (or read a value whose
+   * producer failed): reading that version reports `err` with the op's message. A later write makes a new
+   * version, which is not failed. err_ticket names the failure (the queue ticket of the op that failed). */
+  weft_status err;
+  uint64_t err_version, err_ticket;
+  char *errmsg;
   char location[256];
 };
+
+/* Records that version `version` of t failed to be made (hostq.c, when a queued op is drained). */
+void weft_tensor_set_error(weft_tensor *t, uint64_t version, weft_status err, uint64_t ticket, const char *msg);
+/* The failure of t's current value, if its producer failed: sets the fabric's last error to the op's
+ * message (and takes it off what weft_fabric_sync still has to report). WEFT_OK when the value is good. */
+weft_status weft_tensor_failure(weft_tensor *t);
+
+/* Per-lane bit masks (a tensor's registered memory) have one bit for each of the first WEFT_LANE_BITS
+ * lanes; a lane beyond them never sets its bit (its transfers are staged). weft_lane_bit is defined for
+ * any index: a shift by 64 or more is not. */
+#define WEFT_LANE_BITS 64
+static inline int weft_lane_bit(uint64_t mask, size_t lane) {
+  return lane < WEFT_LANE_BITS && ((mask >> lane) & 1u);
+}
 
 /* Records a message in the fabric's last error and returns `status`. */
 weft_status weft_fail(weft_fabric *f, weft_status status, const char *fmt, ...)
@@ -241,6 +265,8 @@ static inline void weft_lane_caught_up(weft_fabric *f, int i) {
 void weft_lane_mark_failed(weft_fabric *f, int lane);
 /* Asks down lanes whose retry time has come whether they are back (all of them when `all`). */
 void weft_lanes_revive(weft_fabric *f, int all);
+/* Safe from any thread: a down lane is ready, so the fabric's next op asks the down lanes' revive at once. */
+void weft_lane_revive_soon(const weft_lane_host *host);
 
 /* What wrote a tensor on a device lane, so a lost value can be computed again. */
 typedef struct weft_recipe {
@@ -260,16 +286,29 @@ void weft_fabric_recover_all(weft_fabric *f);
 uint64_t weft_hostq_submit(weft_fabric *f, int lane, const weft_op *op, weft_cost_class cls, double work, int observe);
 uint64_t weft_hostq_done(const weft_fabric *f);
 int weft_hostq_idle(const weft_fabric *f);
-/* Waits for ticket `ticket`; reports (and clears) the failure of any queued job since the last wait. */
+/* Waits for ticket `ticket` and drains what finished. A queued job's failure is not a failure of the wait:
+ * it is recorded on the tensors the job wrote (weft_tensor_failure), where reads and ops find it. */
 weft_status weft_hostq_wait(weft_fabric *f, uint64_t ticket);
-/* Waits for everything queued. */
+/* Waits for everything queued (the same: failures are on the tensors). */
 weft_status weft_hostq_finish(weft_fabric *f);
+/* The status of finished job `ticket` itself (its message in the fabric's last error when it failed);
+ * WEFT_OK when it succeeded or is no longer known. */
+weft_status weft_hostq_status(weft_fabric *f, uint64_t ticket);
+/* The first failure of a queued op the caller has not been told of yet (into the fabric's last error),
+ * then forgotten: weft_fabric_sync's report. WEFT_OK when there is none. */
+weft_status weft_hostq_take_unreported(weft_fabric *f);
+/* The caller was told of failure `ticket` (a read or an op found it on a tensor): sync need not say it. */
+void weft_hostq_reported(weft_fabric *f, uint64_t ticket);
+/* Records the tensors a just-submitted job reads (at their versions now) and, after they are marked
+ * written, those it writes. */
+void weft_hostq_note_inputs(weft_fabric *f, uint64_t ticket, weft_tensor *const *in, int nin);
+void weft_hostq_note_outputs(weft_fabric *f, uint64_t ticket, weft_tensor *const *out, int nout);
 /* The seconds a finished job ran (measured on the queue's thread); -1 if it failed or is not known. */
 double weft_hostq_seconds(const weft_fabric *f, uint64_t ticket);
 /* Passes finished jobs' timings to the cost model (the caller's thread). */
 void weft_hostq_drain(weft_fabric *f);
 void weft_hostq_stop(weft_fabric *f);
-/* On the queue's thread: keeps a lane's report for the next wait and returns 1; elsewhere 0. */
+/* On the queue's thread: keeps a lane's report as the running job's message and returns 1; elsewhere 0. */
 int weft_hostq_report(weft_status status, const char *fmt, va_list args);
 /* Waits until no queued job still writes t's host memory (before reading it), or reads or writes it
  * (before writing it). */

@@ -1,11 +1,13 @@
 /* ops.c - the public ops: validate every argument at the boundary, resolve the op to a lane and its
  * buffers, run it, and record where the result now lives. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "../cost/cost.h"
 #include "../sched/route.h"
 #include "../sched/split.h"
+#include "fpenv.h"
 #include "internal.h"
 
 static weft_status check_desc(weft_fabric *f, const weft_op_desc *desc, const char *fn, weft_op *op) {
@@ -41,9 +43,50 @@ static const char *shape_str(const weft_tensor *t, char *buf, size_t len) {
   return buf;
 }
 
+/* 1 when two different tensors' host memory overlaps (weft_tensor_wrap of the same or overlapping memory). */
+static int overlaps(const weft_tensor *a, const weft_tensor *b) {
+  if (a == b || !a->numel || !b->numel || (!a->borrowed && !b->borrowed)) return 0;
+  const uintptr_t a0 = (uintptr_t)a->host, a1 = a0 + a->numel * sizeof(float);
+  const uintptr_t b0 = (uintptr_t)b->host, b1 = b0 + b->numel * sizeof(float);
+  return a0 < b1 && b0 < a1;
+}
+
+/* An op may write one of its inputs only when that output IS the input (the same tensor: the elementwise
+ * ops allow it, the others refuse it by name). Different tensors over overlapping memory - two wraps of one
+ * buffer, or of parts of it - are refused: each keeps copies of its own on the lanes, so the op would read
+ * values it is overwriting on one lane and not on another. */
+static weft_status refuse_overlap(weft_fabric *f, const weft_op *op, weft_tensor **in, const char *const *in_name,
+                                  int nin, weft_tensor **out, const char *const *out_name, int nout) {
+  for (int o = 0; o < nout; o++) {
+    if (!out[o]) continue;
+    for (int i = 0; i < nin; i++)
+      if (overlaps(out[o], in[i]))
+        return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT,
+                         "weft_op_%s: %s and %s are different tensors over overlapping memory (two wraps of one "
+                         "buffer); pass the same tensor for an in-place op, or give the result memory of its own",
+                         weft_op_kind_str(op->kind), out_name[o], in_name[i]);
+    for (int p = 0; p < o; p++)
+      if (out[p] && overlaps(out[o], out[p]))
+        return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT,
+                         "weft_op_%s: %s and %s are different tensors over overlapping memory; give each output "
+                         "memory of its own", weft_op_kind_str(op->kind), out_name[o], out_name[p]);
+  }
+  return WEFT_OK;
+}
+
 /* Host ops predicted to take this long always go to the host queue; this long, when another lane is busy. */
 #define WEFT_QUEUE_LONG_S 1e-3
 #define WEFT_QUEUE_OVERLAP_S 50e-6
+
+/* An input whose producer (a queued op) failed fails the op that reads it, with that op's message; axpy
+ * reads its output too. Inputs still being made are checked once they are waited for, or, when this op is
+ * queued behind them, when it is drained (hostq.c). */
+static weft_status inputs_failed(const weft_op *op, weft_tensor **in, int nin, weft_tensor **out) {
+  weft_status st = WEFT_OK;
+  for (int i = 0; i < nin && st == WEFT_OK; i++) st = weft_tensor_failure(in[i]);
+  if (st == WEFT_OK && op->kind == WEFT_OP_AXPY) st = weft_tensor_failure(out[0]);
+  return st;
+}
 
 /* Moves inputs to the chosen lane, runs (or queues) the op, and marks outputs as living there. */
 static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
@@ -51,6 +94,9 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
   int pinned = desc ? desc->lane : WEFT_LANE_AUTO;
   int lane;
   double work, t0 = 0;
+  uint64_t ticket = 0;
+  weft_status st = inputs_failed(op, in, nin, out);
+  if (st != WEFT_OK) return st;
   const weft_cost_class cls = weft_cost_op_work(op, &work);
   if (pinned != WEFT_LANE_AUTO) {
     weft_lane_slot *s = &f->lanes[pinned];
@@ -71,11 +117,10 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     int nroute = nin;
     if (op->kind == WEFT_OP_AXPY) route_in[nroute++] = out[0];
     t0 = now ? *now : weft_fabric_now(f); /* one clock read serves the route and the op's timing */
-    if (t0 >= f->revive_at) weft_lanes_revive(f, 0);
+    if (t0 >= f->revive_at || atomic_load_explicit(&f->revive_poke, memory_order_relaxed)) weft_lanes_revive(f, 0);
     lane = weft_route_decide(f, op, cls, work, t0, route_in, nroute);
     if (lane < 0) return WEFT_ERR_UNSUPPORTED;
   }
-  weft_status st;
   /* every input on the host: the caller works on host data and will want the result there too */
   int home = 1;
   for (int i = 0; i < nin; i++) home &= in[i]->host_valid;
@@ -92,6 +137,8 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     if (op->kind == WEFT_OP_AXPY && (st = weft_tensor_make_valid(out[o], lane)) != WEFT_OK) return st;
     if ((st = weft_tensor_lane_buffer(out[o], lane, &op->out[o])) != WEFT_OK) return st;
   }
+  /* moving the inputs waited for what makes them: a failure there is known now */
+  if (!weft_lane_is_host(f, lane) && (st = inputs_failed(op, in, nin, out)) != WEFT_OK) return st;
   weft_lane_slot *s = &f->lanes[lane];
   weft_cost_state *cs = weft_cost_state_of(s, cls, op->contract);
   if (pinned != WEFT_LANE_AUTO) t0 = now ? *now : weft_fabric_now(f);
@@ -102,7 +149,7 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     /* the host memory an op writes, or a device may stream a result into, must be free of other transfers */
     if (out[o]->dma_lane && (host || out[o]->dma_lane != lane + 1) && (st = weft_tensor_wait_dma(out[o])) != WEFT_OK)
       return st;
-    if (!host && lane < 64 && (((out[o]->reg_mask | out[o]->cover_mask) >> lane) & 1) && home)
+    if (!host && weft_lane_bit(out[o]->reg_mask | out[o]->cover_mask, (size_t)lane) && home)
       op->out_host[o] = out[o]->host;
   }
   const double pred = weft_cost_predict(cs, work);
@@ -114,8 +161,10 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
    * working and the caller may have more to give it meanwhile. Tiny ops run here: no hand-over to pay. */
   if (host && !f->calibrating &&
       (!weft_hostq_idle(f) || pred >= WEFT_QUEUE_LONG_S || (f->busy_max > t0 && pred >= WEFT_QUEUE_OVERLAP_S))) {
-    uint64_t ticket = weft_hostq_submit(f, lane, op, cls, work, observe);
+    ticket = weft_hostq_submit(f, lane, op, cls, work, observe);
     if (ticket) {
+      weft_hostq_note_inputs(f, ticket, in, nin);
+      if (op->kind == WEFT_OP_AXPY) weft_hostq_note_inputs(f, ticket, out, 1);
       for (int i = 0; i < nin; i++) in[i]->q_read = ticket;
       for (int o = 0; o < nout; o++)
         if (out[o]) out[o]->q_write = ticket;
@@ -126,7 +175,10 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     }
     /* no queue (no thread could start): run it here */
   }
-  if (host && !weft_hostq_idle(f) && (st = weft_hostq_finish(f)) != WEFT_OK) return st;
+  if (host && !weft_hostq_idle(f)) {
+    if ((st = weft_hostq_finish(f)) != WEFT_OK) return st;
+    if ((st = inputs_failed(op, in, nin, out)) != WEFT_OK) return st; /* what the queue made is known now */
+  }
   st = s->vt.run(s->self, op);
   double t1 = weft_fabric_now(f);
   if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
@@ -150,6 +202,7 @@ written:
   weft_tensor_note_recipe(in, nin, out, nout, op, lane); /* before the outputs' versions move on */
   for (int o = 0; o < nout; o++)
     if (out[o]) weft_tensor_mark_written(out[o], lane);
+  if (ticket) weft_hostq_note_outputs(f, ticket, out, nout);
   f->last_lane = lane;
   return WEFT_OK;
 }
@@ -218,6 +271,8 @@ weft_status weft_op_matmul(weft_fabric *f, const weft_op_desc *desc, weft_tensor
   op.batch = batch, op.m = am, op.n = bn, op.k = ak;
   op.trans_a = trans_a != 0, op.trans_b = trans_b != 0, op.b_batched = b_batched;
   weft_tensor *in[2] = {a, b}, *out[1] = {c};
+  static const char *const in_names[2] = {"a", "b"}, *const out_names[1] = {"c"};
+  if ((st = refuse_overlap(f, &op, in, in_names, 2, out, out_names, 1)) != WEFT_OK) return st;
   if (!desc || desc->lane == WEFT_LANE_AUTO) {
     /* on host data, a batch may be worth sharing out across lanes, and lanes the models put close are
      * measured (sched/split.c); a split that fails leaves the result unwritten, and the whole op then runs
@@ -252,6 +307,8 @@ static weft_status unary(weft_fabric *f, const weft_op_desc *desc, weft_op *op, 
                      shape_str(x, sx, sizeof sx));
   as_rows_cols(x, &op->rows, &op->cols);
   weft_tensor *in[1] = {x}, *o[1] = {out};
+  static const char *const in_names[1] = {"x"}, *const out_names[1] = {"out"};
+  if ((st = refuse_overlap(f, op, in, in_names, 1, o, out_names, 1)) != WEFT_OK) return st;
   return dispatch(f, desc, op, in, 1, o, 1);
 }
 
@@ -286,6 +343,8 @@ weft_status weft_op_axpy(weft_fabric *f, const weft_op_desc *desc, float alpha, 
   if (x == y) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_axpy: x and y must be different tensors (use scale)");
   as_rows_cols(x, &op.rows, &op.cols);
   weft_tensor *in[1] = {x}, *o[1] = {y};
+  static const char *const in_names[1] = {"x"}, *const out_names[1] = {"y"};
+  if ((st = refuse_overlap(f, &op, in, in_names, 1, o, out_names, 1)) != WEFT_OK) return st;
   return dispatch(f, desc, &op, in, 1, o, 1);
 }
 
@@ -312,6 +371,8 @@ weft_status weft_op_add(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x
   if (out == y && op.y_broadcast)
     return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_add: out must not be the broadcast row y");
   weft_tensor *in[2] = {x, y}, *o[1] = {out};
+  static const char *const in_names[2] = {"x", "y"}, *const out_names[1] = {"out"};
+  if ((st = refuse_overlap(f, &op, in, in_names, 2, o, out_names, 1)) != WEFT_OK) return st;
   return dispatch(f, desc, &op, in, 2, o, 1);
 }
 
@@ -331,6 +392,8 @@ weft_status weft_op_relu_backward(weft_fabric *f, const weft_op_desc *desc, weft
                      shape_str(grad, sg, sizeof sg), shape_str(x, sx, sizeof sx), shape_str(out, so, sizeof so));
   as_rows_cols(x, &op.rows, &op.cols);
   weft_tensor *in[2] = {grad, x}, *o[1] = {out};
+  static const char *const in_names[2] = {"grad", "x"}, *const out_names[1] = {"out"};
+  if ((st = refuse_overlap(f, &op, in, in_names, 2, o, out_names, 1)) != WEFT_OK) return st;
   return dispatch(f, desc, &op, in, 2, o, 1);
 }
 
@@ -350,6 +413,8 @@ weft_status weft_op_sum_rows(weft_fabric *f, const weft_op_desc *desc, weft_tens
     return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_sum_rows: out %s must be [%lld] or [1,%lld] for x %s",
                      shape_str(out, so, sizeof so), (long long)op.cols, (long long)op.cols, shape_str(x, sx, sizeof sx));
   weft_tensor *in[1] = {x}, *o[1] = {out};
+  static const char *const in_names[1] = {"x"}, *const out_names[1] = {"out"};
+  if ((st = refuse_overlap(f, &op, in, in_names, 1, o, out_names, 1)) != WEFT_OK) return st;
   return dispatch(f, desc, &op, in, 1, o, 1);
 }
 
@@ -382,7 +447,9 @@ weft_status weft_op_softmax_xent(weft_fabric *f, const weft_op_desc *desc, weft_
     return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_softmax_xent: out_grad must not be an input");
   as_rows_cols(logits, &op.rows, &op.cols);
   if (op.rows == 0) return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_softmax_xent: the logits have no rows");
-  op.inv_rows = 1.0f / (float)op.rows;
+  op.inv_rows = weft_fpenv_recip(op.rows); /* rounded to nearest whatever the caller's environment */
   weft_tensor *in[2] = {logits, targets}, *o[2] = {out_loss, out_grad};
+  static const char *const in_names[2] = {"logits", "targets"}, *const out_names[2] = {"out_loss", "out_grad"};
+  if ((st = refuse_overlap(f, &op, in, in_names, 2, o, out_names, 2)) != WEFT_OK) return st;
   return dispatch(f, desc, &op, in, 2, o, 2);
 }

@@ -95,9 +95,9 @@ void weft_tensor_destroy(weft_tensor *t) {
   weft_tensor_wait_users(t); /* queued host work must be done with its memory */
   /* every lane that may move this memory finishes first: one lane's unpinning may be another's pinning */
   for (size_t i = 0; i < f->nlanes && t->reg_mask; i++)
-    if (((t->reg_mask >> i) & 1) && !f->lanes[i].failed && f->lanes[i].vt.sync) f->lanes[i].vt.sync(f->lanes[i].self);
+    if (weft_lane_bit(t->reg_mask, i) && !f->lanes[i].failed && f->lanes[i].vt.sync) f->lanes[i].vt.sync(f->lanes[i].self);
   for (size_t i = 0; i < f->nlanes && t->reg_mask; i++)
-    if ((t->reg_mask >> i) & 1) {
+    if (weft_lane_bit(t->reg_mask, i)) {
       weft_lane_slot *s = &f->lanes[i];
       if (s->vt.host_unregister) s->vt.host_unregister(s->self, t->host, t->bytes);
     }
@@ -109,7 +109,23 @@ void weft_tensor_destroy(weft_tensor *t) {
   t->magic = 0;
   if (!t->borrowed) free(t->host);
   free(t->recipe);
+  free(t->errmsg);
   free(t->buf), free(t->valid), free(t);
+}
+
+void weft_tensor_set_error(weft_tensor *t, uint64_t version, weft_status err, uint64_t ticket, const char *msg) {
+  size_t n = strlen(msg) + 1;
+  char *m = realloc(t->errmsg, n);
+  if (m) memcpy(m, msg, n), t->errmsg = m;
+  t->err = err;
+  t->err_version = version;
+  t->err_ticket = ticket;
+}
+
+weft_status weft_tensor_failure(weft_tensor *t) {
+  if (!t->err || t->err_version != t->version) return WEFT_OK;
+  weft_hostq_reported(t->fabric, t->err_ticket);
+  return weft_fail(t->fabric, t->err, "%s", t->errmsg ? t->errmsg : weft_status_str(t->err));
 }
 
 weft_status weft_tensor_lane_buffer(weft_tensor *t, int lane, weft_buffer **out_buffer) {
@@ -178,7 +194,7 @@ weft_status weft_tensor_make_valid(weft_tensor *t, int lane) {
   if ((st = weft_tensor_wait_writer(t)) != WEFT_OK) return st; /* the host value may still be computing */
   weft_tensor_offer_host(t, lane);
   if (t->numel) st = s->vt.upload(s->self, b, 0, t->host, t->numel * sizeof(float));
-  if (st == WEFT_OK && lane < 64 && (((t->reg_mask | t->cover_mask) >> lane) & 1))
+  if (st == WEFT_OK && lane >= 0 && weft_lane_bit(t->reg_mask | t->cover_mask, (size_t)lane))
     t->dma_lane = lane + 1; /* may still be reading it */
   if (st == WEFT_OK) s->stats.bytes_up += t->numel * sizeof(float);
   if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
@@ -230,6 +246,8 @@ weft_status weft_tensor_read(weft_tensor *t, float *out_data, size_t count) {
                      t->numel);
   if ((st = make_host_valid(t)) != WEFT_OK) return st;
   if ((st = weft_tensor_wait_writer(t)) != WEFT_OK) return st;
+  /* the op that was to make this value failed: its failure, and nothing copied */
+  if ((st = weft_tensor_failure(t)) != WEFT_OK) return st;
   if (out_data != t->host) memcpy(out_data, t->host, count * sizeof(float));
   return WEFT_OK;
 }
@@ -265,7 +283,8 @@ const char *weft_tensor_location(const weft_tensor *tc) {
 
 void weft_tensor_offer_host(weft_tensor *t, int lane) {
   weft_fabric *f = t->fabric;
-  if (lane < 0 || lane >= 64 || ((t->reg_mask >> lane) & 1) || t->bytes < WEFT_REGISTER_MIN_BYTES) return;
+  if (lane < 0 || lane >= WEFT_LANE_BITS || weft_lane_bit(t->reg_mask, (size_t)lane) || t->bytes < WEFT_REGISTER_MIN_BYTES)
+    return;
   weft_lane_slot *s = &f->lanes[lane];
   if (!s->vt.host_register || ++t->xfers < 2) return;
   char saved[WEFT_ERR_LEN];

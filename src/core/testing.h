@@ -14,4 +14,8 @@ WEFT_API weft_status weft_testing_lane_flush(weft_fabric *fabric, size_t lane);
 /* Replaces the fabric's clock (seconds). */
 WEFT_API void weft_testing_set_clock(weft_fabric *fabric, double (*clock)(void *ctx), void *ctx);
 
+/* Marks lane `lane`'s elementwise cost line as measured (alpha, beta) and saves the calibration cache as
+ * calibration does (the lock, the merge with what other writers saved, the rename). */
+WEFT_API weft_status weft_testing_cache_store(weft_fabric *fabric, size_t lane, double alpha, double beta);
+
 #endif

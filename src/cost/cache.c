@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -169,9 +171,32 @@ static int mkdir_parents(char *path) {
   return 0;
 }
 
+static weft_status cache_merge_write(weft_fabric *f, const char *path, char *tmp, size_t tmplen);
+
+/* Several fabrics (in one process or many) may save at once. Each save holds an exclusive lock on
+ * "<cache>.lock" (flock) while it reads the file again, merges its own lanes into what is there now and
+ * renames a temporary file of its own (mkstemp, in the cache's directory) over it: no writer's entries are
+ * lost to another's, and a reader sees either the old file or the new one, never a partial write. */
 weft_status weft_cost_cache_save(weft_fabric *f) {
-  char path[1024], tmp[1100];
+  char path[1024], tmp[1100], lockpath[1100];
   if (weft_cost_cache_path(path, sizeof path) != WEFT_OK) return WEFT_ERR_IO;
+  snprintf(lockpath, sizeof lockpath, "%s.lock", path);
+  int lockfd = -1;
+  if (mkdir_parents(path) == 0) lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lockfd < 0 || flock(lockfd, LOCK_EX) != 0) {
+    weft_note(f, 1, "weft: could not lock the calibration cache %s (%s); it will be measured again next time",
+              lockpath, strerror(errno));
+    if (lockfd >= 0) close(lockfd);
+    return WEFT_ERR_IO;
+  }
+  weft_status st = cache_merge_write(f, path, tmp, sizeof tmp);
+  flock(lockfd, LOCK_UN);
+  close(lockfd);
+  return st;
+}
+
+/* Under the lock: reads the cache as it is now, replaces this fabric's lanes in it and writes it back. */
+static weft_status cache_merge_write(weft_fabric *f, const char *path, char *tmp, size_t tmplen) {
   cJSON *doc = load_doc(f, path, 0); /* whatever is wrong with it was said when it was read */
   if (!doc) {
     doc = cJSON_CreateObject();
@@ -224,16 +249,22 @@ weft_status weft_cost_cache_save(weft_fabric *f) {
   cJSON_Delete(doc);
   if (!text) return WEFT_ERR_OUT_OF_MEMORY;
   weft_status st = WEFT_OK;
-  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-  int ok = mkdir_parents(path) == 0;
-  FILE *fp = ok ? fopen(tmp, "wb") : NULL;
-  if (fp) {
-    ok = fputs(text, fp) >= 0;
-    ok = (fclose(fp) == 0) && ok;
+  snprintf(tmp, tmplen, "%s.XXXXXX", path);
+  int fd = mkstemp(tmp); /* a name of this writer's own */
+  int ok = fd >= 0 && fchmod(fd, 0644) == 0;
+  if (fd >= 0) {
+    size_t len = strlen(text), done = 0;
+    while (ok && done < len) {
+      ssize_t w = write(fd, text + done, len - done);
+      if (w < 0 && errno == EINTR) continue;
+      ok = w > 0;
+      if (ok) done += (size_t)w;
+    }
+    ok = (close(fd) == 0) && ok;
     ok = ok && rename(tmp, path) == 0;
     if (!ok) unlink(tmp);
   }
-  if (!fp || !ok) {
+  if (!ok) {
     /* an unwritable cache costs a re-measurement next time, nothing more */
     weft_note(f, 1, "weft: could not write the calibration cache %s (%s); it will be measured again next time", path,
               strerror(errno));

@@ -66,6 +66,10 @@ typedef struct weft_net_hello {
   uint64_t max_resident;
 } weft_net_hello;
 
+/* The core's: safe from any thread. A lane that came up in the background (a tab admitted, a worker
+ * reconnected) calls it so the fabric's next op asks the lane's revive, which then only says yes. */
+void weft_lane_revive_soon(const weft_lane_host *host);
+
 /* How long a lane waits for a reply: WEFT_REMOTE_TIMEOUT_MS, default 30000 (remote and browser lanes). */
 int weft_net_client_timeout_ms(void);
 /* Starts a new session on a fresh connection: next request id 1, a new session number, up. */

@@ -195,6 +195,16 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
   }
 }
 
+long weft_net_handshake_len(uint16_t type) {
+  /* Must agree with weft_net_request_decode's sizes for these types. */
+  switch (type) {
+  case WEFT_NET_HELLO: return 8;
+  case WEFT_NET_AUTH_START: return WEFT_NET_NONCE_BYTES;
+  case WEFT_NET_AUTH_FINISH: return WEFT_NET_MAC_BYTES;
+  default: return -1;
+  }
+}
+
 weft_status weft_net_auth_mac(const uint8_t *secret, size_t secret_len, const uint8_t nonce[WEFT_NET_NONCE_BYTES],
                               uint8_t out[WEFT_NET_MAC_BYTES]) {
   static const char label[] = "weft-auth-v1";
@@ -229,6 +239,22 @@ weft_status weft_net_auth_proof(weft_net_proof which, const uint8_t *secret, siz
   n += 2 + idlen;
   unsigned int mlen = 0;
   if (!HMAC(EVP_sha256(), secret, (int)secret_len, msg, n, out, &mlen) || mlen != WEFT_NET_MAC_BYTES)
+    return WEFT_ERR_INTERNAL;
+  return WEFT_OK;
+}
+
+weft_status weft_net_tab_mac(const uint8_t *secret, size_t secret_len, const uint8_t nonce[WEFT_NET_NONCE_BYTES],
+                             const char *server, uint8_t out[WEFT_NET_MAC_BYTES]) {
+  static const char label[] = "weft-v1 tab->fabric";
+  size_t sl = strlen(server);
+  if (sl > 1024) return WEFT_ERR_INVALID_ARGUMENT;
+  uint8_t msg[sizeof label - 1 + WEFT_NET_NONCE_BYTES + 1024];
+  memcpy(msg, label, sizeof label - 1);
+  memcpy(msg + sizeof label - 1, nonce, WEFT_NET_NONCE_BYTES);
+  memcpy(msg + sizeof label - 1 + WEFT_NET_NONCE_BYTES, server, sl);
+  unsigned int n = 0;
+  if (!HMAC(EVP_sha256(), secret, (int)secret_len, msg, sizeof label - 1 + WEFT_NET_NONCE_BYTES + sl, out, &n) ||
+      n != WEFT_NET_MAC_BYTES)
     return WEFT_ERR_INTERNAL;
   return WEFT_OK;
 }

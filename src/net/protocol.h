@@ -62,8 +62,8 @@ typedef enum weft_net_type {
   WEFT_NET_FREE = 7,   /* u64 handle -> empty */
   WEFT_NET_OP = 8,     /* u32 kind, u32 contract, i32 lane, u32 flags, f32 alpha, 4 x u64 handle,
                         * 4 x {u32 ndim (0 = the tensor's own shape), 4 x i64 dims} -> i32 lane */
-  WEFT_NET_PROVE = 9,  /* nonce[32] -> mac[32] = HMAC-SHA256(secret, "weft-auth-v1" || nonce): the client asks
-                        * the worker to prove the secret (a browser tab joining a fabric); `weft worker` refuses it */
+  WEFT_NET_PROVE = 9,  /* nonce[32] -> mac[32] = weft_net_tab_mac: the client asks the worker to prove the
+                        * secret (a browser tab joining a fabric); `weft worker` refuses it */
   WEFT_NET_AUTH_START = 10,  /* client_nonce[32] -> mac[32] (the worker's proof), u16 len, identity */
   WEFT_NET_AUTH_FINISH = 11, /* mac[32] (the client's proof) -> empty */
   WEFT_NET_TYPE_END
@@ -144,8 +144,13 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
  * others >= 1, each <= WEFT_NET_MAX_DIM, the product (overflow-checked) <= WEFT_NET_MAX_ELEMENTS. */
 weft_status weft_net_shape_check(int ndim, const int64_t *dims, uint64_t *out_numel, char *err, size_t errlen);
 
-/* HMAC-SHA256(secret, "weft-auth-v1" || nonce): the first release's single-sided proof, kept for the browser
- * lane's PROVE until it has its own domain; `weft worker` accepts it no more. */
+/* The fixed payload size of a handshake frame (HELLO 8, AUTH_START 32, AUTH_FINISH 32): before the handshake
+ * completes a worker reads only those types, and only at exactly these sizes; -1 for every other type (the
+ * old single-sided AUTH included: the stage refuses it with UNSUPPORTED without reading its payload). */
+long weft_net_handshake_len(uint16_t type);
+
+/* HMAC-SHA256(secret, "weft-auth-v1" || nonce): the first release's single-sided proof; `weft worker` accepts
+ * it no more (kept so tests can show that it is no valid proof of any other domain). */
 weft_status weft_net_auth_mac(const uint8_t *secret, size_t secret_len, const uint8_t nonce[WEFT_NET_NONCE_BYTES],
                               uint8_t out[WEFT_NET_MAC_BYTES]);
 /* The proofs of mutual authentication (the domains above): WEFT_NET_PROOF_CLIENT is what the client sends
@@ -155,6 +160,12 @@ weft_status weft_net_auth_proof(weft_net_proof which, const uint8_t *secret, siz
                                 const uint8_t worker_nonce[WEFT_NET_NONCE_BYTES],
                                 const uint8_t client_nonce[WEFT_NET_NONCE_BYTES], const char *identity,
                                 uint8_t out[WEFT_NET_MAC_BYTES]);
+/* HMAC-SHA256(secret, "weft-v1 tab->fabric" || nonce || server): a browser tab's answer to PROVE, where
+ * `server` is the host:port the tab dialled (the page's view, as in its Host header). Its own label keeps it
+ * from ever being a valid AUTH proof (or the reverse), and the server's name in it makes a proof given to
+ * one server worthless to any other. */
+weft_status weft_net_tab_mac(const uint8_t *secret, size_t secret_len, const uint8_t nonce[WEFT_NET_NONCE_BYTES],
+                             const char *server, uint8_t out[WEFT_NET_MAC_BYTES]);
 /* Reads a secret file (at most 4096 bytes, trailing newline dropped, at least 16 bytes left). */
 weft_status weft_net_read_secret(const char *path, uint8_t *out, size_t cap, size_t *out_len, char *err,
                                  size_t errlen);

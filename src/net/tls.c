@@ -236,6 +236,106 @@ weft_status weft_net_conn_accept(weft_net_conn *c, weft_net_tls *t, char *err, s
   return WEFT_OK;
 }
 
+int weft_net_conn_accept_step(weft_net_conn *c, weft_net_tls *t, int *want_write, char *err, size_t errlen) {
+  *want_write = 0;
+  if (!c->ssl) {
+    /* As weft_net_conn_accept: a weft client speaking plaintext starts with the frame magic, a TLS client
+     * with 0x16. Only peeked until a whole header is there; then it is taken and answered. */
+    uint8_t hb[WEFT_NET_HEADER_BYTES];
+    ssize_t k;
+    while ((k = recv(c->fd, hb, sizeof hb, MSG_PEEK | MSG_DONTWAIT)) < 0 && errno == EINTR) {
+    }
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (k <= 0) {
+      snprintf(err, errlen, "the client %s before TLS's handshake", k == 0 ? "closed" : "failed");
+      return -1;
+    }
+    if (hb[0] != 0x16) {
+      if ((size_t)k < sizeof hb) return 0; /* the rest of a plaintext header, within the deadline */
+      while (recv(c->fd, hb, sizeof hb, MSG_DONTWAIT) < 0 && errno == EINTR) {
+      }
+      if (weft_net_get32(hb) == WEFT_NET_MAGIC) {
+        static const char msg[] = "this worker speaks TLS 1.3 only (a key derived from its shared secret): "
+                                  "the client must use TLS (WEFT_REMOTE_TLS=1 and WEFT_REMOTE_SECRET_FILE)";
+        uint8_t out[WEFT_NET_HEADER_BYTES + sizeof msg - 1];
+        weft_net_header h = {WEFT_NET_MAGIC, (uint16_t)(weft_net_get16(hb + 4) | WEFT_NET_REPLY),
+                             (uint16_t)WEFT_ERR_UNSUPPORTED, weft_net_get32(hb + 8), (uint32_t)(sizeof msg - 1)};
+        weft_net_header_encode(&h, out);
+        memcpy(out + WEFT_NET_HEADER_BYTES, msg, sizeof msg - 1);
+        while (send(c->fd, out, sizeof out, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EINTR) {
+        }
+      }
+      snprintf(err, errlen, "the client speaks plaintext; this worker requires TLS");
+      return -1;
+    }
+    c->ssl = new_ssl(t, c->fd);
+    if (!c->ssl) {
+      snprintf(err, errlen, "out of memory for TLS");
+      return -1;
+    }
+  }
+  pipe_guard g;
+  guard_on(&g);
+  int r = SSL_accept(c->ssl);
+  int e = r == 1 ? SSL_ERROR_NONE : SSL_get_error(c->ssl, r);
+  guard_off(&g);
+  if (r == 1) return 1;
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+    *want_write = e == SSL_ERROR_WANT_WRITE;
+    return 0;
+  }
+  char why[160];
+  last_reason(why, sizeof why);
+  snprintf(err, errlen, "TLS handshake failed (%s): the client's secret differs, or it is not a weft client", why);
+  return -1;
+}
+
+long weft_net_conn_read_some(weft_net_conn *c, uint8_t *p, size_t n) {
+  if (!c->ssl) {
+    for (;;) {
+      ssize_t k = recv(c->fd, p, n, 0);
+      if (k >= 0) return (long)k;
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK ? -2 : -1;
+    }
+  }
+  size_t k = 0;
+  if (SSL_read_ex(c->ssl, p, n, &k) == 1) return (long)k;
+  int e = SSL_get_error(c->ssl, 0), saved = errno;
+  ERR_clear_error();
+  errno = saved;
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return -2;
+  return e == SSL_ERROR_ZERO_RETURN ? 0 : -1;
+}
+
+long weft_net_conn_write_some(weft_net_conn *c, const uint8_t *p, size_t n) {
+  if (!c->ssl) {
+    for (;;) {
+      ssize_t k = send(c->fd, p, n, MSG_NOSIGNAL);
+      if (k >= 0) return (long)k;
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK ? -2 : -1;
+    }
+  }
+  if (n > (1u << 30)) n = 1u << 30;
+  pipe_guard g;
+  guard_on(&g);
+  size_t k = 0;
+  long r;
+  if (SSL_write_ex(c->ssl, p, n, &k) == 1) {
+    /* The records wait in the write buffer until flushed: whole, or the stream is broken. */
+    r = BIO_flush(SSL_get_wbio(c->ssl)) == 1 ? (long)k : -1;
+  } else {
+    int e = SSL_get_error(c->ssl, 0);
+    r = e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? -2 : -1;
+  }
+  int saved = errno;
+  ERR_clear_error();
+  errno = saved;
+  guard_off(&g);
+  return r;
+}
+
 weft_status weft_net_conn_connect(weft_net_conn *c, weft_net_tls *t, char *err, size_t errlen) {
   SSL *ssl = new_ssl(t, c->fd);
   if (!ssl) {

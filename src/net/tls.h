@@ -30,6 +30,15 @@ void weft_net_conn_init(weft_net_conn *c, int fd);
  * plaintext error reply that says this worker wants TLS, then refused. On failure err says why; the caller
  * closes. */
 weft_status weft_net_conn_accept(weft_net_conn *c, weft_net_tls *t, char *err, size_t errlen);
+/* The same on a non-blocking fd, one step at a time (the worker's handshake stage polls many connections on
+ * one thread): 1 done (c->ssl set), 0 call again when the fd is readable (*want_write 0) or writable
+ * (*want_write 1), -1 refused (err says why; a plaintext weft client was sent a plaintext error reply). While
+ * it runs c->ssl may be set already: the caller tells the two apart by this function's verdict. */
+int weft_net_conn_accept_step(weft_net_conn *c, weft_net_tls *t, int *want_write, char *err, size_t errlen);
+/* Once, without waiting where the fd is non-blocking: the count moved, 0 the peer closed (read), -1 an error,
+ * -2 nothing can move now (a blocking fd's timeout reads as -2 too). A TLS write flushes its records. */
+long weft_net_conn_read_some(weft_net_conn *c, uint8_t *p, size_t n);
+long weft_net_conn_write_some(weft_net_conn *c, const uint8_t *p, size_t n);
 /* Runs TLS's handshake as the client; on failure err says why in words a person can act on (the peer speaks
  * plaintext, the secrets differ). */
 weft_status weft_net_conn_connect(weft_net_conn *c, weft_net_tls *t, char *err, size_t errlen);

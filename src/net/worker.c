@@ -1,11 +1,29 @@
 /* worker.c - `weft worker`'s engine: sessions that run each request through the public API on resident
- * tensors named by handles, and the TCP server (a thread per connection, each isolated: a bad frame gets
- * an error reply or closes that connection only). */
+ * tensors named by handles, and the TCP server (each connection isolated: a bad frame gets an error reply
+ * or closes that connection only).
+ *
+ * Connections. The accepting thread runs the handshake stage: every connection that has not completed
+ * (TLS's handshake, non-blocking, with --tls or off loopback, then) HELLO (+ AUTH_START and AUTH_FINISH with a
+ * secret) sits in one poll() set with a frame buffer of a few dozen bytes, on a cap of its own (the oldest is
+ * dropped for a newcomer when full) and a deadline from accept; before the handshake only those frames are
+ * read, each at its fixed size, anything else is refused without its payload being read. A connection that completes the handshake gets a thread of its own (the client cap) and is dropped
+ * after the idle timeout between frames. Tensors and kept receive buffers draw from a worker-wide budget.
+ *
+ * Lanes. A fabric is used from one thread at a time. The worker opens a directory fabric (it answers LANES,
+ * whose indices are the ones clients see, and routes with weft_route_explain) and then each lane again in a
+ * fabric of its own; each fabric sits behind a FIFO (ticket) lock. An op takes its lane's lock only, so ops of
+ * different clients on different lanes run at once, and on one lane an op waits only for the ops queued
+ * before it, never for a client that keeps coming back. A routed op (lane -1) takes the core's own choice
+ * when that lane has nothing queued; otherwise each eligible lane's prediction, scaled by how long its recent
+ * ops of that kind took, plus what is queued on it. The bits are the lane's own (an exact op gives the same
+ * bits on every lane); the lane in the reply is the directory's index of the lane that ran it. A lane that
+ * cannot be opened alone stays in the directory fabric (group 0) and runs under the directory's lock. */
 #define _GNU_SOURCE /* accept4 */
 #include "net/worker.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,11 +31,14 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -29,20 +50,94 @@
 #error "the worker copies float payloads as little-endian bytes; a big-endian port must swap them"
 #endif
 
-struct weft_net_server {
+/* A FIFO (ticket) lock: waiters are served in the order they asked, so an op waits at most for the ops that
+ * were already queued on its lane when it arrived, never for a client that keeps coming back. */
+typedef struct ticket_lock {
+  pthread_mutex_t m;
+  pthread_cond_t cv;
+  uint64_t next, serving;
+} ticket_lock;
+
+static void ticket_init(ticket_lock *t) {
+  pthread_mutex_init(&t->m, NULL);
+  pthread_cond_init(&t->cv, NULL);
+  t->next = t->serving = 0;
+}
+
+static void ticket_destroy(ticket_lock *t) {
+  pthread_mutex_destroy(&t->m);
+  pthread_cond_destroy(&t->cv);
+}
+
+static void ticket_take(ticket_lock *t) {
+  pthread_mutex_lock(&t->m);
+  uint64_t me = t->next++;
+  while (t->serving != me) pthread_cond_wait(&t->cv, &t->m);
+  pthread_mutex_unlock(&t->m);
+}
+
+static void ticket_give(ticket_lock *t) {
+  pthread_mutex_lock(&t->m);
+  t->serving++;
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->m);
+}
+
+/* A fabric that runs ops, used by one thread at a time (its ticket lock). Group 0 is the directory fabric. */
+typedef struct lane_group {
   weft_fabric *fabric;
-  pthread_mutex_t lock; /* a fabric is used from one thread at a time */
+  ticket_lock lock;
+  size_t lane; /* groups past 0: the one lane (its directory index) this fabric was opened for */
+} lane_group;
+
+/* A lane as the worker serves it (indexed as in the directory fabric, the indices clients see). */
+typedef struct lane_route {
+  size_t group; /* the group whose fabric runs its ops */
+  int local;    /* its index in that fabric */
+  atomic_int down; /* it failed under an op: routed ops avoid it, LANES reports it without contracts */
+  double pending;  /* predicted seconds of ops queued or running on it (under pend_lock) */
+  double scale[WEFT_OP_COUNT]; /* measured over predicted time of its recent ops, per kind (under pend_lock) */
+} lane_route;
+
+struct weft_net_server {
+  lane_group *groups; /* [0]: the directory (LANES, routing; runs the ops of lanes that cannot be opened
+                       * alone); [1..]: one fabric per lane */
+  size_t ngroups;
+  lane_route *lanes;
+  size_t nlanes;
+  pthread_mutex_t pend_lock;
   uint8_t secret[4096];
   size_t secret_len;
   int need_auth;
   char identity[WEFT_NET_MAX_IDENTITY + 1]; /* bound into both proofs */
   weft_net_tls *tls;                        /* NULL: plain TCP */
   weft_net_limits limits;
-  int io_timeout_ms;
-  int max_clients;
+  int io_timeout_ms, idle_timeout_ms, handshake_timeout_ms;
+  int max_clients, max_pending;
   pthread_mutex_t count_lock;
   int clients;
+  uint64_t max_total;    /* bytes across all connections: tensors and frame buffers */
+  atomic_uint_fast64_t total;
 };
+
+/* Takes n bytes from the worker-wide budget; 0 when they would pass it. */
+static int mem_take(weft_net_server *srv, uint64_t n) {
+  uint_fast64_t cur = atomic_load(&srv->total);
+  do {
+    if (cur > srv->max_total || n > srv->max_total - cur) return 0;
+  } while (!atomic_compare_exchange_weak(&srv->total, &cur, cur + n));
+  return 1;
+}
+
+static void mem_give(weft_net_server *srv, uint64_t n) {
+  if (n) atomic_fetch_sub(&srv->total, n);
+}
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* A resident tensor: the session owns its floats; each op sees them through tensors wrapped over them
  * (weft_tensor_wrap) in the shape that op wants, so a client lane can treat a handle as a flat buffer. */
@@ -117,6 +212,69 @@ static int errorf(weft_net_session *s, weft_net_buf *b, const weft_net_header *r
 
 /* -------------------------------------------------------------------------------------------- server */
 
+/* Half the machine's physical memory: the default budget for what all connections together may hold. */
+static uint64_t default_max_total(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return (uint64_t)8 << 30;
+  return (uint64_t)pages * (uint64_t)page / 2;
+}
+
+/* Opens the directory fabric (desc->lanes), then each of its lanes again alone, in a fabric of its own: ops
+ * on different lanes then never share a fabric (which is used from one thread at a time) or a lock. A lane
+ * that cannot be opened alone (it did not come up, or came with others) stays in group 0. */
+static weft_status open_lanes(weft_net_server *srv, const weft_net_worker_desc *desc, char *err, size_t errlen) {
+  weft_fabric_desc fd = WEFT_FABRIC_DESC_INIT;
+  fd.lanes = desc->lanes;
+  /* A worker must answer at once; the client measures it over the wire anyway. */
+  fd.calibration = WEFT_CALIBRATION_OFF;
+  weft_fabric *dir = NULL;
+  weft_status st = weft_fabric_open(&fd, &dir);
+  if (st) {
+    snprintf(err, errlen, "cannot open the worker's fabric: %s", weft_open_error());
+    return st;
+  }
+  size_t n = weft_fabric_lane_count(dir);
+  srv->groups = calloc(n + 1, sizeof *srv->groups);
+  srv->lanes = calloc(n ? n : 1, sizeof *srv->lanes);
+  if (!srv->groups || !srv->lanes) {
+    weft_fabric_close(dir);
+    snprintf(err, errlen, "out of memory");
+    return WEFT_ERR_OUT_OF_MEMORY;
+  }
+  srv->groups[0].fabric = dir;
+  ticket_init(&srv->groups[0].lock);
+  srv->ngroups = 1;
+  srv->nlanes = n;
+  for (size_t i = 0; i < n; i++) {
+    lane_route *lr = &srv->lanes[i];
+    lr->group = 0;
+    lr->local = (int)i;
+    atomic_init(&lr->down, 0);
+    for (int k = 0; k < WEFT_OP_COUNT; k++) lr->scale[k] = 1.0;
+    weft_lane_info li;
+    if (weft_fabric_lane_info(dir, i, &li) || !li.name || li.failed) continue;
+    weft_fabric_desc one = WEFT_FABRIC_DESC_INIT;
+    one.lanes = li.name;
+    one.calibration = WEFT_CALIBRATION_OFF;
+    weft_fabric *f = NULL;
+    if (weft_fabric_open(&one, &f)) continue;
+    size_t at = 0;
+    weft_lane_info lo;
+    if (weft_fabric_lane_count(f) != 1 || weft_fabric_lane_find(f, li.name, &at) || weft_fabric_lane_info(f, at, &lo) ||
+        lo.failed || lo.contracts != li.contracts) {
+      weft_fabric_close(f);
+      continue;
+    }
+    lane_group *g = &srv->groups[srv->ngroups];
+    g->fabric = f;
+    g->lane = i;
+    ticket_init(&g->lock);
+    lr->group = srv->ngroups++;
+    lr->local = (int)at;
+  }
+  return WEFT_OK;
+}
+
 weft_status weft_net_server_create(const weft_net_worker_desc *desc, weft_net_server **out, char *err,
                                    size_t errlen) {
   *out = NULL;
@@ -145,28 +303,33 @@ weft_status weft_net_server_create(const weft_net_worker_desc *desc, weft_net_se
   if (!srv->limits.max_frame) srv->limits.max_frame = WEFT_NET_DEFAULT_MAX_FRAME;
   if (!srv->limits.max_resident) srv->limits.max_resident = WEFT_NET_DEFAULT_MAX_RESIDENT;
   srv->io_timeout_ms = desc->io_timeout_ms > 0 ? desc->io_timeout_ms : 30000;
+  srv->idle_timeout_ms = desc->idle_timeout_ms > 0 ? desc->idle_timeout_ms : desc->idle_timeout_ms < 0 ? -1 : 3600000;
+  srv->handshake_timeout_ms = desc->handshake_timeout_ms > 0 ? desc->handshake_timeout_ms : 5000;
   srv->max_clients = desc->max_clients > 0 ? desc->max_clients : 64;
-  weft_fabric_desc fd = WEFT_FABRIC_DESC_INIT;
-  fd.lanes = desc->lanes;
-  /* A worker must answer at once; the client measures it over the wire anyway. */
-  fd.calibration = WEFT_CALIBRATION_OFF;
-  weft_status st = weft_fabric_open(&fd, &srv->fabric);
+  srv->max_pending = desc->max_pending > 0 ? desc->max_pending : 64;
+  srv->max_total = desc->max_total_resident ? desc->max_total_resident : default_max_total();
+  atomic_init(&srv->total, 0);
+  pthread_mutex_init(&srv->pend_lock, NULL);
+  pthread_mutex_init(&srv->count_lock, NULL);
+  weft_status st = open_lanes(srv, desc, err, errlen);
   if (st) {
-    snprintf(err, errlen, "cannot open the worker's fabric: %s", weft_open_error());
-    free(srv);
+    weft_net_server_destroy(srv);
     return st;
   }
-  pthread_mutex_init(&srv->lock, NULL);
-  pthread_mutex_init(&srv->count_lock, NULL);
   *out = srv;
   return WEFT_OK;
 }
 
 void weft_net_server_destroy(weft_net_server *srv) {
   if (!srv) return;
-  weft_fabric_close(srv->fabric);
+  for (size_t g = 0; g < srv->ngroups; g++) {
+    weft_fabric_close(srv->groups[g].fabric);
+    ticket_destroy(&srv->groups[g].lock);
+  }
+  free(srv->groups);
+  free(srv->lanes);
   weft_net_tls_destroy(srv->tls);
-  pthread_mutex_destroy(&srv->lock);
+  pthread_mutex_destroy(&srv->pend_lock);
   pthread_mutex_destroy(&srv->count_lock);
   OPENSSL_cleanse(srv->secret, sizeof srv->secret);
   free(srv);
@@ -177,9 +340,8 @@ weft_net_session *weft_net_session_create(weft_net_server *srv) {
   if (!s) return NULL;
   s->srv = srv;
   s->next_id = 1;
-  s->slots = calloc(WEFT_NET_MAX_HANDLES, sizeof *s->slots);
-  if (!s->slots || RAND_bytes(s->nonce, sizeof s->nonce) != 1) {
-    free(s->slots);
+  /* The handle table comes with the first CREATE: a connection still in the handshake costs little. */
+  if (RAND_bytes(s->nonce, sizeof s->nonce) != 1) {
     free(s);
     return NULL;
   }
@@ -190,6 +352,7 @@ void weft_net_session_destroy(weft_net_session *s) {
   if (!s) return;
   /* No fabric tensor outlives an op (each is wrapped and destroyed inside it): the floats are all. */
   for (size_t i = 0; i < s->nslots; i++) free(s->slots[i].data);
+  mem_give(s->srv, s->resident);
   free(s->slots);
   free(s);
 }
@@ -224,6 +387,96 @@ static void op_slots(weft_op_kind op, unsigned *required, unsigned *optional) {
   }
 }
 
+/* Where an op runs: a lane (directory index) and the group whose fabric runs it, or lane -1 and group 0 when
+ * no lane could be chosen (the directory fabric then routes it, and says what is wrong). */
+typedef struct op_plan {
+  size_t group;
+  int lane;
+  double cost; /* its predicted seconds, added to the lane's pending while it waits and runs */
+} op_plan;
+
+/* The route query for an op, from its operands' shapes as the core reads them; 0 when the shapes give none
+ * (the op's own checks then say what is wrong). Shapes are within the caps, so the products fit. */
+static int op_query(const weft_net_request *r, const int nd[4], const int64_t *const dims[4], weft_route_query *q) {
+  memset(q, 0, sizeof *q);
+  q->op = r->op;
+  q->contract = r->contract;
+  if (r->op == WEFT_OP_MATMUL) {
+    if (nd[0] < 2 || nd[1] < 2) return 0;
+    int64_t am = dims[0][nd[0] - 2], ak = dims[0][nd[0] - 1], bn = dims[1][nd[1] - 1];
+    if (r->flags & WEFT_NET_OP_TRANS_A) am = dims[0][nd[0] - 1], ak = dims[0][nd[0] - 2];
+    if (r->flags & WEFT_NET_OP_TRANS_B) bn = dims[1][nd[1] - 2];
+    int64_t batch = 1;
+    for (int d = 0; d < nd[0] - 2; d++) batch *= dims[0][d];
+    q->batch = batch, q->m = am, q->n = bn, q->k = ak;
+    return am >= 1 && ak >= 1 && bn >= 1;
+  }
+  if (nd[0] < 1) return 0;
+  int64_t numel = 1;
+  for (int d = 0; d < nd[0]; d++) numel *= dims[0][d];
+  q->cols = dims[0][nd[0] - 1];
+  q->rows = q->cols ? numel / q->cols : 0;
+  return q->rows >= 1 && q->cols >= 1;
+}
+
+/* Chooses the lane of an op: a pinned one as asked; a routed one by the directory fabric's cost model
+ * (weft_route_explain: every lane's predicted cost with the inputs on the host, as the worker's are). The
+ * directory runs no op, so it predicts each lane idle; when the lane it picks has work queued or running
+ * (other clients'), every lane's prediction, scaled by how long that lane's recent ops of this kind really
+ * took, plus what is queued on it, decides instead. Lanes that failed are left out. Only this choice holds
+ * the directory's lock, never an op on another lane. */
+static void plan_op(weft_net_server *srv, const weft_net_request *r, const weft_route_query *q, int have_q,
+                    op_plan *pl) {
+  pl->group = 0;
+  pl->lane = -1;
+  pl->cost = 0;
+  weft_route_explanation ex;
+  ticket_take(&srv->groups[0].lock);
+  int ok = have_q && weft_route_explain(srv->groups[0].fabric, q, &ex) == WEFT_OK && ex.nlanes == srv->nlanes;
+  pthread_mutex_lock(&srv->pend_lock);
+  if (r->lane >= 0) {
+    pl->lane = r->lane;
+    const weft_route_cost *c = ok ? &ex.lanes[r->lane] : NULL;
+    if (c && c->eligible && c->total >= 0) pl->cost = c->total * srv->lanes[r->lane].scale[r->op];
+  } else if (ok) {
+    int chosen = ex.chosen;
+    if (chosen >= 0 && (size_t)chosen < srv->nlanes && ex.lanes[chosen].eligible && ex.lanes[chosen].total >= 0 &&
+        !atomic_load(&srv->lanes[chosen].down) && srv->lanes[chosen].pending == 0) {
+      pl->lane = chosen; /* the core's own choice, as a fabric of its own would make it */
+      pl->cost = ex.lanes[chosen].total * srv->lanes[chosen].scale[r->op];
+    } else {
+      double best = 0;
+      for (size_t i = 0; i < srv->nlanes; i++) {
+        const weft_route_cost *c = &ex.lanes[i];
+        if (!c->eligible || !(c->total >= 0) || atomic_load(&srv->lanes[i].down)) continue;
+        double own = c->total * srv->lanes[i].scale[r->op], t = own + srv->lanes[i].pending;
+        if (pl->lane < 0 || t < best) best = t, pl->lane = (int)i, pl->cost = own;
+      }
+    }
+  }
+  if (pl->lane >= 0) {
+    srv->lanes[pl->lane].pending += pl->cost;
+    pl->group = srv->lanes[pl->lane].group;
+  }
+  pthread_mutex_unlock(&srv->pend_lock);
+  ticket_give(&srv->groups[0].lock);
+}
+
+/* The op has left its lane after `ran` seconds on it (0: it failed). */
+static void plan_done(weft_net_server *srv, const op_plan *pl, weft_op_kind kind, double ran) {
+  if (pl->lane < 0) return;
+  pthread_mutex_lock(&srv->pend_lock);
+  lane_route *lr = &srv->lanes[pl->lane];
+  lr->pending -= pl->cost;
+  if (lr->pending < 1e-12) lr->pending = 0;
+  if (ran > 0 && pl->cost > 0) {
+    double ratio = ran / (pl->cost / lr->scale[kind]);
+    ratio = ratio < 1e-3 ? 1e-3 : ratio > 1e6 ? 1e6 : ratio;
+    lr->scale[kind] = 0.5 * lr->scale[kind] + 0.5 * ratio;
+  }
+  pthread_mutex_unlock(&srv->pend_lock);
+}
+
 static int run_op(weft_net_session *s, const weft_net_header *h, const weft_net_request *r, weft_net_buf *b) {
   unsigned required, optional;
   op_slots(r->op, &required, &optional);
@@ -249,13 +502,29 @@ static int run_op(weft_net_session *s, const weft_net_header *h, const weft_net_
   }
   if (r->op == WEFT_OP_SOFTMAX_XENT && !sl[2] && !sl[3])
     return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "softmax_xent needs a loss or a grad output");
+  weft_net_server *srv = s->srv;
+  if (r->lane >= 0 && (size_t)r->lane >= srv->nlanes)
+    return errorf(s, b, h, WEFT_ERR_NOT_FOUND, "%s: lane %d does not exist (the worker has %zu lanes)",
+                  weft_op_kind_str(r->op), (int)r->lane, srv->nlanes);
+  int qnd[4] = {0};
+  const int64_t *qdims[4] = {0};
+  for (int i = 0; i < 2; i++)
+    if (sl[i]) qnd[i] = r->shape_ndim[i] ? r->shape_ndim[i] : sl[i]->ndim, qdims[i] = r->shape_ndim[i] ? r->shape_dims[i] : sl[i]->dims;
+  weft_route_query q;
+  int have_q = op_query(r, qnd, qdims, &q);
+  size_t attempt = 0;
+retry:;
+  op_plan pl;
+  plan_op(srv, r, &q, have_q, &pl);
+  lane_group *g = &srv->groups[pl.group];
   weft_op_desc od = WEFT_OP_DESC_INIT;
   od.contract = r->contract;
-  od.lane = r->lane < 0 ? WEFT_LANE_AUTO : r->lane;
-  weft_fabric *f = s->srv->fabric;
+  od.lane = pl.lane < 0 ? WEFT_LANE_AUTO : srv->lanes[pl.lane].local;
+  weft_fabric *f = g->fabric;
   weft_tensor *t[4] = {0};
   int owner[4] = {0}; /* t[i] was wrapped for slot i (not shared with an earlier slot) */
-  pthread_mutex_lock(&s->srv->lock);
+  ticket_take(&g->lock);
+  double began = mono_s();
   weft_status st = WEFT_OK;
   for (int i = 0; i < 4 && !st; i++) {
     if (!sl[i]) continue;
@@ -284,16 +553,27 @@ static int run_op(weft_net_session *s, const weft_net_header *h, const weft_net_
     default: st = WEFT_ERR_UNSUPPORTED; break;
     }
   int lane = weft_fabric_last_lane(f);
+  if (lane >= 0 && pl.group) lane = (int)g->lane; /* as the client numbers lanes: the directory's index */
   if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(f));
-  /* Outputs back into the session's floats (a no-copy read when the op ran on a host lane). */
+  /* Outputs back into the session's floats (a no-copy read when the op ran on a host lane). An output that
+   * is also an input (an in-place op: the same handle in the same shape) is one tensor, wrapped for the
+   * input's slot: it is read back all the same, once. */
   for (int i = 2; i < 4 && !st; i++)
-    if (t[i] && owner[i]) {
+    if (t[i] && !(i == 3 && t[3] == t[2])) {
       st = weft_tensor_read(t[i], sl[i]->data, weft_tensor_numel(t[i]));
       if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(f));
     }
   for (int i = 0; i < 4; i++)
     if (owner[i]) weft_tensor_destroy(t[i]);
-  pthread_mutex_unlock(&s->srv->lock);
+  weft_lane_info li;
+  if (st && pl.lane >= 0 && !weft_fabric_lane_info(f, (size_t)od.lane, &li) && li.failed)
+    atomic_store(&srv->lanes[pl.lane].down, 1);
+  double ran = st ? 0 : mono_s() - began;
+  ticket_give(&g->lock);
+  plan_done(srv, &pl, r->op, ran);
+  /* A routed op whose lane failed under it goes to the next best lane (the session's floats are intact: a
+   * lane that can fail is a device lane, which wrote nothing back). */
+  if (st == WEFT_ERR_LANE_FAILED && r->lane < 0 && pl.lane >= 0 && ++attempt < srv->nlanes) goto retry;
   if (st) {
     reply_error(b, h, st, s->err);
     return 1;
@@ -397,13 +677,14 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
     return 1;
   }
   case WEFT_NET_LANES: {
-    pthread_mutex_lock(&srv->lock);
-    size_t n = weft_fabric_lane_count(srv->fabric), len = 4;
+    weft_fabric *dir = srv->groups[0].fabric;
+    ticket_take(&srv->groups[0].lock);
+    size_t n = weft_fabric_lane_count(dir), len = 4;
     /* Sized exactly as the loop below writes: a lane that cannot be described still gets its entry. */
     for (size_t i = 0; i < n; i++) {
       weft_lane_info li;
       len += 4 + 6;
-      if (weft_fabric_lane_info(srv->fabric, i, &li)) continue;
+      if (weft_fabric_lane_info(dir, i, &li)) continue;
       len += (li.name ? strnlen(li.name, 255) : 0) + (li.kind ? strnlen(li.kind, 255) : 0) +
              (li.device ? strnlen(li.device, 255) : 0);
     }
@@ -413,8 +694,8 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
       p += 4;
       for (size_t i = 0; i < n; i++) {
         weft_lane_info li;
-        if (weft_fabric_lane_info(srv->fabric, i, &li)) memset(&li, 0, sizeof li);
-        weft_net_put32(p, li.failed ? 0 : li.contracts);
+        if (weft_fabric_lane_info(dir, i, &li)) memset(&li, 0, sizeof li);
+        weft_net_put32(p, li.failed || atomic_load(&srv->lanes[i].down) ? 0 : li.contracts);
         p += 4;
         const char *strs[3] = {li.name, li.kind, li.device};
         for (int k = 0; k < 3; k++) {
@@ -425,7 +706,7 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
         }
       }
     }
-    pthread_mutex_unlock(&srv->lock);
+    ticket_give(&srv->groups[0].lock);
     return p != NULL;
   }
   case WEFT_NET_CREATE: {
@@ -438,8 +719,19 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
                     "a tensor of %llu bytes would pass this connection's resident cap (%llu of %llu bytes held)",
                     (unsigned long long)bytes, (unsigned long long)s->resident,
                     (unsigned long long)srv->limits.max_resident);
+    if (!s->slots && !(s->slots = calloc(WEFT_NET_MAX_HANDLES, sizeof *s->slots)))
+      return errorf(s, b, h, WEFT_ERR_OUT_OF_MEMORY, "out of memory for the handle table");
+    if (!mem_take(srv, bytes))
+      return errorf(s, b, h, WEFT_ERR_OUT_OF_MEMORY,
+                    "a tensor of %llu bytes would pass the worker's cap across all connections (%llu of %llu bytes "
+                    "held)",
+                    (unsigned long long)bytes, (unsigned long long)atomic_load(&srv->total),
+                    (unsigned long long)srv->max_total);
     float *data = calloc(r.numel ? r.numel : 1, sizeof(float));
-    if (!data) return errorf(s, b, h, WEFT_ERR_OUT_OF_MEMORY, "out of memory for %llu bytes", (unsigned long long)bytes);
+    if (!data) {
+      mem_give(srv, bytes);
+      return errorf(s, b, h, WEFT_ERR_OUT_OF_MEMORY, "out of memory for %llu bytes", (unsigned long long)bytes);
+    }
     slot *sl = &s->slots[s->nslots++];
     sl->id = s->next_id++;
     sl->data = data;
@@ -481,6 +773,7 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
                     (unsigned long long)r.handle);
     free(sl->data);
     s->resident -= sl->numel * 4;
+    mem_give(srv, sl->numel * 4);
     *sl = s->slots[--s->nslots];
     reply_begin(b, h, WEFT_OK, 0);
     return 1;
@@ -502,12 +795,92 @@ static float *session_write_target(weft_net_session *s, const weft_net_header *h
   return sl->data + offset;
 }
 
+/* The fuzzer's way to the zero-copy WRITE path without a socket (serve_conn's receive, worker.h). */
+float *weft_net_session_write_target(weft_net_session *s, const weft_net_header *h, const uint8_t *prefix) {
+  return session_write_target(s, h, prefix);
+}
+
 /* ------------------------------------------------------------------------------------------- sockets */
 
+/* A connection. Every read and write of its byte stream goes through conn_read and conn_write, so a
+ * transport under the frames (TLS) wraps them in one place. */
 typedef struct conn {
   weft_net_server *srv;
   int fd;
+  weft_net_conn nc; /* the byte stream: plain, or TLS over fd (its SSL moves with the connection) */
+  int tls_wait;     /* TLS's handshake is not done: nothing can be said to the peer yet */
+  int tls_out;      /* that handshake waits to write */
+  weft_net_session *s;
+  /* While in the handshake stage: */
+  double deadline; /* monotonic seconds by which the handshake must be complete */
+  uint64_t seq;    /* accept order: the oldest is dropped first when the stage is full */
+  uint8_t buf[WEFT_NET_HEADER_BYTES + 64]; /* the frame being read (handshake frames are small) */
+  size_t have, want;
+  weft_net_header h;
 } conn;
+
+/* Reads up to n bytes once: the count read, 0 when the peer closed, -1 on an error (a blocking read's
+ * timeout too), -2 when nothing is there now (nonblock only). */
+static ssize_t conn_read(conn *c, void *p, size_t n, int nonblock) {
+  if (c->nc.ssl) {
+    /* The fd is non-blocking in the stage and blocking (with the io timeout) on serve_conn's thread. */
+    long k = weft_net_conn_read_some(&c->nc, p, n);
+    return k == -2 && !nonblock ? -1 : (ssize_t)k;
+  }
+  for (;;) {
+    ssize_t k = recv(c->fd, p, n, nonblock ? MSG_DONTWAIT : 0);
+    if (k >= 0) return k;
+    if (errno == EINTR) continue;
+    return nonblock && (errno == EAGAIN || errno == EWOULDBLOCK) ? -2 : -1;
+  }
+}
+
+/* Writes up to n bytes once: the count written, -1 on an error, -2 when it cannot now (nonblock only). */
+static ssize_t conn_write(conn *c, const void *p, size_t n, int nonblock) {
+  if (c->nc.ssl) {
+    long k = weft_net_conn_write_some(&c->nc, p, n);
+    return k == -2 && !nonblock ? -1 : (ssize_t)k;
+  }
+  for (;;) {
+    ssize_t k = send(c->fd, p, n, MSG_NOSIGNAL | (nonblock ? MSG_DONTWAIT : 0));
+    if (k >= 0) return k;
+    if (errno == EINTR) continue;
+    return nonblock && (errno == EAGAIN || errno == EWOULDBLOCK) ? -2 : -1;
+  }
+}
+
+static int conn_recv_all(conn *c, void *p, size_t n) {
+  uint8_t *q = p;
+  while (n) {
+    ssize_t k = conn_read(c, q, n, 0);
+    if (k <= 0) return 0;
+    q += k;
+    n -= (size_t)k;
+  }
+  return 1;
+}
+
+static int conn_send_all(conn *c, const void *p, size_t n) {
+  const uint8_t *q = p;
+  while (n) {
+    ssize_t k = conn_write(c, q, n, 0);
+    if (k <= 0) return 0;
+    q += k;
+    n -= (size_t)k;
+  }
+  return 1;
+}
+
+/* Reads and drops n bytes: a frame refused for its size keeps the stream in step without holding it. */
+static int conn_discard(conn *c, size_t n) {
+  uint8_t junk[16384];
+  while (n) {
+    size_t k = n < sizeof junk ? n : sizeof junk;
+    if (!conn_recv_all(c, junk, k)) return 0;
+    n -= k;
+  }
+  return 1;
+}
 
 static void set_timeout(int fd, int ms) {
   struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
@@ -515,80 +888,367 @@ static void set_timeout(int fd, int ms) {
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
+static void conn_free(conn *c) {
+  weft_net_session_destroy(c->s);
+  weft_net_conn_close(&c->nc); /* closes fd */
+  free(c);
+}
+
+/* Grows a connection's receive buffer to n bytes, counted in the worker-wide budget with the tensors:
+ * 1 done, 0 the budget is spent (nothing changed), -1 out of memory. */
+static int payload_grow(weft_net_server *srv, uint8_t **payload, size_t *cap, size_t n) {
+  if (n <= *cap) return 1;
+  if (!mem_take(srv, n - *cap)) return 0;
+  uint8_t *p = realloc(*payload, n);
+  if (!p) {
+    mem_give(srv, n - *cap);
+    return -1;
+  }
+  *payload = p;
+  *cap = n;
+  return 1;
+}
+
+/* An authenticated connection, on a thread of its own: frames until the peer closes, breaks the stream or
+ * stays silent past the idle timeout. */
 static void *serve_conn(void *arg) {
-  conn c = *(conn *)arg;
-  free(arg);
-  /* Every byte of the connection goes through nc: plain TCP, or TLS once its handshake is done. */
-  weft_net_conn nc;
-  weft_net_conn_init(&nc, c.fd);
-  weft_net_session *s = weft_net_session_create(c.srv);
+  conn *c = arg;
+  weft_net_server *srv = c->srv;
+  weft_net_session *s = c->s;
   weft_net_buf out = {0};
   uint8_t *payload = NULL;
-  size_t payload_cap = 0;
-  if (!s) goto done;
-  int one = 1;
-  setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  set_timeout(c.fd, c.srv->io_timeout_ms);
-  /* A client may sit idle between frames as long as it likes (its fabric holds the lane open); keepalive
-   * finds peers that vanished. Once a frame starts, the io timeout applies. */
-  setsockopt(c.fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-  if (c.srv->tls && weft_net_conn_accept(&nc, c.srv->tls, s->err, sizeof s->err) != WEFT_OK) goto done;
+  size_t payload_cap = 0; /* held in the worker-wide budget */
+  /* Blocking from here, under the io timeout (the stage had the fd non-blocking). */
+  fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) & ~O_NONBLOCK);
+  set_timeout(c->fd, srv->io_timeout_ms);
   for (;;) {
     uint8_t hb[WEFT_NET_HEADER_BYTES];
-    struct pollfd pfd = {c.fd, POLLIN, 0};
-    int pr = 1;
-    /* Bytes TLS already decrypted are not on the socket any more: poll only when none wait. */
-    if (!weft_net_conn_pending(&nc))
-      while ((pr = poll(&pfd, 1, -1)) < 0 && errno == EINTR) {
+    struct pollfd pfd = {c->fd, POLLIN, 0};
+    int pr;
+    /* Between frames a client may sit idle up to the idle timeout (its fabric holds the lane open);
+     * keepalive finds peers that vanished. Once a frame starts, the io timeout applies. */
+    pr = 1;
+    /* Bytes TLS already took off the socket and decrypted are invisible to poll: poll only when none wait. */
+    if (!weft_net_conn_pending(&c->nc))
+      while ((pr = poll(&pfd, 1, srv->idle_timeout_ms)) < 0 && errno == EINTR) {
       }
-    if (pr <= 0 || !weft_net_conn_recv_all(&nc, hb, sizeof hb)) break;
+    if (pr <= 0 || !conn_recv_all(c, hb, sizeof hb)) break;
     weft_net_header h;
     out.len = 0;
-    weft_status st = weft_net_header_decode(hb, &c.srv->limits, &h, s->err, sizeof s->err);
+    weft_status st = weft_net_header_decode(hb, &srv->limits, &h, s->err, sizeof s->err);
     if (st) {
       /* The stream cannot be resynchronised after a bad header: say why, then close. Nothing is read or
        * allocated on the strength of the peer's length. */
       reply_error(&out, &h, st, s->err);
-      weft_net_conn_send_all(&nc, out.data, out.len);
+      conn_send_all(c, out.data, out.len);
       break;
     }
     /* The length is capped by max_frame above. The buffer is kept between frames (large uploads would
-     * otherwise fault in fresh pages every frame) and grows only to what a frame actually needs. */
-    if (h.length > payload_cap) {
-      uint8_t *p = realloc(payload, h.length);
-      if (!p) break;
-      payload = p;
-      payload_cap = h.length;
-    }
+     * otherwise fault in fresh pages every frame), grows only to what a frame actually needs, and counts
+     * against the worker-wide budget while it is held. */
+    size_t skip = 0;
+    int grown = 1;
     if (h.type == WEFT_NET_WRITE && h.length >= 24) {
       /* Large uploads land straight in the tensor once the prefix says where, and is valid. */
       uint8_t prefix[24];
-      if (!weft_net_conn_recv_all(&nc, prefix, sizeof prefix)) break;
+      if (!conn_recv_all(c, prefix, sizeof prefix)) break;
       float *dst = session_write_target(s, &h, prefix);
       if (dst) {
-        if (!weft_net_conn_recv_all(&nc, (uint8_t *)dst, h.length - 24u)) break;
+        if (!conn_recv_all(c, (uint8_t *)dst, h.length - 24u)) break;
         reply_begin(&out, &h, WEFT_OK, 0);
-        if (!weft_net_conn_send_all(&nc, out.data, out.len)) break;
+        if (!conn_send_all(c, out.data, out.len)) break;
         continue;
       }
-      memcpy(payload, prefix, sizeof prefix);
-      if (!weft_net_conn_recv_all(&nc, payload + 24, h.length - 24u)) break;
-    } else if (!weft_net_conn_recv_all(&nc, payload, h.length)) {
+      grown = payload_grow(srv, &payload, &payload_cap, h.length);
+      if (grown > 0) {
+        memcpy(payload, prefix, sizeof prefix);
+        if (!conn_recv_all(c, payload + 24, h.length - 24u)) break;
+      } else {
+        skip = h.length - 24u;
+      }
+    } else {
+      grown = payload_grow(srv, &payload, &payload_cap, h.length);
+      if (grown > 0 && !conn_recv_all(c, payload, h.length)) break;
+      if (grown <= 0) skip = h.length;
+    }
+    if (grown < 0) break;
+    int keep = 1;
+    if (!grown) {
+      if (!conn_discard(c, skip)) break;
+      snprintf(s->err, sizeof s->err,
+               "a frame of %u bytes would pass the worker's memory cap across all connections (%llu of %llu bytes "
+               "held)",
+               (unsigned)h.length, (unsigned long long)atomic_load(&srv->total), (unsigned long long)srv->max_total);
+      reply_error(&out, &h, WEFT_ERR_OUT_OF_MEMORY, s->err);
+    } else {
+      keep = weft_net_session_handle(s, &h, payload, &out);
+    }
+    if (out.len && !conn_send_all(c, out.data, out.len)) break;
+    if (!keep) break;
+    /* A large reply (a READ) is transient: its buffer is not kept between frames. */
+    if (out.cap > ((size_t)1 << 20)) weft_net_buf_free(&out);
+  }
+  free(payload);
+  mem_give(srv, payload_cap);
+  weft_net_buf_free(&out);
+  conn_free(c);
+  pthread_mutex_lock(&srv->count_lock);
+  srv->clients--;
+  pthread_mutex_unlock(&srv->count_lock);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------------------ handshake stage */
+
+/* Connections that have not completed the handshake live here, in one poll() loop on the accepting thread
+ * (no thread, no handle table, no buffer beyond a handshake frame each): they count against their own cap
+ * (max_pending), never against the clients', and are dropped at the handshake deadline. When the stage is
+ * full the oldest is dropped for the newcomer, so sockets that idle or trickle can delay a client that
+ * holds the secret by a round trip at most, never lock it out. */
+
+enum { STAGE_WAIT, STAGE_DROP, STAGE_READY };
+
+static int session_ready(const weft_net_session *s) { return s->hello && (!s->srv->need_auth || s->authed); }
+
+/* Sends a handshake reply without waiting: the socket's send buffer is empty then, so a reply of a few dozen
+ * bytes fits; a peer that does not read is not waited for. */
+static int stage_send(conn *c, const weft_net_buf *b) {
+  return !b->len || conn_write(c, b->data, b->len, 1) == (ssize_t)b->len;
+}
+
+static void stage_refuse(conn *c, const weft_net_header *h, weft_status st, const char *msg) {
+  /* Inside TLS once it is up; before (or while) its handshake runs, nothing the peer could read. */
+  if (c->tls_wait) return;
+  weft_net_buf b = {0};
+  reply_error(&b, h, st, msg);
+  stage_send(c, &b);
+  weft_net_buf_free(&b);
+}
+
+/* The frame the stage reads next, 0 when the handshake is complete. */
+static uint16_t stage_expect(const weft_net_session *s) {
+  if (!s->hello) return WEFT_NET_HELLO;
+  if (!s->srv->need_auth || s->authed) return 0;
+  return s->auth_started ? WEFT_NET_AUTH_FINISH : WEFT_NET_AUTH_START;
+}
+
+static const char *type_word(uint16_t t) {
+  return t == WEFT_NET_HELLO ? "hello" : t == WEFT_NET_AUTH_START ? "auth_start" : "auth_finish";
+}
+
+/* Reads what the peer sent (at most the rest of the current frame, so nothing past the handshake is taken
+ * from the socket; with TLS, what the TLS layer took stays in it and moves with the connection) and answers
+ * a frame once it is whole. With TLS, its handshake runs here first, non-blocking, under the same deadline. */
+static int stage_step(conn *c) {
+  weft_net_server *srv = c->srv;
+  weft_net_session *s = c->s;
+  if (c->tls_wait) {
+    int r = weft_net_conn_accept_step(&c->nc, srv->tls, &c->tls_out, s->err, sizeof s->err);
+    if (r < 0) return STAGE_DROP;
+    if (r == 0) return STAGE_WAIT;
+    c->tls_wait = c->tls_out = 0;
+  }
+  ssize_t k = conn_read(c, c->buf + c->have, c->want - c->have, 1);
+  if (k == -2) return STAGE_WAIT;
+  if (k <= 0) return STAGE_DROP;
+  c->have += (size_t)k;
+  if (c->have < c->want) return STAGE_WAIT;
+  if (c->want == WEFT_NET_HEADER_BYTES) {
+    weft_status st = weft_net_header_decode(c->buf, &srv->limits, &c->h, s->err, sizeof s->err);
+    if (st) {
+      stage_refuse(c, &c->h, st, s->err);
+      return STAGE_DROP;
+    }
+    /* Before the handshake completes only its own frames are read, each at its fixed size: anything else
+     * is refused and the connection closed before a byte of its payload is read or allocated. */
+    uint16_t expect = stage_expect(s);
+    long fixed = weft_net_handshake_len(expect);
+    if (c->h.type == WEFT_NET_AUTH && expect == WEFT_NET_AUTH_START) {
+      stage_refuse(c, &c->h, WEFT_ERR_UNSUPPORTED,
+                   "the single-sided auth proof is retired (it shares its domain with browser tabs' proofs): this "
+                   "worker wants mutual authentication (auth_start, auth_finish); update the client");
+      return STAGE_DROP;
+    }
+    if (c->h.type != expect) {
+      stage_refuse(c, &c->h, WEFT_ERR_STATE,
+                   !s->hello ? "the first frame must be hello"
+                   : expect == WEFT_NET_AUTH_START
+                       ? "this worker requires authentication (auth_start, auth_finish) before any request"
+                       : "auth_finish must follow auth_start");
+      return STAGE_DROP;
+    }
+    if (fixed < 0 || c->h.length != (uint64_t)fixed || (size_t)fixed > sizeof c->buf - WEFT_NET_HEADER_BYTES) {
+      snprintf(s->err, sizeof s->err, "%s payload is %u bytes; before the handshake completes it must be exactly %ld",
+               type_word(expect), (unsigned)c->h.length, fixed);
+      stage_refuse(c, &c->h, WEFT_ERR_INVALID_ARGUMENT, s->err);
+      return STAGE_DROP;
+    }
+    c->want += c->h.length;
+    if (c->have < c->want) return STAGE_WAIT;
+  }
+  /* A whole frame. The one that would complete the handshake is refused while the client cap is full. */
+  if (c->h.type == WEFT_NET_AUTH_FINISH || !srv->need_auth) {
+    pthread_mutex_lock(&srv->count_lock);
+    int full = srv->clients >= srv->max_clients;
+    pthread_mutex_unlock(&srv->count_lock);
+    if (full) {
+      stage_refuse(c, &c->h, WEFT_ERR_STATE, "the worker serves its maximum number of clients; try again later");
+      return STAGE_DROP;
+    }
+  }
+  weft_net_buf b = {0};
+  int keep = weft_net_session_handle(s, &c->h, c->buf + WEFT_NET_HEADER_BYTES, &b);
+  int sent = stage_send(c, &b);
+  weft_net_buf_free(&b);
+  if (!keep || !sent) return STAGE_DROP;
+  c->have = 0;
+  c->want = WEFT_NET_HEADER_BYTES;
+  return session_ready(s) ? STAGE_READY : STAGE_WAIT;
+}
+
+/* The handshake is done: the connection gets a thread of its own and counts as a client. */
+static int hand_off(conn *c) {
+  weft_net_server *srv = c->srv;
+  pthread_mutex_lock(&srv->count_lock);
+  srv->clients++;
+  pthread_mutex_unlock(&srv->count_lock);
+  pthread_t th;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int ok = pthread_create(&th, &attr, serve_conn, c) == 0;
+  pthread_attr_destroy(&attr);
+  if (!ok) {
+    pthread_mutex_lock(&srv->count_lock);
+    srv->clients--;
+    pthread_mutex_unlock(&srv->count_lock);
+  }
+  return ok;
+}
+
+static void drop_oldest(conn **pend, size_t *npend, int max_pending) {
+  size_t o = 0;
+  for (size_t i = 1; i < *npend; i++)
+    if (pend[i]->seq < pend[o]->seq) o = i;
+  conn *c = pend[o];
+  pend[o] = pend[--*npend];
+  char msg[WEFT_NET_MAX_MESSAGE];
+  snprintf(msg, sizeof msg, "dropped before its handshake completed: the worker holds at most %d connections in the "
+           "handshake and a newer one came",
+           max_pending);
+  weft_net_header h = {WEFT_NET_MAGIC, WEFT_NET_HELLO, 0, 0, 0};
+  stage_refuse(c, &h, WEFT_ERR_STATE, msg);
+  conn_free(c);
+}
+
+/* As many descriptors as the hard limit allows: held sockets are cheap here, and a full table would refuse
+ * the client that matters. */
+static void raise_nofile(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+static weft_status serve(weft_net_server *srv, int lfd, char *err, size_t errlen) {
+  size_t cap = (size_t)srv->max_pending;
+  conn **pend = calloc(cap, sizeof *pend);
+  struct pollfd *pfds = calloc(cap + 1, sizeof *pfds);
+  if (!pend || !pfds) {
+    free(pend);
+    free(pfds);
+    snprintf(err, errlen, "out of memory");
+    return WEFT_ERR_OUT_OF_MEMORY;
+  }
+  fcntl(lfd, F_SETFL, fcntl(lfd, F_GETFL) | O_NONBLOCK);
+  size_t npend = 0;
+  uint64_t seq = 0;
+  double pause_until = 0;
+  weft_status st = WEFT_ERR_IO;
+  for (;;) {
+    double t = mono_s();
+    int listening = t >= pause_until;
+    double wait = listening ? -1 : pause_until - t;
+    pfds[0] = (struct pollfd){lfd, (short)(listening ? POLLIN : 0), 0};
+    for (size_t i = 0; i < npend; i++) {
+      pfds[i + 1] = (struct pollfd){pend[i]->fd, (short)(pend[i]->tls_out ? POLLOUT : POLLIN), 0};
+      double d = pend[i]->deadline - t;
+      /* Bytes TLS already decrypted are invisible to poll: such a connection is stepped at once. */
+      if (!pend[i]->tls_wait && weft_net_conn_pending(&pend[i]->nc)) d = 0;
+      if (wait < 0 || d < wait) wait = d;
+    }
+    int timeout = wait < 0 ? -1 : (int)(wait * 1000) + 1;
+    int pr = poll(pfds, npend + 1, timeout);
+    if (pr < 0 && errno != EINTR) {
+      snprintf(err, errlen, "poll failed: %s", strerror(errno));
       break;
     }
-    int keep = weft_net_session_handle(s, &h, payload, &out);
-    if (out.len && !weft_net_conn_send_all(&nc, out.data, out.len)) break;
-    if (!keep) break;
+    t = mono_s();
+    /* Backwards, so a connection leaving (the last one takes its place) does not move any still to visit. */
+    for (size_t i = npend; i-- > 0;) {
+      conn *c = pend[i];
+      int ready = (pr > 0 && pfds[i + 1].revents) || (!c->tls_wait && weft_net_conn_pending(&c->nc));
+      int r = ready ? stage_step(c) : STAGE_WAIT;
+      if (r == STAGE_WAIT && t >= c->deadline) {
+        char msg[WEFT_NET_MAX_MESSAGE];
+        snprintf(msg, sizeof msg, "no complete handshake within %d ms", srv->handshake_timeout_ms);
+        weft_net_header h = {WEFT_NET_MAGIC, c->want > WEFT_NET_HEADER_BYTES ? c->h.type : WEFT_NET_HELLO, 0,
+                             c->want > WEFT_NET_HEADER_BYTES ? c->h.request_id : 0, 0};
+        stage_refuse(c, &h, WEFT_ERR_STATE, msg);
+        r = STAGE_DROP;
+      }
+      if (r == STAGE_WAIT) continue;
+      pend[i] = pend[--npend];
+      if (r == STAGE_DROP || !hand_off(c)) conn_free(c);
+    }
+    if (pr <= 0 || !(pfds[0].revents & POLLIN)) continue;
+    for (int n = 0; n < 256; n++) {
+      int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+      if (cfd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          /* Out of descriptors: a connection in the handshake makes room; with none, wait a little. */
+          if (npend) {
+            drop_oldest(pend, &npend, srv->max_pending);
+            continue;
+          }
+          pause_until = mono_s() + 0.01;
+          break;
+        }
+        snprintf(err, errlen, "accept failed: %s", strerror(errno));
+        goto out;
+      }
+      if (npend == cap) drop_oldest(pend, &npend, srv->max_pending);
+      conn *c = calloc(1, sizeof *c);
+      weft_net_session *s = c ? weft_net_session_create(srv) : NULL;
+      if (!s) {
+        free(c);
+        close(cfd);
+        continue;
+      }
+      int one = 1;
+      setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      setsockopt(cfd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+      /* Non-blocking for the stage (TLS's handshake steps on it); serve_conn makes it blocking again. */
+      fcntl(cfd, F_SETFL, fcntl(cfd, F_GETFL) | O_NONBLOCK);
+      c->srv = srv;
+      c->fd = cfd;
+      weft_net_conn_init(&c->nc, cfd);
+      c->tls_wait = srv->tls != NULL;
+      c->s = s;
+      c->deadline = mono_s() + srv->handshake_timeout_ms / 1000.0;
+      c->seq = seq++;
+      c->want = WEFT_NET_HEADER_BYTES;
+      pend[npend++] = c;
+    }
   }
-done:
-  free(payload);
-  weft_net_buf_free(&out);
-  weft_net_session_destroy(s);
-  weft_net_conn_close(&nc);
-  pthread_mutex_lock(&c.srv->count_lock);
-  c.srv->clients--;
-  pthread_mutex_unlock(&c.srv->count_lock);
-  return NULL;
+out:
+  for (size_t i = 0; i < npend; i++) conn_free(pend[i]);
+  free(pend);
+  free(pfds);
+  return st;
 }
 
 weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, size_t errlen) {
@@ -620,10 +1280,11 @@ weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, siz
     snprintf(err, errlen, "--tls needs --secret-file: the TLS key is derived from the shared secret");
     return WEFT_ERR_INVALID_ARGUMENT;
   }
+  raise_nofile();
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
   if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 64) != 0) {
+  if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
     snprintf(err, errlen, "cannot listen on '%s': %s", addr, strerror(errno));
     if (fd >= 0) close(fd);
     freeaddrinfo(ai);
@@ -654,46 +1315,8 @@ weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, siz
   }
   signal(SIGPIPE, SIG_IGN);
   if (desc->on_listen) desc->on_listen(desc->ctx, host, bport);
-  for (;;) {
-    int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
-    if (cfd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) {
-        if (errno == EMFILE || errno == ENFILE) usleep(10000);
-        continue;
-      }
-      snprintf(err, errlen, "accept failed: %s", strerror(errno));
-      break;
-    }
-    pthread_mutex_lock(&srv->count_lock);
-    int full = srv->clients >= srv->max_clients;
-    if (!full) srv->clients++;
-    pthread_mutex_unlock(&srv->count_lock);
-    if (full) {
-      /* Say why before closing, so the client's lane reports it rather than a bare disconnect. */
-      weft_net_buf b = {0};
-      weft_net_header h = {WEFT_NET_MAGIC, WEFT_NET_HELLO, 0, 0, 0};
-      reply_error(&b, &h, WEFT_ERR_STATE, "the worker serves its maximum number of clients; try again later");
-      set_timeout(cfd, 1000);
-      if (b.len) weft_net_send_all(cfd, b.data, b.len);
-      weft_net_buf_free(&b);
-      close(cfd);
-      continue;
-    }
-    conn *c = malloc(sizeof *c);
-    pthread_t th;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (!c || (c->srv = srv, c->fd = cfd, pthread_create(&th, &attr, serve_conn, c) != 0)) {
-      free(c);
-      close(cfd);
-      pthread_mutex_lock(&srv->count_lock);
-      srv->clients--;
-      pthread_mutex_unlock(&srv->count_lock);
-    }
-    pthread_attr_destroy(&attr);
-  }
+  st = serve(srv, fd, err, errlen);
   close(fd);
   /* Connections may still be running: the server is left to the process's exit. */
-  return WEFT_ERR_IO;
+  return st;
 }

@@ -1,7 +1,9 @@
-/* worker.h - the server side of the protocol: a server (one fabric shared by every connection, the
- * secret, the caps) and sessions (one per connection: its handles, its resident bytes, its auth state).
- * weft_net_session_handle turns one frame into one reply with no socket involved, so the request handler
- * can be fuzzed; weft_net_worker_run adds the listening socket and a thread per connection. */
+/* worker.h - the server side of the protocol: a server (a directory fabric that lists and routes, one
+ * fabric per lane behind a FIFO lock that runs the ops, the secret, the caps) and sessions (one per
+ * connection: its handles, its resident bytes, its auth state). weft_net_session_handle turns one frame into
+ * one reply with no socket involved, so the request handler can be fuzzed; weft_net_worker_run adds the
+ * listening socket, a poll()-driven handshake stage for unauthenticated connections and a thread per
+ * authenticated one. */
 #ifndef WEFT_NET_WORKER_H
 #define WEFT_NET_WORKER_H
 
@@ -22,8 +24,15 @@ typedef struct weft_net_worker_desc {
   int tls;                 /* TLS 1.3 (a PSK derived from the secret) on loopback too; always on elsewhere */
   const char *identity;    /* the name the worker proves (bound into both proofs); NULL = "HOSTNAME:PORT" */
   weft_net_limits limits;  /* zeros = defaults */
-  int max_clients;         /* concurrent connections; 0 = 64 */
+  int max_clients;         /* concurrent connections past the handshake; 0 = 64 */
   int io_timeout_ms;       /* a peer silent this long mid-frame is dropped; 0 = 30000 */
+  int max_pending;         /* connections still in the handshake (their own cap; the oldest is dropped for a
+                            * newcomer when full); 0 = 64 */
+  int handshake_timeout_ms; /* accept to a complete HELLO (and AUTH when a secret is set); 0 = 5000 */
+  int idle_timeout_ms;     /* an authenticated peer silent this long between frames is dropped; 0 = one
+                            * hour, < 0 = never */
+  uint64_t max_total_resident; /* tensor and frame-buffer bytes across all connections; 0 = half the
+                                * machine's physical memory */
   /* Called once the socket is bound, with the address and the port actually bound. */
   void (*on_listen)(void *ctx, const char *host, int port);
   void *ctx;
@@ -45,6 +54,12 @@ void weft_net_session_destroy(weft_net_session *s);
  * appends the reply frame to `reply`. Returns 1 to keep the connection, 0 to close it after the reply. */
 int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const uint8_t *payload,
                             weft_net_buf *reply);
+
+/* Where serve_conn would receive a WRITE frame's floats directly (no staging copy) given its first 24
+ * payload bytes, or NULL when the frame is not a valid write for this session now (the frame is then read
+ * whole and weft_net_session_handle answers it). For the fuzzer, which has no socket. */
+float *weft_net_session_write_target(weft_net_session *s, const weft_net_header *h, const uint8_t *prefix);
+
 void weft_net_buf_free(weft_net_buf *b);
 
 /* Binds, then serves until the process ends. Returns only on a setup error (bind failed, a non-loopback

@@ -56,15 +56,24 @@ static double in_bytes(const weft_op *op, int i) {
   return 4.0 * (double)op->rows * (double)op->cols;
 }
 
+static int pick(weft_fabric *f, const weft_op *op, weft_cost_class cls, double work, double now,
+                weft_tensor *const *inputs, int ninputs, weft_route_cost *costs, int may_measure);
+
 int weft_route_pick(weft_fabric *f, const weft_op *op, weft_tensor *const *inputs, int ninputs,
                     weft_route_cost *costs) {
   double work;
   weft_cost_class cls = weft_cost_op_work(op, &work);
-  return weft_route_pick_at(f, op, cls, work, weft_fabric_now(f), inputs, ninputs, costs);
+  /* a query: it explains with the models as they are, and never measures (or writes the cache) */
+  return pick(f, op, cls, work, weft_fabric_now(f), inputs, ninputs, costs, 0);
 }
 
 int weft_route_pick_at(weft_fabric *f, const weft_op *op, weft_cost_class cls, double work, double now,
                        weft_tensor *const *inputs, int ninputs, weft_route_cost *costs) {
+  return pick(f, op, cls, work, now, inputs, ninputs, costs, 1);
+}
+
+static int pick(weft_fabric *f, const weft_op *op, weft_cost_class cls, double work, double now,
+                weft_tensor *const *inputs, int ninputs, weft_route_cost *costs, int may_measure) {
   int from_host = 1;
   for (int k = 0; inputs && k < ninputs; k++)
     if (inputs[k] && !inputs[k]->host_valid) from_host = 0;
@@ -75,7 +84,7 @@ int weft_route_pick_at(weft_fabric *f, const weft_op *op, weft_cost_class cls, d
     eligible += costs[i].eligible;
   }
   /* first real choice between lanes: measure what is unmeasured (once; failures and scopes say later) */
-  if (eligible > 1 && !f->models_ready) weft_cost_ensure(f);
+  if (may_measure && eligible > 1 && !f->models_ready) weft_cost_ensure(f);
   int best = -1;
   double best_total = 0;
   for (size_t i = 0; i < f->nlanes; i++) {
@@ -143,7 +152,8 @@ int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, do
   if (memo_ok && !f->memo) f->memo = calloc(WEFT_ROUTE_MEMO, sizeof *f->memo);
   weft_route_memo *slot = NULL;
   uint64_t where[3] = {0, 0, 0}, sig = 0;
-  const int32_t flags = op->b_batched | op->y_broadcast << 1 | ninputs << 2;
+  /* the transposes are part of the signature: a lane may decline a transposed operand (supports) */
+  const int32_t flags = op->b_batched | op->y_broadcast << 1 | ninputs << 2 | op->trans_a << 5 | op->trans_b << 6;
   if (memo_ok && f->memo) {
     for (int k = 0; k < ninputs; k++) where[k] = inputs[k] ? inputs[k]->where : 0;
     /* the same op as last time (a loop): no hashing at all */

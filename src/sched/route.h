@@ -7,10 +7,12 @@
 
 /* Picks a lane for `op`. `inputs` are the op's input tensors (NULL entries skipped; NULL array = all on the
  * host, for explain). Fills `costs` (one per lane) with every lane's prediction. Returns the lane index,
- * or -1 with the fabric's last error set when no lane can run it. */
+ * or -1 with the fabric's last error set when no lane can run it. A query: it never measures a lane (nor
+ * writes the cache); lanes without a measured model are explained from their priors. */
 int weft_route_pick(weft_fabric *f, const weft_op *op, weft_tensor *const *inputs, int ninputs,
                     weft_route_cost *costs);
-/* The same, for a caller that already knows the op's cost class, work and the time (the op path). */
+/* The same, for a caller that already knows the op's cost class, work and the time (the op path): the
+ * first real choice between lanes measures those without a model (weft_cost_ensure). */
 int weft_route_pick_at(weft_fabric *f, const weft_op *op, weft_cost_class cls, double work, double now,
                        weft_tensor *const *inputs, int ninputs, weft_route_cost *costs);
 
@@ -26,7 +28,7 @@ int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, do
 static inline void weft_route_forget(weft_fabric *f) { f->route_epoch++; }
 /* Which transfer line moves t's host memory to or from lane `lane`: registered with it, or staged. */
 static inline int weft_route_xfer(const weft_tensor *t, int lane) {
-  return t && lane < 64 && ((t->reg_mask >> lane) & 1) ? WEFT_XFER_PINNED : WEFT_XFER_STAGED;
+  return t && lane >= 0 && weft_lane_bit(t->reg_mask, (size_t)lane) ? WEFT_XFER_PINNED : WEFT_XFER_STAGED;
 }
 /* Frees the decision memory (fabric close). */
 void weft_route_memo_free(weft_fabric *f);

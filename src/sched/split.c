@@ -309,6 +309,8 @@ static void report_measured(weft_fabric *f, const weft_split_track *tr) {
 static weft_status run_shares(weft_fabric *f, const weft_op *op, weft_tensor *a, weft_tensor *b, weft_tensor *c,
                               lane_plan *plan, int n) {
   weft_status st = weft_hostq_finish(f);
+  /* an operand whose producer failed: no split (the op then fails with that failure, ops.c) */
+  if (st == WEFT_OK && (weft_tensor_failure(a) != WEFT_OK || weft_tensor_failure(b) != WEFT_OK)) st = WEFT_ERR_STATE;
   if (st == WEFT_OK) st = weft_tensor_wait_dma(c);
   if (st != WEFT_OK) return st;
   /* The shares cross as slices of the operands' host memory, made anew per split: the operands themselves
@@ -423,6 +425,7 @@ static weft_status run_shares(weft_fabric *f, const weft_op *op, weft_tensor *a,
     /* the queue's own measurement; stats.seconds comes with it when the queue is drained */
     lane_plan *q = &plan[host_plan];
     weft_status qs = weft_hostq_wait(f, ticket);
+    if (qs == WEFT_OK) qs = weft_hostq_status(f, ticket); /* the share's own outcome */
     if (st == WEFT_OK) st = qs;
     if (qs == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, q->lane);
     double secs = weft_hostq_seconds(f, ticket);

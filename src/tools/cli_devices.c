@@ -1,11 +1,12 @@
 /* cli_devices.c - `weft devices`: every lane the fabric opened (name, kind, device, driver, contracts,
- * details), every lane looked for and absent, with the reason, and the NPUs /sys/class/accel lists; as text or
- * JSON. */
+ * details; for a plugin lane what its admission verified and what the plugin only claimed), every lane looked
+ * for and absent, with the reason, and the NPUs /sys/class/accel lists; as text or JSON. */
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "weft_plugin.h"
 
 void weft_cli_devices_help(FILE *out) {
   fprintf(out,
@@ -14,7 +15,9 @@ void weft_cli_devices_help(FILE *out) {
           "Lists every lane of the fabric on this machine: its kind, the device and driver behind it, the\n"
           "precision contracts it honours, and lane-specific details. Then lists every lane that was looked for\n"
           "and is absent, with the reason (no driver, built without it, left out by --lanes, a plugin refused at\n"
-          "admission), and the NPUs the kernel lists (/sys/class/accel) with how they could be reached.\n"
+          "admission), and the NPUs the kernel lists (/sys/class/accel) with how they could be reached. For a\n"
+          "plugin lane it says what admission verified (the self-test's bits; for an NPU, that the device's own\n"
+          "busy counter advanced) and what the plugin only claimed.\n"
           "\n"
           "Options:\n"
           "  --json             print the same as JSON\n"
@@ -34,11 +37,26 @@ static void contracts_text(weft_contract_mask mask, char *buf, size_t len) {
   if (!buf[0]) snprintf(buf, len, "none");
 }
 
-/* The fabric's first lane of kind "npu" (a plugin lane that passed admission), or NULL. */
-static const char *npu_lane(weft_fabric *f) {
+/* The fabric's lane of kind "npu" whose admission verified that accel device `dev` ran its self-test (its
+ * npu_busy_time_us advanced), or NULL. */
+static const char *npu_lane(weft_fabric *f, const char *dev) {
+  char want[64];
+  snprintf(want, sizeof want, "%s's npu_busy_time_us advanced", dev);
   for (size_t i = 0; i < weft_fabric_lane_count(f); i++) {
     weft_lane_info li;
-    if (weft_fabric_lane_info(f, i, &li) == WEFT_OK && strcmp(li.kind, "npu") == 0) return li.name;
+    if (weft_fabric_lane_info(f, i, &li) != WEFT_OK || strcmp(li.kind, "npu") != 0) continue;
+    const char *note = weft_plugin_admission(li.name);
+    if (note && strstr(note, want)) return li.name;
+  }
+  return NULL;
+}
+
+/* The first absent entry that says an NPU was claimed and not verified, or NULL. */
+static const char *npu_unverified(weft_fabric *f) {
+  for (size_t i = 0; i < weft_fabric_absent_count(f); i++) {
+    const char *name, *reason;
+    if (weft_fabric_absent_info(f, i, &name, &reason) == WEFT_OK && strstr(reason, "npu claimed, not verified"))
+      return name;
   }
   return NULL;
 }
@@ -52,9 +70,16 @@ static void print_npus(weft_fabric *f) {
     printf("\nNPU: none found (no device in /sys/class/accel)\n");
     return;
   }
-  const char *lane = npu_lane(f);
+  const char *claimed = npu_unverified(f);
   for (size_t i = 0; i < n && i < NPU_MAX; i++) {
-    if (lane) printf("\nNPU: %s (%s) present, served by plugin lane %s\n", npu[i].device, npu[i].driver, lane);
+    const char *lane = npu_lane(f, npu[i].device);
+    if (lane)
+      printf("\nNPU: %s (%s) present, served by plugin lane %s (verified: its npu_busy_time_us advanced during the "
+             "lane's self-test)\n",
+             npu[i].device, npu[i].driver, lane);
+    else if (claimed)
+      printf("\nNPU: %s (%s) present; %s claimed an NPU lane, not verified (see absent)\n", npu[i].device,
+             *npu[i].driver ? npu[i].driver : "no driver", claimed);
     else printf("\nNPU: %s (%s) present, no plugin loaded\n", npu[i].device, *npu[i].driver ? npu[i].driver : "no driver");
     printf("  reach      %s\n", npu[i].reach);
   }
@@ -75,6 +100,8 @@ static void print_text(weft_fabric *f) {
     printf("  driver     %s\n", *li.driver ? li.driver : "-");
     printf("  contracts  %s\n", contracts);
     printf("  details    %s\n", *li.details ? li.details : "-");
+    const char *admission = weft_plugin_admission(li.name);
+    if (admission) printf("  admission  %s\n", admission);
   }
   if (na) printf("\nabsent (%zu)\n", na);
   for (size_t i = 0; i < na; i++) {
@@ -108,6 +135,9 @@ static cJSON *build_json(weft_fabric *f) {
     if (!contracts || !cJSON_AddStringToObject(l, "details", weft_cli_str(li.details)) ||
         !cJSON_AddBoolToObject(l, "failed", li.failed))
       goto oom;
+    const char *admission = weft_plugin_admission(li.name);
+    if (!(admission ? cJSON_AddStringToObject(l, "admission", admission) : cJSON_AddNullToObject(l, "admission")))
+      goto oom;
     for (int c = 0; c < WEFT_CONTRACT_COUNT; c++)
       if ((li.contracts & WEFT_CONTRACT_BIT(c)) &&
           !cJSON_AddItemToArray(contracts, cJSON_CreateString(weft_contract_str((weft_contract)c))))
@@ -132,8 +162,8 @@ static cJSON *build_json(weft_fabric *f) {
   size_t nnpu = 0;
   if (!npus) goto oom;
   if (weft_npu_probe(npu, NPU_MAX, &nnpu) != WEFT_OK) nnpu = 0;
-  const char *lane = npu_lane(f);
   for (size_t i = 0; i < nnpu && i < NPU_MAX; i++) {
+    const char *lane = npu_lane(f, npu[i].device);
     cJSON *e = cJSON_CreateObject();
     if (!cJSON_AddItemToArray(npus, e)) {
       cJSON_Delete(e);

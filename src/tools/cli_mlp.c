@@ -665,12 +665,28 @@ static int calibrated_now(weft_fabric *f) {
   return 0;
 }
 
+/* Routing measures the lanes that have no cost model the first time it has to choose between lanes (a
+ * query such as weft_route_explain never does): one routed matmul of this shape, on scratch tensors, makes
+ * that happen now. */
+static void measure_models(weft_fabric *f, weft_contract contract, int64_t m, int64_t k, int64_t n) {
+  const int64_t da[2] = {m, k}, db[2] = {k, n}, dc[2] = {m, n};
+  weft_tensor *a = NULL, *b = NULL, *c = NULL;
+  weft_op_desc d = WEFT_OP_DESC_INIT;
+  d.contract = contract;
+  if (weft_tensor_create(f, 2, da, NULL, &a) == WEFT_OK && weft_tensor_create(f, 2, db, NULL, &b) == WEFT_OK &&
+      weft_tensor_create(f, 2, dc, NULL, &c) == WEFT_OK)
+    weft_op_matmul(f, &d, a, 0, b, 0, c); /* a failure shows again at the first real op */
+  weft_fabric_sync(f);
+  weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(c);
+}
+
 /* Pipeline placement: a lane per layer. layers-rr: layer i on the i-th lane that honours the contract.
  * layers: the lane whose predicted cost for the layer's step work is least - three matmuls of its shape
  * (forward and the two gradients) and its elementwise ops - with inputs from the host, as the router sees
  * them (lanes without a model are calibrated first, once). */
 static void place_layers(mlp *m) {
   const int64_t in[2] = {DIGITS_PIXELS, m->o->hidden}, out[2] = {m->o->hidden, DIGITS_CLASSES};
+  if (!m->o->layers_rr && m->nlanes_ok > 1) measure_models(m->f, m->o->contract, m->o->batch, in[0], out[0]);
   for (int l = 0; l < 2; l++) {
     if (m->o->layers_rr) {
       m->trace[l].lane = m->lanes_ok[(size_t)l % m->nlanes_ok];
@@ -798,12 +814,8 @@ int weft_cli_mlp(int argc, char **argv) {
   /* Routing measures lanes that have no cost model the first time it has to choose: ask it once now, so
    * that calibration does not land in the first epoch's time. */
   if (!o.round_robin && !o.layers && m.nlanes > 1) {
-    weft_route_query q;
-    memset(&q, 0, sizeof q);
-    q.op = WEFT_OP_MATMUL, q.contract = o.contract, q.batch = 1, q.m = o.batch, q.k = DIGITS_PIXELS, q.n = o.hidden;
-    weft_route_explanation e;
     double t0 = weft_cli_now();
-    weft_route_explain(f, &q, &e); /* only its side effect matters; a failure shows again at the first op */
+    measure_models(f, o.contract, o.batch, DIGITS_PIXELS, o.hidden);
     if (!o.json && calibrated_now(f))
       printf("calibrated the lanes' cost models in %.2f s (cached for the next run)\n", weft_cli_now() - t0);
   }

@@ -119,6 +119,18 @@ static cJSON *explanation_json(const weft_route_explanation *e, const weft_route
   return root;
 }
 
+/* 1 when a live lane honouring `contract` still routes on a built-in prior (it was never measured). */
+static int any_prior(weft_fabric *f, weft_contract contract) {
+  for (size_t i = 0; i < weft_fabric_lane_count(f); i++) {
+    weft_lane_info li;
+    weft_cost_line l;
+    if (weft_fabric_lane_info(f, i, &li) != WEFT_OK || li.failed || !(li.contracts & WEFT_CONTRACT_BIT(contract)))
+      continue;
+    if (weft_fabric_cost_model(f, i, WEFT_COST_MATMUL, contract, &l) == WEFT_OK && l.source == WEFT_COST_PRIOR) return 1;
+  }
+  return 0;
+}
+
 static void print_explanation(weft_fabric *f, const weft_route_explanation *e, const weft_route_query *q) {
   char b1[32], b2[32], b3[32], b4[32], b5[32];
   if (q->op == WEFT_OP_MATMUL)
@@ -135,9 +147,13 @@ static void print_explanation(weft_fabric *f, const weft_route_explanation *e, c
       printf("  %-16s %s\n", c->lane, c->why_not);
       continue;
     }
-    printf("  %-16s %12s %12s %12s %12s %12s%s\n", c->lane, fmt_time(c->wait, b1, sizeof b1),
+    weft_cost_line l;
+    int prior = weft_fabric_cost_model(f, i, e->op == WEFT_OP_MATMUL ? WEFT_COST_MATMUL : WEFT_COST_ELEMENTWISE,
+                                       e->contract, &l) == WEFT_OK && l.source == WEFT_COST_PRIOR;
+    printf("  %-16s %12s %12s %12s %12s %12s%s%s\n", c->lane, fmt_time(c->wait, b1, sizeof b1),
            fmt_time(c->transfer, b2, sizeof b2), fmt_time(c->alpha, b3, sizeof b3), fmt_time(c->compute, b4, sizeof b4),
-           fmt_time(c->total, b5, sizeof b5), (int)i == e->chosen ? "   <- chosen" : "");
+           fmt_time(c->total, b5, sizeof b5), (int)i == e->chosen ? "   <- chosen" : "",
+           prior ? "   (not measured: built-in prior)" : "");
   }
   if (e->chosen < 0) {
     printf("\nno lane can run it: %s\n", weft_fabric_last_error(f));
@@ -224,6 +240,10 @@ int weft_cli_route(int argc, char **argv) {
   if (!json) desc.on_note = note_to_stderr; /* calibration progress, when a lane has no model yet */
   weft_fabric *f = weft_cli_open("route", &desc);
   if (!f) return WEFT_CLI_FAILED;
+  /* weft_route_explain is a query that measures nothing: the tool measures the lanes without a model
+   * first, as routing would at its first choice between lanes */
+  if (desc.calibration == WEFT_CALIBRATION_AUTO && weft_fabric_lane_count(f) > 1 && any_prior(f, q.contract))
+    weft_fabric_calibrate(f);
   weft_route_explanation e;
   weft_status st = weft_route_explain(f, &q, &e);
   int rc = WEFT_CLI_OK;

@@ -10,7 +10,8 @@
 void weft_cli_worker_help(FILE *out) {
   fprintf(out,
           "Usage: weft worker [--listen HOST:PORT] [--lanes LIST] [--secret-file F] [--tls] [--identity NAME]\n"
-          "                   [--max-frame-mib N] [--max-resident-mib N]\n"
+          "                   [--max-frame-mib N] [--max-resident-mib N] [--max-total-mib N] [--max-clients N]\n"
+          "                   [--max-pending N] [--handshake-timeout-ms N] [--idle-timeout-s N]\n"
           "\n"
           "Serves this machine's lanes to remote fabrics (lanes remote:<host:port>/<lane> on the client).\n"
           "Tensors stay resident here between ops, so weights travel once. Runs until killed.\n"
@@ -31,6 +32,15 @@ void weft_cli_worker_help(FILE *out) {
           "                         client's lane details; default HOSTNAME:PORT)\n"
           "  --max-frame-mib N      largest frame a client may send (default 64)\n"
           "  --max-resident-mib N   tensor bytes one connection may hold (default 1024)\n"
+          "  --max-total-mib N      tensor and frame-buffer bytes all connections together may hold (default:\n"
+          "                         half this machine's physical memory)\n"
+          "  --max-clients N        connections past the handshake served at once (default 64)\n"
+          "  --max-pending N        connections still in the handshake held at once, on their own cap; when\n"
+          "                         full the oldest is dropped for a newcomer (default 64)\n"
+          "  --handshake-timeout-ms N  time from accept to a complete hello (and TLS and auth, with a secret); a\n"
+          "                         connection that takes longer is dropped (default 5000)\n"
+          "  --idle-timeout-s N     an authenticated client silent this long between frames is dropped\n"
+          "                         (default 3600; 0 = never)\n"
           "\n"
           "Prints 'weft worker: listening on HOST:PORT' once bound (the port actually bound).\n");
 }
@@ -49,11 +59,17 @@ int weft_cli_worker(int argc, char **argv) {
                                        {"identity", required_argument, NULL, 'i'},
                                        {"max-frame-mib", required_argument, NULL, 'f'},
                                        {"max-resident-mib", required_argument, NULL, 'r'},
+                                       {"max-total-mib", required_argument, NULL, 'T'},
+                                       {"max-clients", required_argument, NULL, 'C'},
+                                       {"max-pending", required_argument, NULL, 'P'},
+                                       {"handshake-timeout-ms", required_argument, NULL, 'H'},
+                                       {"idle-timeout-s", required_argument, NULL, 'I'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   weft_net_worker_desc d = {0};
   const char *secret_file = NULL;
-  long frame_mib = 64, resident_mib = 1024;
+  long frame_mib = 64, resident_mib = 1024, total_mib = 0, clients = 64, pending = 64, handshake_ms = 5000,
+       idle_s = 3600;
   optind = 1;
   opterr = 0;
   int c;
@@ -75,6 +91,22 @@ int weft_cli_worker(int argc, char **argv) {
       if (weft_cli_parse_long("worker", "--max-resident-mib", optarg, 1, 1 << 20, &resident_mib))
         return WEFT_CLI_USAGE;
       break;
+    case 'T':
+      if (weft_cli_parse_long("worker", "--max-total-mib", optarg, 1, 1L << 30, &total_mib)) return WEFT_CLI_USAGE;
+      break;
+    case 'C':
+      if (weft_cli_parse_long("worker", "--max-clients", optarg, 1, 65536, &clients)) return WEFT_CLI_USAGE;
+      break;
+    case 'P':
+      if (weft_cli_parse_long("worker", "--max-pending", optarg, 1, 65536, &pending)) return WEFT_CLI_USAGE;
+      break;
+    case 'H':
+      if (weft_cli_parse_long("worker", "--handshake-timeout-ms", optarg, 1, 600000, &handshake_ms))
+        return WEFT_CLI_USAGE;
+      break;
+    case 'I':
+      if (weft_cli_parse_long("worker", "--idle-timeout-s", optarg, 0, 1L << 20, &idle_s)) return WEFT_CLI_USAGE;
+      break;
     case 'h': weft_cli_worker_help(stdout); return WEFT_CLI_OK;
     default: return weft_cli_option_error("worker", c, argv);
     }
@@ -93,6 +125,11 @@ int weft_cli_worker(int argc, char **argv) {
   }
   d.limits.max_frame = (uint32_t)((uint64_t)frame_mib << 20 > UINT32_MAX ? UINT32_MAX : (uint64_t)frame_mib << 20);
   d.limits.max_resident = (uint64_t)resident_mib << 20;
+  d.max_total_resident = (uint64_t)total_mib << 20; /* 0: the default, from the machine's memory */
+  d.max_clients = (int)clients;
+  d.max_pending = (int)pending;
+  d.handshake_timeout_ms = (int)handshake_ms;
+  d.idle_timeout_ms = idle_s ? (int)(idle_s * 1000 > 2000000000 ? 2000000000 : idle_s * 1000) : -1;
   d.on_listen = on_listen;
   weft_net_worker_run(&d, err, sizeof err);
   fprintf(stderr, "weft worker: %s\n", err);

@@ -1,7 +1,7 @@
 /* test_cuda.c - the CUDA lanes, through the public API.
  *
  * Without a usable NVIDIA GPU: checks that weft lists the CUDA lanes as absent with a reason a person can act
- * on, prints that reason and passes. With one:
+ * on, prints that reason and exits 77 (CTest: Skipped). With one:
  *  1. tensor lane (cuda:0.tensor), tf32 and bf16, against a float64 reference. The bound per element, with
  *     S = sum_k |a_ik b_kj| and k terms:
  *       tf32: |c - ref| <= (2^-9 + 2^-20 + k 2^-23) S   inputs lose 13 of fp32's 23 fraction bits (rounded or
@@ -444,7 +444,7 @@ int main(void) {
       weft_fabric_absent_info(f, i, &name, &why);
       if (strncmp(name, "cuda", 4) == 0) {
         said = why && strlen(why) > 10;
-        printf("SKIP: %s is absent: %s\n", name, why);
+        tu_skip("%s is absent: %s", name, why); /* exits 77: CTest says Skipped */
       }
     }
     TU_CHECK(said, "the CUDA lanes are missing from the fabric and from its absent list");

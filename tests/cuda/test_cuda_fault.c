@@ -6,7 +6,7 @@
  * the right result, later small ops the router places (WEFT_LANE_AUTO) run on the CPU, another GPU's lanes
  * either work or leave saying whose fault they follow (the driver stops every GPU of the process), a sync
  * then succeeds, and closing the fabric is clean.
- * Skips (and passes) without a GPU, after checking that weft says why the lanes are absent. */
+ * Skips (exit 77, CTest's Skipped) without a GPU, after checking that weft says why the lanes are absent. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,7 @@ int main(void) {
     for (size_t i = 0; i < weft_fabric_absent_count(f); i++) {
       const char *name, *why;
       weft_fabric_absent_info(f, i, &name, &why);
-      if (strncmp(name, "cuda", 4) == 0) said = why && strlen(why) > 10, printf("SKIP: %s is absent: %s\n", name, why);
+      if (strncmp(name, "cuda", 4) == 0) said = why && strlen(why) > 10, tu_skip("%s is absent: %s", name, why);
     }
     TU_CHECK(said, "the CUDA lanes are missing from the fabric and from its absent list");
     weft_fabric_close(f);

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -212,4 +214,78 @@ void nt_ref_matmul(const float *a, const float *b, float *c, int m, int k, int n
       }
       c[i * n + j] = acc;
     }
+}
+
+int nt_auth(int fd, const uint8_t *nonce, const char *secret) {
+  uint8_t mac[WEFT_NET_MAC_BYTES];
+  if (weft_net_auth_mac((const uint8_t *)secret, strlen(secret), nonce, mac)) return -1;
+  return nt_call(fd, WEFT_NET_AUTH, mac, sizeof mac, NULL, NULL);
+}
+
+int nt_matmul_right(int port, const char *secret, int m, int k, int n, uint64_t seed) {
+  int fd = nt_connect(port);
+  if (fd < 0) return 0;
+  uint8_t nonce[WEFT_NET_NONCE_BYTES];
+  int ok = nt_hello(fd, nonce) == 0 && (!secret || nt_auth(fd, nonce, secret) == 0);
+  size_t na = (size_t)m * (size_t)k, nb = (size_t)k * (size_t)n, nc = (size_t)m * (size_t)n;
+  float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4), *want = malloc(nc * 4);
+  if (!a || !b || !c || !want) ok = 0;
+  if (ok) {
+    uint64_t x = seed | 1;
+    for (size_t i = 0; i < na + nb; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      float v = (float)((int64_t)(x % 2000001) - 1000000) / 777777.0f;
+      if (i < na) a[i] = v;
+      else b[i - na] = v;
+    }
+    nt_ref_matmul(a, b, want, m, k, n);
+    int64_t da[2] = {m, k}, db[2] = {k, n}, dc[2] = {m, n};
+    uint64_t ha = nt_create(fd, 2, da), hb = nt_create(fd, 2, db), hc = nt_create(fd, 2, dc);
+    uint64_t hs[4] = {ha, hb, hc, 0};
+    ok = ha && hb && hc && nt_write(fd, ha, a, na) == 0 && nt_write(fd, hb, b, nb) == 0 &&
+         nt_op(fd, WEFT_OP_MATMUL, WEFT_CONTRACT_EXACT, -1, 0, 0, hs) == 0 && nt_read(fd, hc, c, nc) == 0 &&
+         memcmp(c, want, nc * 4) == 0;
+  }
+  free(a), free(b), free(c), free(want);
+  close(fd);
+  return ok;
+}
+
+long nt_rss_kib(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *fp = fopen(path, "r");
+  if (!fp) return -1;
+  long kib = -1;
+  while (fgets(line, sizeof line, fp))
+    if (strncmp(line, "VmRSS:", 6) == 0) kib = atol(line + 6);
+  fclose(fp);
+  return kib;
+}
+
+static double nt_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int nt_wait_closed(int fd, double seconds) {
+  double end = nt_now() + seconds;
+  char junk[4096];
+  for (;;) {
+    double left = end - nt_now();
+    if (left <= 0) return 0;
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) continue;
+    ssize_t k = recv(fd, junk, sizeof junk, MSG_DONTWAIT);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return 1;
+  }
+}
+
+void nt_raise_nofile(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
 }

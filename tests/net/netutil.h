@@ -37,6 +37,19 @@ uint64_t nt_create(int fd, int ndim, const int64_t *dims);
 int nt_write(int fd, uint64_t h, const float *x, uint64_t n);
 int nt_read(int fd, uint64_t h, float *x, uint64_t n);
 int nt_op(int fd, uint32_t kind, uint32_t contract, int32_t lane, uint32_t flags, float alpha, const uint64_t hs[4]);
+/* Proves the secret on a connection whose hello gave `nonce`; returns the AUTH reply's status or -1. */
+int nt_auth(int fd, const uint8_t *nonce, const char *secret);
+/* A fresh connection (hello, and auth when secret is not NULL) runs an m x k . k x n matmul routed by the
+ * worker (lane -1) and compares the result bit for bit with nt_ref_matmul: 1 when right. */
+int nt_matmul_right(int port, const char *secret, int m, int k, int n, uint64_t seed);
+/* The process's resident memory (VmRSS) in KiB, or -1. */
+long nt_rss_kib(pid_t pid);
+/* Waits up to `seconds` for the peer to close (EOF or reset), reading and dropping whatever comes: 1 when
+ * it closed. */
+int nt_wait_closed(int fd, double seconds);
+/* Raises the soft limit on open files to the hard one. */
+void nt_raise_nofile(void);
+
 /* c = a.b (m x k times k x n) in the exact contract's canonical order: the bits a worker must return. */
 void nt_ref_matmul(const float *a, const float *b, float *c, int m, int k, int n);
 

@@ -1,6 +1,7 @@
 /* test_net_worker.c - a real `weft worker` process on loopback: ops through resident handles give the
  * reference's bits, and one regression per class of bug the ggml RPC server shipped gets an error reply
  * (or a clean close of that connection) while the worker keeps serving another client. */
+#define _GNU_SOURCE /* memmem */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,64 @@ static void test_shapes(void) {
   TU_CHECK(nt_op(fd, WEFT_OP_ADD, 0, -1, 0, 0, hs4) == WEFT_ERR_SHAPE, "add of mismatched shapes");
   close(fd);
   check_serving("shape errors");
+}
+
+/* One handle in several slots of an op. In the same shape it is one tensor: an in-place op, whose result
+ * must reach the handle. In different shapes (views) as an input and the output, it is two tensors over
+ * one buffer: refused with WEFT_ERR_INVALID_ARGUMENT, and the handle keeps its value. */
+static void view_op(uint8_t *pl, uint32_t kind, float alpha, const uint64_t hs[4], const int nd[4],
+                    const int64_t dims[4][2]) {
+  memset(pl, 0, WEFT_NET_OP_BYTES);
+  weft_net_put32(pl, kind);
+  weft_net_put32(pl + 8, (uint32_t)-1);
+  uint32_t a;
+  memcpy(&a, &alpha, 4);
+  weft_net_put32(pl + 16, a);
+  for (int i = 0; i < 4; i++) {
+    weft_net_put64(pl + 20 + 8 * i, hs[i]);
+    weft_net_put32(pl + 52 + 36 * i, (uint32_t)nd[i]);
+    for (int d = 0; d < nd[i]; d++) weft_net_put64(pl + 56 + 36 * i + 8 * d, (uint64_t)dims[i][d]);
+  }
+}
+
+static void test_views(void) {
+  int fd = session();
+  if (fd < 0) return;
+  int64_t d[1] = {16};
+  uint64_t h = nt_create(fd, 1, d);
+  float x[16], got[16];
+  for (int i = 0; i < 16; i++) x[i] = (float)(i - 8) * 0.5f;
+  TU_CHECK(nt_write(fd, h, x, 16) == 0, "write");
+  uint8_t pl[WEFT_NET_OP_BYTES];
+  uint64_t hs[4] = {h, 0, h, 0}, hs3[4] = {h, h, h, 0};
+  /* add: x and out the handle as [4,4] (one tensor, in place), y its first row as a bias [4]: y is a
+   * different tensor over memory the op overwrites */
+  const int64_t views[4][2] = {{4, 4}, {4, 0}, {4, 4}, {0, 0}};
+  const int nd_diff[4] = {2, 1, 2, 0}, nd_same[4] = {1, 0, 1, 0};
+  const int64_t same_views[4][2] = {{16, 0}, {0, 0}, {16, 0}, {0, 0}};
+  view_op(pl, WEFT_OP_ADD, 0, hs3, nd_diff, views);
+  uint8_t *reply = NULL;
+  uint32_t rlen = 0;
+  int rs = nt_call(fd, WEFT_NET_OP, pl, WEFT_NET_OP_BYTES, &reply, &rlen);
+  TU_CHECK(rs == WEFT_ERR_INVALID_ARGUMENT, "add of a handle and a view of its first row into the handle: status %d",
+           rs);
+  TU_CHECK(reply && rlen > 0 && memmem(reply, rlen, "overlapping memory", 18), "the refusal says why: %.*s",
+           (int)rlen, reply ? (const char *)reply : "");
+  free(reply);
+  TU_CHECK(nt_read(fd, h, got, 16) == 0 && memcmp(got, x, sizeof x) == 0, "a refused op left the handle as it was");
+  view_op(pl, WEFT_OP_SCALE, 3.0f, hs, nd_same, same_views);
+  TU_CHECK(nt_call(fd, WEFT_NET_OP, pl, WEFT_NET_OP_BYTES, NULL, NULL) == 0, "scale in place, one view");
+  TU_CHECK(nt_read(fd, h, got, 16) == 0, "read");
+  int ok = 1;
+  for (int i = 0; i < 16; i++) ok &= got[i] == 3.0f * x[i];
+  TU_CHECK(ok, "scale in place through the worker: the handle holds 3x");
+  TU_CHECK(nt_op(fd, WEFT_OP_RELU, 0, -1, 0, 0, hs) == 0, "relu in place (no views)");
+  TU_CHECK(nt_read(fd, h, got, 16) == 0, "read");
+  ok = 1;
+  for (int i = 0; i < 16; i++) ok &= got[i] == (x[i] > 0 ? 3.0f * x[i] : 0.0f);
+  TU_CHECK(ok, "relu in place through the worker: the handle holds the relu");
+  close(fd);
+  check_serving("views of one handle");
 }
 
 /* A receive buffer sized by the client: a huge length prefix is refused before anything is read or
@@ -300,6 +359,7 @@ int main(int argc, char **argv) {
   test_matmul_bits();
   test_handles_refer_to_nothing();
   test_shapes();
+  test_views();
   test_frames();
   test_resident_cap();
   test_concurrent();

@@ -1,7 +1,8 @@
 #!/bin/sh
 # with_worker.sh WEFT COMMAND... - starts `weft worker` on an ephemeral loopback port, runs COMMAND with
-# WEFT_REMOTE naming it, stops the worker, and exits with COMMAND's status. With WITH_WORKER_TLS=1 the worker
-# gets a fresh shared secret and --tls, and COMMAND runs with WEFT_REMOTE_SECRET_FILE and WEFT_REMOTE_TLS=1.
+# WEFT_REMOTE naming it, stops the worker, and exits with COMMAND's status. The worker serves the lanes
+# WEFT_WORKER_LANES names (default: cpu). With WITH_WORKER_TLS=1 the worker gets a fresh shared secret and
+# --tls, and COMMAND runs with WEFT_REMOTE_SECRET_FILE and WEFT_REMOTE_TLS=1.
 weft=$1
 shift
 out=$(mktemp)
@@ -9,9 +10,9 @@ secret=
 if [ "${WITH_WORKER_TLS:-0}" = 1 ]; then
   secret=$(mktemp)
   head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$secret"
-  "$weft" worker --listen 127.0.0.1:0 --lanes cpu --secret-file "$secret" --tls >"$out" 2>&1 &
+  "$weft" worker --listen 127.0.0.1:0 --lanes "${WEFT_WORKER_LANES:-cpu}" --secret-file "$secret" --tls >"$out" 2>&1 &
 else
-  "$weft" worker --listen 127.0.0.1:0 --lanes cpu >"$out" 2>&1 &
+  "$weft" worker --listen 127.0.0.1:0 --lanes "${WEFT_WORKER_LANES:-cpu}" >"$out" 2>&1 &
 fi
 pid=$!
 i=0

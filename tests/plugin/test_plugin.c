@@ -1,9 +1,12 @@
 /* test_plugin.c - plugin lanes: loading and admission (a good plugin serves work; another ABI version, wrong
- * bits, a crash or a hang in the self-test, a partial claim not enforced, a crash while loading, an NPU
- * without evidence are refused with the reason and the caller lives on), the OpenCL plugin, and the NPU
- * probe over a fake /sys/class/accel tree, through the API and `weft devices`. The plugins' paths and the
+ * bits, a crash or a hang in the self-test, a partial claim not enforced, a crash while loading, fused
+ * multiply-adds only for large k, an NPU whose device counter did not advance are refused with the reason
+ * and the caller lives on), the self-test run by the helper weft-plugin-check, the file that was tested
+ * being the one loaded (verdicts keyed by content, not path and time), the OpenCL plugin, and the NPU probe
+ * and NPU admission over a fake /sys/class/accel tree, through the API and `weft devices`. The plugins' paths and the
  * CLI's come in as compile definitions (tests/plugin/CMakeLists.txt). */
 #define _GNU_SOURCE /* mkdtemp, setenv */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +15,7 @@
 
 #include "conformance.h"
 #include "tutil.h"
+#include "weft_plugin.h"
 
 /* Opens a fabric with only `plugin` as its plugin; lanes "cpu" plus the plugin's kind. */
 static weft_fabric *open_with(const char *plugin) {
@@ -94,6 +98,156 @@ static void test_good(void) {
     TU_CHECK(r && tu_contains(r, "no such file"), "missing plugin: '%s'", r ? r : "(none)");
     weft_fabric_close(f);
   }
+}
+
+/* Copies file src to dst (created or overwritten in place: the same inode); 1 on success. */
+static int copy_file(const char *src, const char *dst) {
+  FILE *in = fopen(src, "rb");
+  int fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+  FILE *out = fd >= 0 ? fdopen(fd, "wb") : NULL;
+  int ok = in && out;
+  char buf[65536];
+  size_t n;
+  while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, out) == n;
+  if (in) fclose(in);
+  if (out) ok &= fclose(out) == 0;
+  else if (fd >= 0) close(fd);
+  return ok;
+}
+
+/* The verdict follows the file's content, and what runs is what was tested: a plugin admitted under a lane
+ * filter that leaves it out (so it is tested but not loaded), then overwritten in place by one that calls
+ * itself by the same name but gives wrong bits, with its modification time put back to the nanosecond.
+ * A cache keyed by path and time reused the old verdict and loaded the new file; keyed by content, the new
+ * file is tested and refused. */
+static void test_content_key(void) {
+  char dir[] = "/tmp/weft-plugin-XXXXXX", path[128];
+  if (!mkdtemp(dir)) {
+    TU_CHECK(0, "mkdtemp failed");
+    return;
+  }
+  snprintf(path, sizeof path, "%s/swap.so", dir);
+  TU_CHECK(copy_file(PLUGIN_GOOD, path), "copy the good plugin");
+  struct stat before;
+  TU_CHECK(stat(path, &before) == 0, "stat the copy");
+  weft_fabric_desc d = tu_desc();
+  d.plugins = path;
+  d.lanes = "cpu";
+  weft_fabric *f = NULL;
+  TU_STATUS(weft_fabric_open(&d, &f), WEFT_OK, "open with the copy, filtered out");
+  weft_fabric_close(f);
+  TU_CHECK(copy_file(PLUGIN_EVIL, path), "overwrite the copy in place");
+  struct timespec times[2] = {before.st_atim, before.st_mtim};
+  TU_CHECK(utimensat(AT_FDCWD, path, times, 0) == 0, "put the modification time back");
+  struct stat after;
+  TU_CHECK(stat(path, &after) == 0 && after.st_ino == before.st_ino && after.st_mtim.tv_sec == before.st_mtim.tv_sec &&
+               after.st_mtim.tv_nsec == before.st_mtim.tv_nsec,
+           "same inode and time after the swap");
+  f = open_with(path);
+  if (f) {
+    int lane = find_lane(f, "reftest:0");
+    const char *r = absent_reason(f, "reftest:0");
+    TU_CHECK(lane < 0, "the swapped-in plugin (wrong bits) was admitted on the old file's verdict");
+    TU_CHECK(r && tu_contains(r, "wrong bits"), "swapped plugin: reftest:0 absent because '%s', want 'wrong bits'",
+             r ? r : "(none)");
+    weft_fabric_close(f);
+  }
+  unlink(path);
+  rmdir(dir);
+}
+
+/* The self-test runs in the helper executable, never in a fork of the caller: without the helper there is
+ * no self-test, and the plugin is refused saying so (not cached: the next fabric tries again). */
+static void test_helper(void) {
+  setenv("WEFT_PLUGIN_CHECK", "/nonexistent/weft-plugin-check", 1);
+  check_refused(PLUGIN_GOOD, "reftest:0", "plugin:reftest.so", "WEFT_PLUGIN_CHECK");
+  unsetenv("WEFT_PLUGIN_CHECK");
+  setenv("WEFT_PLUGIN_CHECK", PLUGIN_CHECK, 1);
+  weft_fabric *f = open_with(PLUGIN_GOOD);
+  if (f) {
+    TU_CHECK(find_lane(f, "reftest:0") >= 0, "with WEFT_PLUGIN_CHECK set right the good plugin is admitted (%s)",
+             absent_reason(f, "plugin:reftest.so") ? absent_reason(f, "plugin:reftest.so") : "-");
+    const char *note = weft_plugin_admission("reftest:0");
+    TU_CHECK(note && tu_contains(note, "verified") && tu_contains(note, "k = 4099"), "admission note: '%s'",
+             note ? note : "(none)");
+    weft_fabric_close(f);
+  }
+  unsetenv("WEFT_PLUGIN_CHECK");
+}
+
+/* Runs `weft devices` with the environment prefix env; the output in out. */
+static void run_devices(const char *env, char *out, size_t len) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "%s '%s' devices --lanes cpu,npu 2>&1", env, WEFT_CLI);
+  FILE *p = popen(cmd, "r");
+  size_t n = p ? fread(out, 1, len - 1, p) : 0;
+  out[n] = '\0';
+  if (p) pclose(p);
+}
+
+/* NPU admission: only when the accel device the lane names advanced its npu_busy_time_us during the
+ * self-test (a fake sysfs tree; the npu_counter test plugin advances the counter as it runs, as the driver
+ * would). A receipt the plugin writes is shown as claimed and proves nothing. */
+static void test_npu_admission(void) {
+  char root[] = "/tmp/weft-sysfs-XXXXXX", path[512];
+  if (!mkdtemp(root)) {
+    TU_CHECK(0, "mkdtemp failed");
+    return;
+  }
+  const char *dirs[] = {"class", "class/accel", "class/accel/accel0", "class/accel/accel0/device"};
+  for (size_t i = 0; i < 4; i++) {
+    snprintf(path, sizeof path, "%s/%s", root, dirs[i]);
+    mkdir(path, 0755);
+  }
+  char counter[512], link[512];
+  snprintf(counter, sizeof counter, "%s/class/accel/accel0/device/npu_busy_time_us", root);
+  snprintf(link, sizeof link, "%s/class/accel/accel0/device/driver", root);
+  TU_CHECK(symlink("../../../../bus/pci/drivers/ivpu", link) == 0, "symlink");
+  FILE *fp = fopen(counter, "w");
+  TU_CHECK(fp && fprintf(fp, "100\n") > 0, "write the counter");
+  if (fp) fclose(fp);
+  setenv("WEFT_SYSFS_ROOT", root, 1);
+  /* advanced: admitted, and the note says what was verified */
+  weft_fabric *f = open_with(PLUGIN_NPU_COUNTER);
+  if (f) {
+    TU_CHECK(find_lane(f, "npu_counter:0") >= 0, "the NPU lane whose counter advanced was refused: %s",
+             absent_reason(f, "npu_counter:0") ? absent_reason(f, "npu_counter:0") : "?");
+    const char *note = weft_plugin_admission("npu_counter:0");
+    TU_CHECK(note && tu_contains(note, "accel0's npu_busy_time_us advanced") && tu_contains(note, "claimed: test receipt"),
+             "npu_counter admission note: '%s'", note ? note : "(none)");
+    weft_fabric_close(f);
+  }
+  /* named the device, claimed a receipt, the counter stayed: refused, not verified */
+  check_refused(PLUGIN_NPU_STUCK, "npu_stuck:0", "npu_stuck:0", "npu claimed, not verified");
+  f = open_with(PLUGIN_NPU_STUCK);
+  if (f) {
+    const char *r = absent_reason(f, "npu_stuck:0");
+    TU_CHECK(r && tu_contains(r, "stayed at") && tu_contains(r, "it claimed: test receipt"), "npu_stuck: '%s'",
+             r ? r : "(none)");
+    weft_fabric_close(f);
+  }
+  /* a receipt but no device named: what the old evidence slot took as proof */
+  check_refused(PLUGIN_NPU_EVIDENCE, "npu_evidence:0", "npu_evidence:0", "npu claimed, not verified");
+  check_refused(PLUGIN_NPU_NO_EVIDENCE, "npu_noevidence:0", "npu_noevidence:0", "npu claimed, not verified");
+  /* `weft devices` says what was verified and what was only claimed */
+  char env[1400], out[16384];
+  snprintf(env, sizeof env, "WEFT_SYSFS_ROOT='%s' WEFT_PLUGIN_PATH='%s'", root, PLUGIN_NPU_COUNTER);
+  run_devices(env, out, sizeof out);
+  TU_CHECK(strstr(out, "verified: ") && strstr(out, "npu_busy_time_us advanced") &&
+               strstr(out, "served by plugin lane npu_counter:0 (verified"),
+           "weft devices with an NPU lane whose counter advanced said:\n%s", out);
+  snprintf(env, sizeof env, "WEFT_SYSFS_ROOT='%s' WEFT_PLUGIN_PATH='%s'", root, PLUGIN_NPU_STUCK);
+  run_devices(env, out, sizeof out);
+  TU_CHECK(strstr(out, "npu claimed, not verified") && !strstr(out, "served by plugin lane"),
+           "weft devices with an NPU lane whose counter stayed said:\n%s", out);
+  unsetenv("WEFT_SYSFS_ROOT");
+  unlink(counter);
+  unlink(link);
+  for (int i = 3; i >= 0; i--) {
+    snprintf(path, sizeof path, "%s/%s", root, dirs[i]);
+    rmdir(path);
+  }
+  rmdir(root);
 }
 
 static void test_npu_probe(void) {
@@ -188,7 +342,12 @@ static void test_opencl(void) {
 int main(void) {
   const double start = tu_now();
   unsetenv("WEFT_PLUGIN_PATH"); /* only the plugins each case names */
+  unsetenv("WEFT_PLUGIN_CHECK");
+  test_helper();
   test_good();
+  test_content_key();
+  /* Exact on small k, fused multiply-adds past k = 2000: the large-k cases catch it. */
+  check_refused(PLUGIN_FMA, "reftest_fma:0", "reftest_fma:0", "wrong bits");
   check_refused(PLUGIN_ABI, "reftest_abi:0", "plugin:" PLUGIN_ABI_FILE, "ABI version 99");
   check_refused(PLUGIN_WRONG_BITS, "reftest_bits:0", "reftest_bits:0", "wrong bits");
   check_refused(PLUGIN_CRASH, "reftest_crash:0", "plugin:reftest_crash", "self-test crashed");
@@ -198,14 +357,7 @@ int main(void) {
   /* The caller never loads a plugin before its self-test passed, so not even a crashing constructor reaches it. */
   check_refused(PLUGIN_LOAD, "reftest_load:0", "plugin:reftest_load.so", "crashed");
   check_refused(PLUGIN_CLAIMS, "reftest_claims:0", "reftest_claims:0", "does not claim softmax_xent");
-  check_refused(PLUGIN_NPU_NO_EVIDENCE, "npu_noevidence:0", "npu_noevidence:0", "no evidence that the NPU ran the work");
-  /* With a receipt the NPU-kind lane is admitted (the test's receipt is the lane's own op count). */
-  weft_fabric *f = open_with(PLUGIN_NPU_EVIDENCE);
-  if (f) {
-    TU_CHECK(find_lane(f, "npu_evidence:0") >= 0, "the NPU-kind plugin with evidence was refused: %s",
-             absent_reason(f, "npu_evidence:0") ? absent_reason(f, "npu_evidence:0") : "?");
-    weft_fabric_close(f);
-  }
+  test_npu_admission();
   test_npu_probe();
   test_opencl();
   return tu_finish("plugin", start);

@@ -1,7 +1,10 @@
 /* test_plugin_lane.c - a tiny plugin for the plugin tests: a host-memory lane that runs weft's reference
  * kernels, built several times with one misbehaviour each (PLUGIN_FAULT): another ABI version, wrong bits,
  * a crash or a hang in its self-test, an NPU kind with or without an evidence slot, a partial claim it does
- * not enforce, a crash while it is being loaded. */
+ * not enforce, a crash while it is being loaded, fused multiply-adds only for k > 2000, an NPU kind that
+ * names its accel device and advances (or does not advance) that device's busy counter in a fake sysfs
+ * tree (WEFT_SYSFS_ROOT). */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,9 @@
 #define FAULT_NPU_EVIDENCE 6
 #define FAULT_CLAIMS 7 /* claims fewer ops but has no supports slot to decline the others */
 #define FAULT_LOAD 8   /* crashes as it is loaded (a constructor) */
+#define FAULT_FMA_LARGE_K 9 /* exact on small k; fuses multiply-adds for k > 2000 */
+#define FAULT_NPU_COUNTER 10 /* kind npu, names accel0 and advances its npu_busy_time_us as it runs */
+#define FAULT_NPU_STUCK 11   /* kind npu, names accel0, claims a receipt, and leaves the counter alone */
 
 #ifndef PLUGIN_FAULT
 #define PLUGIN_FAULT FAULT_NONE
@@ -28,7 +34,8 @@
 #define PLUGIN_NAME "reftest"
 #endif
 
-#if PLUGIN_FAULT == FAULT_NPU_NO_EVIDENCE || PLUGIN_FAULT == FAULT_NPU_EVIDENCE
+#if PLUGIN_FAULT == FAULT_NPU_NO_EVIDENCE || PLUGIN_FAULT == FAULT_NPU_EVIDENCE || \
+    PLUGIN_FAULT == FAULT_NPU_COUNTER || PLUGIN_FAULT == FAULT_NPU_STUCK
 #define PLUGIN_KIND "npu"
 #else
 #define PLUGIN_KIND "reftest"
@@ -92,6 +99,42 @@ static weft_status ref_run(void *self, const weft_op *op) {
     memcpy(op->out[0], &u, 4);
   }
 #endif
+#if PLUGIN_FAULT == FAULT_FMA_LARGE_K
+  /* The cheat admission used to miss: a fused multiply-add chain once k is large. */
+  if (op->kind == WEFT_OP_MATMUL && op->k > 2000) {
+    const float *a = op->in[0], *b = op->in[1];
+    float *c = op->out[0];
+    for (int64_t p = 0; p < op->batch; p++)
+      for (int64_t i = 0; i < op->m; i++)
+        for (int64_t j = 0; j < op->n; j++) {
+          const float *ap = a + p * op->m * op->k, *bp = b + (op->b_batched ? p * op->k * op->n : 0);
+          float acc = 0.0f;
+          for (int64_t q = 0; q < op->k; q++)
+            acc = fmaf(op->trans_a ? ap[q * op->m + i] : ap[i * op->k + q],
+                       op->trans_b ? bp[j * op->k + q] : bp[q * op->n + j], acc);
+          c[p * op->m * op->n + i * op->n + j] = acc;
+        }
+  }
+#endif
+#if PLUGIN_FAULT == FAULT_NPU_COUNTER
+  /* Stands in for the NPU driver: the device's busy counter advances as work runs. */
+  const char *root = getenv("WEFT_SYSFS_ROOT");
+  if (root) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/class/accel/accel0/device/npu_busy_time_us", root);
+    unsigned long long us = 0;
+    FILE *fp = fopen(path, "r");
+    if (fp) {
+      if (fscanf(fp, "%llu", &us) != 1) us = 0;
+      fclose(fp);
+    }
+    fp = fopen(path, "w");
+    if (fp) {
+      fprintf(fp, "%llu\n", us + 7);
+      fclose(fp);
+    }
+  }
+#endif
   l->ops_run++;
   return WEFT_OK;
 }
@@ -113,8 +156,8 @@ static weft_status ref_probe(const weft_probe_args *args, const weft_lane_sink *
   return sink->add_lane(sink->ctx, &REF_VTABLE, l);
 }
 
-#if PLUGIN_FAULT == FAULT_NPU_EVIDENCE
-/* A test stand-in for a platform receipt: what the lane itself counted. */
+#if PLUGIN_FAULT == FAULT_NPU_EVIDENCE || PLUGIN_FAULT == FAULT_NPU_STUCK || PLUGIN_FAULT == FAULT_NPU_COUNTER
+/* A test stand-in for a platform receipt: what the lane itself counted (a claim, proving nothing). */
 static int ref_evidence(void *self, char *buf, size_t len) {
   ref_lane *l = self;
   if (!l->ops_run) return 0;
@@ -124,6 +167,17 @@ static int ref_evidence(void *self, char *buf, size_t len) {
 #define EVIDENCE ref_evidence
 #else
 #define EVIDENCE NULL
+#endif
+
+#if PLUGIN_FAULT == FAULT_NPU_STUCK || PLUGIN_FAULT == FAULT_NPU_COUNTER
+static int ref_accel_device(void *self, char *buf, size_t len) {
+  (void)self;
+  snprintf(buf, len, "accel0");
+  return 1;
+}
+#define ACCEL_DEVICE ref_accel_device
+#else
+#define ACCEL_DEVICE NULL
 #endif
 
 static const weft_plugin_desc DESC = {
@@ -138,7 +192,7 @@ static const weft_plugin_desc DESC = {
 #else
     WEFT_PLUGIN_CLAIM_ALL,
 #endif
-    ref_probe, EVIDENCE,
+    ref_probe, EVIDENCE, ACCEL_DEVICE,
 };
 
 __attribute__((visibility("default"))) const weft_plugin_desc *weft_plugin_entry(void) { return &DESC; }

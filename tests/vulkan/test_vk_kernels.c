@@ -2,7 +2,7 @@
  * kernel (one thread per element, 128x128 and 64x64 tiles; vector and scalar loads; every transpose;
  * shared and batched b; edges and a partial last k tile) forced in turn, the elementwise ops, sum_rows and
  * softmax_xent, with NaN, infinities, -0 and subnormals in the data; then all of it again through
- * descriptor pools instead of push descriptors. Skips (and passes) where there is no Vulkan device. */
+ * descriptor pools instead of push descriptors. Skips (exit 77) where there is no Vulkan device. */
 #include <math.h>
 
 #include "lanes/vulkan/vk_internal.h"

@@ -108,13 +108,14 @@ static weft_tensor *tensor(weft_fabric *f, int ndim, const int64_t *dims, tu_rng
   return t;
 }
 
-/* 1 when two tensors hold the same bits (NaNs normalised); names the first difference otherwise. */
+/* 1 when two tensors hold the same bits, NaNs included (every exact lane stores the canonical 0x7fc00000);
+ * names the first difference otherwise. */
 static int same(weft_tensor *a, weft_tensor *b, const char *what) {
   size_t n = weft_tensor_numel(a);
   float *x = malloc((n ? n : 1) * 4), *y = malloc((n ? n : 1) * 4);
   int ok = weft_tensor_read(a, x, n) == WEFT_OK && weft_tensor_read(b, y, n) == WEFT_OK;
   for (size_t i = 0; ok && i < n; i++)
-    if (!tu_same_bits(x[i], y[i])) {
+    if (tu_bits(x[i]) != tu_bits(y[i])) {
       printf("  %s: element %zu is 0x%08x on the tab, 0x%08x on the CPU\n", what, i, (unsigned)tu_bits(x[i]),
              (unsigned)tu_bits(y[i]));
       ok = 0;
@@ -144,11 +145,13 @@ static void tab_matmul_matches(weft_fabric *f, size_t tab, size_t cpu, int64_t r
 
 /* ------------------------------------------------------------------------------------------ the ops */
 
-/* The values where a transcription would slip: NaN, infinities, signed zeros, subnormals, the largest
- * floats; an empty batch. */
+/* The values where a transcription would slip: NaN (with a payload and the sign bit: the tab must store the
+ * canonical NaN, not the one its arithmetic made), infinities, signed zeros, subnormals, the largest floats;
+ * an empty batch. */
 static void check_edges(weft_fabric *f, const weft_op_desc *on_tab, const weft_op_desc *on_cpu) {
-  const float v[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, -1e-40f, 3.4e38f, -3.4e38f, 1.0f, -1.0f, 88.0f,
+  float v[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, -1e-40f, 3.4e38f, -3.4e38f, 1.0f, -1.0f, 88.0f,
                      -104.0f, 1e-30f, 0.5f, 2.0f};
+  v[0] = tu_float(0xffc00001u);
   int64_t d[2] = {4, 4};
   weft_tensor *x = NULL, *o[2] = {0}, *sr[2] = {0}, *g[2] = {0}, *t = NULL;
   weft_tensor_create(f, 2, d, v, &x);
@@ -329,7 +332,7 @@ static void check_close_midrun(weft_fabric *f, driver *d, int tab, int cpu) {
 
 typedef struct fakes {
   const char *node, *script;
-  char ws[160]; /* ws://127.0.0.1:PORT/weft */
+  char ws[200]; /* ws://127.0.0.1:PORT/weft?token=T */
 } fakes;
 
 /* Starts a scripted tab in `mode`; 0 when it did not connect (its first line is in line). */
@@ -348,7 +351,7 @@ static void check_bad_tab(weft_fabric *f, const fakes *fk, size_t tab, const cha
     driver_stop(&d);
     return;
   }
-  /* The handshake runs in revive; a silent tab is given up after the handshake timeout (5 s). */
+  /* The handshake runs off the op path; a silent tab is given up after the handshake timeout (5 s). */
   for (int i = 0; i < 5; i++) {
     weft_fabric_revive(f, NULL);
     usleep(20000);
@@ -363,7 +366,7 @@ static void check_bad_tab(weft_fabric *f, const fakes *fk, size_t tab, const cha
 /* Tabs that lie, overrun, go silent or speak out of turn: each is dropped, the fabric goes on. */
 static void check_bad_tabs(weft_fabric *f, const fakes *fk, size_t tab, int cpu) {
   const char *modes[] = {"wrong-id", "huge-length", "short-hello", "text", "unsolicited", "oversize", "bad-lanes",
-                         "silent"};
+                         "silent", "wrong-bit", "no-exact"};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) check_bad_tab(f, fk, tab, modes[i]);
   /* Good through the handshake, then a read reply with the wrong count: the lane goes down on it, and the
    * value is computed again on the CPU. */
@@ -541,7 +544,10 @@ static void lane_url(weft_fabric *f, size_t lane, char *out, size_t n, fakes *fk
   int port = 0;
   int tls = strncmp(out, "https:", 6) == 0;
   sscanf(out + (tls ? 8 : 7), "127.0.0.1:%d", &port);
-  if (fk) snprintf(fk->ws, sizeof fk->ws, "%s://127.0.0.1:%d/weft", tls ? "wss" : "ws", port);
+  const char *token = strstr(out, "#token=");
+  if (fk)
+    snprintf(fk->ws, sizeof fk->ws, "%s://127.0.0.1:%d/weft?token=%.64s", tls ? "wss" : "ws", port,
+             token ? token + 7 : "");
 }
 
 /* A fabric of the CPU lane and one browser slot on a free loopback port (the caller sets what else it
@@ -583,9 +589,9 @@ static void check_secret(const char *node, const char *driver_js, fakes fk) {
   char url[300];
   lane_url(f, tab, url, sizeof url, &fk);
   check_bad_tab(f, &fk, tab, "no-proof");
-  check_bad_tab(f, &fk, tab, "good"); /* answers PROVE with a wrong MAC */
+  check_bad_tab(f, &fk, tab, "good"); /* knows no secret: refuses PROVE */
   char withsecret[400];
-  snprintf(withsecret, sizeof withsecret, "%s#secret=%s", url, secret);
+  snprintf(withsecret, sizeof withsecret, "%s&secret=%s", url, secret);
   driver d;
   char line[512];
   if (driver_start(&d, node, driver_js, withsecret) && driver_line(&d, line, sizeof line) &&
@@ -706,8 +712,8 @@ int main(int argc, char **argv) {
   char urlbuf[256];
   fakes fk = {node, argv[3], ""};
   lane_url(f, tab, urlbuf, sizeof urlbuf, &fk);
-  TU_CHECK(strncmp(urlbuf, "http://127.0.0.1:", 17) == 0, "the lane says where to open the worker page (%s)",
-           li.details);
+  TU_CHECK(strncmp(urlbuf, "http://127.0.0.1:", 17) == 0 && tu_contains(urlbuf, "/worker/#token="),
+           "the lane says where to open the worker page, with the token (%s)", li.details);
 
   /* Scripted tabs first, while both slots are free. */
   driver d;

@@ -5,6 +5,13 @@
 if(NOT WEFT_HAVE_BROWSER)
   return()
 endif()
+# Hostile clients of the tab endpoint and of `weft serve` (browser_hostile.c): raw WebSocket clients and a
+# scripted tab in C, no browser or node needed; under ASan in the sanitizer build.
+add_executable(test_browser_hostile ${CMAKE_CURRENT_LIST_DIR}/browser_hostile.c)
+target_link_libraries(test_browser_hostile PRIVATE weft_nettest)
+add_test(NAME browser_hostile COMMAND test_browser_hostile $<TARGET_FILE:weft_cli>)
+set_tests_properties(browser_hostile PROPERTIES TIMEOUT 120
+  ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
 find_program(WEFT_NODE NAMES node nodejs DOC "Node.js, for the browser tests")
 if(NOT WEFT_NODE)
   message(STATUS "browser lane test: skipped: no node (Debian: apt-get install nodejs npm)")

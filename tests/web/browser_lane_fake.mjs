@@ -3,12 +3,15 @@
 // the fabric validates what a tab sends and drops it rather than trusting it. Needs Node's WebSocket client
 // (node --experimental-websocket on Node 20-21; built in from 22).
 //
-//   node --experimental-websocket browser_lane_fake.mjs --ws ws://127.0.0.1:PORT/weft --mode MODE
+//   node --experimental-websocket browser_lane_fake.mjs --ws ws://127.0.0.1:PORT/weft?token=T --mode MODE
+//        [--origin ORIGIN (default: http://HOST:PORT of --ws, a page of that server; "none" sends none)]
 //   prints "open" once connected and "closed CODE REASON" when the fabric closes it, then exits 0.
 //
-// Modes: good (a well-formed worker that computes nothing: for round-trip figures only), wrong-id, huge-length,
-// short-hello, text, unsolicited, silent, oversize, bad-lanes, no-proof, bad-read (good until a READ, whose
-// reply carries the wrong count).
+// Modes: good (a well-formed worker that computes with the worker page's own JavaScript, worker.js, so it
+// passes the fabric's self-test at join), wrong-id, huge-length, short-hello, text, unsolicited, silent,
+// oversize, bad-lanes, no-proof, bad-read (good, but a READ of exactly 4 floats is answered with the wrong
+// count), wrong-bit (good, but every READ answers its first float one bit off), no-exact (good, but its lane
+// honours fp32 only).
 const arg = (name, fallback) => {
   const i = process.argv.indexOf(`--${name}`);
   return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
@@ -16,6 +19,8 @@ const arg = (name, fallback) => {
 const url = arg('ws', '');
 const mode = arg('mode', 'good');
 const say = (line) => process.stdout.write(`${line}\n`);
+const wsUrl = url ? new URL(url) : null;
+const origin = arg('origin', wsUrl ? `http://${wsUrl.host}` : '');
 if (typeof WebSocket === 'undefined') {
   say('SKIP this Node has no WebSocket client (run it with --experimental-websocket, or Node >= 22)');
   process.exit(77);
@@ -60,7 +65,9 @@ function lanesReply(count) {
 }
 
 let nextHandle = 1n;
-const ws = new WebSocket(url, 'weft');
+const { Session, answer } = await import('../../web/worker/worker.js');
+const session = new Session(null, '', wsUrl ? wsUrl.host : '');
+const ws = new WebSocket(url, origin === 'none' ? { protocols: 'weft' } : { protocols: 'weft', headers: { Origin: origin } });
 ws.binaryType = 'arraybuffer';
 ws.onopen = () => {
   say('open');
@@ -71,6 +78,7 @@ ws.onclose = (ev) => {
   process.exit(0);
 };
 ws.onerror = () => {};
+let chain = Promise.resolve();
 ws.onmessage = (ev) => {
   const h = new DataView(ev.data);
   const type = h.getUint16(4, true);
@@ -78,6 +86,22 @@ ws.onmessage = (ev) => {
   const p = new Uint8Array(ev.data, 16);
   const reply = (payload, status = 0) => ws.send(frame(type, id, status, payload));
   if (mode === 'silent') return;
+  if (mode === 'good' || mode === 'bad-read' || mode === 'wrong-bit' || mode === 'no-exact') {
+    // In order, one at a time, as the worker page answers.
+    chain = chain.then(async () => {
+      if (mode === 'bad-read' && type === 6 && new DataView(p.buffer, 16).getBigUint64(16, true) === 4n) {
+        const out = new Uint8Array(8 + 16);
+        new DataView(out.buffer).setBigUint64(0, 5n, true);
+        return reply(out);
+      }
+      const [r] = await answer(session, ev.data);
+      if (!r) return;
+      if (mode === 'wrong-bit' && type === 6 && r.length >= 28 && new DataView(r.buffer).getUint16(6, true) === 0) r[24] ^= 1;
+      if (mode === 'no-exact' && type === 3) new DataView(r.buffer).setUint32(20, 2, true);
+      ws.send(r);
+    });
+    return;
+  }
   if (type === 1) {
     if (mode === 'wrong-id') return ws.send(frame(type, id + 1, 0, helloReply()));
     if (mode === 'huge-length') return ws.send(frame(type, id, 0, helloReply(), 0xfffffff0));

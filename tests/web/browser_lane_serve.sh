@@ -34,10 +34,13 @@ waitfor() {
 pid=$!
 waitfor "$out" "^weft serve: listening on http://127\.0\.0\.1:[0-9]+$" 10 || fail "serve says where it listens"
 base=$(sed -n 's/^weft serve: listening on //p' "$out")
+waitfor "$out" "^weft serve: worker page: http://127\.0\.0\.1:[0-9]+/worker/#token=[0-9a-f]{32}$" 10 ||
+  fail "serve prints the worker page's address with its token"
+page=$(sed -n 's/^weft serve: worker page: //p' "$out")
 # The driver reads commands from a pipe we hold open; closing it (EOF) makes it close its browser.
 rm -f serve.fifo
 mkfifo serve.fifo
-"$node" "$driver" --url "$base/worker/" <serve.fifo >"$drv" 2>/dev/null &
+"$node" "$driver" --url "$page" <serve.fifo >"$drv" 2>/dev/null &
 dpid=$!
 exec 3>serve.fifo
 waitfor "$drv" "^(ready|SKIP|FAIL)" 60

@@ -6,6 +6,10 @@
 // from, never the order of one element's sum: every thread walks k ascending across the tiles, carrying
 // its partial sums in registers, and stops at k itself (no zero padding enters a sum).
 //
+// NaN: C is written as bits, and a NaN result as the canonical quiet NaN 0x7fc00000 (every exact lane stores
+// that one), tested on the bits: WGSL lets an implementation assume no NaN occurs, so a float test could be
+// folded away, and a float store of a NaN keeps whatever bits the device made.
+//
 // Why the xor: WGSL, like SPIR-V without the NoContraction decoration, lets a driver fuse a multiply
 // followed by an add into one fma, which rounds once and changes the bits. The product is therefore
 // passed through its bit pattern xor `dims.keep`, a uniform the host always sets to 0: no compiler can
@@ -20,7 +24,7 @@ struct Dims {
 
 @group(0) @binding(0) var<storage, read> A : array<f32>;
 @group(0) @binding(1) var<storage, read> B : array<f32>;
-@group(0) @binding(2) var<storage, read_write> C : array<f32>;
+@group(0) @binding(2) var<storage, read_write> C : array<u32>; // f32 bits
 @group(0) @binding(3) var<uniform> dims : Dims;
 
 const TM : u32 = 32u; // rows of C per workgroup
@@ -31,6 +35,14 @@ const THREADS : u32 = 64u;
 
 var<workgroup> As : array<f32, 512>; // [kk][row], TK x TM
 var<workgroup> Bs : array<f32, 512>; // [kk][col], TK x TN
+
+fn canonical_bits(v : f32) -> u32 {
+  let u = bitcast<u32>(v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    return 0x7fc00000u;
+  }
+  return u;
+}
 
 fn rounded_product(a : f32, b : f32) -> f32 {
   return bitcast<f32>(bitcast<u32>(a * b) ^ dims.keep);
@@ -88,7 +100,7 @@ fn main(@builtin(workgroup_id) wg : vec3<u32>, @builtin(local_invocation_id) lid
     for (var j = 0u; j < R; j = j + 1u) {
       let c = col0 + lid.x * R + j;
       if (r < m && c < n) {
-        C[r * n + c] = acc[i * R + j];
+        C[r * n + c] = canonical_bits(acc[i * R + j]);
       }
     }
   }

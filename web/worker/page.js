@@ -1,12 +1,16 @@
 // page.js - the worker page's own script: finds the fabric (the server that served this page, or
-// ?server=host:port) and the shared secret (the address's #secret=..., which browsers never send, or the
-// field), starts worker.js in a dedicated Worker (on the page itself where module workers are missing), and
+// ?server=host:port), the fabric's token (the address's #token=..., as `weft serve` prints it) and the
+// shared secret (#...&secret=..., or the field); browsers never send the part after #. The token goes into
+// the WebSocket's URL (?token=...), which the fabric checks before it takes the tab. It starts worker.js in a dedicated Worker (on the page itself where module workers are missing), and
 // shows its status. window.weftWorker holds the latest status for test drivers.
 
 const q = new URLSearchParams(location.search);
-const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${q.get('server') || location.host}/weft`;
+const hash = () => new URLSearchParams(location.hash.replace(/^#/, ''));
+const token = hash().get('token') || '';
+const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${q.get('server') || location.host}/weft` +
+  `?token=${encodeURIComponent(token)}`;
 const field = document.getElementById('secret');
-const secret = () => new URLSearchParams(location.hash.replace(/^#/, '')).get('secret') || field.value || '';
+const secret = () => hash().get('secret') || field.value || '';
 
 window.weftWorker = { state: 'starting', ops: 0, device: '', server: url, closeReason: '', error: '' };
 

@@ -53,6 +53,19 @@ const bitsToFloat = (u) => ((u32[0] = u >>> 0), f32[0]);
 const floatToBits = (x) => ((f32[0] = x), u32[0]);
 const pow2i = (n) => bitsToFloat((n + 127) << 23);
 
+// Under the exact contract every NaN result is stored as the canonical quiet NaN 0x7fc00000
+// (src/core/reference.h). A Float32Array store of a NaN keeps whatever bits the engine's arithmetic made (V8
+// keeps an input NaN's payload and sign, and x86 makes 0xffc00000 for inf - inf; ECMAScript leaves the bits to
+// the implementation), so the first n elements of each output are rewritten through their bits.
+function canonicalNaN(arr, n) {
+  let bits = null;
+  for (let e = 0; e < n; e++) {
+    if (arr[e] === arr[e]) continue;
+    if (!bits) bits = new Uint32Array(arr.buffer, arr.byteOffset, arr.length);
+    bits[e] = 0x7fc00000;
+  }
+}
+
 // weft_expf, step for step: every product and sum rounded to fp32 on its own.
 function expf(x) {
   if (x !== x) return x;
@@ -107,10 +120,12 @@ function logf(x) {
 
 // ------------------------------------------------------------------------------------------ the session
 
-class Session {
-  constructor(gpu, secret) {
+export class Session {
+  // `server`: the host:port this tab dialled (its WebSocket URL's), which its proof of the secret names.
+  constructor(gpu, secret, server = '') {
     this.gpu = gpu;
     this.secret = secret;
+    this.server = server;
     this.hello = false;
     this.tensors = new Map(); // handle -> {data: Float32Array, dims: number[]}
     this.nextId = 1;
@@ -172,11 +187,15 @@ class Session {
           refuse(S.INVALID_ARGUMENT, 'this fabric requires a shared secret: open the worker page as .../worker/#secret=THE_SECRET', true);
         }
         if (!crypto.subtle) refuse(S.UNSUPPORTED, 'no WebCrypto here (the page is not a secure context): serve it over https or from localhost', true);
+        // HMAC-SHA256(secret, "weft-v1 tab->fabric" || nonce || the host:port dialled): a label of its own, so
+        // it is never a valid login of `weft worker`, and this server's name, so no other server can use it.
         const key = await crypto.subtle.importKey('raw', new TextEncoder().encode(this.secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
-        const label = new TextEncoder().encode('weft-auth-v1');
-        const msg = new Uint8Array(label.length + 32);
+        const label = new TextEncoder().encode('weft-v1 tab->fabric');
+        const server = new TextEncoder().encode(this.server);
+        const msg = new Uint8Array(label.length + 32 + server.length);
         msg.set(label);
         msg.set(p, label.length);
+        msg.set(server, label.length + 32);
         return new Uint8Array(await crypto.subtle.sign('HMAC', key, msg));
       }
       case T.LANES: {
@@ -319,6 +338,7 @@ class Session {
       const bp = orient(bBatched ? B.subarray(p * k * n, (p + 1) * k * n) : B.subarray(0, k * n), tb, k, n);
       out.set(await this.matmulOne(ap, bp, m, k, n), p * m * n);
     }
+    canonicalNaN(out, out.length);
     c.t.data.set(out);
   }
 
@@ -362,27 +382,32 @@ function elementwise(name, v, alpha) {
       const Y = bcast ? y.t.data : same(y, 'y');
       const O = same(v[2], 'out');
       for (let e = 0; e < count; e++) O[e] = X[e] + Y[bcast ? e % cols : e];
+      canonicalNaN(O, count);
       return;
     }
     case 'relu': {
       const O = same(v[2], 'out');
       for (let e = 0; e < count; e++) O[e] = X[e] > 0 ? X[e] : X[e] !== X[e] ? X[e] : 0;
+      canonicalNaN(O, count);
       return;
     }
     case 'relu_backward': {
       const Y = same(v[1], 'x');
       const O = same(v[2], 'out');
       for (let e = 0; e < count; e++) O[e] = Y[e] > 0 ? X[e] : 0;
+      canonicalNaN(O, count);
       return;
     }
     case 'scale': {
       const O = same(v[2], 'out');
       for (let e = 0; e < count; e++) O[e] = alpha * X[e];
+      canonicalNaN(O, count);
       return;
     }
     case 'axpy': {
       const O = same(v[2], 'y');
       for (let e = 0; e < count; e++) O[e] = f(alpha * X[e]) + O[e];
+      canonicalNaN(O, count);
       return;
     }
     case 'sum_rows': {
@@ -394,6 +419,7 @@ function elementwise(name, v, alpha) {
         for (let i = 0; i < rows; i++) acc = f(acc + X[i * cols + j]);
         O[j] = acc;
       }
+      canonicalNaN(O, cols);
       return;
     }
     case 'softmax_xent': {
@@ -417,7 +443,11 @@ function elementwise(name, v, alpha) {
         }
         tot = f(tot + -acc);
       }
-      if (v[2]) v[2].t.data[0] = tot * invRows;
+      if (v[2]) {
+        v[2].t.data[0] = tot * invRows;
+        canonicalNaN(v[2].t.data, 1);
+      }
+      if (G) canonicalNaN(G, count);
       return;
     }
     default:
@@ -440,7 +470,7 @@ function frame(type, requestId, st, payload) {
 }
 
 // One message in, one reply out; [reply, close].
-async function answer(session, buf) {
+export async function answer(session, buf) {
   const msg = new Uint8Array(buf);
   if (msg.length < 16) return [null, true];
   const h = new DataView(buf);
@@ -469,7 +499,7 @@ function connect(url) {
   report();
   const ws = new WebSocket(url, 'weft');
   ws.binaryType = 'arraybuffer';
-  const session = new Session(gpu, currentSecret());
+  const session = new Session(gpu, currentSecret(), new URL(url).host);
   let chain = Promise.resolve();
   ws.onopen = () => {
     status.state = 'connected: waiting for the fabric';

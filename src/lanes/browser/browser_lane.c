@@ -2,10 +2,15 @@
  * tabs that open the worker page (web/worker/); each tab that connects takes a free slot browser:0 ..
  * browser:K-1, and the fabric then speaks the wire protocol (docs/PROTOCOL.md) to it as the client, one
  * frame per WebSocket binary message, through the same client code as remote lanes (src/net/client.c).
- * Slots start down ("waiting for a tab") and come up through revive once a tab has attached and answered
- * the handshake; a tab that closes, hangs past the timeout or breaks the protocol fails its lane, so the
- * core re-routes the op. The same server serves the worker page (and the rest of a web folder) as static
- * files. */
+ * Slots start down ("waiting for a tab"). A tab is admitted off the op path, by a thread of its slot: the
+ * handshake (hello, the proof of the secret when one is set, its lanes) and a bit-exact self-test of every
+ * op against the reference; only then does the slot say it is ready, and the fabric's next op brings the
+ * lane up through a revive that only reads that flag. A tab that fails any of it is told why and dropped,
+ * and its slot is free for the next. A tab that closes, hangs past the timeout or breaks the protocol later
+ * fails its lane, so the core re-routes the op. The endpoint takes a tab only with the server's token, a
+ * Host that names this server and an Origin (DNS rebinding, pages of other sites). The same server serves
+ * the worker page (and the rest of a web folder) as static files. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -21,6 +26,7 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include "core/reference.h"
 #include "net/client.h"
 #include "weft_lane.h"
 
@@ -38,7 +44,7 @@ typedef struct browser_slot {
   int alive;              /* 0 once the fabric destroyed the lane: no tab attaches here any more */
   char name[32];
   char device[256];
-  char details[512];
+  char details[768];
   weft_contract_mask tab_contracts; /* what the attached tab said it honours */
   pthread_cond_t cond;
   /* The connection, guarded by srv->lock. `conn` counts attachments; `bound` is the attachment the
@@ -48,7 +54,19 @@ typedef struct browser_slot {
   int ready, kick;
   char kick_why[124]; /* told to the tab in the close frame */
   char peer[64];
+  char tab_host[256]; /* the Host the tab dialled (checked against this server's names): its proof names it */
   int timeout_ms;
+  /* Admission, off the fabric's thread (guarded by srv->lock). `down_ack`: the fabric has seen the lane down
+   * (its revive ran), so the slot's thread may use the client; revive returning WEFT_OK hands it back.
+   * The admission thread reports through adm_host into adm_err, and stages what describe will say. */
+  int down_ack, admitting;
+  pthread_t admit_thread;
+  int admit_started;
+  weft_lane_host adm_host;
+  const weft_lane_host *fabric_host;
+  char adm_err[400];
+  char refusal[560]; /* why the last tab was refused, kept after it left */
+  char adm_device[256], adm_details[768];
   /* Frames both ways, guarded by srv->lock. Requests are copied into `out` (the fabric's thread appends, the
    * service thread sends and frees them); replies the tab owes (`owed`) are assembled in `in` and queued in
    * `replies` until the fabric's thread takes them; `cur` is the reply it holds now. */
@@ -71,7 +89,10 @@ struct browser_server {
   browser_slot *slots;
   char host[128]; /* numeric address bound */
   int port;
-  char url[300];  /* where a person opens the worker page */
+  char url[360];  /* where a person opens the worker page, with the token */
+  char token[33]; /* a tab's WebSocket URL carries it (?token=); random per server */
+  char names[512]; /* WEFT_BROWSER_HOSTS: further names tabs may dial this server by (a public name) */
+  int loopback, wildcard; /* bound to a loopback address; to every address (0.0.0.0, ::) */
   uint8_t secret[4096];
   size_t secret_len;
   char web_dir[1024];
@@ -122,14 +143,75 @@ static void refuse(struct lws *wsi, enum lws_close_status status, const char *wh
   lws_close_reason(wsi, status, (unsigned char *)why, n < 120 ? n : 120);
 }
 
+static int same_name(const char *a, size_t n, const char *b) { return strlen(b) == n && strncasecmp(a, b, n) == 0; }
+
+static int is_ip_literal(const char *name, size_t n) {
+  char buf[64];
+  unsigned char addr[16];
+  if (n >= sizeof buf) return 0;
+  if (name[0] == '[' && n > 2 && name[n - 1] == ']') {
+    memcpy(buf, name + 1, n - 2);
+    buf[n - 2] = 0;
+    return inet_pton(AF_INET6, buf, addr) == 1;
+  }
+  memcpy(buf, name, n);
+  buf[n] = 0;
+  return inet_pton(AF_INET, buf, addr) == 1;
+}
+
+/* The Host a tab sent names this server: the port bound, and the address bound (with its loopback names on
+ * loopback; any address literal where every address is bound) or a name configured in WEFT_BROWSER_HOSTS.
+ * A DNS-rebinding page dials the fabric under its own name (Host: evil.test:P), which is none of these. */
+static int host_allowed(const browser_server *srv, const char *h) {
+  size_t n;
+  const char *port;
+  if (h[0] == '[') {
+    const char *e = strchr(h, ']');
+    if (!e) return 0;
+    n = (size_t)(e - h) + 1;
+    port = e[1] == ':' ? e + 2 : e[1] ? NULL : "";
+  } else {
+    const char *c = strchr(h, ':');
+    if (c && strchr(c + 1, ':')) return 0;
+    n = c ? (size_t)(c - h) : strlen(h);
+    port = c ? c + 1 : "";
+  }
+  if (!port || !n) return 0;
+  if (!port[0]) {
+    if (srv->port != (srv->tls_cert[0] ? 443 : 80)) return 0;
+  } else {
+    char *end = NULL;
+    long p = strtol(port, &end, 10);
+    if (*end || p != srv->port) return 0;
+  }
+  char bound[140];
+  snprintf(bound, sizeof bound, strchr(srv->host, ':') ? "[%s]" : "%s", srv->host);
+  if (same_name(h, n, bound)) return 1;
+  if ((srv->loopback || srv->wildcard) && same_name(h, n, "localhost")) return 1;
+  if (srv->loopback && (same_name(h, n, "127.0.0.1") || same_name(h, n, "[::1]"))) return 1;
+  if (srv->wildcard && is_ip_literal(h, n)) return 1;
+  for (const char *p = srv->names; *p;) {
+    size_t k = strcspn(p, ", ");
+    if (k && k == n && strncasecmp(p, h, n) == 0) return 1;
+    p += k;
+    while (*p == ',' || *p == ' ') p++;
+  }
+  return 0;
+}
+
 /* WebSockets are not bound by the same-origin policy: any page the person visits could dial a fabric on
- * loopback, read the tensors it is sent and answer wrong bits. So a browser's connection is accepted only
- * from a page of this server (its Origin names the Host it dialled) or an origin listed in
- * WEFT_BROWSER_ORIGINS; a client that sends no Origin is no web page. 0 to refuse. */
+ * loopback, read the tensors it is sent and answer wrong bits. So a connection to the tab endpoint needs
+ * all of: a Host that names this server (host_allowed: no DNS rebinding), the server's token in its URL
+ * (?token=..., which the worker page has from the address weft serve printed), and an Origin, that of a
+ * page of this server (its authority is the Host it dialled) or one listed in WEFT_BROWSER_ORIGINS ("*":
+ * any). A client that sends no Origin is no web page and is refused too. 0 to refuse. */
 static int origin_allowed(browser_server *srv, struct lws *wsi) {
-  char origin[256] = "", host[256] = "";
-  if (lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN) <= 0) return 1;
-  if (lws_hdr_copy(wsi, origin, sizeof origin, WSI_TOKEN_ORIGIN) <= 0) return 0;
+  char origin[256] = "", host[256] = "", arg[96] = "";
+  if (lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST) <= 0 || !host_allowed(srv, host)) return 0;
+  const char *tok = lws_get_urlarg_by_name(wsi, "token=", arg, sizeof arg);
+  if (!tok || strlen(tok) != sizeof srv->token - 1 || CRYPTO_memcmp(tok, srv->token, sizeof srv->token - 1) != 0)
+    return 0;
+  if (lws_hdr_copy(wsi, origin, sizeof origin, WSI_TOKEN_ORIGIN) <= 0 || !origin[0]) return 0;
   if (strcmp(srv->origins, "*") == 0) return 1;
   for (const char *p = srv->origins; *p;) {
     size_t n = strcspn(p, ", ");
@@ -138,8 +220,7 @@ static int origin_allowed(browser_server *srv, struct lws *wsi) {
     while (*p == ',' || *p == ' ') p++;
   }
   const char *authority = strstr(origin, "://");
-  if (!authority || lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST) <= 0) return 0;
-  return strcasecmp(authority + 3, host) == 0;
+  return authority && strcasecmp(authority + 3, host) == 0;
 }
 
 /* A tab connected: the first free slot takes it. */
@@ -157,10 +238,12 @@ static int tab_attach(browser_server *srv, struct lws *wsi, tab_session *ts) {
   s->conn++;
   s->ready = s->kick = 0;
   s->owed = 0;
-  s->peer[0] = s->kick_why[0] = 0;
+  s->peer[0] = s->kick_why[0] = s->tab_host[0] = 0;
   lws_get_peer_simple(wsi, s->peer, sizeof s->peer);
+  if (lws_hdr_copy(wsi, s->tab_host, sizeof s->tab_host, WSI_TOKEN_HOST) <= 0) s->tab_host[0] = 0;
   ts->slot = s;
   ts->conn = s->conn;
+  pthread_cond_broadcast(&s->cond); /* the slot's admission thread */
   pthread_mutex_unlock(&srv->lock);
   return 0;
 }
@@ -365,7 +448,7 @@ static weft_status tab_recv(void *ctx, const uint8_t **out_frame, size_t *out_le
   free(s->cur);
   s->cur = NULL;
   int timed_out = 0;
-  while (!s->replies && attached(s) && !timed_out)
+  while (!s->replies && attached(s) && !timed_out && !srv->stop)
     timed_out = pthread_cond_timedwait(&s->cond, &srv->lock, &deadline) == ETIMEDOUT;
   weft_status st = WEFT_OK;
   if (s->replies && attached(s)) {
@@ -419,6 +502,13 @@ static void browser_describe(void *self, weft_lane_desc *out) {
 }
 
 static void server_destroy(browser_server *srv) {
+  /* The admission threads first: one may be waiting for its tab's reply, which needs the service thread. */
+  pthread_mutex_lock(&srv->lock);
+  srv->stop = 1;
+  for (size_t i = 0; i < srv->nslots; i++) pthread_cond_broadcast(&srv->slots[i].cond);
+  pthread_mutex_unlock(&srv->lock);
+  for (size_t i = 0; i < srv->nslots; i++)
+    if (srv->slots[i].admit_started) pthread_join(srv->slots[i].admit_thread, NULL);
   if (srv->thread_started) {
     pthread_mutex_lock(&srv->lock);
     srv->stop = 1;
@@ -458,7 +548,7 @@ static void browser_destroy(void *self) {
 static weft_status browser_supports(void *self, const weft_op *op) {
   browser_slot *s = self;
   if (!(s->tab_contracts & WEFT_CONTRACT_BIT(op->contract)))
-    return weft_lane_report(s->client.host, WEFT_ERR_UNSUPPORTED, "%s: the tab does not honour the %s contract",
+    return weft_lane_report(s->fabric_host, WEFT_ERR_UNSUPPORTED, "%s: the tab does not honour the %s contract",
                             s->name, weft_contract_str(op->contract));
   return WEFT_OK;
 }
@@ -470,11 +560,11 @@ typedef struct lanes_pick {
   char name[256], kind[256], device[256];
 } lanes_pick;
 
-/* The tab's first lane that honours a contract is the one this slot serves. */
+/* The tab's first lane that honours the exact contract is the one this slot serves. */
 static void pick_lane(void *ctx, uint32_t index, weft_contract_mask contracts, const char *name, const char *kind,
                       const char *device) {
   lanes_pick *p = ctx;
-  if (p->found || !contracts) return;
+  if (p->found || !(contracts & WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT))) return;
   p->found = 1;
   p->index = index;
   p->contracts = contracts;
@@ -483,9 +573,10 @@ static void pick_lane(void *ctx, uint32_t index, weft_contract_mask contracts, c
   snprintf(p->device, sizeof p->device, "%s", device);
 }
 
-/* The handshake with a newly attached tab: hello, the proof of the shared secret when one is set, its
- * lanes. Run on the fabric's thread, bounded by a short timeout. */
-static weft_status handshake(browser_slot *s) {
+/* The handshake with a newly attached tab: hello, the proof of the shared secret when one is set (bound to
+ * the name the tab dialled this server by), its lanes. Run by the slot's admission thread, bounded by a
+ * short timeout. */
+static weft_status handshake(browser_slot *s, lanes_pick *pick) {
   weft_net_client *c = &s->client;
   browser_server *srv = s->srv;
   weft_net_client_begin(c);
@@ -495,7 +586,8 @@ static weft_status handshake(browser_slot *s) {
   if (st) return st;
   if (srv->secret_len) {
     uint8_t nonce[WEFT_NET_NONCE_BYTES], want[WEFT_NET_MAC_BYTES];
-    if (RAND_bytes(nonce, sizeof nonce) != 1 || weft_net_auth_mac(srv->secret, srv->secret_len, nonce, want))
+    if (RAND_bytes(nonce, sizeof nonce) != 1 ||
+        weft_net_tab_mac(srv->secret, srv->secret_len, nonce, s->tab_host, want))
       return weft_net_client_fail(c, "could not make a nonce for the tab's proof");
     st = weft_net_client_call(c, WEFT_NET_PROVE, nonce, sizeof nonce, NULL, 0);
     if (st) return weft_net_client_fail(c, "the tab did not prove the shared secret (%s)", weft_status_str(st));
@@ -503,45 +595,259 @@ static weft_status handshake(browser_slot *s) {
     if (c->reply_len != WEFT_NET_MAC_BYTES || CRYPTO_memcmp(c->reply, want, WEFT_NET_MAC_BYTES) != 0)
       return weft_net_client_fail(c, "the tab's proof of the shared secret is wrong");
   }
-  lanes_pick pick = {0};
-  st = weft_net_client_lanes(c, pick_lane, &pick);
+  st = weft_net_client_lanes(c, pick_lane, pick);
   if (st) return st;
-  if (!pick.found) return weft_net_client_fail(c, "the tab offers no lane that works");
-  c->peer_lane = (int32_t)pick.index;
-  s->tab_contracts = pick.contracts;
-  s->timeout_ms = srv->timeout_ms;
-  snprintf(s->device, sizeof s->device, "%s", pick.device);
-  pthread_mutex_lock(&srv->lock);
-  snprintf(s->details, sizeof s->details, "tab %.63s at %.200s: its lane %.100s (%.100s), frames up to %u bytes",
-           s->peer[0] ? s->peer : "?", srv->url, pick.name, pick.kind, (unsigned)c->max_frame);
-  pthread_mutex_unlock(&srv->lock);
+  if (!pick->found) return weft_net_client_fail(c, "the tab offers no lane with the exact contract");
+  c->peer_lane = (int32_t)pick->index;
   return WEFT_OK;
 }
 
+/* ------------------------------------------------------------------------------------ the self-test */
+
+static void fill(float *x, size_t n, uint32_t *seed, float lo, float hi) {
+  for (size_t i = 0; i < n; i++) {
+    *seed = *seed * 1664525u + 1013904223u;
+    x[i] = lo + (hi - lo) * (float)(*seed >> 8) / 16777216.0f;
+  }
+}
+
+/* The bits of a and b agree (any NaN matches any NaN: NaN payloads are another matter). */
+static int same_bits(float a, float b) { return (a != a && b != b) || memcmp(&a, &b, 4) == 0; }
+
+/* One op on the tab and in the reference: its inputs and outputs are host arrays of in_n/out_n floats
+ * (outputs hold their initial values). 1 when every output bit agrees; else 0 and why. */
+static int selftest_op(browser_slot *s, weft_op *ref, const size_t in_n[2], const size_t out_n[2], const char *what,
+                       char *why, size_t whylen) {
+  weft_net_client *c = &s->client;
+  weft_buffer *bi[2] = {NULL, NULL}, *bo[2] = {NULL, NULL};
+  float *got[2] = {NULL, NULL};
+  weft_op op = *ref;
+  weft_status st = WEFT_OK;
+  for (int i = 0; i < 2 && !st; i++) {
+    if (!ref->in[i]) continue;
+    st = weft_net_client_buffer_alloc(c, in_n[i] * 4, &bi[i]);
+    if (!st) st = weft_net_client_upload(c, bi[i], 0, ref->in[i], in_n[i] * 4);
+    op.in[i] = bi[i];
+  }
+  for (int o = 0; o < 2 && !st; o++) {
+    if (!ref->out[o]) continue;
+    st = weft_net_client_buffer_alloc(c, out_n[o] * 4, &bo[o]);
+    if (!st) st = weft_net_client_upload(c, bo[o], 0, ref->out[o], out_n[o] * 4);
+    op.out[o] = bo[o];
+  }
+  if (!st) st = weft_net_client_run(c, &op);
+  int ok = !st;
+  if (ok) weft_reference_run(ref);
+  for (int o = 0; o < 2 && ok; o++) {
+    if (!ref->out[o]) continue;
+    got[o] = malloc(out_n[o] * 4);
+    if (!got[o] || weft_net_client_download(c, bo[o], 0, got[o], out_n[o] * 4)) {
+      ok = 0;
+      if (!got[o]) snprintf(why, whylen, "out of host memory for its self-test");
+      break;
+    }
+    const float *want = ref->out[o];
+    for (size_t e = 0; e < out_n[o]; e++)
+      if (!same_bits(got[o][e], want[e])) {
+        uint32_t g, w;
+        memcpy(&g, &got[o][e], 4);
+        memcpy(&w, &want[e], 4);
+        snprintf(why, whylen, "wrong bits in its self-test: %s, element %zu is 0x%08x from the tab, 0x%08x in the "
+                 "reference", what, e, (unsigned)g, (unsigned)w);
+        ok = -1;
+        break;
+      }
+  }
+  if (ok == 0 && !why[0]) snprintf(why, whylen, "%s", s->adm_err[0] ? s->adm_err : "its self-test failed");
+  for (int i = 0; i < 2; i++) {
+    weft_net_client_buffer_free(c, bi[i]);
+    weft_net_client_buffer_free(c, bo[i]);
+    free(got[i]);
+  }
+  return ok == 1;
+}
+
+/* Every op of the allow-list on the tab, bit for bit against the reference: matmuls of odd shapes, one with
+ * a k of 1531 and one batched with both operands transposed, and the elementwise ops over zeros of both
+ * signs, subnormals and a wide range. A tab that computes any bit differently stays out. */
+static int selftest(browser_slot *s, char *why, size_t whylen) {
+  enum { M = 5, K = 1531, N = 7, R = 7, C = 13 };
+  static const struct {
+    int64_t batch, m, k, n;
+    int ta, tb, bb;
+  } mm[] = {{1, M, K, N, 0, 0, 0}, {2, 3, 33, 5, 1, 1, 1}};
+  uint32_t seed = 0x9e3779b9u;
+  int pass = 1;
+  for (size_t i = 0; pass && i < sizeof mm / sizeof mm[0]; i++) {
+    size_t na = (size_t)(mm[i].batch * mm[i].m * mm[i].k), nb = (size_t)((mm[i].bb ? mm[i].batch : 1) * mm[i].k * mm[i].n);
+    size_t nc = (size_t)(mm[i].batch * mm[i].m * mm[i].n);
+    float *a = malloc(na * 4), *b = malloc(nb * 4), *c = calloc(nc, 4);
+    if (!a || !b || !c) {
+      snprintf(why, whylen, "out of host memory for its self-test");
+      pass = 0;
+    } else {
+      fill(a, na, &seed, -2, 2);
+      fill(b, nb, &seed, -2, 2);
+      weft_op op;
+      memset(&op, 0, sizeof op);
+      op.kind = WEFT_OP_MATMUL;
+      op.contract = WEFT_CONTRACT_EXACT;
+      op.in[0] = a, op.in[1] = b, op.out[0] = c;
+      op.batch = mm[i].batch, op.m = mm[i].m, op.k = mm[i].k, op.n = mm[i].n;
+      op.trans_a = mm[i].ta, op.trans_b = mm[i].tb, op.b_batched = mm[i].bb;
+      char what[80];
+      snprintf(what, sizeof what, "matmul %lldx[%lldx%lld].[%lldx%lld]%s", (long long)op.batch, (long long)op.m,
+               (long long)op.k, (long long)op.k, (long long)op.n, op.trans_a ? " transposed" : "");
+      size_t in_n[2] = {na, nb}, out_n[2] = {nc, 0};
+      pass = selftest_op(s, &op, in_n, out_n, what, why, whylen);
+    }
+    free(a), free(b), free(c);
+  }
+  float x[R * C], y[R * C], t[R * C], o[R * C], g[R * C], row[C], loss[1];
+  static const weft_op_kind kinds[] = {WEFT_OP_ADD, WEFT_OP_ADD, WEFT_OP_RELU, WEFT_OP_RELU_BACKWARD, WEFT_OP_SCALE,
+                                       WEFT_OP_AXPY, WEFT_OP_SUM_ROWS, WEFT_OP_SOFTMAX_XENT};
+  for (size_t i = 0; pass && i < sizeof kinds / sizeof kinds[0]; i++) {
+    fill(x, R * C, &seed, -30, 30);
+    fill(y, R * C, &seed, -3, 3);
+    fill(t, R * C, &seed, 0, 1);
+    fill(o, R * C, &seed, -1, 1);
+    fill(row, C, &seed, -1, 1);
+    x[0] = -0.0f, x[1] = 1e-40f, x[2] = -1e-40f, x[3] = 0.0f, x[4] = 3e38f, y[4] = 3e38f, y[5] = 1e-45f;
+    memset(g, 0, sizeof g);
+    loss[0] = 0;
+    weft_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = kinds[i];
+    op.contract = WEFT_CONTRACT_EXACT;
+    op.rows = R, op.cols = C;
+    op.alpha = op.kind == WEFT_OP_SCALE ? 0.3f : -1.7f;
+    op.inv_rows = 1.0f / (float)R;
+    op.in[0] = x;
+    op.out[0] = o;
+    size_t in_n[2] = {R * C, 0}, out_n[2] = {R * C, 0};
+    const char *what = "add";
+    switch (op.kind) {
+    case WEFT_OP_ADD:
+      op.y_broadcast = i == 1;
+      op.in[1] = i == 1 ? row : y;
+      in_n[1] = i == 1 ? C : R * C;
+      what = i == 1 ? "add (a row broadcast)" : "add";
+      break;
+    case WEFT_OP_RELU: what = "relu"; break;
+    case WEFT_OP_RELU_BACKWARD:
+      op.in[0] = y, op.in[1] = x, in_n[1] = R * C;
+      what = "relu_backward";
+      break;
+    case WEFT_OP_SCALE: what = "scale"; break;
+    case WEFT_OP_AXPY: what = "axpy"; break;
+    case WEFT_OP_SUM_ROWS: out_n[0] = C, what = "sum_rows"; break;
+    default:
+      fill(x, R * C, &seed, -60, 60);
+      op.in[1] = t, in_n[1] = R * C;
+      op.out[0] = loss, out_n[0] = 1;
+      op.out[1] = g, out_n[1] = R * C;
+      what = "softmax_xent";
+      break;
+    }
+    pass = selftest_op(s, &op, in_n, out_n, what, why, whylen);
+  }
+  return pass;
+}
+
+/* ---------------------------------------------------------------------------------------- admission */
+
+static weft_status adm_report(void *ctx, weft_status status, const char *fmt, va_list args) {
+  browser_slot *s = ctx;
+  vsnprintf(s->adm_err, sizeof s->adm_err, fmt, args);
+  return status;
+}
+
+/* Handshake and self-test of the tab now bound to the slot, on the slot's thread; 1 when it is admitted,
+ * else 0 with why (the tab has been dropped, told why). */
+static int admit(browser_slot *s, char *why, size_t whylen) {
+  weft_net_client *c = &s->client;
+  browser_server *srv = s->srv;
+  c->host = &s->adm_host;
+  c->pipeline = 0;
+  s->adm_err[0] = 0;
+  lanes_pick pick;
+  memset(&pick, 0, sizeof pick);
+  weft_status st = handshake(s, &pick);
+  if (st) snprintf(why, whylen, "%s", s->adm_err[0] ? s->adm_err : "its handshake failed");
+  int ok = !st;
+  if (ok) {
+    s->timeout_ms = srv->timeout_ms;
+    ok = selftest(s, why, whylen);
+    if (!ok) weft_net_client_fail(c, "%s", why);
+  }
+  c->pipeline = 1;
+  if (!ok) return 0;
+  s->tab_contracts = pick.contracts;
+  pthread_mutex_lock(&srv->lock);
+  snprintf(s->adm_device, sizeof s->adm_device, "%s", pick.device);
+  snprintf(s->adm_details, sizeof s->adm_details,
+           "tab %.63s at %.200s: its lane %.100s (%.100s), frames up to %u bytes; passed the bit-exact self-test "
+           "at join", s->peer[0] ? s->peer : "?", srv->url, pick.name, pick.kind, (unsigned)c->max_frame);
+  pthread_mutex_unlock(&srv->lock);
+  return 1;
+}
+
+/* The slot's admission thread: a tab attached to a slot the fabric has seen down is handshaken and tested
+ * here, never on the caller's thread; the verdict is a flag, and the fabric is asked to look at it. */
+static void *admit_main(void *arg) {
+  browser_slot *s = arg;
+  browser_server *srv = s->srv;
+  pthread_mutex_lock(&srv->lock);
+  while (!srv->stop) {
+    if (!(s->alive && s->wsi && s->down_ack && !s->ready && s->bound != s->conn)) {
+      pthread_cond_wait(&s->cond, &srv->lock);
+      continue;
+    }
+    s->bound = s->conn;
+    s->admitting = 1;
+    pthread_mutex_unlock(&srv->lock);
+    char why[400] = "";
+    int ok = admit(s, why, sizeof why);
+    pthread_mutex_lock(&srv->lock);
+    s->admitting = 0;
+    if (ok && attached(s)) s->ready = 1;
+    else if (!ok) snprintf(s->refusal, sizeof s->refusal, "the tab at %.63s was refused: %.399s", s->peer, why);
+    int alive = s->alive && !srv->stop;
+    pthread_mutex_unlock(&srv->lock);
+    if (alive) weft_lane_revive_soon(s->fabric_host);
+    pthread_mutex_lock(&srv->lock);
+  }
+  pthread_mutex_unlock(&srv->lock);
+  return NULL;
+}
+
+/* Asked on the fabric's thread while the lane is down: only reads the admission's verdict. */
 static weft_status browser_revive(void *self) {
   browser_slot *s = self;
   browser_server *srv = s->srv;
   pthread_mutex_lock(&srv->lock);
-  int attached = s->wsi != NULL, ready = s->ready && s->conn == s->bound;
-  if (attached && !ready) s->bound = s->conn;
-  pthread_mutex_unlock(&srv->lock);
-  if (ready) return WEFT_OK;
-  if (!attached) {
-    set_waiting(s);
-    return weft_lane_report(s->client.host, WEFT_ERR_LANE_FAILED, "%s is waiting for a tab: open %s", s->name,
-                            srv->url);
+  s->down_ack = 1; /* the fabric no longer uses the client: the admission thread may */
+  if (s->ready && attached(s) && !s->admitting) {
+    s->down_ack = 0;
+    s->client.host = s->fabric_host;
+    snprintf(s->device, sizeof s->device, "%s", s->adm_device);
+    snprintf(s->details, sizeof s->details, "%s", s->adm_details);
+    pthread_mutex_unlock(&srv->lock);
+    return WEFT_OK;
   }
-  weft_status st = handshake(s);
-  if (st) {
-    set_waiting(s);
-    return st == WEFT_ERR_LANE_FAILED ? st : weft_net_client_fail(&s->client, "the tab's handshake failed");
-  }
-  pthread_mutex_lock(&srv->lock);
-  s->ready = s->wsi != NULL && s->conn == s->bound;
-  ready = s->ready;
+  int tab = s->admitting || (s->wsi && s->bound != s->conn); /* a tab there, its verdict still to come */
+  char peer[64], refusal[sizeof s->refusal];
+  snprintf(peer, sizeof peer, "%s", s->peer);
+  snprintf(refusal, sizeof refusal, "%s", s->refusal);
+  pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&srv->lock);
-  if (!ready) return weft_net_client_fail(&s->client, "the tab closed during its handshake");
-  return WEFT_OK;
+  if (tab)
+    return weft_lane_report(s->fabric_host, WEFT_ERR_LANE_FAILED,
+                            "%s: the tab at %s is being admitted (handshake and bit-exact self-test)", s->name,
+                            peer[0] ? peer : "?");
+  set_waiting(s);
+  return weft_lane_report(s->fabric_host, WEFT_ERR_LANE_FAILED, "%s is waiting for a tab: open %s%s%s%s", s->name,
+                          srv->url, refusal[0] ? " (" : "", refusal, refusal[0] ? ")" : "");
 }
 
 static const weft_lane_vtable BROWSER_VTABLE = {
@@ -636,8 +942,8 @@ static weft_status server_start(browser_server *srv, long port, char *why, size_
   }
   srv->port = bound;
   const char *l = strchr(srv->host, ':') ? "[" : "", *r = strchr(srv->host, ':') ? "]" : "";
-  snprintf(srv->url, sizeof srv->url, "%s://%s%s%s:%d/worker/", srv->tls_cert[0] ? "https" : "http", l, srv->host,
-           r, bound);
+  snprintf(srv->url, sizeof srv->url, "%s://%s%s%s:%d/worker/#token=%s", srv->tls_cert[0] ? "https" : "http", l,
+           srv->host, r, bound, srv->token);
   if (pthread_create(&srv->thread, NULL, service_main, srv) != 0) {
     snprintf(why, whylen, "cannot start the WebSocket thread");
     return WEFT_ERR_INTERNAL;
@@ -676,6 +982,17 @@ weft_status weft_browser_probe(const weft_probe_args *args, const weft_lane_sink
   int loopback = 0;
   weft_status st = WEFT_OK;
   if (!resolve(host, srv->host, sizeof srv->host, &loopback, why, sizeof why)) st = WEFT_ERR_INVALID_ARGUMENT;
+  srv->loopback = loopback;
+  srv->wildcard = strcmp(srv->host, "0.0.0.0") == 0 || strcmp(srv->host, "::") == 0;
+  /* The token a tab's URL must carry, even on loopback: a page of another site cannot know it. */
+  uint8_t tok[16];
+  if (!st && RAND_bytes(tok, sizeof tok) != 1) {
+    snprintf(why, sizeof why, "could not make a random token for the tab endpoint");
+    st = WEFT_ERR_INTERNAL;
+  }
+  for (size_t i = 0; i < sizeof tok; i++) snprintf(srv->token + 2 * i, 3, "%02x", tok[i]);
+  const char *names = getenv("WEFT_BROWSER_HOSTS");
+  if (names) snprintf(srv->names, sizeof srv->names, "%s", names);
   const char *secret_file = getenv("WEFT_BROWSER_SECRET_FILE");
   if (!st && secret_file && secret_file[0] &&
       weft_net_read_secret(secret_file, srv->secret, sizeof srv->secret, &srv->secret_len, why, sizeof why))
@@ -753,7 +1070,20 @@ weft_status weft_browser_probe(const weft_probe_args *args, const weft_lane_sink
     /* Ops stream to the tab like a GPU queue: the caller goes on while the tab computes, and several tabs
      * compute at once. */
     s->client.pipeline = 1;
+    s->fabric_host = args->host;
+    s->adm_host.ctx = s;
+    s->adm_host.report = adm_report;
+    s->down_ack = 1; /* it starts down */
     set_waiting(s);
+  }
+  /* One admission thread per slot, so a tab that stalls its handshake holds up no other tab. */
+  for (long i = 0; i < slots; i++) {
+    browser_slot *s = &srv->slots[i];
+    s->admit_started = pthread_create(&s->admit_thread, NULL, admit_main, s) == 0;
+    if (!s->admit_started) {
+      snprintf(s->refusal, sizeof s->refusal, "no admission thread could start for this slot");
+      s->alive = 0;
+    }
   }
   for (long i = 0; i < slots; i++) sink->add_lane(sink->ctx, &BROWSER_VTABLE, &srv->slots[i]);
   return WEFT_OK;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../core/fpenv.h"
 #include "cpu.h"
 
 static void cpu_describe(void *self, weft_lane_desc *out) {
@@ -53,11 +54,17 @@ static weft_status cpu_download(void *self, weft_buffer *b, size_t off, void *ds
   return WEFT_OK;
 }
 
+/* Runs on the caller's thread (tiny ops) or the host queue's: either way under the clean floating-point
+ * environment (fpenv.h), and the caller's own is put back afterwards. The pool's threads keep theirs clean. */
 static weft_status cpu_run(void *self, const weft_op *op) {
   weft_cpu_lane *l = self;
-  if (op->kind == WEFT_OP_MATMUL) return weft_cpu_matmul(l, op);
-  weft_cpu_elementwise(l, op);
-  return WEFT_OK;
+  weft_fpenv env;
+  weft_fpenv_enter(&env);
+  weft_status st = WEFT_OK;
+  if (op->kind == WEFT_OP_MATMUL) st = weft_cpu_matmul(l, op);
+  else weft_cpu_elementwise(l, op);
+  weft_fpenv_leave(&env);
+  return st;
 }
 
 static const weft_lane_vtable CPU_VTABLE = {

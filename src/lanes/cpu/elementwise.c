@@ -6,7 +6,7 @@
  * its loss is one sum over all rows in order. relu_backward also has its own loop: the reference's
  * `x > 0 ? grad : 0` reads grad only on one side of the condition, which the compiler must then branch on
  * (a mispredicted branch per element on real gradients); reading both first gives the same values
- * branch-free. */
+ * branch-free. Like the reference, every NaN result is stored as the canonical NaN (weft_canon_nan). */
 #include <stdatomic.h>
 
 #include "../../core/reference.h"
@@ -23,7 +23,7 @@ static void relu_backward_part(const weft_op *op, size_t e0, size_t e1) {
   float *out = op->out[0]; /* may be grad */
   for (size_t e = e0; e < e1; e++) {
     const float g = grad[e], xv = x[e];
-    out[e] = xv > 0.0f ? g : 0.0f;
+    out[e] = xv > 0.0f ? weft_canon_nan(g) : 0.0f;
   }
 }
 
@@ -50,6 +50,7 @@ static void sum_rows_part(const weft_op *op, int64_t j0, int64_t j1) {
     const float *restrict row = x + (size_t)i * (size_t)cols;
     for (int64_t j = j0; j < j1; j++) out[j] = out[j] + row[j];
   }
+  for (int64_t j = j0; j < j1; j++) out[j] = weft_canon_nan(out[j]);
 }
 
 typedef struct ew_job {

@@ -4,11 +4,14 @@
  *
  * Exactness: every output element is summed by one microkernel call per kc block, in ascending k, each
  * block continuing from the partial sum left in C by the block before. Which thread computes a tile never
- * changes the order within it, so the threading and blocking choices below never change the result bits. */
+ * changes the order within it, so the threading and blocking choices below never change the result bits.
+ * The exact microkernels store every NaN as the canonical NaN (0x7fc00000) at each store of a C tile; a NaN
+ * partial sum stays NaN through the later k blocks, so the result is canonical whatever the blocking. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../core/reference.h"
 #include "cpu.h"
 
 /* Up to this many multiply-adds a matmul runs as plain loops: packing costs more than it saves only for
@@ -51,7 +54,7 @@ static mm_view view_of(const weft_op *op, int64_t p) {
 /* ------------------------------------------------------------------------------------------ tiny ops */
 
 /* Row by row, k ascending, the j loop innermost so it vectorises: every c[i,j] still sees acc = acc + a*b
- * in ascending k from +0, the canonical order. */
+ * in ascending k from +0, the canonical order. A NaN result is stored as the canonical NaN. */
 static void matmul_tiny(const mm_view *v) {
   const int64_t m = v->m, n = v->n, k = v->k;
   for (int64_t i = 0; i < m; i++) {
@@ -72,6 +75,7 @@ static void matmul_tiny(const mm_view *v) {
         }
       }
     }
+    for (int64_t j = 0; j < n; j++) crow[j] = weft_canon_nan(crow[j]);
   }
 }
 

@@ -14,6 +14,8 @@
 #define _GNU_SOURCE
 #include "pool.h"
 
+#include "../../core/fpenv.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -91,6 +93,10 @@ static void *worker_main(void *arg) {
   worker *w = arg;
   weft_cpu_pool *p = w->pool;
   unsigned seen = 0;
+  /* A thread starts with its creator's floating-point environment: whatever the caller had set when the
+   * lane was opened (FTZ/DAZ, another rounding mode). The workers' is the clean one (fpenv.h), set here
+   * and checked again before each job (a library the caller loads could change it in a callback). */
+  weft_fpenv_clean();
   for (;;) {
     seen = wait_for_job(w, seen);
     if (atomic_load(&p->stop)) return NULL;
@@ -111,6 +117,7 @@ static void *worker_main(void *arg) {
       pthread_setaffinity_np(pthread_self(), sizeof set, &set);
     }
 #endif
+    weft_fpenv_clean();
     p->fn(p->ctx, w->tid);
     atomic_fetch_sub_explicit(&p->gate, 1, memory_order_release);
   }

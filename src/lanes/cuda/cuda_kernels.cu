@@ -10,6 +10,13 @@
 
 #define DEV __device__ __forceinline__
 
+/* Every result an exact kernel stores goes through w_canon: a NaN becomes the canonical quiet NaN
+ * 0x7fc00000 (src/core/reference.h), whatever NaN the hardware made, so NaN results have the same bits on
+ * every lane. Tested on the bits, which no compiler assumption about NaN can change. */
+DEV float w_canon(float v) {
+  return (__float_as_uint(v) & 0x7fffffffu) > 0x7f800000u ? __uint_as_float(0x7fc00000u) : v;
+}
+
 /* ---------------------------------------------------------------------------------- exp and log */
 
 DEV float w_pow2i(int n) { return __int_as_float((n + 127) << 23); }
@@ -243,6 +250,8 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
     if (row >= M) continue;
     float *crow = C + (size_t)row * (size_t)p.ldc;
 #pragma unroll
+    for (int j = 0; j < TN; j++) acc[i][j] = w_canon(acc[i][j]);
+#pragma unroll
     for (int h = 0; h < 2; h++) {
       const int col = n0 + h * (BN / 2) + tx * HN;
       if (p.vec_c && col + HN <= N) {
@@ -279,28 +288,28 @@ DEV void ew_body(const weft_cu_ew_args &p, long long e, long long stride) {
     if (p.y_broadcast) {
       if (p.count <= 0xffffffffll) { /* 32-bit remainders are several times cheaper */
         const unsigned cols = (unsigned)p.cols;
-        for (; e < p.count; e += stride) out[e] = __fadd_rn(x[e], y[(unsigned)e % cols]);
+        for (; e < p.count; e += stride) out[e] = w_canon(__fadd_rn(x[e], y[(unsigned)e % cols]));
       } else {
-        for (; e < p.count; e += stride) out[e] = __fadd_rn(x[e], y[e % p.cols]);
+        for (; e < p.count; e += stride) out[e] = w_canon(__fadd_rn(x[e], y[e % p.cols]));
       }
     } else {
-      for (; e < p.count; e += stride) out[e] = __fadd_rn(x[e], y[e]);
+      for (; e < p.count; e += stride) out[e] = w_canon(__fadd_rn(x[e], y[e]));
     }
     break;
   case WEFT_CU_EW_RELU:
     for (; e < p.count; e += stride) {
       const float v = x[e];
-      out[e] = v > 0.0f ? v : (v != v ? v : 0.0f);
+      out[e] = v > 0.0f ? v : (v != v ? w_canon(v) : 0.0f);
     }
     break;
   case WEFT_CU_EW_RELU_BACKWARD: /* x = grad, y = the relu's input */
-    for (; e < p.count; e += stride) out[e] = y[e] > 0.0f ? x[e] : 0.0f;
+    for (; e < p.count; e += stride) out[e] = y[e] > 0.0f ? w_canon(x[e]) : 0.0f;
     break;
   case WEFT_CU_EW_SCALE:
-    for (; e < p.count; e += stride) out[e] = __fmul_rn(p.alpha, x[e]);
+    for (; e < p.count; e += stride) out[e] = w_canon(__fmul_rn(p.alpha, x[e]));
     break;
   case WEFT_CU_EW_AXPY:
-    for (; e < p.count; e += stride) out[e] = __fadd_rn(__fmul_rn(p.alpha, x[e]), out[e]);
+    for (; e < p.count; e += stride) out[e] = w_canon(__fadd_rn(__fmul_rn(p.alpha, x[e]), out[e]));
     break;
   default:
     break;
@@ -361,7 +370,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_sum_rows(weft_cu_sr_args 
         for (int i = 0; i < n; i++) acc = __fadd_rn(acc, tile[i][tid]);
       }
     }
-    if (tid < SR_COLS && col < p.cols) out[col] = acc;
+    if (tid < SR_COLS && col < p.cols) out[col] = w_canon(acc);
     __syncthreads();
   }
 }
@@ -417,12 +426,12 @@ extern "C" __global__ void __launch_bounds__(256) weft_softmax_rows(weft_cu_sx_a
         const float lsm = __fsub_rn(__fsub_rn(z[j], mx), ls);
         const float tj = t[j];
         prod = __fmul_rn(tj, lsm);
-        if (G) G[row * cols + j] = __fmul_rn(__fsub_rn(w_expf(lsm), tj), p.inv_rows);
+        if (G) G[row * cols + j] = w_canon(__fmul_rn(__fsub_rn(w_expf(lsm), tj), p.inv_rows));
       }
       const int n = cols - base < 32 ? (int)(cols - base) : 32;
       for (int q = 0; q < n; q++) acc = __fadd_rn(acc, __shfl_sync(full, prod, q));
     }
-    if (lane == 0 && RL) RL[row] = -acc;
+    if (lane == 0 && RL) RL[row] = w_canon(-acc);
   }
 }
 
@@ -439,7 +448,7 @@ extern "C" __global__ void weft_softmax_loss(weft_cu_sx_args p) {
     const int n = p.rows - base < 32 ? (int)(p.rows - base) : 32;
     for (int q = 0; q < n; q++) tot = __fadd_rn(tot, __shfl_sync(full, v, q));
   }
-  if (lane == 0) *reinterpret_cast<float *>(p.loss) = __fmul_rn(tot, p.inv_rows);
+  if (lane == 0) *reinterpret_cast<float *>(p.loss) = w_canon(__fmul_rn(tot, p.inv_rows));
 }
 
 /* ------------------------------------------------------------------------------- bf16 conversion */

@@ -1,388 +1,63 @@
 /* plugin.c - the plugin lane provider: finds the plugins named by the fabric's options and WEFT_PLUGIN_PATH,
- * loads them (dlopen), refuses those built against another ABI, and admits a plugin's lanes only after they
- * passed a self-test of every op they claim, run in a child process so that a plugin that crashes or hangs
- * is refused instead of taking the caller down. Refusals become absent lanes with the reason.
+ * and admits a plugin's lanes only after they passed a self-test of every op they claim. Refusals become
+ * absent lanes with the reason.
  *
- * The caller's process runs none of a plugin's code (not even its constructors: dlopen happens in the child
- * first) until the plugin passed. A verdict is kept for the life of the process (per file, device, inode
- * and modification time): a second fabric does not fork again, and a child is never forked from a process
- * in which the plugin's runtime already started threads. */
-#define _GNU_SOURCE /* pipe2, strsignal */
+ * Admission: the plugin file is read once into a sealed private copy (memfd) and hashed (SHA-256). The
+ * helper executable weft-plugin-check, spawned with posix_spawn (this process may already run threads: the
+ * CPU pool, drivers), loads that copy through /proc/self/fd and runs the self-test (selftest.c); its
+ * verdict comes back over a pipe. A plugin that crashes or hangs takes only the helper down. The caller's
+ * process runs none of a plugin's code (not even its constructors) until it passed, and then loads the
+ * very copy that was tested: a file replaced on disk meanwhile changes nothing. A verdict is kept for the
+ * life of the process per content hash, so a second fabric spawns nothing.
+ *
+ * An NPU-kind lane is admitted only when the accel device it names advanced its own busy counter
+ * (<sysfs>/class/accel/accelN/device/npu_busy_time_us) while the helper ran: this process reads the
+ * counter before the spawn and after the helper ended, so the plugin cannot write the proof itself. */
+#define _GNU_SOURCE /* memfd_create, pipe2, strsignal, dladdr */
 #include <dirent.h>
+#include <stdarg.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef WEFT_PLUGIN_SHA256
+#include <openssl/evp.h>
+#endif
 
-#include "../../core/reference.h"
+#include "selftest.h"
 #include "weft_plugin.h"
 
-#define VERDICT_MAX 8192
+extern char **environ;
+
+#define VERDICT_MAX 16384
 /* PoCL compiles its kernels with LLVM the first time: seconds, not milliseconds. */
 #define ADMIT_TIMEOUT_S 120
-
-/* ------------------------------------------------------------------------------------------ the self-test */
-
-/* The child's error channel: the last message a lane reported. */
-static char child_err[512];
-static weft_status child_report(void *ctx, weft_status st, const char *fmt, va_list args) {
-  (void)ctx;
-  vsnprintf(child_err, sizeof child_err, fmt, args);
-  return st;
-}
-
-/* Writes all of `s` to fd, ignoring what cannot be written (the parent then sees no verdict). */
-static void put(int fd, const char *s) {
-  size_t n = strlen(s);
-  while (n) {
-    ssize_t w = write(fd, s, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;
-    s += w, n -= (size_t)w;
-  }
-}
-
-/* One line "tag\tname\treason\n", tabs and newlines in the fields made spaces. */
-static void put_line(int fd, const char *tag, const char *name, const char *reason) {
-  char line[1024];
-  snprintf(line, sizeof line, "%s\t%s\t%s", tag, name ? name : "", reason ? reason : "");
-  for (char *p = line + strlen(tag) + 1; *p; p++)
-    if (*p == '\n' || *p == '\r') *p = ' ';
-  size_t len = strlen(line);
-  if (len + 1 < sizeof line) line[len] = '\n', line[len + 1] = '\0';
-  put(fd, line);
-}
-
-typedef struct child_lane {
-  const weft_lane_vtable *vt;
-  void *self;
-} child_lane;
-
-typedef struct child_sink {
-  int fd;
-  child_lane lanes[16];
-  int nlanes;
-} child_sink;
-
-static weft_status child_add_lane(void *ctx, const weft_lane_vtable *vt, void *self) {
-  child_sink *cs = ctx;
-  if (cs->nlanes >= (int)(sizeof cs->lanes / sizeof cs->lanes[0])) return WEFT_ERR_OUT_OF_MEMORY;
-  cs->lanes[cs->nlanes].vt = vt;
-  cs->lanes[cs->nlanes].self = self;
-  cs->nlanes++;
-  return WEFT_OK;
-}
-
-static void child_add_absent(void *ctx, const char *name, const char *reason) {
-  put_line(((child_sink *)ctx)->fd, "absent", name, reason);
-}
-
-/* Values with full mantissas and a spread of exponents and signs, so a fused multiply-add or another
- * summation order changes bits. */
-static void fill(float *x, size_t n, uint32_t *state, int specials) {
-  for (size_t i = 0; i < n; i++) {
-    *state = *state * 1664525u + 1013904223u;
-    uint32_t r = *state;
-    float v = (float)((r >> 8) & 0xffffu) / 65536.0f + 0.5f;
-    v = v * (float)(1u << ((r >> 4) & 3u));
-    x[i] = (r & 1u) ? -v : v;
-  }
-  if (specials && n >= 4) {
-    x[0] = -0.0f;
-    x[1] = __builtin_nanf("");
-    x[2] = __builtin_inff();
-    x[3] = 0.0f;
-  }
-}
-
-static int same_bits(float a, float b) {
-  if (a != a && b != b) return 1;
-  uint32_t ua, ub;
-  memcpy(&ua, &a, 4);
-  memcpy(&ub, &b, 4);
-  return ua == ub;
-}
-
-/* One op case: inputs of the given element counts; out counts 0 means that output is not used. */
-typedef struct st_case {
-  weft_op op;
-  size_t nin[2], nout[2];
-  int specials; /* NaN, inf and signed zeros among the inputs */
-} st_case;
-
-/* Runs the case on the lane and on the reference; 0 and a reason in why when the bits differ. */
-static int run_case(const weft_lane_vtable *vt, void *self, const st_case *sc, uint32_t seed, char *why, size_t len) {
-  float *host[4] = {NULL, NULL, NULL, NULL};
-  weft_buffer *buf[4] = {NULL, NULL, NULL, NULL};
-  size_t n[4] = {sc->nin[0], sc->nin[1], sc->nout[0], sc->nout[1]};
-  int ok = 0;
-  weft_op ref = sc->op, lane = sc->op;
-  float *got = NULL;
-  for (int i = 0; i < 4; i++) {
-    if (!n[i]) continue;
-    host[i] = calloc(n[i], sizeof(float));
-    if (!host[i]) goto done;
-    if (i < 2) fill(host[i], n[i], &seed, sc->specials);
-    if (i >= 2 && sc->op.kind == WEFT_OP_AXPY) fill(host[i], n[i], &seed, 0);
-    if (sc->op.kind == WEFT_OP_SOFTMAX_XENT && i == 1) /* targets: probabilities in [0, 1) */
-      for (size_t e = 0; e < n[i]; e++) host[i][e] = host[i][e] < 0 ? -host[i][e] * 0.1f : host[i][e] * 0.1f;
-    weft_status st = vt->buffer_alloc(self, n[i] * sizeof(float), &buf[i]);
-    if (st == WEFT_OK) st = vt->upload(self, buf[i], 0, host[i], n[i] * sizeof(float));
-    if (st != WEFT_OK) {
-      snprintf(why, len, "%s: allocating or uploading %zu floats failed: %s%s%s", weft_op_kind_str(sc->op.kind), n[i],
-               weft_status_str(st), child_err[0] ? ": " : "", child_err);
-      goto done;
-    }
-  }
-  for (int i = 0; i < 2; i++) {
-    ref.in[i] = host[i], lane.in[i] = buf[i];
-    ref.out[i] = host[2 + i], lane.out[i] = buf[2 + i];
-  }
-  weft_status st = vt->run(self, &lane);
-  if (st == WEFT_OK && vt->size > offsetof(weft_lane_vtable, sync) && vt->sync) st = vt->sync(self);
-  if (st != WEFT_OK) {
-    snprintf(why, len, "%s: the lane failed it: %s%s%s", weft_op_kind_str(sc->op.kind), weft_status_str(st),
-             child_err[0] ? ": " : "", child_err);
-    goto done;
-  }
-  weft_reference_run(&ref);
-  ok = 1;
-  for (int i = 2; i < 4 && ok; i++) {
-    if (!n[i]) continue;
-    got = malloc(n[i] * sizeof(float));
-    if (!got || vt->download(self, buf[i], 0, got, n[i] * sizeof(float)) != WEFT_OK) {
-      snprintf(why, len, "%s: downloading the result failed%s%s", weft_op_kind_str(sc->op.kind), child_err[0] ? ": " : "",
-               child_err);
-      ok = 0;
-      break;
-    }
-    for (size_t e = 0; e < n[i]; e++)
-      if (!same_bits(got[e], host[i][e])) {
-        snprintf(why, len, "%s: wrong bits at output %d element %zu: got %.9g, the reference gives %.9g",
-                 weft_op_kind_str(sc->op.kind), i - 2, e, (double)got[e], (double)host[i][e]);
-        ok = 0;
-        break;
-      }
-    free(got);
-    got = NULL;
-  }
-done:
-  free(got);
-  for (int i = 0; i < 4; i++) {
-    if (buf[i]) vt->buffer_free(self, buf[i]);
-    free(host[i]);
-  }
-  return ok;
-}
-
-static st_case mm_case(int64_t batch, int64_t m, int64_t n, int64_t k, int ta, int tb, int bb) {
-  st_case c;
-  memset(&c, 0, sizeof c);
-  c.op.kind = WEFT_OP_MATMUL;
-  c.op.batch = batch, c.op.m = m, c.op.n = n, c.op.k = k;
-  c.op.trans_a = ta, c.op.trans_b = tb, c.op.b_batched = bb;
-  c.nin[0] = (size_t)(batch * m * k);
-  c.nin[1] = (size_t)((bb ? batch : 1) * k * n);
-  c.nout[0] = (size_t)(batch * m * n);
-  return c;
-}
-
-static st_case ew_case(weft_op_kind kind, int64_t rows, int64_t cols, int bcast) {
-  st_case c;
-  memset(&c, 0, sizeof c);
-  c.op.kind = kind;
-  c.op.rows = rows, c.op.cols = cols;
-  c.op.alpha = 1.3710938f;
-  c.specials = kind != WEFT_OP_SUM_ROWS && kind != WEFT_OP_SOFTMAX_XENT;
-  size_t count = (size_t)(rows * cols);
-  c.nin[0] = count;
-  c.nout[0] = count;
-  switch (kind) {
-  case WEFT_OP_ADD:
-    c.op.y_broadcast = bcast;
-    c.nin[1] = bcast ? (size_t)cols : count;
-    break;
-  case WEFT_OP_RELU_BACKWARD: c.nin[1] = count; break;
-  case WEFT_OP_SUM_ROWS: c.nout[0] = (size_t)cols; break;
-  case WEFT_OP_SOFTMAX_XENT:
-    c.nin[1] = count;
-    c.nout[0] = 1;
-    c.nout[1] = count;
-    c.op.inv_rows = 1.0f / (float)rows;
-    break;
-  default: break;
-  }
-  return c;
-}
-
-/* The cases for one op kind: a few small shapes that still cover each form of the op. */
-static int cases_for(weft_op_kind kind, st_case *out) {
-  int n = 0;
-  if (kind == WEFT_OP_MATMUL) {
-    out[n++] = mm_case(1, 5, 7, 33, 0, 0, 0);
-    out[n++] = mm_case(3, 4, 6, 17, 1, 0, 1);
-    out[n++] = mm_case(2, 3, 5, 9, 0, 1, 0);
-    out[n++] = mm_case(2, 6, 3, 12, 1, 1, 1);
-  } else if (kind == WEFT_OP_ADD) {
-    out[n++] = ew_case(kind, 3, 11, 0);
-    out[n++] = ew_case(kind, 4, 7, 1);
-  } else if (kind == WEFT_OP_SUM_ROWS) {
-    out[n++] = ew_case(kind, 9, 5, 0);
-  } else if (kind == WEFT_OP_SOFTMAX_XENT) {
-    out[n++] = ew_case(kind, 3, 10, 0);
-  } else {
-    out[n++] = ew_case(kind, 1, 37, 0);
-  }
-  return n;
-}
-
-/* The self-test of one lane; 1 when admitted, else 0 and the reason. */
-static int selftest_lane(const weft_plugin_desc *pd, const weft_lane_vtable *vt, void *self, char *name,
-                         size_t name_len, char *why, size_t len) {
-  snprintf(name, name_len, "%s:?", pd->name);
-  if (!vt || vt->abi_version != WEFT_LANE_ABI_VERSION || vt->size < offsetof(weft_lane_vtable, supports) ||
-      !vt->describe) {
-    snprintf(why, len, "its lane vtable is of another lane ABI version (this weft speaks %d)", WEFT_LANE_ABI_VERSION);
-    return 0;
-  }
-  weft_lane_desc d;
-  memset(&d, 0, sizeof d);
-  vt->describe(self, &d);
-  if (d.name) snprintf(name, name_len, "%s", d.name);
-  if (!d.name || !d.kind || !vt->buffer_alloc || !vt->buffer_free || !vt->upload || !vt->download || !vt->run) {
-    snprintf(why, len, "the lane left required vtable slots or its name empty");
-    return 0;
-  }
-  if (strcmp(d.kind, pd->kind) != 0) {
-    snprintf(why, len, "the plugin says kind '%s' but its lane says '%s'", pd->kind, d.kind);
-    return 0;
-  }
-  if (!(d.contracts & WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT))) {
-    snprintf(why, len, "the lane does not honour the exact contract, the only one admission can check bit for bit");
-    return 0;
-  }
-  weft_status (*supports)(void *, const weft_op *) = vt->size > offsetof(weft_lane_vtable, supports) ? vt->supports : NULL;
-  for (int k = 0; k < WEFT_OP_COUNT; k++) {
-    st_case cases[4];
-    int nc = cases_for((weft_op_kind)k, cases);
-    if (!(pd->claims & WEFT_PLUGIN_CLAIM(k))) {
-      /* An op it does not claim must be declined, or the router would send it there untested. */
-      if (!supports || supports(self, &cases[0].op) == WEFT_OK) {
-        snprintf(why, len, "it does not claim %s but its supports slot does not decline it",
-                 weft_op_kind_str((weft_op_kind)k));
-        return 0;
-      }
-      continue;
-    }
-    for (int i = 0; i < nc; i++) {
-      if (supports && supports(self, &cases[i].op) != WEFT_OK) {
-        snprintf(why, len, "it claims %s but declines a %s case", weft_op_kind_str((weft_op_kind)k),
-                 weft_op_kind_str((weft_op_kind)k));
-        return 0;
-      }
-      child_err[0] = '\0';
-      char detail[600];
-      if (!run_case(vt, self, &cases[i], 0x5eed0000u + (uint32_t)(k * 16 + i), detail, sizeof detail)) {
-        snprintf(why, len, "failed its self-test: %s", detail);
-        return 0;
-      }
-    }
-  }
-  if (strcmp(pd->kind, "npu") == 0) {
-    char receipt[512] = "";
-    if (!pd->evidence || !pd->evidence(self, receipt, sizeof receipt) || !receipt[0]) {
-      snprintf(why, len, "no evidence that the NPU ran the work: the plugin's evidence slot %s",
-               pd->evidence ? "returned no receipt from its platform" : "is empty");
-      return 0;
-    }
-  }
-  return 1;
-}
-
-/* Loads the plugin and checks its descriptor; NULL and a reason when it is not one this weft can use.
- * `full` gets the descriptor padded with empty slots (an older, smaller descriptor has no evidence slot). */
-static void *plugin_open(const char *path, weft_plugin_desc *full, char *why, size_t len) {
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    const char *e = dlerror();
-    snprintf(why, len, "cannot be loaded: %s", e ? e : "dlopen failed");
-    return NULL;
-  }
-  weft_plugin_entry_fn entry;
-  *(void **)&entry = dlsym(h, WEFT_PLUGIN_ENTRY_SYMBOL);
-  const weft_plugin_desc *pd = entry ? entry() : NULL;
-  if (!pd) {
-    snprintf(why, len, "%s: not a weft plugin (no %s symbol, or it returned NULL)", path, WEFT_PLUGIN_ENTRY_SYMBOL);
-  } else if (pd->abi_version != WEFT_PLUGIN_ABI_VERSION || pd->size < offsetof(weft_plugin_desc, evidence)) {
-    snprintf(why, len,
-             "%s was built against weft plugin ABI version %u; this weft speaks version %d: rebuild the plugin "
-             "against this weft's weft_plugin.h",
-             path, (unsigned)pd->abi_version, WEFT_PLUGIN_ABI_VERSION);
-  } else if (!pd->name || !*pd->name || !pd->kind || !*pd->kind || !pd->probe) {
-    snprintf(why, len, "%s: its descriptor has no name, kind or probe", path);
-  } else if (pd->lane_abi_version != WEFT_LANE_ABI_VERSION) {
-    snprintf(why, len, "%s: built against lane ABI version %u; this weft speaks version %d (weft_lane.h)", path,
-             (unsigned)pd->lane_abi_version, WEFT_LANE_ABI_VERSION);
-  } else {
-    memset(full, 0, sizeof *full);
-    memcpy(full, pd, pd->size < sizeof *full ? pd->size : sizeof *full);
-    return h;
-  }
-  dlclose(h);
-  return NULL;
-}
-
-/* The child: loads the plugin, probes, tests every lane, writes one line per finding and "end". Never
- * returns. Lines: "desc\tname\tkind", "refuse\t\treason" (the plugin as a whole), "pass\tlane\t",
- * "fail\tlane\treason", "absent\tname\treason" (what the probe said is missing). */
-static void child_main(const char *path, const weft_fabric_desc *fdesc, int fd) {
-  weft_plugin_desc pd;
-  char why[900];
-  if (!plugin_open(path, &pd, why, sizeof why)) {
-    put_line(fd, "refuse", "", why);
-    put(fd, "end\n");
-    _exit(0);
-  }
-  put_line(fd, "desc", pd.name, pd.kind);
-  child_sink cs;
-  memset(&cs, 0, sizeof cs);
-  cs.fd = fd;
-  weft_lane_host host = {NULL, child_report};
-  weft_probe_args args = {fdesc, &host};
-  weft_lane_sink sink = {&cs, child_add_lane, child_add_absent};
-  child_err[0] = '\0';
-  weft_status st = pd.probe(&args, &sink);
-  if (st != WEFT_OK) {
-    snprintf(why, sizeof why, "its probe failed: %s%s%s", weft_status_str(st), child_err[0] ? ": " : "", child_err);
-    put_line(fd, "refuse", "", why);
-  }
-  for (int i = 0; i < cs.nlanes; i++) {
-    char name[128];
-    if (selftest_lane(&pd, cs.lanes[i].vt, cs.lanes[i].self, name, sizeof name, why, sizeof why))
-      put_line(fd, "pass", name, "");
-    else
-      put_line(fd, "fail", name, why);
-  }
-  put(fd, "end\n");
-  _exit(0);
-}
+/* A plugin file larger than this is refused (it is copied into memory). */
+#define PLUGIN_MAX_BYTES ((off_t)1 << 30)
+#define ACCEL_MAX 16
 
 /* --------------------------------------------------------------------------------------------- admission */
 
 typedef struct verdict {
-  char *key;
-  char *text;   /* the child's lines */
+  char *key;    /* the content's SHA-256 in hex ("" without OpenSSL: never matched) */
+  char *text;   /* the helper's lines, NPU lanes' lines rewritten by the counter check, plus "note" lines */
   char *refuse; /* set when the plugin as a whole is refused */
+  char *notes;  /* "lane\tnote\0" per admitted lane, then "\0": weft_plugin_admission's answers */
+  int fd;       /* the sealed copy that was tested, kept open: what this process loads */
+  void *handle; /* dlopen handle once loaded */
 } verdict;
 
 static pthread_mutex_t verdict_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -396,29 +71,288 @@ static char *dup_str(const char *s) {
   return d;
 }
 
-/* Forks the self-test and collects its lines; *refuse gets a reason when it gave no complete verdict. */
-static void admit(const char *path, const weft_fabric_desc *fdesc, char *text, size_t cap, char *refuse,
+/* Copies the file at path into a sealed memfd and hashes it; the fd (close-on-exec) or -1 and a reason. */
+static int copy_sealed(const char *path, char *hex, size_t hexlen, char *why, size_t len) {
+  hex[0] = '\0';
+  int src = open(path, O_RDONLY | O_CLOEXEC);
+  if (src < 0) {
+    snprintf(why, len, "cannot be opened: %s", strerror(errno));
+    return -1;
+  }
+  struct stat sb;
+  if (fstat(src, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > PLUGIN_MAX_BYTES) {
+    snprintf(why, len, "is not a regular file of at most 1 GiB");
+    close(src);
+    return -1;
+  }
+  int fd = memfd_create("weft-plugin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    snprintf(why, len, "no private copy could be made to test and load: memfd_create: %s", strerror(errno));
+    close(src);
+    return -1;
+  }
+#ifdef WEFT_PLUGIN_SHA256
+  EVP_MD_CTX *md = EVP_MD_CTX_new();
+  int md_ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1;
+#endif
+  char buf[1 << 16];
+  int ok = 1;
+  for (;;) {
+    ssize_t got = read(src, buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      snprintf(why, len, "could not be read: %s", strerror(errno));
+      ok = 0;
+    }
+    if (got <= 0) break;
+#ifdef WEFT_PLUGIN_SHA256
+    md_ok = md_ok && EVP_DigestUpdate(md, buf, (size_t)got) == 1;
+#endif
+    for (ssize_t off = 0; off < got && ok;) {
+      ssize_t w = write(fd, buf + off, (size_t)(got - off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        snprintf(why, len, "no private copy could be made: %s", strerror(errno));
+        ok = 0;
+      }
+      off += w > 0 ? w : 0;
+    }
+    if (!ok) break;
+  }
+  close(src);
+  if (ok && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+    snprintf(why, len, "its private copy could not be sealed: %s", strerror(errno));
+    ok = 0;
+  }
+#ifdef WEFT_PLUGIN_SHA256
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int dlen = 0;
+  md_ok = md_ok && EVP_DigestFinal_ex(md, digest, &dlen) == 1;
+  EVP_MD_CTX_free(md);
+  if (ok && md_ok)
+    for (unsigned int i = 0; i < dlen && 2 * i + 2 < hexlen; i++) snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+#else
+  (void)hexlen;
+#endif
+  if (!ok) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* The helper executable: WEFT_PLUGIN_CHECK, else next to the object holding this code (libweft.so, or the
+ * executable weft is linked into), else weft's installed libexec path, else its build tree. */
+static int find_helper(char *out, size_t len, char *why, size_t wlen) {
+  const char *env = getenv("WEFT_PLUGIN_CHECK");
+  if (env && *env) {
+    snprintf(out, len, "%s", env);
+    if (access(out, X_OK) == 0) return 1;
+    snprintf(why, wlen, "its self-test could not start: WEFT_PLUGIN_CHECK=%.300s is not an executable (%s)", env,
+             strerror(errno));
+    return 0;
+  }
+  Dl_info info;
+  if (dladdr((void *)find_helper, &info) && info.dli_fname && strchr(info.dli_fname, '/')) {
+    const char *slash = strrchr(info.dli_fname, '/');
+    snprintf(out, len, "%.*s/weft-plugin-check", (int)(slash - info.dli_fname), info.dli_fname);
+    if (access(out, X_OK) == 0) return 1;
+  }
+#ifdef WEFT_PLUGIN_CHECK_INSTALLED
+  snprintf(out, len, "%s", WEFT_PLUGIN_CHECK_INSTALLED);
+  if (access(out, X_OK) == 0) return 1;
+#endif
+#ifdef WEFT_PLUGIN_CHECK_BUILT
+  snprintf(out, len, "%s", WEFT_PLUGIN_CHECK_BUILT);
+  if (access(out, X_OK) == 0) return 1;
+#endif
+  snprintf(why, wlen,
+           "its self-test could not start: the helper weft-plugin-check was not found (next to the weft library, "
+           "in weft's libexec folder; WEFT_PLUGIN_CHECK names it)");
+  return 0;
+}
+
+/* ------------------------------------------------------------------------------------- NPU busy counters */
+
+static const char *sysfs_root(void) {
+  const char *root = getenv("WEFT_SYSFS_ROOT");
+  return root && *root ? root : "/sys";
+}
+
+/* 1 when name is "accel" and digits only (no path can be smuggled in). */
+static int accel_name_ok(const char *name) {
+  if (strncmp(name, "accel", 5) != 0 || !name[5] || strlen(name) > 16) return 0;
+  for (const char *p = name + 5; *p; p++)
+    if (*p < '0' || *p > '9') return 0;
+  return 1;
+}
+
+/* The device's npu_busy_time_us; 0 and *ok = 0 when it cannot be read. */
+static unsigned long long busy_us(const char *dev, int *ok) {
+  char path[1200];
+  snprintf(path, sizeof path, "%s/class/accel/%s/device/npu_busy_time_us", sysfs_root(), dev);
+  *ok = 0;
+  FILE *fp = fopen(path, "re");
+  if (!fp) return 0;
+  unsigned long long v = 0;
+  *ok = fscanf(fp, "%llu", &v) == 1;
+  fclose(fp);
+  return v;
+}
+
+typedef struct counters {
+  int n;
+  char dev[ACCEL_MAX][20];
+  unsigned long long us[ACCEL_MAX];
+  int ok[ACCEL_MAX];
+} counters;
+
+/* Every accel device's counter, read before the helper starts. */
+static void counters_read(counters *c) {
+  memset(c, 0, sizeof *c);
+  char dir[1100];
+  snprintf(dir, sizeof dir, "%s/class/accel", sysfs_root());
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && c->n < ACCEL_MAX) {
+    if (!accel_name_ok(e->d_name)) continue;
+    snprintf(c->dev[c->n], sizeof c->dev[c->n], "%.16s", e->d_name); /* accel_name_ok: <= 16 */
+    c->us[c->n] = busy_us(e->d_name, &c->ok[c->n]);
+    c->n++;
+  }
+  closedir(d);
+}
+
+/* Appends printf-style text to the verdict text (cap bytes). */
+static void text_add(char *text, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void text_add(char *text, size_t cap, const char *fmt, ...) {
+  size_t used = strlen(text);
+  if (used + 1 >= cap) return;
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(text + used, cap - used, fmt, args);
+  va_end(args);
+}
+
+/* The field of line "tag\tname\t<field>" in text, copied into out; 1 when found. */
+static int line_field(const char *text, const char *tag, const char *name, char *out, size_t len) {
+  size_t tl = strlen(tag), nl = strlen(name);
+  for (const char *p = text, *eol; (eol = strchr(p, '\n')) != NULL; p = eol + 1)
+    if (strncmp(p, tag, tl) == 0 && p[tl] == '\t' && strncmp(p + tl + 1, name, nl) == 0 && p[tl + 1 + nl] == '\t') {
+      const char *f = p + tl + 1 + nl + 1;
+      snprintf(out, len, "%.*s", (int)(eol - f), f);
+      return 1;
+    }
+  return 0;
+}
+
+/* Rewrites the helper's lines into the verdict: each "pass" of an NPU-kind lane stays a pass only when the
+ * device it names advanced its counter between `before` and now; every admitted lane gets a "note" line
+ * (what was verified, what was only claimed). */
+static void settle(const char *raw, const counters *before, char *text, size_t cap) {
+  text[0] = '\0';
+  char kind[64] = "";
+  for (const char *p = raw, *eol; (eol = strchr(p, '\n')) != NULL; p = eol + 1)
+    if (strncmp(p, "desc\t", 5) == 0) {
+      const char *t = strchr(p + 5, '\t');
+      if (t && t < eol) snprintf(kind, sizeof kind, "%.*s", (int)(eol - t - 1), t + 1);
+    }
+  for (const char *p = raw, *eol; (eol = strchr(p, '\n')) != NULL; p = eol + 1) {
+    if (strncmp(p, "pass\t", 5) != 0) {
+      text_add(text, cap, "%.*s\n", (int)(eol - p + 0), p);
+      continue;
+    }
+    char name[200], summary[300], claim[520] = "", dev[64] = "";
+    const char *t = strchr(p + 5, '\t');
+    if (!t || t > eol) continue;
+    snprintf(name, sizeof name, "%.*s", (int)(t - p - 5), p + 5);
+    snprintf(summary, sizeof summary, "%.*s", (int)(eol - t - 1), t + 1);
+    line_field(raw, "claim", name, claim, sizeof claim);
+    if (strcmp(kind, "npu") != 0) {
+      text_add(text, cap, "pass\t%s\t\nnote\t%s\tverified: %s%s%s\n", name, name, summary,
+               claim[0] ? "; claimed: " : "", claim);
+      continue;
+    }
+    line_field(raw, "npu", name, dev, sizeof dev);
+    for (char *q = claim; *q; q++)
+      if (*q == '\t') *q = ' ';
+    if (!dev[0] || !accel_name_ok(dev)) {
+      text_add(text, cap,
+               "fail\t%s\tnpu claimed, not verified: the lane names no /sys/class/accel device (accel_device slot%s%s), "
+               "so no device counter can show the NPU ran its self-test%s%s\n",
+               name, dev[0] ? " gave " : "", dev, claim[0] ? "; it claimed: " : "", claim);
+      continue;
+    }
+    int ok_before = 0, ok_after = 0;
+    unsigned long long b = 0, a = busy_us(dev, &ok_after);
+    for (int i = 0; i < before->n; i++)
+      if (strcmp(before->dev[i], dev) == 0) b = before->us[i], ok_before = before->ok[i];
+    if (!ok_before || !ok_after) {
+      text_add(text, cap,
+               "fail\t%s\tnpu claimed, not verified: %s/class/accel/%s/device/npu_busy_time_us could not be read "
+               "%s its self-test (no such NPU, or a driver without the counter)%s%s\n",
+               name, sysfs_root(), dev, ok_before ? "after" : "before", claim[0] ? "; it claimed: " : "", claim);
+    } else if (a <= b) {
+      text_add(text, cap,
+               "fail\t%s\tnpu claimed, not verified: %s's npu_busy_time_us stayed at %llu us during its self-test, so "
+               "the NPU ran none of it%s%s\n",
+               name, dev, b, claim[0] ? "; it claimed: " : "", claim);
+    } else {
+      text_add(text, cap, "pass\t%s\t\nnote\t%s\tverified: %s; %s's npu_busy_time_us advanced %llu us during it%s%s\n",
+               name, name, summary, dev, a - b, claim[0] ? "; claimed: " : "", claim);
+    }
+  }
+}
+
+/* Spawns the helper on the sealed copy fd and collects its verdict; *refuse gets a reason when it gave no
+ * complete verdict. */
+static void admit(int fd, const char *path, const weft_fabric_desc *fdesc, char *text, size_t cap, char *refuse,
                   size_t rlen) {
   text[0] = '\0';
   refuse[0] = '\0';
+  char helper[PATH_MAX + 32];
+  if (!find_helper(helper, sizeof helper, refuse, rlen)) return;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     snprintf(refuse, rlen, "its self-test could not start: pipe: %s", strerror(errno));
     return;
   }
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    snprintf(refuse, rlen, "its self-test could not start: fork: %s", strerror(errno));
-    close(fds[0]), close(fds[1]);
+  /* The helper's fds 3 (the plugin) and 4 (the verdict), from copies above 10 so dup2 never meets itself. */
+  int pfd = fcntl(fd, F_DUPFD_CLOEXEC, 10), wfd = fcntl(fds[1], F_DUPFD_CLOEXEC, 10);
+  close(fds[1]);
+  char *raw = malloc(cap);
+  if (pfd < 0 || wfd < 0 || !raw) {
+    snprintf(refuse, rlen, "its self-test could not start: %s", raw ? strerror(errno) : "out of memory");
+    if (pfd >= 0) close(pfd);
+    if (wfd >= 0) close(wfd);
+    close(fds[0]);
+    free(raw);
     return;
   }
-  if (pid == 0) {
+  raw[0] = '\0';
+  char threads[24];
+  snprintf(threads, sizeof threads, "%d", fdesc->cpu_threads);
+  char *argv[] = {"weft-plugin-check", "3", "4", (char *)path, (char *)(fdesc->lanes ? fdesc->lanes : ""), threads, NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, pfd, 3);
+  posix_spawn_file_actions_adddup2(&fa, wfd, 4);
+  counters before;
+  counters_read(&before);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid;
+  int rc = posix_spawn(&pid, helper, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(pfd);
+  close(wfd);
+  if (rc != 0) {
+    snprintf(refuse, rlen, "its self-test could not start: %.300s: %s", helper, strerror(rc));
     close(fds[0]);
-    child_main(path, fdesc, fds[1]);
+    free(raw);
+    return;
   }
-  close(fds[1]);
   int timeout_s = ADMIT_TIMEOUT_S;
   const char *env = getenv("WEFT_PLUGIN_TIMEOUT");
   if (env && atoi(env) > 0) timeout_s = atoi(env);
@@ -443,44 +377,46 @@ static void admit(const char *path, const weft_fabric_desc *fdesc, char *text, s
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;
     size_t take = (size_t)got < cap - 1 - used ? (size_t)got : cap - 1 - used;
-    memcpy(text + used, chunk, take);
+    memcpy(raw + used, chunk, take);
     used += take;
-    text[used] = '\0';
+    raw[used] = '\0';
   }
   close(fds[0]);
   if (timed_out) kill(pid, SIGKILL);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  int ended = strstr(text, "end\n") == text || strstr(text, "\nend\n") != NULL;
+  int ended = strstr(raw, "\nend\n") != NULL;
+  char hello[80];
+  snprintf(hello, sizeof hello, "weft-plugin-check\t%d\t%d\n", WEFT_PLUGIN_ABI_VERSION, WEFT_LANE_ABI_VERSION);
   if (timed_out)
     snprintf(refuse, rlen, "its self-test did not finish within %d s and was killed (WEFT_PLUGIN_TIMEOUT sets the limit)",
              timeout_s);
   else if (WIFSIGNALED(status))
     snprintf(refuse, rlen, "its self-test crashed (signal %d, %s); the plugin is not loaded", WTERMSIG(status),
              strsignal(WTERMSIG(status)));
+  else if (strncmp(raw, hello, strlen(hello)) != 0 && strncmp(raw, "weft-plugin-check\t", 18) == 0)
+    snprintf(refuse, rlen, "its self-test ran in %.300s, built for another plugin ABI (want: %.*s): install a matching one",
+             helper, (int)strlen(hello) - 1, hello);
   else if (!ended || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
     snprintf(refuse, rlen, "its self-test crashed or exited before its verdict (exit status %d); the plugin is not loaded",
              WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  settle(raw, &before, text, cap); /* refused or not: what it learnt names the plugin */
+  free(raw);
 }
 
-/* The verdict for this plugin file, from the cache or a fresh self-test. Returns the entry (owned by the
- * cache) or NULL when out of memory. */
-static const verdict *verdict_get(const char *path, const weft_fabric_desc *fdesc) {
-  struct stat sb;
-  char key[1200], *real = realpath(path, NULL); /* one verdict for one file, however it is named */
-  if (real) path = real;
-  if (stat(path, &sb) == 0)
-    snprintf(key, sizeof key, "%s|%llu|%llu|%lld", path, (unsigned long long)sb.st_dev, (unsigned long long)sb.st_ino,
-             (long long)sb.st_mtime);
-  else
-    snprintf(key, sizeof key, "%s", path);
+/* The verdict for this plugin file, from the cache (same content) or a fresh self-test. Returns the entry
+ * (owned by the cache) or NULL with a reason. */
+static const verdict *verdict_get(const char *path, const weft_fabric_desc *fdesc, char *why, size_t wlen) {
+  char key[160];
+  int fd = copy_sealed(path, key, sizeof key, why, wlen);
+  if (fd < 0) return NULL;
   pthread_mutex_lock(&verdict_lock);
-  for (size_t i = 0; i < nverdicts; i++)
+  for (size_t i = 0; key[0] && i < nverdicts; i++)
     if (strcmp(verdicts[i]->key, key) == 0) {
       const verdict *v = verdicts[i];
       pthread_mutex_unlock(&verdict_lock);
-      free(real);
+      close(fd); /* the cached copy holds the same bytes */
       return v;
     }
   char *text = malloc(VERDICT_MAX), refuse[600];
@@ -489,25 +425,51 @@ static const verdict *verdict_get(const char *path, const weft_fabric_desc *fdes
   if (!grown) {
     free(text);
     free(v);
-    free(real);
+    close(fd);
     pthread_mutex_unlock(&verdict_lock);
+    snprintf(why, wlen, "out of memory while admitting it");
     return NULL;
   }
   verdicts = grown;
-  admit(path, fdesc, text, VERDICT_MAX, refuse, sizeof refuse);
-  free(real);
-  v->key = dup_str(key);
+  admit(fd, path, fdesc, text, VERDICT_MAX, refuse, sizeof refuse);
+  /* A self-test that could not start says nothing of the plugin: kept, but never reused. */
+  v->key = dup_str(strstr(refuse, "could not start") ? "" : key);
   v->text = text;
   v->refuse = refuse[0] ? dup_str(refuse) : NULL;
-  if (!v->key || (refuse[0] && !v->refuse)) {
-    free(v->key), free(v->text), free(v->refuse), free(v);
+  v->fd = fd;
+  size_t nlen = 0;
+  v->notes = malloc(strlen(text) + 2);
+  if (v->notes)
+    for (const char *p = text, *eol; (eol = strchr(p, '\n')) != NULL; p = eol + 1)
+      if (strncmp(p, "note\t", 5) == 0) {
+        memcpy(v->notes + nlen, p + 5, (size_t)(eol - p - 5));
+        nlen += (size_t)(eol - p - 5);
+        v->notes[nlen++] = '\0';
+      }
+  if (v->notes) v->notes[nlen] = '\0';
+  if (!v->key || !v->notes || (refuse[0] && !v->refuse)) {
+    free(v->key), free(v->text), free(v->refuse), free(v->notes), free(v);
+    close(fd);
     pthread_mutex_unlock(&verdict_lock);
+    snprintf(why, wlen, "out of memory while admitting it");
     return NULL;
   }
   verdicts[nverdicts] = v;
   nverdicts++;
   pthread_mutex_unlock(&verdict_lock);
   return v;
+}
+
+const char *weft_plugin_admission(const char *lane_name) {
+  if (!lane_name) return NULL;
+  const char *found = NULL;
+  size_t nl = strlen(lane_name);
+  pthread_mutex_lock(&verdict_lock);
+  for (size_t i = nverdicts; i-- > 0 && !found;)
+    for (const char *p = verdicts[i]->notes; *p && !found; p += strlen(p) + 1)
+      if (strncmp(p, lane_name, nl) == 0 && p[nl] == '\t') found = p + nl + 1;
+  pthread_mutex_unlock(&verdict_lock);
+  return found;
 }
 
 /* Finds the line "tag\tname\t..." in a verdict; returns the reason field (up to the newline) or NULL. */
@@ -587,15 +549,17 @@ static int split_line(const char *p, const char *eol, char *line, size_t len, ch
 }
 
 /* Admits (or refuses) the plugin at `path` and adds what passed. The plugin's code runs in this process
- * only once its self-test, in a child, passed. */
+ * only once its self-test, in the helper, passed. */
 static void load_one(const char *path, const weft_probe_args *args, const weft_lane_sink *sink) {
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
   char absent_name[300], why[1100], line[1100], *name, *reason;
   snprintf(absent_name, sizeof absent_name, "plugin:%s", base);
-  const verdict *v = verdict_get(path, args->desc);
+  verdict *v = (verdict *)verdict_get(path, args->desc, why, sizeof why);
   if (!v) {
-    sink->add_absent(sink->ctx, absent_name, "out of memory while admitting it");
+    char msg[1400];
+    snprintf(msg, sizeof msg, "%s: refused: %s", path, why);
+    sink->add_absent(sink->ctx, absent_name, msg);
     return;
   }
   /* What the child learnt: the plugin's name and kind, then whether it was refused as a whole. */
@@ -631,9 +595,15 @@ static void load_one(const char *path, const weft_probe_args *args, const weft_l
     }
   }
   if (refused || !passed) return;
+  /* The very copy the helper tested (sealed: its bytes cannot change), never the path again. */
   weft_plugin_desc full;
-  void *h = plugin_open(path, &full, why, sizeof why);
-  if (!h) { /* the file changed since its self-test */
+  char load[64];
+  snprintf(load, sizeof load, "/proc/self/fd/%d", v->fd);
+  pthread_mutex_lock(&verdict_lock);
+  void *h = weft_plugin_open(load, path, &full, why, sizeof why);
+  if (h && !v->handle) v->handle = h;
+  pthread_mutex_unlock(&verdict_lock);
+  if (!h) {
     sink->add_absent(sink->ctx, absent_name, why);
     return;
   }

@@ -3,10 +3,12 @@
  * as worker-side handles, views per op, chunked transfers, every reply checked) is src/net/client.c, shared
  * with browser lanes; this file is its TCP transport (plain on loopback, TLS 1.3 with a key derived from the
  * shared secret anywhere else or when WEFT_REMOTE_TLS=1; src/net/tls.c), the handshake (mutual proof of
- * the secret, src/net/client.c), the probe and revive. A worker that dies or stalls (socket timeouts) makes the lane return WEFT_ERR_LANE_FAILED, so the
- * core takes the lane out and re-routes the op. */
+ * the secret, src/net/client.c), the probe and revive. A worker that dies or stalls (socket timeouts) makes
+ * the lane return WEFT_ERR_LANE_FAILED, so the core takes the lane out and re-routes the op. Reconnecting runs
+ * on a thread of the lane's own, never on the caller's: revive only starts an attempt or reads its verdict. */
 #include <errno.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -39,7 +41,20 @@ typedef struct remote_lane {
   uint8_t *scratch; /* the last frame received */
   size_t scratch_cap;
   size_t max_reply; /* the largest reply the last request may get */
+  /* Reconnection in the background (state guarded by rv_lock): the thread owns fd and the client while it
+   * runs; the lane is down meanwhile, so the fabric's thread does not use them. */
+  pthread_mutex_t rv_lock;
+  pthread_t rv_thread;
+  int rv_state;    /* RV_IDLE, RV_RUNNING, RV_UP, RV_DOWN */
+  int rv_fd;       /* the attempt's socket, shut down to end an attempt early */
+  int rv_stop;
+  weft_lane_host rv_host;
+  const weft_lane_host *fabric_host;
+  char rv_why[400];
 } remote_lane;
+
+enum { RV_IDLE, RV_RUNNING, RV_UP, RV_DOWN };
+#define RECONNECT_TIMEOUT_MS 2000 /* a reconnect's dial and handshake, each step */
 
 /* ---------------------------------------------------------------------------------- the TCP transport */
 
@@ -148,6 +163,12 @@ static weft_status connect_worker(remote_lane *l, int dial_ms, char *why, size_t
     goto out;
   }
   weft_net_conn_init(&l->conn, fd);
+  /* A reconnect on the lane's thread: destroy may shut this socket down to end the attempt early. */
+  pthread_mutex_lock(&l->rv_lock);
+  l->rv_fd = fd;
+  int stop = l->rv_stop;
+  pthread_mutex_unlock(&l->rv_lock);
+  if (stop) shutdown(fd, SHUT_RDWR);
   struct timeval tv = {l->timeout_ms / 1000, (l->timeout_ms % 1000) * 1000};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -178,6 +199,9 @@ static weft_status connect_worker(remote_lane *l, int dial_ms, char *why, size_t
   if (st) snprintf(why, whylen, "%s", c->why);
 out:
   OPENSSL_cleanse(secret, sizeof secret);
+  pthread_mutex_lock(&l->rv_lock);
+  l->rv_fd = -1;
+  pthread_mutex_unlock(&l->rv_lock);
   if (st) {
     weft_net_conn_close(&l->conn);
     l->client.up = 0;
@@ -199,6 +223,13 @@ static void remote_describe(void *self, weft_lane_desc *out) {
 
 static void remote_destroy(void *self) {
   remote_lane *l = self;
+  pthread_mutex_lock(&l->rv_lock);
+  int running = l->rv_state != RV_IDLE;
+  l->rv_stop = 1;
+  if (l->rv_state == RV_RUNNING && l->rv_fd >= 0) shutdown(l->rv_fd, SHUT_RDWR);
+  pthread_mutex_unlock(&l->rv_lock);
+  if (running) pthread_join(l->rv_thread, NULL);
+  pthread_mutex_destroy(&l->rv_lock);
   weft_net_conn_close(&l->conn);
   weft_net_tls_destroy(l->tls);
   free(l->scratch);
@@ -221,14 +252,20 @@ static void match_lane(void *ctx, uint32_t index, weft_contract_mask contracts, 
     m->found = 1;
 }
 
-/* Asked while the lane is down: a worker restarted at the same address that offers the same lane brings
- * it back. Its old tensors died with the old process; the core forgot them when the lane went down. */
-static weft_status remote_revive(void *self) {
-  remote_lane *l = self;
+static weft_status rv_report(void *ctx, weft_status status, const char *fmt, va_list args) {
+  remote_lane *l = ctx;
+  vsnprintf(l->rv_why, sizeof l->rv_why, fmt, args);
+  return status;
+}
+
+/* One reconnection attempt: a worker restarted at the same address that offers the same lane brings the
+ * lane back. Its old tensors died with the old process; the core forgot them when the lane went down. Runs
+ * on the lane's reconnect thread; reports into rv_why. */
+static weft_status reconnect(remote_lane *l) {
   char why[512] = "";
   lane_match m = {l, 0};
-  /* A quick try: the caller's thread. */
-  weft_status st = connect_worker(l, l->timeout_ms < 1000 ? l->timeout_ms : 1000, why, sizeof why);
+  weft_status st =
+      connect_worker(l, l->timeout_ms < RECONNECT_TIMEOUT_MS ? l->timeout_ms : RECONNECT_TIMEOUT_MS, why, sizeof why);
   if (st != WEFT_OK)
     return weft_lane_report(l->client.host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s: %s", l->name, l->addr, why);
   st = weft_net_client_lanes(&l->client, match_lane, &m);
@@ -238,11 +275,55 @@ static weft_status remote_revive(void *self) {
     return weft_lane_report(l->client.host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s did not list its lanes",
                             l->name, l->addr);
   }
-  if (m.found) return WEFT_OK;
-  tcp_drop(l, NULL);
-  l->client.up = 0;
-  return weft_lane_report(l->client.host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s no longer offers lane %s",
-                          l->name, l->addr, l->worker_lane_name);
+  if (!m.found) {
+    tcp_drop(l, NULL);
+    l->client.up = 0;
+    return weft_lane_report(l->client.host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s no longer offers lane %s",
+                            l->name, l->addr, l->worker_lane_name);
+  }
+  return WEFT_OK;
+}
+
+static void *reconnect_main(void *arg) {
+  remote_lane *l = arg;
+  l->client.host = &l->rv_host;
+  l->rv_why[0] = 0;
+  weft_status st = reconnect(l);
+  pthread_mutex_lock(&l->rv_lock);
+  l->rv_state = st == WEFT_OK ? RV_UP : RV_DOWN;
+  int stop = l->rv_stop;
+  pthread_mutex_unlock(&l->rv_lock);
+  if (!stop) weft_lane_revive_soon(l->fabric_host);
+  return NULL;
+}
+
+/* Asked on the fabric's thread while the lane is down: it never dials or waits here. It takes the verdict
+ * of the last attempt (up: the lane is back; down: why, and a new attempt starts), or starts one. */
+static weft_status remote_revive(void *self) {
+  remote_lane *l = self;
+  pthread_mutex_lock(&l->rv_lock);
+  int state = l->rv_state;
+  pthread_mutex_unlock(&l->rv_lock);
+  if (state == RV_RUNNING)
+    return weft_lane_report(l->fabric_host, WEFT_ERR_LANE_FAILED, "%s: reconnecting to the worker at %s", l->name,
+                            l->addr);
+  char why[sizeof l->rv_why] = "";
+  if (state == RV_UP || state == RV_DOWN) {
+    pthread_join(l->rv_thread, NULL);
+    l->client.host = l->fabric_host;
+    snprintf(why, sizeof why, "%s", l->rv_why);
+    l->rv_state = RV_IDLE;
+    if (state == RV_UP) return WEFT_OK;
+  }
+  /* The client and the socket are the thread's until it is joined: the lane is down, nothing else uses them. */
+  l->rv_state = RV_RUNNING;
+  if (pthread_create(&l->rv_thread, NULL, reconnect_main, l) != 0) {
+    l->rv_state = RV_IDLE;
+    return weft_lane_report(l->fabric_host, WEFT_ERR_LANE_FAILED, "%s: cannot start a thread to reconnect", l->name);
+  }
+  if (why[0]) return weft_lane_report(l->fabric_host, WEFT_ERR_LANE_FAILED, "%s; trying again in the background", why);
+  return weft_lane_report(l->fabric_host, WEFT_ERR_LANE_FAILED, "%s: reconnecting to the worker at %s", l->name,
+                          l->addr);
 }
 
 static const weft_lane_vtable REMOTE_VTABLE = {
@@ -267,6 +348,11 @@ static remote_lane *lane_open(const weft_probe_args *args, const char *addr, cha
   l->client.host = args->host;
   l->client.name = l->name;
   l->timeout_ms = weft_net_client_timeout_ms();
+  pthread_mutex_init(&l->rv_lock, NULL);
+  l->rv_fd = -1;
+  l->fabric_host = args->host;
+  l->rv_host.ctx = l;
+  l->rv_host.report = rv_report;
   snprintf(l->addr, sizeof l->addr, "%s", addr);
   snprintf(l->name, sizeof l->name, "remote:%s", addr);
   weft_net_conn_init(&l->conn, -1);

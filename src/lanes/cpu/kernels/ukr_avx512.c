@@ -25,6 +25,13 @@
   _mm512_storeu_ps(c + r * ldc, c##r##0);                                                                          \
   _mm512_storeu_ps(c + r * ldc + 16, c##r##1)
 #define ALL_ROWS(X) X(0); X(1); X(2); X(3); X(4); X(5); X(6); X(7); X(8); X(9); X(10); X(11)
+/* The exact kernel's store: NaN lanes replaced by the canonical NaN 0x7fc00000 (a compare and a masked move
+ * per vector per tile store, next to kc multiply-adds). */
+#define CANON(v) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), canon)
+#define ROW_CANON_STORE(r)                                                                                         \
+  CANON(c##r##0);                                                                                                  \
+  CANON(c##r##1);                                                                                                  \
+  ROW_STORE(r)
 
 #define ROW_EXACT(r)                                                                                               \
   do {                                                                                                             \
@@ -39,7 +46,7 @@
     c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1);                                                                    \
   } while (0)
 
-#define KERNEL(name, ROW)                                                                                          \
+#define KERNEL(name, ROW, STORE)                                                                                       \
   static void name(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c, int64_t ldc,   \
                    int first) {                                                                                    \
     TILE_DECL;                                                                                                     \
@@ -54,11 +61,13 @@
       a += MR;                                                                                                     \
       b += NR;                                                                                                     \
     }                                                                                                              \
-    ALL_ROWS(ROW_STORE);                                                                                           \
+    const __m512 canon = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000));                                     \
+    (void)canon;                                                                                                   \
+    ALL_ROWS(STORE);                                                                                               \
   }
 
-KERNEL(ukr_avx512_exact, ROW_EXACT)
-KERNEL(ukr_avx512_fma, ROW_FMA)
+KERNEL(ukr_avx512_exact, ROW_EXACT, ROW_CANON_STORE)
+KERNEL(ukr_avx512_fma, ROW_FMA, ROW_STORE)
 
 const weft_cpu_kernels weft_cpu_kernels_avx512 = {
     .isa = "avx512", .mr = MR, .nr = NR, .mc = 144, .kc = 256, .nc = 4096,

@@ -28,8 +28,13 @@ static void ukr_portable_exact(int64_t kc, const float *restrict a, const float 
     a += MR;
     b += NR;
   }
+  /* NaN results are stored as the canonical 0x7fc00000 (WEFT_CANON_NAN_BITS), as every exact kernel does. */
+  union {
+    uint32_t u;
+    float f;
+  } canon = {0x7fc00000u};
   for (int i = 0; i < MR; i++)
-    for (int j = 0; j < NR; j++) c[i * ldc + j] = acc[i][j];
+    for (int j = 0; j < NR; j++) c[i * ldc + j] = acc[i][j] != acc[i][j] ? canon.f : acc[i][j];
 }
 
 /* Without a fused multiply-add in the baseline ISA the exact kernel is also the fastest fp32 one. */

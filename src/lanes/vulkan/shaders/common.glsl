@@ -29,6 +29,11 @@ bool weft_gt(float a, float b) {
   return ka > kb;
 }
 float weft_neg(float v) { return uintBitsToFloat(floatBitsToUint(v) ^ 0x80000000u); }
+// Every result a kernel stores goes through weft_canon: a NaN becomes the canonical quiet NaN 0x7fc00000,
+// whatever NaN the device made (they differ in sign and payload), so NaN results have the same bits on
+// every lane too.
+float weft_canon(float v) { return weft_isnan(v) ? uintBitsToFloat(0x7fc00000u) : v; }
+vec4 weft_canon4(vec4 v) { return vec4(weft_canon(v.x), weft_canon(v.y), weft_canon(v.z), weft_canon(v.w)); }
 
 // The integer mantissa and exponent of a finite nonzero float: |x| = m * 2^e, m < 2^24.
 void weft_split(float x, out uint m, out int e) {

@@ -7,8 +7,10 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint OP = 0; // 0 add, 1 relu, 2 relu_backward, 3 scale, 4 axpy
 
-layout(set = 0, binding = 0) restrict readonly buffer X { float x[]; };
-layout(set = 0, binding = 1) restrict readonly buffer Y { float y[]; };
+// Not `restrict`: an in-place op binds its output's buffer as an input too (each element is read, then
+// written, by one invocation).
+layout(set = 0, binding = 0) readonly buffer X { float x[]; };
+layout(set = 0, binding = 1) readonly buffer Y { float y[]; };
 layout(set = 0, binding = 2) buffer O { float o[]; };
 
 layout(push_constant) uniform P {
@@ -37,6 +39,6 @@ void main() {
     } else {
       r = weft_add(weft_mul(pc.alpha, x[pc.base_x + e]), o[pc.base_o + e]);
     }
-    o[pc.base_o + e] = r;
+    o[pc.base_o + e] = weft_canon(r);
   }
 }

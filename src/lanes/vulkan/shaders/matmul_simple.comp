@@ -25,5 +25,5 @@ void main() {
   uint bsk = (pc.flags & 2u) != 0u ? 1u : pc.ldb;
   float acc = (pc.flags & 4u) != 0u ? c[ci] : 0.0;
   for (uint k = 0u; k < pc.K; k++) acc = weft_add(acc, weft_mul(a[ai + k * ask], b[bi + k * bsk]));
-  c[ci] = acc;
+  c[ci] = weft_canon(acc);
 }

@@ -244,6 +244,9 @@ vec4 load_c4(uint row, uint col) {
 
 void store_c4(uint row, uint col, vec4 v) {
   if (row >= pc.M) return;
+#ifndef WEFT_FP32
+  v = weft_canon4(v);
+#endif
   uint at = cbase + row * pc.ldc + col;
   if (VEC != 0u) {
     if (col < pc.N) c4[at >> 2] = v;
@@ -272,7 +275,7 @@ void exact_block(bool accum) {
         uint bi = TRANS_B != 0u ? bbase + col * pc.ldb + k : bbase + k * pc.ldb + col;
         acc = weft_add(acc, weft_mul(ld_a(ai), ld_b(bi)));
       }
-      c4[ci >> 2][ci & 3u] = acc;
+      c4[ci >> 2][ci & 3u] = weft_canon(acc);
     }
   }
 }

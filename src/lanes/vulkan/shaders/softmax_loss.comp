@@ -19,5 +19,5 @@ layout(push_constant) uniform P {
 void main() {
   float tot = (pc.flags & 1u) != 0u ? o[pc.base_o] : 0.0;
   for (uint i = 0u; i < pc.rows; i++) tot = weft_add(tot, rowloss[pc.base_l + i]);
-  o[pc.base_o] = (pc.flags & 2u) != 0u ? weft_mul(tot, pc.inv_rows) : tot;
+  o[pc.base_o] = weft_canon((pc.flags & 2u) != 0u ? weft_mul(tot, pc.inv_rows) : tot);
 }

@@ -38,7 +38,7 @@ void main() {
     float lsm = weft_sub(weft_sub(z[zr + j], mx), ls);
     float tj = t[tr + j];
     acc = weft_add(acc, weft_mul(tj, lsm));
-    if ((pc.flags & 1u) != 0u) g[gr + j] = weft_mul(weft_sub(weft_expf(lsm), tj), pc.inv_rows);
+    if ((pc.flags & 1u) != 0u) g[gr + j] = weft_canon(weft_mul(weft_sub(weft_expf(lsm), tj), pc.inv_rows));
   }
-  if ((pc.flags & 2u) != 0u) rowloss[pc.base_l + i] = weft_neg(acc);
+  if ((pc.flags & 2u) != 0u) rowloss[pc.base_l + i] = weft_canon(weft_neg(acc));
 }

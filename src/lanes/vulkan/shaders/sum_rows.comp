@@ -19,5 +19,5 @@ void main() {
   if (j >= pc.cols) return;
   float acc = pc.accum != 0u ? o[pc.base_o + j] : 0.0;
   for (uint i = 0u; i < pc.rows; i++) acc = weft_add(acc, x[pc.base_x + i * pc.ldx + j]);
-  o[pc.base_o + j] = acc;
+  o[pc.base_o + j] = weft_canon(acc);
 }
