@@ -3,6 +3,8 @@
  * request id, the length the header claims against the bytes received, and each reply's own size. */
 #include "net/client.h"
 
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +39,7 @@ weft_status weft_net_client_fail(weft_net_client *c, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  snprintf(c->why, sizeof c->why, "%s", msg);
   if (c->up && c->tp->drop) c->tp->drop(c->tp_ctx, msg);
   c->up = 0;
   c->pending = 0;
@@ -94,6 +97,7 @@ static weft_status take_reply(weft_net_client *c, uint16_t type, uint32_t id) {
     /* The peer's own lane failed: this lane goes down with it, and its connection is not kept. */
     if (r.status == WEFT_ERR_LANE_FAILED) return weft_net_client_fail(c, "its peer's lane failed: %s", msg);
     weft_status st = r.status < 64 ? (weft_status)r.status : WEFT_ERR_INTERNAL;
+    snprintf(c->why, sizeof c->why, "it says: %.500s", msg);
     return weft_lane_report(c->host, st, "%s: its peer says: %s", c->name, msg);
   }
   c->reply = frame + WEFT_NET_HEADER_BYTES;
@@ -130,7 +134,7 @@ weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out) {
   memset(out, 0, sizeof *out);
   uint8_t pl[8];
   weft_net_put32(pl, WEFT_NET_VERSION);
-  weft_net_put32(pl + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256);
+  weft_net_put32(pl + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | WEFT_NET_CAP_AUTH_MUTUAL);
   weft_status st = weft_net_client_call(c, WEFT_NET_HELLO, pl, sizeof pl, NULL, 0);
   if (st) return st;
   if (c->reply_len != 24 + WEFT_NET_NONCE_BYTES)
@@ -147,6 +151,58 @@ weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out) {
                                 (unsigned)WEFT_NET_VERSION);
   /* The peer's word sizes our receive buffer and our chunks: keep it within what a sane peer would say. */
   c->max_frame = out->max_frame < 4096 ? 4096 : out->max_frame > (1u << 30) ? 1u << 30 : out->max_frame;
+  return WEFT_OK;
+}
+
+weft_status weft_net_client_authenticate(weft_net_client *c, const weft_net_hello *hello, const uint8_t *secret,
+                                         size_t secret_len, char *identity, size_t identity_cap) {
+  if (identity && identity_cap) identity[0] = 0;
+  if (!hello->auth_required) {
+    /* No downgrade: a worker that asks for nothing proves nothing, and could be anyone. */
+    if (secret_len)
+      return weft_net_client_fail(c,
+                                  "the worker asks for no authentication, but this client has a shared secret: "
+                                  "refusing a worker that cannot prove it knows the secret (start the worker with "
+                                  "--secret-file, or drop the client's secret)");
+    return WEFT_OK;
+  }
+  if (!secret_len)
+    return weft_net_client_fail(c, "the worker requires a shared secret: set WEFT_REMOTE_SECRET_FILE");
+  if (!(hello->caps & WEFT_NET_CAP_AUTH_MUTUAL))
+    return weft_net_client_fail(c, "the worker does not offer mutual authentication (an older weft worker?): "
+                                   "refusing to prove the secret to a worker that will not prove it back");
+  uint8_t cn[WEFT_NET_NONCE_BYTES], want[WEFT_NET_MAC_BYTES], mac[WEFT_NET_MAC_BYTES];
+  if (RAND_bytes(cn, sizeof cn) != 1) return weft_net_client_fail(c, "could not draw a nonce");
+  weft_status st = weft_net_client_call(c, WEFT_NET_AUTH_START, cn, sizeof cn, NULL, 0);
+  if (st)
+    return st == WEFT_ERR_LANE_FAILED ? st : weft_net_client_fail(c, "the worker refused auth_start (%s)", c->why);
+  /* mac[32], u16 len, identity: checked whole before anything in it is used. */
+  size_t idlen = c->reply_len >= WEFT_NET_MAC_BYTES + 2 ? weft_net_get16(c->reply + WEFT_NET_MAC_BYTES) : 0;
+  if (c->reply_len < WEFT_NET_MAC_BYTES + 2 || idlen > WEFT_NET_MAX_IDENTITY ||
+      c->reply_len != WEFT_NET_MAC_BYTES + 2 + idlen)
+    return weft_net_client_fail(c, "the worker's auth_start reply is malformed (%zu bytes)", c->reply_len);
+  char id[WEFT_NET_MAX_IDENTITY + 1];
+  memcpy(id, c->reply + WEFT_NET_MAC_BYTES + 2, idlen);
+  id[idlen] = 0;
+  if (strlen(id) != idlen) return weft_net_client_fail(c, "the worker's identity holds a NUL byte");
+  memcpy(mac, c->reply, sizeof mac);
+  /* The worker proves first; the client's own proof (and any tensor) goes only to a worker that did. */
+  if (weft_net_auth_proof(WEFT_NET_PROOF_WORKER, secret, secret_len, hello->nonce, cn, id, want))
+    return weft_net_client_fail(c, "HMAC failed");
+  if (CRYPTO_memcmp(want, mac, sizeof mac) != 0)
+    return weft_net_client_fail(c, "the worker's proof of the shared secret is wrong: it does not know this "
+                                   "client's secret (a different secret, or not the worker it claims to be)");
+  if (weft_net_auth_proof(WEFT_NET_PROOF_CLIENT, secret, secret_len, hello->nonce, cn, id, mac))
+    return weft_net_client_fail(c, "HMAC failed");
+  st = weft_net_client_call(c, WEFT_NET_AUTH_FINISH, mac, sizeof mac, NULL, 0);
+  if (st)
+    return st == WEFT_ERR_LANE_FAILED ? st
+                                      : weft_net_client_fail(c, "the worker refused this client's proof (%s)", c->why);
+  if (identity && identity_cap) {
+    snprintf(identity, identity_cap, "%s", id);
+    for (char *q = identity; *q; q++)
+      if ((unsigned char)*q < 0x20 || *q == 0x7f) *q = '?';
+  }
   return WEFT_OK;
 }
 

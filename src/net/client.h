@@ -54,6 +54,7 @@ typedef struct weft_net_client {
   uint32_t first_pending_id;
   const uint8_t *reply; /* the last reply's payload (the transport's memory) */
   size_t reply_len;
+  char why[512];        /* the last failure in words (a dropped connection's reason, or the peer's message) */
 } weft_net_client;
 
 /* What the peer said in its hello reply. */
@@ -80,6 +81,13 @@ weft_status weft_net_client_call(weft_net_client *c, uint16_t type, const uint8_
                                  const uint8_t *tail, size_t tail_len);
 /* Sends hello and reads the reply; sets c->max_frame from it. */
 weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out);
+/* Mutual authentication after hello (docs/PROTOCOL.md): with a secret, the worker must require auth and
+ * offer WEFT_NET_CAP_AUTH_MUTUAL (no downgrade); the client sends a fresh nonce (AUTH_START), checks the
+ * worker's proof in constant time, and only then sends its own (AUTH_FINISH). Without a secret, a worker
+ * that requires one is refused. On WEFT_OK, identity (may be NULL) holds the worker's proven identity ("" when
+ * no auth ran). Any failure drops the connection with the reason reported. */
+weft_status weft_net_client_authenticate(weft_net_client *c, const weft_net_hello *hello, const uint8_t *secret,
+                                         size_t secret_len, char *identity, size_t identity_cap);
 /* Asks for the peer's lanes and, once the whole list is found well-formed, calls `each` per entry (index,
  * contracts, name, kind, device; strings bounded, control characters replaced); a malformed list is
  * WEFT_ERR_LANE_FAILED and calls nothing. `each` may hand the lane to the fabric: the client is not used

@@ -103,8 +103,14 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
     out->caps = weft_net_get32(payload + 4);
     return WEFT_OK;
   case WEFT_NET_AUTH:
-    if ((st = want_len(len, WEFT_NET_MAC_BYTES, "auth", err, errlen))) return st;
+  case WEFT_NET_AUTH_FINISH:
+    if ((st = want_len(len, WEFT_NET_MAC_BYTES, type == WEFT_NET_AUTH ? "auth" : "auth_finish", err, errlen)))
+      return st;
     out->mac = payload;
+    return WEFT_OK;
+  case WEFT_NET_AUTH_START:
+    if ((st = want_len(len, WEFT_NET_NONCE_BYTES, "auth_start", err, errlen))) return st;
+    out->nonce = payload;
     return WEFT_OK;
   case WEFT_NET_LANES: return want_len(len, 0, "lanes", err, errlen);
   case WEFT_NET_CREATE: {
@@ -193,7 +199,8 @@ long weft_net_handshake_len(uint16_t type) {
   /* Must agree with weft_net_request_decode's sizes for these types. */
   switch (type) {
   case WEFT_NET_HELLO: return 8;
-  case WEFT_NET_AUTH: return WEFT_NET_MAC_BYTES;
+  case WEFT_NET_AUTH_START: return WEFT_NET_NONCE_BYTES;
+  case WEFT_NET_AUTH_FINISH: return WEFT_NET_MAC_BYTES;
   default: return -1;
   }
 }
@@ -206,6 +213,32 @@ weft_status weft_net_auth_mac(const uint8_t *secret, size_t secret_len, const ui
   memcpy(msg + sizeof label - 1, nonce, WEFT_NET_NONCE_BYTES);
   unsigned int n = 0;
   if (!HMAC(EVP_sha256(), secret, (int)secret_len, msg, sizeof msg, out, &n) || n != WEFT_NET_MAC_BYTES)
+    return WEFT_ERR_INTERNAL;
+  return WEFT_OK;
+}
+
+weft_status weft_net_auth_proof(weft_net_proof which, const uint8_t *secret, size_t secret_len,
+                                const uint8_t worker_nonce[WEFT_NET_NONCE_BYTES],
+                                const uint8_t client_nonce[WEFT_NET_NONCE_BYTES], const char *identity,
+                                uint8_t out[WEFT_NET_MAC_BYTES]) {
+  /* Each label with its NUL: no label is a prefix of another, so no message of one domain is one of another. */
+  static const char client_label[] = WEFT_NET_LABEL_CLIENT_PROOF, worker_label[] = WEFT_NET_LABEL_WORKER_PROOF;
+  _Static_assert(sizeof client_label == sizeof worker_label, "labels of one length");
+  size_t idlen = identity ? strnlen(identity, WEFT_NET_MAX_IDENTITY + 1) : 0;
+  if (idlen > WEFT_NET_MAX_IDENTITY) return WEFT_ERR_INVALID_ARGUMENT;
+  uint8_t msg[sizeof client_label + 2 * WEFT_NET_NONCE_BYTES + 2 + WEFT_NET_MAX_IDENTITY];
+  int client = which == WEFT_NET_PROOF_CLIENT;
+  size_t n = sizeof client_label;
+  memcpy(msg, client ? client_label : worker_label, n);
+  /* The receiver's nonce first: each side's proof answers the other side's challenge. */
+  memcpy(msg + n, client ? worker_nonce : client_nonce, WEFT_NET_NONCE_BYTES);
+  memcpy(msg + n + WEFT_NET_NONCE_BYTES, client ? client_nonce : worker_nonce, WEFT_NET_NONCE_BYTES);
+  n += 2 * WEFT_NET_NONCE_BYTES;
+  weft_net_put16(msg + n, (uint16_t)idlen);
+  if (idlen) memcpy(msg + n + 2, identity, idlen);
+  n += 2 + idlen;
+  unsigned int mlen = 0;
+  if (!HMAC(EVP_sha256(), secret, (int)secret_len, msg, n, out, &mlen) || mlen != WEFT_NET_MAC_BYTES)
     return WEFT_ERR_INTERNAL;
   return WEFT_OK;
 }

@@ -27,11 +27,34 @@
 
 /* Capability bits exchanged in the handshake. */
 #define WEFT_NET_CAP_AUTH_HMAC_SHA256 1u
+/* Mutual authentication (AUTH_START, AUTH_FINISH below): a worker that requires a secret sets it in its
+ * hello reply; a client that holds a secret refuses a worker without it (or one that asks for no auth). */
+#define WEFT_NET_CAP_AUTH_MUTUAL 2u
+
+/* Authentication domains. Every MAC made with the shared secret carries a label naming its role and
+ * direction (NUL-terminated, so no label is a prefix of another), and what it binds, so a MAC made for one
+ * purpose is never accepted for another:
+ *
+ *   client -> worker  HMAC-SHA256(secret, "weft-v1 client->worker" 0x00 || worker_nonce[32] ||
+ *                                 client_nonce[32] || u16 len || worker identity)       AUTH_FINISH
+ *   worker -> client  HMAC-SHA256(secret, "weft-v1 worker->client" 0x00 || client_nonce[32] ||
+ *                                 worker_nonce[32] || u16 len || worker identity)       AUTH_START's reply
+ *   TLS 1.3 PSK       HKDF-SHA256(secret, salt "weft-v1 tls13 psk", info "weft-v1 tls13 external psk")
+ *                     (src/net/tls.c)
+ *   tab -> fabric     a browser tab's PROVE answer: the browser lane's own label (src/lanes/browser,
+ *                     web/worker/worker.js); never any of the above
+ *
+ * The single-sided proof of the first release ("weft-auth-v1" || nonce, AUTH) shared its label with the
+ * tab's PROVE, so a tab holding the secret could sign a worker login: `weft worker` no longer accepts it. */
+#define WEFT_NET_LABEL_CLIENT_PROOF "weft-v1 client->worker"
+#define WEFT_NET_LABEL_WORKER_PROOF "weft-v1 worker->client"
+#define WEFT_NET_MAX_IDENTITY 255u
 
 typedef enum weft_net_type {
   WEFT_NET_HELLO = 1,  /* u32 version, u32 caps -> u32 version, u32 caps, u32 auth_required, nonce[32],
                         *                          u32 max_frame, u64 max_resident */
-  WEFT_NET_AUTH = 2,   /* mac[32] = HMAC-SHA256(secret, "weft-auth-v1" || nonce) -> empty */
+  WEFT_NET_AUTH = 2,   /* retired: mac[32] = HMAC-SHA256(secret, "weft-auth-v1" || nonce); `weft worker` refuses
+                        * it with a message (use AUTH_START, AUTH_FINISH) */
   WEFT_NET_LANES = 3,  /* empty -> u32 n, n x { u32 contracts, u16 len, name, u16 len, kind, u16 len, device } */
   WEFT_NET_CREATE = 4, /* u32 ndim, ndim x i64 dims -> u64 handle */
   WEFT_NET_WRITE = 5,  /* u64 handle, u64 offset, u64 count, count x f32 -> empty (offset, count in elements) */
@@ -41,6 +64,8 @@ typedef enum weft_net_type {
                         * 4 x {u32 ndim (0 = the tensor's own shape), 4 x i64 dims} -> i32 lane */
   WEFT_NET_PROVE = 9,  /* nonce[32] -> mac[32] = weft_net_tab_mac: the client asks the worker to prove the
                         * secret (a browser tab joining a fabric); `weft worker` refuses it */
+  WEFT_NET_AUTH_START = 10,  /* client_nonce[32] -> mac[32] (the worker's proof), u16 len, identity */
+  WEFT_NET_AUTH_FINISH = 11, /* mac[32] (the client's proof) -> empty */
   WEFT_NET_TYPE_END
 } weft_net_type;
 
@@ -67,7 +92,8 @@ typedef struct weft_net_limits {
 typedef struct weft_net_request {
   weft_net_type type;
   uint32_t version, caps;         /* HELLO */
-  const uint8_t *mac;             /* AUTH */
+  const uint8_t *mac;             /* AUTH, AUTH_FINISH */
+  const uint8_t *nonce;           /* AUTH_START: the client's nonce */
   int ndim;                       /* CREATE */
   int64_t dims[WEFT_NET_MAX_RANK];
   uint64_t numel;                 /* CREATE: overflow-checked product; WRITE, READ: count */
@@ -118,13 +144,22 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
  * others >= 1, each <= WEFT_NET_MAX_DIM, the product (overflow-checked) <= WEFT_NET_MAX_ELEMENTS. */
 weft_status weft_net_shape_check(int ndim, const int64_t *dims, uint64_t *out_numel, char *err, size_t errlen);
 
-/* The fixed payload size of a handshake frame (HELLO, AUTH): before the handshake completes a worker reads
- * only those two types, and only at exactly these sizes; -1 for every other type. */
+/* The fixed payload size of a handshake frame (HELLO 8, AUTH_START 32, AUTH_FINISH 32): before the handshake
+ * completes a worker reads only those types, and only at exactly these sizes; -1 for every other type (the
+ * old single-sided AUTH included: the stage refuses it with UNSUPPORTED without reading its payload). */
 long weft_net_handshake_len(uint16_t type);
 
-/* HMAC-SHA256(secret, "weft-auth-v1" || nonce): the proof a client sends; the secret itself never travels. */
+/* HMAC-SHA256(secret, "weft-auth-v1" || nonce): the first release's single-sided proof; `weft worker` accepts
+ * it no more (kept so tests can show that it is no valid proof of any other domain). */
 weft_status weft_net_auth_mac(const uint8_t *secret, size_t secret_len, const uint8_t nonce[WEFT_NET_NONCE_BYTES],
                               uint8_t out[WEFT_NET_MAC_BYTES]);
+/* The proofs of mutual authentication (the domains above): WEFT_NET_PROOF_CLIENT is what the client sends
+ * in AUTH_FINISH, WEFT_NET_PROOF_WORKER what the worker answers AUTH_START with. The secret never travels. */
+typedef enum weft_net_proof { WEFT_NET_PROOF_CLIENT, WEFT_NET_PROOF_WORKER } weft_net_proof;
+weft_status weft_net_auth_proof(weft_net_proof which, const uint8_t *secret, size_t secret_len,
+                                const uint8_t worker_nonce[WEFT_NET_NONCE_BYTES],
+                                const uint8_t client_nonce[WEFT_NET_NONCE_BYTES], const char *identity,
+                                uint8_t out[WEFT_NET_MAC_BYTES]);
 /* HMAC-SHA256(secret, "weft-v1 tab->fabric" || nonce || server): a browser tab's answer to PROVE, where
  * `server` is the host:port the tab dialled (the page's view, as in its Host header). Its own label keeps it
  * from ever being a valid AUTH proof (or the reverse), and the server's name in it makes a proof given to

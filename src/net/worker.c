@@ -2,11 +2,11 @@
  * tensors named by handles, and the TCP server (each connection isolated: a bad frame gets an error reply
  * or closes that connection only).
  *
- * Connections. The accepting thread runs the handshake stage: every connection that has not completed HELLO
- * (+ AUTH with a secret) sits in one poll() set with a frame buffer of a few dozen bytes, on a cap of its own
- * (the oldest is dropped for a newcomer when full) and a deadline from accept; before the handshake only
- * HELLO and AUTH headers of their fixed sizes are read, anything else is refused without its payload being
- * read. A connection that completes the handshake gets a thread of its own (the client cap) and is dropped
+ * Connections. The accepting thread runs the handshake stage: every connection that has not completed
+ * (TLS's handshake, non-blocking, with --tls or off loopback, then) HELLO (+ AUTH_START and AUTH_FINISH with a
+ * secret) sits in one poll() set with a frame buffer of a few dozen bytes, on a cap of its own (the oldest is
+ * dropped for a newcomer when full) and a deadline from accept; before the handshake only those frames are
+ * read, each at its fixed size, anything else is refused without its payload being read. A connection that completes the handshake gets a thread of its own (the client cap) and is dropped
  * after the idle timeout between frames. Tensors and kept receive buffers draw from a worker-wide budget.
  *
  * Lanes. A fabric is used from one thread at a time. The worker opens a directory fabric (it answers LANES,
@@ -43,6 +43,8 @@
 
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
+
+#include "net/tls.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the worker copies float payloads as little-endian bytes; a big-endian port must swap them"
@@ -107,6 +109,8 @@ struct weft_net_server {
   uint8_t secret[4096];
   size_t secret_len;
   int need_auth;
+  char identity[WEFT_NET_MAX_IDENTITY + 1]; /* bound into both proofs */
+  weft_net_tls *tls;                        /* NULL: plain TCP */
   weft_net_limits limits;
   int io_timeout_ms, idle_timeout_ms, handshake_timeout_ms;
   int max_clients, max_pending;
@@ -147,8 +151,9 @@ typedef struct slot {
 
 struct weft_net_session {
   weft_net_server *srv;
-  int hello, authed;
+  int hello, authed, auth_started;
   uint8_t nonce[WEFT_NET_NONCE_BYTES];
+  uint8_t client_nonce[WEFT_NET_NONCE_BYTES];
   slot *slots;
   size_t nslots;
   uint64_t next_id, resident;
@@ -288,6 +293,12 @@ weft_status weft_net_server_create(const weft_net_worker_desc *desc, weft_net_se
     srv->secret_len = desc->secret_len;
     srv->need_auth = 1;
   }
+  if (desc->identity && strlen(desc->identity) > WEFT_NET_MAX_IDENTITY) {
+    free(srv);
+    snprintf(err, errlen, "the worker's identity is over %u bytes", WEFT_NET_MAX_IDENTITY);
+    return WEFT_ERR_INVALID_ARGUMENT;
+  }
+  snprintf(srv->identity, sizeof srv->identity, "%s", desc->identity ? desc->identity : "weft-worker");
   srv->limits = desc->limits;
   if (!srv->limits.max_frame) srv->limits.max_frame = WEFT_NET_DEFAULT_MAX_FRAME;
   if (!srv->limits.max_resident) srv->limits.max_resident = WEFT_NET_DEFAULT_MAX_RESIDENT;
@@ -317,6 +328,7 @@ void weft_net_server_destroy(weft_net_server *srv) {
   }
   free(srv->groups);
   free(srv->lanes);
+  weft_net_tls_destroy(srv->tls);
   pthread_mutex_destroy(&srv->pend_lock);
   pthread_mutex_destroy(&srv->count_lock);
   OPENSSL_cleanse(srv->secret, sizeof srv->secret);
@@ -587,8 +599,10 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
     errorf(s, b, h, WEFT_ERR_STATE, "the first frame must be hello");
     return 0;
   }
-  if (srv->need_auth && !s->authed && r.type != WEFT_NET_HELLO && r.type != WEFT_NET_AUTH) {
-    errorf(s, b, h, WEFT_ERR_STATE, "this worker requires authentication (auth frame) before any request");
+  if (srv->need_auth && !s->authed && r.type != WEFT_NET_HELLO && r.type != WEFT_NET_AUTH &&
+      r.type != WEFT_NET_AUTH_START && r.type != WEFT_NET_AUTH_FINISH) {
+    errorf(s, b, h, WEFT_ERR_STATE,
+           "this worker requires authentication (auth_start, auth_finish) before any request");
     return 0;
   }
   switch (r.type) {
@@ -603,27 +617,59 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
     uint8_t *p = reply_begin(b, h, WEFT_OK, 12 + WEFT_NET_NONCE_BYTES + 12);
     if (!p) return 0;
     weft_net_put32(p, WEFT_NET_VERSION);
-    weft_net_put32(p + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256);
+    weft_net_put32(p + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | (srv->need_auth ? WEFT_NET_CAP_AUTH_MUTUAL : 0));
     weft_net_put32(p + 8, (uint32_t)srv->need_auth);
     memcpy(p + 12, s->nonce, WEFT_NET_NONCE_BYTES);
     weft_net_put32(p + 12 + WEFT_NET_NONCE_BYTES, srv->limits.max_frame);
     weft_net_put64(p + 16 + WEFT_NET_NONCE_BYTES, srv->limits.max_resident);
     return 1;
   }
-  case WEFT_NET_AUTH: {
+  case WEFT_NET_AUTH:
+    /* The first release's proof shares its label with browser tabs' PROVE answer: a tab holding the secret
+     * could sign it for any worker it was pointed at. */
+    errorf(s, b, h, WEFT_ERR_UNSUPPORTED,
+           "the single-sided auth proof is retired (it shares its domain with browser tabs' proofs): this worker "
+           "wants mutual authentication (auth_start, auth_finish); update the client");
+    return 0;
+  case WEFT_NET_AUTH_START: {
     if (!srv->need_auth) {
-      reply_begin(b, h, WEFT_OK, 0);
-      return 1;
+      errorf(s, b, h, WEFT_ERR_STATE, "this worker has no shared secret: there is nothing to prove");
+      return 0;
     }
-    if (s->authed) return errorf(s, b, h, WEFT_ERR_STATE, "already authenticated");
-    uint8_t want[WEFT_NET_MAC_BYTES];
-    if (weft_net_auth_mac(srv->secret, srv->secret_len, s->nonce, want)) {
+    /* One try per connection: a second challenge would be a second guess against the same nonce. */
+    if (s->auth_started || s->authed) {
+      errorf(s, b, h, WEFT_ERR_STATE, "auth_start was already received on this connection");
+      return 0;
+    }
+    s->auth_started = 1;
+    memcpy(s->client_nonce, r.nonce, WEFT_NET_NONCE_BYTES);
+    size_t idlen = strlen(srv->identity), mark = b->len;
+    uint8_t *p = reply_begin(b, h, WEFT_OK, WEFT_NET_MAC_BYTES + 2 + idlen);
+    if (!p || weft_net_auth_proof(WEFT_NET_PROOF_WORKER, srv->secret, srv->secret_len, s->nonce, s->client_nonce,
+                                  srv->identity, p)) {
+      b->len = mark;
       errorf(s, b, h, WEFT_ERR_INTERNAL, "HMAC failed");
       return 0;
     }
-    /* One try per connection: the nonce is not reused for a second guess. */
+    weft_net_put16(p + WEFT_NET_MAC_BYTES, (uint16_t)idlen);
+    memcpy(p + WEFT_NET_MAC_BYTES + 2, srv->identity, idlen);
+    return 1;
+  }
+  case WEFT_NET_AUTH_FINISH: {
+    if (!srv->need_auth || !s->auth_started || s->authed) {
+      errorf(s, b, h, WEFT_ERR_STATE, "auth_finish comes once, after auth_start, on a worker with a secret");
+      return 0;
+    }
+    uint8_t want[WEFT_NET_MAC_BYTES];
+    if (weft_net_auth_proof(WEFT_NET_PROOF_CLIENT, srv->secret, srv->secret_len, s->nonce, s->client_nonce,
+                            srv->identity, want)) {
+      errorf(s, b, h, WEFT_ERR_INTERNAL, "HMAC failed");
+      return 0;
+    }
+    /* One try per connection, compared in constant time. */
     if (CRYPTO_memcmp(want, r.mac, WEFT_NET_MAC_BYTES) != 0) {
-      errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "authentication failed: wrong proof of the shared secret");
+      errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT,
+             "authentication failed: wrong proof of the shared secret for worker '%s'", srv->identity);
       return 0;
     }
     s->authed = 1;
@@ -761,6 +807,9 @@ float *weft_net_session_write_target(weft_net_session *s, const weft_net_header 
 typedef struct conn {
   weft_net_server *srv;
   int fd;
+  weft_net_conn nc; /* the byte stream: plain, or TLS over fd (its SSL moves with the connection) */
+  int tls_wait;     /* TLS's handshake is not done: nothing can be said to the peer yet */
+  int tls_out;      /* that handshake waits to write */
   weft_net_session *s;
   /* While in the handshake stage: */
   double deadline; /* monotonic seconds by which the handshake must be complete */
@@ -773,6 +822,11 @@ typedef struct conn {
 /* Reads up to n bytes once: the count read, 0 when the peer closed, -1 on an error (a blocking read's
  * timeout too), -2 when nothing is there now (nonblock only). */
 static ssize_t conn_read(conn *c, void *p, size_t n, int nonblock) {
+  if (c->nc.ssl) {
+    /* The fd is non-blocking in the stage and blocking (with the io timeout) on serve_conn's thread. */
+    long k = weft_net_conn_read_some(&c->nc, p, n);
+    return k == -2 && !nonblock ? -1 : (ssize_t)k;
+  }
   for (;;) {
     ssize_t k = recv(c->fd, p, n, nonblock ? MSG_DONTWAIT : 0);
     if (k >= 0) return k;
@@ -783,6 +837,10 @@ static ssize_t conn_read(conn *c, void *p, size_t n, int nonblock) {
 
 /* Writes up to n bytes once: the count written, -1 on an error, -2 when it cannot now (nonblock only). */
 static ssize_t conn_write(conn *c, const void *p, size_t n, int nonblock) {
+  if (c->nc.ssl) {
+    long k = weft_net_conn_write_some(&c->nc, p, n);
+    return k == -2 && !nonblock ? -1 : (ssize_t)k;
+  }
   for (;;) {
     ssize_t k = send(c->fd, p, n, MSG_NOSIGNAL | (nonblock ? MSG_DONTWAIT : 0));
     if (k >= 0) return k;
@@ -832,7 +890,7 @@ static void set_timeout(int fd, int ms) {
 
 static void conn_free(conn *c) {
   weft_net_session_destroy(c->s);
-  close(c->fd);
+  weft_net_conn_close(&c->nc); /* closes fd */
   free(c);
 }
 
@@ -860,6 +918,8 @@ static void *serve_conn(void *arg) {
   weft_net_buf out = {0};
   uint8_t *payload = NULL;
   size_t payload_cap = 0; /* held in the worker-wide budget */
+  /* Blocking from here, under the io timeout (the stage had the fd non-blocking). */
+  fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) & ~O_NONBLOCK);
   set_timeout(c->fd, srv->io_timeout_ms);
   for (;;) {
     uint8_t hb[WEFT_NET_HEADER_BYTES];
@@ -867,8 +927,11 @@ static void *serve_conn(void *arg) {
     int pr;
     /* Between frames a client may sit idle up to the idle timeout (its fabric holds the lane open);
      * keepalive finds peers that vanished. Once a frame starts, the io timeout applies. */
-    while ((pr = poll(&pfd, 1, srv->idle_timeout_ms)) < 0 && errno == EINTR) {
-    }
+    pr = 1;
+    /* Bytes TLS already took off the socket and decrypted are invisible to poll: poll only when none wait. */
+    if (!weft_net_conn_pending(&c->nc))
+      while ((pr = poll(&pfd, 1, srv->idle_timeout_ms)) < 0 && errno == EINTR) {
+      }
     if (pr <= 0 || !conn_recv_all(c, hb, sizeof hb)) break;
     weft_net_header h;
     out.len = 0;
@@ -954,17 +1017,37 @@ static int stage_send(conn *c, const weft_net_buf *b) {
 }
 
 static void stage_refuse(conn *c, const weft_net_header *h, weft_status st, const char *msg) {
+  /* Inside TLS once it is up; before (or while) its handshake runs, nothing the peer could read. */
+  if (c->tls_wait) return;
   weft_net_buf b = {0};
   reply_error(&b, h, st, msg);
   stage_send(c, &b);
   weft_net_buf_free(&b);
 }
 
+/* The frame the stage reads next, 0 when the handshake is complete. */
+static uint16_t stage_expect(const weft_net_session *s) {
+  if (!s->hello) return WEFT_NET_HELLO;
+  if (!s->srv->need_auth || s->authed) return 0;
+  return s->auth_started ? WEFT_NET_AUTH_FINISH : WEFT_NET_AUTH_START;
+}
+
+static const char *type_word(uint16_t t) {
+  return t == WEFT_NET_HELLO ? "hello" : t == WEFT_NET_AUTH_START ? "auth_start" : "auth_finish";
+}
+
 /* Reads what the peer sent (at most the rest of the current frame, so nothing past the handshake is taken
- * from the socket) and answers a frame once it is whole. */
+ * from the socket; with TLS, what the TLS layer took stays in it and moves with the connection) and answers
+ * a frame once it is whole. With TLS, its handshake runs here first, non-blocking, under the same deadline. */
 static int stage_step(conn *c) {
   weft_net_server *srv = c->srv;
   weft_net_session *s = c->s;
+  if (c->tls_wait) {
+    int r = weft_net_conn_accept_step(&c->nc, srv->tls, &c->tls_out, s->err, sizeof s->err);
+    if (r < 0) return STAGE_DROP;
+    if (r == 0) return STAGE_WAIT;
+    c->tls_wait = c->tls_out = 0;
+  }
   ssize_t k = conn_read(c, c->buf + c->have, c->want - c->have, 1);
   if (k == -2) return STAGE_WAIT;
   if (k <= 0) return STAGE_DROP;
@@ -978,17 +1061,25 @@ static int stage_step(conn *c) {
     }
     /* Before the handshake completes only its own frames are read, each at its fixed size: anything else
      * is refused and the connection closed before a byte of its payload is read or allocated. */
-    uint16_t expect = !s->hello ? WEFT_NET_HELLO : WEFT_NET_AUTH;
+    uint16_t expect = stage_expect(s);
     long fixed = weft_net_handshake_len(expect);
+    if (c->h.type == WEFT_NET_AUTH && expect == WEFT_NET_AUTH_START) {
+      stage_refuse(c, &c->h, WEFT_ERR_UNSUPPORTED,
+                   "the single-sided auth proof is retired (it shares its domain with browser tabs' proofs): this "
+                   "worker wants mutual authentication (auth_start, auth_finish); update the client");
+      return STAGE_DROP;
+    }
     if (c->h.type != expect) {
       stage_refuse(c, &c->h, WEFT_ERR_STATE,
                    !s->hello ? "the first frame must be hello"
-                             : "this worker requires authentication (auth frame) before any request");
+                   : expect == WEFT_NET_AUTH_START
+                       ? "this worker requires authentication (auth_start, auth_finish) before any request"
+                       : "auth_finish must follow auth_start");
       return STAGE_DROP;
     }
     if (fixed < 0 || c->h.length != (uint64_t)fixed || (size_t)fixed > sizeof c->buf - WEFT_NET_HEADER_BYTES) {
       snprintf(s->err, sizeof s->err, "%s payload is %u bytes; before the handshake completes it must be exactly %ld",
-               expect == WEFT_NET_HELLO ? "hello" : "auth", (unsigned)c->h.length, fixed);
+               type_word(expect), (unsigned)c->h.length, fixed);
       stage_refuse(c, &c->h, WEFT_ERR_INVALID_ARGUMENT, s->err);
       return STAGE_DROP;
     }
@@ -996,7 +1087,7 @@ static int stage_step(conn *c) {
     if (c->have < c->want) return STAGE_WAIT;
   }
   /* A whole frame. The one that would complete the handshake is refused while the client cap is full. */
-  if (c->h.type == WEFT_NET_AUTH || !srv->need_auth) {
+  if (c->h.type == WEFT_NET_AUTH_FINISH || !srv->need_auth) {
     pthread_mutex_lock(&srv->count_lock);
     int full = srv->clients >= srv->max_clients;
     pthread_mutex_unlock(&srv->count_lock);
@@ -1081,8 +1172,10 @@ static weft_status serve(weft_net_server *srv, int lfd, char *err, size_t errlen
     double wait = listening ? -1 : pause_until - t;
     pfds[0] = (struct pollfd){lfd, (short)(listening ? POLLIN : 0), 0};
     for (size_t i = 0; i < npend; i++) {
-      pfds[i + 1] = (struct pollfd){pend[i]->fd, POLLIN, 0};
+      pfds[i + 1] = (struct pollfd){pend[i]->fd, (short)(pend[i]->tls_out ? POLLOUT : POLLIN), 0};
       double d = pend[i]->deadline - t;
+      /* Bytes TLS already decrypted are invisible to poll: such a connection is stepped at once. */
+      if (!pend[i]->tls_wait && weft_net_conn_pending(&pend[i]->nc)) d = 0;
       if (wait < 0 || d < wait) wait = d;
     }
     int timeout = wait < 0 ? -1 : (int)(wait * 1000) + 1;
@@ -1095,7 +1188,8 @@ static weft_status serve(weft_net_server *srv, int lfd, char *err, size_t errlen
     /* Backwards, so a connection leaving (the last one takes its place) does not move any still to visit. */
     for (size_t i = npend; i-- > 0;) {
       conn *c = pend[i];
-      int r = pr > 0 && pfds[i + 1].revents ? stage_step(c) : STAGE_WAIT;
+      int ready = (pr > 0 && pfds[i + 1].revents) || (!c->tls_wait && weft_net_conn_pending(&c->nc));
+      int r = ready ? stage_step(c) : STAGE_WAIT;
       if (r == STAGE_WAIT && t >= c->deadline) {
         char msg[WEFT_NET_MAX_MESSAGE];
         snprintf(msg, sizeof msg, "no complete handshake within %d ms", srv->handshake_timeout_ms);
@@ -1137,8 +1231,12 @@ static weft_status serve(weft_net_server *srv, int lfd, char *err, size_t errlen
       int one = 1;
       setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       setsockopt(cfd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+      /* Non-blocking for the stage (TLS's handshake steps on it); serve_conn makes it blocking again. */
+      fcntl(cfd, F_SETFL, fcntl(cfd, F_GETFL) | O_NONBLOCK);
       c->srv = srv;
       c->fd = cfd;
+      weft_net_conn_init(&c->nc, cfd);
+      c->tls_wait = srv->tls != NULL;
       c->s = s;
       c->deadline = mono_s() + srv->handshake_timeout_ms / 1000.0;
       c->seq = seq++;
@@ -1174,6 +1272,14 @@ weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, siz
              "refusing to listen on '%s' without a shared secret: anything off loopback needs --secret-file", addr);
     return WEFT_ERR_INVALID_ARGUMENT;
   }
+  /* Off loopback the frames run inside TLS whatever was asked: the proof alone protects neither their
+   * integrity nor their privacy. */
+  int loopback = weft_net_is_loopback(ai->ai_addr), tls = desc->tls || !loopback;
+  if (tls && !(desc->secret && desc->secret_len)) {
+    freeaddrinfo(ai);
+    snprintf(err, errlen, "--tls needs --secret-file: the TLS key is derived from the shared secret");
+    return WEFT_ERR_INVALID_ARGUMENT;
+  }
   raise_nofile();
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
@@ -1191,8 +1297,19 @@ weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, siz
   int bport = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                  : ((struct sockaddr_in *)&bound)->sin_port);
   weft_net_server *srv = NULL;
-  weft_status st = weft_net_server_create(desc, &srv, err, errlen);
+  weft_net_worker_desc d = *desc;
+  char identity[WEFT_NET_MAX_IDENTITY + 1];
+  if (!d.identity) {
+    /* The name a client sees proven: this host's name and the port bound, unless one was given. */
+    char hn[200] = "";
+    if (gethostname(hn, sizeof hn - 1) != 0 || !hn[0]) snprintf(hn, sizeof hn, "weft-worker");
+    snprintf(identity, sizeof identity, "%s:%d", hn, bport);
+    d.identity = identity;
+  }
+  weft_status st = weft_net_server_create(&d, &srv, err, errlen);
+  if (!st && tls) st = weft_net_tls_create(1, srv->secret, srv->secret_len, &srv->tls, err, errlen);
   if (st) {
+    weft_net_server_destroy(srv);
     close(fd);
     return st;
   }

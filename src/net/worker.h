@@ -21,6 +21,8 @@ typedef struct weft_net_worker_desc {
   const char *lanes;       /* the worker fabric's lanes (weft_fabric_desc.lanes); NULL = all */
   const uint8_t *secret;   /* shared secret, or NULL; required off loopback */
   size_t secret_len;
+  int tls;                 /* TLS 1.3 (a PSK derived from the secret) on loopback too; always on elsewhere */
+  const char *identity;    /* the name the worker proves (bound into both proofs); NULL = "HOSTNAME:PORT" */
   weft_net_limits limits;  /* zeros = defaults */
   int max_clients;         /* concurrent connections past the handshake; 0 = 64 */
   int io_timeout_ms;       /* a peer silent this long mid-frame is dropped; 0 = 30000 */
@@ -60,8 +62,9 @@ float *weft_net_session_write_target(weft_net_session *s, const weft_net_header 
 
 void weft_net_buf_free(weft_net_buf *b);
 
-/* Binds, then serves until the process ends. Returns only on a setup error (bind failed, or a non-loopback
- * address without a secret), with the reason in err. */
+/* Binds, then serves until the process ends. Returns only on a setup error (bind failed, a non-loopback
+ * address without a secret, TLS without a secret), with the reason in err. Off loopback every connection
+ * runs in TLS 1.3 whatever desc->tls says. */
 weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, size_t errlen);
 
 #endif

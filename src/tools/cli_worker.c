@@ -1,5 +1,5 @@
 /* cli_worker.c - `weft worker`: serves this machine's lanes to other machines' fabrics over the wire
- * protocol (docs/PROTOCOL.md). Loopback by default; any other address needs a shared secret. */
+ * protocol (docs/PROTOCOL.md). Loopback by default; any other address needs a shared secret and runs TLS. */
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,19 +9,27 @@
 
 void weft_cli_worker_help(FILE *out) {
   fprintf(out,
-          "Usage: weft worker [--listen HOST:PORT] [--lanes LIST] [--secret-file F] [--max-frame-mib N]\n"
-          "                   [--max-resident-mib N] [--max-total-mib N] [--max-clients N] [--max-pending N]\n"
-          "                   [--handshake-timeout-ms N] [--idle-timeout-s N]\n"
+          "Usage: weft worker [--listen HOST:PORT] [--lanes LIST] [--secret-file F] [--tls] [--identity NAME]\n"
+          "                   [--max-frame-mib N] [--max-resident-mib N] [--max-total-mib N] [--max-clients N]\n"
+          "                   [--max-pending N] [--handshake-timeout-ms N] [--idle-timeout-s N]\n"
           "\n"
           "Serves this machine's lanes to remote fabrics (lanes remote:<host:port>/<lane> on the client).\n"
           "Tensors stay resident here between ops, so weights travel once. Runs until killed.\n"
           "\n"
           "Options:\n"
           "  --listen HOST:PORT     address to bind (default 127.0.0.1:7070; port 0 picks a free port). Any\n"
-          "                         address other than loopback requires --secret-file\n"
+          "                         address other than loopback requires --secret-file, and runs TLS\n"
           "  --lanes LIST           the lanes to serve (as for weft devices; default: all found)\n"
-          "  --secret-file F        a shared secret (>= 16 bytes); clients prove they know it by HMAC-SHA256\n"
-          "                         of a fresh nonce, so it never crosses the wire\n"
+          "  --secret-file F        a shared secret (>= 16 bytes). Authentication is mutual: the worker proves\n"
+          "                         it knows the secret to the client, then the client to the worker\n"
+          "                         (HMAC-SHA256 over both sides' fresh nonces and the worker's identity), so\n"
+          "                         it never crosses the wire. Clients set WEFT_REMOTE_SECRET_FILE\n"
+          "  --tls                  run every connection inside TLS 1.3 on loopback too (always on for any\n"
+          "                         other address): a pre-shared key derived from the secret (HKDF-SHA256),\n"
+          "                         TLS_AES_128_GCM_SHA256, no certificates; needs --secret-file. Clients on\n"
+          "                         loopback set WEFT_REMOTE_TLS=1\n"
+          "  --identity NAME        the name this worker proves (bound into both proofs and shown in the\n"
+          "                         client's lane details; default HOSTNAME:PORT)\n"
           "  --max-frame-mib N      largest frame a client may send (default 64)\n"
           "  --max-resident-mib N   tensor bytes one connection may hold (default 1024)\n"
           "  --max-total-mib N      tensor and frame-buffer bytes all connections together may hold (default:\n"
@@ -29,7 +37,7 @@ void weft_cli_worker_help(FILE *out) {
           "  --max-clients N        connections past the handshake served at once (default 64)\n"
           "  --max-pending N        connections still in the handshake held at once, on their own cap; when\n"
           "                         full the oldest is dropped for a newcomer (default 64)\n"
-          "  --handshake-timeout-ms N  time from accept to a complete hello (and auth, with a secret); a\n"
+          "  --handshake-timeout-ms N  time from accept to a complete hello (and TLS and auth, with a secret); a\n"
           "                         connection that takes longer is dropped (default 5000)\n"
           "  --idle-timeout-s N     an authenticated client silent this long between frames is dropped\n"
           "                         (default 3600; 0 = never)\n"
@@ -47,6 +55,8 @@ int weft_cli_worker(int argc, char **argv) {
   static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
                                        {"lanes", required_argument, NULL, 'L'},
                                        {"secret-file", required_argument, NULL, 's'},
+                                       {"tls", no_argument, NULL, 't'},
+                                       {"identity", required_argument, NULL, 'i'},
                                        {"max-frame-mib", required_argument, NULL, 'f'},
                                        {"max-resident-mib", required_argument, NULL, 'r'},
                                        {"max-total-mib", required_argument, NULL, 'T'},
@@ -68,6 +78,12 @@ int weft_cli_worker(int argc, char **argv) {
     case 'l': d.listen = optarg; break;
     case 'L': d.lanes = optarg; break;
     case 's': secret_file = optarg; break;
+    case 't': d.tls = 1; break;
+    case 'i':
+      if (!optarg[0] || strlen(optarg) > WEFT_NET_MAX_IDENTITY)
+        return weft_cli_usage_error("worker", "--identity wants 1 to %u bytes", WEFT_NET_MAX_IDENTITY);
+      d.identity = optarg;
+      break;
     case 'f':
       if (weft_cli_parse_long("worker", "--max-frame-mib", optarg, 1, 1024, &frame_mib)) return WEFT_CLI_USAGE;
       break;

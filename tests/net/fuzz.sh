@@ -23,7 +23,7 @@ fi
 rm -f "$exe.probe"
 flags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -ffp-contract=off"
 "$cc" $flags -I"$src/include" -I"$src/src" -o "$exe" "$src/tests/net/fuzz_protocol.c" "$src/src/net/protocol.c" \
-  "$src/src/net/worker.c" "$lib" $(pkg-config --libs libcjson) -lcrypto \
+  "$src/src/net/worker.c" "$lib" $(pkg-config --libs libcjson) -lssl -lcrypto \
   $(pkg-config --libs libwebsockets 2>/dev/null) -lpthread -ldl -lm || exit 1
 scratch=$(mktemp -d)
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -149,7 +149,9 @@ int nt_closed(int fd) {
   struct pollfd p = {fd, POLLIN, 0};
   if (poll(&p, 1, 2000) <= 0) return 0;
   char c;
-  return recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+  /* A worker that closes with bytes of ours unread (a refused frame's payload it never read) resets. */
+  ssize_t k = recv(fd, &c, 1, MSG_DONTWAIT);
+  return k == 0 || (k < 0 && errno == ECONNRESET);
 }
 
 uint64_t nt_create(int fd, int ndim, const int64_t *dims) {
@@ -217,9 +219,24 @@ void nt_ref_matmul(const float *a, const float *b, float *c, int m, int k, int n
 }
 
 int nt_auth(int fd, const uint8_t *nonce, const char *secret) {
-  uint8_t mac[WEFT_NET_MAC_BYTES];
-  if (weft_net_auth_mac((const uint8_t *)secret, strlen(secret), nonce, mac)) return -1;
-  return nt_call(fd, WEFT_NET_AUTH, mac, sizeof mac, NULL, NULL);
+  /* Mutual: AUTH_START with a client nonce, the worker's proof and identity back (checked), then AUTH_FINISH. */
+  uint8_t cn[WEFT_NET_NONCE_BYTES], mac[WEFT_NET_MAC_BYTES], *p = NULL;
+  for (size_t i = 0; i < sizeof cn; i++) cn[i] = (uint8_t)(rand() & 0xff);
+  uint32_t n = 0;
+  if (nt_call(fd, WEFT_NET_AUTH_START, cn, sizeof cn, &p, &n) != 0) return -1;
+  char id[WEFT_NET_MAX_IDENTITY + 1] = "";
+  int ok = p && n >= WEFT_NET_MAC_BYTES + 2;
+  size_t idlen = ok ? weft_net_get16(p + WEFT_NET_MAC_BYTES) : 0;
+  ok = ok && idlen <= WEFT_NET_MAX_IDENTITY && n == WEFT_NET_MAC_BYTES + 2 + idlen;
+  if (ok) memcpy(id, p + WEFT_NET_MAC_BYTES + 2, idlen);
+  ok = ok && weft_net_auth_proof(WEFT_NET_PROOF_WORKER, (const uint8_t *)secret, strlen(secret), nonce, cn, id,
+                                 mac) == WEFT_OK &&
+       memcmp(mac, p, WEFT_NET_MAC_BYTES) == 0;
+  free(p);
+  if (!ok) return -1;
+  if (weft_net_auth_proof(WEFT_NET_PROOF_CLIENT, (const uint8_t *)secret, strlen(secret), nonce, cn, id, mac))
+    return -1;
+  return nt_call(fd, WEFT_NET_AUTH_FINISH, mac, sizeof mac, NULL, NULL);
 }
 
 int nt_matmul_right(int port, const char *secret, int m, int k, int n, uint64_t seed) {

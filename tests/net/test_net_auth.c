@@ -1,26 +1,177 @@
-/* test_net_auth.c - the worker's authentication: a worker with a secret serves only clients that prove
- * it (HMAC-SHA256 of its nonce); a wrong proof or none is refused; binding off loopback without a secret
- * refuses to start. */
+/* test_net_auth.c - authentication between `weft worker` and its clients: it is mutual (the worker proves
+ * the secret before the client does), each proof has its own domain (a browser tab's answer or the first
+ * release's single-sided proof is no login), it binds the worker's identity and both nonces (a proof for
+ * another worker or another connection is refused), and a client with a secret refuses a worker that asks for
+ * none, or proves nothing, or proves wrong (fake workers in this process). Off loopback without a secret the
+ * worker refuses to start. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include "netutil.h"
 #include "tutil.h"
+#include "weft.h"
 
 static const char secret[] = "correct horse battery staple 42";
+static const char identity[] = "test-worker-A";
 
-static int auth(int fd, const uint8_t *nonce, const char *key) {
+/* AUTH_START with a fresh client nonce: returns the status; the worker's proof and identity in *mac, id. */
+static int auth_start(int fd, uint8_t cn[WEFT_NET_NONCE_BYTES], uint8_t mac[WEFT_NET_MAC_BYTES], char *id,
+                      size_t idcap) {
+  for (unsigned i = 0; i < WEFT_NET_NONCE_BYTES; i++) cn[i] = (uint8_t)(rand() & 0xff);
+  uint8_t *r = NULL;
+  uint32_t n = 0;
+  int st = nt_call(fd, WEFT_NET_AUTH_START, cn, WEFT_NET_NONCE_BYTES, &r, &n);
+  id[0] = 0;
+  if (st == 0 && n >= WEFT_NET_MAC_BYTES + 2) {
+    size_t il = weft_net_get16(r + WEFT_NET_MAC_BYTES);
+    if (n == WEFT_NET_MAC_BYTES + 2 + il && il < idcap) {
+      memcpy(mac, r, WEFT_NET_MAC_BYTES);
+      memcpy(id, r + WEFT_NET_MAC_BYTES + 2, il);
+      id[il] = 0;
+    } else {
+      st = -5;
+    }
+  }
+  free(r);
+  return st;
+}
+
+static int finish(int fd, const uint8_t *wn, const uint8_t *cn, const char *key, const char *id) {
   uint8_t mac[WEFT_NET_MAC_BYTES];
-  if (weft_net_auth_mac((const uint8_t *)key, strlen(key), nonce, mac)) return -9;
-  return nt_call(fd, WEFT_NET_AUTH, mac, sizeof mac, NULL, NULL);
+  if (weft_net_auth_proof(WEFT_NET_PROOF_CLIENT, (const uint8_t *)key, strlen(key), wn, cn, id, mac)) return -9;
+  return nt_call(fd, WEFT_NET_AUTH_FINISH, mac, sizeof mac, NULL, NULL);
+}
+
+/* HMAC-SHA256(secret, label || nonce): the first release's proof, and the shape of a tab's PROVE answer. */
+static void label_mac(const char *label, const uint8_t *nonce, uint8_t out[WEFT_NET_MAC_BYTES]) {
+  uint8_t msg[64 + WEFT_NET_NONCE_BYTES];
+  size_t ll = strlen(label);
+  memcpy(msg, label, ll);
+  memcpy(msg + ll, nonce, WEFT_NET_NONCE_BYTES);
+  unsigned int n = 0;
+  HMAC(EVP_sha256(), secret, (int)strlen(secret), msg, ll + WEFT_NET_NONCE_BYTES, out, &n);
+}
+
+/* ------------------------------------------------------------------------------ fake workers (client side) */
+
+typedef enum fake_mode { FAKE_WRONG_PROOF, FAKE_NO_MUTUAL } fake_mode;
+
+typedef struct fake_worker {
+  int lfd, port;
+  fake_mode mode;
+  int got_client_proof; /* the client sent AUTH_FINISH or AUTH: it proved the secret to an unproven peer */
+  int got_other;        /* anything after the handshake (LANES, ...) */
+  pthread_t th;
+} fake_worker;
+
+/* Serves connections until the listening socket is shut: hello with auth required, then a wrong proof (or no
+ * mutual capability), and records whatever the client sends next. */
+static void *fake_serve(void *arg) {
+  fake_worker *f = arg;
+  for (;;) {
+    int fd = accept(f->lfd, NULL, NULL);
+    if (fd < 0) break;
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    weft_net_header h;
+    uint8_t *p = NULL;
+    while (nt_recv(fd, &h, &p)) {
+      uint8_t out[WEFT_NET_HEADER_BYTES + 128] = {0};
+      size_t len = 0;
+      if (h.type == WEFT_NET_HELLO) {
+        len = 12 + WEFT_NET_NONCE_BYTES + 12;
+        uint8_t *q = out + WEFT_NET_HEADER_BYTES;
+        weft_net_put32(q, WEFT_NET_VERSION);
+        weft_net_put32(q + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | (f->mode == FAKE_NO_MUTUAL ? 0 : WEFT_NET_CAP_AUTH_MUTUAL));
+        weft_net_put32(q + 8, 1);
+        memset(q + 12, 0x5a, WEFT_NET_NONCE_BYTES);
+        weft_net_put32(q + 12 + WEFT_NET_NONCE_BYTES, 1u << 20);
+        weft_net_put64(q + 16 + WEFT_NET_NONCE_BYTES, 1u << 30);
+      } else if (h.type == WEFT_NET_AUTH_START) {
+        /* A proof made without the secret. */
+        len = WEFT_NET_MAC_BYTES + 2 + 4;
+        uint8_t *q = out + WEFT_NET_HEADER_BYTES;
+        memset(q, 0x33, WEFT_NET_MAC_BYTES);
+        weft_net_put16(q + WEFT_NET_MAC_BYTES, 4);
+        memcpy(q + WEFT_NET_MAC_BYTES + 2, "fake", 4);
+      } else if (h.type == WEFT_NET_AUTH_FINISH || h.type == WEFT_NET_AUTH) {
+        f->got_client_proof = 1;
+      } else {
+        f->got_other = 1;
+      }
+      free(p);
+      p = NULL;
+      weft_net_header rh = {WEFT_NET_MAGIC, (uint16_t)(h.type | WEFT_NET_REPLY), 0, h.request_id, (uint32_t)len};
+      weft_net_header_encode(&rh, out);
+      if (!nt_send_raw(fd, out, WEFT_NET_HEADER_BYTES + len)) break;
+    }
+    free(p);
+    close(fd);
+  }
+  return NULL;
+}
+
+static int fake_start(fake_worker *f, fake_mode mode) {
+  memset(f, 0, sizeof *f);
+  f->mode = mode;
+  f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t al = sizeof a;
+  if (f->lfd < 0 || bind(f->lfd, (struct sockaddr *)&a, sizeof a) || listen(f->lfd, 8) ||
+      getsockname(f->lfd, (struct sockaddr *)&a, &al))
+    return 0;
+  f->port = ntohs(a.sin_port);
+  return pthread_create(&f->th, NULL, fake_serve, f) == 0;
+}
+
+static void fake_stop(fake_worker *f) {
+  shutdown(f->lfd, SHUT_RDWR);
+  close(f->lfd);
+  pthread_join(f->th, NULL);
+}
+
+/* Opens a fabric with the cpu lane and the worker at port; "" when a remote lane joined, else the reason the
+ * remote lane is absent (copied into why). */
+static const char *remote_outcome(int port, char *why, size_t n) {
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.lanes = "cpu,remote";
+  d.remote = addr;
+  d.calibration = WEFT_CALIBRATION_OFF;
+  weft_fabric *f = NULL;
+  snprintf(why, n, "the fabric did not open");
+  if (weft_fabric_open(&d, &f)) return why;
+  snprintf(why, n, "no remote lane and no reason");
+  for (size_t i = 0; i < weft_fabric_lane_count(f); i++) {
+    weft_lane_info li;
+    if (!weft_fabric_lane_info(f, i, &li) && strcmp(li.kind, "remote") == 0) why[0] = 0;
+  }
+  for (size_t i = 0; why[0] && i < weft_fabric_absent_count(f); i++) {
+    const char *name, *reason;
+    if (!weft_fabric_absent_info(f, i, &name, &reason) && strncmp(name, "remote:", 7) == 0)
+      snprintf(why, n, "%s", reason);
+  }
+  weft_fabric_close(f);
+  return why;
 }
 
 int main(int argc, char **argv) {
   double start = tu_now();
   if (argc < 2) return 2;
+  srand((unsigned)getpid());
   char path[] = "weft-secret-XXXXXX";
   int sfd = mkstemp(path);
   TU_CHECK(sfd >= 0, "mkstemp");
@@ -28,36 +179,128 @@ int main(int argc, char **argv) {
   TU_CHECK(write(sfd, secret, strlen(secret)) == (ssize_t)strlen(secret), "write secret");
   close(sfd);
 
+  /* ---------------------------------------------------------------------------- the worker's side */
   nt_worker w;
-  const char *extra[] = {"--secret-file", path, NULL};
+  const char *extra[] = {"--secret-file", path, "--identity", identity, NULL};
   TU_CHECK(nt_start(argv[1], extra, &w), "worker with a secret starts");
-  uint8_t nonce[WEFT_NET_NONCE_BYTES], nonce2[WEFT_NET_NONCE_BYTES];
+  uint8_t wn[WEFT_NET_NONCE_BYTES], wn2[WEFT_NET_NONCE_BYTES], cn[WEFT_NET_NONCE_BYTES], cn2[WEFT_NET_NONCE_BYTES];
+  uint8_t mac[WEFT_NET_MAC_BYTES], want[WEFT_NET_MAC_BYTES];
+  char id[300];
 
   int fd = nt_connect(w.port);
-  TU_CHECK(nt_hello(fd, nonce) == 0, "hello");
+  TU_CHECK(nt_hello(fd, wn) == 0, "hello");
   TU_CHECK(nt_call(fd, WEFT_NET_LANES, NULL, 0, NULL, NULL) == WEFT_ERR_STATE, "no proof: refused");
   TU_CHECK(nt_closed(fd), "no proof: connection closed");
   close(fd);
 
+  /* The first release's proof, HMAC(secret, "weft-auth-v1" || nonce), is exactly what a browser tab holding
+   * the secret answers PROVE with: no login. */
   fd = nt_connect(w.port);
-  TU_CHECK(nt_hello(fd, nonce) == 0, "hello");
-  TU_CHECK(auth(fd, nonce, "the wrong secret, long enough") == WEFT_ERR_INVALID_ARGUMENT, "wrong secret refused");
+  TU_CHECK(nt_hello(fd, wn) == 0, "hello");
+  label_mac("weft-auth-v1", wn, mac);
+  TU_CHECK(nt_call(fd, WEFT_NET_AUTH, mac, sizeof mac, NULL, NULL) != 0, "the tab-domain proof is not a login");
+  TU_CHECK(nt_closed(fd), "the tab-domain proof: connection closed");
+  close(fd);
+
+  /* Nor as the client's proof of the mutual exchange. */
+  fd = nt_connect(w.port);
+  TU_CHECK(nt_hello(fd, wn) == 0, "hello");
+  TU_CHECK(auth_start(fd, cn, mac, id, sizeof id) == 0, "auth_start");
+  label_mac("weft-auth-v1", wn, mac);
+  TU_CHECK(nt_call(fd, WEFT_NET_AUTH_FINISH, mac, sizeof mac, NULL, NULL) == WEFT_ERR_INVALID_ARGUMENT,
+           "the tab-domain proof is not an auth_finish either");
+  TU_CHECK(nt_closed(fd), "connection closed");
+  close(fd);
+
+  /* The worker proves itself first, for its identity, over both nonces. */
+  fd = nt_connect(w.port);
+  TU_CHECK(nt_hello(fd, wn) == 0, "hello");
+  TU_CHECK(auth_start(fd, cn, mac, id, sizeof id) == 0, "auth_start answered");
+  TU_CHECK(strcmp(id, identity) == 0, "the worker names its identity (got '%s')", id);
+  weft_net_auth_proof(WEFT_NET_PROOF_WORKER, (const uint8_t *)secret, strlen(secret), wn, cn, identity, want);
+  TU_CHECK(memcmp(want, mac, sizeof mac) == 0, "the worker's proof verifies");
+  weft_net_auth_proof(WEFT_NET_PROOF_CLIENT, (const uint8_t *)secret, strlen(secret), wn, cn, identity, want);
+  TU_CHECK(memcmp(want, mac, sizeof mac) != 0, "the worker's proof is not the client's (directions differ)");
+  TU_CHECK(nt_call(fd, WEFT_NET_AUTH_START, cn, sizeof cn, NULL, NULL) == WEFT_ERR_STATE, "one auth_start only");
+  close(fd);
+
+  /* A proof for another worker's identity is refused. */
+  fd = nt_connect(w.port);
+  TU_CHECK(nt_hello(fd, wn) == 0, "hello");
+  TU_CHECK(auth_start(fd, cn, mac, id, sizeof id) == 0, "auth_start");
+  TU_CHECK(finish(fd, wn, cn, secret, "test-worker-B") == WEFT_ERR_INVALID_ARGUMENT,
+           "a proof for another worker identity is refused");
+  TU_CHECK(nt_closed(fd), "another identity: connection closed");
+  close(fd);
+
+  /* The worker's own proof reflected back as the client's is refused. */
+  fd = nt_connect(w.port);
+  TU_CHECK(nt_hello(fd, wn) == 0, "hello");
+  TU_CHECK(auth_start(fd, cn, mac, id, sizeof id) == 0, "auth_start");
+  TU_CHECK(nt_call(fd, WEFT_NET_AUTH_FINISH, mac, sizeof mac, NULL, NULL) == WEFT_ERR_INVALID_ARGUMENT,
+           "the worker's proof reflected is refused");
+  close(fd);
+
+  fd = nt_connect(w.port);
+  TU_CHECK(nt_hello(fd, wn) == 0, "hello");
+  TU_CHECK(auth_start(fd, cn, mac, id, sizeof id) == 0, "auth_start");
+  TU_CHECK(finish(fd, wn, cn, "the wrong secret, long enough", identity) == WEFT_ERR_INVALID_ARGUMENT,
+           "wrong secret refused");
   TU_CHECK(nt_closed(fd), "wrong secret: connection closed");
   close(fd);
 
+  /* A proof replayed from another connection's nonces is refused. */
   fd = nt_connect(w.port);
-  TU_CHECK(nt_hello(fd, nonce2) == 0, "hello");
-  TU_CHECK(memcmp(nonce, nonce2, sizeof nonce) != 0, "each connection gets a fresh nonce");
-  TU_CHECK(auth(fd, nonce, secret) == WEFT_ERR_INVALID_ARGUMENT, "a proof replayed from another nonce is refused");
+  TU_CHECK(nt_hello(fd, wn2) == 0, "hello");
+  TU_CHECK(memcmp(wn, wn2, sizeof wn) != 0, "each connection gets a fresh nonce");
+  TU_CHECK(auth_start(fd, cn2, mac, id, sizeof id) == 0, "auth_start");
+  TU_CHECK(finish(fd, wn, cn, secret, identity) == WEFT_ERR_INVALID_ARGUMENT, "a replayed proof is refused");
   close(fd);
 
   fd = nt_connect(w.port);
-  TU_CHECK(nt_hello(fd, nonce) == 0, "hello");
-  TU_CHECK(auth(fd, nonce, secret) == 0, "right secret accepted");
+  TU_CHECK(nt_hello(fd, wn) == 0, "hello");
+  weft_net_auth_proof(WEFT_NET_PROOF_CLIENT, (const uint8_t *)secret, strlen(secret), wn, cn, identity, mac);
+  TU_CHECK(nt_call(fd, WEFT_NET_AUTH_FINISH, mac, sizeof mac, NULL, NULL) == WEFT_ERR_STATE,
+           "auth_finish without auth_start is refused");
+  close(fd);
+
+  fd = nt_connect(w.port);
+  TU_CHECK(nt_hello(fd, wn) == 0, "hello");
+  TU_CHECK(auth_start(fd, cn, mac, id, sizeof id) == 0, "auth_start");
+  TU_CHECK(finish(fd, wn, cn, secret, identity) == 0, "the right proof is accepted");
   TU_CHECK(nt_call(fd, WEFT_NET_LANES, NULL, 0, NULL, NULL) == 0, "served after auth");
   close(fd);
+
+  /* The library's client against the real worker: mutual, and the identity it proved is in the details. */
+  setenv("WEFT_REMOTE_SECRET_FILE", path, 1);
+  char why[600];
+  TU_CHECK(remote_outcome(w.port, why, sizeof why)[0] == 0, "the client authenticates with the worker (%s)", why);
   TU_CHECK(nt_alive(&w), "worker alive");
   nt_stop(&w);
+
+  /* ---------------------------------------------------------------------------- the client's side */
+  /* A worker that asks for no authentication, while the client has a secret: refused (no downgrade). */
+  TU_CHECK(nt_start(argv[1], NULL, &w), "worker without a secret starts");
+  remote_outcome(w.port, why, sizeof why);
+  TU_CHECK(strstr(why, "asks for no authentication") != NULL, "a worker asking for no auth is refused: '%s'", why);
+  nt_stop(&w);
+
+  /* A worker whose proof is wrong: refused, and the client never proved the secret to it. */
+  fake_worker fk;
+  TU_CHECK(fake_start(&fk, FAKE_WRONG_PROOF), "fake worker");
+  remote_outcome(fk.port, why, sizeof why);
+  TU_CHECK(strstr(why, "proof of the shared secret is wrong") != NULL, "a wrong worker proof is refused: '%s'", why);
+  fake_stop(&fk);
+  TU_CHECK(!fk.got_client_proof, "the client sent no proof to a worker that failed its own");
+  TU_CHECK(!fk.got_other, "the client sent nothing after a wrong worker proof");
+
+  /* A worker that requires auth but will not prove itself (the first release's worker): refused too. */
+  TU_CHECK(fake_start(&fk, FAKE_NO_MUTUAL), "fake worker");
+  remote_outcome(fk.port, why, sizeof why);
+  TU_CHECK(strstr(why, "mutual authentication") != NULL, "a worker without mutual auth is refused: '%s'", why);
+  fake_stop(&fk);
+  TU_CHECK(!fk.got_client_proof, "the client sent no proof to a worker that proves nothing");
+  unsetenv("WEFT_REMOTE_SECRET_FILE");
 
   /* Off loopback without a secret: the worker refuses to start (exit 1, says why). */
   pid_t pid = fork();
@@ -69,6 +312,14 @@ int main(int argc, char **argv) {
   waitpid(pid, &status, 0);
   TU_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "non-loopback without a secret refused (status %d)",
            status);
+  /* TLS needs the secret its key comes from. */
+  pid = fork();
+  if (pid == 0) {
+    execl(argv[1], argv[1], "worker", "--listen", "127.0.0.1:0", "--lanes", "cpu", "--tls", (char *)NULL);
+    _exit(127);
+  }
+  waitpid(pid, &status, 0);
+  TU_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "--tls without a secret refused (status %d)", status);
   unlink(path);
   return tu_finish("net_auth", start);
 }

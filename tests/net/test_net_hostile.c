@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "net/tls.h"
 #include "netutil.h"
 #include "tutil.h"
 
@@ -82,6 +83,104 @@ static void test_lockout(const char *weft, const char *secret_path) {
   TU_CHECK(nt_wait_closed(fd, 15.0), "an idle authenticated connection was not dropped at the idle timeout");
   close(fd);
   still_right(&w, secret, "the idle timeout");
+  nt_stop(&w);
+}
+
+/* The same with TLS on: sockets that never start TLS (silent, or a TLS record's first byte and no more) are
+ * held in the handshake stage like any other, and a TLS client with the secret gets in behind them. */
+static int tls_call(weft_net_conn *c, uint16_t type, uint32_t id, const void *payload, uint32_t len, uint8_t **out,
+                    uint32_t *out_len) {
+  uint8_t hb[WEFT_NET_HEADER_BYTES];
+  weft_net_header h = {WEFT_NET_MAGIC, type, 0, id, len};
+  weft_net_header_encode(&h, hb);
+  const uint8_t *piece[3] = {hb, payload, NULL};
+  const size_t plen[3] = {sizeof hb, len, 0};
+  if (!weft_net_conn_send3(c, piece, plen) || !weft_net_conn_recv_all(c, hb, sizeof hb)) return -1;
+  uint32_t n = weft_net_get32(hb + 12);
+  if (weft_net_get32(hb + 8) != id || n > (1u << 20)) return -1;
+  uint8_t *p = malloc(n + 1);
+  if (!p || !weft_net_conn_recv_all(c, p, n)) {
+    free(p);
+    return -1;
+  }
+  if (out) *out = p;
+  else free(p);
+  if (out_len) *out_len = n;
+  return weft_net_get16(hb + 6);
+}
+
+static int tls_round_trip(int port, char *err, size_t errlen) {
+  weft_net_tls *t = NULL;
+  if (weft_net_tls_create(0, (const uint8_t *)secret, strlen(secret), &t, err, errlen)) return 0;
+  weft_net_conn c;
+  weft_net_conn_init(&c, nt_connect(port));
+  int ok = c.fd >= 0 && weft_net_conn_connect(&c, t, err, errlen) == WEFT_OK;
+  uint8_t pl[64], *r = NULL, wn[WEFT_NET_NONCE_BYTES], cn[WEFT_NET_NONCE_BYTES], mac[WEFT_NET_MAC_BYTES];
+  uint32_t n = 0;
+  weft_net_put32(pl, WEFT_NET_VERSION);
+  weft_net_put32(pl + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | WEFT_NET_CAP_AUTH_MUTUAL);
+  ok = ok && tls_call(&c, WEFT_NET_HELLO, 1, pl, 8, &r, &n) == 0 && n >= 12 + WEFT_NET_NONCE_BYTES;
+  if (ok) memcpy(wn, r + 12, sizeof wn);
+  free(r), r = NULL;
+  memset(cn, 9, sizeof cn);
+  ok = ok && tls_call(&c, WEFT_NET_AUTH_START, 2, cn, sizeof cn, &r, &n) == 0 && n >= WEFT_NET_MAC_BYTES + 2;
+  char id[WEFT_NET_MAX_IDENTITY + 1] = "";
+  size_t il = ok ? weft_net_get16(r + WEFT_NET_MAC_BYTES) : 0;
+  ok = ok && il <= WEFT_NET_MAX_IDENTITY && n == WEFT_NET_MAC_BYTES + 2 + il;
+  if (ok) memcpy(id, r + WEFT_NET_MAC_BYTES + 2, il);
+  free(r), r = NULL;
+  ok = ok && weft_net_auth_proof(WEFT_NET_PROOF_CLIENT, (const uint8_t *)secret, strlen(secret), wn, cn, id, mac) == 0;
+  ok = ok && tls_call(&c, WEFT_NET_AUTH_FINISH, 3, mac, sizeof mac, NULL, NULL) == 0;
+  /* A tensor's bits there and back. */
+  weft_net_put32(pl, 1);
+  weft_net_put64(pl + 4, 5);
+  ok = ok && tls_call(&c, WEFT_NET_CREATE, 4, pl, 12, &r, &n) == 0 && n == 8;
+  uint64_t h = ok ? weft_net_get64(r) : 0;
+  free(r), r = NULL;
+  const float x[5] = {1.5f, -2.25f, 3e-7f, 65504.0f, -0.0f};
+  weft_net_put64(pl, h);
+  weft_net_put64(pl + 8, 0);
+  weft_net_put64(pl + 16, 5);
+  memcpy(pl + 24, x, sizeof x);
+  ok = ok && tls_call(&c, WEFT_NET_WRITE, 5, pl, 24 + sizeof x, NULL, NULL) == 0;
+  ok = ok && tls_call(&c, WEFT_NET_READ, 6, pl, 24, &r, &n) == 0 && n == 8 + sizeof x &&
+       memcmp(r + 8, x, sizeof x) == 0;
+  free(r);
+  weft_net_conn_close(&c);
+  weft_net_tls_destroy(t);
+  return ok;
+}
+
+static void test_lockout_tls(const char *weft, const char *secret_path) {
+  nt_worker w;
+  const char *extra[] = {"--secret-file", secret_path, "--tls", "--handshake-timeout-ms", "3000", NULL};
+  TU_CHECK(nt_start(weft, extra, &w), "worker with a secret and --tls starts");
+  if (!w.port) return;
+  enum { IDLE = 80, TRICKLE = 80 };
+  int fds[IDLE + TRICKLE];
+  int opened = 0;
+  for (int i = 0; i < IDLE + TRICKLE; i++) {
+    fds[i] = nt_connect(w.port);
+    if (fds[i] < 0) continue;
+    opened++;
+    /* The first byte of a TLS handshake record, then nothing. */
+    if (i >= IDLE) nt_send_raw(fds[i], "\x16", 1);
+  }
+  TU_CHECK(opened == IDLE + TRICKLE, "opened %d of %d hostile connections", opened, IDLE + TRICKLE);
+  char err[512] = "";
+  double t0 = tu_now();
+  int right = tls_round_trip(w.port, err, sizeof err);
+  double took = tu_now() - t0;
+  TU_CHECK(right, "a TLS client with the secret behind %d sockets that never start TLS was locked out (%s)", opened,
+           err);
+  TU_CHECK(took < 10.0, "the TLS client took %.1f s behind sockets that never start TLS", took);
+  /* The deadline covers TLS's handshake: a socket that never starts TLS is closed. */
+  int idle = nt_connect(w.port);
+  TU_CHECK(nt_wait_closed(idle, 15.0), "a socket that never started TLS outlived the handshake deadline");
+  close(idle);
+  for (int i = 0; i < IDLE + TRICKLE; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  TU_CHECK(nt_alive(&w) && tls_round_trip(w.port, err, sizeof err), "TLS still served afterwards (%s)", err);
   nt_stop(&w);
 }
 
@@ -205,6 +304,7 @@ int main(int argc, char **argv) {
   TU_CHECK(sfd >= 0 && write(sfd, secret, strlen(secret)) == (ssize_t)strlen(secret), "secret file");
   if (sfd >= 0) close(sfd);
   test_lockout(argv[1], path);
+  test_lockout_tls(argv[1], path);
   test_memory_before_auth(argv[1], path);
   test_global_cap(argv[1]);
   unlink(path);

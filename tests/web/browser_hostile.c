@@ -466,7 +466,7 @@ static void check_proofs(void) {
   weft_net_auth_mac(secret, sizeof secret - 1, nonce, auth);
   TU_CHECK(memcmp(tab, auth, 32) != 0, "a tab's proof differs from a worker login for the same nonce");
   TU_CHECK(memcmp(tab, tab2, 32) != 0, "a tab's proof names the server it dialled");
-  /* A worker with the secret: the tab's answer to its nonce is refused as AUTH; the real login passes. */
+  /* A worker with the secret: the tab's answer to its nonce is refused as AUTH_FINISH; the real login passes. */
   weft_net_worker_desc wd;
   memset(&wd, 0, sizeof wd);
   wd.lanes = "cpu";
@@ -486,14 +486,23 @@ static void check_proofs(void) {
     weft_net_header h = {WEFT_NET_MAGIC, WEFT_NET_HELLO, 0, 1, sizeof hello};
     weft_net_buf r = {0};
     weft_net_session_handle(s, &h, hello, &r);
-    uint8_t mac[32];
-    if (r.len >= 16 + 44) {
-      const uint8_t *wn = r.data + 16 + 12;
-      if (round == 0) weft_net_tab_mac(secret, sizeof secret - 1, wn, "127.0.0.1:7070", mac);
-      else weft_net_auth_mac(secret, sizeof secret - 1, wn, mac);
-    }
+    /* The worker login is mutual: AUTH_START (the worker's proof and identity back), then the client's
+     * proof in AUTH_FINISH. Round 0 offers a tab's PROVE answer there instead. */
+    uint8_t mac[32] = {0}, wn[32] = {0}, cn[32];
+    memset(cn, 5, sizeof cn);
+    if (r.len >= 16 + 44) memcpy(wn, r.data + 16 + 12, sizeof wn);
     r.len = 0;
-    weft_net_header a = {WEFT_NET_MAGIC, WEFT_NET_AUTH, 0, 2, 32};
+    weft_net_header as = {WEFT_NET_MAGIC, WEFT_NET_AUTH_START, 0, 2, sizeof cn};
+    weft_net_session_handle(s, &as, cn, &r);
+    char id[WEFT_NET_MAX_IDENTITY + 1] = "";
+    if (r.len >= 16 + 34 && weft_net_get16(r.data + 6) == 0) {
+      size_t il = weft_net_get16(r.data + 16 + 32);
+      if (il <= WEFT_NET_MAX_IDENTITY && r.len == 16 + 34 + il) memcpy(id, r.data + 16 + 34, il);
+    }
+    if (round == 0) weft_net_tab_mac(secret, sizeof secret - 1, wn, "127.0.0.1:7070", mac);
+    else weft_net_auth_proof(WEFT_NET_PROOF_CLIENT, secret, sizeof secret - 1, wn, cn, id, mac);
+    r.len = 0;
+    weft_net_header a = {WEFT_NET_MAGIC, WEFT_NET_AUTH_FINISH, 0, 3, 32};
     weft_net_session_handle(s, &a, mac, &r);
     int status = r.len >= 16 ? weft_net_get16(r.data + 6) : -1;
     if (round == 0) TU_CHECK(status != 0, "a tab's proof is refused as a worker login (status %d)", status);

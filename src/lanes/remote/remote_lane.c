@@ -1,10 +1,11 @@
 /* remote_lane.c - lanes of another machine, served by `weft worker` (docs/PROTOCOL.md): one lane per lane
  * the worker offers, named remote:<host:port>/<lane>, one connection each. The protocol's client (buffers
  * as worker-side handles, views per op, chunked transfers, every reply checked) is src/net/client.c, shared
- * with browser lanes; this file is its TCP transport, the handshake's proof of the secret, the probe and
- * revive. A worker that dies or stalls (socket timeouts) makes the lane return WEFT_ERR_LANE_FAILED, so the
- * core takes the lane out and re-routes the op. Reconnecting runs on a thread of the lane's own, never on
- * the caller's: revive only starts an attempt or reads its verdict. */
+ * with browser lanes; this file is its TCP transport (plain on loopback, TLS 1.3 with a key derived from the
+ * shared secret anywhere else or when WEFT_REMOTE_TLS=1; src/net/tls.c), the handshake (mutual proof of
+ * the secret, src/net/client.c), the probe and revive. A worker that dies or stalls (socket timeouts) makes
+ * the lane return WEFT_ERR_LANE_FAILED, so the core takes the lane out and re-routes the op. Reconnecting runs
+ * on a thread of the lane's own, never on the caller's: revive only starts an attempt or reads its verdict. */
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -18,19 +19,25 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "net/client.h"
+#include "net/tls.h"
 #include "weft_lane.h"
 
 typedef struct remote_lane {
   weft_net_client client; /* first: the shared vtable functions take the lane as its client */
-  int fd;                 /* -1 once the connection broke */
+  weft_net_conn conn;     /* fd -1 once the connection broke */
+  weft_net_tls *tls;      /* the TLS configuration of the current connection, or NULL (plain TCP) */
+  char identity[WEFT_NET_MAX_IDENTITY + 1]; /* what the worker proved it is ("" without a secret) */
+  char transport[96];
   int timeout_ms;
   weft_contract_mask contracts;
   char addr[128];
   char worker_lane_name[128]; /* the lane's name on the worker: a restarted worker must still offer it */
   char name[256];
   char device[160];
-  char details[256];
+  char details[400];
   uint8_t *scratch; /* the last frame received */
   size_t scratch_cap;
   size_t max_reply; /* the largest reply the last request may get */
@@ -51,38 +58,6 @@ enum { RV_IDLE, RV_RUNNING, RV_UP, RV_DOWN };
 
 /* ---------------------------------------------------------------------------------- the TCP transport */
 
-/* Header, payload and tail in one sendmsg where the kernel takes them whole: a small request is one
- * segment on the wire, not three (each a wakeup on the worker). */
-static int send_frame(int fd, const uint8_t *const piece[3], const size_t len[3]) {
-  struct iovec iov[3];
-  size_t total = 0;
-  for (int i = 0; i < 3; i++) {
-    iov[i].iov_base = (void *)piece[i];
-    iov[i].iov_len = piece[i] ? len[i] : 0;
-    total += iov[i].iov_len;
-  }
-  struct msghdr m = {0};
-  m.msg_iov = iov;
-  m.msg_iovlen = 3;
-  ssize_t k;
-  while ((k = sendmsg(fd, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
-  }
-  if (k < 0) return 0;
-  if ((size_t)k == total) return 1;
-  /* A partial send: finish piece by piece. */
-  size_t done = (size_t)k;
-  for (int i = 0; i < 3; i++) {
-    size_t n = iov[i].iov_len;
-    if (done >= n) {
-      done -= n;
-      continue;
-    }
-    if (!weft_net_send_all(fd, (const uint8_t *)iov[i].iov_base + done, n - done)) return 0;
-    done = 0;
-  }
-  return 1;
-}
-
 static int scratch_fit(remote_lane *l, size_t n) {
   if (n <= l->scratch_cap) return 1;
   uint8_t *p = realloc(l->scratch, n);
@@ -96,18 +71,18 @@ static weft_status tcp_send(void *ctx, const uint8_t *const piece[3], const size
                             char *why, size_t whylen) {
   remote_lane *l = ctx;
   l->max_reply = max_reply;
-  if (l->fd >= 0 && send_frame(l->fd, piece, len)) return WEFT_OK;
-  snprintf(why, whylen, "%s", l->fd < 0 ? "the connection is closed" : "connection lost");
+  if (l->conn.fd >= 0 && weft_net_conn_send3(&l->conn, piece, len)) return WEFT_OK;
+  snprintf(why, whylen, "%s", l->conn.fd < 0 ? "the connection is closed" : "connection lost");
   return WEFT_ERR_LANE_FAILED;
 }
 
 static weft_status tcp_recv(void *ctx, const uint8_t **out_frame, size_t *out_len, char *why, size_t whylen) {
   remote_lane *l = ctx;
-  if (l->fd < 0) {
+  if (l->conn.fd < 0) {
     snprintf(why, whylen, "the connection is closed");
     return WEFT_ERR_LANE_FAILED;
   }
-  if (!scratch_fit(l, WEFT_NET_HEADER_BYTES) || !weft_net_recv_all(l->fd, l->scratch, WEFT_NET_HEADER_BYTES))
+  if (!scratch_fit(l, WEFT_NET_HEADER_BYTES) || !weft_net_conn_recv_all(&l->conn, l->scratch, WEFT_NET_HEADER_BYTES))
     goto broken;
   /* Read no more than the request can get back: the header's length is the worker's claim. */
   size_t n = WEFT_NET_HEADER_BYTES + (size_t)weft_net_get32(l->scratch + 12);
@@ -115,7 +90,8 @@ static weft_status tcp_recv(void *ctx, const uint8_t **out_frame, size_t *out_le
     snprintf(why, whylen, "a reply of %zu bytes, more than the request can get", n);
     return WEFT_ERR_LANE_FAILED;
   }
-  if (!scratch_fit(l, n) || !weft_net_recv_all(l->fd, l->scratch + WEFT_NET_HEADER_BYTES, n - WEFT_NET_HEADER_BYTES))
+  if (!scratch_fit(l, n) ||
+      !weft_net_conn_recv_all(&l->conn, l->scratch + WEFT_NET_HEADER_BYTES, n - WEFT_NET_HEADER_BYTES))
     goto broken;
   *out_frame = l->scratch;
   *out_len = n;
@@ -129,18 +105,19 @@ broken:
 static void tcp_drop(void *ctx, const char *why) {
   remote_lane *l = ctx;
   (void)why; /* a TCP peer has no place for it */
-  if (l->fd >= 0) close(l->fd);
-  l->fd = -1;
+  weft_net_conn_close(&l->conn);
 }
 
 static const weft_net_transport TCP_TRANSPORT = {tcp_send, tcp_recv, tcp_drop};
 
-static int dial(const char *addr, int ms) {
+/* Connects; *loopback says whether the address reached is on loopback (127/8, ::1). */
+static int dial(const char *addr, int ms, int *loopback) {
   char host[128], port[16];
   if (!weft_net_split_addr(addr, host, sizeof host, port, sizeof port)) return -1;
   struct addrinfo hints = {0}, *ai = NULL;
   hints.ai_socktype = SOCK_STREAM;
   if (getaddrinfo(host, port, &hints, &ai) || !ai) return -1;
+  *loopback = weft_net_is_loopback(ai->ai_addr);
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd >= 0) {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
@@ -160,29 +137,75 @@ static int dial(const char *addr, int ms) {
 
 /* ------------------------------------------------------------------------------------------- the lane */
 
-/* Hello, and the proof of the secret when the worker asks for it. */
-static weft_status handshake(remote_lane *l, char *why, size_t whylen) {
+/* WEFT_REMOTE_TLS: "1" runs TLS on loopback too; off loopback it is on whatever this says. */
+static int tls_wanted(void) {
+  const char *e = getenv("WEFT_REMOTE_TLS");
+  return e && e[0] && strcmp(e, "0") != 0;
+}
+
+/* Dials the worker, starts TLS where the policy wants it, says hello and runs the mutual proof of the secret.
+ * On failure why says what a person can do about it and the connection is closed. */
+static weft_status connect_worker(remote_lane *l, int dial_ms, char *why, size_t whylen) {
+  weft_net_conn_close(&l->conn);
+  weft_net_tls_destroy(l->tls);
+  l->tls = NULL;
+  l->identity[0] = 0;
+  const char *path = getenv("WEFT_REMOTE_SECRET_FILE");
+  uint8_t secret[4096];
+  size_t slen = 0;
+  if (path && path[0] && weft_net_read_secret(path, secret, sizeof secret, &slen, why, whylen)) return WEFT_ERR_IO;
+  int loopback = 0;
+  int fd = dial(l->addr, dial_ms, &loopback);
+  weft_status st = WEFT_OK;
+  if (fd < 0) {
+    snprintf(why, whylen, "cannot connect to %s: %s", l->addr, strerror(errno));
+    st = WEFT_ERR_LANE_FAILED;
+    goto out;
+  }
+  weft_net_conn_init(&l->conn, fd);
+  /* A reconnect on the lane's thread: destroy may shut this socket down to end the attempt early. */
+  pthread_mutex_lock(&l->rv_lock);
+  l->rv_fd = fd;
+  int stop = l->rv_stop;
+  pthread_mutex_unlock(&l->rv_lock);
+  if (stop) shutdown(fd, SHUT_RDWR);
+  struct timeval tv = {l->timeout_ms / 1000, (l->timeout_ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (!loopback || tls_wanted()) {
+    /* Never plaintext off loopback: the frames would be neither private nor protected. */
+    if (!slen) {
+      snprintf(why, whylen,
+               "%s needs TLS, whose key comes from the shared secret: set WEFT_REMOTE_SECRET_FILE (plaintext is "
+               "refused off loopback)",
+               loopback ? "WEFT_REMOTE_TLS=1" : "a worker off loopback");
+      st = WEFT_ERR_INVALID_ARGUMENT;
+      goto out;
+    }
+    if ((st = weft_net_tls_create(0, secret, slen, &l->tls, why, whylen)) ||
+        (st = weft_net_conn_connect(&l->conn, l->tls, why, whylen)))
+      goto out;
+  }
+  weft_net_conn_describe(&l->conn, l->transport, sizeof l->transport);
   weft_net_client *c = &l->client;
   weft_net_client_begin(c);
   weft_net_hello hello;
-  weft_status st = weft_net_client_hello(c, &hello);
+  st = weft_net_client_hello(c, &hello);
   if (st) {
-    snprintf(why, whylen, "the worker refused hello");
-    return st;
+    snprintf(why, whylen, "the worker refused hello: %.400s", c->why);
+    goto out;
   }
-  if (!hello.auth_required) return WEFT_OK;
-  const char *path = getenv("WEFT_REMOTE_SECRET_FILE");
-  uint8_t secret[4096], mac[WEFT_NET_MAC_BYTES];
-  size_t slen = 0;
-  if (!path) {
-    snprintf(why, whylen, "the worker requires a shared secret: set WEFT_REMOTE_SECRET_FILE");
-    return WEFT_ERR_INVALID_ARGUMENT;
+  st = weft_net_client_authenticate(c, &hello, secret, slen, l->identity, sizeof l->identity);
+  if (st) snprintf(why, whylen, "%s", c->why);
+out:
+  OPENSSL_cleanse(secret, sizeof secret);
+  pthread_mutex_lock(&l->rv_lock);
+  l->rv_fd = -1;
+  pthread_mutex_unlock(&l->rv_lock);
+  if (st) {
+    weft_net_conn_close(&l->conn);
+    l->client.up = 0;
   }
-  if (weft_net_read_secret(path, secret, sizeof secret, &slen, why, whylen)) return WEFT_ERR_IO;
-  st = weft_net_auth_mac(secret, slen, hello.nonce, mac);
-  memset(secret, 0, sizeof secret);
-  if (!st) st = weft_net_client_call(c, WEFT_NET_AUTH, mac, sizeof mac, NULL, 0);
-  if (st) snprintf(why, whylen, "authentication refused (wrong secret?)");
   return st;
 }
 
@@ -207,7 +230,8 @@ static void remote_destroy(void *self) {
   pthread_mutex_unlock(&l->rv_lock);
   if (running) pthread_join(l->rv_thread, NULL);
   pthread_mutex_destroy(&l->rv_lock);
-  if (l->fd >= 0) close(l->fd);
+  weft_net_conn_close(&l->conn);
+  weft_net_tls_destroy(l->tls);
   free(l->scratch);
   free(l);
 }
@@ -238,28 +262,18 @@ static weft_status rv_report(void *ctx, weft_status status, const char *fmt, va_
  * lane back. Its old tensors died with the old process; the core forgot them when the lane went down. Runs
  * on the lane's reconnect thread; reports into rv_why. */
 static weft_status reconnect(remote_lane *l) {
-  if (l->fd >= 0) close(l->fd);
-  l->fd = dial(l->addr, l->timeout_ms < RECONNECT_TIMEOUT_MS ? l->timeout_ms : RECONNECT_TIMEOUT_MS);
-  if (l->fd < 0)
-    return weft_lane_report(l->client.host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s is not reachable (%s)",
-                            l->name, l->addr, strerror(errno));
-  pthread_mutex_lock(&l->rv_lock);
-  l->rv_fd = l->fd;
-  int stop = l->rv_stop;
-  pthread_mutex_unlock(&l->rv_lock);
-  if (stop) shutdown(l->fd, SHUT_RDWR);
-  char why[256] = "";
+  char why[512] = "";
   lane_match m = {l, 0};
-  weft_status st = handshake(l, why, sizeof why);
-  if (st == WEFT_OK) st = weft_net_client_lanes(&l->client, match_lane, &m);
-  pthread_mutex_lock(&l->rv_lock);
-  l->rv_fd = -1;
-  pthread_mutex_unlock(&l->rv_lock);
+  weft_status st =
+      connect_worker(l, l->timeout_ms < RECONNECT_TIMEOUT_MS ? l->timeout_ms : RECONNECT_TIMEOUT_MS, why, sizeof why);
+  if (st != WEFT_OK)
+    return weft_lane_report(l->client.host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s: %s", l->name, l->addr, why);
+  st = weft_net_client_lanes(&l->client, match_lane, &m);
   if (st != WEFT_OK) {
     tcp_drop(l, NULL);
     l->client.up = 0;
-    return weft_lane_report(l->client.host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s answered but %s", l->name,
-                            l->addr, why[0] ? why : "did not list its lanes");
+    return weft_lane_report(l->client.host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s did not list its lanes",
+                            l->name, l->addr);
   }
   if (!m.found) {
     tcp_drop(l, NULL);
@@ -267,10 +281,6 @@ static weft_status reconnect(remote_lane *l) {
     return weft_lane_report(l->client.host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s no longer offers lane %s",
                             l->name, l->addr, l->worker_lane_name);
   }
-  /* Up: the lane's own timeouts from here on. */
-  struct timeval tv = {l->timeout_ms / 1000, (l->timeout_ms % 1000) * 1000};
-  setsockopt(l->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(l->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   return WEFT_OK;
 }
 
@@ -345,13 +355,8 @@ static remote_lane *lane_open(const weft_probe_args *args, const char *addr, cha
   l->rv_host.report = rv_report;
   snprintf(l->addr, sizeof l->addr, "%s", addr);
   snprintf(l->name, sizeof l->name, "remote:%s", addr);
-  l->fd = dial(addr, l->timeout_ms);
-  if (l->fd < 0) {
-    snprintf(why, whylen, "cannot connect to %s: %s", addr, strerror(errno));
-    remote_destroy(l);
-    return NULL;
-  }
-  if (handshake(l, why, whylen)) {
+  weft_net_conn_init(&l->conn, -1);
+  if (connect_worker(l, l->timeout_ms, why, whylen)) {
     remote_destroy(l);
     return NULL;
   }
@@ -384,8 +389,9 @@ static void add_worker_lane(void *ctx, uint32_t index, weft_contract_mask contra
   snprintf(l->worker_lane_name, sizeof l->worker_lane_name, "%.127s", name);
   snprintf(l->name, sizeof l->name, "remote:%.127s/%.100s", w->addr, name);
   snprintf(l->device, sizeof l->device, "%.159s", device);
-  snprintf(l->details, sizeof l->details, "worker %.100s lane %.60s (%.40s), frames up to %u bytes", w->addr, name,
-           kind, (unsigned)l->client.max_frame);
+  snprintf(l->details, sizeof l->details, "worker %.60s lane %.40s (%.30s) over %.70s, %s%.40s, frames up to %u bytes",
+           w->addr, name, kind, l->transport, l->identity[0] ? "proved it is " : "no secret",
+           l->identity, (unsigned)l->client.max_frame);
   w->sink->add_lane(w->sink->ctx, &REMOTE_VTABLE, l);
 }
 
