@@ -20,9 +20,8 @@
 
 #define QNAN_BITS 0x7fc00000u
 
-/* Accuracy achieved (measured over the sweeps below; a dense sweep of every 97th bit pattern gave recip
- * 1.25, rsqrt 1.24, sqrt 0.75, tanh 1.60 ulp; recip's subnormal results 1.12 units of the smallest
- * subnormal). */
+/* Accuracy achieved (measured over every 13th bit pattern: recip 1.249, rsqrt 1.237, sqrt 0.750, tanh
+ * 1.697 ulp; recip's subnormal results, rounded twice, 1.122 units of the smallest subnormal). */
 #define RECIP_MAX_ULP 1.5
 #define RSQRT_MAX_ULP 1.5
 #define SQRT_MAX_ULP 1.0
@@ -194,7 +193,7 @@ static void fd_check(const char *what, objective_fn f, void *ctx, const double *
   double worst = 0;
   for (size_t c = 0; c < count; c++) {
     size_t i = idx[c];
-    double bound = 1e-3 * fabs(fd[i]) + 1e-4 * maxabs + 1e-9;
+    double bound = 1e-4 * fabs(fd[i]) + 1e-5 * maxabs + 1e-12;
     double err = fabs((double)grad[i] - fd[i]);
     if (err / bound > worst) worst = err / bound;
     if (!(err <= bound) && misses++ == 0)
@@ -681,6 +680,32 @@ static void test_crossentropy(void) {
            tu_bits(loss[0]), (double)loss[1]);
   free(z), free(loss), free(dz), free(dloss), free(zd), free(ld), free(onehot), free(grad), free(ctx.w),
       free(ctx.loss), free(dzd);
+
+  /* GPT-2's vocabulary: 50,257 wide, against float64, twice for the bits, and against SOFTMAX_XENT */
+  const int64_t NV = 2, VV = 50257;
+  const size_t nv = (size_t)(NV * VV);
+  float *zv = fbuf(nv), *lv = fbuf(2), *lv2 = fbuf(2), *gv = fbuf(nv), *gv2 = fbuf(nv), *oh = fbuf(nv), tv = 0.0f;
+  double *zvd = dbuf(nv), lvd[2];
+  int32_t tgv[2] = {50256, 17};
+  fill(zv, nv, -12, 12);
+  zv[50256] = 15.0f;
+  to_d(zvd, zv, nv);
+  d_xent(lvd, zvd, tgv, NV, VV);
+  TU_STATUS(weft_ref_crossentropy_forward(lv, zv, tgv, NV, VV), WEFT_OK, "cross-entropy forward, V = 50257");
+  TU_STATUS(weft_ref_crossentropy_forward(lv2, zv, tgv, NV, VV), WEFT_OK, "cross-entropy forward, V = 50257, again");
+  close_all("cross-entropy loss, V = 50257", lv, lvd, 2, 1e-5, 1e-3);
+  TU_CHECK(memcmp(lv, lv2, 2 * sizeof *lv) == 0, "cross-entropy: two calls, different bits");
+  float dl[2] = {0.5f, 0.5f};
+  TU_STATUS(weft_ref_crossentropy_backward(gv, zv, tgv, dl, NV, VV), WEFT_OK, "cross-entropy backward, V = 50257");
+  oh[50256] = 1.0f, oh[VV + 17] = 1.0f;
+  memset(&op, 0, sizeof op);
+  op.kind = WEFT_OP_SOFTMAX_XENT;
+  op.in[0] = zv, op.in[1] = oh, op.out[0] = &tv, op.out[1] = gv2;
+  op.rows = NV, op.cols = VV, op.inv_rows = 0.5f;
+  weft_reference_run(&op);
+  TU_CHECK(memcmp(gv, gv2, nv * sizeof *gv) == 0 && tu_bits(tv) == tu_bits((lv[0] + lv[1]) * 0.5f),
+           "cross-entropy at V = 50257 differs in bits from SOFTMAX_XENT");
+  free(zv), free(lv), free(lv2), free(gv), free(gv2), free(oh), free(zvd);
 }
 
 /* ----------------------------------------------------------------------------- AdamW, clip */
@@ -689,8 +714,9 @@ static void test_adamw(void) {
   const size_t n = 4096;
   float *p = fbuf(n), *g = fbuf(n), *m = fbuf(n), *v = fbuf(n);
   fill(p, n, -1, 1);
-  double *pd = dbuf(n), *md = dbuf(n), *vd = dbuf(n);
+  double *pd = dbuf(n), *md = dbuf(n), *vd = dbuf(n), *pstart = dbuf(n);
   to_d(pd, p, n);
+  to_d(pstart, p, n);
   const float lr = 3e-4f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   for (int64_t t = 1; t <= 5; t++) {
     fill(g, n, -0.1f, 0.1f);
@@ -708,10 +734,14 @@ static void test_adamw(void) {
       pd[i] -= lr * (mh / (sqrt(vh) + eps) + wd * pd[i]);
     }
   }
-  /* the update is about lr per step: compare the parameters' change, to a tolerance of that size */
-  close_all("AdamW params", p, pd, n, 1e-5, 1e-3);
-  close_all("AdamW m", m, md, n, 1e-5, 1e-4);
-  close_all("AdamW v", v, vd, n, 1e-5, 1e-6);
+  /* compare the parameters' change over the 5 steps (about 5 lr): fp32's rounding of p - lr*u, about
+   * 2^-25 of |p| a step, is well inside 1e-6 absolute; m and v are EMAs of g, ~0.1, that may cancel */
+  float *dp = fbuf(n);
+  for (size_t i = 0; i < n; i++) dp[i] = (float)((double)p[i] - pstart[i]), pd[i] -= pstart[i];
+  close_all("AdamW parameter change", dp, pd, n, 1e-3, 1e-3);
+  close_all("AdamW m", m, md, n, 1e-5, 1e-2);
+  close_all("AdamW v", v, vd, n, 1e-5, 1e-4);
+  free(dp), free(pstart);
   float p0 = p[1];
   float nanv[2] = {tu_float(0x7f800002u), 1.0f}, zero[2] = {0, 0}, one[2] = {0, 0};
   float pp[2] = {p0, p0};
@@ -793,8 +823,8 @@ static void sweep(const char *name, sfn f, dfn ref, int positive_only, uint32_t 
                   double max_ulp) {
   err_stats s;
   memset(&s, 0, sizeof s);
-  /* every 4099th bit pattern: all exponents, both signs */
-  for (uint64_t u = 1; u < 0x100000000ull; u += 4099) {
+  /* every 1021st bit pattern: all exponents, both signs */
+  for (uint64_t u = 1; u < 0x100000000ull; u += 1021) {
     float x = tu_float((uint32_t)u);
     if (x != x || isinf(x) || (positive_only && x <= 0)) continue;
     record(&s, x, f(x), ref((double)x));
