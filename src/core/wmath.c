@@ -1,9 +1,10 @@
-/* wmath.c - weft_expf and weft_logf: the exp and log every exact lane computes bit for bit.
+/* wmath.c - weft_expf and weft_logf: the exp and log every exact lane computes bit for bit; below them
+ * weft_recipf, weft_rsqrtf, weft_sqrtf and weft_tanhf, which the transformer ops (reference_tx.c) use.
  *
  * Only operations every target rounds the same way are used: fp32 multiply and add, each rounded on its
  * own (this file is built with -ffp-contract=off), floor, comparisons and exponent-field bit moves. No libm,
- * no division. GLSL, CUDA and WGSL lanes carry transcriptions of these two functions, step for step; change
- * one and you change them all. */
+ * no division. GLSL, CUDA and WGSL lanes carry transcriptions of exp and log, step for step (and must of the
+ * others when they run the transformer ops); change one and you change them all. */
 #include <stdint.h>
 #include <string.h>
 
