@@ -20,12 +20,13 @@
 
 #define QNAN_BITS 0x7fc00000u
 
-/* Accuracy achieved (measured over every 13th bit pattern: recip 1.249, rsqrt 1.237, sqrt 0.750, tanh
- * 1.697 ulp; recip's subnormal results, rounded twice, 1.122 units of the smallest subnormal). */
+/* Accuracy achieved, measured over every float (the results depend on the mantissa alone, so one binade
+ * is every case; tanh over all of [2^-12, 10)): recip 1.249, rsqrt 1.237, sqrt 0.750, tanh 1.223 ulp;
+ * recip's subnormal results, rounded twice, 1.122 units of the smallest subnormal (every 13th pattern). */
 #define RECIP_MAX_ULP 1.5
 #define RSQRT_MAX_ULP 1.5
 #define SQRT_MAX_ULP 1.0
-#define TANH_MAX_ULP 2.0
+#define TANH_MAX_ULP 1.5
 #define MAX_SUBNORMAL_UNITS 1.5
 
 /* Fingerprints of the scalar functions' bits over every 65537th bit pattern. If one changes, the function
@@ -33,7 +34,7 @@
 #define RECIP_FINGERPRINT 0x6509cd7112562dc1ull
 #define SQRT_FINGERPRINT 0xe98c96e9ad017afcull
 #define RSQRT_FINGERPRINT 0x56fb41b430f3c9beull
-#define TANH_FINGERPRINT 0x80282c206154f1e4ull
+#define TANH_FINGERPRINT 0x85483911a5c2c8b2ull
 
 static tu_rng rng;
 

@@ -184,12 +184,13 @@ float weft_sqrtf(float x) {
   return scale2(s, e / 2);
 }
 
-/* tanh(z)/z - 1 = z^2 * P(z^2) on |z| < 0.55: Taylor coefficients of tanh from z^3 to z^19. */
-static const float TANH_C[9] = {-3.333333432674407958984375e-01f, 1.333333402872085571289062e-01f,
-                                -5.396825447678565979003906e-02f, 2.186948806047439575195312e-02f,
-                                -8.863235823810100555419922e-03f, 3.592127934098243713378906e-03f,
-                                -1.455834368243813514709473e-03f, 5.900274263694882392883301e-04f,
-                                -2.391291200183331966400146e-04f};
+/* tanh(z)/z - 1 = z^2 * P(z^2) on |z| < 0.75: the Taylor coefficients of tanh from z^3 to z^25 (the
+ * series converges for |z| < pi/2; the first term left out is below 2^-28 relative at 0.75). */
+static const float TANH_C[12] = {
+    -3.333333432674407958984375e-01f, 1.333333402872085571289062e-01f,  -5.396825447678565979003906e-02f,
+    2.186948806047439575195312e-02f,  -8.863235823810100555419922e-03f, 3.592127934098243713378906e-03f,
+    -1.455834368243813514709473e-03f, 5.900274263694882392883301e-04f,  -2.391291200183331966400146e-04f,
+    9.691537707112729549407959e-05f,  -3.927832221961580216884613e-05f, 1.591890577401500195264816e-05f};
 
 float weft_tanhf(float x) {
   if (x != x) return bits_to_float(WM_QNAN);
@@ -198,13 +199,13 @@ float weft_tanhf(float x) {
   if (a < 0.000244140625f) return x; /* 2^-12: tanh(x) rounds to x; keeps -0 and subnormals */
   if (a >= 10.0f) return s;          /* tanh rounds to +-1 from 9.01 on */
   float t;
-  if (a < 0.55f) {
+  if (a < 0.75f) {
     float z = a * a;
-    float p = TANH_C[8];
-    for (int i = 7; i >= 0; i--) p = p * z + TANH_C[i];
+    float p = TANH_C[11];
+    for (int i = 10; i >= 0; i--) p = p * z + TANH_C[i];
     t = a + a * (z * p);
   } else {
-    /* tanh(a) = 1 - 2 / (exp(2a) + 1); exp(2a) >= 3, so no cancellation below 1/2 */
+    /* tanh(a) = 1 - 2 / (exp(2a) + 1); exp(2a) > 4.4, so 2 / (exp(2a) + 1) < 0.37 and little cancels */
     float ex = weft_expf(a + a);
     t = 1.0f - 2.0f * weft_recipf(ex + 1.0f);
   }
