@@ -566,6 +566,13 @@ static void test_attention(void) {
   TU_CHECK(memcmp(out, out2, no * sizeof *out) == 0 && memcmp(dqkv, dqkv2, nq * sizeof *dqkv) == 0,
            "attention: two calls, different bits");
   TU_STATUS(weft_ref_attention_forward(out2, NULL, att2, qkv, B, T, C, 5), WEFT_ERR_SHAPE, "attention, NH not dividing C");
+  TU_STATUS(weft_ref_attention_forward(out2, NULL, NULL, qkv, B, T, C, NH), WEFT_ERR_INVALID_ARGUMENT,
+            "attention forward without att");
+  TU_STATUS(weft_ref_attention_backward(dqkv2, dout, qkv, att, B, -1, C, NH), WEFT_ERR_SHAPE,
+            "attention backward, T = -1");
+  TU_STATUS(weft_ref_crossentropy_forward(NULL, out, NULL, 1, 4), WEFT_ERR_INVALID_ARGUMENT, "cross-entropy, NULLs");
+  TU_STATUS(weft_ref_embedding_forward(out2, NULL, NULL, qkv, qkv, 1, 1, 1, 1, 1), WEFT_ERR_INVALID_ARGUMENT,
+            "embedding forward without token ids");
 
   /* backward against finite differences (a random subset of qkv's entries, on a smaller problem) */
   const int64_t b2 = 1, t2 = 16, c2 = 64, nh2 = 4;

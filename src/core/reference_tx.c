@@ -32,6 +32,8 @@ static weft_status check_index(const int32_t *idx, int64_t n, int64_t limit) {
  * Every index is checked before anything is written. */
 weft_status weft_ref_embedding_forward(float *out, const int32_t *tok, const int32_t *pos, const float *wte,
                                        const float *wpe, int64_t B, int64_t T, int64_t C, int64_t V, int64_t P) {
+  if (!out || !tok || !wte || !wpe) return WEFT_ERR_INVALID_ARGUMENT;
+  if (B < 0 || T < 0 || C < 0 || V < 0 || P < 0) return WEFT_ERR_SHAPE;
   if (check_index(tok, B * T, V) != WEFT_OK || check_index(pos, B * T, P) != WEFT_OK) return WEFT_ERR_INVALID_ARGUMENT;
   if (!pos && T > P) return WEFT_ERR_INVALID_ARGUMENT;
   for (int64_t bt = 0; bt < B * T; bt++) {
@@ -50,6 +52,8 @@ weft_status weft_ref_embedding_forward(float *out, const int32_t *tok, const int
  * may compute rows in parallel (one row per token id) but must walk (b, t) ascending for each. */
 weft_status weft_ref_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok,
                                         const int32_t *pos, int64_t B, int64_t T, int64_t C, int64_t V, int64_t P) {
+  if (!dout || !tok) return WEFT_ERR_INVALID_ARGUMENT;
+  if (B < 0 || T < 0 || C < 0 || V < 0 || P < 0) return WEFT_ERR_SHAPE;
   if (check_index(tok, B * T, V) != WEFT_OK || check_index(pos, B * T, P) != WEFT_OK) return WEFT_ERR_INVALID_ARGUMENT;
   if (!pos && T > P) return WEFT_ERR_INVALID_ARGUMENT;
   for (int64_t bt = 0; bt < B * T; bt++) {
@@ -254,7 +258,8 @@ void weft_ref_causal_softmax_backward(float *dscores, const float *probs, const 
  * multiplies the masked zeros by them; the fused op never touches them). */
 weft_status weft_ref_attention_forward(float *out, float *preatt, float *att, const float *qkv, int64_t B, int64_t T,
                                        int64_t C, int64_t NH) {
-  if (NH <= 0 || C % NH != 0) return WEFT_ERR_SHAPE;
+  if (!out || !att || !qkv) return WEFT_ERR_INVALID_ARGUMENT;
+  if (B < 0 || T < 0 || C < 0 || NH <= 0 || C % NH != 0) return WEFT_ERR_SHAPE;
   const int64_t hs = C / NH, C3 = 3 * C;
   const float scale = weft_rsqrtf((float)hs);
   const float ninf = -__builtin_inff();
@@ -301,7 +306,8 @@ weft_status weft_ref_attention_forward(float *out, float *preatt, float *att, co
  * gives the same bits under the same proviso as the forward.) */
 weft_status weft_ref_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int64_t B,
                                         int64_t T, int64_t C, int64_t NH) {
-  if (NH <= 0 || C % NH != 0) return WEFT_ERR_SHAPE;
+  if (!dqkv || !dout || !qkv || !att) return WEFT_ERR_INVALID_ARGUMENT;
+  if (B < 0 || T < 0 || C < 0 || NH <= 0 || C % NH != 0) return WEFT_ERR_SHAPE;
   const int64_t hs = C / NH, C3 = 3 * C;
   const float scale = weft_rsqrtf((float)hs);
   float *ds = malloc(IX(T, T) * sizeof *ds + 1);
@@ -380,6 +386,8 @@ static void lse_row(const float *z, int64_t V, float *mx_out, float *ls_out) {
  *   losses[n] = -((z[tgt] - mx) - ls) */
 weft_status weft_ref_crossentropy_forward(float *losses, const float *logits, const int32_t *targets, int64_t N,
                                           int64_t V) {
+  if (!losses || !logits || !targets) return WEFT_ERR_INVALID_ARGUMENT;
+  if (N < 0 || V <= 0) return WEFT_ERR_SHAPE;
   if (check_index(targets, N, V) != WEFT_OK) return WEFT_ERR_INVALID_ARGUMENT;
   for (int64_t n = 0; n < N; n++) {
     const float *z = logits + IX(n, V);
@@ -396,6 +404,8 @@ weft_status weft_ref_crossentropy_forward(float *losses, const float *logits, co
  * With dloss[n] = 1/N this is SOFTMAX_XENT's gradient for one-hot targets, bit for bit. */
 weft_status weft_ref_crossentropy_backward(float *dlogits, const float *logits, const int32_t *targets,
                                            const float *dloss, int64_t N, int64_t V) {
+  if (!dlogits || !logits || !targets || !dloss) return WEFT_ERR_INVALID_ARGUMENT;
+  if (N < 0 || V <= 0) return WEFT_ERR_SHAPE;
   if (check_index(targets, N, V) != WEFT_OK) return WEFT_ERR_INVALID_ARGUMENT;
   for (int64_t n = 0; n < N; n++) {
     const float *z = logits + IX(n, V);

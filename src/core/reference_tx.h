@@ -10,8 +10,10 @@
  * Plain arrays, row-major, sizes in elements; int32 arrays for token ids, positions and targets.
  * Gradients of parameters (dwte, dwpe, dgamma, dbeta) are ACCUMULATED into what the caller passes (zero
  * them first for a fresh gradient); gradients of activations (dx, dqkv, dlogits, dscores) are WRITTEN.
- * Kernels that take indices check them all before writing anything and return WEFT_ERR_INVALID_ARGUMENT
- * for one out of range; the others return WEFT_OK or WEFT_ERR_OUT_OF_MEMORY (scratch) / WEFT_ERR_SHAPE. */
+ * The kernels that return a status check before writing anything: WEFT_ERR_INVALID_ARGUMENT for a NULL
+ * array they need or an index out of range, WEFT_ERR_SHAPE for a negative size (or NH not dividing C),
+ * WEFT_ERR_OUT_OF_MEMORY when the attention backward's T*T scratch cannot be had. The void kernels trust
+ * their caller (the op layer validates shapes before it runs them). */
 #ifndef WEFT_REFERENCE_TX_H
 #define WEFT_REFERENCE_TX_H
 
