@@ -446,6 +446,13 @@ WEFT_API weft_status weft_route_last(weft_fabric *fabric, weft_route_explanation
  * the same bits come out on every lane (no libm, no fused multiply-add). Accurate to a few ulp. */
 WEFT_API float weft_expf(float x);
 WEFT_API float weft_logf(float x);
+/* weft's reciprocal, square root, reciprocal square root and tanh, built the same way (exponent bits,
+ * Newton steps in separately rounded multiplies and adds: no division, no sqrt instruction), since GPU
+ * languages do not round division and sqrt exactly. Every NaN they return is the quiet NaN 0x7fc00000. */
+WEFT_API float weft_recipf(float x); /* 1/x; +-0 -> +-inf, +-inf -> +-0 */
+WEFT_API float weft_sqrtf(float x);  /* sqrt(x); -0 -> -0, x < 0 -> NaN */
+WEFT_API float weft_rsqrtf(float x); /* 1/sqrt(x); +0 -> +inf, -0 -> -inf, x < 0 -> NaN */
+WEFT_API float weft_tanhf(float x);  /* tanh(x); odd, -0 -> -0, +-inf -> +-1 */
 
 #ifdef __cplusplus
 }
