@@ -64,7 +64,8 @@ add_custom_command(
           -gencode arch=compute_75,code=compute_75
           -I ${_weft_cu_dir} -o ${_weft_cu_fatbin} ${_weft_cu_dir}/cuda_kernels.cu
   COMMAND ${CMAKE_COMMAND} -DIN=${_weft_cu_fatbin} -DOUT=${_weft_cu_c} -P ${_weft_cu_dir}/fatbin_embed.cmake
-  DEPENDS ${_weft_cu_dir}/cuda_kernels.cu ${_weft_cu_dir}/cuda_args.h ${_weft_cu_dir}/fatbin_embed.cmake
+  DEPENDS ${_weft_cu_dir}/cuda_kernels.cu ${_weft_cu_dir}/cuda_args.h ${_weft_cu_dir}/cuda_tx.cu
+          ${_weft_cu_dir}/cuda_tx_args.h ${_weft_cu_dir}/fatbin_embed.cmake
           ${PROJECT_SOURCE_DIR}/cmake/embed_bytes.cmake
   COMMENT "nvcc: CUDA lane kernels (sm_90, sm_80, compute_75 PTX)"
   VERBATIM)

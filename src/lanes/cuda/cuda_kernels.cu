@@ -469,3 +469,7 @@ extern "C" __global__ void weft_to_bf16(weft_cu_cv_args p) {
 /* Fault injection for the lane's failure-path test (WEFT_CUDA_FAULT): stops the context as a bad kernel
  * would. */
 extern "C" __global__ void weft_trap(void) { __trap(); }
+
+/* The transformer ops' kernels, in this same module (they use w_canon, w_expf and w_logf above). */
+#define WEFT_CUDA_KERNELS_BODY
+#include "cuda_tx.cu"

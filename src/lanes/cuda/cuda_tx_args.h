@@ -1,0 +1,143 @@
+/* cuda_tx_args.h - the argument blocks of the transformer kernels (cuda_tx.cu), shared by nvcc and the lane's C
+ * code, in the style of cuda_args.h: each kernel takes exactly one block by value (one pointer in
+ * kernelParams, comparable byte for byte for graph replay), 8-byte fields first, no padding surprises.
+ * Pointers are device addresses (CUdeviceptr) as uint64_t; sizes are elements. Every kernel trusts its
+ * shapes (the op layer validates them) but never reads or writes outside the arrays its arguments describe:
+ * an index out of range is skipped, and weft_tx_index_check reports it. The orders are those of
+ * src/core/reference_tx.c; each struct's comment names the kernels that take it and their launch shape. */
+#ifndef WEFT_CUDA_TX_ARGS_H
+#define WEFT_CUDA_TX_ARGS_H
+
+#include <stdint.h>
+
+/* weft_tx_index_check: for i in [0, n): idx[i] outside [0, limit) lowers *first_bad (int32, set to n by the
+ * caller beforehand) to the smallest such i (atomicMin: the result does not depend on the order).
+ * Any grid; grid-stride loop. */
+typedef struct weft_tx_index_args {
+  uint64_t idx, first_bad;
+  int64_t n, limit;
+} weft_tx_index_args;
+
+/* weft_tx_embedding_fwd: out[bt, c] = wte[tok[bt], c] + wpe[p, c], p = pos ? pos[bt] : bt % T.
+ * Any grid; grid-stride over BT*C elements. Rows whose index is out of range are left unwritten. */
+typedef struct weft_tx_embed_args {
+  uint64_t out, tok, pos, wte, wpe; /* pos 0: positions are bt % T */
+  int64_t BT, T, C, V, P;
+} weft_tx_embed_args;
+
+/* Embedding backward, deterministic, in three kernels over one table (run once for dwte with idx = tok,
+ * nrows = V, and once for dwpe with idx = pos (or 0: bt % T), nrows = P). Scratch: count[nrows + 1] and
+ * start[nrows + 1] int32 (count zeroed by the caller), list[BT] int32.
+ *   weft_tx_embed_bwd_count: count[idx[bt]] += 1 (atomicAdd on integers: exact).  Any grid, stride over BT.
+ *   weft_tx_embed_bwd_scan:  start = exclusive prefix sum of count; count zeroed again for the fill.
+ *                            ONE block of 1024 threads.
+ *   weft_tx_embed_bwd_fill:  list[start[r] + atomicAdd(&count[r], 1)] = bt, then
+ *   weft_tx_embed_bwd_sort:  each row's segment sorted ascending (one thread per row, insertion sort), so
+ *                            the segment of row r is the bt with idx[bt] == r, ascending.
+ *                            fill: any grid, stride over BT; sort: any grid, stride over rows.
+ *   weft_tx_embed_bwd_accum: table[r, c] = (...((table[r,c] + dout[bt0,c]) + dout[bt1,c])...) over the
+ *                            segment in order. grid (ceil(C / blockDim.x), min(nrows, 65535)), rows
+ *                            strided by gridDim.y; a block whose row is empty returns at once.
+ * (The reference's order per element is exactly this: row r receives its contributions in ascending bt.) */
+typedef struct weft_tx_embed_bwd_args {
+  uint64_t table, dout, idx; /* idx 0: idx[bt] = bt % T */
+  uint64_t count, start, list;
+  int64_t BT, T, C, nrows;
+} weft_tx_embed_bwd_args;
+
+/* Layernorm.
+ *   weft_tx_layernorm_fwd: one warp per row (rows strided over all warps of the grid), blockDim a multiple of
+ *     32: y[N,C], mean[N], rstd[N] (mean/rstd may be 0) from x, gamma, beta.
+ *   weft_tx_layernorm_bwd_dx: one warp per row likewise: dx[N,C] from dy, x, mean, rstd, gamma.
+ *   weft_tx_layernorm_bwd_dgb: one thread per channel (grid-stride over C), rows ascending: dgamma[C] and
+ *     dbeta[C] accumulated (either may be 0). */
+typedef struct weft_tx_ln_args {
+  uint64_t y, mean, rstd, x, gamma, beta;   /* forward */
+  uint64_t dx, dgamma, dbeta, dy;           /* backward (x, mean, rstd, gamma shared) */
+  int64_t N, C;
+  float eps;
+  int32_t pad_;
+} weft_tx_ln_args;
+
+/* GELU (tanh form). weft_tx_gelu_fwd: y = gelu(x); weft_tx_gelu_bwd: dx = gelu'(x) * dy. Any grid,
+ * grid-stride over n. */
+typedef struct weft_tx_gelu_args {
+  uint64_t out, x, dy; /* out is y (forward) or dx (backward) */
+  int64_t n;
+} weft_tx_gelu_args;
+
+/* Causal softmax over R blocks of [T,T] (rows R*T). One warp per row, rows strided over all warps.
+ *   weft_tx_softmax_fwd: probs from scores (scaled by scale inside).
+ *   weft_tx_softmax_bwd: dscores from probs and dprobs. */
+typedef struct weft_tx_softmax_args {
+  uint64_t out, in, in2; /* fwd: out=probs, in=scores; bwd: out=dscores, in=probs, in2=dprobs */
+  int64_t R, T;
+  float scale;
+  int32_t pad_;
+} weft_tx_softmax_args;
+
+/* Fused causal attention, qkv[B,T,3C], NH heads of hs = C/NH.
+ *   weft_tx_attn_fwd: one warp per (b, h, t) row (rows strided over all warps): preatt (may be 0) and att
+ *     [B,NH,T,T], out[B,T,C].
+ *   weft_tx_attn_bwd_ds: one warp per (b, h, t) row: ds[B,NH,T,T] (scratch, the softmax backward of the
+ *     row, only j <= t written) from dout, qkv, att.
+ *   weft_tx_attn_bwd_dqkv: one thread per (b, h, t, i) (grid-stride over B*NH*T*hs): dqkv[B,T,3C] from ds,
+ *     qkv, att, dout. */
+typedef struct weft_tx_attn_args {
+  uint64_t out, preatt, att, qkv;
+  uint64_t dqkv, dout, ds;
+  int64_t B, T, C, NH;
+} weft_tx_attn_args;
+
+/* Cross-entropy with int32 targets over logits [N,V]. One warp per row, rows strided over all warps.
+ *   weft_tx_xent_fwd: losses[N].   weft_tx_xent_bwd: dlogits[N,V] from dloss[N].
+ * Rows whose target is out of range are left unwritten. */
+typedef struct weft_tx_xent_args {
+  uint64_t losses, logits, targets, dlogits, dloss;
+  int64_t N, V;
+} weft_tx_xent_args;
+
+/* AdamW, in place on param, m, v. Any grid, grid-stride over n. bc1, bc2 from
+ * weft_ref_adamw_bias_correction on the host. */
+typedef struct weft_tx_adamw_args {
+  uint64_t param, grad, m, v;
+  int64_t n;
+  float lr, beta1, beta2, eps, weight_decay, bc1, bc2;
+  int32_t pad_;
+} weft_tx_adamw_args;
+
+/* Global-norm clip, in canonical order (tensors ascending, elements ascending), two kernels:
+ *   weft_tx_sumsq: ONE warp (blockDim 32, grid 1): *ss = *ss + g[0]*g[0] + g[1]*g[1] ... in order (ss a
+ *     device float the caller zeroes before the first tensor; launch once per tensor, in order).
+ *   weft_tx_clip_scale: any grid, grid-stride over n: norm = weft_sqrtf(*ss); if norm > max_norm,
+ *     g[i] = g[i] * (max_norm * weft_recipf(norm)); thread 0 also writes the norm to *norm_out (if not 0). */
+typedef struct weft_tx_clip_args {
+  uint64_t g, ss, norm_out;
+  int64_t n;
+  float max_norm;
+  int32_t pad_;
+} weft_tx_clip_args;
+
+/* Bit copies of 4-byte elements (float or int32), never rounded and never canonicalised.
+ *   weft_tx_permute: out has `rank` (<= 6) dims out_dims; out element (i0..i{rank-1}) = in[sum_k ik *
+ *     in_stride[k]] (in_stride[k]: the input's stride, in elements, of the axis that becomes out axis k).
+ *     Any grid, grid-stride over the output.
+ *   weft_tx_copy_slice: dst[dst_off + b*dst_bs + r*dst_rs + c] = src[src_off + b*src_bs + r*src_rs + c] for
+ *     b < nb, r < rows, c < cols (a KV-cache append: rows T at row offset t0). Any grid, grid-stride over
+ *     nb*rows*cols. */
+typedef struct weft_tx_permute_args {
+  uint64_t out, in;
+  int64_t count;
+  int64_t out_dims[6];
+  int64_t in_stride[6];
+  int32_t rank, pad_;
+} weft_tx_permute_args;
+
+typedef struct weft_tx_copy_args {
+  uint64_t dst, src;
+  int64_t nb, rows, cols;
+  int64_t dst_off, dst_bs, dst_rs;
+  int64_t src_off, src_bs, src_rs;
+} weft_tx_copy_args;
+
+#endif /* WEFT_CUDA_TX_ARGS_H */
