@@ -79,6 +79,12 @@ target_sources(weft_obj PRIVATE
 # CUDA's headers are used for types and constants only: nothing links against CUDA.
 target_include_directories(weft_obj SYSTEM PRIVATE ${WEFT_CUDA_INCLUDE_DIR} ${WEFT_CUBLAS_INCLUDE_DIR})
 target_compile_definitions(weft_obj PRIVATE WEFT_HAVE_CUDA)
+# test_cuda_tx drives the kernels through the driver API itself: it needs the lane's headers and CUDA's.
+if(TARGET test_cuda_tx)
+  target_compile_definitions(test_cuda_tx PRIVATE WEFT_HAVE_CUDA)
+  target_include_directories(test_cuda_tx PRIVATE ${_weft_cu_dir})
+  target_include_directories(test_cuda_tx SYSTEM PRIVATE ${WEFT_CUDA_INCLUDE_DIR} ${WEFT_CUBLAS_INCLUDE_DIR})
+endif()
 
 # bench/cuda: weft's CUDA lanes against cuBLAS called directly (through dlopen, like the lane).
 add_subdirectory(${PROJECT_SOURCE_DIR}/bench/cuda ${CMAKE_BINARY_DIR}/bench/cuda)

@@ -256,7 +256,9 @@ extern "C" __global__ void weft_tx_embed_bwd_fill(weft_tx_embed_bwd_args p) {
 extern "C" __global__ void weft_tx_embed_bwd_sort(weft_tx_embed_bwd_args p) {
   const int *start = reinterpret_cast<const int *>(p.start);
   int *list = reinterpret_cast<int *>(p.list);
+  int *count = reinterpret_cast<int *>(p.count);
   for (long long r = GTID; r < p.nrows; r += GSTRIDE) {
+    count[r] = 0; /* left zeroed for the next backward */
     const int a = start[r], b = start[r + 1];
     for (int i = a + 1; i < b; i++) {
       const int v = list[i];
@@ -703,6 +705,24 @@ extern "C" __global__ void weft_tx_clip_scale(weft_tx_clip_args p) {
   const float sc = __fmul_rn(p.max_norm, w_recipf(norm));
   float *g = reinterpret_cast<float *>(p.g);
   for (long long i = GTID; i < p.n; i += GSTRIDE) g[i] = w_canon(__fmul_rn(g[i], sc));
+}
+
+/* ------------------------------------------------------------------------------ scalar math probe */
+
+/* For the tests: out[6*i + k] = recip, rsqrt, sqrt, tanh, exp, log of x[i] (canonical NaN), so each
+ * transcription can be compared with wmath.c on its own. Any grid, grid-stride over n. */
+extern "C" __global__ void weft_tx_wmath_probe(weft_tx_gelu_args p) {
+  const float *X = reinterpret_cast<const float *>(p.x);
+  float *O = reinterpret_cast<float *>(p.out);
+  for (long long i = GTID; i < p.n; i += GSTRIDE) {
+    const float x = X[i];
+    O[6 * i + 0] = w_canon(w_recipf(x));
+    O[6 * i + 1] = w_canon(w_rsqrtf(x));
+    O[6 * i + 2] = w_canon(w_sqrtf(x));
+    O[6 * i + 3] = w_canon(w_tanhf(x));
+    O[6 * i + 4] = w_canon(w_expf(x));
+    O[6 * i + 5] = w_canon(w_logf(x));
+  }
 }
 
 /* -------------------------------------------------------------------------------- permute and copy */

@@ -38,6 +38,8 @@ typedef struct weft_tx_embed_args {
  *   weft_tx_embed_bwd_accum: table[r, c] = (...((table[r,c] + dout[bt0,c]) + dout[bt1,c])...) over the
  *                            segment in order. grid (ceil(C / blockDim.x), min(nrows, 65535)), rows
  *                            strided by gridDim.y; a block whose row is empty returns at once.
+ * count must be zero before the first backward; the sort kernel zeroes it again, so the sequence leaves it
+ * zero for the next one.
  * (The reference's order per element is exactly this: row r receives its contributions in ascending bt.) */
 typedef struct weft_tx_embed_bwd_args {
   uint64_t table, dout, idx; /* idx 0: idx[bt] = bt % T */
@@ -60,7 +62,8 @@ typedef struct weft_tx_ln_args {
 } weft_tx_ln_args;
 
 /* GELU (tanh form). weft_tx_gelu_fwd: y = gelu(x); weft_tx_gelu_bwd: dx = gelu'(x) * dy. Any grid,
- * grid-stride over n. */
+ * grid-stride over n. Also weft_tx_wmath_probe (tests only): out[6i..6i+5] = recip, rsqrt, sqrt, tanh, exp,
+ * log of x[i]. */
 typedef struct weft_tx_gelu_args {
   uint64_t out, x, dy; /* out is y (forward) or dx (backward) */
   int64_t n;
