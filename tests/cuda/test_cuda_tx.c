@@ -627,9 +627,12 @@ static void timings(void) {
     memset(&x, 0, sizeof x);
     x.B = B, x.T = T, x.C = C, x.NH = NH, x.V = V, x.P = P;
     const int64_t BT = B * T;
-    const size_t big = (size_t)(BT * V) > (size_t)(BT * 4 * C) ? (size_t)(BT * V) : (size_t)(BT * 4 * C);
     const size_t att = (size_t)(B * NH * T * T);
-    float *h = rnd(big > att ? big : att, -1, 1, 0);
+    size_t big = (size_t)(V * C); /* the largest array uploaded from h */
+    if ((size_t)(BT * V) > big) big = (size_t)(BT * V);
+    if ((size_t)(BT * 4 * C) > big) big = (size_t)(BT * 4 * C);
+    if (att > big) big = att;
+    float *h = rnd(big, -1, 1, 0);
     int32_t *tok = rnd_idx((size_t)BT, V);
     int32_t *zeros = calloc((size_t)V + 1, 4);
     CUdeviceptr wte = dup_(h, (size_t)(V * C) * 4), wpe = dup_(h, (size_t)(P * C) * 4), dtok = dup_(tok, (size_t)BT * 4);
