@@ -370,21 +370,46 @@ extern "C" __global__ void weft_tx_layernorm_bwd_dx(weft_tx_ln_args p) {
   }
 }
 
-extern "C" __global__ void weft_tx_layernorm_bwd_dgb(weft_tx_ln_args p) {
+/* dgamma, dbeta: 32 channels a block (blockDim 256, grid ceil(C/32), channels also strided by gridDim.x).
+ * All 256 threads compute n*dy and dy for a tile of LNG_ROWS rows into shared memory (elementwise: no order
+ * involved), then warp 0 - one thread per channel - adds the tile's rows in ascending order. */
+#define LNG_ROWS 64
+extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_bwd_dgb(weft_tx_ln_args p) {
+  __shared__ float tn[LNG_ROWS][33], td[LNG_ROWS][33];
   const long long C = p.C;
   const float *X = reinterpret_cast<const float *>(p.x), *DY = reinterpret_cast<const float *>(p.dy);
   const float *M = reinterpret_cast<const float *>(p.mean), *RS = reinterpret_cast<const float *>(p.rstd);
   float *DG = reinterpret_cast<float *>(p.dgamma), *DB = reinterpret_cast<float *>(p.dbeta);
-  for (long long c = GTID; c < C; c += GSTRIDE) {
-    float g = DG ? DG[c] : 0.0f, bb = DB ? DB[c] : 0.0f;
-    for (long long r = 0; r < p.N; r++) {
-      const float dy = DY[r * C + c];
-      bb = __fadd_rn(bb, dy);
-      const float n = __fmul_rn(__fsub_rn(X[r * C + c], M[r]), RS[r]);
-      g = __fadd_rn(g, __fmul_rn(n, dy));
+  if (p.N <= 0) return; /* nothing added: the accumulators keep their bits */
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  for (long long c0 = (long long)blockIdx.x * 32; c0 < C; c0 += (long long)gridDim.x * 32) {
+    const long long c = c0 + tx;
+    float g = 0.0f, bb = 0.0f;
+    if (ty == 0 && c < C) g = DG ? DG[c] : 0.0f, bb = DB ? DB[c] : 0.0f;
+    for (long long r0 = 0; r0 < p.N; r0 += LNG_ROWS) {
+      for (int q = ty; q < LNG_ROWS; q += 8) {
+        const long long r = r0 + q;
+        float nd = 0.0f, dy = 0.0f;
+        if (r < p.N && c < C) {
+          dy = DY[r * C + c];
+          nd = __fmul_rn(__fmul_rn(__fsub_rn(X[r * C + c], M[r]), RS[r]), dy);
+        }
+        tn[q][tx] = nd, td[q][tx] = dy;
+      }
+      __syncthreads();
+      if (ty == 0) {
+        const int n = p.N - r0 < LNG_ROWS ? (int)(p.N - r0) : LNG_ROWS;
+        for (int q = 0; q < n; q++) {
+          bb = __fadd_rn(bb, td[q][tx]);
+          g = __fadd_rn(g, tn[q][tx]);
+        }
+      }
+      __syncthreads();
     }
-    if (DG) DG[c] = w_canon(g);
-    if (DB) DB[c] = w_canon(bb);
+    if (ty == 0 && c < C) {
+      if (DG) DG[c] = w_canon(g);
+      if (DB) DB[c] = w_canon(bb);
+    }
   }
 }
 

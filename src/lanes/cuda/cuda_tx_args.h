@@ -51,8 +51,8 @@ typedef struct weft_tx_embed_bwd_args {
  *   weft_tx_layernorm_fwd: one warp per row (rows strided over all warps of the grid), blockDim a multiple of
  *     32: y[N,C], mean[N], rstd[N] (mean/rstd may be 0) from x, gamma, beta.
  *   weft_tx_layernorm_bwd_dx: one warp per row likewise: dx[N,C] from dy, x, mean, rstd, gamma.
- *   weft_tx_layernorm_bwd_dgb: one thread per channel (grid-stride over C), rows ascending: dgamma[C] and
- *     dbeta[C] accumulated (either may be 0). */
+ *   weft_tx_layernorm_bwd_dgb: blockDim 256, grid ceil(C/32) (32 channels a block, strided by the grid):
+ *     one thread per channel adds the rows ascending: dgamma[C] and dbeta[C] accumulated (either may be 0). */
 typedef struct weft_tx_ln_args {
   uint64_t y, mean, rstd, x, gamma, beta;   /* forward */
   uint64_t dx, dgamma, dbeta, dy;           /* backward (x, mean, rstd, gamma shared) */
