@@ -83,6 +83,26 @@ weft_vulkan_shader(matmul_t44 matmul_tiled.comp EXACT TM=4 TN=4)
 weft_vulkan_shader(matmul_t88k16 matmul_tiled.comp EXACT TM=8 TN=8 BK=16)
 weft_vulkan_shader(matmul_t88_fp32 matmul_tiled.comp FP32 TM=8 TN=8 WEFT_FP32=1)
 weft_vulkan_shader(matmul_t44_fp32 matmul_tiled.comp FP32 TM=4 TN=4 WEFT_FP32=1)
+# The transformer ops (reference_tx.c), exact; vk_ops.c does not dispatch them yet (tests/vulkan/test_vk_tx.c
+# runs them directly). One source may build several kernels, chosen by a define.
+weft_vulkan_shader(tx_embed_fwd tx_embed.comp EXACT EMB_FWD=1)
+weft_vulkan_shader(tx_embed_links tx_embed.comp EXACT EMB_LINKS=1)
+weft_vulkan_shader(tx_embed_bwd tx_embed.comp EXACT EMB_BWD=1)
+weft_vulkan_shader(tx_ln_fwd tx_layernorm.comp EXACT LN_FWD=1)
+weft_vulkan_shader(tx_ln_bwd_dx tx_layernorm.comp EXACT LN_BWD_DX=1)
+weft_vulkan_shader(tx_ln_bwd_dgb tx_layernorm.comp EXACT LN_BWD_DGB=1)
+weft_vulkan_shader(tx_gelu_fwd tx_gelu.comp EXACT)
+weft_vulkan_shader(tx_gelu_bwd tx_gelu.comp EXACT GELU_BWD=1)
+weft_vulkan_shader(tx_softmax_fwd tx_softmax.comp EXACT)
+weft_vulkan_shader(tx_softmax_bwd tx_softmax.comp EXACT SM_BWD=1)
+weft_vulkan_shader(tx_att_fwd tx_attention.comp EXACT ATT_FWD=1)
+weft_vulkan_shader(tx_att_ds tx_attention.comp EXACT ATT_DS=1)
+weft_vulkan_shader(tx_att_dqkv tx_attention.comp EXACT ATT_DQKV=1)
+weft_vulkan_shader(tx_xent_rows tx_xent.comp EXACT XENT_ROWS=1)
+weft_vulkan_shader(tx_xent_grad tx_xent.comp EXACT XENT_GRAD=1)
+weft_vulkan_shader(tx_adamw tx_adamw.comp EXACT)
+weft_vulkan_shader(tx_permute tx_copy.comp EXACT COPY_PERMUTE=1)
+weft_vulkan_shader(tx_copy_slice tx_copy.comp EXACT COPY_SLICE=1)
 
 target_sources(weft_obj PRIVATE
   ${_weft_vk_dir}/vk_loader.c

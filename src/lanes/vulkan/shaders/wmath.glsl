@@ -67,3 +67,132 @@ float weft_logf(float x) {
   float fe = float(e);
   return weft_add(weft_mul(fe, uintBitsToFloat(0x3f317200u)), weft_add(l, weft_mul(fe, uintBitsToFloat(0x35bfbe8eu))));
 }
+
+// ------------------------------------------------------------------ recip, rsqrt, sqrt, tanh
+// weft_recipf, weft_rsqrtf, weft_sqrtf and weft_tanhf of src/core/wmath.c, step for step, the same way: every
+// multiply and add through weft_mul / weft_add, comparisons on the bits (the arguments compared are never NaN
+// there), constants by their bits. Every NaN result is 0x7fc00000.
+
+// x * 2^k for any k in [-252, 254], at most one rounding (wmath.c's scale2).
+float weft_scale2(float x, int k) {
+  if (k > 127) return weft_mul(weft_mul(x, weft_pow2i(127)), weft_pow2i(k - 127));
+  if (k < -126) return weft_mul(weft_mul(x, weft_pow2i(k + 64)), weft_pow2i(-64));
+  return weft_mul(x, weft_pow2i(k));
+}
+
+// For finite x > 0: m in [1, 2) and e with x = m * 2^e (wmath.c's split_exp).
+float weft_split_exp(float x, out int e_out) {
+  int e = 0;
+  if (floatBitsToUint(x) < 0x00800000u) { // x < 1.17549435e-38f: subnormal, scaled by 2^24 exactly
+    x = weft_mul(x, uintBitsToFloat(0x4b800000u)); // 16777216.0f
+    e = -24;
+  }
+  uint u = floatBitsToUint(x);
+  e_out = e + int((u >> 23) & 0xffu) - 127;
+  return uintBitsToFloat((u & 0x007fffffu) | 0x3f800000u);
+}
+
+float weft_recip_mant(float m) {
+  // 1.41176474094390869140625f - 0.470588237047195434570312f * m
+  float r = weft_sub(uintBitsToFloat(0x3fb4b4b5u), weft_mul(uintBitsToFloat(0x3ef0f0f1u), m));
+  for (int i = 0; i < 4; i++) {
+    float e = weft_sub(1.0, weft_mul(m, r));
+    r = weft_add(r, weft_mul(r, e));
+  }
+  return r;
+}
+
+float weft_recipf(float x) {
+  if (weft_isnan(x)) return uintBitsToFloat(0x7fc00000u);
+  uint ux = floatBitsToUint(x), ua = ux & 0x7fffffffu;
+  bool neg = (ux & 0x80000000u) != 0u && ua != 0u; // x < 0.0f
+  float a = neg ? weft_neg(x) : x;
+  float s = neg ? -1.0 : 1.0;
+  if (ua == 0u) return ux != 0u ? uintBitsToFloat(0xff800000u) : uintBitsToFloat(0x7f800000u);
+  if (ua == 0x7f800000u) return uintBitsToFloat(neg ? 0x80000000u : 0u); // s * 0.0f, written as its bits
+  int e;
+  float m = weft_split_exp(a, e);
+  return weft_mul(s, weft_scale2(weft_recip_mant(m), -e));
+}
+
+float weft_rsqrt_mant(float m) {
+  float y = uintBitsToFloat(0x5f3759dfu - (floatBitsToUint(m) >> 1));
+  float h = weft_mul(0.5, m);
+  for (int i = 0; i < 3; i++) {
+    float t = weft_mul(h, y);
+    t = weft_mul(t, y);
+    t = weft_sub(1.5, t);
+    y = weft_mul(y, t);
+  }
+  float t = weft_mul(h, y);
+  t = weft_mul(t, y);
+  t = weft_sub(0.5, t);
+  y = weft_add(y, weft_mul(y, t));
+  return y;
+}
+
+// For finite x > 0: m in [1, 4) and an even e with x = m * 2^e.
+float weft_split_exp_even(float x, out int e_out) {
+  int e;
+  float m = weft_split_exp(x, e);
+  if ((e & 1) != 0) {
+    m = weft_mul(m, 2.0);
+    e = e - 1;
+  }
+  e_out = e;
+  return m;
+}
+
+float weft_rsqrtf(float x) {
+  uint ux = floatBitsToUint(x);
+  if (weft_isnan(x) || ((ux & 0x80000000u) != 0u && ux != 0x80000000u)) return uintBitsToFloat(0x7fc00000u);
+  if ((ux & 0x7fffffffu) == 0u) return ux == 0x80000000u ? uintBitsToFloat(0xff800000u) : uintBitsToFloat(0x7f800000u);
+  if (ux == 0x7f800000u) return 0.0;
+  int e;
+  float m = weft_split_exp_even(x, e);
+  return weft_scale2(weft_rsqrt_mant(m), -e / 2);
+}
+
+float weft_sqrtf(float x) {
+  uint ux = floatBitsToUint(x);
+  if (weft_isnan(x) || ((ux & 0x80000000u) != 0u && ux != 0x80000000u)) return uintBitsToFloat(0x7fc00000u);
+  if ((ux & 0x7fffffffu) == 0u || ux == 0x7f800000u) return x;
+  int e;
+  float m = weft_split_exp_even(x, e);
+  float y = weft_rsqrt_mant(m);
+  float s = weft_mul(m, y);
+  float r = weft_sub(m, weft_mul(s, s));
+  s = weft_add(s, weft_mul(weft_mul(0.5, y), r));
+  return weft_scale2(s, e / 2);
+}
+
+float weft_tanhf(float x) {
+  if (weft_isnan(x)) return uintBitsToFloat(0x7fc00000u);
+  uint ux = floatBitsToUint(x), ua = ux & 0x7fffffffu;
+  bool neg = (ux & 0x80000000u) != 0u && ua != 0u; // x < 0.0f
+  float a = neg ? weft_neg(x) : x;
+  float s = neg ? -1.0 : 1.0;
+  if (ua < 0x39800000u) return x; // a < 2^-12: tanh(x) rounds to x
+  if (ua >= 0x41200000u) return s; // a >= 10
+  float t;
+  if (ua < 0x3f400000u) { // a < 0.75
+    float z = weft_mul(a, a);
+    float p = uintBitsToFloat(0x37858997u);                     // TANH_C[11]  1.591890577401500195264816e-05f
+    p = weft_add(weft_mul(p, z), uintBitsToFloat(0xb824bec7u)); // TANH_C[10] -3.927832221961580216884613e-05f
+    p = weft_add(weft_mul(p, z), uintBitsToFloat(0x38cb3f0cu)); // TANH_C[9]   9.691537707112729549407959e-05f
+    p = weft_add(weft_mul(p, z), uintBitsToFloat(0xb97abebcu)); // TANH_C[8]  -2.391291200183331966400146e-04f
+    p = weft_add(weft_mul(p, z), uintBitsToFloat(0x3a1aac12u)); // TANH_C[7]   5.900274263694882392883301e-04f
+    p = weft_add(weft_mul(p, z), uintBitsToFloat(0xbabed1b2u)); // TANH_C[6]  -1.455834368243813514709473e-03f
+    p = weft_add(weft_mul(p, z), uintBitsToFloat(0x3b6b69e8u)); // TANH_C[5]   3.592127934098243713378906e-03f
+    p = weft_add(weft_mul(p, z), uintBitsToFloat(0xbc11371bu)); // TANH_C[4]  -8.863235823810100555419922e-03f
+    p = weft_add(weft_mul(p, z), uintBitsToFloat(0x3cb327a4u)); // TANH_C[3]   2.186948806047439575195312e-02f
+    p = weft_add(weft_mul(p, z), uintBitsToFloat(0xbd5d0dd1u)); // TANH_C[2]  -5.396825447678565979003906e-02f
+    p = weft_add(weft_mul(p, z), uintBitsToFloat(0x3e088889u)); // TANH_C[1]   1.333333402872085571289062e-01f
+    p = weft_add(weft_mul(p, z), uintBitsToFloat(0xbeaaaaabu)); // TANH_C[0]  -3.333333432674407958984375e-01f
+    t = weft_add(a, weft_mul(a, weft_mul(z, p)));
+  } else {
+    float ex = weft_expf(weft_add(a, a));
+    t = weft_sub(1.0, weft_mul(2.0, weft_recipf(weft_add(ex, 1.0))));
+  }
+  return weft_mul(s, t);
+}
