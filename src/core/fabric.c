@@ -12,6 +12,7 @@
 #include "../sched/split.h"
 #include "fpenv.h"
 #include "internal.h"
+#include "optable.h"
 #include "testing.h"
 
 static _Thread_local char open_error[WEFT_ERR_LEN];
@@ -357,6 +358,7 @@ weft_status weft_fabric_lane_info(const weft_fabric *f, size_t index, weft_lane_
   out_info->contracts = s->desc.contracts;
   out_info->failed = s->failed;
   out_info->revivable = s->vt.revive != NULL;
+  out_info->ops = weft_lane_ops(&s->desc);
   return WEFT_OK;
 }
 
