@@ -428,7 +428,7 @@ WEFT_API weft_status weft_op_crossentropy_backward(weft_fabric *fabric, const we
 /* 1 - beta^step (beta^step by repeated multiplication from 1), step >= 1: AdamW's bias correction. */
 WEFT_API float weft_adamw_bias_correction(float beta, int64_t step);
 /* One AdamW step (decoupled weight decay, bias-corrected, llm.c's form) at step `step` (1, 2, ...): param,
- * m and v updated in place from grad; all four one shape. */
+ * m and v updated in place from grad; all four hold one number of elements (their shapes may differ). */
 WEFT_API weft_status weft_op_adamw(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *param,
                                    weft_tensor *grad, weft_tensor *m, weft_tensor *v, float lr, float beta1,
                                    float beta2, float eps, float weight_decay, int64_t step);

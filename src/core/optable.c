@@ -364,8 +364,8 @@ static weft_status v_adamw(weft_fabric *f, weft_op *op, weft_tensor *const *in, 
                            const weft_op_params *p) {
   weft_tensor *g = in[0];
   for (int o = 0; o < 3; o++)
-    if (!same_shape(g, out[o]))
-      return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_adamw: param %s, grad %s, m %s and v %s must have one shape",
+    if (out[o]->numel != g->numel)
+      return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_adamw: param %s, grad %s, m %s and v %s must hold one number of elements",
                        SH(out[0]), SH(g), SH(out[1]), SH(out[2]));
   if (out[0] == out[1] || out[0] == out[2] || out[1] == out[2])
     return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_adamw: param, m and v must be three different tensors");
