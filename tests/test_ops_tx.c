@@ -455,7 +455,7 @@ static void test_op_sets(void) {
   st = weft_op_relu(F, &pin_mm, tx, ty);
   TU_CHECK(st == WEFT_ERR_UNSUPPORTED, "relu pinned to the matmul-only lane: %s", weft_status_str(st));
   /* what it offers it runs */
-  weft_tensor *w = tf(2, C, C, 0, 0, g), *o = tf(2, N, C, 0, 0, NULL);
+  weft_tensor *w = tf(2, C, C, 0, 0, NULL), *o = tf(2, N, C, 0, 0, NULL);
   ok(weft_op_matmul(F, &pin_mm, tx, 0, w, 0, o), "matmul pinned to the matmul-only lane");
   TU_CHECK(only_mm->runs == 1, "the matmul-only lane ran %d ops", only_mm->runs);
   ok(weft_op_relu(F, &pin_v1, tx, ty), "relu on the v1 lane");

@@ -453,9 +453,12 @@ weft_status weft_grad_clip(weft_fabric *f, const weft_op_desc *desc, weft_tensor
   weft_tensor_destroy(acc);
   if (st != WEFT_OK) return st;
   /* GLOBAL-NORM CLIP (reference_tx.c): norm = sqrt(ss); scale by max_norm * (1/norm) when norm > max_norm */
+  weft_fpenv env; /* rounded to nearest, whatever the caller's environment */
+  weft_fpenv_enter(&env);
   const float norm = weft_sqrtf(ss);
+  const float sc = max_norm * weft_recipf(norm);
+  weft_fpenv_leave(&env);
   if (norm > max_norm) {
-    const float sc = max_norm * weft_recipf(norm);
     for (int k = 0; k < n && st == WEFT_OK; k++) st = weft_op_scale(f, desc, sc, grads[k], grads[k]);
     if (st != WEFT_OK) return st;
   }
