@@ -465,6 +465,20 @@ static void test_op_sets(void) {
   ok(weft_route_explain(F, &q, &ex), "explain layernorm");
   TU_CHECK(ex.chosen == (int)lcpu && !ex.lanes[lmm].eligible && tu_contains(ex.lanes[lmm].why_not, "does not offer"),
            "explain: chosen %d, fake-matmul eligible %d (%s)", ex.chosen, ex.lanes[lmm].eligible, ex.lanes[lmm].why_not);
+  /* a lane built against lane ABI version 1 is refused, both versions named */
+  static const weft_lane_vtable V1_VT = {.abi_version = 1, .size = sizeof(weft_lane_vtable), .describe = fk_describe,
+                                         .destroy = fk_destroy, .buffer_alloc = tu_fake_alloc,
+                                         .buffer_free = tu_fake_free, .upload = tu_fake_upload,
+                                         .download = tu_fake_download, .run = fk_run};
+  TU_STATUS(weft_testing_add_lane(F, &V1_VT, calloc(1, sizeof(fake))), WEFT_ERR_UNSUPPORTED, "a lane of ABI version 1");
+  int named = 0;
+  for (size_t i = 0; i < weft_fabric_absent_count(F); i++) {
+    const char *an, *why;
+    if (weft_fabric_absent_info(F, i, &an, &why) == WEFT_OK && tu_contains(why, "lane ABI version 1") &&
+        tu_contains(why, "speaks version 2"))
+      named = 1;
+  }
+  TU_CHECK(named, "the refusal of a version-1 lane names both versions");
   weft_tensor *objs[] = {tx, tg, tb, ty, w, o};
   for (size_t i = 0; i < sizeof objs / sizeof *objs; i++) weft_tensor_destroy(objs[i]);
   free(x), free(g), free(b), free(y);

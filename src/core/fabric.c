@@ -100,7 +100,10 @@ static void add_absent(void *ctx, const char *name, const char *reason) {
 static weft_status add_lane_checked(weft_fabric *f, const weft_lane_vtable *vt, void *self, int apply_filter) {
   if (!vt || vt->abi_version != WEFT_LANE_ABI_VERSION || vt->size < offsetof(weft_lane_vtable, supports)) {
     if (vt && vt->destroy && vt->size >= offsetof(weft_lane_vtable, buffer_alloc)) vt->destroy(self);
-    add_absent(f, "lane", "a lane was built against another lane ABI version and was refused");
+    char why[160];
+    snprintf(why, sizeof why, "a lane built against lane ABI version %u was refused; this weft speaks version %d",
+             vt ? (unsigned)vt->abi_version : 0u, WEFT_LANE_ABI_VERSION);
+    add_absent(f, "lane", why);
     return WEFT_ERR_UNSUPPORTED;
   }
   weft_lane_slot slot;
