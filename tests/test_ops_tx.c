@@ -628,6 +628,32 @@ static void test_block(void) {
   free(tok), free(tgt);
 }
 
+/* Ops long enough to go to the host queue (and a chain through it): the same bits, dependencies kept. */
+static void test_queued(void) {
+  enum { QN = 2048, QC = 768 };
+  const size_t n = (size_t)QN * QC;
+  float *x = rnd(n, -2, 2), *g = rnd(QC, 0.5f, 1.5f), *b = rnd(QC, -1, 1), *y = zeros(n), *z = zeros(n);
+  weft_tensor *tx = tf(2, QN, QC, 0, 0, x), *tg = tf(1, QC, 0, 0, 0, g), *tb = tf(1, QC, 0, 0, 0, b),
+              *ty = tf(2, QN, QC, 0, 0, NULL), *tz = tf(2, QN, QC, 0, 0, NULL), *acc = tf(1, 1, 0, 0, 0, NULL);
+  ok(weft_op_layernorm(F, NULL, tx, tg, tb, 1e-5f, ty, NULL, NULL), "queued layernorm");
+  ok(weft_op_gelu(F, NULL, ty, tz), "queued gelu");
+  ok(weft_op_sumsq(F, NULL, tz, acc), "queued sumsq");
+  ok(weft_op_sumsq(F, NULL, tz, acc), "queued sumsq again (accumulates)");
+  weft_ref_layernorm_forward(y, NULL, NULL, x, g, b, QN, QC, 1e-5f);
+  weft_ref_gelu_forward(z, y, (int64_t)n);
+  float ss = 0.0f;
+  for (int r = 0; r < 2; r++)
+    for (size_t i = 0; i < n; i++) {
+      float sq = z[i] * z[i];
+      ss = ss + sq;
+    }
+  same(acc, &ss, 1, "queued sumsq");
+  same(tz, z, n, "queued gelu");
+  weft_tensor *objs[] = {tx, tg, tb, ty, tz, acc};
+  for (size_t i = 0; i < sizeof objs / sizeof *objs; i++) weft_tensor_destroy(objs[i]);
+  free(x), free(g), free(b), free(y), free(z);
+}
+
 int main(void) {
   const double start = tu_now();
   R.s = tu_seed();
@@ -643,6 +669,7 @@ int main(void) {
   test_adamw_clip();
   test_copies();
   test_op_run();
+  test_queued();
   test_block(); /* before the fakes join: every op on the cpu lane */
   test_op_sets();
   weft_fabric_close(F);
