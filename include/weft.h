@@ -302,7 +302,9 @@ typedef struct weft_op_desc {
  *
  * In-place ops: add, relu, relu_backward and scale may be given one of their inputs as `out` (the same
  * tensor), on every lane, with the same bits as out of place; axpy is in place by definition. matmul,
- * sum_rows and softmax_xent refuse an output that is an input (WEFT_ERR_INVALID_ARGUMENT). Different
+ * sum_rows and softmax_xent refuse an output that is an input (WEFT_ERR_INVALID_ARGUMENT). The transformer
+ * ops below say for each which output may be which input; adamw, sumsq and copy_slice update outputs in
+ * place by definition; two outputs are never one tensor. Different
  * tensors whose host memory overlaps (weft_tensor_wrap of the same or overlapping memory) may not be an
  * input and an output of one op, nor two outputs: WEFT_ERR_INVALID_ARGUMENT, and nothing changes. */
 
