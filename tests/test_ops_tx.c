@@ -4,11 +4,13 @@
  * change nothing), int32 tensors and reshape, the lanes' op sets (a lane that offers only matmul is routed
  * around and refuses a pinned layernorm), and a small GPT-2 block forward + backward + clip + AdamW whose
  * every bit matches the same chain run on the reference functions. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/reference.h"
+#include "core/optable.h"
 #include "core/reference_tx.h"
 #include "core/testing.h"
 #include "tutil.h"
@@ -484,6 +486,87 @@ static void test_op_sets(void) {
   free(x), free(g), free(b), free(y);
 }
 
+/* A device lane (not host memory) that offers every op, runs them on the op table's host kernels over its
+ * host-memory buffers, and can go down: values that lived only there are recomputed on the CPU from their
+ * recipes (weft_op_run with the recorded kind, contract and params). */
+typedef struct { int down, runs; } dev;
+static weft_status dv_report(void *ctx, weft_status st, const char *fmt, va_list args) {
+  (void)ctx, (void)fmt, (void)args;
+  return st;
+}
+static const weft_lane_host DV_HOST = {NULL, dv_report};
+static void dv_describe(void *self, weft_lane_desc *out) {
+  (void)self;
+  memset(out, 0, sizeof *out);
+  out->name = "fake-dev";
+  out->kind = "fake";
+  out->device = out->driver = out->details = "";
+  out->contracts = WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT);
+  out->ops = WEFT_OPS_ALL;
+}
+static weft_status dv_run(void *self, const weft_op *op) {
+  dev *d = self;
+  if (d->down) return WEFT_ERR_LANE_FAILED;
+  d->runs++;
+  if (op->kind < WEFT_OP_V1_COUNT) {
+    weft_reference_run(op);
+    return WEFT_OK;
+  }
+  return weft_optable_host_run(op, &DV_HOST);
+}
+static weft_status dv_down(void *self, void *buffer, size_t offset, void *dst, size_t bytes) {
+  dev *d = self;
+  return d->down ? WEFT_ERR_LANE_FAILED : tu_fake_download(self, buffer, offset, dst, bytes);
+}
+static const weft_lane_vtable DEV_VT = {
+    .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = dv_describe,
+    .destroy = fk_destroy, .buffer_alloc = tu_fake_alloc, .buffer_free = tu_fake_free,
+    .upload = tu_fake_upload, .download = dv_down, .run = dv_run,
+};
+
+static void test_recovery(void) {
+  weft_fabric *saved = F;
+  if (tu_open("cpu", &F) != WEFT_OK) {
+    TU_CHECK(0, "open: %s", weft_open_error());
+    F = saved;
+    return;
+  }
+  dev *d = calloc(1, sizeof *d);
+  TU_CHECK(weft_testing_add_lane(F, &DEV_VT, d) == WEFT_OK, "add fake-dev");
+  size_t ld = 0;
+  weft_fabric_lane_find(F, "fake-dev", &ld);
+  const weft_op_desc pin = {WEFT_CONTRACT_EXACT, (int)ld};
+  float *x = rnd((size_t)N * C, -2, 2), *g = rnd(C, 0.5f, 1.5f), *b = rnd(C, -1, 1), *y = zeros((size_t)N * C);
+  float acc0 = 0.25f;
+  weft_tensor *tx = tf(2, N, C, 0, 0, x), *tg = tf(1, C, 0, 0, 0, g), *tb = tf(1, C, 0, 0, 0, b),
+              *ty = tf(2, N, C, 0, 0, NULL), *tm = tf(1, N, 0, 0, 0, NULL), *acc = tf(1, 1, 0, 0, 0, &acc0),
+              *tz = tf(2, N, C, 0, 0, NULL);
+  /* y and mean (layernorm, eps a parameter), z = gelu(y), acc += sum z^2 (it reads acc): all only on the lane */
+  ok(weft_op_layernorm(F, &pin, tx, tg, tb, 1e-3f, ty, tm, NULL), "layernorm on fake-dev");
+  ok(weft_op_gelu(F, &pin, ty, tz), "gelu on fake-dev");
+  ok(weft_op_sumsq(F, &pin, tz, acc), "sumsq on fake-dev");
+  TU_CHECK(d->runs == 3, "fake-dev ran %d ops", d->runs);
+  d->down = 1;
+  float *mean = zeros(N), *z = zeros((size_t)N * C);
+  weft_ref_layernorm_forward(y, mean, NULL, x, g, b, N, C, 1e-3f);
+  weft_ref_gelu_forward(z, y, (int64_t)N * C);
+  float ss = acc0;
+  for (size_t i = 0; i < (size_t)N * C; i++) {
+    float sq = z[i] * z[i];
+    ss = ss + sq;
+  }
+  same(acc, &ss, 1, "sumsq recovered (from acc's host value)");
+  same(tz, z, (size_t)N * C, "gelu recovered");
+  same(ty, y, (size_t)N * C, "layernorm y recovered");
+  same(tm, mean, N, "layernorm mean recovered");
+  weft_lane_info li;
+  weft_fabric_lane_info(F, ld, &li);
+  TU_CHECK(li.failed, "fake-dev is down");
+  weft_fabric_close(F);
+  F = saved;
+  free(x), free(g), free(b), free(y), free(mean), free(z);
+}
+
 /* ----------------------------------------------------------------------------- a GPT-2 block */
 
 /* c[M,N] = op(a) . op(b), canonical order (k ascending, each multiply and add rounded). */
@@ -673,5 +756,7 @@ int main(void) {
   test_block(); /* before the fakes join: every op on the cpu lane */
   test_op_sets();
   weft_fabric_close(F);
+  F = NULL;
+  test_recovery();
   return tu_finish("ops_tx", start);
 }

@@ -280,10 +280,14 @@ typedef struct weft_recipe {
    * before the op) */
   uint64_t in_id[WEFT_OP_MAX_IN + 1], in_version[WEFT_OP_MAX_IN + 1];
   int self_read;         /* 1: in_id[nin] is the tensor itself */
+  /* the op's other required outputs, by shape: a replay writes them into scratch tensors */
+  int nout;
+  int out_ndim[WEFT_OP_MAX_OUT];
+  int64_t out_dims[WEFT_OP_MAX_OUT][WEFT_MAX_DIMS];
+  weft_dtype out_dtype[WEFT_OP_MAX_OUT];
 } weft_recipe;
-/* Records, for each output of an op that ran on a device lane, how to compute it again. An op with other
- * outputs that are required, or that reads other outputs, leaves no recipe (it cannot be run for one
- * output alone). */
+/* Records, for each output of an op that ran on a device lane, how to compute it again. An op that reads
+ * other outputs too (AdamW's m and v) leaves no recipe: it cannot be run for one output alone. */
 void weft_tensor_note_recipe(weft_tensor **in, int nin, weft_tensor **out, int nout, const weft_op *op,
                              const weft_op_params *params, int lane);
 /* Computes a lost value again on the lanes still up; WEFT_ERR_LANE_FAILED with the reason when it cannot. */

@@ -378,10 +378,10 @@ void weft_tensor_note_recipe(weft_tensor **in, int nin, weft_tensor **out, int n
   for (int o = 0; o < nout; o++) {
     weft_tensor *t = out[o];
     if (!t) continue;
-    /* replayable for this output alone: every other output optional, and none of them read by the op */
+    /* replayable for this output alone: no other output is read by the op (required ones get scratch) */
     int alone = 1;
     for (int q = 0; q < nout; q++)
-      if (q != o && (!((e->out_optional >> q) & 1) || ((e->out_reads >> q) & 1 && out[q]))) alone = 0;
+      if (q != o && ((e->out_reads >> q) & 1) && out[q]) alone = 0;
     if (weft_lane_is_host(f, lane) || !alone) {
       /* host memory does not go down with a lane: nothing to recompute (or no way to recompute one output) */
       free(t->recipe);
@@ -399,6 +399,12 @@ void weft_tensor_note_recipe(weft_tensor **in, int nin, weft_tensor **out, int n
     for (int i = 0; i < nin; i++)
       if (in[i]) r->in_id[i] = in[i]->id, r->in_version[i] = in[i]->version;
     if ((e->out_reads >> o) & 1) r->in_id[nin] = t->id, r->in_version[nin] = t->version, r->self_read = 1;
+    r->nout = nout;
+    for (int q = 0; q < nout; q++)
+      if (q != o && out[q] && !((e->out_optional >> q) & 1)) {
+        r->out_ndim[q] = out[q]->ndim, r->out_dtype[q] = out[q]->dtype;
+        memcpy(r->out_dims[q], out[q]->dims, sizeof r->out_dims[q]);
+      }
   }
 }
 
@@ -412,9 +418,17 @@ static weft_tensor *tensor_by_id(weft_fabric *f, uint64_t id) {
 static weft_status replay(weft_fabric *f, const weft_recipe *r, weft_tensor **x, weft_tensor *t) {
   weft_op_desc d = WEFT_OP_DESC_INIT;
   d.contract = r->contract;
-  weft_tensor *out[WEFT_OP_MAX_OUT] = {0};
+  weft_tensor *out[WEFT_OP_MAX_OUT] = {0}, *scratch[WEFT_OP_MAX_OUT] = {0};
   out[r->out_slot] = t;
-  return weft_op_run(f, &d, r->kind, x, r->nin, out, weft_optable[r->kind].nout, &r->params);
+  weft_status st = WEFT_OK;
+  /* the op's other required outputs are computed again too, into scratch (they may have moved on since) */
+  for (int q = 0; q < r->nout && st == WEFT_OK; q++)
+    if (r->out_ndim[q] && (st = weft_tensor_create_typed(f, r->out_dtype[q], r->out_ndim[q], r->out_dims[q], NULL,
+                                                         &scratch[q])) == WEFT_OK)
+      out[q] = scratch[q];
+  if (st == WEFT_OK) st = weft_op_run(f, &d, r->kind, x, r->nin, out, r->nout, &r->params);
+  for (int q = 0; q < r->nout; q++) weft_tensor_destroy(scratch[q]);
+  return st;
 }
 
 /* A lost value that cannot be computed again stays lost: later attempts answer at once. */
