@@ -46,12 +46,14 @@ typedef void weft_buffer;
  *   SOFTMAX_XENT  in[0]=logits in[1]=targets out[0]=loss (1 element, may be NULL) out[1]=grad (may be NULL);
  *                 rows, cols; inv_rows = 1.0f/rows computed once on the host so no lane divides.
  * The transformer ops (version 2; reference_tx.h defines each, docs/DESIGN.md states its canonical order).
- * "(rw)" marks an output the op reads and writes (an accumulation or an in-place update). rows*cols is
- * always the element count of out[0] (the router's estimate of the result's size).
+ * "(rw)" marks an output the op reads and writes (an accumulation or an in-place update). rows and cols
+ * are only the router's estimate of the op's size (about the elements it writes); kernels use iparam.
+ * Index operands (tok, pos, targets) were checked on the host: every index is in range.
  *   EMBEDDING     in[0]=tok (i32 [B,T]) in[1]=pos (i32 [B,T], NULL: pos = t) in[2]=wte [V,C] in[3]=wpe [P,C]
- *                 out[0]=out [B,T,C]; iparam[0..4] = B, T, C, V, P. Every index is in range (checked).
+ *                 out[0]=out [B,T,C]; iparam[0..4] = B, T, C, V, P.
  *   EMBEDDING_BACKWARD  in[0]=dout [B,T,C] in[1]=tok in[2]=pos (NULL: t) out[0]=dwte [V,C] (rw, NULL: skip)
- *                 out[1]=dwpe [P,C] (rw, NULL: skip); iparam[0..4] = B, T, C, V, P.
+ *                 out[1]=dwpe [P,C] (rw, NULL: skip); iparam[0..4] = B, T, C, V, P (V or P is 2^31 when
+ *                 that table is not given).
  *   LAYERNORM     in[0]=x [N,C] in[1]=gamma [C] in[2]=beta [C] out[0]=y [N,C] out[1]=mean [N] (NULL: skip)
  *                 out[2]=rstd [N] (NULL: skip); iparam[0]=N iparam[1]=C; fparam[0]=eps.
  *   LAYERNORM_BACKWARD  in[0]=dy [N,C] in[1]=x in[2]=mean [N] in[3]=rstd [N] in[4]=gamma [C]
