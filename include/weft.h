@@ -140,6 +140,7 @@ typedef struct weft_lane_info {
   weft_contract_mask contracts;  /* the contracts this lane honours */
   int failed;                    /* 1 while the lane is down: it failed (or started down, waiting) */
   int revivable;                 /* 1 if a down lane may come back (it is asked with backoff) */
+  uint64_t ops;                  /* the ops it offers (WEFT_OP_BIT(kind) bits) */
 } weft_lane_info;
 
 /* Number of lanes present in the fabric (failed ones included, marked). */
@@ -200,6 +201,30 @@ WEFT_API weft_status weft_tensor_read(weft_tensor *tensor, float *out_data, size
 WEFT_API weft_status weft_tensor_shape(const weft_tensor *tensor, int *out_ndim, int64_t *out_dims);
 /* Number of elements. */
 WEFT_API size_t weft_tensor_numel(const weft_tensor *tensor);
+/* What a tensor's elements are. Both are 4 bytes, so a tensor's storage on every lane is the same size. */
+typedef enum weft_dtype {
+  WEFT_DTYPE_F32 = 0, /* fp32: every tensor made by weft_tensor_create or weft_tensor_wrap */
+  WEFT_DTYPE_I32 = 1, /* int32: token ids, positions, targets */
+  WEFT_DTYPE_COUNT
+} weft_dtype;
+
+/* "f32", "i32"; "?" otherwise. */
+WEFT_API const char *weft_dtype_str(weft_dtype dtype);
+/* Creates a tensor of `dtype` (the shape rules of weft_tensor_create). `data` holds numel elements of that
+ * dtype (float or int32_t), copied in; NULL gives zeros. */
+WEFT_API weft_status weft_tensor_create_typed(weft_fabric *fabric, weft_dtype dtype, int ndim, const int64_t *dims,
+                                              const void *data, weft_tensor **out_tensor);
+/* The tensor's dtype; WEFT_DTYPE_COUNT for NULL or a pointer that is not a live tensor. */
+WEFT_API weft_dtype weft_tensor_dtype(const weft_tensor *tensor);
+/* weft_tensor_write and weft_tensor_read for int32 tensors. Reading or writing an int32 tensor as floats
+ * (weft_tensor_read/write), or an fp32 tensor as int32, is WEFT_ERR_INVALID_ARGUMENT and moves nothing. */
+WEFT_API weft_status weft_tensor_write_i32(weft_tensor *tensor, const int32_t *data, size_t count);
+WEFT_API weft_status weft_tensor_read_i32(weft_tensor *tensor, int32_t *out_data, size_t count);
+/* Gives the tensor a new shape of the same element count (the shape rules of weft_tensor_create), in
+ * place and without a copy: a zero-copy relabel of the same tensor, not a second view of it - every holder
+ * of the handle sees the new shape, and ops already given the tensor keep the shape they were given. Its
+ * value, where it lives and its dtype do not change. WEFT_ERR_SHAPE when the counts differ. */
+WEFT_API weft_status weft_tensor_reshape(weft_tensor *tensor, int ndim, const int64_t *dims);
 /* Where the tensor's current value lives: "host", a lane name, or several joined by ','
  * ("host,vulkan:0"). Valid until the tensor is next used. */
 WEFT_API const char *weft_tensor_location(const weft_tensor *tensor);
@@ -216,10 +241,38 @@ typedef enum weft_op_kind {
   WEFT_OP_AXPY = 5,
   WEFT_OP_SUM_ROWS = 6,
   WEFT_OP_SOFTMAX_XENT = 7,
+  /* the transformer ops (weft_lane.h's table says which operand is which) */
+  WEFT_OP_EMBEDDING = 8,
+  WEFT_OP_EMBEDDING_BACKWARD = 9,
+  WEFT_OP_LAYERNORM = 10,
+  WEFT_OP_LAYERNORM_BACKWARD = 11,
+  WEFT_OP_GELU = 12,
+  WEFT_OP_GELU_BACKWARD = 13,
+  WEFT_OP_ATTENTION = 14,
+  WEFT_OP_ATTENTION_BACKWARD = 15,
+  WEFT_OP_CAUSAL_SOFTMAX = 16,
+  WEFT_OP_CAUSAL_SOFTMAX_BACKWARD = 17,
+  WEFT_OP_CROSSENTROPY = 18,
+  WEFT_OP_CROSSENTROPY_BACKWARD = 19,
+  WEFT_OP_ADAMW = 20,
+  WEFT_OP_SUMSQ = 21,
+  WEFT_OP_PERMUTE = 22,
+  WEFT_OP_COPY_SLICE = 23,
   WEFT_OP_COUNT
 } weft_op_kind;
 
-/* "matmul", "add", "relu", "relu_backward", "scale", "axpy", "sum_rows", "softmax_xent"; "?" otherwise. */
+/* The ops of lane ABI version 1 (matmul .. softmax_xent): what a lane offers when it says nothing. */
+#define WEFT_OP_V1_COUNT 8
+/* Bit for op kind k in an op set (weft_lane_desc.ops, weft_lane_info.ops). */
+#define WEFT_OP_BIT(k) ((uint64_t)1u << (k))
+#define WEFT_OPS_V1 (WEFT_OP_BIT(WEFT_OP_V1_COUNT) - 1u)
+#define WEFT_OPS_ALL (WEFT_OP_BIT(WEFT_OP_COUNT) - 1u)
+
+/* Most operands an op has (weft_op_run): inputs and outputs. */
+#define WEFT_OP_MAX_IN 6
+#define WEFT_OP_MAX_OUT 4
+
+/* The op's name ("matmul", "layernorm", "copy_slice", ...: the table in optable.c); "?" otherwise. */
 WEFT_API const char *weft_op_kind_str(weft_op_kind kind);
 /* Parses an op name; WEFT_ERR_INVALID_ARGUMENT for an unknown name. */
 WEFT_API weft_status weft_op_kind_parse(const char *name, weft_op_kind *out_kind);
@@ -249,7 +302,9 @@ typedef struct weft_op_desc {
  *
  * In-place ops: add, relu, relu_backward and scale may be given one of their inputs as `out` (the same
  * tensor), on every lane, with the same bits as out of place; axpy is in place by definition. matmul,
- * sum_rows and softmax_xent refuse an output that is an input (WEFT_ERR_INVALID_ARGUMENT). Different
+ * sum_rows and softmax_xent refuse an output that is an input (WEFT_ERR_INVALID_ARGUMENT). The transformer
+ * ops below say for each which output may be which input; adamw, sumsq and copy_slice update outputs in
+ * place by definition; two outputs are never one tensor. Different
  * tensors whose host memory overlaps (weft_tensor_wrap of the same or overlapping memory) may not be an
  * input and an output of one op, nor two outputs: WEFT_ERR_INVALID_ARGUMENT, and nothing changes. */
 
@@ -285,6 +340,119 @@ WEFT_API weft_status weft_op_sum_rows(weft_fabric *fabric, const weft_op_desc *d
  * exp and log are weft's own (weft_expf, weft_logf: multiplies and adds only), so every exact lane agrees. */
 WEFT_API weft_status weft_op_softmax_xent(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *logits,
                                           weft_tensor *targets, weft_tensor *out_loss, weft_tensor *out_grad);
+
+/* ------------------------------------------------------------------------------- any op, by its kind */
+
+/* An op's scalar parameters, for weft_op_run. Start from zeros; which entries an op reads:
+ *   matmul                        i[0] = trans_a, i[1] = trans_b
+ *   scale, axpy                   f[0] = alpha
+ *   layernorm                     f[0] = eps
+ *   attention, attention_backward i[0] = number of heads (NH)
+ *   causal_softmax(_backward)     f[0] = scale
+ *   adamw                         f[0..6] = lr, beta1, beta2, eps, weight_decay, bc1, bc2 (bias corrections:
+ *                                 weft_adamw_bias_correction(beta1, step), (beta2, step))
+ *   permute                       i[0..rank-1] = perm: y's axis a is x's axis perm[a]
+ *   copy_slice                    i[0] = axis, i[1] = offset
+ *   the others                    nothing */
+typedef struct weft_op_params {
+  int64_t i[8];
+  float f[8];
+} weft_op_params;
+
+/* Runs op `kind` on in[0 .. nin-1] and out[0 .. nout-1] (at most WEFT_OP_MAX_IN and WEFT_OP_MAX_OUT; the
+ * operands in the order of the op's typed function below, an optional operand NULL or left off the end).
+ * The typed functions (weft_op_matmul, weft_op_layernorm, ...) are this with the operands named; this is
+ * the one path every op takes: validation from the op table (operand count, dtypes, shapes, which output
+ * may be which input), routing among the lanes that offer the op, and the run. params may be NULL (zeros). */
+WEFT_API weft_status weft_op_run(weft_fabric *fabric, const weft_op_desc *desc, weft_op_kind kind,
+                                 weft_tensor *const *in, int nin, weft_tensor *const *out, int nout,
+                                 const weft_op_params *params);
+
+/* ------------------------------------------------------------------------------- the transformer ops */
+
+/* GPT-2's op set (after llm.c), forward and backward. The canonical order of each is its reference
+ * kernel's (src/core/reference_tx.c; docs/DESIGN.md states each in words): every exact lane returns those
+ * bits. Gradients of parameters (dwte, dwpe, dgamma, dbeta) are ACCUMULATED into the tensor given (zero it
+ * for a fresh gradient); gradients of activations are written. "[..]" is any leading dimensions. Index
+ * tensors are int32 (weft_tensor_create_typed); an index out of range is WEFT_ERR_INVALID_ARGUMENT and
+ * nothing is written. Outputs are distinct from inputs unless said otherwise. So far the CPU lane offers
+ * these ops (weft_lane_info.ops says which lane offers what). */
+
+/* out[b,t,:] = wte[tok[b,t],:] + wpe[pos[b,t],:]. tok, pos: i32 [B,T]; pos NULL means pos[b,t] = t;
+ * wte [V,C]; wpe [P,C]; out [B,T,C]. */
+WEFT_API weft_status weft_op_embedding(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *tok,
+                                       weft_tensor *pos, weft_tensor *wte, weft_tensor *wpe, weft_tensor *out);
+/* dwte[tok[b,t],:] += dout[b,t,:], dwpe[pos[b,t],:] += dout[b,t,:], (b,t) ascending; either table may be
+ * NULL (not both). Shapes as for weft_op_embedding. */
+WEFT_API weft_status weft_op_embedding_backward(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *dout,
+                                                weft_tensor *tok, weft_tensor *pos, weft_tensor *dwte,
+                                                weft_tensor *dwpe);
+/* y = (x - mean) * rstd * gamma + beta over the last dimension. x, y [..,C] (N rows); gamma, beta [C];
+ * mean, rstd: N elements (either may be NULL). y may be x. */
+WEFT_API weft_status weft_op_layernorm(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *x,
+                                       weft_tensor *gamma, weft_tensor *beta, float eps, weft_tensor *y,
+                                       weft_tensor *mean, weft_tensor *rstd);
+/* dx written; dgamma, dbeta [C] accumulated (either may be NULL). dy, x, dx [..,C]; mean, rstd from the
+ * forward (N elements). dx may be dy. */
+WEFT_API weft_status weft_op_layernorm_backward(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *dy,
+                                                weft_tensor *x, weft_tensor *mean, weft_tensor *rstd,
+                                                weft_tensor *gamma, weft_tensor *dx, weft_tensor *dgamma,
+                                                weft_tensor *dbeta);
+/* GPT-2's GELU, tanh form, elementwise; y has x's shape and may be x. */
+WEFT_API weft_status weft_op_gelu(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *x, weft_tensor *y);
+/* dx = gelu'(x) * dy; x, dy, dx one shape; dx may be x or dy. */
+WEFT_API weft_status weft_op_gelu_backward(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *x,
+                                           weft_tensor *dy, weft_tensor *dx);
+/* Causal self-attention, fused: qkv [B,T,3C] (q, k, v side by side; n_head heads of C/n_head) -> out
+ * [B,T,C], att [B,NH,T,T] (probabilities, needed by the backward), preatt [B,NH,T,T] (scaled scores, -inf
+ * above the diagonal; may be NULL). n_head must divide C. */
+WEFT_API weft_status weft_op_attention(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *qkv,
+                                       int64_t n_head, weft_tensor *out, weft_tensor *att, weft_tensor *preatt);
+/* dqkv [B,T,3C] from dout [B,T,C], the forward's qkv and att. */
+WEFT_API weft_status weft_op_attention_backward(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *dout,
+                                                weft_tensor *qkv, weft_tensor *att, int64_t n_head,
+                                                weft_tensor *dqkv);
+/* probs [..,T,T]: row t a softmax of scale*scores over columns <= t, zeros beyond. probs may be scores. */
+WEFT_API weft_status weft_op_causal_softmax(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *scores,
+                                            float scale, weft_tensor *probs);
+/* dscores [..,T,T] from probs and dprobs (one shape). dscores may be dprobs. */
+WEFT_API weft_status weft_op_causal_softmax_backward(weft_fabric *fabric, const weft_op_desc *desc,
+                                                     weft_tensor *probs, weft_tensor *dprobs, float scale,
+                                                     weft_tensor *dscores);
+/* losses[n] = -log softmax(logits[n,:])[targets[n]]; logits [..,V] (N rows), targets i32 and losses f32 of
+ * N elements each. */
+WEFT_API weft_status weft_op_crossentropy(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *logits,
+                                          weft_tensor *targets, weft_tensor *losses);
+/* dlogits [..,V] = (softmax(logits[n,:]) - onehot(targets[n])) * dloss[n]; dloss f32 of N elements. */
+WEFT_API weft_status weft_op_crossentropy_backward(weft_fabric *fabric, const weft_op_desc *desc,
+                                                   weft_tensor *logits, weft_tensor *targets, weft_tensor *dloss,
+                                                   weft_tensor *dlogits);
+/* 1 - beta^step (beta^step by repeated multiplication from 1), step >= 1: AdamW's bias correction. */
+WEFT_API float weft_adamw_bias_correction(float beta, int64_t step);
+/* One AdamW step (decoupled weight decay, bias-corrected, llm.c's form) at step `step` (1, 2, ...): param,
+ * m and v updated in place from grad; all four hold one number of elements (their shapes may differ). */
+WEFT_API weft_status weft_op_adamw(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *param,
+                                   weft_tensor *grad, weft_tensor *m, weft_tensor *v, float lr, float beta1,
+                                   float beta2, float eps, float weight_decay, int64_t step);
+/* acc (one element) = acc + x[i]*x[i] for i ascending: the sum the global norm is made of. */
+WEFT_API weft_status weft_op_sumsq(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *x, weft_tensor *acc);
+/* Global-norm gradient clip over grads[0 .. n-1], in that order: norm = sqrt of the sum of every element's
+ * square (one ascending sum through the tensors in order: weft_op_sumsq into one accumulator), and when
+ * norm > max_norm every gradient is scaled in place by max_norm / norm (weft_op_scale). A host-side helper:
+ * it waits for the sum (the decision is the host's). *out_norm (may be NULL) receives the norm. The bits are
+ * those of reference_tx's weft_ref_grad_clip. */
+WEFT_API weft_status weft_grad_clip(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *const *grads,
+                                    int n, float max_norm, float *out_norm);
+/* y = x with its axes permuted: y's axis a is x's axis perm[a] (rank 1..4, perm a permutation of 0..rank-1;
+ * y's shape must be x's dims in that order). Any dtype (y's must be x's). [B,T,H,D] -> [B,H,T,D] is perm
+ * {0,2,1,3}. */
+WEFT_API weft_status weft_op_permute(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *x,
+                                     const int *perm, weft_tensor *y);
+/* Writes src into dst at `offset` along `axis`: dst[.., offset + i, ..] = src[.., i, ..]; the rest of dst
+ * is kept (a KV-cache append). src and dst have one rank and dtype and agree on every other axis;
+ * offset + src's extent must not pass dst's. */
+WEFT_API weft_status weft_op_copy_slice(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *src,
+                                        weft_tensor *dst, int axis, int64_t offset);
 
 /* The lane the last successful op on this fabric ran on (an index), or -1 if none ran yet. */
 WEFT_API int weft_fabric_last_lane(const weft_fabric *fabric);

@@ -20,14 +20,20 @@
 extern "C" {
 #endif
 
-#define WEFT_LANE_ABI_VERSION 1
+/* Version 2: weft_op holds up to WEFT_OP_MAX_IN inputs and WEFT_OP_MAX_OUT outputs, per-operand dtypes and
+ * typed parameters (iparam, fparam); weft_lane_desc.ops lets a lane offer a subset of the ops. A lane of
+ * version 1 is refused (its weft_op had two inputs and two outputs). Existing code indexing in[0], in[1],
+ * out[0], out[1] and out_host[0], out_host[1] compiles and means the same. */
+#define WEFT_LANE_ABI_VERSION 2
 
 /* A lane-owned allocation; what it points to is the lane's business (a host pointer, a VkBuffer record, a
  * device pointer). For lanes with WEFT_LANE_HOST_MEMORY it is a plain float array in host memory. */
 typedef void weft_buffer;
 
-/* One op, validated and resolved to the lane's buffers. Sizes are element counts (not bytes).
- * Which fields an op uses:
+/* One op, validated and resolved to the lane's buffers. Sizes are element counts (not bytes). Slots an op
+ * does not use are NULL; an optional operand the caller left out is NULL too. Every operand is 4 bytes an
+ * element: its dtype (in_dtype, out_dtype) says whether those are fp32 or int32.
+ * Which fields an op uses (the version-1 ops):
  *   MATMUL        in[0]=a in[1]=b out[0]=c; batch, m, n, k, trans_a, trans_b, b_batched
  *                 a is [batch,m,k] ([batch,k,m] when trans_a); b is [k,n] ([n,k] when trans_b), or one per
  *                 batch entry when b_batched; c is [batch,m,n]. batch may be 0.
@@ -39,12 +45,50 @@ typedef void weft_buffer;
  *   SUM_ROWS      in[0]=x out[0]=out (cols); rows, cols
  *   SOFTMAX_XENT  in[0]=logits in[1]=targets out[0]=loss (1 element, may be NULL) out[1]=grad (may be NULL);
  *                 rows, cols; inv_rows = 1.0f/rows computed once on the host so no lane divides.
+ * The transformer ops (version 2; reference_tx.h defines each, docs/DESIGN.md states its canonical order).
+ * "(rw)" marks an output the op reads and writes (an accumulation or an in-place update). rows and cols
+ * are only the router's estimate of the op's size (about the elements it writes); kernels use iparam.
+ * Index operands (tok, pos, targets) were checked on the host: every index is in range.
+ *   EMBEDDING     in[0]=tok (i32 [B,T]) in[1]=pos (i32 [B,T], NULL: pos = t) in[2]=wte [V,C] in[3]=wpe [P,C]
+ *                 out[0]=out [B,T,C]; iparam[0..4] = B, T, C, V, P.
+ *   EMBEDDING_BACKWARD  in[0]=dout [B,T,C] in[1]=tok in[2]=pos (NULL: t) out[0]=dwte [V,C] (rw, NULL: skip)
+ *                 out[1]=dwpe [P,C] (rw, NULL: skip); iparam[0..4] = B, T, C, V, P (V or P is 2^31 when
+ *                 that table is not given).
+ *   LAYERNORM     in[0]=x [N,C] in[1]=gamma [C] in[2]=beta [C] out[0]=y [N,C] out[1]=mean [N] (NULL: skip)
+ *                 out[2]=rstd [N] (NULL: skip); iparam[0]=N iparam[1]=C; fparam[0]=eps.
+ *   LAYERNORM_BACKWARD  in[0]=dy [N,C] in[1]=x in[2]=mean [N] in[3]=rstd [N] in[4]=gamma [C]
+ *                 out[0]=dx [N,C] out[1]=dgamma [C] (rw, NULL: skip) out[2]=dbeta [C] (rw, NULL: skip);
+ *                 iparam[0]=N iparam[1]=C.
+ *   GELU          in[0]=x out[0]=y; iparam[0]=n (elements). y may be x.
+ *   GELU_BACKWARD in[0]=x in[1]=dy out[0]=dx; iparam[0]=n. dx may be x or dy.
+ *   ATTENTION     in[0]=qkv [B,T,3C] out[0]=out [B,T,C] out[1]=att [B,NH,T,T] out[2]=preatt [B,NH,T,T]
+ *                 (NULL: skip); iparam[0..3] = B, T, C, NH.
+ *   ATTENTION_BACKWARD  in[0]=dout [B,T,C] in[1]=qkv [B,T,3C] in[2]=att [B,NH,T,T] out[0]=dqkv [B,T,3C];
+ *                 iparam[0..3] = B, T, C, NH.
+ *   CAUSAL_SOFTMAX  in[0]=scores [R,T,T] out[0]=probs [R,T,T]; iparam[0]=R iparam[1]=T; fparam[0]=scale.
+ *   CAUSAL_SOFTMAX_BACKWARD  in[0]=probs in[1]=dprobs out[0]=dscores (all [R,T,T]); iparam[0]=R
+ *                 iparam[1]=T; fparam[0]=scale.
+ *   CROSSENTROPY  in[0]=logits [N,V] in[1]=targets (i32 [N]) out[0]=losses [N]; iparam[0]=N iparam[1]=V.
+ *   CROSSENTROPY_BACKWARD  in[0]=logits [N,V] in[1]=targets (i32 [N]) in[2]=dloss [N] out[0]=dlogits [N,V];
+ *                 iparam[0]=N iparam[1]=V.
+ *   ADAMW         in[0]=grad out[0]=param (rw) out[1]=m (rw) out[2]=v (rw), n elements each; iparam[0]=n;
+ *                 fparam[0..6] = lr, beta1, beta2, eps, weight_decay, bc1, bc2 (bias corrections 1 - beta^t,
+ *                 computed on the host: weft_adamw_bias_correction).
+ *   SUMSQ         in[0]=x out[0]=acc (1 element, rw): acc = acc + x[i]*x[i] for i ascending from 0, each
+ *                 product and sum rounded; iparam[0]=n. (The global-norm clip's sum, weft_grad_clip.)
+ *   PERMUTE       in[0]=x out[0]=y, the same dtype; iparam[0]=rank (1..4), iparam[1..4] = x's dims (padded
+ *                 with 1), iparam[5] = perm packed 2 bits per axis (axis a of y is axis (p >> 2a) & 3 of x).
+ *                 A copy: y[idx] = x[idx permuted], bits unchanged.
+ *   COPY_SLICE    in[0]=src out[0]=dst (rw: only the slice is written), the same dtype and rank;
+ *                 iparam[0]=outer (product of the dims before axis), iparam[1]=src_len (src's extent along
+ *                 axis), iparam[2]=dst_len (dst's), iparam[3]=inner (product of the dims after axis),
+ *                 iparam[4]=offset: dst[o, offset + i, r] = src[o, i, r].
  * An output buffer may be the same as an input buffer where the public API allows it (elementwise ops). */
 typedef struct weft_op {
   weft_op_kind kind;
   weft_contract contract;
-  weft_buffer *in[2];
-  weft_buffer *out[2];
+  weft_buffer *in[WEFT_OP_MAX_IN];
+  weft_buffer *out[WEFT_OP_MAX_OUT];
   int64_t batch, m, n, k;
   int trans_a, trans_b, b_batched;
   int64_t rows, cols;
@@ -55,7 +99,13 @@ typedef struct weft_op {
    * (host_register) and the result is expected home (every input came from the host): the lane may write
    * the result straight there as it is computed, so the download that follows moves nothing. NULL
    * otherwise. */
-  void *out_host[2];
+  void *out_host[WEFT_OP_MAX_OUT];
+  /* Version 2. The operands' dtypes (WEFT_DTYPE_F32 for every operand of the version-1 ops). */
+  weft_dtype in_dtype[WEFT_OP_MAX_IN];
+  weft_dtype out_dtype[WEFT_OP_MAX_OUT];
+  /* Typed parameters of the version-2 ops (the table above). */
+  int64_t iparam[8];
+  float fparam[8];
 } weft_op;
 
 /* Lane properties. */
@@ -73,6 +123,10 @@ typedef struct weft_lane_desc {
   const char *details;          /* one line of facts worth printing (ISA, threads, limits) */
   weft_contract_mask contracts; /* contracts honoured */
   uint32_t flags;               /* WEFT_LANE_* properties */
+  /* The ops the lane offers: bit k (WEFT_OP_BIT(k)) for weft_op_kind k. 0 means the version-1 set
+   * (WEFT_OPS_V1: matmul .. softmax_xent), so a lane that leaves it zero keeps working unchanged. The router
+   * never sends a lane an op outside its set; an op pinned to such a lane fails with WEFT_ERR_UNSUPPORTED. */
+  uint64_t ops;
 } weft_lane_desc;
 
 /* What the core gives a lane: a way to report errors. The lane calls report() with a status and a message

@@ -57,6 +57,7 @@ class LaneInfo(ctypes.Structure):
         ("contracts", ctypes.c_uint32),
         ("failed", ctypes.c_int),
         ("revivable", ctypes.c_int),
+        ("ops", ctypes.c_uint64),  # bit per weft_op_kind: the ops the lane offers
         _PAD,
     ]
 

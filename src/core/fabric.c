@@ -12,6 +12,7 @@
 #include "../sched/split.h"
 #include "fpenv.h"
 #include "internal.h"
+#include "optable.h"
 #include "testing.h"
 
 static _Thread_local char open_error[WEFT_ERR_LEN];
@@ -99,7 +100,10 @@ static void add_absent(void *ctx, const char *name, const char *reason) {
 static weft_status add_lane_checked(weft_fabric *f, const weft_lane_vtable *vt, void *self, int apply_filter) {
   if (!vt || vt->abi_version != WEFT_LANE_ABI_VERSION || vt->size < offsetof(weft_lane_vtable, supports)) {
     if (vt && vt->destroy && vt->size >= offsetof(weft_lane_vtable, buffer_alloc)) vt->destroy(self);
-    add_absent(f, "lane", "a lane was built against another lane ABI version and was refused");
+    char why[160];
+    snprintf(why, sizeof why, "a lane built against lane ABI version %u was refused; this weft speaks version %d",
+             vt ? (unsigned)vt->abi_version : 0u, WEFT_LANE_ABI_VERSION);
+    add_absent(f, "lane", why);
     return WEFT_ERR_UNSUPPORTED;
   }
   weft_lane_slot slot;
@@ -357,6 +361,7 @@ weft_status weft_fabric_lane_info(const weft_fabric *f, size_t index, weft_lane_
   out_info->contracts = s->desc.contracts;
   out_info->failed = s->failed;
   out_info->revivable = s->vt.revive != NULL;
+  out_info->ops = weft_lane_ops(&s->desc);
   return WEFT_OK;
 }
 

@@ -37,8 +37,8 @@ typedef struct job {
    * pointers are used only when the job is drained, which happens before any of them can be destroyed
    * (destroying a tensor waits for the jobs that use it). */
   int nin, nout;
-  weft_tensor *in[3], *out[2];
-  uint64_t in_version[3], out_version[2];
+  weft_tensor *in[WEFT_OP_MAX_IN + WEFT_OP_MAX_OUT], *out[WEFT_OP_MAX_OUT];
+  uint64_t in_version[WEFT_OP_MAX_IN + WEFT_OP_MAX_OUT], out_version[WEFT_OP_MAX_OUT];
 } job;
 
 typedef struct weft_hostq weft_hostq;
@@ -260,14 +260,14 @@ static job *job_of(weft_fabric *f, uint64_t ticket) {
 void weft_hostq_note_inputs(weft_fabric *f, uint64_t ticket, weft_tensor *const *in, int nin) {
   job *j = job_of(f, ticket);
   if (!j) return;
-  for (int i = 0; i < nin && j->nin < 3; i++)
+  for (int i = 0; i < nin && j->nin < WEFT_OP_MAX_IN + WEFT_OP_MAX_OUT; i++)
     if (in[i]) j->in[j->nin] = in[i], j->in_version[j->nin++] = in[i]->version;
 }
 
 void weft_hostq_note_outputs(weft_fabric *f, uint64_t ticket, weft_tensor *const *out, int nout) {
   job *j = job_of(f, ticket);
   if (!j) return;
-  for (int o = 0; o < nout && j->nout < 2; o++)
+  for (int o = 0; o < nout && j->nout < WEFT_OP_MAX_OUT; o++)
     if (out[o]) j->out[j->nout] = out[o], j->out_version[j->nout++] = out[o]->version;
 }
 

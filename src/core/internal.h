@@ -165,7 +165,8 @@ struct weft_tensor {
   int ndim;
   int64_t dims[WEFT_MAX_DIMS];
   size_t numel;
-  size_t bytes;        /* numel * sizeof(float), at least 4 so empty tensors still have storage */
+  size_t bytes;        /* numel * 4, at least 4 so empty tensors still have storage */
+  weft_dtype dtype;    /* f32 or i32: 4 bytes either way, so lanes and transfers see only bytes */
   float *host;         /* host copy; allocated at creation, or the caller's own memory (borrowed) */
   int borrowed;        /* host is the caller's (weft_tensor_wrap): never freed here */
   int host_valid;      /* the host copy holds the current value */
@@ -270,13 +271,25 @@ void weft_lane_revive_soon(const weft_lane_host *host);
 
 /* What wrote a tensor on a device lane, so a lost value can be computed again. */
 typedef struct weft_recipe {
-  weft_op op;            /* kind, contract, flags, alpha; buffers unused */
+  weft_op_kind kind;
+  weft_contract contract;
+  weft_op_params params; /* what weft_op_run was given */
   int out_slot;          /* which output of the op the tensor was */
-  int nin;
-  uint64_t in_id[3], in_version[3]; /* axpy: in[1] is y itself, at its version before the op */
+  int nin;               /* input slots (a NULL optional input has id 0) */
+  /* in[0 .. nin-1], then the tensor itself when the op read it (axpy's y, an accumulation: at its version
+   * before the op) */
+  uint64_t in_id[WEFT_OP_MAX_IN + 1], in_version[WEFT_OP_MAX_IN + 1];
+  int self_read;         /* 1: in_id[nin] is the tensor itself */
+  /* the op's other required outputs, by shape: a replay writes them into scratch tensors */
+  int nout;
+  int out_ndim[WEFT_OP_MAX_OUT];
+  int64_t out_dims[WEFT_OP_MAX_OUT][WEFT_MAX_DIMS];
+  weft_dtype out_dtype[WEFT_OP_MAX_OUT];
 } weft_recipe;
-/* Records, for each output of an op that ran on a device lane, how to compute it again. */
-void weft_tensor_note_recipe(weft_tensor **in, int nin, weft_tensor **out, int nout, const weft_op *op, int lane);
+/* Records, for each output of an op that ran on a device lane, how to compute it again. An op that reads
+ * other outputs too (AdamW's m and v) leaves no recipe: it cannot be run for one output alone. */
+void weft_tensor_note_recipe(weft_tensor **in, int nin, weft_tensor **out, int nout, const weft_op *op,
+                             const weft_op_params *params, int lane);
 /* Computes a lost value again on the lanes still up; WEFT_ERR_LANE_FAILED with the reason when it cannot. */
 weft_status weft_tensor_recover(weft_tensor *t, int depth);
 /* Recovers every lost value now, before anything it was made from changes. */

@@ -9,6 +9,8 @@
 #include "../sched/split.h"
 #include "fpenv.h"
 #include "internal.h"
+#include "optable.h"
+#include "reference_tx.h"
 
 static weft_status check_desc(weft_fabric *f, const weft_op_desc *desc, const char *fn, weft_op *op) {
   weft_op_desc d = WEFT_OP_DESC_INIT;
@@ -20,27 +22,6 @@ static weft_status check_desc(weft_fabric *f, const weft_op_desc *desc, const ch
                      f->nlanes);
   op->contract = d.contract;
   return WEFT_OK;
-}
-
-/* Rows and columns of a tensor seen as a matrix whose rows are every leading dimension. */
-static void as_rows_cols(const weft_tensor *t, int64_t *rows, int64_t *cols) {
-  *cols = t->dims[t->ndim - 1];
-  *rows = *cols ? (int64_t)(t->numel / (size_t)*cols) : 0;
-}
-
-static int same_shape(const weft_tensor *a, const weft_tensor *b) {
-  if (a->ndim != b->ndim) return 0;
-  for (int d = 0; d < a->ndim; d++)
-    if (a->dims[d] != b->dims[d]) return 0;
-  return 1;
-}
-
-static const char *shape_str(const weft_tensor *t, char *buf, size_t len) {
-  size_t used = (size_t)snprintf(buf, len, "[");
-  for (int d = 0; d < t->ndim && used < len; d++)
-    used += (size_t)snprintf(buf + used, len - used, "%s%lld", d ? "," : "", (long long)t->dims[d]);
-  if (used < len) snprintf(buf + used, len - used, "]");
-  return buf;
 }
 
 /* 1 when two different tensors' host memory overlaps (weft_tensor_wrap of the same or overlapping memory). */
@@ -55,12 +36,13 @@ static int overlaps(const weft_tensor *a, const weft_tensor *b) {
  * ops allow it, the others refuse it by name). Different tensors over overlapping memory - two wraps of one
  * buffer, or of parts of it - are refused: each keeps copies of its own on the lanes, so the op would read
  * values it is overwriting on one lane and not on another. */
-static weft_status refuse_overlap(weft_fabric *f, const weft_op *op, weft_tensor **in, const char *const *in_name,
-                                  int nin, weft_tensor **out, const char *const *out_name, int nout) {
+static weft_status refuse_overlap(weft_fabric *f, const weft_op *op, weft_tensor *const *in,
+                                  const char *const *in_name, int nin, weft_tensor *const *out,
+                                  const char *const *out_name, int nout) {
   for (int o = 0; o < nout; o++) {
     if (!out[o]) continue;
     for (int i = 0; i < nin; i++)
-      if (overlaps(out[o], in[i]))
+      if (in[i] && overlaps(out[o], in[i]))
         return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT,
                          "weft_op_%s: %s and %s are different tensors over overlapping memory (two wraps of one "
                          "buffer); pass the same tensor for an in-place op, or give the result memory of its own",
@@ -81,21 +63,24 @@ static weft_status refuse_overlap(weft_fabric *f, const weft_op *op, weft_tensor
 /* An input whose producer (a queued op) failed fails the op that reads it, with that op's message; axpy
  * reads its output too. Inputs still being made are checked once they are waited for, or, when this op is
  * queued behind them, when it is drained (hostq.c). */
-static weft_status inputs_failed(const weft_op *op, weft_tensor **in, int nin, weft_tensor **out) {
+static weft_status inputs_failed(const weft_op *op, weft_tensor **in, int nin, weft_tensor **out, int nout) {
   weft_status st = WEFT_OK;
-  for (int i = 0; i < nin && st == WEFT_OK; i++) st = weft_tensor_failure(in[i]);
-  if (st == WEFT_OK && op->kind == WEFT_OP_AXPY) st = weft_tensor_failure(out[0]);
+  const uint32_t reads = weft_optable[op->kind].out_reads;
+  for (int i = 0; i < nin && st == WEFT_OK; i++)
+    if (in[i]) st = weft_tensor_failure(in[i]);
+  for (int o = 0; o < nout && st == WEFT_OK; o++)
+    if (out[o] && ((reads >> o) & 1)) st = weft_tensor_failure(out[o]);
   return st;
 }
 
 /* Moves inputs to the chosen lane, runs (or queues) the op, and marks outputs as living there. */
 static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
-                                 weft_tensor **out, int nout, const double *now) {
+                                 weft_tensor **out, int nout, const weft_op_params *params, const double *now) {
   int pinned = desc ? desc->lane : WEFT_LANE_AUTO;
   int lane;
   double work, t0 = 0;
   uint64_t ticket = 0;
-  weft_status st = inputs_failed(op, in, nin, out);
+  weft_status st = inputs_failed(op, in, nin, out, nout);
   if (st != WEFT_OK) return st;
   const weft_cost_class cls = weft_cost_op_work(op, &work);
   if (pinned != WEFT_LANE_AUTO) {
@@ -103,6 +88,9 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     if (s->failed)
       return weft_fail(f, WEFT_ERR_LANE_FAILED, "%s: lane %s %s", weft_op_kind_str(op->kind), s->desc.name,
                        s->down_why[0] ? s->down_why : "is down");
+    if (!(weft_lane_ops(&s->desc) & WEFT_OP_BIT(op->kind)))
+      return weft_fail(f, WEFT_ERR_UNSUPPORTED, "%s: lane %s does not offer this op (see weft devices for what it offers)",
+                       weft_op_kind_str(op->kind), s->desc.name);
     if (!(s->desc.contracts & WEFT_CONTRACT_BIT(op->contract)))
       return weft_fail(f, WEFT_ERR_UNSUPPORTED, "%s: lane %s does not honour the '%s' contract",
                        weft_op_kind_str(op->kind), s->desc.name, weft_contract_str(op->contract));
@@ -112,10 +100,13 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     }
     lane = pinned;
   } else {
-    /* axpy also reads its output: its residency counts like an input's */
-    weft_tensor *route_in[3] = {nin > 0 ? in[0] : NULL, nin > 1 ? in[1] : NULL, NULL};
-    int nroute = nin;
-    if (op->kind == WEFT_OP_AXPY) route_in[nroute++] = out[0];
+    /* outputs the op reads (axpy's y, accumulated gradients) count like inputs: their residency matters */
+    weft_tensor *route_in[WEFT_OP_MAX_IN + WEFT_OP_MAX_OUT];
+    int nroute = 0;
+    for (int i = 0; i < nin; i++)
+      if (in[i]) route_in[nroute++] = in[i];
+    for (int o = 0; o < nout; o++)
+      if (out[o] && ((weft_optable[op->kind].out_reads >> o) & 1)) route_in[nroute++] = out[o];
     t0 = now ? *now : weft_fabric_now(f); /* one clock read serves the route and the op's timing */
     if (t0 >= f->revive_at || atomic_load_explicit(&f->revive_poke, memory_order_relaxed)) weft_lanes_revive(f, 0);
     lane = weft_route_decide(f, op, cls, work, t0, route_in, nroute);
@@ -123,22 +114,24 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
   }
   /* every input on the host: the caller works on host data and will want the result there too */
   int home = 1;
-  for (int i = 0; i < nin; i++) home &= in[i]->host_valid;
+  for (int i = 0; i < nin; i++) home &= !in[i] || in[i]->host_valid;
   /* last input first: a matmul's b goes over before a, so a device may start on a's first rows while the
    * rest of a is still in flight */
   for (int i = nin - 1; i >= 0; i--) {
+    op->in[i] = NULL;
+    if (!in[i]) continue;
     if ((st = weft_tensor_make_valid(in[i], lane)) != WEFT_OK) return st;
     if ((st = weft_tensor_lane_buffer(in[i], lane, &op->in[i])) != WEFT_OK) return st;
   }
   for (int o = 0; o < nout; o++) {
     op->out[o] = NULL;
     if (!out[o]) continue;
-    /* AXPY reads its output; an output that is also an input is already current there. */
-    if (op->kind == WEFT_OP_AXPY && (st = weft_tensor_make_valid(out[o], lane)) != WEFT_OK) return st;
+    /* an output the op reads (axpy's y, an accumulation) must be current there too */
+    if (((weft_optable[op->kind].out_reads >> o) & 1) && (st = weft_tensor_make_valid(out[o], lane)) != WEFT_OK) return st;
     if ((st = weft_tensor_lane_buffer(out[o], lane, &op->out[o])) != WEFT_OK) return st;
   }
   /* moving the inputs waited for what makes them: a failure there is known now */
-  if (!weft_lane_is_host(f, lane) && (st = inputs_failed(op, in, nin, out)) != WEFT_OK) return st;
+  if (!weft_lane_is_host(f, lane) && (st = inputs_failed(op, in, nin, out, nout)) != WEFT_OK) return st;
   weft_lane_slot *s = &f->lanes[lane];
   weft_cost_state *cs = weft_cost_state_of(s, cls, op->contract);
   if (pinned != WEFT_LANE_AUTO) t0 = now ? *now : weft_fabric_now(f);
@@ -164,8 +157,10 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     ticket = weft_hostq_submit(f, lane, op, cls, work, observe);
     if (ticket) {
       weft_hostq_note_inputs(f, ticket, in, nin);
-      if (op->kind == WEFT_OP_AXPY) weft_hostq_note_inputs(f, ticket, out, 1);
-      for (int i = 0; i < nin; i++) in[i]->q_read = ticket;
+      for (int o = 0; o < nout; o++)
+        if (out[o] && ((weft_optable[op->kind].out_reads >> o) & 1)) weft_hostq_note_inputs(f, ticket, &out[o], 1);
+      for (int i = 0; i < nin; i++)
+        if (in[i]) in[i]->q_read = ticket;
       for (int o = 0; o < nout; o++)
         if (out[o]) out[o]->q_write = ticket;
       s->stats.ops[op->kind]++;
@@ -177,7 +172,7 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
   }
   if (host && !weft_hostq_idle(f)) {
     if ((st = weft_hostq_finish(f)) != WEFT_OK) return st;
-    if ((st = inputs_failed(op, in, nin, out)) != WEFT_OK) return st; /* what the queue made is known now */
+    if ((st = inputs_failed(op, in, nin, out, nout)) != WEFT_OK) return st; /* what the queue made is known now */
   }
   st = s->vt.run(s->self, op);
   double t1 = weft_fabric_now(f);
@@ -199,7 +194,7 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
 written:
   for (int o = 0; o < nout; o++)
     if (out[o] && op->out_host[o]) out[o]->dma_lane = lane + 1; /* the lane may be writing its host memory */
-  weft_tensor_note_recipe(in, nin, out, nout, op, lane); /* before the outputs' versions move on */
+  weft_tensor_note_recipe(in, nin, out, nout, op, params, lane); /* before the outputs' versions move on */
   for (int o = 0; o < nout; o++)
     if (out[o]) weft_tensor_mark_written(out[o], lane);
   if (ticket) weft_hostq_note_outputs(f, ticket, out, nout);
@@ -212,244 +207,261 @@ written:
  * unless the value lived only on the failed lane) are still current. Pinned ops report the failure. `now`,
  * when not NULL, is the clock as the caller just read it (the first attempt uses it). */
 static weft_status dispatch_at(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
-                               weft_tensor **out, int nout, const double *now) {
+                               weft_tensor **out, int nout, const weft_op_params *params, const double *now) {
   const int pinned = desc ? desc->lane : WEFT_LANE_AUTO;
   if (f->lost) weft_fabric_recover_all(f), now = NULL; /* before this op overwrites what a lost value was made from */
   if (f->hostq) weft_hostq_drain(f);                   /* the queue's measurements reach the model */
   for (size_t attempt = 0;; attempt++) {
-    weft_status st = dispatch_once(f, desc, op, in, nin, out, nout, attempt ? NULL : now);
+    weft_status st = dispatch_once(f, desc, op, in, nin, out, nout, params, attempt ? NULL : now);
     if (st != WEFT_ERR_LANE_FAILED || pinned != WEFT_LANE_AUTO || attempt >= f->nlanes) return st;
   }
 }
 
-static weft_status dispatch(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
-                            weft_tensor **out, int nout) {
-  return dispatch_at(f, desc, op, in, nin, out, nout, NULL);
-}
+/* ------------------------------------------------------------------------------ the one generic path */
 
-#define CHECK_T(t, name)                                                                                           \
-  do {                                                                                                             \
-    weft_status st_ = weft_tensor_check(f, (t), name);                                                           \
-    if (st_ != WEFT_OK) return st_;                                                                                \
-  } while (0)
-
-weft_status weft_op_matmul(weft_fabric *f, const weft_op_desc *desc, weft_tensor *a, int trans_a, weft_tensor *b,
-                           int trans_b, weft_tensor *c) {
+weft_status weft_op_run(weft_fabric *f, const weft_op_desc *desc, weft_op_kind kind, weft_tensor *const *in_arg,
+                        int nin_arg, weft_tensor *const *out_arg, int nout_arg, const weft_op_params *params) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op = {0};
-  op.kind = WEFT_OP_MATMUL;
-  weft_status st = check_desc(f, desc, "weft_op_matmul", &op);
+  if ((unsigned)kind >= WEFT_OP_COUNT)
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_run: op kind %d is not a weft_op_kind", (int)kind);
+  const weft_optable_entry *e = &weft_optable[kind];
+  char fn[64];
+  snprintf(fn, sizeof fn, "weft_op_%s", e->name);
+  if (nin_arg < 0 || nin_arg > e->nin || nout_arg < 0 || nout_arg > e->nout || (nin_arg && !in_arg) ||
+      (nout_arg && !out_arg))
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "%s: takes %d inputs and %d outputs; %d and %d given", fn, e->nin,
+                     e->nout, nin_arg, nout_arg);
+  weft_op_params p;
+  memset(&p, 0, sizeof p);
+  if (params) p = *params;
+  weft_op op;
+  memset(&op, 0, sizeof op);
+  op.kind = kind;
+  weft_status st = check_desc(f, desc, fn, &op);
   if (st != WEFT_OK) return st;
-  CHECK_T(a, "matmul: a");
-  CHECK_T(b, "matmul: b");
-  CHECK_T(c, "matmul: c");
-  if (c == a || c == b) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "matmul: c must not be a or b (no in-place matmul)");
-  char sa[96], sb[96], sc[96];
-  if (a->ndim < 2 || b->ndim < 2 || c->ndim < 2)
-    return weft_fail(f, WEFT_ERR_SHAPE, "matmul: a %s, b %s and c %s must each have rank 2 to 4",
-                     shape_str(a, sa, sizeof sa), shape_str(b, sb, sizeof sb), shape_str(c, sc, sizeof sc));
-  int64_t am = a->dims[a->ndim - 2], ak = a->dims[a->ndim - 1];
-  if (trans_a) am = a->dims[a->ndim - 1], ak = a->dims[a->ndim - 2];
-  int64_t bk = b->dims[b->ndim - 2], bn = b->dims[b->ndim - 1];
-  if (trans_b) bk = b->dims[b->ndim - 1], bn = b->dims[b->ndim - 2];
-  int64_t batch = (int64_t)(a->numel / (size_t)(am * ak));
-  int b_batched = b->ndim > 2;
-  int64_t bbatch = (int64_t)(b->numel / (size_t)(bk * bn));
-  if (ak != bk)
-    return weft_fail(f, WEFT_ERR_SHAPE, "matmul: inner dimensions differ: a %s%s gives k=%lld, b %s%s gives k=%lld",
-                     shape_str(a, sa, sizeof sa), trans_a ? "^T" : "", (long long)ak, shape_str(b, sb, sizeof sb),
-                     trans_b ? "^T" : "", (long long)bk);
-  if (b_batched && (b->ndim != a->ndim || bbatch != batch || memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)(a->ndim - 2))))
-    return weft_fail(f, WEFT_ERR_SHAPE, "matmul: batched b %s must have a %s's batch dimensions",
-                     shape_str(b, sb, sizeof sb), shape_str(a, sa, sizeof sa));
-  int shape_ok = c->ndim == a->ndim && c->dims[c->ndim - 2] == am && c->dims[c->ndim - 1] == bn &&
-                 memcmp(a->dims, c->dims, sizeof(int64_t) * (size_t)(a->ndim - 2)) == 0;
-  if (!shape_ok)
-    return weft_fail(f, WEFT_ERR_SHAPE, "matmul: c is %s; a %s%s . b %s%s needs c of a's batch dimensions then [%lld,%lld]",
-                     shape_str(c, sc, sizeof sc), shape_str(a, sa, sizeof sa), trans_a ? "^T" : "",
-                     shape_str(b, sb, sizeof sb), trans_b ? "^T" : "", (long long)am, (long long)bn);
-  op.batch = batch, op.m = am, op.n = bn, op.k = ak;
-  op.trans_a = trans_a != 0, op.trans_b = trans_b != 0, op.b_batched = b_batched;
-  weft_tensor *in[2] = {a, b}, *out[1] = {c};
-  static const char *const in_names[2] = {"a", "b"}, *const out_names[1] = {"c"};
-  if ((st = refuse_overlap(f, &op, in, in_names, 2, out, out_names, 1)) != WEFT_OK) return st;
-  if (!desc || desc->lane == WEFT_LANE_AUTO) {
+  weft_tensor *in[WEFT_OP_MAX_IN] = {0}, *out[WEFT_OP_MAX_OUT] = {0};
+  for (int i = 0; i < nin_arg; i++) in[i] = in_arg[i];
+  for (int o = 0; o < nout_arg; o++) out[o] = out_arg[o];
+  char what[96];
+  int nouts = 0;
+  for (int i = 0; i < e->nin; i++) {
+    snprintf(what, sizeof what, "%s: %s", fn, e->in_name[i]);
+    if (!in[i] && ((e->in_optional >> i) & 1)) continue;
+    if ((st = weft_tensor_check(f, in[i], what)) != WEFT_OK) return st;
+  }
+  for (int o = 0; o < e->nout; o++) {
+    snprintf(what, sizeof what, "%s: %s", fn, e->out_name[o]);
+    if (!out[o] && ((e->out_optional >> o) & 1)) continue;
+    if ((st = weft_tensor_check(f, out[o], what)) != WEFT_OK) return st;
+    nouts++;
+  }
+  if (e->need_one_out && !nouts) {
+    char names[96] = "";
+    for (int o = 0; o < e->nout; o++)
+      snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", o ? " and " : "", e->out_name[o]);
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "%s: %s are %s NULL; give at least one", fn, names,
+                     e->nout == 2 ? "both" : "all");
+  }
+  /* dtypes, from the table: an int tensor where floats are wanted is the caller's mistake, named */
+  const weft_dtype d0 = in[0] ? in[0]->dtype : WEFT_DTYPE_F32;
+  for (int i = 0; i < e->nin + e->nout; i++) {
+    const int is_in = i < e->nin, k = is_in ? i : i - e->nin;
+    const weft_tensor *t = is_in ? in[k] : out[k];
+    if (!t) continue;
+    const int rule = is_in ? e->in_dt[k] : e->out_dt[k];
+    const weft_dtype want = rule == WEFT_DT_SAME ? d0 : rule == WEFT_DT_I32 ? WEFT_DTYPE_I32 : WEFT_DTYPE_F32;
+    if (t->dtype != want)
+      return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "%s: %s is an %s tensor; this op wants %s there%s", fn,
+                       is_in ? e->in_name[k] : e->out_name[k], weft_dtype_str(t->dtype), weft_dtype_str(want),
+                       rule == WEFT_DT_SAME ? " (the input's dtype)" : want == WEFT_DTYPE_I32 ? " (indices)" : "");
+    if (is_in) op.in_dtype[k] = t->dtype;
+    else op.out_dtype[k] = t->dtype;
+  }
+  if ((st = e->validate(f, &op, in, out, &p)) != WEFT_OK) return st;
+  /* which output may be which input (the table); two outputs are never one tensor */
+  for (int o = 0; o < e->nout; o++) {
+    if (!out[o]) continue;
+    for (int i = 0; i < e->nin; i++)
+      if (out[o] == in[i] && !((e->alias_ok[o] >> i) & 1))
+        return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "%s: %s must not be %s (give the result a tensor of its own)", fn,
+                         e->out_name[o], e->in_name[i]);
+    for (int q = 0; q < o; q++)
+      if (out[q] == out[o])
+        return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "%s: %s and %s are one tensor; give each output its own", fn,
+                         e->out_name[q], e->out_name[o]);
+  }
+  if ((st = refuse_overlap(f, &op, in, e->in_name, e->nin, out, e->out_name, e->nout)) != WEFT_OK) return st;
+  if (e->splittable && (!desc || desc->lane == WEFT_LANE_AUTO)) {
     /* on host data, a batch may be worth sharing out across lanes, and lanes the models put close are
      * measured (sched/split.c); a split that fails leaves the result unwritten, and the whole op then runs
      * on one lane */
     int done = 0, lane = -1, have_now = 0;
     double now = 0;
-    weft_status st = weft_split_matmul(f, &op, a, b, c, &done, &lane, &have_now, &now);
+    st = weft_split_matmul(f, &op, in[0], in[1], out[0], &done, &lane, &have_now, &now);
     if (st == WEFT_OK && done) return WEFT_OK;
     if (st == WEFT_OK) {
       /* lane >= 0: the lane this shape measured fastest; should it fail under the op, the router takes over */
       weft_op_desc there = {op.contract, lane};
-      st = dispatch_at(f, lane >= 0 ? &there : desc, &op, in, 2, out, 1, have_now ? &now : NULL);
+      st = dispatch_at(f, lane >= 0 ? &there : desc, &op, in, e->nin, out, e->nout, &p, have_now ? &now : NULL);
       if (lane < 0 || st != WEFT_ERR_LANE_FAILED) return st;
     }
   }
-  return dispatch(f, desc, &op, in, 2, out, 1);
+  return dispatch_at(f, desc, &op, in, e->nin, out, e->nout, &p, NULL);
 }
 
-/* Shared checks for the one-input elementwise ops (relu, scale). */
-static weft_status unary(weft_fabric *f, const weft_op_desc *desc, weft_op *op, const char *fn, weft_tensor *x,
-                         weft_tensor *out) {
-  weft_status st = check_desc(f, desc, fn, op);
-  if (st != WEFT_OK) return st;
-  char wx[64], wo[64]; /* the messages name the op: "weft_op_relu: x is NULL" */
-  snprintf(wx, sizeof wx, "%s: x", fn);
-  snprintf(wo, sizeof wo, "%s: out", fn);
-  CHECK_T(x, wx);
-  CHECK_T(out, wo);
-  char sx[96], so[96];
-  if (!same_shape(x, out))
-    return weft_fail(f, WEFT_ERR_SHAPE, "%s: out %s must have x's shape %s", fn, shape_str(out, so, sizeof so),
-                     shape_str(x, sx, sizeof sx));
-  as_rows_cols(x, &op->rows, &op->cols);
-  weft_tensor *in[1] = {x}, *o[1] = {out};
-  static const char *const in_names[1] = {"x"}, *const out_names[1] = {"out"};
-  if ((st = refuse_overlap(f, op, in, in_names, 1, o, out_names, 1)) != WEFT_OK) return st;
-  return dispatch(f, desc, op, in, 1, o, 1);
-}
+/* --------------------------------------------------------------------------------- the typed ops */
 
-weft_status weft_op_relu(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out) {
-  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op = {0};
-  op.kind = WEFT_OP_RELU;
-  return unary(f, desc, &op, "weft_op_relu", x, out);
-}
+#define RUN(kind, ins, outs, params)                                                                               \
+  do {                                                                                                             \
+    weft_tensor *const in_[] = ins, *const out_[] = outs;                                                          \
+    return weft_op_run(f, desc, kind, in_, (int)(sizeof in_ / sizeof *in_), out_, (int)(sizeof out_ / sizeof *out_), \
+                       params);                                                                                    \
+  } while (0)
+#define L(...) {__VA_ARGS__}
 
-weft_status weft_op_scale(weft_fabric *f, const weft_op_desc *desc, float alpha, weft_tensor *x, weft_tensor *out) {
-  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op = {0};
-  op.kind = WEFT_OP_SCALE;
-  op.alpha = alpha;
-  return unary(f, desc, &op, "weft_op_scale", x, out);
+weft_status weft_op_matmul(weft_fabric *f, const weft_op_desc *desc, weft_tensor *a, int trans_a, weft_tensor *b,
+                           int trans_b, weft_tensor *c) {
+  weft_op_params p = {{trans_a != 0, trans_b != 0}, {0}};
+  RUN(WEFT_OP_MATMUL, L(a, b), L(c), &p);
 }
-
-weft_status weft_op_axpy(weft_fabric *f, const weft_op_desc *desc, float alpha, weft_tensor *x, weft_tensor *y) {
-  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op = {0};
-  op.kind = WEFT_OP_AXPY;
-  op.alpha = alpha;
-  weft_status st = check_desc(f, desc, "weft_op_axpy", &op);
-  if (st != WEFT_OK) return st;
-  CHECK_T(x, "axpy: x");
-  CHECK_T(y, "axpy: y");
-  char sx[96], sy[96];
-  if (!same_shape(x, y))
-    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_axpy: y %s must have x's shape %s", shape_str(y, sy, sizeof sy),
-                     shape_str(x, sx, sizeof sx));
-  if (x == y) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_axpy: x and y must be different tensors (use scale)");
-  as_rows_cols(x, &op.rows, &op.cols);
-  weft_tensor *in[1] = {x}, *o[1] = {y};
-  static const char *const in_names[1] = {"x"}, *const out_names[1] = {"y"};
-  if ((st = refuse_overlap(f, &op, in, in_names, 1, o, out_names, 1)) != WEFT_OK) return st;
-  return dispatch(f, desc, &op, in, 1, o, 1);
-}
-
 weft_status weft_op_add(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *y, weft_tensor *out) {
-  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op = {0};
-  op.kind = WEFT_OP_ADD;
-  weft_status st = check_desc(f, desc, "weft_op_add", &op);
-  if (st != WEFT_OK) return st;
-  CHECK_T(x, "add: x");
-  CHECK_T(y, "add: y");
-  CHECK_T(out, "add: out");
-  char sx[96], sy[96], so[96];
-  as_rows_cols(x, &op.rows, &op.cols);
-  int row = (y->ndim == 1 || (y->ndim == 2 && y->dims[0] == 1)) && y->dims[y->ndim - 1] == op.cols;
-  if (same_shape(x, y)) op.y_broadcast = 0;
-  else if (row) op.y_broadcast = 1;
-  else
-    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_add: y %s must have x's shape %s or be one row [%lld] to broadcast",
-                     shape_str(y, sy, sizeof sy), shape_str(x, sx, sizeof sx), (long long)op.cols);
-  if (!same_shape(x, out))
-    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_add: out %s must have x's shape %s", shape_str(out, so, sizeof so),
-                     shape_str(x, sx, sizeof sx));
-  if (out == y && op.y_broadcast)
-    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_add: out must not be the broadcast row y");
-  weft_tensor *in[2] = {x, y}, *o[1] = {out};
-  static const char *const in_names[2] = {"x", "y"}, *const out_names[1] = {"out"};
-  if ((st = refuse_overlap(f, &op, in, in_names, 2, o, out_names, 1)) != WEFT_OK) return st;
-  return dispatch(f, desc, &op, in, 2, o, 1);
+  RUN(WEFT_OP_ADD, L(x, y), L(out), NULL);
 }
-
+weft_status weft_op_relu(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out) {
+  RUN(WEFT_OP_RELU, L(x), L(out), NULL);
+}
 weft_status weft_op_relu_backward(weft_fabric *f, const weft_op_desc *desc, weft_tensor *grad, weft_tensor *x,
                                   weft_tensor *out) {
-  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op = {0};
-  op.kind = WEFT_OP_RELU_BACKWARD;
-  weft_status st = check_desc(f, desc, "weft_op_relu_backward", &op);
-  if (st != WEFT_OK) return st;
-  CHECK_T(grad, "relu_backward: grad");
-  CHECK_T(x, "relu_backward: x");
-  CHECK_T(out, "relu_backward: out");
-  char sg[96], sx[96], so[96];
-  if (!same_shape(grad, x) || !same_shape(grad, out))
-    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_relu_backward: grad %s, x %s and out %s must have one shape",
-                     shape_str(grad, sg, sizeof sg), shape_str(x, sx, sizeof sx), shape_str(out, so, sizeof so));
-  as_rows_cols(x, &op.rows, &op.cols);
-  weft_tensor *in[2] = {grad, x}, *o[1] = {out};
-  static const char *const in_names[2] = {"grad", "x"}, *const out_names[1] = {"out"};
-  if ((st = refuse_overlap(f, &op, in, in_names, 2, o, out_names, 1)) != WEFT_OK) return st;
-  return dispatch(f, desc, &op, in, 2, o, 1);
+  RUN(WEFT_OP_RELU_BACKWARD, L(grad, x), L(out), NULL);
 }
-
+weft_status weft_op_scale(weft_fabric *f, const weft_op_desc *desc, float alpha, weft_tensor *x, weft_tensor *out) {
+  weft_op_params p = {{0}, {alpha}};
+  RUN(WEFT_OP_SCALE, L(x), L(out), &p);
+}
+weft_status weft_op_axpy(weft_fabric *f, const weft_op_desc *desc, float alpha, weft_tensor *x, weft_tensor *y) {
+  weft_op_params p = {{0}, {alpha}};
+  RUN(WEFT_OP_AXPY, L(x), L(y), &p);
+}
 weft_status weft_op_sum_rows(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out) {
-  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op = {0};
-  op.kind = WEFT_OP_SUM_ROWS;
-  weft_status st = check_desc(f, desc, "weft_op_sum_rows", &op);
-  if (st != WEFT_OK) return st;
-  CHECK_T(x, "sum_rows: x");
-  CHECK_T(out, "sum_rows: out");
-  if (x == out) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_sum_rows: out must not be x");
-  as_rows_cols(x, &op.rows, &op.cols);
-  char sx[96], so[96];
-  int ok = (out->ndim == 1 || (out->ndim == 2 && out->dims[0] == 1)) && out->dims[out->ndim - 1] == op.cols;
-  if (!ok)
-    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_sum_rows: out %s must be [%lld] or [1,%lld] for x %s",
-                     shape_str(out, so, sizeof so), (long long)op.cols, (long long)op.cols, shape_str(x, sx, sizeof sx));
-  weft_tensor *in[1] = {x}, *o[1] = {out};
-  static const char *const in_names[1] = {"x"}, *const out_names[1] = {"out"};
-  if ((st = refuse_overlap(f, &op, in, in_names, 1, o, out_names, 1)) != WEFT_OK) return st;
-  return dispatch(f, desc, &op, in, 1, o, 1);
+  RUN(WEFT_OP_SUM_ROWS, L(x), L(out), NULL);
 }
-
 weft_status weft_op_softmax_xent(weft_fabric *f, const weft_op_desc *desc, weft_tensor *logits, weft_tensor *targets,
                                  weft_tensor *out_loss, weft_tensor *out_grad) {
+  RUN(WEFT_OP_SOFTMAX_XENT, L(logits, targets), L(out_loss, out_grad), NULL);
+}
+weft_status weft_op_embedding(weft_fabric *f, const weft_op_desc *desc, weft_tensor *tok, weft_tensor *pos,
+                              weft_tensor *wte, weft_tensor *wpe, weft_tensor *out) {
+  RUN(WEFT_OP_EMBEDDING, L(tok, pos, wte, wpe), L(out), NULL);
+}
+weft_status weft_op_embedding_backward(weft_fabric *f, const weft_op_desc *desc, weft_tensor *dout, weft_tensor *tok,
+                                       weft_tensor *pos, weft_tensor *dwte, weft_tensor *dwpe) {
+  RUN(WEFT_OP_EMBEDDING_BACKWARD, L(dout, tok, pos), L(dwte, dwpe), NULL);
+}
+weft_status weft_op_layernorm(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *gamma,
+                              weft_tensor *beta, float eps, weft_tensor *y, weft_tensor *mean, weft_tensor *rstd) {
+  weft_op_params p = {{0}, {eps}};
+  RUN(WEFT_OP_LAYERNORM, L(x, gamma, beta), L(y, mean, rstd), &p);
+}
+weft_status weft_op_layernorm_backward(weft_fabric *f, const weft_op_desc *desc, weft_tensor *dy, weft_tensor *x,
+                                       weft_tensor *mean, weft_tensor *rstd, weft_tensor *gamma, weft_tensor *dx,
+                                       weft_tensor *dgamma, weft_tensor *dbeta) {
+  RUN(WEFT_OP_LAYERNORM_BACKWARD, L(dy, x, mean, rstd, gamma), L(dx, dgamma, dbeta), NULL);
+}
+weft_status weft_op_gelu(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *y) {
+  RUN(WEFT_OP_GELU, L(x), L(y), NULL);
+}
+weft_status weft_op_gelu_backward(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *dy,
+                                  weft_tensor *dx) {
+  RUN(WEFT_OP_GELU_BACKWARD, L(x, dy), L(dx), NULL);
+}
+weft_status weft_op_attention(weft_fabric *f, const weft_op_desc *desc, weft_tensor *qkv, int64_t n_head,
+                              weft_tensor *out, weft_tensor *att, weft_tensor *preatt) {
+  weft_op_params p = {{n_head}, {0}};
+  RUN(WEFT_OP_ATTENTION, L(qkv), L(out, att, preatt), &p);
+}
+weft_status weft_op_attention_backward(weft_fabric *f, const weft_op_desc *desc, weft_tensor *dout, weft_tensor *qkv,
+                                       weft_tensor *att, int64_t n_head, weft_tensor *dqkv) {
+  weft_op_params p = {{n_head}, {0}};
+  RUN(WEFT_OP_ATTENTION_BACKWARD, L(dout, qkv, att), L(dqkv), &p);
+}
+weft_status weft_op_causal_softmax(weft_fabric *f, const weft_op_desc *desc, weft_tensor *scores, float scale,
+                                   weft_tensor *probs) {
+  weft_op_params p = {{0}, {scale}};
+  RUN(WEFT_OP_CAUSAL_SOFTMAX, L(scores), L(probs), &p);
+}
+weft_status weft_op_causal_softmax_backward(weft_fabric *f, const weft_op_desc *desc, weft_tensor *probs,
+                                            weft_tensor *dprobs, float scale, weft_tensor *dscores) {
+  weft_op_params p = {{0}, {scale}};
+  RUN(WEFT_OP_CAUSAL_SOFTMAX_BACKWARD, L(probs, dprobs), L(dscores), &p);
+}
+weft_status weft_op_crossentropy(weft_fabric *f, const weft_op_desc *desc, weft_tensor *logits, weft_tensor *targets,
+                                 weft_tensor *losses) {
+  RUN(WEFT_OP_CROSSENTROPY, L(logits, targets), L(losses), NULL);
+}
+weft_status weft_op_crossentropy_backward(weft_fabric *f, const weft_op_desc *desc, weft_tensor *logits,
+                                          weft_tensor *targets, weft_tensor *dloss, weft_tensor *dlogits) {
+  RUN(WEFT_OP_CROSSENTROPY_BACKWARD, L(logits, targets, dloss), L(dlogits), NULL);
+}
+float weft_adamw_bias_correction(float beta, int64_t step) { return weft_ref_adamw_bias_correction(beta, step); }
+weft_status weft_op_adamw(weft_fabric *f, const weft_op_desc *desc, weft_tensor *param, weft_tensor *grad,
+                          weft_tensor *m, weft_tensor *v, float lr, float beta1, float beta2, float eps,
+                          float weight_decay, int64_t step) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  weft_op op = {0};
-  op.kind = WEFT_OP_SOFTMAX_XENT;
-  weft_status st = check_desc(f, desc, "weft_op_softmax_xent", &op);
+  if (step < 1) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_adamw: step is %lld; steps count from 1", (long long)step);
+  weft_op_params p = {{0}, {lr, beta1, beta2, eps, weight_decay, weft_adamw_bias_correction(beta1, step),
+                            weft_adamw_bias_correction(beta2, step)}};
+  RUN(WEFT_OP_ADAMW, L(grad), L(param, m, v), &p);
+}
+weft_status weft_op_sumsq(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *acc) {
+  RUN(WEFT_OP_SUMSQ, L(x), L(acc), NULL);
+}
+weft_status weft_op_permute(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, const int *perm, weft_tensor *y) {
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!perm) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_permute: perm is NULL");
+  weft_status st = weft_tensor_check(f, x, "weft_op_permute: x");
   if (st != WEFT_OK) return st;
-  CHECK_T(logits, "softmax_xent: logits");
-  CHECK_T(targets, "softmax_xent: targets");
-  if (!out_loss && !out_grad)
-    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_softmax_xent: out_loss and out_grad are both NULL");
-  if (out_loss) CHECK_T(out_loss, "softmax_xent: out_loss");
-  if (out_grad) CHECK_T(out_grad, "softmax_xent: out_grad");
-  char sl[96], st2[96], so[96];
-  if (!same_shape(logits, targets))
-    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_softmax_xent: targets %s must have the logits' shape %s",
-                     shape_str(targets, st2, sizeof st2), shape_str(logits, sl, sizeof sl));
-  if (out_grad && !same_shape(logits, out_grad))
-    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_softmax_xent: out_grad %s must have the logits' shape %s",
-                     shape_str(out_grad, so, sizeof so), shape_str(logits, sl, sizeof sl));
-  if (out_loss && out_loss->numel != 1)
-    return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_softmax_xent: out_loss %s must hold one element",
-                     shape_str(out_loss, so, sizeof so));
-  if (out_loss && (out_loss == logits || out_loss == targets || out_loss == out_grad))
-    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_softmax_xent: out_loss must be a tensor of its own");
-  if (out_grad && (out_grad == logits || out_grad == targets))
-    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_softmax_xent: out_grad must not be an input");
-  as_rows_cols(logits, &op.rows, &op.cols);
-  if (op.rows == 0) return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_softmax_xent: the logits have no rows");
-  op.inv_rows = weft_fpenv_recip(op.rows); /* rounded to nearest whatever the caller's environment */
-  weft_tensor *in[2] = {logits, targets}, *o[2] = {out_loss, out_grad};
-  static const char *const in_names[2] = {"logits", "targets"}, *const out_names[2] = {"out_loss", "out_grad"};
-  if ((st = refuse_overlap(f, &op, in, in_names, 2, o, out_names, 2)) != WEFT_OK) return st;
-  return dispatch(f, desc, &op, in, 2, o, 2);
+  weft_op_params p;
+  memset(&p, 0, sizeof p);
+  for (int a = 0; a < x->ndim; a++) p.i[a] = perm[a];
+  RUN(WEFT_OP_PERMUTE, L(x), L(y), &p);
+}
+weft_status weft_op_copy_slice(weft_fabric *f, const weft_op_desc *desc, weft_tensor *src, weft_tensor *dst, int axis,
+                               int64_t offset) {
+  weft_op_params p = {{axis, offset}, {0}};
+  RUN(WEFT_OP_COPY_SLICE, L(src), L(dst), &p);
+}
+
+weft_status weft_grad_clip(weft_fabric *f, const weft_op_desc *desc, weft_tensor *const *grads, int n, float max_norm,
+                           float *out_norm) {
+  if (out_norm) *out_norm = 0;
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (n < 0 || (n && !grads)) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_grad_clip: %d gradients at %p", n, (const void *)grads);
+  weft_status st;
+  for (int k = 0; k < n; k++) {
+    char what[64];
+    snprintf(what, sizeof what, "weft_grad_clip: grads[%d]", k);
+    if ((st = weft_tensor_check(f, grads[k], what)) != WEFT_OK) return st;
+    if (grads[k]->dtype != WEFT_DTYPE_F32)
+      return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_grad_clip: grads[%d] is an i32 tensor; gradients are f32", k);
+  }
+  const int64_t one = 1;
+  weft_tensor *acc = NULL;
+  if ((st = weft_tensor_create(f, 1, &one, NULL, &acc)) != WEFT_OK) return st;
+  for (int k = 0; k < n && st == WEFT_OK; k++) st = weft_op_sumsq(f, desc, grads[k], acc);
+  float ss = 0;
+  if (st == WEFT_OK) st = weft_tensor_read(acc, &ss, 1);
+  weft_tensor_destroy(acc);
+  if (st != WEFT_OK) return st;
+  /* GLOBAL-NORM CLIP (reference_tx.c): norm = sqrt(ss); scale by max_norm * (1/norm) when norm > max_norm */
+  weft_fpenv env; /* rounded to nearest, whatever the caller's environment */
+  weft_fpenv_enter(&env);
+  const float norm = weft_sqrtf(ss);
+  const float sc = max_norm * weft_recipf(norm);
+  weft_fpenv_leave(&env);
+  if (norm > max_norm) {
+    for (int k = 0; k < n && st == WEFT_OK; k++) st = weft_op_scale(f, desc, sc, grads[k], grads[k]);
+    if (st != WEFT_OK) return st;
+  }
+  if (out_norm) *out_norm = norm;
+  return WEFT_OK;
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "optable.h"
 
 const char *weft_version(void) { return WEFT_VERSION_STRING; }
 int weft_version_number(void) { return WEFT_VERSION_NUMBER; }
@@ -43,16 +44,19 @@ weft_status weft_contract_parse(const char *name, weft_contract *out_contract) {
   return WEFT_ERR_INVALID_ARGUMENT;
 }
 
-static const char *const OP_NAMES[WEFT_OP_COUNT] = {"matmul", "add",  "relu",     "relu_backward",
-                                                     "scale",  "axpy", "sum_rows", "softmax_xent"};
+const char *weft_op_kind_str(weft_op_kind kind) {
+  return (unsigned)kind < WEFT_OP_COUNT ? weft_optable[kind].name : "?";
+}
 
-const char *weft_op_kind_str(weft_op_kind kind) { return (unsigned)kind < WEFT_OP_COUNT ? OP_NAMES[kind] : "?"; }
+const char *weft_dtype_str(weft_dtype dtype) {
+  return dtype == WEFT_DTYPE_F32 ? "f32" : dtype == WEFT_DTYPE_I32 ? "i32" : "?";
+}
 
 weft_status weft_op_kind_parse(const char *name, weft_op_kind *out_kind) {
   if (out_kind) *out_kind = WEFT_OP_MATMUL;
   if (!name || !out_kind) return WEFT_ERR_INVALID_ARGUMENT;
   for (int k = 0; k < WEFT_OP_COUNT; k++)
-    if (strcmp(name, OP_NAMES[k]) == 0) {
+    if (strcmp(name, weft_optable[k].name) == 0) {
       *out_kind = (weft_op_kind)k;
       return WEFT_OK;
     }

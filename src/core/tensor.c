@@ -5,6 +5,7 @@
 
 #include "../sched/route.h"
 #include "internal.h"
+#include "optable.h"
 
 weft_status weft_tensor_check(weft_fabric *f, const weft_tensor *t, const char *what) {
   if (!t) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "%s is NULL", what);
@@ -18,35 +19,42 @@ weft_status weft_tensor_check(weft_fabric *f, const weft_tensor *t, const char *
 
 /* The one way tensors are made: `wrap` non-NULL borrows that memory as the host copy, else `data` (or
  * zeros) is copied into memory of our own. */
-static weft_status tensor_new(weft_fabric *f, int ndim, const int64_t *dims, const float *data, float *wrap,
-                              weft_tensor **out_tensor) {
-  if (out_tensor) *out_tensor = NULL;
-  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  if (!out_tensor) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_create: out_tensor is NULL");
+/* The shape rules every tensor's dims follow; the element count into *out_numel. */
+static weft_status check_dims(weft_fabric *f, const char *fn, int ndim, const int64_t *dims, size_t *out_numel) {
   if (ndim < 1 || ndim > WEFT_MAX_DIMS)
-    return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_create: rank %d; a tensor has 1 to %d dimensions", ndim,
-                     WEFT_MAX_DIMS);
-  if (!dims) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_create: dims is NULL");
-  /* `extent` counts an empty batch dimension as 1: every tensor's matrix (rows times columns) must be
-   * describable, even in an empty batch, because ops multiply its dimensions together. */
+    return weft_fail(f, WEFT_ERR_SHAPE, "%s: rank %d; a tensor has 1 to %d dimensions", fn, ndim, WEFT_MAX_DIMS);
+  if (!dims) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "%s: dims is NULL", fn);
   size_t numel = 1, extent = 1;
   for (int d = 0; d < ndim; d++) {
     int batch_dim = ndim >= 3 && d < ndim - 2;
     if (dims[d] < 0 || (dims[d] == 0 && !batch_dim))
       return weft_fail(f, WEFT_ERR_SHAPE,
-                       "weft_tensor_create: dimension %d is %lld; dimensions must be >= 1 (only batch dimensions, "
-                       "before the last two of a rank-3 or rank-4 tensor, may be 0)",
-                       d, (long long)dims[d]);
+                       "%s: dimension %d is %lld; dimensions must be >= 1 (only batch dimensions, before the last "
+                       "two of a rank-3 or rank-4 tensor, may be 0)",
+                       fn, d, (long long)dims[d]);
     if (__builtin_mul_overflow(extent, dims[d] ? (size_t)dims[d] : 1, &extent) || extent > ((size_t)1 << 40))
       return weft_fail(f, WEFT_ERR_OVERFLOW,
-                       "weft_tensor_create: the element count overflows at dimension %d (%lld); a tensor holds at "
-                       "most 2^40 elements (empty batch dimensions counted as 1)",
-                       d, (long long)dims[d]);
+                       "%s: the element count overflows at dimension %d (%lld); a tensor holds at most 2^40 elements "
+                       "(empty batch dimensions counted as 1)",
+                       fn, d, (long long)dims[d]);
     numel *= (size_t)dims[d];
   }
+  *out_numel = numel;
+  return WEFT_OK;
+}
+
+static weft_status tensor_new(weft_fabric *f, weft_dtype dtype, int ndim, const int64_t *dims, const void *data,
+                              float *wrap, weft_tensor **out_tensor) {
+  if (out_tensor) *out_tensor = NULL;
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!out_tensor) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_create: out_tensor is NULL");
+  size_t numel = 0;
+  weft_status st = check_dims(f, "weft_tensor_create", ndim, dims, &numel);
+  if (st != WEFT_OK) return st;
   weft_tensor *t = calloc(1, sizeof *t);
   if (!t) return weft_fail(f, WEFT_ERR_OUT_OF_MEMORY, "weft_tensor_create: out of host memory");
   t->numel = numel;
+  t->dtype = dtype;
   t->bytes = (numel ? numel : 1) * sizeof(float);
   t->borrowed = wrap != NULL;
   t->host = wrap ? wrap : aligned_alloc(64, (t->bytes + 63) & ~(size_t)63);
@@ -59,7 +67,7 @@ static weft_status tensor_new(weft_fabric *f, int ndim, const int64_t *dims, con
   }
   if (wrap) {
     /* the caller's memory is the value */
-  } else if (data) memcpy(t->host, data, numel * sizeof(float));
+  } else if (data) memcpy(t->host, data, numel * 4);
   else memset(t->host, 0, t->bytes);
   t->magic = WEFT_TENSOR_MAGIC;
   t->fabric = f;
@@ -78,14 +86,41 @@ static weft_status tensor_new(weft_fabric *f, int ndim, const int64_t *dims, con
 
 weft_status weft_tensor_create(weft_fabric *f, int ndim, const int64_t *dims, const float *data,
                                weft_tensor **out_tensor) {
-  return tensor_new(f, ndim, dims, data, NULL, out_tensor);
+  return tensor_new(f, WEFT_DTYPE_F32, ndim, dims, data, NULL, out_tensor);
+}
+
+weft_status weft_tensor_create_typed(weft_fabric *f, weft_dtype dtype, int ndim, const int64_t *dims, const void *data,
+                                     weft_tensor **out_tensor) {
+  if (out_tensor) *out_tensor = NULL;
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if ((unsigned)dtype >= WEFT_DTYPE_COUNT)
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_create_typed: dtype %d is not a weft_dtype", (int)dtype);
+  return tensor_new(f, dtype, ndim, dims, data, NULL, out_tensor);
+}
+
+weft_dtype weft_tensor_dtype(const weft_tensor *t) {
+  return t && t->magic == WEFT_TENSOR_MAGIC ? t->dtype : WEFT_DTYPE_COUNT;
+}
+
+weft_status weft_tensor_reshape(weft_tensor *t, int ndim, const int64_t *dims) {
+  weft_status st = weft_tensor_check(NULL, t, "tensor");
+  if (st != WEFT_OK) return st;
+  weft_fabric *f = t->fabric;
+  size_t numel = 0;
+  if ((st = check_dims(f, "weft_tensor_reshape", ndim, dims, &numel)) != WEFT_OK) return st;
+  if (numel != t->numel)
+    return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_reshape: the new shape holds %zu elements, the tensor %zu", numel,
+                     t->numel);
+  t->ndim = ndim;
+  for (int d = 0; d < WEFT_MAX_DIMS; d++) t->dims[d] = d < ndim ? dims[d] : 1;
+  return WEFT_OK;
 }
 
 weft_status weft_tensor_wrap(weft_fabric *f, int ndim, const int64_t *dims, float *data, weft_tensor **out_tensor) {
   if (out_tensor) *out_tensor = NULL;
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
   if (!data) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_wrap: data is NULL (use weft_tensor_create for zeros)");
-  return tensor_new(f, ndim, dims, NULL, data, out_tensor);
+  return tensor_new(f, WEFT_DTYPE_F32, ndim, dims, NULL, data, out_tensor);
 }
 
 void weft_tensor_destroy(weft_tensor *t) {
@@ -224,25 +259,33 @@ void weft_tensor_mark_written(weft_tensor *t, int lane) {
   }
 }
 
-weft_status weft_tensor_write(weft_tensor *t, const float *data, size_t count) {
+static weft_status tensor_write(weft_tensor *t, weft_dtype dtype, const void *data, size_t count) {
   weft_status st = weft_tensor_check(NULL, t, "tensor");
   if (st != WEFT_OK) return st;
   weft_fabric *f = t->fabric;
+  if (t->dtype != dtype)
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_write%s: the tensor is %s; use weft_tensor_write%s",
+                     dtype == WEFT_DTYPE_I32 ? "_i32" : "", weft_dtype_str(t->dtype),
+                     t->dtype == WEFT_DTYPE_I32 ? "_i32" : "");
   if (!data) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_write: data is NULL");
   if (count != t->numel)
     return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_write: %zu floats given, the tensor holds %zu", count, t->numel);
   if (f->lost) weft_fabric_recover_all(f); /* a lost value may have been made from the old one */
   if ((st = weft_tensor_wait_users(t)) != WEFT_OK) return st;
   if ((st = weft_tensor_wait_dma(t)) != WEFT_OK) return st;
-  if (data != t->host) memcpy(t->host, data, count * sizeof(float)); /* a wrapped tensor's own memory: no copy */
+  if (data != (const void *)t->host) memcpy(t->host, data, count * 4); /* a wrapped tensor's own memory: no copy */
   weft_tensor_mark_written(t, -1);
   return WEFT_OK;
 }
 
-weft_status weft_tensor_read(weft_tensor *t, float *out_data, size_t count) {
+static weft_status tensor_read(weft_tensor *t, weft_dtype dtype, void *out_data, size_t count) {
   weft_status st = weft_tensor_check(NULL, t, "tensor");
   if (st != WEFT_OK) return st;
   weft_fabric *f = t->fabric;
+  if (t->dtype != dtype)
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_read%s: the tensor is %s; use weft_tensor_read%s",
+                     dtype == WEFT_DTYPE_I32 ? "_i32" : "", weft_dtype_str(t->dtype),
+                     t->dtype == WEFT_DTYPE_I32 ? "_i32" : "");
   if (!out_data) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_read: out_data is NULL");
   if (count != t->numel)
     return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_read: room for %zu floats given, the tensor holds %zu", count,
@@ -251,8 +294,21 @@ weft_status weft_tensor_read(weft_tensor *t, float *out_data, size_t count) {
   if ((st = weft_tensor_wait_writer(t)) != WEFT_OK) return st;
   /* the op that was to make this value failed: its failure, and nothing copied */
   if ((st = weft_tensor_failure(t)) != WEFT_OK) return st;
-  if (out_data != t->host) memcpy(out_data, t->host, count * sizeof(float));
+  if (out_data != (void *)t->host) memcpy(out_data, t->host, count * 4);
   return WEFT_OK;
+}
+
+weft_status weft_tensor_write(weft_tensor *t, const float *data, size_t count) {
+  return tensor_write(t, WEFT_DTYPE_F32, data, count);
+}
+weft_status weft_tensor_write_i32(weft_tensor *t, const int32_t *data, size_t count) {
+  return tensor_write(t, WEFT_DTYPE_I32, data, count);
+}
+weft_status weft_tensor_read(weft_tensor *t, float *out_data, size_t count) {
+  return tensor_read(t, WEFT_DTYPE_F32, out_data, count);
+}
+weft_status weft_tensor_read_i32(weft_tensor *t, int32_t *out_data, size_t count) {
+  return tensor_read(t, WEFT_DTYPE_I32, out_data, count);
 }
 
 weft_status weft_tensor_shape(const weft_tensor *t, int *out_ndim, int64_t *out_dims) {
@@ -312,27 +368,43 @@ weft_status weft_tensor_wait_dma(weft_tensor *t) {
 
 /* ------------------------------------------------------------------------------------------- recovery */
 
-void weft_tensor_note_recipe(weft_tensor **in, int nin, weft_tensor **out, int nout, const weft_op *op, int lane) {
-  weft_fabric *f = out[0] ? out[0]->fabric : out[nout - 1]->fabric;
+void weft_tensor_note_recipe(weft_tensor **in, int nin, weft_tensor **out, int nout, const weft_op *op,
+                             const weft_op_params *params, int lane) {
+  weft_fabric *f = NULL;
+  for (int o = 0; o < nout && !f; o++)
+    if (out[o]) f = out[o]->fabric;
+  if (!f) return;
+  const weft_optable_entry *e = &weft_optable[op->kind];
   for (int o = 0; o < nout; o++) {
     weft_tensor *t = out[o];
     if (!t) continue;
-    if (weft_lane_is_host(f, lane)) {
-      /* host memory does not go down with a lane: nothing to recompute */
+    /* replayable for this output alone: no other output is read by the op (required ones get scratch) */
+    int alone = 1;
+    for (int q = 0; q < nout; q++)
+      if (q != o && ((e->out_reads >> q) & 1) && out[q]) alone = 0;
+    if (weft_lane_is_host(f, lane) || !alone) {
+      /* host memory does not go down with a lane: nothing to recompute (or no way to recompute one output) */
       free(t->recipe);
       t->recipe = NULL;
       continue;
     }
     if (!t->recipe && !(t->recipe = malloc(sizeof *t->recipe))) continue; /* no record: not recoverable */
     weft_recipe *r = t->recipe;
-    r->op = *op;
-    memset(r->op.in, 0, sizeof r->op.in);
-    memset(r->op.out, 0, sizeof r->op.out);
+    memset(r, 0, sizeof *r);
+    r->kind = op->kind;
+    r->contract = op->contract;
+    if (params) r->params = *params;
     r->out_slot = o;
-    r->nin = 0;
-    for (int i = 0; i < nin && r->nin < 3; i++, r->nin++)
-      r->in_id[r->nin] = in[i]->id, r->in_version[r->nin] = in[i]->version;
-    if (op->kind == WEFT_OP_AXPY) r->in_id[r->nin] = t->id, r->in_version[r->nin++] = t->version;
+    r->nin = nin;
+    for (int i = 0; i < nin; i++)
+      if (in[i]) r->in_id[i] = in[i]->id, r->in_version[i] = in[i]->version;
+    if ((e->out_reads >> o) & 1) r->in_id[nin] = t->id, r->in_version[nin] = t->version, r->self_read = 1;
+    r->nout = nout;
+    for (int q = 0; q < nout; q++)
+      if (q != o && out[q] && !((e->out_optional >> q) & 1)) {
+        r->out_ndim[q] = out[q]->ndim, r->out_dtype[q] = out[q]->dtype;
+        memcpy(r->out_dims[q], out[q]->dims, sizeof r->out_dims[q]);
+      }
   }
 }
 
@@ -345,20 +417,18 @@ static weft_tensor *tensor_by_id(weft_fabric *f, uint64_t id) {
 /* Runs the recorded op again through the public API, so it is routed among the lanes still up. */
 static weft_status replay(weft_fabric *f, const weft_recipe *r, weft_tensor **x, weft_tensor *t) {
   weft_op_desc d = WEFT_OP_DESC_INIT;
-  d.contract = r->op.contract;
-  switch (r->op.kind) {
-  case WEFT_OP_MATMUL: return weft_op_matmul(f, &d, x[0], r->op.trans_a, x[1], r->op.trans_b, t);
-  case WEFT_OP_ADD: return weft_op_add(f, &d, x[0], x[1], t);
-  case WEFT_OP_RELU: return weft_op_relu(f, &d, x[0], t);
-  case WEFT_OP_RELU_BACKWARD: return weft_op_relu_backward(f, &d, x[0], x[1], t);
-  case WEFT_OP_SCALE: return weft_op_scale(f, &d, r->op.alpha, x[0], t);
-  case WEFT_OP_AXPY: return weft_op_axpy(f, &d, r->op.alpha, x[0], t);
-  case WEFT_OP_SUM_ROWS: return weft_op_sum_rows(f, &d, x[0], t);
-  case WEFT_OP_SOFTMAX_XENT:
-    return weft_op_softmax_xent(f, &d, x[0], x[1], r->out_slot == 0 ? t : NULL, r->out_slot == 1 ? t : NULL);
-  case WEFT_OP_COUNT: break;
-  }
-  return WEFT_ERR_INTERNAL;
+  d.contract = r->contract;
+  weft_tensor *out[WEFT_OP_MAX_OUT] = {0}, *scratch[WEFT_OP_MAX_OUT] = {0};
+  out[r->out_slot] = t;
+  weft_status st = WEFT_OK;
+  /* the op's other required outputs are computed again too, into scratch (they may have moved on since) */
+  for (int q = 0; q < r->nout && st == WEFT_OK; q++)
+    if (r->out_ndim[q] && (st = weft_tensor_create_typed(f, r->out_dtype[q], r->out_ndim[q], r->out_dims[q], NULL,
+                                                         &scratch[q])) == WEFT_OK)
+      out[q] = scratch[q];
+  if (st == WEFT_OK) st = weft_op_run(f, &d, r->kind, x, r->nin, out, r->nout, &r->params);
+  for (int q = 0; q < r->nout; q++) weft_tensor_destroy(scratch[q]);
+  return st;
 }
 
 /* A lost value that cannot be computed again stays lost: later attempts answer at once. */
@@ -385,22 +455,23 @@ static weft_status recover_at(weft_tensor *t, int depth) {
     return gone(t, "a lost tensor is more than 64 ops from a value still held anywhere");
   /* a copy: recomputing an input may run ops that record recipes of their own */
   const weft_recipe saved = *t->recipe, *r = &saved;
-  weft_tensor *x[3] = {NULL, NULL, NULL};
+  weft_tensor *x[WEFT_OP_MAX_IN + 1] = {0};
   int self_input = -1;
-  for (int i = 0; i < r->nin; i++) {
+  for (int i = 0; i < r->nin + r->self_read; i++) {
+    if (!r->in_id[i]) continue; /* an optional input left out */
     x[i] = tensor_by_id(f, r->in_id[i]);
     if (!x[i])
       return gone(t,
                        "a tensor's only copy was on a lane that went down, and an input of the %s that made it has "
                        "been destroyed since, so it cannot be computed again",
-                       weft_op_kind_str(r->op.kind));
+                       weft_op_kind_str(r->kind));
     if (x[i] == t) {
       /* an in-place op: the host memory may still hold the value it started from */
       if (t->host_version != r->in_version[i])
         return gone(t,
                          "a tensor's only copy was on a lane that went down, and the value the in-place %s started "
                          "from is held nowhere, so it cannot be computed again",
-                         weft_op_kind_str(r->op.kind));
+                         weft_op_kind_str(r->kind));
       self_input = i;
       continue;
     }
@@ -408,7 +479,7 @@ static weft_status recover_at(weft_tensor *t, int depth) {
       return gone(t,
                        "a tensor's only copy was on a lane that went down, and an input of the %s that made it has "
                        "been overwritten since, so it cannot be computed again",
-                       weft_op_kind_str(r->op.kind));
+                       weft_op_kind_str(r->kind));
     weft_status st = recover_at(x[i], depth + 1);
     if (st != WEFT_OK) return st;
   }

@@ -4,12 +4,19 @@
 
 #include "cost.h"
 
+#include "../core/optable.h"
+
 const char *weft_cost_class_str(weft_cost_class cls) {
   static const char *const names[WEFT_COST_CLASS_COUNT] = {"matmul", "elementwise", "upload", "download"};
   return (unsigned)cls < WEFT_COST_CLASS_COUNT ? names[cls] : "?";
 }
 
 weft_cost_class weft_cost_op_work(const weft_op *op, double *out_work) {
+  if (op->kind >= WEFT_OP_V1_COUNT && op->kind < WEFT_OP_COUNT) {
+    /* the version-2 ops: the table's estimate (weighted elements) */
+    *out_work = weft_optable[op->kind].work(op);
+    return weft_optable[op->kind].cls;
+  }
   if (op->kind == WEFT_OP_MATMUL) {
     *out_work = 2.0 * (double)op->batch * (double)op->m * (double)op->n * (double)op->k;
     return WEFT_COST_MATMUL;

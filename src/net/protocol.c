@@ -162,10 +162,11 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
   case WEFT_NET_OP: {
     if ((st = want_len(len, WEFT_NET_OP_BYTES, "op", err, errlen))) return st;
     uint32_t kind = weft_net_get32(payload), contract = weft_net_get32(payload + 4);
-    /* The allow-list: exactly the public API's ops, nothing the server has beyond them. */
-    if (kind >= WEFT_OP_COUNT)
+    /* The allow-list: exactly the ops this protocol version carries (lane ABI version 1's), nothing the
+     * server has beyond them. */
+    if (kind >= WEFT_OP_V1_COUNT)
       return fail(err, errlen, WEFT_ERR_UNSUPPORTED, "op kind %u is not on the allow-list (0..%d)", (unsigned)kind,
-                  WEFT_OP_COUNT - 1);
+                  WEFT_OP_V1_COUNT - 1);
     if (contract >= WEFT_CONTRACT_COUNT)
       return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "contract %u is unknown", (unsigned)contract);
     out->op = (weft_op_kind)kind;

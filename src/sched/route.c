@@ -10,12 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/optable.h"
 #include "../cost/cost.h"
 
 int weft_route_lane_can_run(weft_fabric *f, int lane, const weft_op *op, const char **why) {
   weft_lane_slot *s = &f->lanes[lane];
   const char *w = "";
   if (s->failed) w = s->down_why[0] ? s->down_why : "is down";
+  else if (!(weft_lane_ops(&s->desc) & WEFT_OP_BIT(op->kind))) w = "does not offer the op";
   else if (!(s->desc.contracts & WEFT_CONTRACT_BIT(op->contract))) w = "does not honour the contract";
   else if (s->vt.supports && s->vt.supports(s->self, op) != WEFT_OK) w = "declined the op (supports)";
   if (why) *why = w;
@@ -96,9 +98,13 @@ static int pick(weft_fabric *f, const weft_op *op, weft_cost_class cls, double w
     double refine = cs->line.refine;
     c->wait = s->busy_until > now ? s->busy_until - now : 0.0;
     /* explain passes no tensors: count the op's operands, all on the host (axpy reads x and y) */
-    int n_in = inputs ? ninputs : (op->kind == WEFT_OP_RELU || op->kind == WEFT_OP_SCALE || op->kind == WEFT_OP_SUM_ROWS ? 1 : 2);
-    for (int k = 0; k < n_in; k++)
-      c->transfer += move_cost(f, inputs && k < ninputs ? inputs[k] : NULL, (int)i, in_bytes(op, k));
+    int n_in = inputs ? ninputs : weft_optable[op->kind].nin + (op->kind == WEFT_OP_AXPY);
+    for (int k = 0; k < n_in; k++) {
+      const weft_tensor *t = inputs && k < ninputs ? inputs[k] : NULL;
+      /* the version-2 ops: the operand's own size where it is known, else one of rows*cols */
+      const double bytes = op->kind < WEFT_OP_V1_COUNT ? in_bytes(op, k) : t ? 4.0 * (double)t->numel : out_bytes(op);
+      c->transfer += move_cost(f, t, (int)i, bytes);
+    }
     if (from_host && !(s->desc.flags & WEFT_LANE_HOST_MEMORY)) {
       /* the result goes home the way its operands came: registered with this lane, or staged */
       int x = inputs && ninputs > 0 && inputs[0] ? weft_route_xfer(inputs[0], (int)i) : WEFT_XFER_STAGED;
@@ -129,6 +135,7 @@ typedef struct weft_route_memo {
   int32_t kind, contract, flags;
   int64_t dims[6];
   uint64_t where[3]; /* per input: bit 0 the host copy is current, bit 1+i lane i's */
+  int64_t ip[4];     /* the version-2 ops' first shape parameters */
   int lane;
   size_t cap;
   weft_route_cost *costs;
@@ -162,7 +169,8 @@ int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, do
         slot->dims[3] == op->k && slot->dims[4] == op->rows && slot->dims[5] == op->cols &&
         slot->dims[0] == op->batch && slot->kind == (int32_t)op->kind && slot->contract == (int32_t)op->contract &&
         slot->flags == flags && slot->where[0] == where[0] && slot->where[1] == where[1] &&
-        slot->where[2] == where[2] && slot->cap >= f->nlanes) {
+        slot->where[2] == where[2] && slot->cap >= f->nlanes &&
+        !memcmp(slot->ip, op->iparam, sizeof slot->ip)) {
       f->last_route.op = op->kind, f->last_route.contract = op->contract, f->last_route.work = work;
       f->last_route.chosen = slot->lane, f->last_route.nlanes = f->nlanes, f->last_route.lanes = slot->costs;
       return slot->lane;
@@ -176,7 +184,8 @@ int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, do
         slot->contract == (int32_t)op->contract && slot->flags == flags && slot->dims[0] == op->batch &&
         slot->dims[1] == op->m && slot->dims[2] == op->n && slot->dims[3] == op->k && slot->dims[4] == op->rows &&
         slot->dims[5] == op->cols && slot->where[0] == where[0] && slot->where[1] == where[1] &&
-        slot->where[2] == where[2] && slot->cap >= f->nlanes) {
+        slot->where[2] == where[2] && slot->cap >= f->nlanes &&
+        !memcmp(slot->ip, op->iparam, sizeof slot->ip)) {
       f->last_route.op = op->kind, f->last_route.contract = op->contract, f->last_route.work = work;
       f->last_route.chosen = slot->lane, f->last_route.nlanes = f->nlanes, f->last_route.lanes = slot->costs;
       f->memo_last = slot;
@@ -198,6 +207,7 @@ int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, do
     slot->dims[0] = op->batch, slot->dims[1] = op->m, slot->dims[2] = op->n, slot->dims[3] = op->k;
     slot->dims[4] = op->rows, slot->dims[5] = op->cols;
     memcpy(slot->where, where, sizeof where);
+    memcpy(slot->ip, op->iparam, sizeof slot->ip);
     slot->lane = lane;
     f->memo_last = slot;
   }

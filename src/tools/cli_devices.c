@@ -85,6 +85,24 @@ static void print_npus(weft_fabric *f) {
   }
 }
 
+/* The ops a lane offers: "every op", "the version-1 set (matmul .. softmax_xent)", or their names. */
+static void ops_text(uint64_t ops, char *buf, size_t len) {
+  if (ops == WEFT_OPS_ALL) {
+    snprintf(buf, len, "every op (%d)", WEFT_OP_COUNT);
+    return;
+  }
+  size_t used = 0;
+  buf[0] = '\0';
+  if ((ops & WEFT_OPS_V1) == WEFT_OPS_V1) {
+    used = (size_t)snprintf(buf, len, "matmul .. softmax_xent (the version-1 set)");
+    ops &= ~WEFT_OPS_V1;
+  }
+  for (int k = 0; k < WEFT_OP_COUNT && used < len; k++)
+    if (ops & WEFT_OP_BIT(k))
+      used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", weft_op_kind_str((weft_op_kind)k));
+  if (!buf[0]) snprintf(buf, len, "none");
+}
+
 static void print_text(weft_fabric *f) {
   size_t nl = weft_fabric_lane_count(f), na = weft_fabric_absent_count(f);
   printf("weft %s: %zu lane%s\n", weft_version(), nl, nl == 1 ? "" : "s");
@@ -99,6 +117,9 @@ static void print_text(weft_fabric *f) {
     printf("  device     %s\n", *li.device ? li.device : "-");
     printf("  driver     %s\n", *li.driver ? li.driver : "-");
     printf("  contracts  %s\n", contracts);
+    char ops[1024];
+    ops_text(li.ops, ops, sizeof ops);
+    printf("  ops        %s\n", ops);
     printf("  details    %s\n", *li.details ? li.details : "-");
     const char *admission = weft_plugin_admission(li.name);
     if (admission) printf("  admission  %s\n", admission);
@@ -135,6 +156,11 @@ static cJSON *build_json(weft_fabric *f) {
     if (!contracts || !cJSON_AddStringToObject(l, "details", weft_cli_str(li.details)) ||
         !cJSON_AddBoolToObject(l, "failed", li.failed))
       goto oom;
+    cJSON *ops = cJSON_AddArrayToObject(l, "ops");
+    if (!ops) goto oom;
+    for (int k = 0; k < WEFT_OP_COUNT; k++)
+      if ((li.ops & WEFT_OP_BIT(k)) && !cJSON_AddItemToArray(ops, cJSON_CreateString(weft_op_kind_str((weft_op_kind)k))))
+        goto oom;
     const char *admission = weft_plugin_admission(li.name);
     if (!(admission ? cJSON_AddStringToObject(l, "admission", admission) : cJSON_AddNullToObject(l, "admission")))
       goto oom;

@@ -349,6 +349,8 @@ int main(void) {
   /* Exact on small k, fused multiply-adds past k = 2000: the large-k cases catch it. */
   check_refused(PLUGIN_FMA, "reftest_fma:0", "reftest_fma:0", "wrong bits");
   check_refused(PLUGIN_ABI, "reftest_abi:0", "plugin:" PLUGIN_ABI_FILE, "ABI version 99");
+  /* a plugin of the previous ABI: refused, naming its version and this weft's */
+  check_refused(PLUGIN_ABI_V1, "reftest_abiv1:0", "plugin:reftest_abiv1.so", "ABI version 1; this weft speaks version 2");
   check_refused(PLUGIN_WRONG_BITS, "reftest_bits:0", "reftest_bits:0", "wrong bits");
   check_refused(PLUGIN_CRASH, "reftest_crash:0", "plugin:reftest_crash", "self-test crashed");
   setenv("WEFT_PLUGIN_TIMEOUT", "2", 1);

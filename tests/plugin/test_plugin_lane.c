@@ -16,6 +16,7 @@
 
 #define FAULT_NONE 0
 #define FAULT_ABI 1
+#define FAULT_ABI_V1 12 /* a plugin of the version before weft_op grew (plugin ABI 1) */
 #define FAULT_WRONG_BITS 2
 #define FAULT_CRASH 3
 #define FAULT_HANG 4
@@ -183,6 +184,8 @@ static int ref_accel_device(void *self, char *buf, size_t len) {
 static const weft_plugin_desc DESC = {
 #if PLUGIN_FAULT == FAULT_ABI
     99,
+#elif PLUGIN_FAULT == FAULT_ABI_V1
+    1, /* built before lane ABI version 2: its weft_op had two inputs and two outputs */
 #else
     WEFT_PLUGIN_ABI_VERSION,
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "core/optable.h"
 #include "cost/cost.h"
 #include "lanes/cpu/cpu.h"
 #include "sched/route.h"
@@ -51,6 +52,9 @@ weft_status weft_fail(weft_fabric *f, weft_status status, const char *fmt, ...) 
 }
 
 const char *weft_op_kind_str(weft_op_kind kind) { return kind == WEFT_OP_MATMUL ? "matmul" : "op"; }
+/* The op table's entries the router and cost model read for the version-2 ops: the page routes only
+ * matmuls, so an empty table serves. */
+const weft_optable_entry weft_optable[WEFT_OP_COUNT];
 const char *weft_contract_str(weft_contract contract) { return contract == WEFT_CONTRACT_EXACT ? "exact" : "other"; }
 
 /* The page measures both lanes itself before it routes, so the lines are never missing. */

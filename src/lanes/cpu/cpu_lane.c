@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "../../core/fpenv.h"
+#include "../../core/optable.h"
 #include "cpu.h"
 
 static void cpu_describe(void *self, weft_lane_desc *out) {
@@ -21,6 +22,7 @@ static void cpu_describe(void *self, weft_lane_desc *out) {
   out->details = l->details;
   out->contracts = WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32);
   out->flags = WEFT_LANE_HOST_MEMORY;
+  out->ops = WEFT_OPS_ALL; /* the version-2 ops run on the op table's host reference kernels */
 }
 
 static void cpu_destroy(void *self) {
@@ -62,6 +64,7 @@ static weft_status cpu_run(void *self, const weft_op *op) {
   weft_fpenv_enter(&env);
   weft_status st = WEFT_OK;
   if (op->kind == WEFT_OP_MATMUL) st = weft_cpu_matmul(l, op);
+  else if (op->kind >= WEFT_OP_V1_COUNT) st = weft_optable_host_run(op, l->host);
   else weft_cpu_elementwise(l, op);
   weft_fpenv_leave(&env);
   return st;

@@ -1,0 +1,44 @@
+/* optable.h - the op table: one entry per weft_op_kind saying everything the core needs to know about an
+ * op - its name, operands (how many, which are optional, their dtypes and names), how to validate a call
+ * and fill the lane's weft_op, its cost class and work, which output may be which input, which outputs it
+ * reads as well as writes, and its host reference kernel. ops.c runs every op through one generic path
+ * over this table; adding an op is one entry here plus its kernels. */
+#ifndef WEFT_OPTABLE_H
+#define WEFT_OPTABLE_H
+
+#include "internal.h"
+
+/* An operand's dtype rule. */
+enum { WEFT_DT_F32 = 0, WEFT_DT_I32 = 1, WEFT_DT_SAME = 2 /* whatever in[0] is (the copy ops) */ };
+
+typedef struct weft_optable_entry {
+  const char *name;
+  int nin, nout;                           /* operand slots */
+  uint32_t in_optional, out_optional;      /* bit i: that operand may be NULL */
+  int need_one_out;                        /* at least one output must be given (all optional) */
+  uint8_t in_dt[WEFT_OP_MAX_IN], out_dt[WEFT_OP_MAX_OUT];
+  const char *in_name[WEFT_OP_MAX_IN], *out_name[WEFT_OP_MAX_OUT];
+  uint32_t out_reads;                      /* bit o: out[o] is read as well as written (rw) */
+  uint32_t alias_ok[WEFT_OP_MAX_OUT];      /* bit i of [o]: out[o] may be the same tensor as in[i] */
+  /* Checks shapes (and what else the op needs) and fills the weft_op's fields; operands are non-NULL where
+   * required, of the right dtypes, and live tensors of f. */
+  weft_status (*validate)(weft_fabric *f, weft_op *op, weft_tensor *const *in, weft_tensor *const *out,
+                          const weft_op_params *p);
+  weft_cost_class cls;
+  double (*work)(const weft_op *op);       /* flops (matmul) or weighted elements */
+  /* The reference kernel on host arrays (the CPU lane's implementation of the version-2 ops); NULL for the
+   * version-1 ops, whose kernels are reference.c's and the CPU lane's own. */
+  weft_status (*host)(const weft_op *op);
+  int splittable;                          /* a batched matmul may be shared out across lanes (split.c) */
+} weft_optable_entry;
+
+extern const weft_optable_entry weft_optable[WEFT_OP_COUNT];
+
+/* Runs a validated version-2 op on host arrays, under the clean floating-point environment; a failure
+ * (an index out of range the host could not check first, no memory) is reported through `host`. */
+WEFT_API weft_status weft_optable_host_run(const weft_op *op, const weft_lane_host *host);
+
+/* The ops a lane offers (its desc.ops, or the version-1 set when it said nothing). */
+static inline uint64_t weft_lane_ops(const weft_lane_desc *d) { return d->ops ? d->ops : WEFT_OPS_V1; }
+
+#endif
