@@ -238,11 +238,16 @@ static void test_crossentropy(weft_cpu_pool *pool, int64_t N, int64_t V, int non
         *g2 = fbuf(n);
   int32_t *tg = malloc(sizeof(int32_t) * (size_t)N);
   if (!tg) exit(1);
-  if (nonpos) { /* every logit <= 0, some rows' maximum a zero of either sign (the row max's slow path) */
-    for (size_t i = 0; i < n; i++) z[i] = tu_rng_float(&rng, -10, 0);
+  if (nonpos) {
+    /* Every logit far below zero but two zeros of opposite signs, the first of either sign: the maximum is
+     * a zero, which sends the vector row max to its scalar loop (the first zero is the scalar's maximum).
+     * Every other exp underflows to 0. (Which zero is the maximum cannot reach these outputs: z - mx is
+     * then a zero, and ls = log 2 > 0 is subtracted from it.) */
+    for (size_t i = 0; i < n; i++) z[i] = tu_rng_float(&rng, -200, -110);
     for (int64_t r = 0; r < N; r++) {
-      z[(size_t)(r * V) + (size_t)tu_rng_int(&rng, 0, V - 1)] = (r & 1) ? -0.0f : 0.0f;
-      z[(size_t)(r * V) + (size_t)tu_rng_int(&rng, 0, V - 1)] = (r & 2) ? -0.0f : 0.0f;
+      const int64_t p1 = tu_rng_int(&rng, 0, V - 2), p2 = tu_rng_int(&rng, p1 + 1, V - 1);
+      z[(size_t)(r * V + p1)] = (r & 1) ? -0.0f : 0.0f;
+      z[(size_t)(r * V + p2)] = (r & 1) ? 0.0f : -0.0f;
     }
   } else {
     fill(z, n, -10, 10, 1);
