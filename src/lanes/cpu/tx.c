@@ -224,25 +224,19 @@ typedef struct ln_ctx {
   float eps, invC;
 } ln_ctx;
 
+/* Rows side by side in the vector kernels' row sums: the widest vector's lanes. */
+#define WMAX 16
+
 static void ln_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   const ln_ctx *l = c;
   (void)tid;
-  const int64_t C = l->C;
-  for (int64_t r0 = lo; r0 < hi; r0 += G) {
-    const int g = (int)min64(G, hi - r0);
-    const float *xr[G];
-    for (int r = 0; r < G; r++) xr[r] = l->x + (size_t)(r0 + (r < g ? r : g - 1)) * (size_t)C;
-    float s[G], mu[G], v[G];
-    for (int r = 0; r < G; r++) s[r] = 0.0f, v[r] = 0.0f;
-    for (int64_t ch = 0; ch < C; ch++)
-      for (int r = 0; r < G; r++) s[r] = s[r] + xr[r][ch];
-    for (int r = 0; r < G; r++) mu[r] = s[r] * l->invC;
-    for (int64_t ch = 0; ch < C; ch++)
-      for (int r = 0; r < G; r++) {
-        float d = xr[r][ch] - mu[r];
-        float sq = d * d;
-        v[r] = v[r] + sq;
-      }
+  const int64_t C = l->C, W = l->k->width;
+  for (int64_t r0 = lo; r0 < hi; r0 += W) {
+    const int g = (int)min64(W, hi - r0);
+    const float *xr[WMAX];
+    float mu[WMAX], v[WMAX];
+    for (int r = 0; r < W; r++) xr[r] = l->x + (size_t)(r0 + (r < g ? r : g - 1)) * (size_t)C;
+    l->k->ln_stats(xr, C, l->invC, mu, v);
     for (int r = 0; r < g; r++) {
       const float var = v[r] * l->invC;
       const float rs = weft_rsqrtf(var + l->eps);
@@ -257,36 +251,26 @@ void weft_cpu_tx_layernorm_forward(weft_cpu_pool *pool, float *y, float *mean, f
                                    const float *gamma, const float *beta, int64_t N, int64_t C, float eps) {
   ln_ctx l = {.k = weft_cpu_tx_select(), .y = y, .mean = mean, .rstd = rstd, .x = x, .gamma = gamma, .beta = beta,
               .N = N, .C = C, .eps = eps, .invC = weft_recipf((float)C)};
-  par_for(pool, N, G, 4 * C, ln_fwd_part, &l);
+  par_for(pool, N, WMAX, 4 * C, ln_fwd_part, &l);
 }
 
 /* Rows [lo, hi) of dx. */
 static void ln_bwd_rows(void *c, int64_t lo, int64_t hi, int tid) {
   const ln_ctx *l = c;
   (void)tid;
-  const int64_t C = l->C;
-  for (int64_t r0 = lo; r0 < hi; r0 += G) {
-    const int g = (int)min64(G, hi - r0);
-    const float *xr[G], *dyr[G];
-    float mu[G], rs[G], a[G], b[G];
-    for (int r = 0; r < G; r++) {
+  const int64_t C = l->C, W = l->k->width;
+  for (int64_t r0 = lo; r0 < hi; r0 += W) {
+    const int g = (int)min64(W, hi - r0);
+    const float *xr[WMAX], *dyr[WMAX];
+    float mu[WMAX], rs[WMAX], a[WMAX], b[WMAX];
+    for (int r = 0; r < W; r++) {
       const int64_t row = r0 + (r < g ? r : g - 1);
       xr[r] = l->x + (size_t)row * (size_t)C;
       dyr[r] = l->dy + (size_t)row * (size_t)C;
       mu[r] = l->cmean[row];
       rs[r] = l->crstd[row];
-      a[r] = 0.0f, b[r] = 0.0f;
     }
-    for (int64_t ch = 0; ch < C; ch++) {
-      const float gm = l->gamma[ch];
-      for (int r = 0; r < G; r++) {
-        float n = (xr[r][ch] - mu[r]) * rs[r];
-        float gg = gm * dyr[r][ch];
-        a[r] = a[r] + gg;
-        float gn = gg * n;
-        b[r] = b[r] + gn;
-      }
-    }
+    l->k->ln_bwd_sums(xr, dyr, l->gamma, C, mu, rs, a, b);
     for (int r = 0; r < g; r++)
       l->k->ln_dx(l->dx + (size_t)(r0 + r) * (size_t)C, xr[r], dyr[r], l->gamma, C, mu[r], rs[r], a[r] * l->invC,
                   b[r] * l->invC);
@@ -311,7 +295,7 @@ void weft_cpu_tx_layernorm_backward(weft_cpu_pool *pool, float *dx, float *dgamm
               .cmean = mean, .crstd = rstd, .gamma = gamma, .N = N, .C = C, .invC = weft_recipf((float)C)};
   /* The parameters first: they read dy and x, which dx may overwrite (in place). */
   if (dgamma || dbeta) par_for(pool, C, 16, 3 * N, ln_bwd_params, &l);
-  par_for(pool, N, G, 6 * C, ln_bwd_rows, &l);
+  par_for(pool, N, WMAX, 6 * C, ln_bwd_rows, &l);
 }
 
 /* ------------------------------------------------------------------------------- elementwise ops */

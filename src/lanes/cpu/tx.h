@@ -33,6 +33,10 @@ typedef struct weft_cpu_tx_kernels {
   void (*exp_sub)(float *dst, const float *src, int64_t n, float sub);
   void (*mul)(float *dst, const float *src, int64_t n, float s, int canon);
   void (*xent_grad)(float *g, const float *z, int64_t n, float mx, float ls, int64_t tgt, float dl);
+  /* Layernorm's per-row sums for `width` rows at once (row pointers; pad with repeats), lane r row r. */
+  void (*ln_stats)(const float *const *x, int64_t C, float invC, float *mu, float *v);
+  void (*ln_bwd_sums)(const float *const *x, const float *const *dy, const float *gamma, int64_t C, const float *mu,
+                      const float *rs, float *a, float *b);
   void (*ln_out)(float *y, const float *x, const float *gamma, const float *beta, int64_t C, float mu, float rs);
   void (*ln_dx)(float *dx, const float *x, const float *dy, const float *gamma, int64_t C, float mu, float rs,
                 float a, float b);
