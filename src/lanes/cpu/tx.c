@@ -409,17 +409,34 @@ static void sm_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   const sm_ctx *s = c;
   (void)tid;
   const int64_t T = s->T;
-  for (int64_t row = lo; row < hi; row++) {
-    const int64_t t = row % T;
-    const float *p = s->a + (size_t)row * (size_t)T, *dp = s->b + (size_t)row * (size_t)T;
-    float *ds = s->out + (size_t)row * (size_t)T;
-    float dot = 0.0f;
-    for (int64_t j = 0; j <= t; j++) {
-      float pd = p[j] * dp[j];
-      dot = dot + pd;
+  for (int64_t r0 = lo; r0 < hi; r0 += G) {
+    const int g = (int)min64(G, hi - r0);
+    const float *p[G], *dp[G];
+    int64_t len[G], common = T;
+    for (int r = 0; r < G; r++) {
+      const int64_t row = r0 + (r < g ? r : g - 1);
+      p[r] = s->a + (size_t)row * (size_t)T;
+      dp[r] = s->b + (size_t)row * (size_t)T;
+      len[r] = row % T + 1;
+      if (len[r] < common) common = len[r];
     }
-    s->k->softmax_bwd_row(ds, p, dp, t + 1, dot, s->scale);
-    for (int64_t j = t + 1; j < T; j++) ds[j] = 0.0f;
+    /* dot = Σ asc p * dp per row: G rows side by side over their common length, then each row's rest */
+    float dot[G];
+    for (int r = 0; r < G; r++) dot[r] = 0.0f;
+    for (int64_t j = 0; j < common; j++)
+      for (int r = 0; r < G; r++) {
+        float pd = p[r][j] * dp[r][j];
+        dot[r] = dot[r] + pd;
+      }
+    for (int r = 0; r < g; r++) {
+      for (int64_t j = common; j < len[r]; j++) {
+        float pd = p[r][j] * dp[r][j];
+        dot[r] = dot[r] + pd;
+      }
+      float *ds = s->out + (size_t)(r0 + r) * (size_t)T;
+      s->k->softmax_bwd_row(ds, p[r], dp[r], len[r], dot[r], s->scale);
+      for (int64_t j = len[r]; j < T; j++) ds[j] = 0.0f;
+    }
   }
 }
 
@@ -427,7 +444,7 @@ void weft_cpu_tx_causal_softmax_backward(weft_cpu_pool *pool, float *dscores, co
                                          const float *dprobs, int64_t R, int64_t T, float scale) {
   if (R <= 0 || T <= 0) return;
   sm_ctx s = {.k = weft_cpu_tx_select(), .out = dscores, .a = probs, .b = dprobs, .T = T, .scale = scale};
-  par_for(pool, R * T, 1, 4 * T, sm_bwd_part, &s);
+  par_for(pool, R * T, G, 4 * T, sm_bwd_part, &s);
 }
 
 /* --------------------------------------------------------------------------------- cross-entropy */
