@@ -281,11 +281,7 @@ static void ln_bwd_rows(void *c, int64_t lo, int64_t hi, int tid) {
 static void ln_bwd_params(void *c, int64_t lo, int64_t hi, int tid) {
   const ln_ctx *l = c;
   (void)tid;
-  const int64_t C = l->C;
-  for (int64_t r = 0; r < l->N; r++)
-    l->k->ln_dparams(l->dgamma ? l->dgamma + lo : NULL, l->dbeta ? l->dbeta + lo : NULL,
-                     l->x + (size_t)r * (size_t)C + lo, l->dy + (size_t)r * (size_t)C + lo, hi - lo, l->cmean[r],
-                     l->crstd[r]);
+  l->k->ln_dparams(l->dgamma, l->dbeta, l->x, l->dy, l->C, l->N, lo, hi, l->cmean, l->crstd);
 }
 
 void weft_cpu_tx_layernorm_backward(weft_cpu_pool *pool, float *dx, float *dgamma, float *dbeta, const float *dy,
@@ -294,7 +290,7 @@ void weft_cpu_tx_layernorm_backward(weft_cpu_pool *pool, float *dx, float *dgamm
   ln_ctx l = {.k = weft_cpu_tx_select(), .dx = dx, .dgamma = dgamma, .dbeta = dbeta, .dy = dy, .x = x,
               .cmean = mean, .crstd = rstd, .gamma = gamma, .N = N, .C = C, .invC = weft_recipf((float)C)};
   /* The parameters first: they read dy and x, which dx may overwrite (in place). */
-  if (dgamma || dbeta) par_for(pool, C, 16, 3 * N, ln_bwd_params, &l);
+  if (dgamma || dbeta) par_for(pool, C, 32, 3 * N, ln_bwd_params, &l);
   par_for(pool, N, WMAX, 6 * C, ln_bwd_rows, &l);
 }
 

@@ -40,7 +40,8 @@ typedef struct weft_cpu_tx_kernels {
   void (*ln_out)(float *y, const float *x, const float *gamma, const float *beta, int64_t C, float mu, float rs);
   void (*ln_dx)(float *dx, const float *x, const float *dy, const float *gamma, int64_t C, float mu, float rs,
                 float a, float b);
-  void (*ln_dparams)(float *dgamma, float *dbeta, const float *x, const float *dy, int64_t C, float mu, float rs);
+  void (*ln_dparams)(float *dgamma, float *dbeta, const float *x, const float *dy, int64_t C, int64_t N, int64_t c0,
+                     int64_t c1, const float *mean, const float *rstd);
   void (*add)(float *out, const float *a, const float *b, int64_t n);
   void (*dots)(float *out, const float *q, const float *kt, int64_t ld, int64_t n, int64_t hs, float scale);
   void (*wsum)(float *out, const float *w, int64_t ws, const float *rows, int64_t ld, int64_t n, int64_t hs);
