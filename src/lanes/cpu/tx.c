@@ -514,14 +514,20 @@ static void transpose_panel(float *dst, int64_t ld, const float *src, int64_t st
     for (int64_t i = 0; i < hs; i++) dst[i * ld + j] = src[j * stride + i];
 }
 
+/* dst[j * hs + i] = src[j * stride + i]: one head's T rows of hs, contiguous. */
+static void pack_panel(float *dst, const float *src, int64_t stride, int64_t T, int64_t hs) {
+  for (int64_t j = 0; j < T; j++) memcpy(dst + j * hs, src + j * stride, sizeof(float) * (size_t)hs);
+}
+
 static void at_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   const at_ctx *a = c;
   const int64_t T = a->T, C = a->C, C3 = 3 * C, hs = a->hs;
-  float *kt = a->scratch + (size_t)tid * a->per_thread;
+  float *kt = a->scratch + (size_t)tid * a->per_thread, *vp = kt + (size_t)hs * (size_t)a->ld;
   for (int64_t u = lo; u < hi; u++) {
     const int64_t b = u / a->NH, h = u % a->NH;
     const float *base = a->qkv + (size_t)(b * T) * (size_t)C3 + (size_t)(h * hs);
     transpose_panel(kt, a->ld, base + C, C3, T, hs);
+    pack_panel(vp, base + 2 * C, C3, T, hs);
     for (int64_t t0 = 0; t0 < T; t0 += G) {
       const int g = (int)min64(G, T - t0);
       float *p[G];
@@ -540,8 +546,7 @@ static void at_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
       softmax_rows(a->k, p, len, g, T);
       for (int r = 0; r < g; r++) {
         const int64_t t = t0 + r;
-        a->k->wsum(a->out + (size_t)(b * T + t) * (size_t)C + (size_t)(h * hs), p[r], 1, base + 2 * C, C3, t + 1,
-                   hs);
+        a->k->wsum(a->out + (size_t)(b * T + t) * (size_t)C + (size_t)(h * hs), p[r], 1, vp, hs, t + 1, hs);
       }
     }
   }
@@ -558,7 +563,7 @@ weft_status weft_cpu_tx_attention_forward(weft_cpu_pool *pool, float *out, float
               .C = C, .NH = NH, .hs = C / NH};
   a.scale = weft_rsqrtf((float)a.hs);
   a.ld = round_up(T, 16) + 16; /* room for the vector tail's reads past column T */
-  a.per_thread = (size_t)(a.hs > 0 ? a.hs : 1) * (size_t)a.ld;
+  a.per_thread = (size_t)(a.hs > 0 ? a.hs : 1) * (size_t)a.ld + (size_t)T * (size_t)a.hs;
   const int nth = threads_for(pool, B * NH * T * T * (a.hs + 20));
   a.scratch = malloc(sizeof(float) * a.per_thread * (size_t)weft_cpu_pool_threads(pool));
   if (!a.scratch) return WEFT_ERR_OUT_OF_MEMORY;
@@ -572,6 +577,7 @@ static void at_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   const at_ctx *a = c;
   const int64_t T = a->T, C = a->C, C3 = 3 * C, hs = a->hs;
   float *vt = a->scratch + (size_t)tid * a->per_thread, *ds = vt + (size_t)hs * (size_t)a->ld;
+  float *qp = ds + (size_t)T * (size_t)T, *kp = qp + (size_t)T * (size_t)hs, *dop = kp + (size_t)T * (size_t)hs;
   for (int64_t u = lo; u < hi; u++) {
     const int64_t b = u / a->NH, h = u % a->NH;
     const float *base = a->qkv + (size_t)(b * T) * (size_t)C3 + (size_t)(h * hs);
@@ -579,10 +585,13 @@ static void at_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
     const float *ab = a->catt + (size_t)(u * T) * (size_t)T;
     float *dbase = a->dqkv + (size_t)(b * T) * (size_t)C3 + (size_t)(h * hs);
     transpose_panel(vt, a->ld, base + 2 * C, C3, T, hs);
+    pack_panel(qp, base, C3, T, hs);
+    pack_panel(kp, base + C, C3, T, hs);
+    pack_panel(dop, dob, C, T, hs);
     for (int64_t t = 0; t < T; t++) {
       float *dst = ds + (size_t)t * (size_t)T;
       const float *at = ab + (size_t)t * (size_t)T;
-      a->k->dots(dst, dob + (size_t)t * (size_t)C, vt, a->ld, t + 1, hs, 1.0f); /* datt */
+      a->k->dots(dst, dop + (size_t)t * (size_t)hs, vt, a->ld, t + 1, hs, 1.0f); /* datt */
       float dot = 0.0f;
       for (int64_t j = 0; j <= t; j++) {
         float pd = at[j] * dst[j];
@@ -592,9 +601,23 @@ static void at_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
     }
     for (int64_t t = 0; t < T; t++) {
       float *dq = dbase + (size_t)t * (size_t)C3;
-      a->k->wsum(dq, ds + (size_t)t * (size_t)T, 1, base + C, C3, t + 1, hs);
-      a->k->wsum(dq + C, ds + (size_t)t * (size_t)T + t, T, base + (size_t)t * (size_t)C3, C3, T - t, hs);
-      a->k->wsum(dq + 2 * C, ab + (size_t)t * (size_t)T + t, T, dob + (size_t)t * (size_t)C, C, T - t, hs);
+      a->k->wsum(dq, ds + (size_t)t * (size_t)T, 1, kp, hs, t + 1, hs);
+    }
+    /* dk and dv, four columns j at a time (each column's sum over t ascending from j) */
+    int64_t j = 0;
+    for (; j + 4 <= T; j += 4) {
+      float *dk[4], *dv[4];
+      for (int m = 0; m < 4; m++) {
+        dk[m] = dbase + (size_t)(j + m) * (size_t)C3 + C;
+        dv[m] = dk[m] + C;
+      }
+      a->k->wsum4(dk, ds + (size_t)j * (size_t)T + j, T, qp + (size_t)j * (size_t)hs, hs, T - j, hs);
+      a->k->wsum4(dv, ab + (size_t)j * (size_t)T + j, T, dop + (size_t)j * (size_t)hs, hs, T - j, hs);
+    }
+    for (; j < T; j++) {
+      float *dk = dbase + (size_t)j * (size_t)C3 + C;
+      a->k->wsum(dk, ds + (size_t)j * (size_t)T + j, T, qp + (size_t)j * (size_t)hs, hs, T - j, hs);
+      a->k->wsum(dk + C, ab + (size_t)j * (size_t)T + j, T, dop + (size_t)j * (size_t)hs, hs, T - j, hs);
     }
   }
 }
@@ -608,7 +631,7 @@ weft_status weft_cpu_tx_attention_backward(weft_cpu_pool *pool, float *dqkv, con
               .C = C, .NH = NH, .hs = C / NH};
   a.scale = weft_rsqrtf((float)a.hs);
   a.ld = round_up(T, 16) + 16;
-  a.per_thread = (size_t)a.hs * (size_t)a.ld + (size_t)T * (size_t)T + 16;
+  a.per_thread = (size_t)a.hs * (size_t)a.ld + (size_t)T * (size_t)T + 3 * (size_t)T * (size_t)a.hs + 16;
   a.scratch = malloc(sizeof(float) * a.per_thread * (size_t)weft_cpu_pool_threads(pool));
   if (!a.scratch) return WEFT_ERR_OUT_OF_MEMORY;
   par_for(pool, B * NH, 1, T * T * (3 * a.hs + 10), at_bwd_part, &a);
