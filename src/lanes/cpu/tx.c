@@ -544,7 +544,13 @@ static void at_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
         }
       }
       softmax_rows(a->k, p, len, g, T);
-      for (int r = 0; r < g; r++) {
+      int r = 0;
+      for (; r + 4 <= g; r += 4) { /* four rows t at a time: one pass over v for four sums */
+        float *o[4];
+        for (int m = 0; m < 4; m++) o[m] = a->out + (size_t)(b * T + t0 + r + m) * (size_t)C + (size_t)(h * hs);
+        a->k->wsum4e(o, p[r], T, vp, hs, t0 + r + 1, hs);
+      }
+      for (; r < g; r++) {
         const int64_t t = t0 + r;
         a->k->wsum(a->out + (size_t)(b * T + t) * (size_t)C + (size_t)(h * hs), p[r], 1, vp, hs, t + 1, hs);
       }
@@ -599,10 +605,13 @@ static void at_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
       }
       a->k->softmax_bwd_row(dst, at, dst, t + 1, dot, a->scale);
     }
-    for (int64_t t = 0; t < T; t++) {
-      float *dq = dbase + (size_t)t * (size_t)C3;
-      a->k->wsum(dq, ds + (size_t)t * (size_t)T, 1, kp, hs, t + 1, hs);
+    int64_t t = 0;
+    for (; t + 4 <= T; t += 4) { /* dq, four rows t at a time */
+      float *dq[4];
+      for (int m = 0; m < 4; m++) dq[m] = dbase + (size_t)(t + m) * (size_t)C3;
+      a->k->wsum4e(dq, ds + (size_t)t * (size_t)T, T, kp, hs, t + 1, hs);
     }
+    for (; t < T; t++) a->k->wsum(dbase + (size_t)t * (size_t)C3, ds + (size_t)t * (size_t)T, 1, kp, hs, t + 1, hs);
     /* dk and dv, four columns j at a time (each column's sum over t ascending from j) */
     int64_t j = 0;
     for (; j + 4 <= T; j += 4) {

@@ -46,6 +46,7 @@ typedef struct weft_cpu_tx_kernels {
   void (*dots)(float *out, const float *q, const float *kt, int64_t ld, int64_t n, int64_t hs, float scale);
   void (*wsum)(float *out, const float *w, int64_t ws, const float *rows, int64_t ld, int64_t n, int64_t hs);
   void (*wsum4)(float *const *out, const float *w, int64_t ws, const float *rows, int64_t ld, int64_t n, int64_t hs);
+  void (*wsum4e)(float *const *out, const float *w, int64_t wrs, const float *rows, int64_t ld, int64_t n, int64_t hs);
   void (*softmax_bwd_row)(float *ds, const float *p, const float *dp, int64_t n, float dot, float scale);
 } weft_cpu_tx_kernels;
 
