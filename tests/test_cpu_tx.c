@@ -291,6 +291,7 @@ int main(void) {
       test_embedding(pool);
       test_layernorm(pool, 4 * 64, 768);
       test_layernorm(pool, 13, 67);
+      test_layernorm(pool, 21, 100);
       test_elementwise(pool);
       test_softmax(pool, 6, 64, 1);
       test_softmax(pool, 3, 37, 0);

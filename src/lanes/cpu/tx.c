@@ -290,7 +290,7 @@ void weft_cpu_tx_layernorm_backward(weft_cpu_pool *pool, float *dx, float *dgamm
   ln_ctx l = {.k = weft_cpu_tx_select(), .dx = dx, .dgamma = dgamma, .dbeta = dbeta, .dy = dy, .x = x,
               .cmean = mean, .crstd = rstd, .gamma = gamma, .N = N, .C = C, .invC = weft_recipf((float)C)};
   /* The parameters first: they read dy and x, which dx may overwrite (in place). */
-  if (dgamma || dbeta) par_for(pool, C, 32, 3 * N, ln_bwd_params, &l);
+  if (dgamma || dbeta) par_for(pool, C, 64, 3 * N, ln_bwd_params, &l);
   par_for(pool, N, WMAX, 6 * C, ln_bwd_rows, &l);
 }
 
