@@ -24,6 +24,7 @@
 #define PARTS_PER_THREAD 4
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 static inline float canon(float x) { return x != x ? __builtin_nanf("") : x; }
 
 const weft_cpu_tx_kernels *weft_cpu_tx_select(void) {
@@ -210,7 +211,10 @@ weft_status weft_cpu_tx_embedding_backward(weft_cpu_pool *pool, float *dwte, flo
   if (!dwte && !dwpe) return WEFT_OK;
   emb_ctx e = {.k = weft_cpu_tx_select(), .dwte = dwte, .dwpe = dwpe, .dout = dout, .tok = tok, .pos = pos,
                .T = T, .C = C, .BT = B * T};
-  par_for(pool, C, 16, 2 * B * T, emb_bwd_part, &e); /* whole cache lines of channels per part */
+  /* One part of channels per thread (whole cache lines): each walks the (b, t) rows once, reading each table
+   * row's slice in one stream. */
+  const int nth = threads_for(pool, C * 2 * B * T);
+  par_for(pool, C, round_up((C + nth - 1) / nth, 16), 2 * B * T, emb_bwd_part, &e);
   return WEFT_OK;
 }
 
@@ -557,8 +561,6 @@ static void at_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
     }
   }
 }
-
-static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 weft_status weft_cpu_tx_attention_forward(weft_cpu_pool *pool, float *out, float *preatt, float *att,
                                           const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
