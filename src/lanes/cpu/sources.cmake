@@ -6,13 +6,20 @@ list(APPEND WEFT_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/pool.c
   ${CMAKE_CURRENT_LIST_DIR}/elementwise.c
   ${CMAKE_CURRENT_LIST_DIR}/cpu_isa.c
+  ${CMAKE_CURRENT_LIST_DIR}/tx.c
+  ${CMAKE_CURRENT_LIST_DIR}/tx_portable.c
   ${CMAKE_CURRENT_LIST_DIR}/kernels/ukr_portable.c
 )
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i[3-6]86)$")
   list(APPEND WEFT_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/kernels/ukr_avx2.c
     ${CMAKE_CURRENT_LIST_DIR}/kernels/ukr_avx512.c
+    ${CMAKE_CURRENT_LIST_DIR}/tx_avx2.c
+    ${CMAKE_CURRENT_LIST_DIR}/tx_avx512.c
   )
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/kernels/ukr_avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/kernels/ukr_avx512.c PROPERTIES COMPILE_OPTIONS "-mavx512f")
+  # The transformer ops' vector kernels: no -mfma for AVX2 (they never fuse; without the flag nothing can).
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/tx_avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/tx_avx512.c PROPERTIES COMPILE_OPTIONS "-mavx512f")
 endif()

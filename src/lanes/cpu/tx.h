@@ -1,0 +1,92 @@
+/* tx.h - the CPU lane's transformer ops (GPT-2's set): vectorised and threaded, bit for bit the kernels of
+ * core/reference_tx.c. Each function has its reference's signature (and returns the same statuses for the
+ * same bad arguments) with the lane's thread pool first; a NULL pool runs on the caller's thread alone.
+ * Which thread computes a row never changes its bits, and neither does the instruction set: the vector
+ * kernels (tx_kern.inc) do the reference's scalar steps lane by lane, and every sum keeps its canonical
+ * order. The instruction set is the one weft_cpu_isa_name() names (WEFT_CPU_ISA lowers it), read per call.
+ *
+ * Scratch: attention forward and backward allocate per-thread scratch per call (WEFT_ERR_OUT_OF_MEMORY when
+ * they cannot); the others need none beyond the stack. The caller's floating-point environment is the
+ * caller's business (cpu_lane.c brackets each op with weft_fpenv_enter/leave); the pool's threads keep
+ * theirs clean. */
+#ifndef WEFT_CPU_TX_H
+#define WEFT_CPU_TX_H
+
+#include <stdint.h>
+
+#include "pool.h"
+#include "weft.h"
+
+/* AdamW's per-call constants, computed once on the caller's thread exactly as the reference does. */
+typedef struct weft_cpu_tx_adamw_k {
+  float lr, beta1, beta2, eps, weight_decay, o1, o2, r1, r2;
+} weft_cpu_tx_adamw_k;
+
+/* The per-instruction-set vector parts (tx_kern.inc); tx.c does the loops, the threads and the sums. */
+typedef struct weft_cpu_tx_kernels {
+  const char *isa;
+  int width;
+  void (*gelu_forward)(float *y, const float *x, int64_t n);
+  void (*gelu_backward)(float *dx, const float *x, const float *dy, int64_t n);
+  void (*adamw)(float *param, const float *grad, float *m, float *v, int64_t n, const weft_cpu_tx_adamw_k *k);
+  float (*row_max)(const float *z, int64_t n);
+  void (*exp_sub)(float *dst, const float *src, int64_t n, float sub);
+  void (*mul)(float *dst, const float *src, int64_t n, float s, int canon);
+  void (*xent_grad)(float *g, const float *z, int64_t n, float mx, float ls, int64_t tgt, float dl);
+  /* Layernorm's per-row sums for `width` rows at once (row pointers; pad with repeats), lane r row r. */
+  void (*ln_stats)(const float *const *x, int64_t C, float invC, float *mu, float *v);
+  void (*ln_bwd_sums)(const float *const *x, const float *const *dy, const float *gamma, int64_t C, const float *mu,
+                      const float *rs, float *a, float *b);
+  void (*ln_out)(float *y, const float *x, const float *gamma, const float *beta, int64_t C, float mu, float rs);
+  void (*ln_dx)(float *dx, const float *x, const float *dy, const float *gamma, int64_t C, float mu, float rs,
+                float a, float b);
+  void (*ln_dparams)(float *dgamma, float *dbeta, const float *x, const float *dy, int64_t C, int64_t N, int64_t c0,
+                     int64_t c1, const float *mean, const float *rstd);
+  void (*add)(float *out, const float *a, const float *b, int64_t n);
+  void (*dots)(float *out, const float *q, const float *kt, int64_t ld, int64_t n, int64_t hs, float scale);
+  void (*wsum)(float *out, const float *w, int64_t ws, const float *rows, int64_t ld, int64_t n, int64_t hs);
+  void (*wsum4)(float *const *out, const float *w, int64_t ws, const float *rows, int64_t ld, int64_t n, int64_t hs);
+  void (*wsum4e)(float *const *out, const float *w, int64_t wrs, const float *rows, int64_t ld, int64_t n, int64_t hs);
+  void (*softmax_bwd_row)(float *ds, const float *p, const float *dp, int64_t n, float dot, float scale);
+} weft_cpu_tx_kernels;
+
+extern const weft_cpu_tx_kernels weft_cpu_tx_portable;
+#if defined(__x86_64__) || defined(__i386__)
+extern const weft_cpu_tx_kernels weft_cpu_tx_avx2;
+extern const weft_cpu_tx_kernels weft_cpu_tx_avx512;
+#endif
+
+/* The table the ops use now ("portable", "avx2" or "avx512"; WEFT_CPU_ISA lowers it, as for matmul). */
+const weft_cpu_tx_kernels *weft_cpu_tx_select(void);
+
+weft_status weft_cpu_tx_embedding_forward(weft_cpu_pool *pool, float *out, const int32_t *tok, const int32_t *pos,
+                                          const float *wte, const float *wpe, int64_t B, int64_t T, int64_t C,
+                                          int64_t V, int64_t P);
+weft_status weft_cpu_tx_embedding_backward(weft_cpu_pool *pool, float *dwte, float *dwpe, const float *dout,
+                                           const int32_t *tok, const int32_t *pos, int64_t B, int64_t T, int64_t C,
+                                           int64_t V, int64_t P);
+void weft_cpu_tx_layernorm_forward(weft_cpu_pool *pool, float *y, float *mean, float *rstd, const float *x,
+                                   const float *gamma, const float *beta, int64_t N, int64_t C, float eps);
+void weft_cpu_tx_layernorm_backward(weft_cpu_pool *pool, float *dx, float *dgamma, float *dbeta, const float *dy,
+                                    const float *x, const float *mean, const float *rstd, const float *gamma,
+                                    int64_t N, int64_t C);
+void weft_cpu_tx_gelu_forward(weft_cpu_pool *pool, float *y, const float *x, int64_t n);
+void weft_cpu_tx_gelu_backward(weft_cpu_pool *pool, float *dx, const float *x, const float *dy, int64_t n);
+weft_status weft_cpu_tx_attention_forward(weft_cpu_pool *pool, float *out, float *preatt, float *att,
+                                          const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
+weft_status weft_cpu_tx_attention_backward(weft_cpu_pool *pool, float *dqkv, const float *dout, const float *qkv,
+                                           const float *att, int64_t B, int64_t T, int64_t C, int64_t NH);
+void weft_cpu_tx_causal_softmax_forward(weft_cpu_pool *pool, float *probs, const float *scores, int64_t R,
+                                        int64_t T, float scale);
+void weft_cpu_tx_causal_softmax_backward(weft_cpu_pool *pool, float *dscores, const float *probs,
+                                         const float *dprobs, int64_t R, int64_t T, float scale);
+weft_status weft_cpu_tx_crossentropy_forward(weft_cpu_pool *pool, float *losses, const float *logits,
+                                             const int32_t *targets, int64_t N, int64_t V);
+weft_status weft_cpu_tx_crossentropy_backward(weft_cpu_pool *pool, float *dlogits, const float *logits,
+                                              const int32_t *targets, const float *dloss, int64_t N, int64_t V);
+void weft_cpu_tx_adamw(weft_cpu_pool *pool, float *param, const float *grad, float *m, float *v, int64_t n,
+                       float lr, float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2);
+float weft_cpu_tx_grad_clip(weft_cpu_pool *pool, float *const *grads, const int64_t *sizes, int64_t ntensors,
+                            float max_norm);
+
+#endif
