@@ -100,8 +100,10 @@ typedef struct weft_fabric_desc {
   /* Plugin lanes to load (weft_plugin.h): ':'-separated shared objects or directories of *.so, loaded in
    * addition to those in the environment variable WEFT_PLUGIN_PATH. NULL: only WEFT_PLUGIN_PATH. */
   const char *plugins;
-  /* Workers whose lanes join the fabric as remote:<host:port>/<lane> (`weft worker`): "host:port,...".
-   * NULL or "": those named in the environment variable WEFT_REMOTE, if any. */
+  /* Workers whose lanes join the fabric as remote:<host:port>/<lane> (`weft worker`): "host:port,...";
+   * an entry "host:port=IDENTITY" pins the identity that worker must prove with the shared secret (one that
+   * proves another is refused; WEFT_REMOTE_IDENTITY pins the entries that name none). NULL or "": those
+   * named in the environment variable WEFT_REMOTE, if any. */
   const char *remote;
   /* Where to listen for browser tabs that offer their GPU as lanes browser:0, browser:1, ... ("host:port";
    * `weft serve`). NULL or "": the environment variable WEFT_BROWSER, if set; otherwise no browser lanes.

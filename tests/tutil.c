@@ -46,7 +46,6 @@ float tu_float(uint32_t bits) {
 }
 
 int tu_same_bits(float a, float b) {
-  if (a != a && b != b) return 1;
   return tu_bits(a) == tu_bits(b);
 }
 

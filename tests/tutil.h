@@ -37,8 +37,8 @@ void tu_check_at(int ok, const char *file, int line, const char *fmt, ...)
 /* Bits of a float and back. */
 uint32_t tu_bits(float x);
 float tu_float(uint32_t bits);
-/* 1 when a and b have the same bits, any NaN counting as equal to any NaN (payloads differ between
- * hardware, so the exact contract compares NaNs normalised). */
+/* 1 when a and b have the same bits, NaNs included: under the exact contract every lane stores a NaN
+ * result as the one canonical quiet NaN (0x7fc00000), so a reference that makes a NaN must store that too. */
 int tu_same_bits(float a, float b);
 
 /* splitmix64: small, seedable, the same sequence on every platform. */

@@ -2,10 +2,10 @@
  * `weft worker`, the same round trip with 500 idle and trickling connections held open in the worker's
  * handshake stage against none (alternating blocks, one run), a large upload against raw loopback TCP
  * measured in the same run, the same upload inside TLS 1.3 (a second worker with --tls) alternating with
- * plain TCP, and 8 concurrent clients x 1000 ops with 10% malformed frames mixed in (wrong results and
- * crashes counted).
+ * plain TCP (with the CPU each side spent per GB moved), and 8 concurrent clients x 1000 ops with 10%
+ * malformed frames mixed in (wrong results and crashes counted).
  *
- *   bench_net /path/to/weft */
+ *   bench_net /path/to/weft [tls]   (tls: only the TLS against plain TCP upload) */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -176,6 +177,32 @@ static int conn_login(weft_net_conn *c, const char *secret, uint8_t **buf, size_
   id[il] = 0;
   weft_net_auth_proof(WEFT_NET_PROOF_CLIENT, (const uint8_t *)secret, strlen(secret), wn, cn, id, mac);
   return conn_call(c, WEFT_NET_AUTH_FINISH, mac, sizeof mac, NULL, 0, buf, cap) == 0;
+}
+
+/* CPU seconds a process has used, all its threads (/proc/PID/task/TID/schedstat: nanoseconds on a CPU). */
+static double proc_cpu_s(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  double sum = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char f[128];
+    snprintf(f, sizeof f, "/proc/%d/task/%.20s/schedstat", (int)pid, e->d_name);
+    FILE *fp = fopen(f, "r");
+    unsigned long long ns = 0;
+    if (fp && fscanf(fp, "%llu", &ns) == 1) sum += (double)ns * 1e-9;
+    if (fp) fclose(fp);
+  }
+  if (d) closedir(d);
+  return sum;
+}
+
+static double self_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* GB/s of one upload of `bytes` in `per`-byte WRITE frames into handle h. */
@@ -364,9 +391,10 @@ static void *client(void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: bench_net /path/to/weft\n");
+    fprintf(stderr, "usage: bench_net /path/to/weft [tls]   (tls: only the TLS against plain TCP upload)\n");
     return 2;
   }
+  int only_tls = argc > 2 && strcmp(argv[2], "tls") == 0;
   signal(SIGPIPE, SIG_IGN);
   struct rlimit rl; /* HOSTILE sockets and more: as many descriptors as the hard limit allows */
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -381,6 +409,11 @@ int main(int argc, char **argv) {
   size_t cap = 0;
   int fd = dial(worker_port);
   hello(fd, &buf, &cap);
+
+  size_t bytes = (size_t)256 << 20, per = (size_t)32 << 20;
+  uint8_t *data = malloc(bytes);
+  for (size_t i = 0; i < bytes; i++) data[i] = (uint8_t)(i * 131);
+  if (only_tls) goto tls;
 
   /* 1. Tiny op round trip: relu of 4 floats on resident tensors. */
   uint64_t x = create(fd, 4, &buf, &cap), y = create(fd, 4, &buf, &cap);
@@ -428,9 +461,6 @@ int main(int argc, char **argv) {
          held, ml * 1e6, loaded[BLOCKS * PER * 9 / 10] * 1e6, mu * 1e6, unloaded[BLOCKS * PER * 9 / 10] * 1e6, ml / mu);
 
   /* 3. Large upload: 256 MiB in 32 MiB frames vs raw loopback TCP of the same bytes. */
-  size_t bytes = (size_t)256 << 20, per = (size_t)32 << 20;
-  uint8_t *data = malloc(bytes);
-  for (size_t i = 0; i < bytes; i++) data[i] = (uint8_t)(i * 131);
   uint64_t big = create(fd, (int64_t)(bytes / 4), &buf, &cap);
   double best_up = 0, best_raw = 0;
   for (int rep = 0; rep < 3; rep++) {
@@ -455,7 +485,7 @@ int main(int argc, char **argv) {
 
   /* 2b. The same bulk upload inside TLS 1.3 (a second worker, --tls) against plain TCP (the first worker),
    * alternating: 64 MiB tensors written in 32 MiB frames, medians of 7 rounds each. */
-  {
+tls: {
     static const char tls_secret[] = "bench-secret-0123456789abcdef";
     char spath[] = "/tmp/weft-bench-secret-XXXXXX";
     int sfd = mkstemp(spath);
@@ -494,11 +524,18 @@ int main(int argc, char **argv) {
     double gp[ROUNDS], gt[ROUNDS], gr[ROUNDS];
     conn_upload(&pc, hp, data, tb, tper, &buf, &cap); /* warm both: pages faulted in on each worker */
     conn_upload(&tc, ht, data, tb, tper, &buf, &cap);
+    /* CPU seconds per side (this client, the worker) for each kind of upload, summed over the rounds. */
+    double cpu_pc = 0, cpu_pw = 0, cpu_tc = 0, cpu_tw = 0;
     for (int r = 0; r < ROUNDS; r++) {
+      double c0 = self_cpu_s(), w0 = proc_cpu_s(plain_pid);
       gp[r] = conn_upload(&pc, hp, data, tb, tper, &buf, &cap);
+      double c1 = self_cpu_s(), w1 = proc_cpu_s(plain_pid), w2 = proc_cpu_s(tls_pid);
       gt[r] = conn_upload(&tc, ht, data, tb, tper, &buf, &cap);
+      double c2 = self_cpu_s(), w3 = proc_cpu_s(tls_pid);
+      cpu_pc += c1 - c0, cpu_pw += w1 - w0, cpu_tc += c2 - c1, cpu_tw += w3 - w2;
       gr[r] = raw_tcp_gbps(data, tb);
     }
+    double gb = (double)tb * ROUNDS * 1e-9;
     qsort(gp, ROUNDS, sizeof gp[0], cmp_d);
     qsort(gt, ROUNDS, sizeof gt[0], cmp_d);
     qsort(gr, ROUNDS, sizeof gr[0], cmp_d);
@@ -506,6 +543,10 @@ int main(int argc, char **argv) {
            "%.2f GB/s; raw loopback TCP %.2f GB/s; TLS/plain %.2f, TLS/raw %.2f (target >= 0.8)\n",
            ROUNDS, desc, gt[ROUNDS / 2], gp[ROUNDS / 2], gr[ROUNDS / 2], gt[ROUNDS / 2] / gp[ROUNDS / 2],
            gt[ROUNDS / 2] / gr[ROUNDS / 2]);
+    printf("  CPU per GB moved: TLS client %.3f s, worker %.3f s; plain client %.3f s, worker %.3f s (the busier "
+           "side bounds the rate on 2 cores: TLS %.2f GB/s, plain %.2f GB/s)\n",
+           cpu_tc / gb, cpu_tw / gb, cpu_pc / gb, cpu_pw / gb, gb / (cpu_tc > cpu_tw ? cpu_tc : cpu_tw),
+           gb / (cpu_pc > cpu_pw ? cpu_pc : cpu_pw));
     weft_net_conn_close(&tc);
     weft_net_conn_close(&pc);
     weft_net_tls_destroy(t);
@@ -515,6 +556,12 @@ int main(int argc, char **argv) {
   }
   free(data);
   close(fd);
+  if (only_tls) {
+    kill(worker_pid, SIGKILL);
+    waitpid(worker_pid, NULL, 0);
+    free(buf);
+    return 0;
+  }
 
   /* 4. 8 concurrent clients x 1000 ops, 10% malformed. */
   pthread_t th[8];

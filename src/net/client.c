@@ -154,9 +154,28 @@ weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out) {
   return WEFT_OK;
 }
 
+/* A printable copy of an identity for a message: control characters as '?'. */
+static void printable(char *dst, size_t cap, const char *src) {
+  snprintf(dst, cap, "%s", src);
+  for (char *q = dst; *q; q++)
+    if ((unsigned char)*q < 0x20 || *q == 0x7f) *q = '?';
+}
+
 weft_status weft_net_client_authenticate(weft_net_client *c, const weft_net_hello *hello, const uint8_t *secret,
-                                         size_t secret_len, char *identity, size_t identity_cap) {
+                                         size_t secret_len, const char *expect_identity, char *identity,
+                                         size_t identity_cap) {
   if (identity && identity_cap) identity[0] = 0;
+  char pin[WEFT_NET_MAX_IDENTITY + 1] = "";
+  if (expect_identity && expect_identity[0]) {
+    printable(pin, sizeof pin, expect_identity);
+    /* Only the proof of the secret binds an identity: without one, any peer could claim any name. */
+    if (!secret_len)
+      return weft_net_client_fail(c,
+                                  "this client pins the worker's identity to '%.255s' but has no shared secret: "
+                                  "a worker proves its identity only with the secret (set "
+                                  "WEFT_REMOTE_SECRET_FILE, or drop the pin)",
+                                  pin);
+  }
   if (!hello->auth_required) {
     /* No downgrade: a worker that asks for nothing proves nothing, and could be anyone. */
     if (secret_len)
@@ -192,17 +211,23 @@ weft_status weft_net_client_authenticate(weft_net_client *c, const weft_net_hell
   if (CRYPTO_memcmp(want, mac, sizeof mac) != 0)
     return weft_net_client_fail(c, "the worker's proof of the shared secret is wrong: it does not know this "
                                    "client's secret (a different secret, or not the worker it claims to be)");
+  /* The identity is proven now; a pinned one must match byte for byte, before this client proves anything. */
+  if (pin[0] && strcmp(id, expect_identity) != 0) {
+    char got[WEFT_NET_MAX_IDENTITY + 1];
+    printable(got, sizeof got, id);
+    return weft_net_client_fail(c,
+                                "the worker proved it is '%.255s', but this client expects '%.255s' (the pinned "
+                                "identity): refusing it (a different worker that holds the secret, or the pin is "
+                                "wrong: see the worker's --identity)",
+                                got, pin);
+  }
   if (weft_net_auth_proof(WEFT_NET_PROOF_CLIENT, secret, secret_len, hello->nonce, cn, id, mac))
     return weft_net_client_fail(c, "HMAC failed");
   st = weft_net_client_call(c, WEFT_NET_AUTH_FINISH, mac, sizeof mac, NULL, 0);
   if (st)
     return st == WEFT_ERR_LANE_FAILED ? st
                                       : weft_net_client_fail(c, "the worker refused this client's proof (%s)", c->why);
-  if (identity && identity_cap) {
-    snprintf(identity, identity_cap, "%s", id);
-    for (char *q = identity; *q; q++)
-      if ((unsigned char)*q < 0x20 || *q == 0x7f) *q = '?';
-  }
+  if (identity && identity_cap) printable(identity, identity_cap, id);
   return WEFT_OK;
 }
 

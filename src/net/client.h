@@ -84,10 +84,13 @@ weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out);
 /* Mutual authentication after hello (docs/PROTOCOL.md): with a secret, the worker must require auth and
  * offer WEFT_NET_CAP_AUTH_MUTUAL (no downgrade); the client sends a fresh nonce (AUTH_START), checks the
  * worker's proof in constant time, and only then sends its own (AUTH_FINISH). Without a secret, a worker
- * that requires one is refused. On WEFT_OK, identity (may be NULL) holds the worker's proven identity ("" when
- * no auth ran). Any failure drops the connection with the reason reported. */
+ * that requires one is refused. expect_identity (NULL or "": any) pins the worker: a worker whose proven
+ * identity is not exactly that string is refused before the client's proof is sent, and a pin without a
+ * secret is refused (nothing could prove it). On WEFT_OK, identity (may be NULL) holds the worker's proven
+ * identity ("" when no auth ran). Any failure drops the connection with the reason reported. */
 weft_status weft_net_client_authenticate(weft_net_client *c, const weft_net_hello *hello, const uint8_t *secret,
-                                         size_t secret_len, char *identity, size_t identity_cap);
+                                         size_t secret_len, const char *expect_identity, char *identity,
+                                         size_t identity_cap);
 /* Asks for the peer's lanes and, once the whole list is found well-formed, calls `each` per entry (index,
  * contracts, name, kind, device; strings bounded, control characters replaced); a malformed list is
  * WEFT_ERR_LANE_FAILED and calls nothing. `each` may hand the lane to the fabric: the client is not used

@@ -144,9 +144,9 @@ static void fake_stop(fake_worker *f) {
 
 /* Opens a fabric with the cpu lane and the worker at port; "" when a remote lane joined, else the reason the
  * remote lane is absent (copied into why). */
-static const char *remote_outcome(int port, char *why, size_t n) {
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+static const char *remote_outcome_pinned(int port, const char *pin, char *why, size_t n) {
+  char addr[400];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d%s%s", port, pin ? "=" : "", pin ? pin : "");
   weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
   d.lanes = "cpu,remote";
   d.remote = addr;
@@ -167,6 +167,8 @@ static const char *remote_outcome(int port, char *why, size_t n) {
   weft_fabric_close(f);
   return why;
 }
+
+static const char *remote_outcome(int port, char *why, size_t n) { return remote_outcome_pinned(port, NULL, why, n); }
 
 int main(int argc, char **argv) {
   double start = tu_now();
@@ -275,6 +277,24 @@ int main(int argc, char **argv) {
   setenv("WEFT_REMOTE_SECRET_FILE", path, 1);
   char why[600];
   TU_CHECK(remote_outcome(w.port, why, sizeof why)[0] == 0, "the client authenticates with the worker (%s)", why);
+  /* A pinned identity: the worker must prove exactly that one (host:port=IDENTITY, or WEFT_REMOTE_IDENTITY for
+   * entries without one); another that holds the secret is refused. */
+  TU_CHECK(remote_outcome_pinned(w.port, identity, why, sizeof why)[0] == 0, "the pinned identity joins (%s)", why);
+  remote_outcome_pinned(w.port, "test-worker-B", why, sizeof why);
+  TU_CHECK(strstr(why, "proved it is 'test-worker-A', but this client expects 'test-worker-B'") != NULL,
+           "a worker proving another identity than the pinned one is refused: '%s'", why);
+  remote_outcome_pinned(w.port, "test-worker-", why, sizeof why);
+  TU_CHECK(strstr(why, "expects 'test-worker-'") != NULL, "a prefix of the identity is not it: '%s'", why);
+  setenv("WEFT_REMOTE_IDENTITY", "test-worker-B", 1);
+  remote_outcome(w.port, why, sizeof why);
+  TU_CHECK(strstr(why, "expects 'test-worker-B'") != NULL, "WEFT_REMOTE_IDENTITY pins it too: '%s'", why);
+  TU_CHECK(remote_outcome_pinned(w.port, identity, why, sizeof why)[0] == 0,
+           "the entry's own pin wins over WEFT_REMOTE_IDENTITY (%s)", why);
+  setenv("WEFT_REMOTE_IDENTITY", identity, 1);
+  TU_CHECK(remote_outcome(w.port, why, sizeof why)[0] == 0, "WEFT_REMOTE_IDENTITY, matched, joins (%s)", why);
+  unsetenv("WEFT_REMOTE_IDENTITY");
+  remote_outcome_pinned(w.port, "", why, sizeof why);
+  TU_CHECK(strstr(why, "empty pinned identity") != NULL, "an empty pin is refused: '%s'", why);
   TU_CHECK(nt_alive(&w), "worker alive");
   nt_stop(&w);
 
@@ -283,6 +303,13 @@ int main(int argc, char **argv) {
   TU_CHECK(nt_start(argv[1], NULL, &w), "worker without a secret starts");
   remote_outcome(w.port, why, sizeof why);
   TU_CHECK(strstr(why, "asks for no authentication") != NULL, "a worker asking for no auth is refused: '%s'", why);
+  /* A pin without a secret: nothing can prove it. */
+  unsetenv("WEFT_REMOTE_SECRET_FILE");
+  remote_outcome_pinned(w.port, identity, why, sizeof why);
+  TU_CHECK(strstr(why, "pins the worker's identity to 'test-worker-A' but has no shared secret") != NULL,
+           "a pinned identity without a secret is refused: '%s'", why);
+  TU_CHECK(remote_outcome(w.port, why, sizeof why)[0] == 0, "without pin or secret a loopback worker joins (%s)", why);
+  setenv("WEFT_REMOTE_SECRET_FILE", path, 1);
   nt_stop(&w);
 
   /* A worker whose proof is wrong: refused, and the client never proved the secret to it. */

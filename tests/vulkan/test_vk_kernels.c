@@ -5,6 +5,7 @@
  * descriptor pools instead of push descriptors. Skips (exit 77) where there is no Vulkan device. */
 #include <math.h>
 
+#include "core/reference.h"
 #include "lanes/vulkan/vk_internal.h"
 #include "vkt.h"
 
@@ -64,14 +65,14 @@ static void ieee_edges(weft_fabric *f, int lane, tu_rng *r) {
   weft_op_desc d = {WEFT_CONTRACT_EXACT, lane};
   TU_STATUS(weft_op_add(f, &d, X, Y, O), WEFT_OK, "add of edge values");
   TU_STATUS(weft_tensor_read(O, got, N), WEFT_OK, "read");
-  for (int i = 0; i < N; i++) want[i] = x[i] + y[i];
+  for (int i = 0; i < N; i++) want[i] = weft_canon_nan(x[i] + y[i]);
   vkt_same("add of edge values", got, want, N);
   const uint32_t alphas[] = {0x3f800001u, 0x00000003u, 0x00400001u, 0x1f800000u, 0x3e800000u, 0xbf7fffffu, 0x5f800000u, 0x0c000000u};
   for (size_t k = 0; k < sizeof alphas / sizeof alphas[0]; k++) {
     float al = tu_float(alphas[k]);
     TU_STATUS(weft_op_scale(f, &d, al, X, O), WEFT_OK, "scale of edge values");
     TU_STATUS(weft_tensor_read(O, got, N), WEFT_OK, "read");
-    for (int i = 0; i < N; i++) want[i] = al * x[i];
+    for (int i = 0; i < N; i++) want[i] = weft_canon_nan(al * x[i]);
     char what[64];
     snprintf(what, sizeof what, "scale of edge values by 0x%08x", alphas[k]);
     vkt_same(what, got, want, N);
@@ -85,7 +86,7 @@ static void ieee_edges(weft_fabric *f, int lane, tu_rng *r) {
   for (int i = 0; i < SIDE; i++)
     for (int j = 0; j < SIDE; j++) {
       float acc = 0.0f, p = a[i] * b[j];
-      cw[i * SIDE + j] = acc + p;
+      cw[i * SIDE + j] = weft_canon_nan(acc + p);
     }
   for (int kern = 1; kern <= 3; kern++) {
     weft_vk_force_matmul_kernel = kern;

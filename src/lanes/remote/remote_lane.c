@@ -30,6 +30,7 @@ typedef struct remote_lane {
   weft_net_conn conn;     /* fd -1 once the connection broke */
   weft_net_tls *tls;      /* the TLS configuration of the current connection, or NULL (plain TCP) */
   char identity[WEFT_NET_MAX_IDENTITY + 1]; /* what the worker proved it is ("" without a secret) */
+  char pinned[WEFT_NET_MAX_IDENTITY + 1];   /* what it must prove it is ("": any identity the secret proves) */
   char transport[96];
   int timeout_ms;
   weft_contract_mask contracts;
@@ -195,7 +196,7 @@ static weft_status connect_worker(remote_lane *l, int dial_ms, char *why, size_t
     snprintf(why, whylen, "the worker refused hello: %.400s", c->why);
     goto out;
   }
-  st = weft_net_client_authenticate(c, &hello, secret, slen, l->identity, sizeof l->identity);
+  st = weft_net_client_authenticate(c, &hello, secret, slen, l->pinned, l->identity, sizeof l->identity);
   if (st) snprintf(why, whylen, "%s", c->why);
 out:
   OPENSSL_cleanse(secret, sizeof secret);
@@ -340,7 +341,8 @@ static const weft_lane_vtable REMOTE_VTABLE = {
 };
 
 /* Opens one lane: a connection of its own to the worker at `addr`, handshaken. */
-static remote_lane *lane_open(const weft_probe_args *args, const char *addr, char *why, size_t whylen) {
+static remote_lane *lane_open(const weft_probe_args *args, const char *addr, const char *pinned, char *why,
+                              size_t whylen) {
   remote_lane *l = calloc(1, sizeof *l);
   if (!l) return NULL;
   l->client.tp = &TCP_TRANSPORT;
@@ -354,6 +356,7 @@ static remote_lane *lane_open(const weft_probe_args *args, const char *addr, cha
   l->rv_host.ctx = l;
   l->rv_host.report = rv_report;
   snprintf(l->addr, sizeof l->addr, "%s", addr);
+  snprintf(l->pinned, sizeof l->pinned, "%s", pinned);
   snprintf(l->name, sizeof l->name, "remote:%s", addr);
   weft_net_conn_init(&l->conn, -1);
   if (connect_worker(l, l->timeout_ms, why, whylen)) {
@@ -366,7 +369,7 @@ static remote_lane *lane_open(const weft_probe_args *args, const char *addr, cha
 typedef struct worker_lanes {
   const weft_probe_args *args;
   const weft_lane_sink *sink;
-  const char *addr;
+  const char *addr, *pinned;
   remote_lane *first; /* the connection that listed the lanes serves the first of them */
 } worker_lanes;
 
@@ -376,7 +379,7 @@ static void add_worker_lane(void *ctx, uint32_t index, weft_contract_mask contra
   worker_lanes *w = ctx;
   char why[512] = "";
   if (!contracts) return; /* a lane that failed on the worker */
-  remote_lane *l = w->first ? w->first : lane_open(w->args, w->addr, why, sizeof why);
+  remote_lane *l = w->first ? w->first : lane_open(w->args, w->addr, w->pinned, why, sizeof why);
   w->first = NULL;
   if (!l) {
     char nm[300];
@@ -390,15 +393,16 @@ static void add_worker_lane(void *ctx, uint32_t index, weft_contract_mask contra
   snprintf(l->name, sizeof l->name, "remote:%.127s/%.100s", w->addr, name);
   snprintf(l->device, sizeof l->device, "%.159s", device);
   snprintf(l->details, sizeof l->details, "worker %.60s lane %.40s (%.30s) over %.70s, %s%.40s, frames up to %u bytes",
-           w->addr, name, kind, l->transport, l->identity[0] ? "proved it is " : "no secret",
+           w->addr, name, kind, l->transport, l->identity[0] ? (l->pinned[0] ? "proved it is the pinned " : "proved it is ") : "no secret",
            l->identity, (unsigned)l->client.max_frame);
   w->sink->add_lane(w->sink->ctx, &REMOTE_VTABLE, l);
 }
 
-static void probe_worker(const weft_probe_args *args, const weft_lane_sink *sink, const char *addr) {
+static void probe_worker(const weft_probe_args *args, const weft_lane_sink *sink, const char *addr,
+                         const char *pinned) {
   char why[512] = "", absent[160];
   snprintf(absent, sizeof absent, "remote:%s", addr);
-  worker_lanes w = {args, sink, addr, lane_open(args, addr, why, sizeof why)};
+  worker_lanes w = {args, sink, addr, pinned, lane_open(args, addr, pinned, why, sizeof why)};
   if (!w.first) {
     sink->add_absent(sink->ctx, absent, why[0] ? why : "out of memory");
     return;
@@ -417,18 +421,33 @@ weft_status weft_remote_probe(const weft_probe_args *args, const weft_lane_sink 
                      "no workers named (WEFT_REMOTE=host:port,... or the fabric's `remote` option)");
     return WEFT_OK;
   }
-  char addr[128];
+  /* Each entry: host:port, or host:port=IDENTITY to pin the identity that worker must prove (a worker that
+   * proves another is refused); WEFT_REMOTE_IDENTITY pins the entries that name none. */
+  const char *pin_all = getenv("WEFT_REMOTE_IDENTITY");
+  char addr[128], pinned[WEFT_NET_MAX_IDENTITY + 1];
   const char *p = list;
   while (*p) {
     while (*p == ' ' || *p == ',') p++;
     size_t n = strcspn(p, ", ");
     if (!n) break;
-    if (n < sizeof addr) {
-      memcpy(addr, p, n);
-      addr[n] = 0;
-      probe_worker(args, sink, addr);
-    } else {
+    size_t na = strcspn(p, "=, ");
+    size_t np = na < n ? n - na - 1 : 0; /* the pin after '=' */
+    if (na >= sizeof addr) {
       sink->add_absent(sink->ctx, "remote", "a worker address longer than 127 characters");
+    } else if (np > WEFT_NET_MAX_IDENTITY || (na < n && !np)) {
+      memcpy(addr, p, na);
+      addr[na] = 0;
+      char nm[160];
+      snprintf(nm, sizeof nm, "remote:%s", addr);
+      sink->add_absent(sink->ctx, nm, np ? "the pinned identity after '=' is longer than 255 bytes"
+                                         : "an empty pinned identity after '=' (host:port=IDENTITY)");
+    } else {
+      memcpy(addr, p, na);
+      addr[na] = 0;
+      if (np) memcpy(pinned, p + na + 1, np);
+      pinned[np] = 0;
+      if (!np && pin_all) snprintf(pinned, sizeof pinned, "%s", pin_all);
+      probe_worker(args, sink, addr, pinned);
     }
     p += n;
   }
