@@ -1536,7 +1536,9 @@ static void cases_tx(ctx *c, uint64_t seed) {
   for (int k = WEFT_OP_V1_COUNT; k < WEFT_OP_COUNT; k++)
     if (!(ops & WEFT_OP_BIT(k)) && used < sizeof skipped)
       used += (size_t)snprintf(skipped + used, sizeof skipped - used, "%s%s", used ? ", " : "", weft_op_kind_str((weft_op_kind)k));
-  if (skipped[0]) printf("lane %-10s exact: not offered, skipped: %s\n", c->lane_name, skipped);
+  if (skipped[0])
+    printf("%s %-10s exact: not offered, skipped: %s\n", c->desc.lane == WEFT_LANE_AUTO ? "router" : "lane",
+           c->desc.lane == WEFT_LANE_AUTO ? "(no lane)" : c->lane_name, skipped);
   if (!(ops & WEFT_OP_BIT(WEFT_OP_GELU)) && c->desc.lane != WEFT_LANE_AUTO) check_not_offered(c, WEFT_OP_GELU);
   for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
     const int both = (ops & WEFT_OP_BIT(fams[i].kinds[0])) && (ops & WEFT_OP_BIT(fams[i].kinds[1]));
