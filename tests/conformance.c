@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "core/reference.h"
+#include "core/reference_tx.h"
 #include "tutil.h"
 
 #define U24 (1.0 / 16777216.0)   /* 2^-24 */
@@ -972,6 +973,594 @@ done:
   tens_free(&X), tens_free(&O), tens_free(&Q);
 }
 
+/* ------------------------------------------------------------------------------- transformer ops */
+
+/* The transformer ops (issue 22's set: embedding .. copy_slice) under the exact contract: every output bit
+ * for bit against reference_tx.c's kernel run on host copies of the inputs (permute and copy_slice move
+ * data only: against the host loop), every NaN the canonical 0x7fc00000. Inputs carry NaNs of several
+ * payloads, +-inf, -0 and subnormals; shapes are GPT-2-like and small plus odd ones (C not a multiple of 8
+ * or 32, T = 1, one crossentropy row of GPT-2's vocabulary of 50,257). A lane whose op set
+ * (weft_lane_info.ops) leaves an op out is not asked to run it here: the op pinned there must be refused
+ * (WEFT_ERR_UNSUPPORTED), and weft_conf_run prints the ops it skipped for that lane. Under fp32 these ops
+ * are not checked (no bound is stated for them). */
+
+/* The ops the lane under test offers (the router: any lane that has not failed). */
+static uint64_t lane_ops(ctx *c) {
+  uint64_t ops = 0;
+  for (size_t i = 0; i < weft_fabric_lane_count(c->f); i++) {
+    if (c->desc.lane != WEFT_LANE_AUTO && (size_t)c->desc.lane != i) continue;
+    weft_lane_info li;
+    if (weft_fabric_lane_info(c->f, i, &li) != WEFT_OK || li.failed) continue;
+    ops |= li.ops ? li.ops : WEFT_OPS_V1;
+  }
+  return ops;
+}
+
+typedef struct itens {
+  weft_tensor *t;
+  int32_t *h;
+  size_t n;
+} itens;
+
+static int itens_new(ctx *c, itens *x, int ndim, const int64_t *dims, int64_t lo, int64_t hi) {
+  memset(x, 0, sizeof *x);
+  x->n = numel_of(ndim, dims);
+  x->h = malloc((x->n ? x->n : 1) * sizeof(int32_t));
+  if (!x->h) return 0;
+  for (size_t e = 0; e < x->n; e++) x->h[e] = (int32_t)tu_rng_int(&c->rng, lo, hi);
+  weft_status st = weft_tensor_create_typed(c->f, WEFT_DTYPE_I32, ndim, dims, x->h, &x->t);
+  case_check(c, st == WEFT_OK, "weft_tensor_create_typed(i32): %s: %s", weft_status_str(st), weft_fabric_last_error(c->f));
+  return st == WEFT_OK;
+}
+
+static void itens_free(itens *x) {
+  weft_tensor_destroy(x->t);
+  free(x->h);
+  memset(x, 0, sizeof *x);
+}
+
+/* A float tensor of n elements whose host copy is `h` (taken). */
+static float *copy_of(const tens *x) {
+  float *p = malloc((x->n ? x->n : 1) * sizeof(float));
+  if (p && x->n) memcpy(p, x->h, x->n * sizeof(float));
+  return p;
+}
+
+/* out's value must have want's bits (n elements), every NaN the canonical one. */
+static void compare_bits(ctx *c, const char *name, const tens *out, const float *want) {
+  float *got = tens_read(c, out, name);
+  if (!got || !want) {
+    case_check(c, 0, "%s: no result to compare (read failed or out of host memory)", name);
+    free(got);
+    return;
+  }
+  size_t bad = 0;
+  for (size_t e = 0; e < out->n; e++) {
+    if (same_bits_exact(got[e], want[e]) && canonical_nan(got[e])) continue;
+    if (bad++ < MAX_PRINT) {
+      char at[64];
+      coord_str(at, sizeof at, out, e);
+      fprintf(LOG, "FAIL [%s/exact] %s: %s%s got 0x%08x (%.9g) want 0x%08x (%.9g) [%s]\n", c->lane_name, c->what, name,
+              at, tu_bits(got[e]), got[e], tu_bits(want[e]), want[e],
+              canonical_nan(got[e]) ? "bits vs reference_tx" : "a NaN must be the canonical 0x7fc00000");
+    }
+  }
+  if (bad > MAX_PRINT)
+    fprintf(LOG, "FAIL [%s/exact] %s: ... %zu of %zu elements of %s differ\n", c->lane_name, c->what, bad, out->n, name);
+  c->st->elements += (long)out->n;
+  tu_checks++;
+  if (bad) {
+    tu_failures++;
+    c->failed = 1;
+  }
+  free(got);
+}
+
+static const char *fill_name(int fill) {
+  switch (fill) {
+  case FILL_NANS: return "nans";
+  case FILL_INFZERO: return "inf/0";
+  case FILL_TINY: return "subnormal";
+  case FILL_SPECIAL: return "special";
+  case FILL_WIDE: return "wide";
+  case FILL_NEGZERO: return "-0";
+  default: return "uniform";
+  }
+}
+
+#define TX_FILLS 5
+static const int tx_fills[TX_FILLS] = {FILL_UNIFORM, FILL_NANS, FILL_TINY, FILL_SPECIAL, FILL_INFZERO};
+/* A slow lane (software Vulkan, a remote machine) gets the first three fills: NaN payloads, infinities, -0
+ * and subnormals are all still in them. */
+#define TX_NFILLS(c) ((c)->slow ? 3 : TX_FILLS)
+
+static void cases_embedding(ctx *c) {
+  static const int64_t shapes[][5] = {{2, 8, 32, 97, 8}, {1, 1, 33, 5, 3}, {3, 5, 13, 50, 11}}; /* B T C V P */
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int fi = 0; fi < TX_NFILLS(c); fi++)
+      for (int use_pos = 0; use_pos < 2; use_pos++) {
+        const int64_t B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], V = shapes[s][3], P = shapes[s][4];
+        const int fill = tx_fills[fi];
+        const int64_t bt[2] = {B, T}, vc[2] = {V, C}, pc[2] = {P, C}, btc[3] = {B, T, C};
+        tens W, Pw, O, DO, DW, DP;
+        itens tok, pos;
+        memset(&W, 0, sizeof W), memset(&Pw, 0, sizeof Pw), memset(&O, 0, sizeof O), memset(&DO, 0, sizeof DO);
+        memset(&DW, 0, sizeof DW), memset(&DP, 0, sizeof DP), memset(&tok, 0, sizeof tok), memset(&pos, 0, sizeof pos);
+        begin_case(c, "embedding B=%lld T=%lld C=%lld V=%lld P=%lld %s, %s, forward and backward", (long long)B,
+                   (long long)T, (long long)C, (long long)V, (long long)P, use_pos ? "pos given" : "pos NULL",
+                   fill_name(fill));
+        float *want = NULL, *wdw = NULL, *wdp = NULL;
+        if (!itens_new(c, &tok, 2, bt, 0, V - 1) || !itens_new(c, &pos, 2, bt, 0, P - 1) ||
+            !tens_new(c, &W, 2, vc, fill) || !tens_new(c, &Pw, 2, pc, fill) || !tens_new(c, &O, 3, btc, FILL_SENTINEL) ||
+            !tens_new(c, &DO, 3, btc, fill) || !tens_new(c, &DW, 2, vc, FILL_UNIFORM) || !tens_new(c, &DP, 2, pc, FILL_UNIFORM))
+          goto done;
+        if (!use_pos) /* pos NULL is pos[b,t] = t: T <= P in every shape here */
+          for (size_t e = 0; e < pos.n; e++) pos.h[e] = (int32_t)((int64_t)e % T);
+        want = malloc(O.n * sizeof(float)), wdw = copy_of(&DW), wdp = copy_of(&DP);
+        if (!want || !wdw || !wdp) goto done;
+        case_check(c, weft_ref_embedding_forward(want, tok.h, use_pos ? pos.h : NULL, W.h, Pw.h, B, T, C, V, P) == WEFT_OK,
+                   "reference embedding refused the case");
+        if (op_ok(c, weft_op_embedding(c->f, &c->desc, tok.t, use_pos ? pos.t : NULL, W.t, Pw.t, O.t), "weft_op_embedding"))
+          compare_bits(c, "out", &O, want);
+        /* backward: both tables, then one at a time (the other NULL) */
+        for (int which = 0; which < 3; which++) {
+          float *dw = which == 2 ? NULL : wdw, *dp = which == 1 ? NULL : wdp;
+          case_check(c, weft_ref_embedding_backward(dw, dp, DO.h, tok.h, use_pos ? pos.h : NULL, B, T, C, V, P) == WEFT_OK,
+                     "reference embedding backward refused the case");
+          if (!op_ok(c, weft_op_embedding_backward(c->f, &c->desc, DO.t, tok.t, use_pos ? pos.t : NULL,
+                                                   which == 2 ? NULL : DW.t, which == 1 ? NULL : DP.t),
+                     "weft_op_embedding_backward"))
+            break;
+        }
+        compare_bits(c, "dwte (accumulated 2x)", &DW, wdw);
+        compare_bits(c, "dwpe (accumulated 2x)", &DP, wdp);
+        check_unchanged(c, &W, "wte");
+        check_unchanged(c, &DO, "dout");
+      done:
+        end_case(c);
+        free(want), free(wdw), free(wdp);
+        tens_free(&W), tens_free(&Pw), tens_free(&O), tens_free(&DO), tens_free(&DW), tens_free(&DP);
+        itens_free(&tok), itens_free(&pos);
+      }
+}
+
+static void cases_layernorm(ctx *c) {
+  static const int64_t shapes[][2] = {{16, 32}, {1, 1}, {7, 13}, {3, 769}, {5, 255}}; /* N, C */
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int fi = 0; fi < TX_NFILLS(c); fi++)
+      for (int variant = 0; variant < 2; variant++) { /* 1: in place (y = x, dx = dy), mean and rstd NULL */
+        const int64_t N = shapes[s][0], C = shapes[s][1], nc[2] = {N, C}, cc[1] = {C}, nn[1] = {N};
+        const int fill = tx_fills[fi];
+        tens X, G, Bt, Y, M, R, DY, DX, DG, DB;
+        tens *all[] = {&X, &G, &Bt, &Y, &M, &R, &DY, &DX, &DG, &DB};
+        for (size_t k = 0; k < 10; k++) memset(all[k], 0, sizeof(tens));
+        float *wy = NULL, *wm = NULL, *wr = NULL, *wdx = NULL, *wdg = NULL, *wdb = NULL;
+        begin_case(c, "layernorm N=%lld C=%lld %s%s, forward and backward", (long long)N, (long long)C, fill_name(fill),
+                   variant ? ", in place, mean/rstd NULL in the forward" : "");
+        if (!tens_new(c, &X, 2, nc, fill) || !tens_new(c, &G, 1, cc, fill == FILL_UNIFORM ? FILL_UNIFORM : FILL_SPECIAL) ||
+            !tens_new(c, &Bt, 1, cc, fill) || !tens_new(c, &Y, 2, nc, FILL_SENTINEL) ||
+            !tens_new(c, &M, 1, nn, FILL_SENTINEL) || !tens_new(c, &R, 1, nn, FILL_SENTINEL) ||
+            !tens_new(c, &DY, 2, nc, fill) || !tens_new(c, &DX, 2, nc, FILL_SENTINEL) ||
+            !tens_new(c, &DG, 1, cc, FILL_UNIFORM) || !tens_new(c, &DB, 1, cc, FILL_UNIFORM))
+          goto done;
+        wy = malloc(X.n * sizeof(float)), wm = malloc(N * sizeof(float)), wr = malloc(N * sizeof(float));
+        wdx = malloc(X.n * sizeof(float)), wdg = copy_of(&DG), wdb = copy_of(&DB);
+        if (!wy || !wm || !wr || !wdx || !wdg || !wdb) goto done;
+        weft_ref_layernorm_forward(wy, wm, wr, X.h, G.h, Bt.h, N, C, 1e-5f);
+        if (!variant) {
+          if (op_ok(c, weft_op_layernorm(c->f, &c->desc, X.t, G.t, Bt.t, 1e-5f, Y.t, M.t, R.t), "weft_op_layernorm")) {
+            compare_bits(c, "y", &Y, wy);
+            compare_bits(c, "mean", &M, wm);
+            compare_bits(c, "rstd", &R, wr);
+            check_unchanged(c, &X, "x");
+          }
+        } else {
+          /* in place on a copy of x: Y takes x's values */
+          case_check(c, weft_tensor_write(Y.t, X.h, X.n) == WEFT_OK, "write y: %s", weft_fabric_last_error(c->f));
+          if (op_ok(c, weft_op_layernorm(c->f, &c->desc, Y.t, G.t, Bt.t, 1e-5f, Y.t, NULL, NULL), "weft_op_layernorm in place"))
+            compare_bits(c, "y (in place)", &Y, wy);
+        }
+        /* backward from the reference's mean and rstd */
+        case_check(c, weft_tensor_write(M.t, wm, (size_t)N) == WEFT_OK && weft_tensor_write(R.t, wr, (size_t)N) == WEFT_OK,
+                   "write mean/rstd: %s", weft_fabric_last_error(c->f));
+        weft_ref_layernorm_backward(wdx, wdg, wdb, DY.h, X.h, wm, wr, G.h, N, C);
+        if (!variant) {
+          if (op_ok(c, weft_op_layernorm_backward(c->f, &c->desc, DY.t, X.t, M.t, R.t, G.t, DX.t, DG.t, DB.t),
+                    "weft_op_layernorm_backward")) {
+            compare_bits(c, "dx", &DX, wdx);
+            compare_bits(c, "dgamma (accumulated)", &DG, wdg);
+            compare_bits(c, "dbeta (accumulated)", &DB, wdb);
+            check_unchanged(c, &DY, "dy");
+          }
+        } else {
+          if (op_ok(c, weft_op_layernorm_backward(c->f, &c->desc, DY.t, X.t, M.t, R.t, G.t, DY.t, NULL, NULL),
+                    "weft_op_layernorm_backward in place"))
+            compare_bits(c, "dx (in place over dy)", &DY, wdx);
+        }
+      done:
+        end_case(c);
+        free(wy), free(wm), free(wr), free(wdx), free(wdg), free(wdb);
+        for (size_t k = 0; k < 10; k++) tens_free(all[k]);
+      }
+}
+
+static void cases_gelu(ctx *c) {
+  static const int64_t sizes[] = {1, 7, 256, 1003};
+  static const int fills[] = {FILL_UNIFORM, FILL_WIDE, FILL_NANS, FILL_TINY, FILL_SPECIAL, FILL_INFZERO, FILL_NEGZERO};
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+    for (size_t fi = 0; fi < sizeof fills / sizeof fills[0]; fi++)
+      for (int variant = 0; variant < 3; variant++) { /* 0 fresh outputs, 1 in place (y = x, dx = x), 2 dx = dy */
+        const int64_t n = sizes[s], d[2] = {1, n};
+        tens X, DY, Y, DX;
+        memset(&X, 0, sizeof X), memset(&DY, 0, sizeof DY), memset(&Y, 0, sizeof Y), memset(&DX, 0, sizeof DX);
+        float *wy = NULL, *wdx = NULL;
+        begin_case(c, "gelu n=%lld %s%s, forward and backward", (long long)n, fill_name(fills[fi]),
+                   variant == 1 ? ", in place" : variant == 2 ? ", dx = dy" : "");
+        if (!tens_new(c, &X, 2, d, fills[fi]) || !tens_new(c, &DY, 2, d, fi & 1 ? FILL_SPECIAL : FILL_UNIFORM) ||
+            !tens_new(c, &Y, 2, d, FILL_SENTINEL) || !tens_new(c, &DX, 2, d, FILL_SENTINEL))
+          goto done;
+        wy = malloc(X.n * sizeof(float)), wdx = malloc(X.n * sizeof(float));
+        if (!wy || !wdx) goto done;
+        weft_ref_gelu_forward(wy, X.h, n);
+        weft_ref_gelu_backward(wdx, X.h, DY.h, n);
+        if (variant == 0) {
+          if (op_ok(c, weft_op_gelu(c->f, &c->desc, X.t, Y.t), "weft_op_gelu")) compare_bits(c, "y", &Y, wy);
+          if (op_ok(c, weft_op_gelu_backward(c->f, &c->desc, X.t, DY.t, DX.t), "weft_op_gelu_backward")) {
+            compare_bits(c, "dx", &DX, wdx);
+            check_unchanged(c, &X, "x");
+            check_unchanged(c, &DY, "dy");
+          }
+        } else if (variant == 1) {
+          case_check(c, weft_tensor_write(Y.t, X.h, X.n) == WEFT_OK && weft_tensor_write(DX.t, X.h, X.n) == WEFT_OK,
+                     "write: %s", weft_fabric_last_error(c->f));
+          if (op_ok(c, weft_op_gelu(c->f, &c->desc, Y.t, Y.t), "weft_op_gelu in place")) compare_bits(c, "y (in place)", &Y, wy);
+          if (op_ok(c, weft_op_gelu_backward(c->f, &c->desc, DX.t, DY.t, DX.t), "weft_op_gelu_backward dx = x"))
+            compare_bits(c, "dx (over x)", &DX, wdx);
+        } else {
+          if (op_ok(c, weft_op_gelu_backward(c->f, &c->desc, X.t, DY.t, DY.t), "weft_op_gelu_backward dx = dy"))
+            compare_bits(c, "dx (over dy)", &DY, wdx);
+        }
+      done:
+        end_case(c);
+        free(wy), free(wdx);
+        tens_free(&X), tens_free(&DY), tens_free(&Y), tens_free(&DX);
+      }
+}
+
+static void cases_attention(ctx *c) {
+  static const int64_t shapes[][4] = {{2, 8, 32, 4}, {1, 1, 8, 2}, {1, 5, 12, 3}, {2, 7, 40, 5}, {1, 13, 36, 1}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int fi = 0; fi < TX_NFILLS(c); fi++)
+      for (int with_pre = 0; with_pre < 2; with_pre++) {
+        const int64_t B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], NH = shapes[s][3];
+        const int64_t q[3] = {B, T, 3 * C}, o[3] = {B, T, C}, a[4] = {B, NH, T, T};
+        const int fill = tx_fills[fi];
+        tens Q, O, A, P, DO, DQ;
+        memset(&Q, 0, sizeof Q), memset(&O, 0, sizeof O), memset(&A, 0, sizeof A), memset(&P, 0, sizeof P);
+        memset(&DO, 0, sizeof DO), memset(&DQ, 0, sizeof DQ);
+        float *wo = NULL, *wa = NULL, *wp = NULL, *wdq = NULL;
+        begin_case(c, "attention B=%lld T=%lld C=%lld NH=%lld %s%s, forward and backward", (long long)B, (long long)T,
+                   (long long)C, (long long)NH, fill_name(fill), with_pre ? ", preatt" : ", preatt NULL");
+        /* NaNs and infinities in every q.k would make every row NaN: qkv gets the sparse specials */
+        if (!tens_new(c, &Q, 3, q, fill == FILL_UNIFORM || fill == FILL_TINY ? fill : FILL_SPARSE) ||
+            !tens_new(c, &O, 3, o, FILL_SENTINEL) || !tens_new(c, &A, 4, a, FILL_SENTINEL) ||
+            !tens_new(c, &P, 4, a, FILL_SENTINEL) || !tens_new(c, &DO, 3, o, fill) || !tens_new(c, &DQ, 3, q, FILL_SENTINEL))
+          goto done;
+        if (fill == FILL_NANS || fill == FILL_INFZERO) /* and a few of the raw special values in q, k and v */
+          for (size_t e = 0; e < Q.n; e += 17) Q.h[e] = nan_fill_value(c, fill);
+        case_check(c, weft_tensor_write(Q.t, Q.h, Q.n) == WEFT_OK, "write qkv: %s", weft_fabric_last_error(c->f));
+        wo = malloc(O.n * sizeof(float)), wa = malloc(A.n * sizeof(float)), wp = malloc(A.n * sizeof(float));
+        wdq = malloc(Q.n * sizeof(float));
+        if (!wo || !wa || !wp || !wdq) goto done;
+        case_check(c, weft_ref_attention_forward(wo, wp, wa, Q.h, B, T, C, NH) == WEFT_OK, "reference attention refused");
+        if (op_ok(c, weft_op_attention(c->f, &c->desc, Q.t, NH, O.t, A.t, with_pre ? P.t : NULL), "weft_op_attention")) {
+          compare_bits(c, "out", &O, wo);
+          compare_bits(c, "att", &A, wa);
+          if (with_pre) compare_bits(c, "preatt", &P, wp);
+          check_unchanged(c, &Q, "qkv");
+        }
+        /* the backward from the reference's att */
+        case_check(c, weft_tensor_write(A.t, wa, A.n) == WEFT_OK, "write att: %s", weft_fabric_last_error(c->f));
+        case_check(c, weft_ref_attention_backward(wdq, DO.h, Q.h, wa, B, T, C, NH) == WEFT_OK,
+                   "reference attention backward refused");
+        if (op_ok(c, weft_op_attention_backward(c->f, &c->desc, DO.t, Q.t, A.t, NH, DQ.t), "weft_op_attention_backward"))
+          compare_bits(c, "dqkv", &DQ, wdq);
+      done:
+        end_case(c);
+        free(wo), free(wa), free(wp), free(wdq);
+        tens_free(&Q), tens_free(&O), tens_free(&A), tens_free(&P), tens_free(&DO), tens_free(&DQ);
+      }
+}
+
+static void cases_causal_softmax(ctx *c) {
+  static const int64_t shapes[][2] = {{8, 8}, {3, 1}, {5, 13}, {2, 33}}; /* R, T */
+  static const float scales[] = {0.25f, 1.0f, 0.17677669f};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int fi = 0; fi < TX_NFILLS(c); fi++)
+      for (int inplace = 0; inplace < 2; inplace++) {
+        const int64_t R = shapes[s][0], T = shapes[s][1], d[3] = {R, T, T};
+        const float scale = scales[(s + (size_t)fi) % 3];
+        const int fill = tx_fills[fi];
+        tens S, P, DP, DS;
+        memset(&S, 0, sizeof S), memset(&P, 0, sizeof P), memset(&DP, 0, sizeof DP), memset(&DS, 0, sizeof DS);
+        float *wp = NULL, *wds = NULL;
+        begin_case(c, "causal_softmax R=%lld T=%lld scale %g %s%s, forward and backward", (long long)R, (long long)T,
+                   (double)scale, fill_name(fill), inplace ? ", in place" : "");
+        if (!tens_new(c, &S, 3, d, fill == FILL_UNIFORM ? FILL_WIDE : fill) || !tens_new(c, &P, 3, d, FILL_SENTINEL) ||
+            !tens_new(c, &DP, 3, d, fill) || !tens_new(c, &DS, 3, d, FILL_SENTINEL))
+          goto done;
+        wp = malloc(S.n * sizeof(float)), wds = malloc(S.n * sizeof(float));
+        if (!wp || !wds) goto done;
+        weft_ref_causal_softmax_forward(wp, S.h, R, T, scale);
+        weft_ref_causal_softmax_backward(wds, wp, DP.h, R, T, scale);
+        if (!inplace) {
+          if (op_ok(c, weft_op_causal_softmax(c->f, &c->desc, S.t, scale, P.t), "weft_op_causal_softmax"))
+            compare_bits(c, "probs", &P, wp);
+        } else {
+          case_check(c, weft_tensor_write(P.t, S.h, S.n) == WEFT_OK, "write: %s", weft_fabric_last_error(c->f));
+          if (op_ok(c, weft_op_causal_softmax(c->f, &c->desc, P.t, scale, P.t), "weft_op_causal_softmax in place"))
+            compare_bits(c, "probs (in place)", &P, wp);
+        }
+        case_check(c, weft_tensor_write(P.t, wp, P.n) == WEFT_OK, "write probs: %s", weft_fabric_last_error(c->f));
+        if (op_ok(c, weft_op_causal_softmax_backward(c->f, &c->desc, P.t, DP.t, scale, inplace ? DP.t : DS.t),
+                  "weft_op_causal_softmax_backward"))
+          compare_bits(c, inplace ? "dscores (over dprobs)" : "dscores", inplace ? &DP : &DS, wds);
+      done:
+        end_case(c);
+        free(wp), free(wds);
+        tens_free(&S), tens_free(&P), tens_free(&DP), tens_free(&DS);
+      }
+}
+
+static void cases_crossentropy(ctx *c) {
+  static const int64_t shapes[][2] = {{16, 97}, {1, 1}, {5, 33}, {2, 50257}}; /* N, V; the last: GPT-2's vocabulary */
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int fi = 0; fi < TX_NFILLS(c); fi++) {
+      const int64_t N = shapes[s][0], V = shapes[s][1], nv[2] = {N, V}, nn[1] = {N};
+      const int fill = tx_fills[fi];
+      if (V > 1000 && (c->quick || fi > 1)) continue; /* GPT-2's width: uniform and NaN rows, not in quick runs */
+      tens L, LS, DL, DLG;
+      itens TG;
+      memset(&L, 0, sizeof L), memset(&LS, 0, sizeof LS), memset(&DL, 0, sizeof DL), memset(&DLG, 0, sizeof DLG);
+      memset(&TG, 0, sizeof TG);
+      float *wl = NULL, *wd = NULL;
+      begin_case(c, "crossentropy N=%lld V=%lld %s, forward and backward", (long long)N, (long long)V, fill_name(fill));
+      if (!tens_new(c, &L, 2, nv, fill == FILL_UNIFORM ? FILL_WIDE : fill) || !itens_new(c, &TG, 1, nn, 0, V - 1) ||
+          !tens_new(c, &LS, 1, nn, FILL_SENTINEL) || !tens_new(c, &DL, 1, nn, fill == FILL_NANS ? FILL_NANS : FILL_UNIFORM) ||
+          !tens_new(c, &DLG, 2, nv, FILL_SENTINEL))
+        goto done;
+      if (V > 1000 && fill == FILL_NANS) { /* GPT-2's width: keep most rows finite, one NaN in row 0 */
+        for (size_t e = 0; e < L.n; e++) L.h[e] = tu_rng_float(&c->rng, -8, 8);
+        L.h[12345] = tu_float(0xffc00001u);
+        L.h[(size_t)V + 777] = INFINITY;
+        case_check(c, weft_tensor_write(L.t, L.h, L.n) == WEFT_OK, "write logits: %s", weft_fabric_last_error(c->f));
+      }
+      wl = malloc(N * sizeof(float)), wd = malloc(L.n * sizeof(float));
+      if (!wl || !wd) goto done;
+      case_check(c, weft_ref_crossentropy_forward(wl, L.h, TG.h, N, V) == WEFT_OK, "reference crossentropy refused");
+      case_check(c, weft_ref_crossentropy_backward(wd, L.h, TG.h, DL.h, N, V) == WEFT_OK,
+                 "reference crossentropy backward refused");
+      if (op_ok(c, weft_op_crossentropy(c->f, &c->desc, L.t, TG.t, LS.t), "weft_op_crossentropy"))
+        compare_bits(c, "losses", &LS, wl);
+      if (op_ok(c, weft_op_crossentropy_backward(c->f, &c->desc, L.t, TG.t, DL.t, DLG.t), "weft_op_crossentropy_backward")) {
+        compare_bits(c, "dlogits", &DLG, wd);
+        check_unchanged(c, &L, "logits");
+      }
+    done:
+      end_case(c);
+      free(wl), free(wd);
+      tens_free(&L), tens_free(&LS), tens_free(&DL), tens_free(&DLG);
+      itens_free(&TG);
+    }
+}
+
+static void cases_adamw_sumsq(ctx *c, uint64_t ops) {
+  static const int64_t sizes[] = {1, 37, 1000};
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+    for (int fi = 0; fi < TX_NFILLS(c); fi++) {
+      const int64_t n = sizes[s], d[1] = {n}, one[1] = {1};
+      const int fill = tx_fills[fi];
+      tens P, G, M, Vv, A;
+      memset(&P, 0, sizeof P), memset(&G, 0, sizeof G), memset(&M, 0, sizeof M), memset(&Vv, 0, sizeof Vv);
+      memset(&A, 0, sizeof A);
+      float *wp = NULL, *wm = NULL, *wv = NULL;
+      begin_case(c, "adamw and sumsq n=%lld %s", (long long)n, fill_name(fill));
+      if (!tens_new(c, &P, 1, d, fill) || !tens_new(c, &G, 1, d, fill) || !tens_new(c, &M, 1, d, FILL_UNIFORM) ||
+          !tens_new(c, &Vv, 1, d, FILL_SOFT) || !tens_new(c, &A, 1, one, FILL_UNIFORM))
+        goto done;
+      if (ops & WEFT_OP_BIT(WEFT_OP_ADAMW)) {
+        wp = copy_of(&P), wm = copy_of(&M), wv = copy_of(&Vv);
+        if (!wp || !wm || !wv) goto done;
+        for (int64_t step = 1; step <= 3; step += 2) { /* two steps, bias corrections of steps 1 and 3 */
+          const float wd = step == 1 ? 0.1f : 0.0f;
+          weft_ref_adamw(wp, G.h, wm, wv, n, 3e-4f, 0.9f, 0.999f, 1e-8f, wd, weft_ref_adamw_bias_correction(0.9f, step),
+                         weft_ref_adamw_bias_correction(0.999f, step));
+          if (!op_ok(c, weft_op_adamw(c->f, &c->desc, P.t, G.t, M.t, Vv.t, 3e-4f, 0.9f, 0.999f, 1e-8f, wd, step),
+                     "weft_op_adamw"))
+            break;
+        }
+        compare_bits(c, "param", &P, wp);
+        compare_bits(c, "m", &M, wm);
+        compare_bits(c, "v", &Vv, wv);
+        check_unchanged(c, &G, "grad");
+      }
+      if (ops & WEFT_OP_BIT(WEFT_OP_SUMSQ)) {
+        float acc = A.h[0];
+        for (int64_t i = 0; i < n; i++) {
+          float sq = G.h[i] * G.h[i];
+          acc = acc + sq;
+        }
+        acc = weft_canon_nan(acc);
+        if (op_ok(c, weft_op_sumsq(c->f, &c->desc, G.t, A.t), "weft_op_sumsq")) compare_bits(c, "acc", &A, &acc);
+        /* the clip's norm (weft_grad_clip is sumsq + scale) against reference_tx's */
+        if (ops & WEFT_OP_BIT(WEFT_OP_SCALE) && (fill == FILL_UNIFORM || fill == FILL_TINY)) { /* NaN grads: no clip, no canonical NaN */
+          float *g2 = copy_of(&G);
+          float *gl[1] = {g2};
+          const int64_t sz[1] = {n};
+          const float want_norm = g2 ? weft_ref_grad_clip(gl, sz, 1, 0.5f) : 0.0f;
+          float norm = 0.0f;
+          weft_tensor *gt[1] = {G.t};
+          if (g2 && op_ok(c, weft_grad_clip(c->f, &c->desc, gt, 1, 0.5f, &norm), "weft_grad_clip")) {
+            case_check(c, tu_bits(norm) == tu_bits(want_norm), "grad_clip norm 0x%08x, reference 0x%08x", tu_bits(norm),
+                       tu_bits(want_norm));
+            compare_bits(c, "clipped grad", &G, g2);
+          }
+          free(g2);
+        }
+      }
+    done:
+      end_case(c);
+      free(wp), free(wm), free(wv);
+      tens_free(&P), tens_free(&G), tens_free(&M), tens_free(&Vv), tens_free(&A);
+    }
+}
+
+static void cases_permute_copy(ctx *c, uint64_t ops) {
+  static const int64_t shapes[][4] = {{2, 8, 4, 8}, {1, 1, 3, 5}, {3, 5, 7, 2}};
+  static const int perms[][4] = {{0, 2, 1, 3}, {3, 2, 1, 0}, {1, 0, 3, 2}, {2, 0, 3, 1}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int rank = 2; rank <= 4; rank++)
+      for (size_t p = 0; p < sizeof perms / sizeof perms[0] && (ops & WEFT_OP_BIT(WEFT_OP_PERMUTE)); p++) {
+        int perm[4];
+        if (rank == 4) memcpy(perm, perms[p], sizeof perm);
+        else if (rank == 3) perm[0] = (int)(p % 3), perm[1] = (int)((p + 1 + p / 3) % 3), perm[2] = 3 - perm[0] - perm[1];
+        else perm[0] = (int)(p & 1), perm[1] = 1 - perm[0];
+        if (rank == 3 && perm[0] == perm[1]) continue;
+        const int64_t *xd = shapes[s] + (4 - rank);
+        int64_t yd[4];
+        for (int a = 0; a < rank; a++) yd[a] = xd[perm[a]];
+        tens X, Y;
+        memset(&X, 0, sizeof X), memset(&Y, 0, sizeof Y);
+        begin_case(c, "permute rank %d perm {%d,%d,%d,%d}, NaN payloads kept", rank, perm[0], perm[1], rank > 2 ? perm[2] : -1,
+                   rank > 3 ? perm[3] : -1);
+        float *want = NULL;
+        if (!tens_new(c, &X, rank, xd, FILL_SPECIAL) || !tens_new(c, &Y, rank, yd, FILL_SENTINEL)) goto pdone;
+        want = malloc(X.n * sizeof(float));
+        if (!want) goto pdone;
+        /* y[i0..] = x[j] with x's axis perm[a] at index i_a; data moves, so NaN payloads survive */
+        int64_t xs[4] = {1, 1, 1, 1};
+        for (int a = rank - 2; a >= 0; a--) xs[a] = xs[a + 1] * xd[a + 1];
+        for (size_t e = 0; e < Y.n; e++) {
+          size_t r = e, off = 0;
+          for (int a = rank - 1; a >= 0; a--) {
+            off += (r % (size_t)yd[a]) * (size_t)xs[perm[a]];
+            r /= (size_t)yd[a];
+          }
+          want[e] = X.h[off];
+        }
+        if (op_ok(c, weft_op_permute(c->f, &c->desc, X.t, perm, Y.t), "weft_op_permute")) {
+          /* data movement keeps every bit: a NaN's payload too (compare_bits would want it canonical) */
+          float *got = tens_read(c, &Y, "y");
+          size_t bad = 0;
+          for (size_t e = 0; got && e < Y.n; e++) bad += tu_bits(got[e]) != tu_bits(want[e]);
+          case_check(c, got && bad == 0, "%zu of %zu elements of y are not x's permuted", bad, Y.n);
+          c->st->elements += (long)Y.n;
+          free(got);
+        }
+      pdone:
+        end_case(c);
+        free(want);
+        tens_free(&X), tens_free(&Y);
+      }
+  /* copy_slice: a KV-cache append along each axis of a rank-3 tensor */
+  for (int axis = 0; axis < 3 && (ops & WEFT_OP_BIT(WEFT_OP_COPY_SLICE)); axis++)
+    for (int k = 0; k < 3; k++) {
+      int64_t dd[3] = {3, 9, 5}, sd[3] = {3, 9, 5};
+      sd[axis] = k == 0 ? 1 : k == 1 ? 2 : dd[axis];
+      const int64_t offset = k == 0 ? dd[axis] - 1 : k == 1 ? 1 : 0;
+      tens S, D;
+      memset(&S, 0, sizeof S), memset(&D, 0, sizeof D);
+      begin_case(c, "copy_slice src [%lld,%lld,%lld] into dst [3,9,5] axis %d offset %lld", (long long)sd[0],
+                 (long long)sd[1], (long long)sd[2], axis, (long long)offset);
+      float *want = NULL;
+      if (!tens_new(c, &S, 3, sd, FILL_SPECIAL) || !tens_new(c, &D, 3, dd, FILL_UNIFORM)) goto cdone;
+      want = copy_of(&D);
+      if (!want) goto cdone;
+      int64_t outer = 1, inner = 1;
+      for (int a = 0; a < axis; a++) outer *= dd[a];
+      for (int a = axis + 1; a < 3; a++) inner *= dd[a];
+      for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < sd[axis]; i++)
+          for (int64_t r = 0; r < inner; r++)
+            want[(o * dd[axis] + offset + i) * inner + r] = S.h[(o * sd[axis] + i) * inner + r];
+      if (op_ok(c, weft_op_copy_slice(c->f, &c->desc, S.t, D.t, axis, offset), "weft_op_copy_slice")) {
+        float *got = tens_read(c, &D, "dst");
+        size_t bad = 0;
+        for (size_t e = 0; got && e < D.n; e++) bad += tu_bits(got[e]) != tu_bits(want[e]);
+        case_check(c, got && bad == 0, "%zu of %zu elements of dst differ from the host's copy", bad, D.n);
+        c->st->elements += (long)D.n;
+        free(got);
+      }
+    cdone:
+      end_case(c);
+      free(want);
+      tens_free(&S), tens_free(&D);
+    }
+}
+
+/* An op the lane does not offer, pinned there, must be refused (and the refusal name the op). */
+static void check_not_offered(ctx *c, weft_op_kind kind) {
+  const int64_t d[2] = {2, 3};
+  tens X, Y;
+  memset(&X, 0, sizeof X), memset(&Y, 0, sizeof Y);
+  begin_case(c, "%s pinned to %s, which does not offer it", weft_op_kind_str(kind), c->lane_name);
+  if (tens_new(c, &X, 2, d, FILL_UNIFORM) && tens_new(c, &Y, 2, d, FILL_SENTINEL)) {
+    weft_status st = weft_op_gelu(c->f, &c->desc, X.t, Y.t);
+    case_check(c, st == WEFT_ERR_UNSUPPORTED, "gelu pinned to a lane without it: got %s, want unsupported",
+               weft_status_str(st));
+    check_unchanged(c, &Y, "y");
+  }
+  end_case(c);
+  tens_free(&X), tens_free(&Y);
+}
+
+static uint64_t family_seed(uint64_t seed, const char *family);
+
+static void cases_tx(ctx *c, uint64_t seed) {
+  const uint64_t ops = lane_ops(c);
+  static const struct {
+    const char *family;
+    weft_op_kind kinds[2];
+  } fams[] = {
+      {"embedding", {WEFT_OP_EMBEDDING, WEFT_OP_EMBEDDING_BACKWARD}},
+      {"layernorm", {WEFT_OP_LAYERNORM, WEFT_OP_LAYERNORM_BACKWARD}},
+      {"gelu", {WEFT_OP_GELU, WEFT_OP_GELU_BACKWARD}},
+      {"attention", {WEFT_OP_ATTENTION, WEFT_OP_ATTENTION_BACKWARD}},
+      {"causal_softmax", {WEFT_OP_CAUSAL_SOFTMAX, WEFT_OP_CAUSAL_SOFTMAX_BACKWARD}},
+      {"crossentropy", {WEFT_OP_CROSSENTROPY, WEFT_OP_CROSSENTROPY_BACKWARD}},
+      {"adamw_sumsq", {WEFT_OP_ADAMW, WEFT_OP_SUMSQ}},
+      {"permute_copy", {WEFT_OP_PERMUTE, WEFT_OP_COPY_SLICE}},
+  };
+  char skipped[512] = "";
+  size_t used = 0;
+  for (int k = WEFT_OP_V1_COUNT; k < WEFT_OP_COUNT; k++)
+    if (!(ops & WEFT_OP_BIT(k)) && used < sizeof skipped)
+      used += (size_t)snprintf(skipped + used, sizeof skipped - used, "%s%s", used ? ", " : "", weft_op_kind_str((weft_op_kind)k));
+  if (skipped[0])
+    printf("%s %-10s exact: not offered, skipped: %s\n", c->desc.lane == WEFT_LANE_AUTO ? "router" : "lane",
+           c->desc.lane == WEFT_LANE_AUTO ? "(no lane)" : c->lane_name, skipped);
+  if (!(ops & WEFT_OP_BIT(WEFT_OP_GELU)) && c->desc.lane != WEFT_LANE_AUTO) check_not_offered(c, WEFT_OP_GELU);
+  for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
+    const int both = (ops & WEFT_OP_BIT(fams[i].kinds[0])) && (ops & WEFT_OP_BIT(fams[i].kinds[1]));
+    const int either = (ops & WEFT_OP_BIT(fams[i].kinds[0])) || (ops & WEFT_OP_BIT(fams[i].kinds[1]));
+    c->rng.s = family_seed(seed, fams[i].family);
+    switch (i) {
+    /* a forward and its backward are checked together: both offered, or neither is run */
+    case 0: if (both) cases_embedding(c); break;
+    case 1: if (both) cases_layernorm(c); break;
+    case 2: if (both) cases_gelu(c); break;
+    case 3: if (both) cases_attention(c); break;
+    case 4: if (both) cases_causal_softmax(c); break;
+    case 5: if (both) cases_crossentropy(c); break;
+    case 6: if (either) cases_adamw_sumsq(c, ops); break;
+    default: if (either) cases_permute_copy(c, ops); break;
+    }
+    if (!both && either && i < 6)
+      printf("lane %-10s exact: %s offers only one of %s and %s: family skipped\n", c->lane_name, fams[i].family,
+             weft_op_kind_str(fams[i].kinds[0]), weft_op_kind_str(fams[i].kinds[1]));
+  }
+}
+
 /* ------------------------------------------------------------------------------------------- entry */
 
 static uint64_t family_seed(uint64_t seed, const char *family) {
@@ -1016,6 +1605,7 @@ void weft_conf_run(weft_fabric *f, int lane, weft_contract contract, int slow, i
   cases_residency(&c);
   c.rng.s = family_seed(seed, "nan");
   cases_nan(&c);
+  if (c.exact) cases_tx(&c, seed);
 }
 
 /* ------------------------------------------------------------------------------------------- chain */

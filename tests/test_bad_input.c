@@ -643,6 +643,168 @@ static void test_scopes(void) {
   TU_STATUS(weft_fabric_sync(NULL), WEFT_ERR_INVALID_ARGUMENT, "weft_fabric_sync(NULL)");
 }
 
+/* ---------------------------------------------------------------------------------- transformer ops */
+
+/* Bad calls of the transformer ops, on every lane that offers each op and through the router: an index out
+ * of range (too large and negative) in an embedding lookup and its backward, a target out of range in
+ * crossentropy, shapes that do not agree (a layernorm gamma of the wrong length, attention heads that do not
+ * divide C, a qkv that is not 3C wide), an i32 tensor where floats are wanted and an f32 one where indices
+ * are, and aliasing the op table refuses. Each: the status, a message naming the problem, the outputs left
+ * as they were, and a result computed before the bad calls still reading back its bits. */
+static weft_tensor *mki(int ndim, int64_t d0, int64_t d1, const int32_t *vals) {
+  const int64_t dims[2] = {d0, d1};
+  weft_tensor *t = NULL;
+  weft_status st = weft_tensor_create_typed(F, WEFT_DTYPE_I32, ndim, dims, vals, &t);
+  TU_CHECK(st == WEFT_OK, "mki: weft_tensor_create_typed: %s", weft_fabric_last_error(F));
+  return t;
+}
+
+static weft_tensor *tx_good;    /* an embedding computed before any bad call */
+static float tx_good_bits[6 * 8];
+
+static void tx_refused(weft_status got, weft_status want, const char *what, const char *lane, const char *n1,
+                       const char *n2) {
+  char w[160];
+  snprintf(w, sizeof w, "%s (on %s)", what, lane);
+  expect(got, want, w, n1, n2);
+  float now[6 * 8];
+  weft_status st = weft_tensor_read(tx_good, now, 6 * 8);
+  TU_CHECK(st == WEFT_OK && memcmp(now, tx_good_bits, sizeof now) == 0,
+           "%s: an embedding computed before the bad call no longer reads back its bits (%s)", w, weft_status_str(st));
+}
+
+static void test_tx_ops(void) {
+  enum { Bq = 2, Tq = 3, Cq = 8, Vq = 5 };
+  const int32_t tok_ok[Bq * Tq] = {0, 4, 2, 1, 3, 4}, tok_big[Bq * Tq] = {0, 4, 2, 1, 5, 4},
+                tok_neg[Bq * Tq] = {0, 4, -1, 1, 3, 4};
+  weft_tensor *wte = mk(2, Vq, Cq, 0, 0), *wpe = mk(2, Tq, Cq, 0, 0), *out = mk(3, Bq, Tq, Cq, 0);
+  weft_tensor *tok = mki(2, Bq, Tq, tok_ok), *big = mki(2, Bq, Tq, tok_big), *neg = mki(2, Bq, Tq, tok_neg);
+  weft_tensor *dwte = mk(2, Vq, Cq, 0, 0), *dwpe = mk(2, Tq, Cq, 0, 0);
+  /* the result that must survive: out = wte[tok] + wpe[t], computed now */
+  tx_good = mk(2, Bq * Tq, Cq, 0, 0);
+  TU_STATUS(weft_tensor_reshape(tx_good, 3, (const int64_t[]){Bq, Tq, Cq}), WEFT_OK, "reshape");
+  TU_STATUS(weft_op_embedding(F, NULL, tok, NULL, wte, wpe, tx_good), WEFT_OK, "a good embedding");
+  TU_STATUS(weft_tensor_read(tx_good, tx_good_bits, 6 * 8), WEFT_OK, "read the good embedding");
+  for (int i = 0; i < 6 * 8; i++)
+    TU_CHECK(tx_good_bits[i] == (float)(tok_ok[i / Cq] * Cq + i % Cq) + (float)((i / Cq) % Tq * Cq + i % Cq),
+             "the good embedding's element %d is %g", i, (double)tx_good_bits[i]);
+  /* layernorm, attention, crossentropy operands */
+  weft_tensor *x = mk(2, 4, 10, 0, 0), *g10 = mk(1, 10, 0, 0, 0), *g11 = mk(1, 11, 0, 0, 0), *y = mk(2, 4, 10, 0, 0);
+  weft_tensor *qkv30 = mk(3, 1, 4, 30, 0), *qkv31 = mk(3, 1, 4, 31, 0), *ao = mk(3, 1, 4, 10, 0), *att = mk(4, 1, 4, 4, 4);
+  weft_tensor *ao2 = mk(3, 1, 4, 10, 0), *att3 = mk(4, 1, 3, 4, 4), *att1 = mk(4, 1, 1, 4, 4);
+  const int32_t tg_ok[4] = {0, 9, 3, 2}, tg_big[4] = {0, 10, 3, 2}, tg_neg[4] = {0, 1, -3, 2};
+  weft_tensor *logits = mk(2, 4, 10, 0, 0), *tg = mki(1, 4, 0, tg_ok), *tgb = mki(1, 4, 0, tg_big),
+              *tgn = mki(1, 4, 0, tg_neg), *losses = mk(1, 4, 0, 0, 0), *dloss = mk(1, 4, 0, 0, 0),
+              *dlogits = mk(2, 4, 10, 0, 0);
+  const int32_t ints[40] = {0};
+  weft_tensor *xi = mki(2, 4, 10, ints);
+
+  for (int li = -1; li < (int)weft_fabric_lane_count(F); li++) {
+    weft_lane_info info;
+    const char *lane = "the router";
+    uint64_t ops = WEFT_OPS_ALL;
+    if (li >= 0) {
+      if (weft_fabric_lane_info(F, (size_t)li, &info) != WEFT_OK || info.failed ||
+          !(info.contracts & WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT)))
+        continue;
+      lane = info.name, ops = info.ops ? info.ops : WEFT_OPS_V1;
+    }
+    const weft_op_desc d = {WEFT_CONTRACT_EXACT, li < 0 ? WEFT_LANE_AUTO : li};
+#define OFFERS(k) ((ops & WEFT_OP_BIT(k)) != 0)
+    if (OFFERS(WEFT_OP_EMBEDDING)) {
+      clear_error();
+      tx_refused(weft_op_embedding(F, &d, big, NULL, wte, wpe, out), WEFT_ERR_INVALID_ARGUMENT,
+                 "embedding with token id 5 of a 5-row table", lane, "tok[4]", "5");
+      untouched(out, "embedding, token id out of range");
+      clear_error();
+      tx_refused(weft_op_embedding(F, &d, neg, NULL, wte, wpe, out), WEFT_ERR_INVALID_ARGUMENT,
+                 "embedding with token id -1", lane, "tok[2]", "-1");
+      untouched(out, "embedding, negative token id");
+      clear_error();
+      tx_refused(weft_op_embedding(F, &d, x, NULL, wte, wpe, out), WEFT_ERR_INVALID_ARGUMENT,
+                 "embedding with f32 token ids", lane, "tok", "f32");
+      untouched(out, "embedding, f32 token ids");
+      clear_error();
+      tx_refused(weft_op_embedding(F, &d, tok, NULL, xi, wpe, out), WEFT_ERR_INVALID_ARGUMENT,
+                 "embedding with an i32 table", lane, "wte", "i32");
+      untouched(out, "embedding, i32 table");
+    }
+    if (OFFERS(WEFT_OP_EMBEDDING_BACKWARD)) {
+      clear_error();
+      tx_refused(weft_op_embedding_backward(F, &d, out, big, NULL, dwte, dwpe), WEFT_ERR_INVALID_ARGUMENT,
+                 "embedding backward with token id 5 of a 5-row table", lane, "tok[4]", NULL);
+      untouched(dwte, "embedding backward, dwte"), untouched(dwpe, "embedding backward, dwpe");
+    }
+    if (OFFERS(WEFT_OP_LAYERNORM)) {
+      clear_error();
+      tx_refused(weft_op_layernorm(F, &d, x, g11, g10, 1e-5f, y, NULL, NULL), WEFT_ERR_SHAPE,
+                 "layernorm with a gamma of 11 for rows of 10", lane, "gamma", "11");
+      untouched(y, "layernorm, gamma of the wrong length");
+      clear_error();
+      tx_refused(weft_op_layernorm(F, &d, xi, g10, g10, 1e-5f, y, NULL, NULL), WEFT_ERR_INVALID_ARGUMENT,
+                 "layernorm of an i32 tensor", lane, "x", "i32");
+      untouched(y, "layernorm of i32");
+      clear_error();
+      tx_refused(weft_op_layernorm(F, &d, x, g10, g10, 1e-5f, y, dloss, dloss), WEFT_ERR_INVALID_ARGUMENT,
+                 "layernorm with mean and rstd one tensor", lane, "mean", "rstd");
+      untouched(y, "layernorm, mean = rstd"), untouched(dloss, "layernorm, mean = rstd (mean)");
+    }
+    if (OFFERS(WEFT_OP_ATTENTION)) {
+      clear_error();
+      tx_refused(weft_op_attention(F, &d, qkv30, 4, ao, att, NULL), WEFT_ERR_SHAPE,
+                 "attention of C = 10 in 4 heads", lane, "10", "4");
+      untouched(ao, "attention, heads not dividing C"), untouched(att, "attention, heads not dividing C (att)");
+      clear_error();
+      tx_refused(weft_op_attention(F, &d, qkv31, 1, ao, att, NULL), WEFT_ERR_SHAPE,
+                 "attention of a qkv 31 wide (not 3C)", lane, "qkv", "31");
+      untouched(ao, "attention, qkv not 3C");
+      clear_error();
+      tx_refused(weft_op_attention(F, &d, qkv30, 2, ao2, att3, NULL), WEFT_ERR_SHAPE,
+                 "attention with att for 3 heads, 2 asked", lane, "att", NULL);
+      untouched(ao2, "attention, att of the wrong shape");
+    }
+    if (OFFERS(WEFT_OP_ATTENTION_BACKWARD)) {
+      clear_error();
+      tx_refused(weft_op_attention_backward(F, &d, ao, qkv30, att1, 1, qkv30), WEFT_ERR_INVALID_ARGUMENT,
+                 "attention backward writing dqkv over qkv", lane, "dqkv", "qkv");
+      untouched(qkv30, "attention backward, dqkv = qkv");
+    }
+    if (OFFERS(WEFT_OP_CROSSENTROPY)) {
+      clear_error();
+      tx_refused(weft_op_crossentropy(F, &d, logits, tgb, losses), WEFT_ERR_INVALID_ARGUMENT,
+                 "crossentropy with target 10 of 10 classes", lane, "targets[1]", "10");
+      untouched(losses, "crossentropy, target out of range");
+      clear_error();
+      tx_refused(weft_op_crossentropy(F, &d, logits, tgn, losses), WEFT_ERR_INVALID_ARGUMENT,
+                 "crossentropy with target -3", lane, "targets[2]", "-3");
+      untouched(losses, "crossentropy, negative target");
+      clear_error();
+      tx_refused(weft_op_crossentropy(F, &d, logits, dloss, losses), WEFT_ERR_INVALID_ARGUMENT,
+                 "crossentropy with f32 targets", lane, "targets", "f32");
+      untouched(losses, "crossentropy, f32 targets");
+      clear_error();
+      tx_refused(weft_op_crossentropy(F, &d, xi, tg, losses), WEFT_ERR_INVALID_ARGUMENT,
+                 "crossentropy of i32 logits", lane, "logits", "i32");
+      untouched(losses, "crossentropy, i32 logits");
+    }
+    if (OFFERS(WEFT_OP_CROSSENTROPY_BACKWARD)) {
+      clear_error();
+      tx_refused(weft_op_crossentropy_backward(F, &d, logits, tg, dloss, logits), WEFT_ERR_INVALID_ARGUMENT,
+                 "crossentropy backward writing dlogits over logits", lane, "dlogits", "logits");
+      untouched(logits, "crossentropy backward, dlogits = logits");
+      clear_error();
+      tx_refused(weft_op_crossentropy_backward(F, &d, logits, tgb, dloss, dlogits), WEFT_ERR_INVALID_ARGUMENT,
+                 "crossentropy backward with target 10 of 10 classes", lane, "targets[1]", NULL);
+      untouched(dlogits, "crossentropy backward, target out of range");
+    }
+#undef OFFERS
+  }
+  weft_tensor *all[] = {wte, wpe, out, tok, big, neg, dwte, dwpe, tx_good, x, g10, g11, y, qkv30, qkv31, ao, att,
+                        ao2, att3, att1, logits, tg, tgb, tgn, losses, dloss, dlogits, xi};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) weft_tensor_destroy(all[i]);
+  tx_good = NULL;
+}
+
 int main(void) {
   const double start = tu_now();
   test_open();
@@ -657,6 +819,7 @@ int main(void) {
   test_lane_queries();
   test_matmul();
   test_elementwise();
+  test_tx_ops();
   test_cost_route();
   test_scopes();
   weft_fabric_close(F2);
