@@ -1176,6 +1176,8 @@ static weft_status serve(weft_net_server *srv, int lfd, char *err, size_t errlen
       double d = pend[i]->deadline - t;
       /* Bytes TLS already decrypted are invisible to poll: such a connection is stepped at once. */
       if (!pend[i]->tls_wait && weft_net_conn_pending(&pend[i]->nc)) d = 0;
+      /* A deadline already past waits for nothing (a negative d must not read as "no deadline"). */
+      if (d < 0) d = 0;
       if (wait < 0 || d < wait) wait = d;
     }
     int timeout = wait < 0 ? -1 : (int)(wait * 1000) + 1;
