@@ -153,10 +153,14 @@ static void cmp(const char *what, weft_op_kind kind, const spec *in, int nin, co
 
 /* ------------------------------------------------------------------------------------------ the ops */
 
-enum { B = 2, T = 64, C = 768, NH = 12, NT = B * T };
+/* The shapes of the ops below: GPT-2's (C 768, 12 heads) at a short context; the chunked pass shrinks them. */
+static int64_t B = 2, T = 64, C = 768, NH = 12, NT = 128, PP = 1024;
+static int CHUNKED; /* a fabric whose Vulkan bindings are capped small: every op runs in chunks */
+
+static void shapes(int64_t b, int64_t t, int64_t c, int64_t nh, int64_t p) { B = b, T = t, C = c, NH = nh, NT = b * t, PP = p; }
 
 static void embedding(int sp) {
-  const int64_t V = 1000, P = 1024;
+  const int64_t V = 1000, P = PP;
   int32_t *tok = idata(NT, V), *pos = idata(NT, T);
   tok[0] = tok[5] = tok[9] = 7; /* a row with several contributions */
   float *wte = fdata((size_t)(V * C), sp, 1.0f), *wpe = fdata((size_t)(P * C), sp, 1.0f);
@@ -167,6 +171,15 @@ static void embedding(int sp) {
   cmp("embedding", WEFT_OP_EMBEDDING, in, 4, out, 1, NULL);
   in[1] = NONE();
   cmp("embedding (implicit positions)", WEFT_OP_EMBEDDING, in, 4, out, 1, NULL);
+  if (CHUNKED) { /* dout is bound whole: the capped lane refuses it, the table windows are big_table's */
+    spec bin[3] = {F32(3, B, T, C, 0, dout), I32(2, B, T, 0, 0, tok), NONE()};
+    spec bout[2] = {RW(F32(2, V, C, 0, 0, dwte)), NONE()};
+    uint32_t *g[WEFT_OP_MAX_OUT] = {0};
+    TU_STATUS(run_on(VK, WEFT_OP_EMBEDDING_BACKWARD, bin, 3, bout, 2, NULL, g), WEFT_ERR_UNSUPPORTED,
+              "embedding_backward with dout larger than a binding");
+    free(tok), free(pos), free(wte), free(wpe), free(dout), free(dwte), free(dwpe);
+    return;
+  }
 
   spec bin[3] = {F32(3, B, T, C, 0, dout), I32(2, B, T, 0, 0, tok), I32(2, B, T, 0, 0, pos)};
   spec bout[2] = {RW(F32(2, V, C, 0, 0, dwte)), RW(F32(2, P, C, 0, 0, dwpe))};
@@ -344,7 +357,7 @@ static void sumsq(void) {
  * the tied output projection at that size, on vulkan:0 against cpu. */
 static void big_table(void) {
   const int64_t V = 50257, P = 1024, Bb = 1, Tb = 16, n = Bb * Tb;
-  printf("GPT-2 token table %lld x %d fp32 (%.1f MB)\n", (long long)V, C, (double)V * C * 4 / 1e6);
+  printf("GPT-2 token table %lld x %lld fp32 (%.1f MB)\n", (long long)V, (long long)C, (double)V * C * 4 / 1e6);
   int32_t *tok = idata((size_t)n, V);
   tok[0] = 0, tok[1] = (int32_t)(V - 1), tok[2] = 40000, tok[3] = 40000; /* both windows, a repeated row */
   float *wte = fdata((size_t)(V * C), 1, 1.0f), *wpe = fdata((size_t)(P * C), 1, 1.0f);
@@ -397,6 +410,27 @@ int main(void) {
   SCOPED = 0;
   sumsq();
   big_table();
+  weft_fabric_close(F);
+
+  /* Again with the Vulkan bindings capped at 32 KiB: layernorm rows, causal softmax rows, attention (b, h)
+   * blocks, cross-entropy rows, gelu and adamw element ranges, embedding positions and table windows all
+   * run in chunks (dgamma and dbeta continuing their sums across row blocks). */
+  weft_fabric_desc d = tu_desc();
+  d.vulkan_max_binding = 32 << 10;
+  if (!vkt_open(&d, &F, &lane)) return tu_finish("vulkan transformer ops", start);
+  TU_STATUS(weft_fabric_lane_find(F, "cpu", &ci), WEFT_OK, "find cpu");
+  VK = lane, CPU = (int)ci, CHUNKED = 1;
+  for (SCOPED = 0; SCOPED <= 1; SCOPED++) {
+    shapes(4, 32, 96, 4, 32);
+    embedding(1);
+    layernorm(1);
+    gelu(1);
+    causal_softmax(1);
+    crossentropy(1, NT, 1000, 20.0f);
+    adamw(1);
+    shapes(2, 32, 32, 4, 32);
+    attention(1);
+  }
   weft_fabric_close(F);
   return tu_finish("vulkan transformer ops", start);
 }
