@@ -2,7 +2,7 @@
  * op becomes dispatches. A tensor larger than the device's largest storage-buffer binding is bound as
  * windows, and the op is split into chunks that each fit: rows of elementwise ops, row/column/k blocks of a
  * matmul (k chunks in ascending order, each continuing the sums the previous left in c, which is the same
- * sequence of roundings), row blocks of sum_rows and softmax_xent. */
+ * sequence of roundings), row blocks of sum_rows and softmax_xent; the transformer ops as their section says. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
