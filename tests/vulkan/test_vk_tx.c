@@ -1,6 +1,6 @@
 /* test_vk_tx.c - the transformer kernels of the Vulkan lane (src/lanes/vulkan/shaders/tx_*.comp), run
- * directly on the device (no op layer: vk_ops.c does not dispatch them yet) and compared bit for bit with the
- * reference kernels of src/core/reference_tx.c, on GPT-2-like small shapes with NaN, +-inf, -0, subnormal
+ * directly on the device (no op layer; test_vk_ops_tx.c runs them through the API) and compared bit for
+ * bit with the reference kernels of src/core/reference_tx.c, on GPT-2-like small shapes with NaN, +-inf, -0, subnormal
  * and large values in the data; the scalar functions of wmath.glsl against src/core/wmath.c on edge bit
  * patterns; the embedding table split into row windows the way the lane must chunk a table larger than a
  * binding. Each kernel runs with the lane's binding model: one set of storage buffers (8 here), at most 64

@@ -141,6 +141,25 @@ enum {
   VK_SH_MATMUL_T88K16,
   VK_SH_MATMUL_T88_FP32,
   VK_SH_MATMUL_T44_FP32,
+  /* the transformer ops (tx_*.comp) */
+  VK_SH_TX_EMBED_FWD,
+  VK_SH_TX_EMBED_LINKS,
+  VK_SH_TX_EMBED_BWD,
+  VK_SH_TX_LN_FWD,
+  VK_SH_TX_LN_BWD_DX,
+  VK_SH_TX_LN_BWD_DGB,
+  VK_SH_TX_GELU_FWD,
+  VK_SH_TX_GELU_BWD,
+  VK_SH_TX_SOFTMAX_FWD,
+  VK_SH_TX_SOFTMAX_BWD,
+  VK_SH_TX_ATT_FWD,
+  VK_SH_TX_ATT_DS,
+  VK_SH_TX_ATT_DQKV,
+  VK_SH_TX_XENT_ROWS,
+  VK_SH_TX_XENT_GRAD,
+  VK_SH_TX_ADAMW,
+  VK_SH_TX_PERMUTE,
+  VK_SH_TX_COPY_SLICE,
   VK_SH_COUNT
 };
 
@@ -151,7 +170,8 @@ typedef struct vk_pipe {
 } vk_pipe;
 
 #define VK_MAX_PIPES 64
-#define VK_NBIND 4
+/* Storage-buffer bindings of set 0 (the transformer kernels use up to 6; int32 arrays bind alike). */
+#define VK_NBIND 8
 
 typedef struct weft_vk_lane {
   const weft_lane_host *host;
@@ -178,6 +198,9 @@ typedef struct weft_vk_lane {
   int npipes;
   vk_buf *dummy;   /* bound to the bindings a kernel does not use */
   vk_buf *scratch; /* softmax row losses, grown on demand */
+  /* Scratch of the transformer ops, grown on demand: the embedding backward's links (2*B*T int32), the
+   * attention backward's ds ([nbh, T, T] of one (b, h) block), the cross-entropy backward's row stats. */
+  vk_buf *s_links, *s_ds, *s_stats;
 
   vk_batch batches[VK_NBATCH];
   int cur;              /* the batch being recorded, -1 if none */
@@ -219,6 +242,8 @@ weft_status weft_vk_ops_init(weft_vk_lane *l);
 void weft_vk_ops_destroy(weft_vk_lane *l);
 weft_status weft_vk_ops_supports(weft_vk_lane *l, const weft_op *op);
 weft_status weft_vk_ops_run(weft_vk_lane *l, const weft_op *op);
+/* The ops this lane offers (weft_lane_desc.ops). */
+uint64_t weft_vk_ops_offered(void);
 
 /* Test and benchmark hooks (process-wide, not part of the API): pin the matmul kernel (0 automatic,
  * 1 simple, 2 tiled 128x128, 3 tiled 64x64, 4 tiled 128x128 with k steps of 16) and turn push descriptors off to exercise the descriptor-pool path. */

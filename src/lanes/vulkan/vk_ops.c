@@ -2,7 +2,7 @@
  * op becomes dispatches. A tensor larger than the device's largest storage-buffer binding is bound as
  * windows, and the op is split into chunks that each fit: rows of elementwise ops, row/column/k blocks of a
  * matmul (k chunks in ascending order, each continuing the sums the previous left in c, which is the same
- * sequence of roundings), row blocks of sum_rows and softmax_xent. */
+ * sequence of roundings), row blocks of sum_rows and softmax_xent; the transformer ops as their section says. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +22,24 @@ SPV(matmul_t44)
 SPV(matmul_t88k16)
 SPV(matmul_t88_fp32)
 SPV(matmul_t44_fp32)
+SPV(tx_embed_fwd)
+SPV(tx_embed_links)
+SPV(tx_embed_bwd)
+SPV(tx_ln_fwd)
+SPV(tx_ln_bwd_dx)
+SPV(tx_ln_bwd_dgb)
+SPV(tx_gelu_fwd)
+SPV(tx_gelu_bwd)
+SPV(tx_softmax_fwd)
+SPV(tx_softmax_bwd)
+SPV(tx_att_fwd)
+SPV(tx_att_ds)
+SPV(tx_att_dqkv)
+SPV(tx_xent_rows)
+SPV(tx_xent_grad)
+SPV(tx_adamw)
+SPV(tx_permute)
+SPV(tx_copy_slice)
 #undef SPV
 
 static const struct {
@@ -39,6 +57,24 @@ static const struct {
     {"matmul (tiled 128x128, k by 16)", weft_vk_spv_matmul_t88k16, &weft_vk_spv_matmul_t88k16_size},
     {"matmul fp32 (tiled 128x128)", weft_vk_spv_matmul_t88_fp32, &weft_vk_spv_matmul_t88_fp32_size},
     {"matmul fp32 (tiled 64x64)", weft_vk_spv_matmul_t44_fp32, &weft_vk_spv_matmul_t44_fp32_size},
+    {"embed fwd", weft_vk_spv_tx_embed_fwd, &weft_vk_spv_tx_embed_fwd_size},
+    {"embed links", weft_vk_spv_tx_embed_links, &weft_vk_spv_tx_embed_links_size},
+    {"embed bwd", weft_vk_spv_tx_embed_bwd, &weft_vk_spv_tx_embed_bwd_size},
+    {"ln fwd", weft_vk_spv_tx_ln_fwd, &weft_vk_spv_tx_ln_fwd_size},
+    {"ln bwd dx", weft_vk_spv_tx_ln_bwd_dx, &weft_vk_spv_tx_ln_bwd_dx_size},
+    {"ln bwd dgb", weft_vk_spv_tx_ln_bwd_dgb, &weft_vk_spv_tx_ln_bwd_dgb_size},
+    {"gelu fwd", weft_vk_spv_tx_gelu_fwd, &weft_vk_spv_tx_gelu_fwd_size},
+    {"gelu bwd", weft_vk_spv_tx_gelu_bwd, &weft_vk_spv_tx_gelu_bwd_size},
+    {"softmax fwd", weft_vk_spv_tx_softmax_fwd, &weft_vk_spv_tx_softmax_fwd_size},
+    {"softmax bwd", weft_vk_spv_tx_softmax_bwd, &weft_vk_spv_tx_softmax_bwd_size},
+    {"att fwd", weft_vk_spv_tx_att_fwd, &weft_vk_spv_tx_att_fwd_size},
+    {"att ds", weft_vk_spv_tx_att_ds, &weft_vk_spv_tx_att_ds_size},
+    {"att dqkv", weft_vk_spv_tx_att_dqkv, &weft_vk_spv_tx_att_dqkv_size},
+    {"xent rows", weft_vk_spv_tx_xent_rows, &weft_vk_spv_tx_xent_rows_size},
+    {"xent grad", weft_vk_spv_tx_xent_grad, &weft_vk_spv_tx_xent_grad_size},
+    {"adamw", weft_vk_spv_tx_adamw, &weft_vk_spv_tx_adamw_size},
+    {"permute", weft_vk_spv_tx_permute, &weft_vk_spv_tx_permute_size},
+    {"copy slice", weft_vk_spv_tx_copy_slice, &weft_vk_spv_tx_copy_slice_size},
 };
 
 /* Descriptor sets per pool on the pool path. */
@@ -126,7 +162,10 @@ void weft_vk_ops_destroy(weft_vk_lane *l) {
   if (l->dsl) l->vkDestroyDescriptorSetLayout(l->dev, l->dsl, NULL);
   weft_vk_buf_destroy(l, l->dummy);
   weft_vk_buf_destroy(l, l->scratch);
-  l->dummy = l->scratch = NULL;
+  weft_vk_buf_destroy(l, l->s_links);
+  weft_vk_buf_destroy(l, l->s_ds);
+  weft_vk_buf_destroy(l, l->s_stats);
+  l->dummy = l->scratch = l->s_links = l->s_ds = l->s_stats = NULL;
 }
 
 /* The pipeline of shader `s` specialised with spec[0..2], created the first time it is asked for. */
@@ -201,6 +240,11 @@ static vk_win window(const weft_vk_lane *l, vk_buf *b, uint64_t e0, uint64_t cou
 
 static vk_win dummy_win(const weft_vk_lane *l) { return window(l, l->dummy, 0, 1); }
 
+/* Every binding the dummy: a kernel's unused bindings stay that way. */
+static void wins_dummy(const weft_vk_lane *l, vk_win *w) {
+  for (int i = 0; i < VK_NBIND; i++) w[i] = dummy_win(l);
+}
+
 static weft_status alloc_set(weft_vk_lane *l, vk_batch *b, VkDescriptorSet *out) {
   if (b->dpool_cur == 0 || b->dsets_left == 0) {
     if (b->dpool_cur == b->ndpools) {
@@ -224,8 +268,8 @@ static weft_status alloc_set(weft_vk_lane *l, vk_batch *b, VkDescriptorSet *out)
   return WEFT_OK;
 }
 
-/* Records one dispatch: the barrier its buffers need, the pipeline, the four bindings (w[0..3], reads
- * nread of them first, then writes from index 2), the push constants and the grid. */
+/* Records one dispatch: the barrier its buffers need, the pipeline, the VK_NBIND bindings (w[], those at
+ * reads[0..nread) are read, those at writes[0..nwrite) written), the push constants and the grid. */
 static weft_status dispatch(weft_vk_lane *l, vk_batch *b, VkPipeline pipe, const vk_win *w, const int *reads, int nread,
                             const int *writes, int nwrite, const void *pc, uint32_t pc_size, uint32_t gx, uint32_t gy,
                             uint32_t gz) {
@@ -302,6 +346,7 @@ static weft_status run_ew(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
     uint64_t len = min_u64(count - e0, cap);
     ew_pc pc = {0, 0, 0, 0, 0, 0, op->alpha};
     vk_win w[VK_NBIND];
+    wins_dummy(l, w);
     w[0] = window(l, op->in[0], e0, len);
     w[1] = dummy_win(l);
     w[3] = dummy_win(l);
@@ -348,6 +393,7 @@ static weft_status run_sum_rows(weft_vk_lane *l, vk_batch *b, const weft_op *op)
     do { /* rows == 0 still writes the zero sums */
       uint64_t nr = min_u64(ri, rows - r0);
       vk_win w[VK_NBIND];
+      wins_dummy(l, w);
       w[0] = nr ? window(l, op->in[0], r0 * cols + c0, (nr - 1) * cols + nc) : dummy_win(l);
       w[1] = dummy_win(l);
       w[2] = window(l, op->out[0], c0, nc);
@@ -390,6 +436,7 @@ static weft_status run_softmax(weft_vk_lane *l, vk_batch *b, const weft_op *op) 
   for (uint64_t r0 = 0; r0 < rows; r0 += ri) {
     uint64_t nr = min_u64(ri, rows - r0);
     vk_win w[VK_NBIND];
+    wins_dummy(l, w);
     w[0] = window(l, op->in[0], r0 * cols, nr * cols);
     w[1] = window(l, op->in[1], r0 * cols, nr * cols);
     w[2] = op->out[1] ? window(l, op->out[1], r0 * cols, nr * cols) : dummy_win(l);
@@ -403,6 +450,7 @@ static weft_status run_softmax(weft_vk_lane *l, vk_batch *b, const weft_op *op) 
       continue;
     }
     vk_win lw[VK_NBIND];
+    wins_dummy(l, lw);
     lw[0] = window(l, l->scratch, 0, nr);
     lw[1] = dummy_win(l);
     lw[2] = window(l, op->out[0], 0, 1);
@@ -469,6 +517,7 @@ static weft_status run_matmul(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
         for (uint64_t k0 = 0; k0 < k; k0 += kc) {
           uint64_t kcc = min_u64(kc, k - k0);
           vk_win w[VK_NBIND];
+          wins_dummy(l, w);
           w[0] = ta ? window(l, op->in[0], p0 * sa + k0 * m + i0, (cnt - 1) * sa + (kcc - 1) * m + mc)
                     : window(l, op->in[0], p0 * sa + i0 * k + k0, (cnt - 1) * sa + (mc - 1) * k + kcc);
           w[1] = tb ? window(l, op->in[1], p0 * sb + j0 * k + k0, (cnt - 1) * sb + (nc - 1) * k + kcc)
@@ -517,6 +566,405 @@ static weft_status run_matmul(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
   return WEFT_OK;
 }
 
+/* ---------------------------------------------------------------------------- the transformer ops */
+
+/* Each runs the tx_*.comp kernels (their header comments give bindings, push constants and grids) under
+ * the exact contract, in the loop orders of src/core/reference_tx.c. Ranges larger than a binding are
+ * chunked: element ranges (gelu, adamw), row blocks (layernorm, causal softmax, cross-entropy, positions of
+ * the embedding), (b, h) blocks of attention's [B, NH, T, T] tensors, row windows of embedding tables.
+ * Where chunks accumulate into one output (dgamma, dbeta) they run in ascending order, continuing the
+ * previous chunk's sums: the same sequence of roundings. supports() refuses what would not fit even so. */
+
+/* Grows scratch *s to hold `elems` 4-byte elements; the old one is freed after the work that uses it. */
+static weft_status scratch_get(weft_vk_lane *l, vk_buf **s, uint64_t elems) {
+  if (*s && (*s)->size >= elems * 4) return WEFT_OK;
+  weft_vk_buf_release(l, *s);
+  *s = NULL;
+  return weft_vk_buf_create(l, elems ? elems * 4 : 4, s);
+}
+
+static uint32_t grid(uint64_t items, uint32_t wg) {
+  uint64_t g = ceil_div(items, wg);
+  return (uint32_t)(g == 0 ? 1 : min_u64(g, VK_MAX_GROUPS));
+}
+
+/* One dispatch of kernel `sh`: bindings in `rmask` are read, those in `wmask` written. */
+static weft_status tx_dispatch(weft_vk_lane *l, vk_batch *b, int sh, const vk_win *w, unsigned rmask, unsigned wmask,
+                               const void *pc, uint32_t pc_size, uint32_t gx) {
+  VkPipeline pipe;
+  weft_status st = get_pipe(l, sh, 0, 0, 0, &pipe);
+  if (st != WEFT_OK) return st;
+  int reads[VK_NBIND], writes[VK_NBIND], nr = 0, nw = 0;
+  for (int i = 0; i < VK_NBIND; i++) {
+    if (rmask & (1u << i)) reads[nr++] = i;
+    if (wmask & (1u << i)) writes[nw++] = i;
+  }
+  return dispatch(l, b, pipe, w, reads, nr, writes, nw, pc, pc_size, gx, 1, 1);
+}
+
+#define U32(x) ((uint32_t)(x))
+
+static weft_status run_gelu(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
+  const uint64_t n = (uint64_t)op->iparam[0], cap = cap_elems(l);
+  const int bwd = op->kind == WEFT_OP_GELU_BACKWARD;
+  for (uint64_t e0 = 0; e0 < n; e0 += cap) {
+    uint64_t len = min_u64(cap, n - e0);
+    vk_win w[VK_NBIND];
+    wins_dummy(l, w);
+    w[0] = window(l, op->in[0], e0, len);
+    if (bwd) w[1] = window(l, op->in[1], e0, len);
+    w[2] = window(l, op->out[0], e0, len);
+    struct { uint32_t count, base_x, base_dy, base_o; } pc = {U32(len), U32(w[0].base), U32(w[1].base), U32(w[2].base)};
+    weft_status st = tx_dispatch(l, b, bwd ? VK_SH_TX_GELU_BWD : VK_SH_TX_GELU_FWD, w, bwd ? 3u : 1u, 4u, &pc,
+                                 sizeof pc, grid(len, 256));
+    if (st != WEFT_OK) return st;
+  }
+  return WEFT_OK;
+}
+
+static weft_status run_adamw(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
+  const uint64_t n = (uint64_t)op->iparam[0], cap = cap_elems(l);
+  for (uint64_t e0 = 0; e0 < n; e0 += cap) {
+    uint64_t len = min_u64(cap, n - e0);
+    vk_win w[VK_NBIND];
+    wins_dummy(l, w);
+    w[0] = window(l, op->out[0], e0, len); /* param */
+    w[1] = window(l, op->in[0], e0, len);  /* grad */
+    w[2] = window(l, op->out[1], e0, len); /* m */
+    w[3] = window(l, op->out[2], e0, len); /* v */
+    struct {
+      uint32_t count;
+      float f[7];
+      uint32_t base_p, base_g, base_m, base_v;
+    } pc;
+    pc.count = U32(len);
+    for (int i = 0; i < 7; i++) pc.f[i] = op->fparam[i];
+    pc.base_p = U32(w[0].base), pc.base_g = U32(w[1].base), pc.base_m = U32(w[2].base), pc.base_v = U32(w[3].base);
+    weft_status st = tx_dispatch(l, b, VK_SH_TX_ADAMW, w, 2u, 1u | 4u | 8u, &pc, sizeof pc, grid(len, 256));
+    if (st != WEFT_OK) return st;
+  }
+  return WEFT_OK;
+}
+
+static weft_status run_layernorm(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
+  const uint64_t N = (uint64_t)op->iparam[0], C = (uint64_t)op->iparam[1], cap = cap_elems(l);
+  const uint64_t per = C ? cap / C : N;
+  for (uint64_t r0 = 0; r0 < N; r0 += per) {
+    uint64_t nr = min_u64(per, N - r0);
+    vk_win w[VK_NBIND];
+    wins_dummy(l, w);
+    w[0] = window(l, op->in[0], r0 * C, nr * C);
+    w[1] = window(l, op->in[1], 0, C); /* gamma, beta: indexed from 0 by the kernel */
+    w[2] = window(l, op->in[2], 0, C);
+    w[3] = window(l, op->out[0], r0 * C, nr * C);
+    uint32_t flags = 0, base_stats = 0;
+    if (op->out[1]) w[4] = window(l, op->out[1], r0, nr), flags |= 1u, base_stats = U32(w[4].base);
+    if (op->out[2]) w[5] = window(l, op->out[2], r0, nr), flags |= 2u, base_stats = U32(w[5].base);
+    struct {
+      uint32_t N, C, flags;
+      float eps;
+      uint32_t base_x, base_y, base_stats;
+    } pc = {U32(nr), U32(C), flags, op->fparam[0], U32(w[0].base), U32(w[3].base), base_stats};
+    weft_status st = tx_dispatch(l, b, VK_SH_TX_LN_FWD, w, 7u, 8u | 16u | 32u, &pc, sizeof pc, grid(nr, 1));
+    if (st != WEFT_OK) return st;
+  }
+  return WEFT_OK;
+}
+
+static weft_status run_layernorm_backward(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
+  const uint64_t N = (uint64_t)op->iparam[0], C = (uint64_t)op->iparam[1], cap = cap_elems(l);
+  const uint64_t per = C ? cap / C : N;
+  weft_status st;
+  /* dgamma and dbeta first: dx may be dy. Row blocks ascending, each continuing the sums. */
+  if (op->out[1] || op->out[2]) {
+    for (uint64_t r0 = 0; r0 < N; r0 += per) {
+      uint64_t nr = min_u64(per, N - r0);
+      vk_win w[VK_NBIND];
+      wins_dummy(l, w);
+      w[0] = window(l, op->in[0], r0 * C, nr * C);
+      w[1] = window(l, op->in[1], r0 * C, nr * C);
+      w[2] = window(l, op->in[2], r0, nr);
+      w[3] = window(l, op->in[3], r0, nr);
+      uint32_t flags = 0;
+      unsigned wm = 0;
+      if (op->out[1]) w[4] = window(l, op->out[1], 0, C), flags |= 1u, wm |= 16u;
+      if (op->out[2]) w[5] = window(l, op->out[2], 0, C), flags |= 2u, wm |= 32u;
+      struct { uint32_t N, C, flags, base_x, base_dy, base_stats, base_dg, base_db; } pc = {
+          U32(nr), U32(C), flags, U32(w[1].base), U32(w[0].base), U32(w[2].base), U32(w[4].base), U32(w[5].base)};
+      st = tx_dispatch(l, b, VK_SH_TX_LN_BWD_DGB, w, 15u, wm, &pc, sizeof pc, grid(C, 64));
+      if (st != WEFT_OK) return st;
+    }
+  }
+  for (uint64_t r0 = 0; r0 < N; r0 += per) {
+    uint64_t nr = min_u64(per, N - r0);
+    vk_win w[VK_NBIND];
+    wins_dummy(l, w);
+    w[0] = window(l, op->in[0], r0 * C, nr * C);
+    w[1] = window(l, op->in[1], r0 * C, nr * C);
+    w[2] = window(l, op->in[2], r0, nr);
+    w[3] = window(l, op->in[3], r0, nr);
+    w[4] = window(l, op->in[4], 0, C);
+    w[5] = window(l, op->out[0], r0 * C, nr * C);
+    struct { uint32_t N, C, base_x, base_dy, base_dx, base_stats; } pc = {
+        U32(nr), U32(C), U32(w[1].base), U32(w[0].base), U32(w[5].base), U32(w[2].base)};
+    st = tx_dispatch(l, b, VK_SH_TX_LN_BWD_DX, w, 31u, 32u, &pc, sizeof pc, grid(nr, 1));
+    if (st != WEFT_OK) return st;
+  }
+  return WEFT_OK;
+}
+
+static weft_status run_causal_softmax(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
+  const uint64_t R = (uint64_t)op->iparam[0], T = (uint64_t)op->iparam[1], cap = cap_elems(l);
+  const uint64_t rows = R * T, per = T ? cap / T : rows;
+  const int bwd = op->kind == WEFT_OP_CAUSAL_SOFTMAX_BACKWARD;
+  for (uint64_t r0 = 0; r0 < rows; r0 += per) {
+    uint64_t nr = min_u64(per, rows - r0);
+    vk_win w[VK_NBIND];
+    wins_dummy(l, w);
+    w[0] = window(l, op->in[0], r0 * T, nr * T);
+    if (bwd) w[1] = window(l, op->in[1], r0 * T, nr * T);
+    w[2] = window(l, op->out[0], r0 * T, nr * T);
+    struct {
+      uint32_t nrows, T, row0;
+      float scale;
+      uint32_t base_a, base_b, base_o;
+    } pc = {U32(nr), U32(T), U32(r0 % T), op->fparam[0], U32(w[0].base), U32(w[1].base), U32(w[2].base)};
+    weft_status st = tx_dispatch(l, b, bwd ? VK_SH_TX_SOFTMAX_BWD : VK_SH_TX_SOFTMAX_FWD, w, bwd ? 3u : 1u, 4u, &pc,
+                                 sizeof pc, grid(nr, 64));
+    if (st != WEFT_OK) return st;
+  }
+  return WEFT_OK;
+}
+
+typedef struct att_pc {
+  uint32_t T, C, NH, bh0, nbh, flags, base_att, base_pre, base_ds;
+} att_pc;
+
+static weft_status run_attention(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
+  const uint64_t B = (uint64_t)op->iparam[0], T = (uint64_t)op->iparam[1], C = (uint64_t)op->iparam[2],
+                 NH = (uint64_t)op->iparam[3], cap = cap_elems(l);
+  const uint64_t nbh = B * NH, TT = T * T, per = TT ? cap / TT : nbh, hs = NH ? C / NH : 0;
+  const int bwd = op->kind == WEFT_OP_ATTENTION_BACKWARD;
+  weft_status st;
+  if (bwd && (st = scratch_get(l, &l->s_ds, min_u64(per, nbh) * TT)) != WEFT_OK) return st;
+  for (uint64_t bh0 = 0; bh0 < nbh; bh0 += per) {
+    uint64_t cnt = min_u64(per, nbh - bh0);
+    vk_win w[VK_NBIND];
+    wins_dummy(l, w);
+    w[0] = window(l, bwd ? op->in[1] : op->in[0], 0, B * T * 3 * C); /* qkv, whole */
+    att_pc pc = {U32(T), U32(C), U32(NH), U32(bh0), U32(cnt), 0, 0, 0, 0};
+    if (!bwd) {
+      w[1] = window(l, op->out[0], 0, B * T * C);
+      if (op->out[2]) w[2] = window(l, op->out[2], bh0 * TT, cnt * TT), pc.flags = 1u;
+      w[3] = window(l, op->out[1], bh0 * TT, cnt * TT);
+      pc.base_att = U32(w[3].base), pc.base_pre = U32(w[2].base);
+      st = tx_dispatch(l, b, VK_SH_TX_ATT_FWD, w, 1u, 2u | 4u | 8u, &pc, sizeof pc, grid(cnt * T, 64));
+      if (st != WEFT_OK) return st;
+      continue;
+    }
+    w[1] = window(l, op->in[0], 0, B * T * C); /* dout */
+    w[2] = window(l, op->in[2], bh0 * TT, cnt * TT);
+    w[3] = window(l, l->s_ds, 0, cnt * TT);
+    pc.base_att = U32(w[2].base), pc.base_ds = U32(w[3].base);
+    st = tx_dispatch(l, b, VK_SH_TX_ATT_DS, w, 7u, 8u, &pc, sizeof pc, grid(cnt * T, 64));
+    if (st != WEFT_OK) return st;
+    w[4] = window(l, op->out[0], 0, B * T * 3 * C);
+    st = tx_dispatch(l, b, VK_SH_TX_ATT_DQKV, w, 15u, 16u, &pc, sizeof pc, grid(cnt * T * hs, 64));
+    if (st != WEFT_OK) return st;
+  }
+  return WEFT_OK;
+}
+
+static weft_status run_crossentropy(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
+  const uint64_t N = (uint64_t)op->iparam[0], V = (uint64_t)op->iparam[1], cap = cap_elems(l);
+  const uint64_t per = V ? min_u64(cap / V, cap / 2) : N;
+  const int bwd = op->kind == WEFT_OP_CROSSENTROPY_BACKWARD;
+  weft_status st;
+  if (bwd && (st = scratch_get(l, &l->s_stats, 2 * min_u64(per, N))) != WEFT_OK) return st;
+  for (uint64_t r0 = 0; r0 < N; r0 += per) {
+    uint64_t nr = min_u64(per, N - r0);
+    vk_win w[VK_NBIND];
+    wins_dummy(l, w);
+    w[0] = window(l, op->in[0], r0 * V, nr * V);
+    w[1] = window(l, op->in[1], r0, nr);
+    if (!bwd) {
+      w[3] = window(l, op->out[0], r0, nr);
+      struct { uint32_t nrows, V, flags, base_z, base_t, base_s, base_l; } pc = {
+          U32(nr), U32(V), 2u, U32(w[0].base), U32(w[1].base), 0, U32(w[3].base)};
+      st = tx_dispatch(l, b, VK_SH_TX_XENT_ROWS, w, 3u, 8u, &pc, sizeof pc, grid(nr, 64));
+      if (st != WEFT_OK) return st;
+      continue;
+    }
+    w[2] = window(l, l->s_stats, 0, 2 * nr);
+    struct { uint32_t nrows, V, flags, base_z, base_t, base_s, base_l; } rpc = {
+        U32(nr), U32(V), 1u, U32(w[0].base), U32(w[1].base), U32(w[2].base), 0};
+    st = tx_dispatch(l, b, VK_SH_TX_XENT_ROWS, w, 3u, 4u, &rpc, sizeof rpc, grid(nr, 64));
+    if (st != WEFT_OK) return st;
+    w[3] = window(l, op->in[2], r0, nr);
+    w[4] = window(l, op->out[0], r0 * V, nr * V);
+    struct { uint32_t nrows, V, base_z, base_t, base_s, base_dl, base_g; } gpc = {
+        U32(nr), U32(V), U32(w[0].base), U32(w[1].base), U32(w[2].base), U32(w[3].base), U32(w[4].base)};
+    st = tx_dispatch(l, b, VK_SH_TX_XENT_GRAD, w, 15u, 16u, &gpc, sizeof gpc, grid(nr * V, 64));
+    if (st != WEFT_OK) return st;
+  }
+  return WEFT_OK;
+}
+
+static weft_status run_embedding(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
+  const uint64_t B = (uint64_t)op->iparam[0], T = (uint64_t)op->iparam[1], C = (uint64_t)op->iparam[2],
+                 V = (uint64_t)op->iparam[3], P = (uint64_t)op->iparam[4], cap = cap_elems(l);
+  const uint64_t n = B * T, per_i = C ? cap / C : n, per_v = C ? cap / C : V;
+  const int has_pos = op->in[1] != NULL;
+  for (uint64_t i0 = 0; i0 < n; i0 += per_i) {
+    uint64_t ni = min_u64(per_i, n - i0);
+    for (uint64_t v0 = 0; v0 < V; v0 += per_v) { /* one dispatch per window of table rows */
+      uint64_t nv = min_u64(per_v, V - v0);
+      vk_win w[VK_NBIND];
+      wins_dummy(l, w);
+      w[0] = window(l, op->in[0], i0, ni);
+      if (has_pos) w[1] = window(l, op->in[1], i0, ni);
+      w[2] = window(l, op->in[2], v0 * C, nv * C);
+      w[3] = window(l, op->in[3], 0, P * C);
+      w[4] = window(l, op->out[0], i0 * C, ni * C);
+      struct { uint32_t n, T, C, flags, bt0, v0, nv, base_tok, base_pos, base_wte, base_wpe, base_out; } pc = {
+          U32(ni), U32(T), U32(C), has_pos ? 1u : 0u, U32(i0 % T), U32(v0), U32(nv), U32(w[0].base),
+          U32(w[1].base), U32(w[2].base), U32(w[3].base), U32(w[4].base)};
+      weft_status st = tx_dispatch(l, b, VK_SH_TX_EMBED_FWD, w, 15u, 16u, &pc, sizeof pc, grid(ni * C, 256));
+      if (st != WEFT_OK) return st;
+    }
+  }
+  return WEFT_OK;
+}
+
+static weft_status run_embedding_backward(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
+  const uint64_t B = (uint64_t)op->iparam[0], T = (uint64_t)op->iparam[1], C = (uint64_t)op->iparam[2],
+                 cap = cap_elems(l);
+  const uint64_t n = B * T, per_v = C ? cap / C : 1;
+  weft_status st = scratch_get(l, &l->s_links, 2 * n);
+  if (st != WEFT_OK) return st;
+  for (int table = 0; table < 2; table++) {
+    vk_buf *tab = op->out[table];
+    if (!tab) continue;
+    vk_buf *idx = table == 0 ? op->in[1] : op->in[2]; /* pos NULL: the implicit t */
+    const uint64_t rows = (uint64_t)op->iparam[table == 0 ? 3 : 4];
+    const uint32_t has_idx = idx ? 1u : 0u;
+    vk_win lw[VK_NBIND];
+    wins_dummy(l, lw);
+    if (idx) lw[0] = window(l, idx, 0, n);
+    lw[1] = window(l, l->s_links, 0, 2 * n);
+    struct { uint32_t n, T, flags, base_idx, base_links; } lpc = {U32(n), U32(T), has_idx, U32(lw[0].base),
+                                                                   U32(lw[1].base)};
+    st = tx_dispatch(l, b, VK_SH_TX_EMBED_LINKS, lw, 1u, 2u, &lpc, sizeof lpc, grid(n, 256));
+    if (st != WEFT_OK) return st;
+    for (uint64_t v0 = 0; v0 < rows; v0 += per_v) {
+      uint64_t nv = min_u64(per_v, rows - v0);
+      vk_win w[VK_NBIND];
+      wins_dummy(l, w);
+      w[0] = lw[0], w[1] = lw[1];
+      w[2] = window(l, op->in[0], 0, n * C);
+      w[3] = window(l, tab, v0 * C, nv * C);
+      struct { uint32_t n, T, C, flags, v0, nv, base_idx, base_links, base_dout, base_tab; } pc = {
+          U32(n), U32(T), U32(C), has_idx, U32(v0), U32(nv), U32(w[0].base), U32(w[1].base), U32(w[2].base),
+          U32(w[3].base)};
+      st = tx_dispatch(l, b, VK_SH_TX_EMBED_BWD, w, 7u, 8u, &pc, sizeof pc, grid(n * C, 256));
+      if (st != WEFT_OK) return st;
+    }
+  }
+  return WEFT_OK;
+}
+
+/* permute and copy_slice move 4-byte elements unchanged, whatever the dtype (docs/DESIGN.md): flags 0, the
+ * kernels' bit copy, so a float NaN keeps its payload as on every other lane. */
+static weft_status run_permute(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
+  const int64_t *xd = op->iparam + 1;
+  uint64_t xs[4], yd[4], s[4], n = 1;
+  xs[3] = 1;
+  for (int a = 2; a >= 0; a--) xs[a] = xs[a + 1] * (uint64_t)xd[a + 1];
+  for (int a = 0; a < 4; a++) {
+    int p = (int)((op->iparam[5] >> (2 * a)) & 3);
+    yd[a] = (uint64_t)xd[p], s[a] = xs[p], n *= (uint64_t)xd[a];
+  }
+  if (n == 0) return WEFT_OK;
+  vk_win w[VK_NBIND];
+  wins_dummy(l, w);
+  w[0] = window(l, op->in[0], 0, n);
+  w[1] = window(l, op->out[0], 0, n);
+  struct { uint32_t count, d1, d2, d3, s0, s1, s2, s3, base_src, base_dst, flags; } pc = {
+      U32(n), U32(yd[1]), U32(yd[2]), U32(yd[3]), U32(s[0]), U32(s[1]), U32(s[2]), U32(s[3]),
+      U32(w[0].base), U32(w[1].base), 0u};
+  return tx_dispatch(l, b, VK_SH_TX_PERMUTE, w, 1u, 2u, &pc, sizeof pc, grid(n, 256));
+}
+
+static weft_status run_copy_slice(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
+  const uint64_t outer = (uint64_t)op->iparam[0], sl = (uint64_t)op->iparam[1], dl = (uint64_t)op->iparam[2],
+                 inner = (uint64_t)op->iparam[3], off = (uint64_t)op->iparam[4], cap = cap_elems(l);
+  const uint64_t cols = sl * inner, sld = sl * inner, dld = dl * inner;
+  if (outer == 0 || cols == 0) return WEFT_OK;
+  uint64_t ro = outer, cc = cols;
+  fit_span(&ro, sld > dld ? sld : dld, &cc, cap);
+  for (uint64_t o0 = 0; o0 < outer; o0 += ro) {
+    uint64_t nr = min_u64(ro, outer - o0);
+    for (uint64_t c0 = 0; c0 < cols; c0 += cc) {
+      uint64_t nc = min_u64(cc, cols - c0);
+      vk_win w[VK_NBIND];
+      wins_dummy(l, w);
+      w[0] = window(l, op->in[0], o0 * sld + c0, (nr - 1) * sld + nc);
+      w[1] = window(l, op->out[0], o0 * dld + off * inner + c0, (nr - 1) * dld + nc);
+      struct { uint32_t rows, cols, src_ld, dst_ld, base_src, base_dst, flags; } pc = {
+          U32(nr), U32(nc), nr > 1 ? U32(sld) : 0u, nr > 1 ? U32(dld) : 0u, U32(w[0].base), U32(w[1].base), 0u};
+      weft_status st = tx_dispatch(l, b, VK_SH_TX_COPY_SLICE, w, 1u, 2u, &pc, sizeof pc, grid(nr * nc, 256));
+      if (st != WEFT_OK) return st;
+    }
+  }
+  return WEFT_OK;
+}
+
+uint64_t weft_vk_ops_offered(void) {
+  /* sumsq (one ascending sum into one element) is left to the lanes that offer it. */
+  return WEFT_OPS_ALL & ~WEFT_OP_BIT(WEFT_OP_SUMSQ);
+}
+
+/* What a transformer op needs bound whole (or per row / per block) that no chunking splits further. */
+static weft_status tx_supports(weft_vk_lane *l, const weft_op *op) {
+  const uint64_t cap = cap_elems(l);
+  const int64_t *ip = op->iparam;
+  const char *what = NULL;
+  uint64_t need = 0;
+  switch (op->kind) {
+  case WEFT_OP_EMBEDDING:
+    need = (uint64_t)ip[4] * (uint64_t)ip[2], what = "the position table wpe (P*C floats)";
+    break;
+  case WEFT_OP_EMBEDDING_BACKWARD:
+    need = (uint64_t)ip[0] * (uint64_t)ip[1] * (uint64_t)ip[2], what = "dout (B*T*C floats)";
+    if (need < 2 * (uint64_t)ip[0] * (uint64_t)ip[1]) need = 2 * (uint64_t)ip[0] * (uint64_t)ip[1];
+    break;
+  case WEFT_OP_LAYERNORM:
+  case WEFT_OP_LAYERNORM_BACKWARD: need = (uint64_t)ip[1], what = "one row (C floats)"; break;
+  case WEFT_OP_CAUSAL_SOFTMAX:
+  case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD: need = (uint64_t)ip[1], what = "one row (T floats)"; break;
+  case WEFT_OP_ATTENTION:
+  case WEFT_OP_ATTENTION_BACKWARD:
+    need = (uint64_t)ip[0] * (uint64_t)ip[1] * 3 * (uint64_t)ip[2], what = "qkv (B*T*3C floats)";
+    if (need < (uint64_t)ip[1] * (uint64_t)ip[1]) need = (uint64_t)ip[1] * (uint64_t)ip[1];
+    break;
+  case WEFT_OP_CROSSENTROPY:
+  case WEFT_OP_CROSSENTROPY_BACKWARD: need = (uint64_t)ip[1], what = "one row of logits (V floats)"; break;
+  case WEFT_OP_PERMUTE:
+    need = (uint64_t)ip[1] * (uint64_t)ip[2] * (uint64_t)ip[3] * (uint64_t)ip[4], what = "the tensor";
+    break;
+  case WEFT_OP_SUMSQ:
+    return weft_lane_report(l->host, WEFT_ERR_UNSUPPORTED,
+                            "%s does not offer sumsq (one sequential sum into one element): the CPU lane does",
+                            l->name);
+  default: return WEFT_OK;
+  }
+  if (need > cap)
+    return weft_lane_report(l->host, WEFT_ERR_UNSUPPORTED,
+                            "%s: %s %s must fit one storage binding (%llu elements here, %llu needed)", l->name,
+                            weft_op_kind_str(op->kind), what, (unsigned long long)cap, (unsigned long long)need);
+  return WEFT_OK;
+}
+
 /* --------------------------------------------------------------------------------------------- entry */
 
 weft_status weft_vk_ops_supports(weft_vk_lane *l, const weft_op *op) {
@@ -529,7 +977,7 @@ weft_status weft_vk_ops_supports(weft_vk_lane *l, const weft_op *op) {
                             l->name, (long long)op->cols, (unsigned long long)cap_elems(l));
   if ((unsigned)op->kind >= WEFT_OP_COUNT)
     return weft_lane_report(l->host, WEFT_ERR_UNSUPPORTED, "%s: op %d is unknown to this lane", l->name, (int)op->kind);
-  return WEFT_OK;
+  return tx_supports(l, op);
 }
 
 weft_status weft_vk_ops_run(weft_vk_lane *l, const weft_op *op) {
@@ -541,6 +989,21 @@ weft_status weft_vk_ops_run(weft_vk_lane *l, const weft_op *op) {
   case WEFT_OP_MATMUL: return run_matmul(l, b, op);
   case WEFT_OP_SUM_ROWS: return run_sum_rows(l, b, op);
   case WEFT_OP_SOFTMAX_XENT: return run_softmax(l, b, op);
+  case WEFT_OP_EMBEDDING: return run_embedding(l, b, op);
+  case WEFT_OP_EMBEDDING_BACKWARD: return run_embedding_backward(l, b, op);
+  case WEFT_OP_LAYERNORM: return run_layernorm(l, b, op);
+  case WEFT_OP_LAYERNORM_BACKWARD: return run_layernorm_backward(l, b, op);
+  case WEFT_OP_GELU:
+  case WEFT_OP_GELU_BACKWARD: return run_gelu(l, b, op);
+  case WEFT_OP_ATTENTION:
+  case WEFT_OP_ATTENTION_BACKWARD: return run_attention(l, b, op);
+  case WEFT_OP_CAUSAL_SOFTMAX:
+  case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD: return run_causal_softmax(l, b, op);
+  case WEFT_OP_CROSSENTROPY:
+  case WEFT_OP_CROSSENTROPY_BACKWARD: return run_crossentropy(l, b, op);
+  case WEFT_OP_ADAMW: return run_adamw(l, b, op);
+  case WEFT_OP_PERMUTE: return run_permute(l, b, op);
+  case WEFT_OP_COPY_SLICE: return run_copy_slice(l, b, op);
   default: return run_ew(l, b, op);
   }
 }

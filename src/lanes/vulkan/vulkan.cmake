@@ -83,8 +83,8 @@ weft_vulkan_shader(matmul_t44 matmul_tiled.comp EXACT TM=4 TN=4)
 weft_vulkan_shader(matmul_t88k16 matmul_tiled.comp EXACT TM=8 TN=8 BK=16)
 weft_vulkan_shader(matmul_t88_fp32 matmul_tiled.comp FP32 TM=8 TN=8 WEFT_FP32=1)
 weft_vulkan_shader(matmul_t44_fp32 matmul_tiled.comp FP32 TM=4 TN=4 WEFT_FP32=1)
-# The transformer ops (reference_tx.c), exact; vk_ops.c does not dispatch them yet (tests/vulkan/test_vk_tx.c
-# runs them directly). One source may build several kernels, chosen by a define.
+# The transformer ops (reference_tx.c), exact, dispatched by vk_ops.c (tests/vulkan/test_vk_tx.c also runs
+# them directly). One source may build several kernels, chosen by a define.
 weft_vulkan_shader(tx_embed_fwd tx_embed.comp EXACT EMB_FWD=1)
 weft_vulkan_shader(tx_embed_links tx_embed.comp EXACT EMB_LINKS=1)
 weft_vulkan_shader(tx_embed_bwd tx_embed.comp EXACT EMB_BWD=1)

@@ -373,6 +373,7 @@ static void vk_describe(void *self, weft_lane_desc *out) {
   out->details = l->details;
   out->contracts = WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32);
   out->flags = 0;
+  out->ops = weft_vk_ops_offered();
 }
 
 static void vk_destroy(void *self) {
