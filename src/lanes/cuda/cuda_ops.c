@@ -222,9 +222,9 @@ static weft_status eb_scratch(weft_cu_dev *d, int64_t rows, int64_t bt, uint64_t
     if (st == WEFT_OK) st = weft_cu_flush(d);
     if (st == WEFT_OK) st = weft_cu_sync_all(d);
     if (st != WEFT_OK) return st;
+    int64_t nr = rows > d->eb_rows ? rows : d->eb_rows, nb = bt > d->eb_bt ? bt : d->eb_bt;
     if (d->eb_scratch) d->cu->cuMemFree(d->eb_scratch);
     d->eb_scratch = 0, d->eb_rows = 0, d->eb_bt = 0;
-    int64_t nr = rows > d->eb_rows ? rows : d->eb_rows, nb = bt > d->eb_bt ? bt : d->eb_bt;
     if (nr < 1024) nr = 1024;
     if (nb < 1024) nb = 1024;
     size_t words = (size_t)(2 * (nr + 1) + nb);
