@@ -234,7 +234,7 @@ def run(B, T, turns):
     compare("attention_backward", B, T,
             lambda: lib.weft_op_attention_backward(fab, pin, w_dout, w_qkv, w_att, NH, w_dqkv), t_attn_bwd, reps, turns)
 
-    t_s = tt(f32(B * NH, T, T, lo=-8, hi=8))
+    t_s = tt(f32(B, NH, T, T, lo=-8, hi=8))
     w_s = wt(t_s.cpu().numpy())
     compare("causal_softmax", B, T, lambda: lib.weft_op_causal_softmax(fab, pin, w_s, F32(0.125), w_att2),
             lambda: torch.softmax((t_s * 0.125).masked_fill(mask, float("-inf")), dim=-1), reps, turns)
