@@ -9,6 +9,7 @@
 
 #include "cuda_api.h"
 #include "cuda_args.h"
+#include "cuda_tx_args.h"
 #include "weft_lane.h"
 
 #define WEFT_CU_SLOTS 4                               /* pinned staging slots for uploads and downloads */
@@ -79,6 +80,18 @@ typedef struct weft_cu_item {
     weft_cu_sx_args sx;
     weft_cu_cv_args cv;
     weft_cu_gemm g;
+    /* the transformer ops (cuda_tx_args.h) */
+    weft_tx_embed_args emb;
+    weft_tx_embed_bwd_args ebw;
+    weft_tx_ln_args ln;
+    weft_tx_gelu_args ge;
+    weft_tx_softmax_args sm;
+    weft_tx_attn_args at;
+    weft_tx_xent_args xe;
+    weft_tx_adamw_args ad;
+    weft_tx_clip_args cl;
+    weft_tx_permute_args pm;
+    weft_tx_copy_args cp;
   } a;
 } weft_cu_item;
 
@@ -147,9 +160,13 @@ typedef struct weft_cu_dev {
   weft_cu_graph graphs[WEFT_CU_GRAPHS];
   uint64_t graph_clock;
   int wait_d2h; /* a recorded op writes the buffer being streamed back: the flush must wait for that */
-  /* scratch: softmax's per-row losses */
+  /* scratch: softmax's per-row losses, attention backward's ds [B,NH,T,T] (each op's use ends with it) */
   CUdeviceptr scratch;
   size_t scratch_bytes;
+  /* embedding backward's int32 scratch: count[rows + 1] (zero between ops: the sequence leaves it so), then
+   * start[rows + 1], then list[BT]; eb_rows and eb_bt are the capacities */
+  CUdeviceptr eb_scratch;
+  int64_t eb_rows, eb_bt;
   /* fault injection for the tests: WEFT_CUDA_FAULT=trap:N makes the Nth run on device 0 launch a trapping
    * kernel (device 0 only: a second GPU stays up, as it would when one device faults) */
   long fault_at, runs;

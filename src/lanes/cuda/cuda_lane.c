@@ -33,6 +33,28 @@ static const char *const kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_SOFTMAX_ROWS] = "weft_softmax_rows", [WEFT_CUK_SOFTMAX_LOSS] = "weft_softmax_loss",
     [WEFT_CUK_TO_BF16] = "weft_to_bf16",       [WEFT_CUK_TRAP] = "weft_trap",
     [WEFT_CUK_EW_BATCH] = "weft_ew_batch",
+    [WEFT_CUK_TX_EMBED_FWD] = "weft_tx_embedding_fwd",
+    [WEFT_CUK_TX_EMBED_BWD_COUNT] = "weft_tx_embed_bwd_count",
+    [WEFT_CUK_TX_EMBED_BWD_SCAN] = "weft_tx_embed_bwd_scan",
+    [WEFT_CUK_TX_EMBED_BWD_FILL] = "weft_tx_embed_bwd_fill",
+    [WEFT_CUK_TX_EMBED_BWD_SORT] = "weft_tx_embed_bwd_sort",
+    [WEFT_CUK_TX_EMBED_BWD_ACCUM] = "weft_tx_embed_bwd_accum",
+    [WEFT_CUK_TX_LN_FWD] = "weft_tx_layernorm_fwd",
+    [WEFT_CUK_TX_LN_BWD_DX] = "weft_tx_layernorm_bwd_dx",
+    [WEFT_CUK_TX_LN_BWD_DGB] = "weft_tx_layernorm_bwd_dgb",
+    [WEFT_CUK_TX_GELU_FWD] = "weft_tx_gelu_fwd",
+    [WEFT_CUK_TX_GELU_BWD] = "weft_tx_gelu_bwd",
+    [WEFT_CUK_TX_SOFTMAX_FWD] = "weft_tx_softmax_fwd",
+    [WEFT_CUK_TX_SOFTMAX_BWD] = "weft_tx_softmax_bwd",
+    [WEFT_CUK_TX_ATTN_FWD] = "weft_tx_attn_fwd",
+    [WEFT_CUK_TX_ATTN_BWD_DS] = "weft_tx_attn_bwd_ds",
+    [WEFT_CUK_TX_ATTN_BWD_DQKV] = "weft_tx_attn_bwd_dqkv",
+    [WEFT_CUK_TX_XENT_FWD] = "weft_tx_xent_fwd",
+    [WEFT_CUK_TX_XENT_BWD] = "weft_tx_xent_bwd",
+    [WEFT_CUK_TX_ADAMW] = "weft_tx_adamw",
+    [WEFT_CUK_TX_SUMSQ] = "weft_tx_sumsq",
+    [WEFT_CUK_TX_PERMUTE] = "weft_tx_permute",
+    [WEFT_CUK_TX_COPY_SLICE] = "weft_tx_copy_slice",
 };
 
 /* ------------------------------------------------------------------------------------------- errors */
@@ -324,6 +346,9 @@ static void lane_describe(void *self, weft_lane_desc *out) {
   out->contracts = l->tensor ? WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_BF16)
                              : WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32);
   out->flags = 0;
+  /* cuda:N runs every op (the transformer ops on cuda_tx.cu's kernels); cuda:N.tensor matmul only, which its
+   * supports() says (0: the version-1 set, as before) */
+  out->ops = l->tensor ? 0 : WEFT_OPS_ALL;
 }
 
 /* Finished everything given so far? (Recorded launches not yet started count as unfinished.) */
@@ -360,6 +385,7 @@ static void dev_release(weft_cu_dev *d) {
   if (d->blas) d->bl->cublasDestroy(d->blas);
   if (d->blas_ws) cu->cuMemFree(d->blas_ws);
   if (d->scratch) cu->cuMemFree(d->scratch);
+  if (d->eb_scratch) cu->cuMemFree(d->eb_scratch);
   if (!d->failed) cache_clear(d);
   if (d->ring) cu->cuMemFreeHost(d->ring);
   if (d->wb) cu->cuMemFreeHost(d->wb);
@@ -661,7 +687,7 @@ static weft_status run_stream_back(weft_cu_lane *l, const weft_op *op, int nchun
 /* Inputs an op has read are no longer "fresh from the host": a matmul over them again (a resident loop,
  * calibration's repeats) is device work whose result need not be streamed home. */
 static void consume_inputs(const weft_op *op) {
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < WEFT_OP_MAX_IN; i++) {
     weft_cu_buf *b = op->in[i];
     if (b) b->from_host = 0;
   }
@@ -692,7 +718,7 @@ static weft_status lane_run(void *self, const weft_op *op) {
     }
   }
   /* an op writing the buffer that is streaming home must wait for that copy */
-  for (int o = 0; o < 2; o++)
+  for (int o = 0; o < WEFT_OP_MAX_OUT; o++)
     if (op->out[o] && op->out[o] == d->wb_owner) {
       wb_drop(d, op->out[o]);
       d->wait_d2h = 1;
@@ -700,7 +726,7 @@ static weft_status lane_run(void *self, const weft_op *op) {
   if ((st = weft_cu_emit(l, op, 0, op->kind == WEFT_OP_MATMUL ? weft_cu_matmul_rows(op, NULL) : 0)) != WEFT_OK)
     return st;
   consume_inputs(op);
-  for (int o = 0; o < 2; o++) {
+  for (int o = 0; o < WEFT_OP_MAX_OUT; o++) {
     weft_cu_buf *b = op->out[o];
     if (b) b->gen++, b->from_host = 0;
   }

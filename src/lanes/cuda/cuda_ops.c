@@ -204,13 +204,237 @@ static weft_status scratch(weft_cu_dev *d, size_t bytes, uint64_t *out) {
     CUresult r = d->cu->cuMemAlloc(&d->scratch, want);
     if (r != CUDA_SUCCESS) {
       d->scratch = 0;
-      return weft_cu_check(d, r, "allocating softmax scratch");
+      return weft_cu_check(d, r, "allocating scratch (softmax rows, attention backward)");
     }
     d->scratch_bytes = want;
   }
   *out = d->scratch;
   return WEFT_OK;
 }
+
+/* Embedding backward's int32 scratch for tables of up to `rows` rows and `bt` positions: count[rows + 1]
+ * (zeroed once when allocated; every backward leaves it zero again), start[rows + 1], list[bt]. Growing it
+ * first runs and waits for the launches recorded so far (they may use the old one). */
+static weft_status eb_scratch(weft_cu_dev *d, int64_t rows, int64_t bt, uint64_t *count, uint64_t *start,
+                              uint64_t *list) {
+  if (d->eb_rows < rows || d->eb_bt < bt) {
+    weft_status st = weft_cu_enter(d);
+    if (st == WEFT_OK) st = weft_cu_flush(d);
+    if (st == WEFT_OK) st = weft_cu_sync_all(d);
+    if (st != WEFT_OK) return st;
+    int64_t nr = rows > d->eb_rows ? rows : d->eb_rows, nb = bt > d->eb_bt ? bt : d->eb_bt;
+    if (d->eb_scratch) d->cu->cuMemFree(d->eb_scratch);
+    d->eb_scratch = 0, d->eb_rows = 0, d->eb_bt = 0;
+    if (nr < 1024) nr = 1024;
+    if (nb < 1024) nb = 1024;
+    size_t words = (size_t)(2 * (nr + 1) + nb);
+    CUresult r = d->cu->cuMemAlloc(&d->eb_scratch, words * 4);
+    /* count zeroed on the compute stream, ahead of every launch that uses it */
+    if (r == CUDA_SUCCESS)
+      r = d->cu->cuMemsetD32Async(d->eb_scratch, 0, (size_t)(nr + 1), d->stream[WEFT_CU_S_COMPUTE]);
+    if (r != CUDA_SUCCESS) {
+      if (d->eb_scratch) d->cu->cuMemFree(d->eb_scratch);
+      d->eb_scratch = 0;
+      return weft_cu_check(d, r, "allocating embedding backward scratch");
+    }
+    d->work[WEFT_CU_S_COMPUTE]++;
+    d->eb_rows = nr, d->eb_bt = nb;
+  }
+  *count = d->eb_scratch;
+  *start = d->eb_scratch + (uint64_t)(d->eb_rows + 1) * 4;
+  *list = d->eb_scratch + (uint64_t)(2 * (d->eb_rows + 1)) * 4;
+  return WEFT_OK;
+}
+
+static uint64_t bptr(const weft_buffer *b) { return b ? ((const weft_cu_buf *)b)->ptr : 0; }
+
+/* Grids: grid-stride loops over n elements (256 threads a block), and one warp per row (8 rows a block). */
+static uint64_t grid_elems(const weft_cu_dev *d, int64_t n) { return stride_grid(d, (uint64_t)(n > 0 ? n : 1), 256, 32); }
+static uint64_t grid_rows(const weft_cu_dev *d, int64_t rows) { return stride_grid(d, (uint64_t)(rows > 0 ? rows : 1), 8, 16); }
+
+/* One kernel launch whose argument block is `args` (`size` bytes) into the item's union. */
+static weft_status push_tx(weft_cu_dev *d, int fn, uint64_t gx, uint32_t gy, uint32_t block, const void *args,
+                           size_t size) {
+  weft_cu_item it;
+  item_kernel(&it, fn, gx, gy, block);
+  memcpy(&it.a, args, size);
+  return weft_cu_push(d, &it);
+}
+#define PUSH(fn, gx, gy, block, args) push_tx(d, fn, gx, gy, block, &(args), sizeof(args))
+
+/* The transformer ops, as the launch sequences cuda_tx_args.h documents (tests/cuda/test_cuda_tx.c runs the
+ * same ones against reference_tx.c). Indices were range-checked by the core before the op got here. */
+static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
+  weft_cu_dev *d = l->dev;
+  const int64_t *ip = op->iparam;
+  const float *fp = op->fparam;
+  weft_status st = WEFT_OK;
+  switch (op->kind) {
+  case WEFT_OP_EMBEDDING: {
+    weft_tx_embed_args a;
+    memset(&a, 0, sizeof a);
+    a.out = bptr(op->out[0]), a.tok = bptr(op->in[0]), a.pos = bptr(op->in[1]);
+    a.wte = bptr(op->in[2]), a.wpe = bptr(op->in[3]);
+    a.BT = ip[0] * ip[1], a.T = ip[1], a.C = ip[2], a.V = ip[3], a.P = ip[4];
+    if (a.BT * a.C == 0) return WEFT_OK;
+    return PUSH(WEFT_CUK_TX_EMBED_FWD, grid_elems(d, a.BT * a.C), 1, 256, a);
+  }
+  case WEFT_OP_EMBEDDING_BACKWARD: {
+    const int64_t BT = ip[0] * ip[1], T = ip[1], C = ip[2];
+    if (BT == 0 || C == 0) return WEFT_OK;
+    int64_t rows = 0;
+    if (op->out[0] && ip[3] > rows) rows = ip[3];
+    if (op->out[1] && ip[4] > rows) rows = ip[4];
+    uint64_t cnt = 0, start = 0, list = 0;
+    if ((st = eb_scratch(d, rows, BT, &cnt, &start, &list)) != WEFT_OK) return st;
+    for (int tab = 0; tab < 2; tab++) {
+      if (!op->out[tab]) continue;
+      weft_tx_embed_bwd_args a;
+      memset(&a, 0, sizeof a);
+      a.table = bptr(op->out[tab]), a.dout = bptr(op->in[0]), a.idx = bptr(op->in[tab ? 2 : 1]);
+      a.count = cnt, a.start = start, a.list = list;
+      a.BT = BT, a.T = T, a.C = C, a.nrows = tab ? ip[4] : ip[3];
+      uint32_t gy = a.nrows < 65535 ? (uint32_t)a.nrows : 65535;
+      if ((st = PUSH(WEFT_CUK_TX_EMBED_BWD_COUNT, grid_elems(d, BT), 1, 256, a)) != WEFT_OK ||
+          (st = PUSH(WEFT_CUK_TX_EMBED_BWD_SCAN, 1, 1, 1024, a)) != WEFT_OK ||
+          (st = PUSH(WEFT_CUK_TX_EMBED_BWD_FILL, grid_elems(d, BT), 1, 256, a)) != WEFT_OK ||
+          (st = PUSH(WEFT_CUK_TX_EMBED_BWD_SORT, grid_elems(d, a.nrows), 1, 256, a)) != WEFT_OK ||
+          (st = PUSH(WEFT_CUK_TX_EMBED_BWD_ACCUM, (uint64_t)((C + 127) / 128), gy, 128, a)) != WEFT_OK)
+        return st;
+    }
+    return WEFT_OK;
+  }
+  case WEFT_OP_LAYERNORM: {
+    weft_tx_ln_args a;
+    memset(&a, 0, sizeof a);
+    a.y = bptr(op->out[0]), a.mean = bptr(op->out[1]), a.rstd = bptr(op->out[2]);
+    a.x = bptr(op->in[0]), a.gamma = bptr(op->in[1]), a.beta = bptr(op->in[2]);
+    a.N = ip[0], a.C = ip[1], a.eps = fp[0];
+    if (a.N == 0) return WEFT_OK;
+    return PUSH(WEFT_CUK_TX_LN_FWD, grid_rows(d, a.N), 1, 256, a);
+  }
+  case WEFT_OP_LAYERNORM_BACKWARD: {
+    weft_tx_ln_args a;
+    memset(&a, 0, sizeof a);
+    a.dy = bptr(op->in[0]), a.x = bptr(op->in[1]), a.mean = bptr(op->in[2]), a.rstd = bptr(op->in[3]);
+    a.gamma = bptr(op->in[4]);
+    a.dx = bptr(op->out[0]), a.dgamma = bptr(op->out[1]), a.dbeta = bptr(op->out[2]);
+    a.N = ip[0], a.C = ip[1];
+    if (a.N == 0 || a.C == 0) return WEFT_OK;
+    /* dgamma/dbeta first: dx may be dy (in place), and they read dy */
+    if ((a.dgamma || a.dbeta) &&
+        (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB, (uint64_t)((a.C + 31) / 32), 1, 256, a)) != WEFT_OK)
+      return st;
+    return PUSH(WEFT_CUK_TX_LN_BWD_DX, grid_rows(d, a.N), 1, 256, a);
+  }
+  case WEFT_OP_GELU:
+  case WEFT_OP_GELU_BACKWARD: {
+    weft_tx_gelu_args a;
+    memset(&a, 0, sizeof a);
+    a.out = bptr(op->out[0]), a.x = bptr(op->in[0]), a.dy = bptr(op->in[1]), a.n = ip[0];
+    if (a.n == 0) return WEFT_OK;
+    return PUSH(op->kind == WEFT_OP_GELU ? WEFT_CUK_TX_GELU_FWD : WEFT_CUK_TX_GELU_BWD, grid_elems(d, a.n), 1, 256,
+                a);
+  }
+  case WEFT_OP_CAUSAL_SOFTMAX:
+  case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD: {
+    weft_tx_softmax_args a;
+    memset(&a, 0, sizeof a);
+    a.out = bptr(op->out[0]), a.in = bptr(op->in[0]), a.in2 = bptr(op->in[1]);
+    a.R = ip[0], a.T = ip[1], a.scale = fp[0];
+    if (a.R * a.T == 0) return WEFT_OK;
+    return PUSH(op->kind == WEFT_OP_CAUSAL_SOFTMAX ? WEFT_CUK_TX_SOFTMAX_FWD : WEFT_CUK_TX_SOFTMAX_BWD,
+                grid_rows(d, a.R * a.T), 1, 256, a);
+  }
+  case WEFT_OP_ATTENTION: {
+    weft_tx_attn_args a;
+    memset(&a, 0, sizeof a);
+    a.out = bptr(op->out[0]), a.att = bptr(op->out[1]), a.preatt = bptr(op->out[2]), a.qkv = bptr(op->in[0]);
+    a.B = ip[0], a.T = ip[1], a.C = ip[2], a.NH = ip[3];
+    if (a.B * a.T * a.NH == 0) return WEFT_OK;
+    return PUSH(WEFT_CUK_TX_ATTN_FWD, grid_rows(d, a.B * a.NH * a.T), 1, 256, a);
+  }
+  case WEFT_OP_ATTENTION_BACKWARD: {
+    weft_tx_attn_args a;
+    memset(&a, 0, sizeof a);
+    a.dout = bptr(op->in[0]), a.qkv = bptr(op->in[1]), a.att = bptr(op->in[2]), a.dqkv = bptr(op->out[0]);
+    a.B = ip[0], a.T = ip[1], a.C = ip[2], a.NH = ip[3];
+    if (a.B * a.T * a.NH == 0) return WEFT_OK;
+    if ((st = scratch(d, (size_t)(a.B * a.NH * a.T * a.T) * sizeof(float), &a.ds)) != WEFT_OK) return st;
+    if ((st = PUSH(WEFT_CUK_TX_ATTN_BWD_DS, grid_rows(d, a.B * a.NH * a.T), 1, 256, a)) != WEFT_OK) return st;
+    return PUSH(WEFT_CUK_TX_ATTN_BWD_DQKV, grid_elems(d, a.B * a.T * a.C), 1, 256, a);
+  }
+  case WEFT_OP_CROSSENTROPY:
+  case WEFT_OP_CROSSENTROPY_BACKWARD: {
+    weft_tx_xent_args a;
+    memset(&a, 0, sizeof a);
+    a.logits = bptr(op->in[0]), a.targets = bptr(op->in[1]);
+    if (op->kind == WEFT_OP_CROSSENTROPY) a.losses = bptr(op->out[0]);
+    else a.dlogits = bptr(op->out[0]), a.dloss = bptr(op->in[2]);
+    a.N = ip[0], a.V = ip[1];
+    if (a.N == 0) return WEFT_OK;
+    return PUSH(op->kind == WEFT_OP_CROSSENTROPY ? WEFT_CUK_TX_XENT_FWD : WEFT_CUK_TX_XENT_BWD, grid_rows(d, a.N), 1,
+                256, a);
+  }
+  case WEFT_OP_ADAMW: {
+    weft_tx_adamw_args a;
+    memset(&a, 0, sizeof a);
+    a.grad = bptr(op->in[0]), a.param = bptr(op->out[0]), a.m = bptr(op->out[1]), a.v = bptr(op->out[2]);
+    a.n = ip[0];
+    a.lr = fp[0], a.beta1 = fp[1], a.beta2 = fp[2], a.eps = fp[3], a.weight_decay = fp[4], a.bc1 = fp[5];
+    a.bc2 = fp[6];
+    if (a.n == 0) return WEFT_OK;
+    return PUSH(WEFT_CUK_TX_ADAMW, grid_elems(d, a.n), 1, 256, a);
+  }
+  case WEFT_OP_SUMSQ: {
+    weft_tx_clip_args a;
+    memset(&a, 0, sizeof a);
+    a.g = bptr(op->in[0]), a.ss = bptr(op->out[0]), a.n = ip[0];
+    if (a.n > 0 && (st = PUSH(WEFT_CUK_TX_SUMSQ, 1, 1, 32, a)) != WEFT_OK) return st;
+    /* The running sum is left as the hardware made it; the op stores acc canonical (a NaN as 0x7fc00000,
+     * even with n = 0, as the host kernel does): a scale by 1 is exact for every other value. */
+    weft_cu_item it;
+    item_kernel(&it, WEFT_CUK_ELEMENTWISE, 1, 1, 256);
+    it.a.ew.x = a.ss, it.a.ew.out = a.ss, it.a.ew.count = 1, it.a.ew.cols = 1;
+    it.a.ew.op = WEFT_CU_EW_SCALE, it.a.ew.alpha = 1.0f;
+    return weft_cu_push(d, &it);
+  }
+  case WEFT_OP_PERMUTE: {
+    /* y's axis a is x's axis perm[a]: the kernel walks y and reads x at stride xs[perm[a]] */
+    weft_tx_permute_args a;
+    memset(&a, 0, sizeof a);
+    const int64_t *xd = ip + 1;
+    int64_t xs[4];
+    xs[3] = 1;
+    for (int k = 2; k >= 0; k--) xs[k] = xs[k + 1] * xd[k + 1];
+    a.out = bptr(op->out[0]), a.in = bptr(op->in[0]), a.rank = 4;
+    a.count = xd[0] * xd[1] * xd[2] * xd[3];
+    for (int k = 0; k < 4; k++) {
+      int p = (int)((ip[5] >> (2 * k)) & 3);
+      a.out_dims[k] = xd[p], a.in_stride[k] = xs[p];
+    }
+    for (int k = 4; k < 6; k++) a.out_dims[k] = 1;
+    if (a.count == 0) return WEFT_OK;
+    return PUSH(WEFT_CUK_TX_PERMUTE, grid_elems(d, a.count), 1, 256, a);
+  }
+  case WEFT_OP_COPY_SLICE: {
+    /* dst[o, off + i, r] = src[o, i, r]: per o a contiguous run of src_len * inner elements */
+    weft_tx_copy_args a;
+    memset(&a, 0, sizeof a);
+    const int64_t outer = ip[0], sl = ip[1], dl = ip[2], inner = ip[3], off = ip[4];
+    a.dst = bptr(op->out[0]), a.src = bptr(op->in[0]);
+    a.nb = outer, a.rows = 1, a.cols = sl * inner;
+    a.dst_off = off * inner, a.dst_bs = dl * inner, a.dst_rs = 0;
+    a.src_off = 0, a.src_bs = sl * inner, a.src_rs = 0;
+    if (a.nb * a.cols == 0) return WEFT_OK;
+    return PUSH(WEFT_CUK_TX_COPY_SLICE, grid_elems(d, a.nb * a.cols), 1, 256, a);
+  }
+  default:
+    return weft_lane_report(d->host, WEFT_ERR_UNSUPPORTED, "%s: op %s is not implemented here", l->name,
+                            weft_op_kind_str(op->kind));
+  }
+}
+#undef PUSH
 
 weft_status weft_cu_emit(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t r1) {
   weft_cu_dev *d = l->dev;
@@ -257,6 +481,7 @@ weft_status weft_cu_emit(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t
     return weft_cu_push(d, &it);
   }
   default:
+    if (op->kind >= WEFT_OP_V1_COUNT && !l->tensor) return emit_tx(l, op);
     return weft_lane_report(d->host, WEFT_ERR_UNSUPPORTED, "%s: op %s is not implemented here", l->name,
                             weft_op_kind_str(op->kind));
   }
