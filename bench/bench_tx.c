@@ -1,16 +1,18 @@
-/* bench_tx.c - the CPU lane's transformer ops (exact, bit for bit the reference) at GPT-2 small's shapes:
- * B = 4, C = 768, 12 heads, V = 50257, T given on the command line (default 64 256 1024). Prints one line
- * per op and T: "op T milliseconds" (the best of several runs), for compare_tx.sh to set beside PyTorch's
- * figures from bench_tx_torch.py, measured in the same run. Threads: WEFT_BENCH_THREADS, else every CPU.
- * The op set: embedding, layernorm, gelu, attention (fused, with att), causal softmax (unfused), cross-entropy,
+/* bench_tx.c - the CPU lane's transformer ops through the public API (weft_op_* pinned to the cpu lane, on
+ * tensors resident there; each timed call is followed by weft_fabric_sync, so the figure includes the op
+ * table's validation, routing, the host queue and the lane's dispatch) at GPT-2 small's shapes: B = 4,
+ * C = 768, 12 heads, V = 50257, T given on the command line (default 64 256 1024). Prints one line per op and
+ * T: "op T milliseconds" (the best of several runs), for compare_tx.sh to set beside PyTorch's figures from
+ * bench_tx_torch.py, measured in the same run. Threads: WEFT_BENCH_THREADS, else every CPU. Contract:
+ * WEFT_BENCH_CONTRACT=fp32, else exact (the CPU lane runs the same kernels under both).
+ * The op set: embedding, layernorm, gelu, attention (fused, writing att, not preatt), causal softmax (unfused), cross-entropy,
  * each forward and backward, and AdamW over the B*T*C*4 parameters of a sizeable layer. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "lanes/cpu/tx.h"
+#include "weft.h"
 
 static double now(void) {
   struct timespec ts;
@@ -18,26 +20,49 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static float *fbuf(size_t n, float lo, float hi, unsigned *seed) {
-  float *p = malloc(sizeof(float) * (n ? n : 1));
-  if (!p) {
-    fprintf(stderr, "bench_tx: out of memory (%zu floats)\n", n);
-    exit(1);
-  }
+static weft_fabric *F;
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_tx: %s: %s\n", what, F ? weft_fabric_last_error(F) : weft_open_error());
+  exit(1);
+}
+
+/* A tensor of uniform values in [lo, hi) (lo == hi: that constant), made resident on the cpu lane. */
+static weft_tensor *tens(int nd, int64_t d0, int64_t d1, int64_t d2, int64_t d3, float lo, float hi, unsigned *seed) {
+  const int64_t d[4] = {d0, d1, d2, d3};
+  size_t n = 1;
+  for (int i = 0; i < nd; i++) n *= (size_t)d[i];
+  float *p = malloc(sizeof(float) * n);
+  if (!p) die("out of host memory");
   for (size_t i = 0; i < n; i++) {
     *seed = *seed * 1664525u + 1013904223u;
     p[i] = lo + (hi - lo) * (float)(*seed >> 8) * (1.0f / 16777216.0f);
   }
-  return p;
+  weft_tensor *t = NULL;
+  if (weft_tensor_create(F, nd, d, p, &t) != WEFT_OK) die("tensor_create");
+  free(p);
+  return t;
 }
+
+static weft_tensor *itens(int64_t B, int64_t T, const int32_t *v) {
+  const int64_t d[2] = {B, T};
+  weft_tensor *t = NULL;
+  if (weft_tensor_create_typed(F, WEFT_DTYPE_I32, 2, d, v, &t) != WEFT_OK) die("tensor_create_typed");
+  return t;
+}
+
+#define RUN(call)                                                                                                  \
+  do {                                                                                                             \
+    if ((call) != WEFT_OK || weft_fabric_sync(F) != WEFT_OK) die(#call);                                           \
+  } while (0)
 
 #define TIME(name, T, call)                                                                                        \
   do {                                                                                                             \
-    call;                                                                                                          \
+    RUN(call);                                                                                                     \
     double best = 1e30, spent = 0;                                                                                 \
     for (int rep = 0; rep < 10 && (rep < 3 || spent < 1.0); rep++) {                                               \
       const double t0 = now();                                                                                     \
-      call;                                                                                                        \
+      RUN(call);                                                                                                   \
       const double dt = now() - t0;                                                                                \
       spent += dt;                                                                                                 \
       if (dt < best) best = dt;                                                                                    \
@@ -48,12 +73,18 @@ static float *fbuf(size_t n, float lo, float hi, unsigned *seed) {
 
 int main(int argc, char **argv) {
   const int64_t B = 4, C = 768, NH = 12, V = 50257;
-  int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.lanes = "cpu";
+  d.calibration = WEFT_CALIBRATION_OFF;
   const char *env = getenv("WEFT_BENCH_THREADS");
-  if (env && atoi(env) > 0) threads = atoi(env);
-  weft_cpu_pool *pool = NULL;
-  weft_cpu_pool_create(threads, &pool);
-  fprintf(stderr, "bench_tx: %d threads, isa %s\n", weft_cpu_pool_threads(pool), weft_cpu_tx_select()->isa);
+  if (env && atoi(env) > 0) d.cpu_threads = atoi(env);
+  if (weft_fabric_open(&d, &F) != WEFT_OK) die("open the cpu lane");
+  const char *ce = getenv("WEFT_BENCH_CONTRACT");
+  const int fp32 = ce && strcmp(ce, "fp32") == 0;
+  const weft_op_desc pin = {fp32 ? WEFT_CONTRACT_FP32 : WEFT_CONTRACT_EXACT, 0};
+  const weft_op_desc *P = &pin;
+  weft_lane_info li;
+  if (weft_fabric_lane_info(F, 0, &li) == WEFT_OK) fprintf(stderr, "bench_tx: %s contract, cpu lane: %s\n", fp32 ? "fp32" : "exact", li.details);
   int64_t Ts[8] = {64, 256, 1024};
   int nT = 3;
   if (argc > 1) {
@@ -63,46 +94,51 @@ int main(int argc, char **argv) {
   unsigned seed = 1;
   for (int ti = 0; ti < nT; ti++) {
     const int64_t T = Ts[ti], N = B * T;
-    const size_t nc = (size_t)(N * C);
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)N);
-    for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)((i * 7919) % V);
-    float *wte = fbuf((size_t)(V * C), -0.1f, 0.1f, &seed), *wpe = fbuf((size_t)(1024 * C), -0.1f, 0.1f, &seed);
-    float *x = fbuf(nc, -1, 1, &seed), *y = fbuf(nc, 0, 0, &seed), *dy = fbuf(nc, -1, 1, &seed);
-    float *g = fbuf((size_t)C, 0.5f, 1.5f, &seed), *bt = fbuf((size_t)C, -0.1f, 0.1f, &seed);
-    float *dg = fbuf((size_t)C, 0, 0, &seed), *db = fbuf((size_t)C, 0, 0, &seed);
-    float *mean = fbuf((size_t)N, 0, 0, &seed), *rstd = fbuf((size_t)N, 0, 0, &seed);
+    int32_t *tokv = malloc(sizeof(int32_t) * (size_t)N);
+    if (!tokv) die("out of host memory");
+    for (int64_t i = 0; i < N; i++) tokv[i] = (int32_t)((i * 7919) % V);
+    weft_tensor *tok = itens(B, T, tokv);
+    weft_tensor *wte = tens(2, V, C, 0, 0, -0.1f, 0.1f, &seed), *wpe = tens(2, 1024, C, 0, 0, -0.1f, 0.1f, &seed);
+    weft_tensor *x = tens(2, N, C, 0, 0, -1, 1, &seed), *y = tens(2, N, C, 0, 0, 0, 0, &seed),
+                *dy = tens(2, N, C, 0, 0, -1, 1, &seed), *dx = tens(2, N, C, 0, 0, 0, 0, &seed);
+    weft_tensor *g = tens(1, C, 0, 0, 0, 0.5f, 1.5f, &seed), *bt = tens(1, C, 0, 0, 0, -0.1f, 0.1f, &seed);
+    weft_tensor *dg = tens(1, C, 0, 0, 0, 0, 0, &seed), *db = tens(1, C, 0, 0, 0, 0, 0, &seed);
+    weft_tensor *mean = tens(1, N, 0, 0, 0, 0, 0, &seed), *rstd = tens(1, N, 0, 0, 0, 0, 0, &seed);
 
-    TIME("embedding_fwd", T, weft_cpu_tx_embedding_forward(pool, y, tok, NULL, wte, wpe, B, T, C, V, 1024));
-    TIME("embedding_bwd", T, weft_cpu_tx_embedding_backward(pool, wte, wpe, dy, tok, NULL, B, T, C, V, 1024));
-    TIME("layernorm_fwd", T, weft_cpu_tx_layernorm_forward(pool, y, mean, rstd, x, g, bt, N, C, 1e-5f));
-    TIME("layernorm_bwd", T, weft_cpu_tx_layernorm_backward(pool, y, dg, db, dy, x, mean, rstd, g, N, C));
-    float *h = fbuf(4 * nc, -3, 3, &seed), *hy = fbuf(4 * nc, 0, 0, &seed), *hd = fbuf(4 * nc, -1, 1, &seed);
-    TIME("gelu_fwd", T, weft_cpu_tx_gelu_forward(pool, hy, h, (int64_t)(4 * nc)));
-    TIME("gelu_bwd", T, weft_cpu_tx_gelu_backward(pool, hy, h, hd, (int64_t)(4 * nc)));
-    /* AdamW over 4*N*C parameters (h as params, hd as grads) */
-    float *m = fbuf(4 * nc, 0, 0, &seed), *v = fbuf(4 * nc, 0, 0, &seed);
-    TIME("adamw", T, weft_cpu_tx_adamw(pool, h, hd, m, v, (int64_t)(4 * nc), 3e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.1f, 0.001f));
-    free(h), free(hy), free(hd), free(m), free(v);
+    TIME("embedding_fwd", T, weft_op_embedding(F, P, tok, NULL, wte, wpe, y));
+    TIME("embedding_bwd", T, weft_op_embedding_backward(F, P, dy, tok, NULL, wte, wpe));
+    TIME("layernorm_fwd", T, weft_op_layernorm(F, P, x, g, bt, 1e-5f, y, mean, rstd));
+    TIME("layernorm_bwd", T, weft_op_layernorm_backward(F, P, dy, x, mean, rstd, g, dx, dg, db));
+    weft_tensor *h = tens(2, 4 * N, C, 0, 0, -3, 3, &seed), *hy = tens(2, 4 * N, C, 0, 0, 0, 0, &seed),
+                *hd = tens(2, 4 * N, C, 0, 0, -1, 1, &seed);
+    TIME("gelu_fwd", T, weft_op_gelu(F, P, h, hy));
+    TIME("gelu_bwd", T, weft_op_gelu_backward(F, P, h, hd, hy));
+    /* AdamW over 4*N*C parameters (h as params, hd as grads), at step 10 */
+    weft_tensor *m = tens(2, 4 * N, C, 0, 0, 0, 0, &seed), *v = tens(2, 4 * N, C, 0, 0, 0, 0, &seed);
+    TIME("adamw", T, weft_op_adamw(F, P, h, hd, m, v, 3e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, 10));
+    weft_tensor_destroy(h), weft_tensor_destroy(hy), weft_tensor_destroy(hd), weft_tensor_destroy(m),
+        weft_tensor_destroy(v);
 
-    const size_t natt = (size_t)(B * NH * T * T);
-    float *qkv = fbuf(3 * nc, -1, 1, &seed), *att = fbuf(natt, 0, 0, &seed), *pre = fbuf(natt, 0, 0, &seed);
-    float *dqkv = fbuf(3 * nc, 0, 0, &seed);
-    TIME("attention_fwd", T, weft_cpu_tx_attention_forward(pool, y, pre, att, qkv, B, T, C, NH));
-    TIME("attention_bwd", T, weft_cpu_tx_attention_backward(pool, dqkv, dy, qkv, att, B, T, C, NH));
-    float *dp = fbuf(natt, -1, 1, &seed), *ds = fbuf(natt, 0, 0, &seed);
-    TIME("softmax_fwd", T, weft_cpu_tx_causal_softmax_forward(pool, att, pre, B * NH, T, 0.125f));
-    TIME("softmax_bwd", T, weft_cpu_tx_causal_softmax_backward(pool, ds, att, dp, B * NH, T, 0.125f));
-    free(qkv), free(att), free(pre), free(dqkv), free(dp), free(ds);
+    weft_tensor *qkv = tens(3, B, T, 3 * C, 0, -1, 1, &seed), *att = tens(4, B, NH, T, T, 0, 0, &seed),
+                *pre = tens(4, B, NH, T, T, 0, 0, &seed), *dqkv = tens(3, B, T, 3 * C, 0, 0, 0, &seed),
+                *ao = tens(3, B, T, C, 0, 0, 0, &seed), *dao = tens(3, B, T, C, 0, -1, 1, &seed);
+    TIME("attention_fwd", T, weft_op_attention(F, P, qkv, NH, ao, att, NULL)); /* att only, as llm.c keeps */
+    TIME("attention_bwd", T, weft_op_attention_backward(F, P, dao, qkv, att, NH, dqkv));
+    weft_tensor *dp = tens(4, B, NH, T, T, -1, 1, &seed), *ds = tens(4, B, NH, T, T, 0, 0, &seed);
+    TIME("softmax_fwd", T, weft_op_causal_softmax(F, P, pre, 0.125f, att));
+    TIME("softmax_bwd", T, weft_op_causal_softmax_backward(F, P, att, dp, 0.125f, ds));
+    weft_tensor *ob[] = {qkv, att, pre, dqkv, ao, dao, dp, ds};
+    for (size_t i = 0; i < sizeof ob / sizeof *ob; i++) weft_tensor_destroy(ob[i]);
 
-    float *logits = fbuf((size_t)(N * V), -4, 4, &seed), *losses = fbuf((size_t)N, 0, 0, &seed);
-    float *dl = fbuf((size_t)N, 1.0f / (float)N, 1.0f / (float)N, &seed);
-    TIME("crossentropy_fwd", T, weft_cpu_tx_crossentropy_forward(pool, losses, logits, tok, N, V));
-    float *dlogits = fbuf((size_t)(N * V), 0, 0, &seed);
-    TIME("crossentropy_bwd", T, weft_cpu_tx_crossentropy_backward(pool, dlogits, logits, tok, dl, N, V));
-    free(logits), free(losses), free(dl), free(dlogits);
-    free(tok), free(wte), free(wpe), free(x), free(y), free(dy), free(g), free(bt), free(dg), free(db), free(mean),
-        free(rstd);
+    weft_tensor *logits = tens(2, N, V, 0, 0, -4, 4, &seed), *losses = tens(1, N, 0, 0, 0, 0, 0, &seed);
+    weft_tensor *dl = tens(1, N, 0, 0, 0, 1.0f / (float)N, 1.0f / (float)N, &seed);
+    TIME("crossentropy_fwd", T, weft_op_crossentropy(F, P, logits, tok, losses));
+    weft_tensor *dlogits = tens(2, N, V, 0, 0, 0, 0, &seed);
+    TIME("crossentropy_bwd", T, weft_op_crossentropy_backward(F, P, logits, tok, dl, dlogits));
+    weft_tensor *oc[] = {logits, losses, dl, dlogits, tok, wte, wpe, x, y, dy, dx, g, bt, dg, db, mean, rstd};
+    for (size_t i = 0; i < sizeof oc / sizeof *oc; i++) weft_tensor_destroy(oc[i]);
+    free(tokv);
   }
-  weft_cpu_pool_destroy(pool);
+  weft_fabric_close(F);
   return 0;
 }

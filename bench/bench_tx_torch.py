@@ -1,9 +1,17 @@
 #!/usr/bin/env python3
 """PyTorch CPU's figures for the ops bench_tx.c times, at the same shapes, in its output format
-("op T milliseconds", the best of several runs). Threads: WEFT_BENCH_THREADS, else every CPU.
-Attention is the unfused form llm.c's PyTorch reference uses (q.k^T, masked softmax, att.v; the att matrix is
-an output of the op, as in weft's); backward passes are timed alone, on a graph built beforehand.
-Exits 77, saying so, without torch."""
+("op T milliseconds", the best of several runs). Threads: TORCH_THREADS=default leaves torch's own default;
+otherwise WEFT_BENCH_THREADS, else every CPU (bench_tx's count).
+Each op gets PyTorch's best form where it has more than one, each on its own line:
+  attention_fwd/_bwd       the unfused form llm.c's PyTorch reference uses (q.k^T, masked softmax, att.v; the att
+                           matrix is an output, as in weft's op);
+  attention_fwd_sdpa/_bwd  F.scaled_dot_product_attention(q, k, v, is_causal=True) (fused; it does not return
+                           att, which weft's op writes), where the installed torch has it (2.0 on);
+  layernorm                F.layer_norm forward; aten's native_layer_norm_backward (what autograd calls);
+  gelu                     F.gelu(approximate="tanh") and its aten backward;
+  crossentropy             F.cross_entropy (fused log-softmax), reduction="none"; backward through autograd;
+  adamw / _foreach / _fused  torch.optim.AdamW plain (for-loop), foreach=True, fused=True where offered.
+Backward passes are timed alone, on a graph built beforehand. Exits 77, saying so, without torch."""
 import os
 import sys
 import time
@@ -30,8 +38,8 @@ def bench(name, T, fn):
 
 
 def main():
-    threads = int(os.environ.get("WEFT_BENCH_THREADS", "0")) or os.cpu_count()
-    torch.set_num_threads(threads)
+    if os.environ.get("TORCH_THREADS") != "default":
+        torch.set_num_threads(int(os.environ.get("WEFT_BENCH_THREADS", "0")) or os.cpu_count())
     torch.set_grad_enabled(False)
     print(f"bench_tx_torch: torch {torch.__version__}, {torch.get_num_threads()} threads", file=sys.stderr)
     B, C, NH, V = 4, 768, 12, 50257
@@ -54,7 +62,7 @@ def main():
             wpe.index_add_(0, pos, dy)
         bench("embedding_bwd", T, emb_bwd)
         res = torch.ops.aten.native_layer_norm(x, [C], w, b, 1e-5)
-        bench("layernorm_fwd", T, lambda: torch.ops.aten.native_layer_norm(x, [C], w, b, 1e-5))
+        bench("layernorm_fwd", T, lambda: F.layer_norm(x, [C], w, b, 1e-5))
         mean, rstd = res[1], res[2]
         bench("layernorm_bwd", T, lambda: torch.ops.aten.native_layer_norm_backward(
             dy, x, [C], mean, rstd, w, b, [True, True, True]))
@@ -62,11 +70,18 @@ def main():
         hd = torch.rand(4 * N, C, generator=g) * 2 - 1
         bench("gelu_fwd", T, lambda: F.gelu(h, approximate="tanh"))
         bench("gelu_bwd", T, lambda: torch.ops.aten.gelu_backward(hd, h, approximate="tanh"))
-        p = torch.nn.Parameter(h.clone())
-        p.grad = hd.clone()
-        opt = torch.optim.AdamW([p], lr=3e-4, weight_decay=0.0)
-        bench("adamw", T, opt.step)
-        del h, hd, p, opt
+        for suffix, kw in (("", {"foreach": False}), ("_foreach", {"foreach": True}), ("_fused", {"fused": True})):
+            p = torch.nn.Parameter(h.clone())
+            p.grad = hd.clone()
+            try:
+                opt = torch.optim.AdamW([p], lr=3e-4, weight_decay=0.0, **kw)
+                opt.step()
+            except (TypeError, RuntimeError) as e:  # not offered by this torch (on CPU)
+                print(f"bench_tx_torch: AdamW {kw}: not available ({str(e).splitlines()[0]})", file=sys.stderr)
+                continue
+            bench("adamw" + suffix, T, opt.step)
+            del p, opt
+        del h, hd
 
         qkv = torch.rand(B, T, 3 * C, generator=g) * 2 - 1
         mask = torch.ones(T, T, dtype=torch.bool).tril()
@@ -88,6 +103,20 @@ def main():
             out, _ = att_fwd(qg)
             bench("attention_bwd", T, lambda: torch.autograd.grad(out, qg, dout, retain_graph=True))
             del out, qg
+        if hasattr(F, "scaled_dot_product_attention"):
+            def sdpa(qkv):
+                q, k, v = (a.view(B, T, NH, hs).transpose(1, 2) for a in qkv.split(C, dim=2))
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                return o.transpose(1, 2).contiguous().view(B, T, C)
+            bench("attention_fwd_sdpa", T, lambda: sdpa(qkv))
+            with torch.enable_grad():
+                qg = qkv.clone().requires_grad_(True)
+                out = sdpa(qg)
+                bench("attention_bwd_sdpa", T, lambda: torch.autograd.grad(out, qg, dout, retain_graph=True))
+                del out, qg
+        elif T == Ts[0]:
+            print(f"bench_tx_torch: torch {torch.__version__} has no F.scaled_dot_product_attention (2.0 on): "
+                  "the fused attention is not compared", file=sys.stderr)
         scores = torch.rand(B * NH, T, T, generator=g) * 2 - 1
         bench("softmax_fwd", T, lambda: torch.softmax((scores * 0.125).masked_fill(~mask, float("-inf")), dim=-1))
         probs = torch.softmax((scores * 0.125).masked_fill(~mask, float("-inf")), dim=-1)

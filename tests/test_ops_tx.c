@@ -3,7 +3,8 @@
  * random inputs of small GPT-2-like shapes, the in-place and aliasing rules, dtype and index errors (which
  * change nothing), int32 tensors and reshape, the lanes' op sets (a lane that offers only matmul is routed
  * around and refuses a pinned layernorm), and a small GPT-2 block forward + backward + clip + AdamW whose
- * every bit matches the same chain run on the reference functions. */
+ * every bit matches the same chain run on the reference functions; and every op the CPU lane runs on its
+ * threaded kernels at sizes it splits, with 1, 3 and 8 threads, called one by one and queued as a chain. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -737,6 +738,115 @@ static void test_queued(void) {
   free(x), free(g), free(b), free(y), free(z);
 }
 
+/* ---------------------------------------------------------------------------- thread counts */
+
+/* Every op the CPU lane runs on its threaded kernels, at GPT-2-like sizes big enough to be split (T = 61:
+ * parts of unequal length), pinned to the CPU lane of a fabric with `threads` threads: the reference's
+ * bits. With `queued`, a large layernorm goes first, so the ops after it join the host queue behind it and
+ * run there as a chain (each reads what the one before wrote where it can). */
+static void tx_threads_once(int threads, int queued) {
+  enum { TB = 4, TT = 61, TC = 768, TNH = 12, TV = 1024, TN = TB * TT, QN = 2048 };
+  weft_fabric_desc d = tu_desc();
+  d.lanes = "cpu";
+  d.cpu_threads = threads;
+  weft_fabric *saved = F;
+  if (weft_fabric_open(&d, &F) != WEFT_OK) {
+    TU_CHECK(0, "open cpu with %d threads: %s", threads, weft_open_error());
+    F = saved;
+    return;
+  }
+  const weft_op_desc pin = {WEFT_CONTRACT_EXACT, 0};
+  char what[96];
+#define W(s) (snprintf(what, sizeof what, "%s (%d threads%s)", s, threads, queued ? ", queued" : ""), what)
+  const size_t nc = (size_t)TN * TC, n3 = 3 * nc, na = (size_t)TB * TNH * TT * TT, nl = (size_t)TN * TV;
+  int32_t *tok = idx(TN, TV), *pos = idx(TN, TT), *tgt = idx(TN, TV);
+  float *wte = rnd((size_t)TV * TC, -1, 1), *wpe = rnd((size_t)TT * TC, -1, 1), *g = rnd(TC, 0.5f, 1.5f),
+        *be = rnd(TC, -1, 1), *qkv = rnd(n3, -2, 2), *dout = rnd(nc, -1, 1), *dqkvo = rnd(n3, -1, 1),
+        *sc = rnd(na, -4, 4), *dp = rnd(na, -1, 1), *lg = rnd(nl, -6, 6), *dl = rnd(TN, 0, 1),
+        *par = rnd(nl, -1, 1), *grd = rnd(nl, -1, 1), *mo = rnd(nl, -0.1f, 0.1f), *ve = rnd(nl, 0, 0.01f),
+        *dwte = rnd((size_t)TV * TC, -1, 1), *dwpe = rnd((size_t)TT * TC, -1, 1), *dg = rnd(TC, -1, 1),
+        *db = rnd(TC, -1, 1), *big = rnd((size_t)QN * TC, -2, 2);
+  float *x = zeros(nc), *y = zeros(nc), *mean = zeros(TN), *rstd = zeros(TN), *dx = zeros(nc), *ge = zeros(nc),
+        *gb = zeros(nc), *ao = zeros(nc), *att = zeros(na), *pre = zeros(na), *dqkv = zeros(n3), *pr = zeros(na),
+        *ds = zeros(na), *ls = zeros(TN), *dlg = zeros(nl), *bigy = zeros((size_t)QN * TC);
+  weft_tensor *ttok = ti(2, TB, TT, tok), *tpos = ti(2, TB, TT, pos), *ttgt = ti(1, TN, 0, tgt),
+              *twte = tf(2, TV, TC, 0, 0, wte), *twpe = tf(2, TT, TC, 0, 0, wpe), *tg = tf(1, TC, 0, 0, 0, g),
+              *tbe = tf(1, TC, 0, 0, 0, be), *tx = tf(3, TB, TT, TC, 0, NULL), *ty = tf(3, TB, TT, TC, 0, NULL),
+              *tmean = tf(1, TN, 0, 0, 0, NULL), *trstd = tf(1, TN, 0, 0, 0, NULL), *tdout = tf(3, TB, TT, TC, 0, dout),
+              *tdx = tf(3, TB, TT, TC, 0, NULL), *tdg = tf(1, TC, 0, 0, 0, dg), *tdb = tf(1, TC, 0, 0, 0, db),
+              *tge = tf(3, TB, TT, TC, 0, NULL), *tgb = tf(3, TB, TT, TC, 0, NULL), *tqkv = tf(3, TB, TT, 3 * TC, 0, qkv),
+              *tao = tf(3, TB, TT, TC, 0, NULL), *tatt = tf(4, TB, TNH, TT, TT, NULL), *tpre = tf(4, TB, TNH, TT, TT, NULL),
+              *tdqkv = tf(3, TB, TT, 3 * TC, 0, NULL), *tsc = tf(4, TB, TNH, TT, TT, sc), *tdp = tf(4, TB, TNH, TT, TT, dp),
+              *tpr = tf(4, TB, TNH, TT, TT, NULL), *tds = tf(4, TB, TNH, TT, TT, NULL), *tlg = tf(2, TN, TV, 0, 0, lg),
+              *tls = tf(1, TN, 0, 0, 0, NULL), *tdl = tf(1, TN, 0, 0, 0, dl), *tdlg = tf(2, TN, TV, 0, 0, NULL),
+              *tpar = tf(2, TN, TV, 0, 0, par), *tgrd = tf(2, TN, TV, 0, 0, grd), *tmo = tf(2, TN, TV, 0, 0, mo),
+              *tve = tf(2, TN, TV, 0, 0, ve), *tdwte = tf(2, TV, TC, 0, 0, dwte), *tdwpe = tf(2, TT, TC, 0, 0, dwpe),
+              *tbig = tf(2, QN, TC, 0, 0, big), *tbigy = tf(2, QN, TC, 0, 0, NULL);
+  (void)dqkvo;
+  if (queued) ok(weft_op_layernorm(F, &pin, tbig, tg, tbe, 1e-5f, tbigy, NULL, NULL), W("the large layernorm first"));
+  /* the chain: embedding -> layernorm -> gelu -> attention on qkv; backward pieces; the rest */
+  ok(weft_op_adamw(F, &pin, tpar, tgrd, tmo, tve, 3e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 3), W("adamw"));
+  ok(weft_op_embedding(F, &pin, ttok, tpos, twte, twpe, tx), W("embedding"));
+  ok(weft_op_layernorm(F, &pin, tx, tg, tbe, 1e-5f, ty, tmean, trstd), W("layernorm"));
+  ok(weft_op_layernorm_backward(F, &pin, tdout, tx, tmean, trstd, tg, tdx, tdg, tdb), W("layernorm_backward"));
+  ok(weft_op_gelu(F, &pin, ty, tge), W("gelu"));
+  ok(weft_op_gelu_backward(F, &pin, ty, tdx, tgb), W("gelu_backward"));
+  ok(weft_op_attention(F, &pin, tqkv, TNH, tao, tatt, tpre), W("attention"));
+  ok(weft_op_attention_backward(F, &pin, tgb, tqkv, tatt, TNH, tdqkv), W("attention_backward"));
+  ok(weft_op_embedding_backward(F, &pin, tao, ttok, tpos, tdwte, tdwpe), W("embedding_backward"));
+  ok(weft_op_embedding_backward(F, &pin, tao, ttok, NULL, NULL, tdwpe), W("embedding_backward (dwpe, pos = t)"));
+  ok(weft_op_causal_softmax(F, &pin, tsc, 0.125f, tpr), W("causal_softmax"));
+  ok(weft_op_causal_softmax_backward(F, &pin, tpr, tdp, 0.125f, tds), W("causal_softmax_backward"));
+  ok(weft_op_crossentropy(F, &pin, tlg, ttgt, tls), W("crossentropy"));
+  ok(weft_op_crossentropy_backward(F, &pin, tlg, ttgt, tdl, tdlg), W("crossentropy_backward"));
+
+  ok(weft_ref_embedding_forward(x, tok, pos, wte, wpe, TB, TT, TC, TV, TT), "ref embedding");
+  weft_ref_layernorm_forward(y, mean, rstd, x, g, be, TN, TC, 1e-5f);
+  weft_ref_layernorm_backward(dx, dg, db, dout, x, mean, rstd, g, TN, TC);
+  weft_ref_gelu_forward(ge, y, (int64_t)nc);
+  weft_ref_gelu_backward(gb, y, dx, (int64_t)nc);
+  ok(weft_ref_attention_forward(ao, pre, att, qkv, TB, TT, TC, TNH), "ref attention");
+  ok(weft_ref_attention_backward(dqkv, gb, qkv, att, TB, TT, TC, TNH), "ref attention_backward");
+  ok(weft_ref_embedding_backward(dwte, dwpe, ao, tok, pos, TB, TT, TC, TV, TT), "ref embedding_backward");
+  ok(weft_ref_embedding_backward(NULL, dwpe, ao, tok, NULL, TB, TT, TC, TV, TT), "ref embedding_backward (dwpe)");
+  weft_ref_causal_softmax_forward(pr, sc, TB * TNH, TT, 0.125f);
+  weft_ref_causal_softmax_backward(ds, pr, dp, TB * TNH, TT, 0.125f);
+  ok(weft_ref_crossentropy_forward(ls, lg, tgt, TN, TV), "ref crossentropy");
+  ok(weft_ref_crossentropy_backward(dlg, lg, tgt, dl, TN, TV), "ref crossentropy_backward");
+  weft_ref_adamw(par, grd, mo, ve, (int64_t)nl, 3e-4f, 0.9f, 0.999f, 1e-8f, 0.01f,
+                 weft_ref_adamw_bias_correction(0.9f, 3), weft_ref_adamw_bias_correction(0.999f, 3));
+  if (queued) weft_ref_layernorm_forward(bigy, NULL, NULL, big, g, be, QN, TC, 1e-5f);
+
+  same(tx, x, nc, W("embedding"));
+  same(ty, y, nc, W("layernorm y")), same(tmean, mean, TN, W("layernorm mean")), same(trstd, rstd, TN, W("layernorm rstd"));
+  same(tdx, dx, nc, W("layernorm_backward dx")), same(tdg, dg, TC, W("layernorm_backward dgamma"));
+  same(tdb, db, TC, W("layernorm_backward dbeta"));
+  same(tge, ge, nc, W("gelu")), same(tgb, gb, nc, W("gelu_backward"));
+  same(tao, ao, nc, W("attention out")), same(tatt, att, na, W("attention att")), same(tpre, pre, na, W("attention preatt"));
+  same(tdqkv, dqkv, n3, W("attention_backward"));
+  same(tdwte, dwte, (size_t)TV * TC, W("embedding_backward dwte")), same(tdwpe, dwpe, (size_t)TT * TC, W("embedding_backward dwpe"));
+  same(tpr, pr, na, W("causal_softmax")), same(tds, ds, na, W("causal_softmax_backward"));
+  same(tls, ls, TN, W("crossentropy")), same(tdlg, dlg, nl, W("crossentropy_backward"));
+  same(tpar, par, nl, W("adamw param")), same(tmo, mo, nl, W("adamw m")), same(tve, ve, nl, W("adamw v"));
+  if (queued) same(tbigy, bigy, (size_t)QN * TC, W("the large layernorm"));
+#undef W
+  weft_tensor *objs[] = {ttok, tpos, ttgt, twte, twpe, tg, tbe, tx, ty, tmean, trstd, tdout, tdx, tdg, tdb, tge, tgb,
+                         tqkv, tao, tatt, tpre, tdqkv, tsc, tdp, tpr, tds, tlg, tls, tdl, tdlg, tpar, tgrd, tmo, tve,
+                         tdwte, tdwpe, tbig, tbigy};
+  for (size_t i = 0; i < sizeof objs / sizeof *objs; i++) weft_tensor_destroy(objs[i]);
+  void *fr[] = {tok, pos, tgt, wte, wpe, g, be, qkv, dout, dqkvo, sc, dp, lg, dl, par, grd, mo, ve, dwte, dwpe, dg, db,
+                big, x, y, mean, rstd, dx, ge, gb, ao, att, pre, dqkv, pr, ds, ls, dlg, bigy};
+  for (size_t i = 0; i < sizeof fr / sizeof *fr; i++) free(fr[i]);
+  weft_fabric_close(F);
+  F = saved;
+}
+
+static void test_threads(void) {
+  const int counts[] = {1, 3, 8};
+  for (int i = 0; i < 3; i++)
+    for (int q = 0; q < 2; q++) tx_threads_once(counts[i], q);
+}
+
 int main(void) {
   const double start = tu_now();
   R.s = tu_seed();
@@ -753,6 +863,7 @@ int main(void) {
   test_copies();
   test_op_run();
   test_queued();
+  test_threads();
   test_block(); /* before the fakes join: every op on the cpu lane */
   test_op_sets();
   weft_fabric_close(F);

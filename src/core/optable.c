@@ -45,6 +45,13 @@ static double work_attention(const weft_op *op) {
   return 2.0 * B * T * T * C + 8.0 * B * (double)op->iparam[3] * T * T;
 }
 
+/* cross-entropy, either way: about eight operations per logit (N rows of V), whatever rows/cols say */
+static double work_xent(const weft_op *op) { return 8.0 * (double)op->iparam[0] * (double)op->iparam[1]; }
+/* embedding backward: one add per element of dout per table, not the tables' size */
+static double work_embedding_backward(const weft_op *op) {
+  return 2.0 * (double)op->iparam[0] * (double)op->iparam[1] * (double)op->iparam[2];
+}
+
 /* An index tensor's values must lie in [0, limit): checked on the host before the op is given to a lane
  * (it is brought home if it lives elsewhere: index tensors are small), so a bad index changes nothing. */
 static weft_status check_indices(weft_fabric *f, const char *fn, const char *what, weft_tensor *t, int64_t limit) {
@@ -572,7 +579,8 @@ const weft_optable_entry weft_optable[WEFT_OP_COUNT] = {
     [WEFT_OP_EMBEDDING] = {"embedding", 4, 1, 2, 0, 0, {WEFT_DT_I32, WEFT_DT_I32, WEFT_DT_F32, WEFT_DT_F32}, FO,
                            {"tok", "pos", "wte", "wpe"}, {"out"}, 0, {0}, v_embedding, EW, elems, h_embedding, 0},
     [WEFT_OP_EMBEDDING_BACKWARD] = {"embedding_backward", 3, 2, 4, 3, 1, {WEFT_DT_F32, WEFT_DT_I32, WEFT_DT_I32}, FO,
-                                    {"dout", "tok", "pos"}, {"dwte", "dwpe"}, 3, {0}, v_embedding_backward, EW, elems,
+                                    {"dout", "tok", "pos"}, {"dwte", "dwpe"}, 3, {0}, v_embedding_backward, EW,
+                                    work_embedding_backward,
                                     h_embedding_backward, 0},
     [WEFT_OP_LAYERNORM] = {"layernorm", 3, 3, 0, 6, 0, FF, FO, {"x", "gamma", "beta"}, {"y", "mean", "rstd"}, 0,
                            {1}, v_layernorm, EW, work_x4, h_layernorm, 0},
@@ -592,10 +600,10 @@ const weft_optable_entry weft_optable[WEFT_OP_COUNT] = {
                                          {"dscores"}, 0, {2}, v_causal_softmax, EW, work_x4,
                                          h_causal_softmax_backward, 0},
     [WEFT_OP_CROSSENTROPY] = {"crossentropy", 2, 1, 0, 0, 0, {WEFT_DT_F32, WEFT_DT_I32}, FO, {"logits", "targets"},
-                              {"losses"}, 0, {0}, v_crossentropy, EW, work_x8, h_crossentropy, 0},
+                              {"losses"}, 0, {0}, v_crossentropy, EW, work_xent, h_crossentropy, 0},
     [WEFT_OP_CROSSENTROPY_BACKWARD] = {"crossentropy_backward", 3, 1, 0, 0, 0, {WEFT_DT_F32, WEFT_DT_I32, WEFT_DT_F32},
                                        FO, {"logits", "targets", "dloss"}, {"dlogits"}, 0, {0}, v_crossentropy, EW,
-                                       work_x8, h_crossentropy_backward, 0},
+                                       work_xent, h_crossentropy_backward, 0},
     [WEFT_OP_ADAMW] = {"adamw", 1, 3, 0, 0, 0, FF, FO, {"grad"}, {"param", "m", "v"}, 7, {0}, v_adamw, EW, work_x16,
                        h_adamw, 0},
     [WEFT_OP_SUMSQ] = {"sumsq", 1, 1, 0, 0, 0, FF, FO, {"x"}, {"acc"}, 1, {0}, v_sumsq, EW, elems, h_sumsq, 0},

@@ -1,5 +1,6 @@
 /* cpu_lane.c - the CPU lane: host memory, the blocked matmul framework (gemm.c), the other ops
- * (elementwise.c: the reference kernels, threaded when large), the lane's worker threads. Honours the exact
+ * (elementwise.c: the reference kernels, threaded when large), the transformer ops (tx.c: vectorised and
+ * threaded, the op table's host kernels for SUMSQ, PERMUTE and COPY_SLICE), the lane's worker threads. Honours the exact
  * and fp32 contracts. */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include <sched.h>
@@ -11,6 +12,7 @@
 #include "../../core/fpenv.h"
 #include "../../core/optable.h"
 #include "cpu.h"
+#include "tx.h"
 
 static void cpu_describe(void *self, weft_lane_desc *out) {
   weft_cpu_lane *l = self;
@@ -22,7 +24,7 @@ static void cpu_describe(void *self, weft_lane_desc *out) {
   out->details = l->details;
   out->contracts = WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32);
   out->flags = WEFT_LANE_HOST_MEMORY;
-  out->ops = WEFT_OPS_ALL; /* the version-2 ops run on the op table's host reference kernels */
+  out->ops = WEFT_OPS_ALL; /* the version-2 ops run on tx.c's threaded kernels (a few on the op table's) */
 }
 
 static void cpu_destroy(void *self) {
@@ -64,7 +66,15 @@ static weft_status cpu_run(void *self, const weft_op *op) {
   weft_fpenv_enter(&env);
   weft_status st = WEFT_OK;
   if (op->kind == WEFT_OP_MATMUL) st = weft_cpu_matmul(l, op);
-  else if (op->kind >= WEFT_OP_V1_COUNT) st = weft_optable_host_run(op, l->host);
+  else if (op->kind >= WEFT_OP_V1_COUNT) {
+    st = weft_cpu_tx_run(l->pool, op);
+    if (st == WEFT_ERR_UNSUPPORTED) st = weft_optable_host_run(op, l->host);
+    else if (st != WEFT_OK)
+      st = weft_lane_report(l->host, st, "cpu: %s: %s", weft_optable[op->kind].name,
+                            st == WEFT_ERR_OUT_OF_MEMORY ? "out of host memory for the kernel's scratch"
+                            : st == WEFT_ERR_INVALID_ARGUMENT ? "an index is out of range (or an operand is missing)"
+                                                              : "the shapes do not fit the kernel");
+  }
   else weft_cpu_elementwise(l, op);
   weft_fpenv_leave(&env);
   return st;

@@ -649,3 +649,51 @@ weft_status weft_cpu_tx_attention_backward(weft_cpu_pool *pool, float *dqkv, con
   free(a.scratch);
   return WEFT_OK;
 }
+
+/* ------------------------------------------------------------------------------ the lane's dispatch */
+
+#define OF(i) ((float *)op->out[i])
+#define IF(i) ((const float *)op->in[i])
+#define II(i) ((const int32_t *)op->in[i])
+
+weft_status weft_cpu_tx_run(weft_cpu_pool *pool, const weft_op *op) {
+  const int64_t *ip = op->iparam;
+  const float *fp = op->fparam;
+  switch (op->kind) {
+  case WEFT_OP_EMBEDDING:
+    return weft_cpu_tx_embedding_forward(pool, OF(0), II(0), II(1), IF(2), IF(3), ip[0], ip[1], ip[2], ip[3], ip[4]);
+  case WEFT_OP_EMBEDDING_BACKWARD:
+    return weft_cpu_tx_embedding_backward(pool, OF(0), OF(1), IF(0), II(1), II(2), ip[0], ip[1], ip[2], ip[3], ip[4]);
+  case WEFT_OP_LAYERNORM:
+    weft_cpu_tx_layernorm_forward(pool, OF(0), OF(1), OF(2), IF(0), IF(1), IF(2), ip[0], ip[1], fp[0]);
+    return WEFT_OK;
+  case WEFT_OP_LAYERNORM_BACKWARD:
+    weft_cpu_tx_layernorm_backward(pool, OF(0), OF(1), OF(2), IF(0), IF(1), IF(2), IF(3), IF(4), ip[0], ip[1]);
+    return WEFT_OK;
+  case WEFT_OP_GELU:
+    weft_cpu_tx_gelu_forward(pool, OF(0), IF(0), ip[0]);
+    return WEFT_OK;
+  case WEFT_OP_GELU_BACKWARD:
+    weft_cpu_tx_gelu_backward(pool, OF(0), IF(0), IF(1), ip[0]);
+    return WEFT_OK;
+  case WEFT_OP_ATTENTION: /* out 0 = out, 1 = att, 2 = preatt (may be NULL) */
+    return weft_cpu_tx_attention_forward(pool, OF(0), OF(2), OF(1), IF(0), ip[0], ip[1], ip[2], ip[3]);
+  case WEFT_OP_ATTENTION_BACKWARD:
+    return weft_cpu_tx_attention_backward(pool, OF(0), IF(0), IF(1), IF(2), ip[0], ip[1], ip[2], ip[3]);
+  case WEFT_OP_CAUSAL_SOFTMAX:
+    weft_cpu_tx_causal_softmax_forward(pool, OF(0), IF(0), ip[0], ip[1], fp[0]);
+    return WEFT_OK;
+  case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD:
+    weft_cpu_tx_causal_softmax_backward(pool, OF(0), IF(0), IF(1), ip[0], ip[1], fp[0]);
+    return WEFT_OK;
+  case WEFT_OP_CROSSENTROPY:
+    return weft_cpu_tx_crossentropy_forward(pool, OF(0), IF(0), II(1), ip[0], ip[1]);
+  case WEFT_OP_CROSSENTROPY_BACKWARD:
+    return weft_cpu_tx_crossentropy_backward(pool, OF(0), IF(0), II(1), IF(2), ip[0], ip[1]);
+  case WEFT_OP_ADAMW: /* fparam 0-6: lr, beta1, beta2, eps, weight decay, bc1, bc2 */
+    weft_cpu_tx_adamw(pool, OF(0), IF(0), OF(1), OF(2), ip[0], fp[0], fp[1], fp[2], fp[3], fp[4], fp[5], fp[6]);
+    return WEFT_OK;
+  default:
+    return WEFT_ERR_UNSUPPORTED; /* SUMSQ (one chain), PERMUTE, COPY_SLICE: the op table's host kernels */
+  }
+}

@@ -16,6 +16,7 @@
 
 #include "pool.h"
 #include "weft.h"
+#include "weft_lane.h"
 
 /* AdamW's per-call constants, computed once on the caller's thread exactly as the reference does. */
 typedef struct weft_cpu_tx_adamw_k {
@@ -88,5 +89,11 @@ void weft_cpu_tx_adamw(weft_cpu_pool *pool, float *param, const float *grad, flo
                        float lr, float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2);
 float weft_cpu_tx_grad_clip(weft_cpu_pool *pool, float *const *grads, const int64_t *sizes, int64_t ntensors,
                             float max_norm);
+
+/* Runs a validated version-2 op (weft_lane.h's slots, iparam and fparam as the op table fills them) on
+ * these kernels. WEFT_ERR_UNSUPPORTED for the ops they do not cover (SUMSQ, a single chain; PERMUTE and
+ * COPY_SLICE, plain copies): the caller runs those on the op table's host kernels. Other statuses are the
+ * kernels' own (WEFT_ERR_OUT_OF_MEMORY for attention's scratch). */
+weft_status weft_cpu_tx_run(weft_cpu_pool *pool, const weft_op *op);
 
 #endif
