@@ -141,8 +141,8 @@ weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out) {
   weft_status st = weft_net_client_call(c, WEFT_NET_HELLO, pl, sizeof pl, NULL, 0);
   /* A peer of protocol 1 refuses version 2 with UNSUPPORTED and its own words: say what to do about it. */
   if (st == WEFT_ERR_UNSUPPORTED)
-    return weft_net_client_fail(c, "its peer refused protocol version %u (%.300s): it speaks an older protocol; "
-                                "update the peer (weft worker, or reload the worker page)",
+    return weft_net_client_fail(c, "its peer speaks an older protocol; update the peer (weft worker, or reload "
+                                "the worker page): it refused protocol %u (%.300s)",
                                 (unsigned)WEFT_NET_VERSION, c->why);
   if (st) return st;
   if (c->reply_len != 24 + WEFT_NET_NONCE_BYTES)
