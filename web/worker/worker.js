@@ -1,6 +1,7 @@
 // worker.js - makes this tab a lane of a weft fabric: it connects to the fabric's WebSocket, answers the
-// wire protocol of docs/PROTOCOL.md as the worker (one frame per binary message), and runs every op of the
-// allow-list under the exact contract: matmul on the tab's GPU through WebGPU (../gpu/gpu.js), the
+// wire protocol (version 2) of docs/PROTOCOL.md as the worker (one frame per binary message), and runs the
+// ops it offers - the version-1 ops, a subset of the op table, which its LANES entry announces - under the
+// exact contract: matmul on the tab's GPU through WebGPU (../gpu/gpu.js), the
 // elementwise ops and matmuls the GPU cannot bind in JavaScript, each multiply and add rounded to fp32 on
 // its own (Math.fround) in the canonical order of src/core/reference.c, so the bits equal weft's CPU lane.
 // Requests are validated as `weft worker` does: exact payload sizes, shapes and counts against the caps,
