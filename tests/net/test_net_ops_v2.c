@@ -199,6 +199,30 @@ static void test_ops(const char *addr, int want_vulkan) {
   TU_CHECK((covered & (WEFT_OPS_ALL & ~WEFT_OPS_V1)) == (WEFT_OPS_ALL & ~WEFT_OPS_V1),
            "every op beyond the version-1 set ran on a remote lane (covered 0x%llx)", (unsigned long long)covered);
   if (want_vulkan) TU_CHECK(remotes >= 2, "the worker's Vulkan lane is a remote lane too");
+  /* Routed, in a fabric of the worker's lanes only: the router sends each op to a lane that offers it (the
+   * worker's CPU; its Vulkan lane offers the version-1 set), with the local CPU's bits. */
+  weft_fabric_desc d2 = tu_desc();
+  d2.lanes = "remote";
+  d2.remote = addr;
+  weft_fabric *g = NULL;
+  TU_STATUS(weft_fabric_open(&d2, &g), WEFT_OK, "open a fabric of remote lanes only");
+  for (int k = 0; g && k < ncases; k++) {
+    const tcase *c = &cs[k];
+    void *want[WEFT_OP_MAX_OUT] = {0}, *got[WEFT_OP_MAX_OUT] = {0};
+    int ran_cpu = -1, ran = -1;
+    weft_status sc = run_on(f, c, (int)cpu, want, &ran_cpu);
+    weft_status sr = run_on(g, c, WEFT_LANE_AUTO, got, &ran);
+    weft_lane_info li;
+    int offers = ran >= 0 && weft_fabric_lane_info(g, (size_t)ran, &li) == WEFT_OK && (li.ops & WEFT_OP_BIT(c->kind));
+    TU_CHECK(sc == WEFT_OK && sr == WEFT_OK && offers, "%s routed among remote lanes: %s, on a lane that offers it",
+             c->what, weft_status_str(sr));
+    for (int o = 0; o < c->nout && sr == WEFT_OK && sc == WEFT_OK; o++)
+      if (c->out[o].given)
+        TU_CHECK(memcmp(want[o], got[o], 4 * numel(&c->out[o])) == 0, "%s routed: output %d has the cpu lane's bits",
+                 c->what, o);
+    for (int o = 0; o < WEFT_OP_MAX_OUT; o++) free(want[o]), free(got[o]);
+  }
+  weft_fabric_close(g);
   weft_fabric_close(f);
 }
 
