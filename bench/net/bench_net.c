@@ -92,18 +92,24 @@ static int hello(int fd, uint8_t **buf, size_t *cap) {
 }
 
 static uint64_t create(int fd, int64_t n, uint8_t **buf, size_t *cap) {
-  uint8_t pl[12];
-  weft_net_put32(pl, 1);
-  weft_net_put64(pl + 4, (uint64_t)n);
-  return call(fd, WEFT_NET_CREATE, pl, 12, NULL, 0, buf, cap, NULL) == 0 ? weft_net_get64(*buf) : 0;
+  uint8_t pl[16];
+  weft_net_put32(pl, WEFT_DTYPE_F32);
+  weft_net_put32(pl + 4, 1);
+  weft_net_put64(pl + 8, (uint64_t)n);
+  return call(fd, WEFT_NET_CREATE, pl, 16, NULL, 0, buf, cap, NULL) == 0 ? weft_net_get64(*buf) : 0;
 }
 
+/* A one-input, one-output op (relu, or a kind off the table), routed by the worker. */
+#define OPB WEFT_NET_OP_BYTES(1, 1)
 static void op_payload(uint8_t *pl, uint32_t kind, uint64_t in, uint64_t out) {
-  memset(pl, 0, WEFT_NET_OP_BYTES);
-  weft_net_put32(pl, kind);
-  weft_net_put32(pl + 8, (uint32_t)-1);
-  weft_net_put64(pl + 20, in);
-  weft_net_put64(pl + 36, out);
+  weft_net_request r;
+  memset(&r, 0, sizeof r);
+  r.op = (weft_op_kind)kind;
+  r.lane = -1;
+  r.nin = r.nout = 1;
+  r.handles[WEFT_NET_IN(0)] = in;
+  r.handles[WEFT_NET_OUT(0)] = out;
+  weft_net_op_encode(&r, pl);
 }
 
 static pid_t worker_pid;
@@ -270,7 +276,7 @@ static void *echo_thread(void *arg) {
   int fd = accept(lfd, NULL, NULL);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  uint8_t b[16 + WEFT_NET_OP_BYTES];
+  uint8_t b[16 + OPB];
   while (io(fd, b, sizeof b, 1) && io(fd, b, 20, 0)) {
   }
   close(fd);
@@ -282,7 +288,7 @@ static double raw_ping_us(int reps) {
   pthread_t th;
   pthread_create(&th, NULL, echo_thread, &lfd);
   int fd = dial(port);
-  uint8_t b[16 + WEFT_NET_OP_BYTES] = {0};
+  uint8_t b[16 + OPB] = {0};
   double *t = malloc(sizeof(double) * (size_t)reps);
   for (int i = 0; i < reps; i++) {
     double t0 = now();
@@ -342,7 +348,7 @@ static void *client(void *arg) {
   enum { N = 64 };
   uint64_t x = create(fd, N, &buf, &cap), y = create(fd, N, &buf, &cap);
   float in[N], out[N];
-  uint8_t pl[WEFT_NET_OP_BYTES], wr[24 + N * 4], rd[24];
+  uint8_t pl[OPB], wr[24 + N * 4], rd[24];
   for (int i = 0; i < 1000; i++) {
     if (i % 10 == 5) {
       /* A malformed frame: which kind varies; each must get an error reply on a live connection. */
@@ -417,7 +423,7 @@ int main(int argc, char **argv) {
 
   /* 1. Tiny op round trip: relu of 4 floats on resident tensors. */
   uint64_t x = create(fd, 4, &buf, &cap), y = create(fd, 4, &buf, &cap);
-  uint8_t pl[WEFT_NET_OP_BYTES];
+  uint8_t pl[OPB];
   op_payload(pl, 2, x, y);
   enum { R = 5000 };
   static double t[R];
@@ -515,11 +521,12 @@ tls: {
     char desc[160];
     weft_net_conn_describe(&tc, desc, sizeof desc);
     size_t tb = (size_t)64 << 20, tper = (size_t)32 << 20;
-    uint8_t cp[12];
-    weft_net_put32(cp, 1);
-    weft_net_put64(cp + 4, tb / 4);
-    uint64_t hp = conn_call(&pc, WEFT_NET_CREATE, cp, 12, NULL, 0, &buf, &cap) == 0 ? weft_net_get64(buf) : 0;
-    uint64_t ht = conn_call(&tc, WEFT_NET_CREATE, cp, 12, NULL, 0, &buf, &cap) == 0 ? weft_net_get64(buf) : 0;
+    uint8_t cp[16];
+    weft_net_put32(cp, WEFT_DTYPE_F32);
+    weft_net_put32(cp + 4, 1);
+    weft_net_put64(cp + 8, tb / 4);
+    uint64_t hp = conn_call(&pc, WEFT_NET_CREATE, cp, 16, NULL, 0, &buf, &cap) == 0 ? weft_net_get64(buf) : 0;
+    uint64_t ht = conn_call(&tc, WEFT_NET_CREATE, cp, 16, NULL, 0, &buf, &cap) == 0 ? weft_net_get64(buf) : 0;
     enum { ROUNDS = 7 };
     double gp[ROUNDS], gt[ROUNDS], gr[ROUNDS];
     conn_upload(&pc, hp, data, tb, tper, &buf, &cap); /* warm both: pages faulted in on each worker */

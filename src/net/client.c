@@ -3,6 +3,8 @@
  * request id, the length the header claims against the bytes received, and each reply's own size. */
 #include "net/client.h"
 
+#include "core/optable.h"
+
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <stdarg.h>
@@ -15,6 +17,7 @@ typedef struct client_buffer {
   uint64_t handle;
   size_t bytes;
   uint32_t session;
+  weft_dtype dtype; /* the handle's dtype on the peer: f32 from CREATE until an op wants it otherwise (RETYPE) */
 } client_buffer;
 
 int weft_net_client_timeout_ms(void) {
@@ -136,6 +139,11 @@ weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out) {
   weft_net_put32(pl, WEFT_NET_VERSION);
   weft_net_put32(pl + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | WEFT_NET_CAP_AUTH_MUTUAL);
   weft_status st = weft_net_client_call(c, WEFT_NET_HELLO, pl, sizeof pl, NULL, 0);
+  /* A peer of protocol 1 refuses version 2 with UNSUPPORTED and its own words: say what to do about it. */
+  if (st == WEFT_ERR_UNSUPPORTED)
+    return weft_net_client_fail(c, "its peer speaks an older protocol; update the peer (weft worker, or reload "
+                                "the worker page): it refused protocol %u (%.300s)",
+                                (unsigned)WEFT_NET_VERSION, c->why);
   if (st) return st;
   if (c->reply_len != 24 + WEFT_NET_NONCE_BYTES)
     return weft_net_client_fail(c, "its peer's hello reply is %zu bytes, not %u", c->reply_len,
@@ -147,8 +155,9 @@ weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out) {
   out->max_frame = weft_net_get32(c->reply + 12 + WEFT_NET_NONCE_BYTES);
   out->max_resident = weft_net_get64(c->reply + 16 + WEFT_NET_NONCE_BYTES);
   if (out->version != WEFT_NET_VERSION)
-    return weft_net_client_fail(c, "its peer speaks protocol version %u, not %u", (unsigned)out->version,
-                                (unsigned)WEFT_NET_VERSION);
+    return weft_net_client_fail(c, "its peer speaks protocol version %u; this client speaks %u: update the %s",
+                                (unsigned)out->version, (unsigned)WEFT_NET_VERSION,
+                                out->version < WEFT_NET_VERSION ? "peer" : "client");
   /* The peer's word sizes our receive buffer and our chunks: keep it within what a sane peer would say. */
   c->max_frame = out->max_frame < 4096 ? 4096 : out->max_frame > (1u << 30) ? 1u << 30 : out->max_frame;
   return WEFT_OK;
@@ -233,12 +242,14 @@ weft_status weft_net_client_authenticate(weft_net_client *c, const weft_net_hell
 
 typedef struct lane_entry {
   weft_contract_mask contracts;
+  uint64_t ops;
   char strs[3][256]; /* name, kind, device */
 } lane_entry;
 
 weft_status weft_net_client_lanes(weft_net_client *c,
                                   void (*each)(void *ctx, uint32_t index, weft_contract_mask contracts,
-                                               const char *name, const char *kind, const char *device),
+                                               uint64_t ops, const char *name, const char *kind,
+                                               const char *device),
                                   void *ctx) {
   weft_status st = weft_net_client_call(c, WEFT_NET_LANES, NULL, 0, NULL, 0);
   if (st) return st;
@@ -251,12 +262,14 @@ weft_status weft_net_client_lanes(weft_net_client *c,
   lane_entry *e = ok && count ? calloc(count, sizeof *e) : NULL;
   if (ok && count && !e) return weft_lane_report(c->host, WEFT_ERR_OUT_OF_MEMORY, "%s: out of host memory", c->name);
   for (uint32_t i = 0; ok && i < count; i++) {
-    if (p + 4 > n) {
+    if (p + 12 > n) {
       ok = 0;
       break;
     }
     e[i].contracts = weft_net_get32(list + p);
-    p += 4;
+    /* Only ops this library knows: a newer peer's bits beyond the table mean nothing here. */
+    e[i].ops = weft_net_get64(list + p + 4) & WEFT_OPS_ALL;
+    p += 12;
     for (int k = 0; k < 3 && ok; k++) {
       size_t sl = p + 2 <= n ? weft_net_get16(list + p) : 0;
       if (p + 2 > n || sl > 255 || p + 2 + sl > n) {
@@ -273,7 +286,7 @@ weft_status weft_net_client_lanes(weft_net_client *c,
     free(e);
     return weft_net_client_fail(c, "its peer sent a malformed lanes list (%zu bytes)", n);
   }
-  for (uint32_t i = 0; i < count; i++) each(ctx, i, e[i].contracts, e[i].strs[0], e[i].strs[1], e[i].strs[2]);
+  for (uint32_t i = 0; i < count; i++) each(ctx, i, e[i].contracts, e[i].ops, e[i].strs[0], e[i].strs[1], e[i].strs[2]);
   free(e);
   return WEFT_OK;
 }
@@ -293,9 +306,11 @@ weft_status weft_net_client_buffer_alloc(void *self, size_t bytes, weft_buffer *
   *out = NULL;
   client_buffer *b = calloc(1, sizeof *b);
   if (!b) return weft_lane_report(c->host, WEFT_ERR_OUT_OF_MEMORY, "%s: out of host memory", c->name);
-  uint8_t pl[12];
-  weft_net_put32(pl, 1);
-  weft_net_put64(pl + 4, (bytes + 3) / 4);
+  /* f32 until an op uses it as another dtype (a lane's buffers are untyped; RETYPE in run). */
+  uint8_t pl[16];
+  weft_net_put32(pl, WEFT_DTYPE_F32);
+  weft_net_put32(pl + 4, 1);
+  weft_net_put64(pl + 8, (bytes + 3) / 4);
   weft_status st = weft_net_client_call(c, WEFT_NET_CREATE, pl, sizeof pl, NULL, 0);
   if (!st && c->reply_len != 8) st = weft_net_client_fail(c, "its peer sent a malformed create reply");
   if (!st && weft_net_get64(c->reply) == 0) st = weft_net_client_fail(c, "its peer issued handle 0");
@@ -306,6 +321,7 @@ weft_status weft_net_client_buffer_alloc(void *self, size_t bytes, weft_buffer *
   b->handle = weft_net_get64(c->reply);
   b->bytes = bytes;
   b->session = c->session;
+  b->dtype = WEFT_DTYPE_F32;
   *out = b;
   return WEFT_OK;
 }
@@ -388,81 +404,218 @@ weft_status weft_net_client_download(void *self, weft_buffer *buffer, size_t off
 
 /* ---------------------------------------------------------------------------------------------- ops */
 
-static void put_view(uint8_t *q, int nd, int64_t d0, int64_t d1, int64_t d2) {
-  int64_t d[3] = {d0, d1, d2};
-  weft_net_put32(q, (uint32_t)nd);
-  for (int i = 0; i < nd; i++) weft_net_put64(q + 4 + 8 * i, (uint64_t)d[i]);
+/* Slot k's view: nd dims. */
+static void setv(weft_net_request *r, int k, int nd, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+  const int64_t d[4] = {d0, d1, d2, d3};
+  r->shape_ndim[k] = nd;
+  for (int i = 0; i < 4; i++) r->shape_dims[k][i] = i < nd ? d[i] : 0;
 }
 
 /* A [rows, cols] operand; an empty one (rows 0) as [0, 1, cols], since only batch dimensions may be 0. */
-static void put_rows(uint8_t *q, int64_t rows, int64_t cols) {
-  if (rows) put_view(q, 2, rows, cols, 0);
-  else put_view(q, 3, 0, 1, cols);
+static void set_rows(weft_net_request *r, int k, int64_t rows, int64_t cols) {
+  if (rows) setv(r, k, 2, rows, cols, 0, 0);
+  else setv(r, k, 3, 0, 1, cols, 0);
 }
 
-weft_status weft_net_client_run(void *self, const weft_op *op) {
-  weft_net_client *c = self;
-  weft_buffer *bufs[4] = {op->in[0], op->in[1], op->out[0], op->out[1]};
-  for (int i = 0; i < 4; i++) {
-    weft_status st = bufs[i] ? check_session(c, bufs[i]) : WEFT_OK;
-    if (st) return st;
-  }
-  uint8_t pl[WEFT_NET_OP_BYTES];
-  memset(pl, 0, sizeof pl);
-  weft_net_put32(pl, (uint32_t)op->kind);
-  weft_net_put32(pl + 4, (uint32_t)op->contract);
-  weft_net_put32(pl + 8, (uint32_t)c->peer_lane);
-  weft_net_put32(pl + 12, (op->trans_a ? WEFT_NET_OP_TRANS_A : 0) | (op->trans_b ? WEFT_NET_OP_TRANS_B : 0));
-  uint32_t a;
-  memcpy(&a, &op->alpha, 4);
-  weft_net_put32(pl + 16, a);
-  for (int i = 0; i < 4; i++) weft_net_put64(pl + 20 + 8 * i, bufs[i] ? ((client_buffer *)bufs[i])->handle : 0);
-  uint8_t *v = pl + 52;
-  int64_t r = op->rows, cols = op->cols;
+/* An [n] operand; an empty one as [0, 1, 1]. */
+static void set_vec(weft_net_request *r, int k, int64_t n) {
+  if (n) setv(r, k, 1, n, 0, 0, 0);
+  else setv(r, k, 3, 0, 1, 1, 0);
+}
+
+#define IN(i) WEFT_NET_IN(i)
+#define OUT(o) WEFT_NET_OUT(o)
+
+/* The op's operands as shapes and its parameters as weft_op_run takes them, rebuilt from the lane's op (its
+ * sizes and kernel parameters): the worker runs it through the public API, which validates them again. */
+static int op_views(const weft_op *op, weft_net_request *r) {
+  const int64_t *ip = op->iparam;
+  int64_t rows = op->rows, cols = op->cols;
   switch (op->kind) {
   case WEFT_OP_MATMUL:
-    put_view(v, 3, op->batch, op->trans_a ? op->k : op->m, op->trans_a ? op->m : op->k);
-    if (op->b_batched) put_view(v + 36, 3, op->batch, op->trans_b ? op->n : op->k, op->trans_b ? op->k : op->n);
-    else put_view(v + 36, 2, op->trans_b ? op->n : op->k, op->trans_b ? op->k : op->n, 0);
-    put_view(v + 72, 3, op->batch, op->m, op->n);
-    break;
+    setv(r, IN(0), 3, op->batch, op->trans_a ? op->k : op->m, op->trans_a ? op->m : op->k, 0);
+    if (op->b_batched) setv(r, IN(1), 3, op->batch, op->trans_b ? op->n : op->k, op->trans_b ? op->k : op->n, 0);
+    else setv(r, IN(1), 2, op->trans_b ? op->n : op->k, op->trans_b ? op->k : op->n, 0, 0);
+    setv(r, OUT(0), 3, op->batch, op->m, op->n, 0);
+    r->params.i[0] = op->trans_a != 0, r->params.i[1] = op->trans_b != 0;
+    return 1;
   case WEFT_OP_ADD:
-    put_rows(v, r, cols);
-    if (op->y_broadcast) put_view(v + 36, 1, cols, 0, 0);
-    else put_rows(v + 36, r, cols);
-    put_rows(v + 72, r, cols);
-    break;
+    set_rows(r, IN(0), rows, cols);
+    if (op->y_broadcast) setv(r, IN(1), 1, cols, 0, 0, 0);
+    else set_rows(r, IN(1), rows, cols);
+    set_rows(r, OUT(0), rows, cols);
+    return 1;
   case WEFT_OP_RELU_BACKWARD:
-    put_rows(v + 36, r, cols);
+    set_rows(r, IN(1), rows, cols);
     /* fall through */
   case WEFT_OP_RELU:
   case WEFT_OP_SCALE:
   case WEFT_OP_AXPY:
-    put_rows(v, r, cols);
-    put_rows(v + 72, r, cols);
-    break;
+    set_rows(r, IN(0), rows, cols);
+    set_rows(r, OUT(0), rows, cols);
+    r->params.f[0] = op->alpha;
+    return 1;
   case WEFT_OP_SUM_ROWS:
-    put_rows(v, r, cols);
-    put_view(v + 72, 1, cols, 0, 0);
-    break;
+    set_rows(r, IN(0), rows, cols);
+    setv(r, OUT(0), 1, cols, 0, 0, 0);
+    return 1;
   case WEFT_OP_SOFTMAX_XENT:
-    put_rows(v, r, cols);
-    put_rows(v + 36, r, cols);
-    if (op->out[0]) put_view(v + 72, 1, 1, 0, 0);
-    if (op->out[1]) put_rows(v + 108, r, cols);
-    break;
-  default: return weft_lane_report(c->host, WEFT_ERR_UNSUPPORTED, "%s: op %d unknown", c->name, (int)op->kind);
+    set_rows(r, IN(0), rows, cols);
+    set_rows(r, IN(1), rows, cols);
+    setv(r, OUT(0), 1, 1, 0, 0, 0);
+    set_rows(r, OUT(1), rows, cols);
+    return 1;
+  case WEFT_OP_EMBEDDING: /* B, T, C, V, P */
+    set_rows(r, IN(0), ip[0], ip[1]);
+    set_rows(r, IN(1), ip[0], ip[1]);
+    set_rows(r, IN(2), ip[3], ip[2]);
+    set_rows(r, IN(3), ip[4], ip[2]);
+    setv(r, OUT(0), 3, ip[0], ip[1], ip[2], 0);
+    return 1;
+  case WEFT_OP_EMBEDDING_BACKWARD:
+    setv(r, IN(0), 3, ip[0], ip[1], ip[2], 0);
+    set_rows(r, IN(1), ip[0], ip[1]);
+    set_rows(r, IN(2), ip[0], ip[1]);
+    set_rows(r, OUT(0), ip[3], ip[2]);
+    set_rows(r, OUT(1), ip[4], ip[2]);
+    return 1;
+  case WEFT_OP_LAYERNORM: /* N, C; eps */
+    set_rows(r, IN(0), ip[0], ip[1]);
+    set_vec(r, IN(1), ip[1]);
+    set_vec(r, IN(2), ip[1]);
+    set_rows(r, OUT(0), ip[0], ip[1]);
+    set_vec(r, OUT(1), ip[0]);
+    set_vec(r, OUT(2), ip[0]);
+    r->params.f[0] = op->fparam[0];
+    return 1;
+  case WEFT_OP_LAYERNORM_BACKWARD:
+    set_rows(r, IN(0), ip[0], ip[1]);
+    set_rows(r, IN(1), ip[0], ip[1]);
+    set_vec(r, IN(2), ip[0]);
+    set_vec(r, IN(3), ip[0]);
+    set_vec(r, IN(4), ip[1]);
+    set_rows(r, OUT(0), ip[0], ip[1]);
+    set_vec(r, OUT(1), ip[1]);
+    set_vec(r, OUT(2), ip[1]);
+    return 1;
+  case WEFT_OP_GELU:
+  case WEFT_OP_GELU_BACKWARD:
+    set_vec(r, IN(0), ip[0]);
+    set_vec(r, IN(1), ip[0]);
+    set_vec(r, OUT(0), ip[0]);
+    return 1;
+  case WEFT_OP_ATTENTION: /* B, T, C, NH */
+    setv(r, IN(0), 3, ip[0], ip[1], 3 * ip[2], 0);
+    setv(r, OUT(0), 3, ip[0], ip[1], ip[2], 0);
+    setv(r, OUT(1), 4, ip[0], ip[3], ip[1], ip[1]);
+    setv(r, OUT(2), 4, ip[0], ip[3], ip[1], ip[1]);
+    r->params.i[0] = ip[3];
+    return 1;
+  case WEFT_OP_ATTENTION_BACKWARD:
+    setv(r, IN(0), 3, ip[0], ip[1], ip[2], 0);
+    setv(r, IN(1), 3, ip[0], ip[1], 3 * ip[2], 0);
+    setv(r, IN(2), 4, ip[0], ip[3], ip[1], ip[1]);
+    setv(r, OUT(0), 3, ip[0], ip[1], 3 * ip[2], 0);
+    r->params.i[0] = ip[3];
+    return 1;
+  case WEFT_OP_CAUSAL_SOFTMAX: /* R, T; scale */
+  case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD:
+    setv(r, IN(0), 3, ip[0], ip[1], ip[1], 0);
+    setv(r, IN(1), 3, ip[0], ip[1], ip[1], 0);
+    setv(r, OUT(0), 3, ip[0], ip[1], ip[1], 0);
+    r->params.f[0] = op->fparam[0];
+    return 1;
+  case WEFT_OP_CROSSENTROPY: /* N, V */
+  case WEFT_OP_CROSSENTROPY_BACKWARD:
+    set_rows(r, IN(0), ip[0], ip[1]);
+    set_vec(r, IN(1), ip[0]);
+    set_vec(r, IN(2), ip[0]);
+    if (op->kind == WEFT_OP_CROSSENTROPY) set_vec(r, OUT(0), ip[0]);
+    else set_rows(r, OUT(0), ip[0], ip[1]);
+    return 1;
+  case WEFT_OP_ADAMW: /* n; lr, b1, b2, eps, wd, bc1, bc2 */
+    set_vec(r, IN(0), ip[0]);
+    for (int o = 0; o < 3; o++) set_vec(r, OUT(o), ip[0]);
+    for (int i = 0; i < 7; i++) r->params.f[i] = op->fparam[i];
+    return 1;
+  case WEFT_OP_SUMSQ:
+    set_vec(r, IN(0), ip[0]);
+    setv(r, OUT(0), 1, 1, 0, 0, 0);
+    return 1;
+  case WEFT_OP_PERMUTE: { /* rank, x's dims, perm packed */
+    int rank = (int)ip[0];
+    if (rank < 1 || rank > 4) return 0;
+    int64_t xd[4] = {ip[1], ip[2], ip[3], ip[4]}, yd[4] = {1, 1, 1, 1};
+    for (int a = 0; a < rank; a++) {
+      int p = (int)((ip[5] >> (2 * a)) & 3);
+      yd[a] = xd[p];
+      r->params.i[a] = p;
+    }
+    setv(r, IN(0), rank, xd[0], xd[1], xd[2], xd[3]);
+    setv(r, OUT(0), rank, yd[0], yd[1], yd[2], yd[3]);
+    return 1;
   }
+  case WEFT_OP_COPY_SLICE: /* outer, src_len, dst_len, inner, offset: rank 4 so outer and the lengths may be 0 */
+    setv(r, IN(0), 4, ip[0], ip[1], 1, ip[3]);
+    setv(r, OUT(0), 4, ip[0], ip[2], 1, ip[3]);
+    r->params.i[0] = 1, r->params.i[1] = ip[4];
+    return 1;
+  default: return 0;
+  }
+}
+
+#undef IN
+#undef OUT
+
+weft_status weft_net_client_run(void *self, const weft_op *op) {
+  weft_net_client *c = self;
+  if ((unsigned)op->kind >= WEFT_OP_COUNT)
+    return weft_lane_report(c->host, WEFT_ERR_UNSUPPORTED, "%s: op %d unknown", c->name, (int)op->kind);
+  const weft_optable_entry *e = &weft_optable[op->kind];
+  weft_net_request r;
+  memset(&r, 0, sizeof r);
+  r.type = WEFT_NET_OP;
+  r.op = op->kind;
+  r.contract = op->contract;
+  r.lane = c->peer_lane;
+  r.nin = e->nin;
+  r.nout = e->nout;
+  if (!op_views(op, &r)) return weft_lane_report(c->host, WEFT_ERR_UNSUPPORTED, "%s: op %s cannot be sent", c->name, e->name);
+  for (int k = 0; k < e->nin + e->nout; k++) {
+    int in = k < e->nin, i = in ? k : k - e->nin, at = in ? WEFT_NET_IN(i) : WEFT_NET_OUT(i);
+    client_buffer *b = in ? op->in[i] : op->out[i];
+    if (!b) {
+      r.shape_ndim[at] = 0;
+      continue;
+    }
+    weft_status st = check_session(c, b);
+    if (st) return st;
+    r.handles[at] = b->handle;
+    /* The peer checks each handle's dtype against the op table: a buffer the op uses as another dtype than
+     * the peer holds it in is relabelled first (its bits unchanged). */
+    weft_dtype want = in ? op->in_dtype[i] : op->out_dtype[i];
+    if ((unsigned)want >= WEFT_DTYPE_COUNT) want = WEFT_DTYPE_F32;
+    if (b->dtype != want) {
+      uint8_t pl[12];
+      weft_net_put64(pl, b->handle);
+      weft_net_put32(pl + 8, (uint32_t)want);
+      st = weft_net_client_call(c, WEFT_NET_RETYPE, pl, sizeof pl, NULL, 0);
+      if (st) return st == WEFT_ERR_LANE_FAILED ? st : weft_net_client_fail(c, "its peer refused retype (%s)", c->why);
+      b->dtype = want;
+    }
+  }
+  uint8_t pl[WEFT_NET_OP_MAX_BYTES];
+  size_t len = weft_net_op_encode(&r, pl);
   if (c->pipeline) {
     weft_status st = c->pending >= WEFT_NET_CLIENT_MAX_PENDING ? weft_net_client_drain(c) : WEFT_OK;
     uint32_t id = 0;
-    if (!st) st = send_request(c, WEFT_NET_OP, pl, sizeof pl, NULL, 0, &id);
+    if (!st) st = send_request(c, WEFT_NET_OP, pl, len, NULL, 0, &id);
     if (st) return st;
     if (!c->pending) c->first_pending_id = id;
     c->pending++;
     return WEFT_OK;
   }
-  weft_status st = weft_net_client_call(c, WEFT_NET_OP, pl, sizeof pl, NULL, 0);
+  weft_status st = weft_net_client_call(c, WEFT_NET_OP, pl, len, NULL, 0);
   if (!st && c->reply_len != 4) st = weft_net_client_fail(c, "its peer sent a malformed op reply");
   return st;
 }

@@ -92,12 +92,13 @@ weft_status weft_net_client_authenticate(weft_net_client *c, const weft_net_hell
                                          size_t secret_len, const char *expect_identity, char *identity,
                                          size_t identity_cap);
 /* Asks for the peer's lanes and, once the whole list is found well-formed, calls `each` per entry (index,
- * contracts, name, kind, device; strings bounded, control characters replaced); a malformed list is
+ * contracts, the ops it offers (bits beyond this library's table dropped), name, kind, device; strings bounded, control characters replaced); a malformed list is
  * WEFT_ERR_LANE_FAILED and calls nothing. `each` may hand the lane to the fabric: the client is not used
  * after it returns. */
 weft_status weft_net_client_lanes(weft_net_client *c,
                                   void (*each)(void *ctx, uint32_t index, weft_contract_mask contracts,
-                                               const char *name, const char *kind, const char *device),
+                                               uint64_t ops, const char *name, const char *kind,
+                                               const char *device),
                                   void *ctx);
 /* Fails the lane now: drops the connection and reports `why`. */
 weft_status weft_net_client_fail(weft_net_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

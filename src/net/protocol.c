@@ -15,6 +15,8 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "core/optable.h"
+
 static weft_status fail(char *err, size_t errlen, weft_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static weft_status fail(char *err, size_t errlen, weft_status st, const char *fmt, ...) {
@@ -114,18 +116,30 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
     return WEFT_OK;
   case WEFT_NET_LANES: return want_len(len, 0, "lanes", err, errlen);
   case WEFT_NET_CREATE: {
-    if (len < 4) return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "create payload of %zu bytes is truncated", len);
-    uint32_t ndim = weft_net_get32(payload);
+    if (len < 8) return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "create payload of %zu bytes is truncated", len);
+    uint32_t dtype = weft_net_get32(payload), ndim = weft_net_get32(payload + 4);
+    if (dtype >= WEFT_DTYPE_COUNT)
+      return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "dtype %u is unknown (0 = f32, 1 = i32)", (unsigned)dtype);
     if (ndim < 1 || ndim > WEFT_NET_MAX_RANK)
       return fail(err, errlen, WEFT_ERR_SHAPE, "rank %u; a tensor has 1 to %d dimensions", (unsigned)ndim,
                   WEFT_NET_MAX_RANK);
-    if ((st = want_len(len, 4 + 8 * (size_t)ndim, "create", err, errlen))) return st;
+    if ((st = want_len(len, 8 + 8 * (size_t)ndim, "create", err, errlen))) return st;
+    out->dtype = (weft_dtype)dtype;
     out->ndim = (int)ndim;
-    for (uint32_t d = 0; d < ndim; d++) out->dims[d] = (int64_t)weft_net_get64(payload + 4 + 8 * d);
+    for (uint32_t d = 0; d < ndim; d++) out->dims[d] = (int64_t)weft_net_get64(payload + 8 + 8 * d);
     if ((st = weft_net_shape_check(out->ndim, out->dims, &out->numel, err, errlen))) return st;
     if (out->numel * 4 > limits->max_resident)
       return fail(err, errlen, WEFT_ERR_OUT_OF_MEMORY, "a tensor of %llu bytes exceeds the resident cap of %llu",
                   (unsigned long long)(out->numel * 4), (unsigned long long)limits->max_resident);
+    return WEFT_OK;
+  }
+  case WEFT_NET_RETYPE: {
+    if ((st = want_len(len, 12, "retype", err, errlen))) return st;
+    out->handle = weft_net_get64(payload);
+    uint32_t dtype = weft_net_get32(payload + 8);
+    if (dtype >= WEFT_DTYPE_COUNT)
+      return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "dtype %u is unknown (0 = f32, 1 = i32)", (unsigned)dtype);
+    out->dtype = (weft_dtype)dtype;
     return WEFT_OK;
   }
   case WEFT_NET_WRITE: {
@@ -136,7 +150,7 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
     /* The count is the peer's claim: check it against the bytes actually present, never the other way. */
     if (out->numel > WEFT_NET_MAX_ELEMENTS || out->numel * 4 != len - 24)
       return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT,
-                  "write claims %llu floats but carries %zu bytes of data", (unsigned long long)out->numel, len - 24);
+                  "write claims %llu elements but carries %zu bytes of data", (unsigned long long)out->numel, len - 24);
     if (out->offset > WEFT_NET_MAX_ELEMENTS)
       return fail(err, errlen, WEFT_ERR_SHAPE, "write offset %llu is beyond any tensor",
                   (unsigned long long)out->offset);
@@ -152,7 +166,7 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
       return fail(err, errlen, WEFT_ERR_SHAPE, "read of %llu elements at %llu is beyond any tensor",
                   (unsigned long long)out->numel, (unsigned long long)out->offset);
     if (out->numel * 4 + 8 > limits->max_frame)
-      return fail(err, errlen, WEFT_ERR_OVERFLOW, "a read of %llu floats would not fit one frame (cap %u bytes)",
+      return fail(err, errlen, WEFT_ERR_OVERFLOW, "a read of %llu elements would not fit one frame (cap %u bytes)",
                   (unsigned long long)out->numel, (unsigned)limits->max_frame);
     return WEFT_OK;
   case WEFT_NET_FREE:
@@ -160,40 +174,81 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
     out->handle = weft_net_get64(payload);
     return WEFT_OK;
   case WEFT_NET_OP: {
-    if ((st = want_len(len, WEFT_NET_OP_BYTES, "op", err, errlen))) return st;
+    if (len < WEFT_NET_OP_HEAD_BYTES)
+      return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "op payload of %zu bytes is truncated", len);
     uint32_t kind = weft_net_get32(payload), contract = weft_net_get32(payload + 4);
-    /* The allow-list: exactly the ops this protocol version carries (lane ABI version 1's), nothing the
-     * server has beyond them. */
-    if (kind >= WEFT_OP_V1_COUNT)
+    /* The allow-list is the op table: every op the library has, nothing else. */
+    if (kind >= WEFT_OP_COUNT)
       return fail(err, errlen, WEFT_ERR_UNSUPPORTED, "op kind %u is not on the allow-list (0..%d)", (unsigned)kind,
-                  WEFT_OP_V1_COUNT - 1);
+                  WEFT_OP_COUNT - 1);
     if (contract >= WEFT_CONTRACT_COUNT)
       return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "contract %u is unknown", (unsigned)contract);
+    const weft_optable_entry *e = &weft_optable[kind];
     out->op = (weft_op_kind)kind;
     out->contract = (weft_contract)contract;
     out->lane = (int32_t)weft_net_get32(payload + 8);
     out->flags = weft_net_get32(payload + 12);
-    if (out->flags & ~WEFT_NET_OP_FLAGS_ALL)
-      return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "op flags 0x%x has unknown bits", (unsigned)out->flags);
-    uint32_t a = weft_net_get32(payload + 16);
-    memcpy(&out->alpha, &a, 4);
-    for (int i = 0; i < 4; i++) out->handles[i] = weft_net_get64(payload + 20 + 8 * i);
-    for (int i = 0; i < 4; i++) {
-      const uint8_t *q = payload + 52 + 36 * i;
-      uint32_t nd = weft_net_get32(q);
+    if (out->flags)
+      return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "op flags 0x%x: no flag is defined (parameters carry "
+                  "trans_a, trans_b, alpha)", (unsigned)out->flags);
+    out->nin = payload[16];
+    out->nout = payload[17];
+    if (weft_net_get16(payload + 18))
+      return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "op bytes 18-19 are reserved and must be 0");
+    if (out->nin > e->nin || out->nout > e->nout)
+      return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s takes %d inputs and %d outputs; the op names %d and %d",
+                  e->name, e->nin, e->nout, out->nin, out->nout);
+    if ((st = want_len(len, WEFT_NET_OP_BYTES(out->nin, out->nout), "op", err, errlen))) return st;
+    const uint8_t *q = payload + WEFT_NET_OP_HEAD_BYTES;
+    for (int k = 0; k < out->nin + out->nout; k++, q += WEFT_NET_OP_ENTRY_BYTES) {
+      int s = k < out->nin ? WEFT_NET_IN(k) : WEFT_NET_OUT(k - out->nin);
+      out->handles[s] = weft_net_get64(q);
+      uint32_t nd = weft_net_get32(q + 8);
       if (nd == 0) continue;
       if (nd > WEFT_NET_MAX_RANK)
-        return fail(err, errlen, WEFT_ERR_SHAPE, "slot %d's view has rank %u; at most %d", i, (unsigned)nd,
+        return fail(err, errlen, WEFT_ERR_SHAPE, "operand %d's view has rank %u; at most %d", k, (unsigned)nd,
                     WEFT_NET_MAX_RANK);
-      out->shape_ndim[i] = (int)nd;
-      for (uint32_t d = 0; d < nd; d++) out->shape_dims[i][d] = (int64_t)weft_net_get64(q + 4 + 8 * d);
-      if ((st = weft_net_shape_check(out->shape_ndim[i], out->shape_dims[i], &out->shape_numel[i], err, errlen)))
+      out->shape_ndim[s] = (int)nd;
+      for (uint32_t d = 0; d < nd; d++) out->shape_dims[s][d] = (int64_t)weft_net_get64(q + 12 + 8 * d);
+      if ((st = weft_net_shape_check(out->shape_ndim[s], out->shape_dims[s], &out->shape_numel[s], err, errlen)))
         return st;
+    }
+    /* The parameters are the op's own business: the table's validator checks them (weft_op_run). */
+    for (int i = 0; i < 8; i++) out->params.i[i] = (int64_t)weft_net_get64(q + 8 * i);
+    for (int i = 0; i < 8; i++) {
+      uint32_t b = weft_net_get32(q + 64 + 4 * i);
+      memcpy(&out->params.f[i], &b, 4);
     }
     return WEFT_OK;
   }
   default: return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "unknown request type %u", (unsigned)type);
   }
+}
+
+size_t weft_net_op_encode(const weft_net_request *r, uint8_t *out) {
+  size_t len = WEFT_NET_OP_BYTES(r->nin, r->nout);
+  memset(out, 0, len);
+  weft_net_put32(out, (uint32_t)r->op);
+  weft_net_put32(out + 4, (uint32_t)r->contract);
+  weft_net_put32(out + 8, (uint32_t)r->lane);
+  weft_net_put32(out + 12, r->flags);
+  out[16] = (uint8_t)r->nin;
+  out[17] = (uint8_t)r->nout;
+  uint8_t *q = out + WEFT_NET_OP_HEAD_BYTES;
+  for (int k = 0; k < r->nin + r->nout; k++, q += WEFT_NET_OP_ENTRY_BYTES) {
+    int s = k < r->nin ? WEFT_NET_IN(k) : WEFT_NET_OUT(k - r->nin);
+    weft_net_put64(q, r->handles[s]);
+    weft_net_put32(q + 8, (uint32_t)r->shape_ndim[s]);
+    for (int d = 0; d < r->shape_ndim[s] && d < WEFT_NET_MAX_RANK; d++)
+      weft_net_put64(q + 12 + 8 * d, (uint64_t)r->shape_dims[s][d]);
+  }
+  for (int i = 0; i < 8; i++) weft_net_put64(q + 8 * i, (uint64_t)r->params.i[i]);
+  for (int i = 0; i < 8; i++) {
+    uint32_t b;
+    memcpy(&b, &r->params.f[i], 4);
+    weft_net_put32(q + 64 + 4 * i, b);
+  }
+  return len;
 }
 
 long weft_net_handshake_len(uint16_t type) {

@@ -10,7 +10,10 @@
 #include "weft.h"
 
 #define WEFT_NET_MAGIC 0x54464557u /* "WEFT" as little-endian bytes */
-#define WEFT_NET_VERSION 1u
+/* Version 2: CREATE carries a dtype, OP carries any op of the table (its operands, views and parameters),
+ * LANES says which ops each lane offers, RETYPE relabels a handle's dtype. A peer of version 1 is refused
+ * with a message in both directions (docs/PROTOCOL.md, "Versioning"). */
+#define WEFT_NET_VERSION 2u
 #define WEFT_NET_HEADER_BYTES 16u
 #define WEFT_NET_NONCE_BYTES 32u
 #define WEFT_NET_MAC_BYTES 32u
@@ -55,25 +58,38 @@ typedef enum weft_net_type {
                         *                          u32 max_frame, u64 max_resident */
   WEFT_NET_AUTH = 2,   /* retired: mac[32] = HMAC-SHA256(secret, "weft-auth-v1" || nonce); `weft worker` refuses
                         * it with a message (use AUTH_START, AUTH_FINISH) */
-  WEFT_NET_LANES = 3,  /* empty -> u32 n, n x { u32 contracts, u16 len, name, u16 len, kind, u16 len, device } */
-  WEFT_NET_CREATE = 4, /* u32 ndim, ndim x i64 dims -> u64 handle */
-  WEFT_NET_WRITE = 5,  /* u64 handle, u64 offset, u64 count, count x f32 -> empty (offset, count in elements) */
-  WEFT_NET_READ = 6,   /* u64 handle, u64 offset, u64 count -> u64 count, count x f32 */
+  WEFT_NET_LANES = 3,  /* empty -> u32 n, n x { u32 contracts, u64 ops, u16 len, name, u16 len, kind, u16 len,
+                        * device } */
+  WEFT_NET_CREATE = 4, /* u32 dtype, u32 ndim, ndim x i64 dims -> u64 handle */
+  WEFT_NET_WRITE = 5,  /* u64 handle, u64 offset, u64 count, count x 4-byte elements -> empty (offset, count in
+                        * elements; the bits are copied, never interpreted) */
+  WEFT_NET_READ = 6,   /* u64 handle, u64 offset, u64 count -> u64 count, count x 4-byte elements */
   WEFT_NET_FREE = 7,   /* u64 handle -> empty */
-  WEFT_NET_OP = 8,     /* u32 kind, u32 contract, i32 lane, u32 flags, f32 alpha, 4 x u64 handle,
-                        * 4 x {u32 ndim (0 = the tensor's own shape), 4 x i64 dims} -> i32 lane */
+  WEFT_NET_OP = 8,     /* u32 kind, u32 contract, i32 lane, u32 flags (0), u8 nin, u8 nout, u16 0,
+                        * (nin + nout) x {u64 handle (0 = an absent optional operand), u32 ndim (0 = the
+                        * tensor's own shape), 4 x i64 dims}, 8 x i64 iparams, 8 x f32 fparams -> i32 lane */
   WEFT_NET_PROVE = 9,  /* nonce[32] -> mac[32] = weft_net_tab_mac: the client asks the worker to prove the
                         * secret (a browser tab joining a fabric); `weft worker` refuses it */
   WEFT_NET_AUTH_START = 10,  /* client_nonce[32] -> mac[32] (the worker's proof), u16 len, identity */
   WEFT_NET_AUTH_FINISH = 11, /* mac[32] (the client's proof) -> empty */
+  WEFT_NET_RETYPE = 12,      /* u64 handle, u32 dtype -> empty: the handle's elements are now of that dtype
+                              * (bits unchanged; a client lane's buffers are untyped until an op says) */
   WEFT_NET_TYPE_END
 } weft_net_type;
 
-/* OP flags. */
-#define WEFT_NET_OP_TRANS_A 1u
-#define WEFT_NET_OP_TRANS_B 2u
-#define WEFT_NET_OP_FLAGS_ALL 3u
-#define WEFT_NET_OP_BYTES (20u + 32u + 4u * 36u)
+/* OP: a 20-byte head, nin + nout operand entries of 44 bytes, 96 bytes of parameters (weft_op_params). The
+ * operands are the op table's (src/core/optable.c), in its order: in[0 .. nin-1], then out[0 .. nout-1]. */
+#define WEFT_NET_OP_HEAD_BYTES 20u
+#define WEFT_NET_OP_ENTRY_BYTES 44u
+#define WEFT_NET_OP_PARAM_BYTES 96u
+#define WEFT_NET_OP_SLOTS (WEFT_OP_MAX_IN + WEFT_OP_MAX_OUT)
+#define WEFT_NET_OP_MAX_BYTES (WEFT_NET_OP_HEAD_BYTES + WEFT_NET_OP_SLOTS * WEFT_NET_OP_ENTRY_BYTES + WEFT_NET_OP_PARAM_BYTES)
+/* The payload size of an OP with nin inputs and nout outputs. */
+#define WEFT_NET_OP_BYTES(nin, nout) \
+  (WEFT_NET_OP_HEAD_BYTES + (size_t)((nin) + (nout)) * WEFT_NET_OP_ENTRY_BYTES + WEFT_NET_OP_PARAM_BYTES)
+/* Operand slot s of a decoded or encoded OP: inputs at 0 .. WEFT_OP_MAX_IN-1, outputs after them. */
+#define WEFT_NET_IN(i) (i)
+#define WEFT_NET_OUT(o) (WEFT_OP_MAX_IN + (o))
 
 typedef struct weft_net_header {
   uint32_t magic;
@@ -94,6 +110,7 @@ typedef struct weft_net_request {
   uint32_t version, caps;         /* HELLO */
   const uint8_t *mac;             /* AUTH, AUTH_FINISH */
   const uint8_t *nonce;           /* AUTH_START: the client's nonce */
+  weft_dtype dtype;               /* CREATE, RETYPE */
   int ndim;                       /* CREATE */
   int64_t dims[WEFT_NET_MAX_RANK];
   uint64_t numel;                 /* CREATE: overflow-checked product; WRITE, READ: count */
@@ -103,12 +120,15 @@ typedef struct weft_net_request {
   weft_op_kind op;                /* OP */
   weft_contract contract;
   int32_t lane;
-  uint32_t flags;
-  float alpha;
-  uint64_t handles[4];            /* OP: in0, in1, out0, out1; 0 = none */
-  int shape_ndim[4];              /* OP: a view of each slot's elements with this shape; 0 = its own */
-  int64_t shape_dims[4][WEFT_NET_MAX_RANK];
-  uint64_t shape_numel[4];
+  uint32_t flags;                 /* 0 (reserved) */
+  int nin, nout;                  /* operands given: at most the table's counts for the op */
+  /* Per operand slot (WEFT_NET_IN(i), WEFT_NET_OUT(o)): the handle (0 = none), and a view of its elements
+   * with this shape (ndim 0: the tensor's own). */
+  uint64_t handles[WEFT_NET_OP_SLOTS];
+  int shape_ndim[WEFT_NET_OP_SLOTS];
+  int64_t shape_dims[WEFT_NET_OP_SLOTS][WEFT_NET_MAX_RANK];
+  uint64_t shape_numel[WEFT_NET_OP_SLOTS];
+  weft_op_params params;          /* OP: the op's scalar parameters, as weft_op_run takes them */
 } weft_net_request;
 
 /* Little-endian helpers (the wire is little-endian whatever the host). */
@@ -143,6 +163,10 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
 /* Validates a shape against the caps: rank 1..4, the first (batch) dimension >= 0 when rank >= 3 and the
  * others >= 1, each <= WEFT_NET_MAX_DIM, the product (overflow-checked) <= WEFT_NET_MAX_ELEMENTS. */
 weft_status weft_net_shape_check(int ndim, const int64_t *dims, uint64_t *out_numel, char *err, size_t errlen);
+
+/* Encodes r's OP fields (op, contract, lane, flags, nin, nout, handles, views, params) as an OP payload into
+ * out (WEFT_NET_OP_MAX_BYTES at least); returns its size. */
+size_t weft_net_op_encode(const weft_net_request *r, uint8_t *out);
 
 /* The fixed payload size of a handshake frame (HELLO 8, AUTH_START 32, AUTH_FINISH 32): before the handshake
  * completes a worker reads only those types, and only at exactly these sizes; -1 for every other type (the

@@ -44,6 +44,7 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include "core/optable.h"
 #include "net/tls.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -143,6 +144,7 @@ static double mono_s(void) {
  * (weft_tensor_wrap) in the shape that op wants, so a client lane can treat a handle as a flat buffer. */
 typedef struct slot {
   uint64_t id;
+  weft_dtype dtype; /* CREATE's, or RETYPE's: the op table checks it; WRITE and READ copy bits whatever it is */
   float *data;
   uint64_t numel;
   int ndim;
@@ -368,25 +370,6 @@ static slot *find(weft_net_session *s, uint64_t id) {
 
 /* ---------------------------------------------------------------------------------------------- ops */
 
-/* Which handle slots an op uses: bit i = slot i required, and optional ones. */
-static void op_slots(weft_op_kind op, unsigned *required, unsigned *optional) {
-  *optional = 0;
-  switch (op) {
-  case WEFT_OP_MATMUL:
-  case WEFT_OP_ADD:
-  case WEFT_OP_RELU_BACKWARD: *required = 1 | 2 | 4; break;
-  case WEFT_OP_RELU:
-  case WEFT_OP_SCALE:
-  case WEFT_OP_AXPY:
-  case WEFT_OP_SUM_ROWS: *required = 1 | 4; break;
-  case WEFT_OP_SOFTMAX_XENT:
-    *required = 1 | 2;
-    *optional = 4 | 8;
-    break;
-  default: *required = 0; break;
-  }
-}
-
 /* Where an op runs: a lane (directory index) and the group whose fabric runs it, or lane -1 and group 0 when
  * no lane could be chosen (the directory fabric then routes it, and says what is wrong). */
 typedef struct op_plan {
@@ -397,20 +380,22 @@ typedef struct op_plan {
 
 /* The route query for an op, from its operands' shapes as the core reads them; 0 when the shapes give none
  * (the op's own checks then say what is wrong). Shapes are within the caps, so the products fit. */
-static int op_query(const weft_net_request *r, const int nd[4], const int64_t *const dims[4], weft_route_query *q) {
+static int op_query(const weft_net_request *r, const int nd[2], const int64_t *const dims[2], weft_route_query *q) {
   memset(q, 0, sizeof *q);
   q->op = r->op;
   q->contract = r->contract;
   if (r->op == WEFT_OP_MATMUL) {
     if (nd[0] < 2 || nd[1] < 2) return 0;
+    int ta = r->params.i[0] != 0, tb = r->params.i[1] != 0;
     int64_t am = dims[0][nd[0] - 2], ak = dims[0][nd[0] - 1], bn = dims[1][nd[1] - 1];
-    if (r->flags & WEFT_NET_OP_TRANS_A) am = dims[0][nd[0] - 1], ak = dims[0][nd[0] - 2];
-    if (r->flags & WEFT_NET_OP_TRANS_B) bn = dims[1][nd[1] - 2];
+    if (ta) am = dims[0][nd[0] - 1], ak = dims[0][nd[0] - 2];
+    if (tb) bn = dims[1][nd[1] - 2];
     int64_t batch = 1;
     for (int d = 0; d < nd[0] - 2; d++) batch *= dims[0][d];
     q->batch = batch, q->m = am, q->n = bn, q->k = ak;
     return am >= 1 && ak >= 1 && bn >= 1;
   }
+  /* The other ops: the size of their first input, as rows of its last dimension (the router's estimate). */
   if (nd[0] < 1) return 0;
   int64_t numel = 1;
   for (int d = 0; d < nd[0]; d++) numel *= dims[0][d];
@@ -477,39 +462,75 @@ static void plan_done(weft_net_server *srv, const op_plan *pl, weft_op_kind kind
   pthread_mutex_unlock(&srv->pend_lock);
 }
 
+/* The view slot k of r gives its handle: the view's shape, or the tensor's own. */
+static int view_of(const weft_net_request *r, slot *const *sl, int k, const int64_t **dims) {
+  if (r->shape_ndim[k]) {
+    *dims = r->shape_dims[k];
+    return r->shape_ndim[k];
+  }
+  *dims = sl[k] ? sl[k]->dims : NULL;
+  return sl[k] ? sl[k]->ndim : 0;
+}
+
+/* Wraps a session's elements as a tensor of the handle's dtype (no copy: both dtypes are 4-byte cells). */
+static weft_status wrap_typed(weft_fabric *f, int nd, const int64_t *dims, slot *sl, weft_tensor **out) {
+  weft_status st = weft_tensor_wrap(f, nd, dims, sl->data, out);
+  if (!st) (*out)->dtype = sl->dtype;
+  return st;
+}
+
 static int run_op(weft_net_session *s, const weft_net_header *h, const weft_net_request *r, weft_net_buf *b) {
-  unsigned required, optional;
-  op_slots(r->op, &required, &optional);
-  slot *sl[4] = {0};
-  for (int i = 0; i < 4; i++) {
-    unsigned bit = 1u << i;
-    if (!r->handles[i]) {
-      if (required & bit)
-        return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "%s needs a tensor in slot %d", weft_op_kind_str(r->op), i);
+  const weft_optable_entry *e = &weft_optable[r->op];
+  const char *opname = e->name;
+  slot *sl[WEFT_NET_OP_SLOTS] = {0};
+  /* Every operand against the table: present where required, a handle of this connection, a view within its
+   * tensor, the dtype the table wants. weft_op_run checks shapes and parameters again. */
+  for (int k = 0; k < r->nin + r->nout; k++) {
+    int in = k < r->nin, i = in ? k : k - r->nin, at = in ? WEFT_NET_IN(i) : WEFT_NET_OUT(i);
+    const char *name = in ? e->in_name[i] : e->out_name[i];
+    int optional = (int)(((in ? e->in_optional : e->out_optional) >> i) & 1u);
+    if (!r->handles[at]) {
+      if (!optional)
+        return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "%s needs a tensor as its %s (%s %d)", opname, name,
+                      in ? "input" : "output", i);
       continue;
     }
-    if (!((required | optional) & bit))
-      return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "%s takes no tensor in slot %d (handle %llu)",
-                    weft_op_kind_str(r->op), i, (unsigned long long)r->handles[i]);
-    sl[i] = find(s, r->handles[i]);
-    if (!sl[i])
-      return errorf(s, b, h, WEFT_ERR_NOT_FOUND, "handle %llu in slot %d refers to no tensor of this connection",
-                    (unsigned long long)r->handles[i], i);
+    sl[at] = find(s, r->handles[at]);
+    if (!sl[at])
+      return errorf(s, b, h, WEFT_ERR_NOT_FOUND, "handle %llu (%s's %s) refers to no tensor of this connection",
+                    (unsigned long long)r->handles[at], opname, name);
     /* A view may cover a prefix of the tensor's elements, never more. */
-    if (r->shape_ndim[i] && r->shape_numel[i] > sl[i]->numel)
-      return errorf(s, b, h, WEFT_ERR_SHAPE, "slot %d's view of %llu elements exceeds its tensor's %llu", i,
-                    (unsigned long long)r->shape_numel[i], (unsigned long long)sl[i]->numel);
+    if (r->shape_ndim[at] && r->shape_numel[at] > sl[at]->numel)
+      return errorf(s, b, h, WEFT_ERR_SHAPE, "%s's %s: a view of %llu elements exceeds its tensor's %llu", opname, name,
+                    (unsigned long long)r->shape_numel[at], (unsigned long long)sl[at]->numel);
   }
-  if (r->op == WEFT_OP_SOFTMAX_XENT && !sl[2] && !sl[3])
-    return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "softmax_xent needs a loss or a grad output");
+  /* Required operands left off the end count as absent. */
+  for (int i = r->nin; i < e->nin; i++)
+    if (!((e->in_optional >> i) & 1u))
+      return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "%s needs a tensor as its %s (input %d)", opname,
+                    e->in_name[i], i);
+  for (int o = r->nout; o < e->nout; o++)
+    if (!((e->out_optional >> o) & 1u))
+      return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "%s needs a tensor as its %s (output %d)", opname,
+                    e->out_name[o], o);
+  weft_dtype d0 = sl[0] ? sl[0]->dtype : WEFT_DTYPE_F32;
+  for (int k = 0; k < WEFT_NET_OP_SLOTS; k++) {
+    if (!sl[k]) continue;
+    int in = k < WEFT_OP_MAX_IN, i = in ? k : k - WEFT_OP_MAX_IN;
+    int rule = in ? e->in_dt[i] : e->out_dt[i];
+    weft_dtype want = rule == WEFT_DT_SAME ? d0 : rule == WEFT_DT_I32 ? WEFT_DTYPE_I32 : WEFT_DTYPE_F32;
+    if (sl[k]->dtype != want)
+      return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "%s's %s is an %s tensor (handle %llu); it must be %s", opname,
+                    in ? e->in_name[i] : e->out_name[i], weft_dtype_str(sl[k]->dtype),
+                    (unsigned long long)r->handles[k], weft_dtype_str(want));
+  }
   weft_net_server *srv = s->srv;
   if (r->lane >= 0 && (size_t)r->lane >= srv->nlanes)
-    return errorf(s, b, h, WEFT_ERR_NOT_FOUND, "%s: lane %d does not exist (the worker has %zu lanes)",
-                  weft_op_kind_str(r->op), (int)r->lane, srv->nlanes);
-  int qnd[4] = {0};
-  const int64_t *qdims[4] = {0};
-  for (int i = 0; i < 2; i++)
-    if (sl[i]) qnd[i] = r->shape_ndim[i] ? r->shape_ndim[i] : sl[i]->ndim, qdims[i] = r->shape_ndim[i] ? r->shape_dims[i] : sl[i]->dims;
+    return errorf(s, b, h, WEFT_ERR_NOT_FOUND, "%s: lane %d does not exist (the worker has %zu lanes)", opname,
+                  (int)r->lane, srv->nlanes);
+  int qnd[2] = {0};
+  const int64_t *qdims[2] = {0};
+  for (int i = 0; i < 2; i++) qnd[i] = view_of(r, sl, i, &qdims[i]);
   weft_route_query q;
   int have_q = op_query(r, qnd, qdims, &q);
   size_t attempt = 0;
@@ -521,57 +542,58 @@ retry:;
   od.contract = r->contract;
   od.lane = pl.lane < 0 ? WEFT_LANE_AUTO : srv->lanes[pl.lane].local;
   weft_fabric *f = g->fabric;
-  weft_tensor *t[4] = {0};
-  int owner[4] = {0}; /* t[i] was wrapped for slot i (not shared with an earlier slot) */
+  weft_tensor *t[WEFT_NET_OP_SLOTS] = {0};
+  int owner[WEFT_NET_OP_SLOTS] = {0}; /* t[k] was wrapped for slot k (not shared with an earlier slot) */
   ticket_take(&g->lock);
   double began = mono_s();
   weft_status st = WEFT_OK;
-  for (int i = 0; i < 4 && !st; i++) {
-    if (!sl[i]) continue;
-    int nd = r->shape_ndim[i] ? r->shape_ndim[i] : sl[i]->ndim;
-    const int64_t *dims = r->shape_ndim[i] ? r->shape_dims[i] : sl[i]->dims;
+  for (int k = 0; k < WEFT_NET_OP_SLOTS && !st; k++) {
+    if (!sl[k]) continue;
+    const int64_t *dims;
+    int nd = view_of(r, sl, k, &dims);
     /* The same handle in the same shape is one tensor, so the core sees in-place ops as such. */
-    for (int j = 0; j < i; j++) {
-      int ndj = r->shape_ndim[j] ? r->shape_ndim[j] : (sl[j] ? sl[j]->ndim : 0);
-      const int64_t *dj = r->shape_ndim[j] ? r->shape_dims[j] : (sl[j] ? sl[j]->dims : NULL);
-      if (sl[j] == sl[i] && ndj == nd && !memcmp(dj, dims, sizeof(int64_t) * (size_t)nd)) t[i] = t[j];
+    for (int j = 0; j < k && !t[k]; j++) {
+      const int64_t *dj;
+      int ndj = view_of(r, sl, j, &dj);
+      if (sl[j] == sl[k] && ndj == nd && !memcmp(dj, dims, sizeof(int64_t) * (size_t)nd)) t[k] = t[j];
     }
-    if (t[i]) continue;
-    st = weft_tensor_wrap(f, nd, dims, sl[i]->data, &t[i]);
-    owner[i] = 1;
+    if (t[k]) continue;
+    st = wrap_typed(f, nd, dims, sl[k], &t[k]);
+    owner[k] = 1;
   }
-  int ta = !!(r->flags & WEFT_NET_OP_TRANS_A), tb = !!(r->flags & WEFT_NET_OP_TRANS_B);
-  if (!st) switch (r->op) {
-    case WEFT_OP_MATMUL: st = weft_op_matmul(f, &od, t[0], ta, t[1], tb, t[2]); break;
-    case WEFT_OP_ADD: st = weft_op_add(f, &od, t[0], t[1], t[2]); break;
-    case WEFT_OP_RELU: st = weft_op_relu(f, &od, t[0], t[2]); break;
-    case WEFT_OP_RELU_BACKWARD: st = weft_op_relu_backward(f, &od, t[0], t[1], t[2]); break;
-    case WEFT_OP_SCALE: st = weft_op_scale(f, &od, r->alpha, t[0], t[2]); break;
-    case WEFT_OP_AXPY: st = weft_op_axpy(f, &od, r->alpha, t[0], t[2]); break;
-    case WEFT_OP_SUM_ROWS: st = weft_op_sum_rows(f, &od, t[0], t[2]); break;
-    case WEFT_OP_SOFTMAX_XENT: st = weft_op_softmax_xent(f, &od, t[0], t[1], t[2], t[3]); break;
-    default: st = WEFT_ERR_UNSUPPORTED; break;
-    }
+  if (!st) {
+    weft_tensor *ins[WEFT_OP_MAX_IN], *outs[WEFT_OP_MAX_OUT];
+    for (int i = 0; i < WEFT_OP_MAX_IN; i++) ins[i] = t[WEFT_NET_IN(i)];
+    for (int o = 0; o < WEFT_OP_MAX_OUT; o++) outs[o] = t[WEFT_NET_OUT(o)];
+    st = weft_op_run(f, &od, r->op, ins, r->nin, outs, r->nout, &r->params);
+  }
   int lane = weft_fabric_last_lane(f);
   if (lane >= 0 && pl.group) lane = (int)g->lane; /* as the client numbers lanes: the directory's index */
   if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(f));
-  /* Outputs back into the session's floats (a no-copy read when the op ran on a host lane). An output that
-   * is also an input (an in-place op: the same handle in the same shape) is one tensor, wrapped for the
-   * input's slot: it is read back all the same, once. */
-  for (int i = 2; i < 4 && !st; i++)
-    if (t[i] && !(i == 3 && t[3] == t[2])) {
-      st = weft_tensor_read(t[i], sl[i]->data, weft_tensor_numel(t[i]));
-      if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(f));
-    }
-  for (int i = 0; i < 4; i++)
-    if (owner[i]) weft_tensor_destroy(t[i]);
+  /* Outputs back into the session's elements (a no-copy read when the op ran on a host lane): every output,
+   * those the op reads as well as writes (adamw's, an accumulated gradient, copy_slice's dst) included. An
+   * output that is also an input (an in-place op: the same handle in the same shape) is one tensor, wrapped
+   * for the input's slot: it is read back all the same, once. */
+  for (int o = 0; o < WEFT_OP_MAX_OUT && !st; o++) {
+    weft_tensor *to = t[WEFT_NET_OUT(o)];
+    int seen = !to;
+    for (int p = 0; p < o && !seen; p++) seen = t[WEFT_NET_OUT(p)] == to;
+    if (seen) continue;
+    slot *so = sl[WEFT_NET_OUT(o)];
+    size_t n = weft_tensor_numel(to);
+    st = so->dtype == WEFT_DTYPE_I32 ? weft_tensor_read_i32(to, (int32_t *)(void *)so->data, n)
+                                     : weft_tensor_read(to, so->data, n);
+    if (st) snprintf(s->err, sizeof s->err, "%s", weft_fabric_last_error(f));
+  }
+  for (int k = 0; k < WEFT_NET_OP_SLOTS; k++)
+    if (owner[k]) weft_tensor_destroy(t[k]);
   weft_lane_info li;
   if (st && pl.lane >= 0 && !weft_fabric_lane_info(f, (size_t)od.lane, &li) && li.failed)
     atomic_store(&srv->lanes[pl.lane].down, 1);
   double ran = st ? 0 : mono_s() - began;
   ticket_give(&g->lock);
   plan_done(srv, &pl, r->op, ran);
-  /* A routed op whose lane failed under it goes to the next best lane (the session's floats are intact: a
+  /* A routed op whose lane failed under it goes to the next best lane (the session's elements are intact: a
    * lane that can fail is a device lane, which wrote nothing back). */
   if (st == WEFT_ERR_LANE_FAILED && r->lane < 0 && pl.lane >= 0 && ++attempt < srv->nlanes) goto retry;
   if (st) {
@@ -609,8 +631,12 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
   case WEFT_NET_HELLO: {
     if (s->hello) return errorf(s, b, h, WEFT_ERR_STATE, "hello was already received");
     if (r.version != WEFT_NET_VERSION) {
-      errorf(s, b, h, WEFT_ERR_UNSUPPORTED, "protocol version %u is not spoken here (this worker speaks %u)",
-             (unsigned)r.version, (unsigned)WEFT_NET_VERSION);
+      if (r.version < WEFT_NET_VERSION)
+        errorf(s, b, h, WEFT_ERR_UNSUPPORTED, "this worker speaks protocol %u; update the client (it speaks %u)",
+               (unsigned)WEFT_NET_VERSION, (unsigned)r.version);
+      else
+        errorf(s, b, h, WEFT_ERR_UNSUPPORTED, "protocol version %u is not spoken here (this worker speaks %u); "
+               "update the worker", (unsigned)r.version, (unsigned)WEFT_NET_VERSION);
       return 0;
     }
     s->hello = 1;
@@ -683,7 +709,7 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
     /* Sized exactly as the loop below writes: a lane that cannot be described still gets its entry. */
     for (size_t i = 0; i < n; i++) {
       weft_lane_info li;
-      len += 4 + 6;
+      len += 4 + 8 + 6;
       if (weft_fabric_lane_info(dir, i, &li)) continue;
       len += (li.name ? strnlen(li.name, 255) : 0) + (li.kind ? strnlen(li.kind, 255) : 0) +
              (li.device ? strnlen(li.device, 255) : 0);
@@ -696,7 +722,8 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
         weft_lane_info li;
         if (weft_fabric_lane_info(dir, i, &li)) memset(&li, 0, sizeof li);
         weft_net_put32(p, li.failed || atomic_load(&srv->lanes[i].down) ? 0 : li.contracts);
-        p += 4;
+        weft_net_put64(p + 4, li.ops & WEFT_OPS_ALL);
+        p += 12;
         const char *strs[3] = {li.name, li.kind, li.device};
         for (int k = 0; k < 3; k++) {
           size_t sl = strs[k] ? strnlen(strs[k], 255) : 0;
@@ -734,6 +761,7 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
     }
     slot *sl = &s->slots[s->nslots++];
     sl->id = s->next_id++;
+    sl->dtype = r.dtype;
     sl->data = data;
     sl->numel = r.numel;
     sl->ndim = r.ndim;
@@ -751,7 +779,7 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
                     (unsigned long long)r.handle);
     /* Both are at most 2^28 (the decoder's caps), so the sum cannot wrap. */
     if (r.offset + r.numel > sl->numel)
-      return errorf(s, b, h, WEFT_ERR_SHAPE, "%s of %llu floats at %llu runs past a tensor of %llu",
+      return errorf(s, b, h, WEFT_ERR_SHAPE, "%s of %llu elements at %llu runs past a tensor of %llu",
                     r.type == WEFT_NET_WRITE ? "write" : "read", (unsigned long long)r.numel,
                     (unsigned long long)r.offset, (unsigned long long)sl->numel);
     if (r.type == WEFT_NET_WRITE) {
@@ -775,6 +803,15 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
     s->resident -= sl->numel * 4;
     mem_give(srv, sl->numel * 4);
     *sl = s->slots[--s->nslots];
+    reply_begin(b, h, WEFT_OK, 0);
+    return 1;
+  }
+  case WEFT_NET_RETYPE: {
+    slot *sl = find(s, r.handle);
+    if (!sl)
+      return errorf(s, b, h, WEFT_ERR_NOT_FOUND, "handle %llu refers to no tensor of this connection",
+                    (unsigned long long)r.handle);
+    sl->dtype = r.dtype;
     reply_begin(b, h, WEFT_OK, 0);
     return 1;
   }

@@ -154,16 +154,46 @@ int nt_closed(int fd) {
   return k == 0 || (k < 0 && errno == ECONNRESET);
 }
 
-uint64_t nt_create(int fd, int ndim, const int64_t *dims) {
-  uint8_t pl[4 + 8 * 4];
-  weft_net_put32(pl, (uint32_t)ndim);
-  for (int i = 0; i < ndim; i++) weft_net_put64(pl + 4 + 8 * i, (uint64_t)dims[i]);
+uint64_t nt_create_typed(int fd, weft_dtype dtype, int ndim, const int64_t *dims) {
+  uint8_t pl[8 + 8 * 4];
+  weft_net_put32(pl, (uint32_t)dtype);
+  weft_net_put32(pl + 4, (uint32_t)ndim);
+  for (int i = 0; i < ndim; i++) weft_net_put64(pl + 8 + 8 * i, (uint64_t)dims[i]);
   uint8_t *r;
   uint32_t n = 0;
   uint64_t h = 0;
-  if (nt_call(fd, WEFT_NET_CREATE, pl, 4 + 8 * (uint32_t)ndim, &r, &n) == 0 && n == 8) h = weft_net_get64(r);
+  if (nt_call(fd, WEFT_NET_CREATE, pl, 8 + 8 * (uint32_t)ndim, &r, &n) == 0 && n == 8) h = weft_net_get64(r);
   free(r);
   return h;
+}
+
+uint64_t nt_create(int fd, int ndim, const int64_t *dims) { return nt_create_typed(fd, WEFT_DTYPE_F32, ndim, dims); }
+
+/* The table's operand counts of the version-1 ops (src/core/optable.c). */
+static void v1_slots(uint32_t kind, int *nin, int *nout) {
+  static const int ins[8] = {2, 2, 1, 2, 1, 1, 1, 2}, outs[8] = {1, 1, 1, 1, 1, 1, 1, 2};
+  *nin = kind < 8 ? ins[kind] : 0;
+  *nout = kind < 8 ? outs[kind] : 0;
+}
+
+size_t nt_op_v1(uint8_t *pl, uint32_t kind, uint32_t contract, int32_t lane, uint32_t flags, float alpha,
+                const uint64_t hs[4], const int nd[4], const int64_t dims[4][4]) {
+  weft_net_request r;
+  memset(&r, 0, sizeof r);
+  r.op = (weft_op_kind)kind;
+  r.contract = (weft_contract)contract;
+  r.lane = lane;
+  v1_slots(kind, &r.nin, &r.nout);
+  const int at[4] = {WEFT_NET_IN(0), WEFT_NET_IN(1), WEFT_NET_OUT(0), WEFT_NET_OUT(1)};
+  for (int i = 0; i < 4; i++) {
+    r.handles[at[i]] = hs[i];
+    r.shape_ndim[at[i]] = nd ? nd[i] : 0;
+    for (int d = 0; nd && d < nd[i]; d++) r.shape_dims[at[i]][d] = dims[i][d];
+  }
+  r.params.i[0] = (flags & 1) != 0;
+  r.params.i[1] = (flags & 2) != 0;
+  r.params.f[0] = alpha;
+  return weft_net_op_encode(&r, pl);
 }
 
 int nt_write(int fd, uint64_t h, const float *x, uint64_t n) {
@@ -194,16 +224,9 @@ int nt_read(int fd, uint64_t h, float *x, uint64_t n) {
 }
 
 int nt_op(int fd, uint32_t kind, uint32_t contract, int32_t lane, uint32_t flags, float alpha, const uint64_t hs[4]) {
-  uint8_t pl[WEFT_NET_OP_BYTES] = {0};
-  weft_net_put32(pl, kind);
-  weft_net_put32(pl + 4, contract);
-  weft_net_put32(pl + 8, (uint32_t)lane);
-  weft_net_put32(pl + 12, flags);
-  uint32_t a;
-  memcpy(&a, &alpha, 4);
-  weft_net_put32(pl + 16, a);
-  for (int i = 0; i < 4; i++) weft_net_put64(pl + 20 + 8 * i, hs[i]);
-  return nt_call(fd, WEFT_NET_OP, pl, WEFT_NET_OP_BYTES, NULL, NULL);
+  uint8_t pl[WEFT_NET_OP_MAX_BYTES];
+  size_t n = nt_op_v1(pl, kind, contract, lane, flags, alpha, hs, NULL, NULL);
+  return nt_call(fd, WEFT_NET_OP, pl, (uint32_t)n, NULL, NULL);
 }
 
 void nt_ref_matmul(const float *a, const float *b, float *c, int m, int k, int n) {

@@ -32,10 +32,16 @@ int nt_hello(int fd, uint8_t *nonce);
 int nt_call(int fd, uint16_t type, const void *payload, uint32_t len, uint8_t **out_payload, uint32_t *out_len);
 /* 1 when the connection was closed by the peer (a read returns 0 within a second). */
 int nt_closed(int fd);
-/* Create a tensor; returns the handle or 0. */
+/* Create a tensor (f32, or of a dtype); returns the handle or 0. */
 uint64_t nt_create(int fd, int ndim, const int64_t *dims);
+uint64_t nt_create_typed(int fd, weft_dtype dtype, int ndim, const int64_t *dims);
 int nt_write(int fd, uint64_t h, const float *x, uint64_t n);
 int nt_read(int fd, uint64_t h, float *x, uint64_t n);
+/* A version-1 op as an OP payload (into WEFT_NET_OP_MAX_BYTES at pl; returns its size): hs = in0, in1,
+ * out0, out1 (the table's counts of the op: slots past them are dropped), nd/dims their views (NULL: none),
+ * flags 1/2 = trans_a/trans_b (params i[0], i[1]), alpha (params f[0]). */
+size_t nt_op_v1(uint8_t *pl, uint32_t kind, uint32_t contract, int32_t lane, uint32_t flags, float alpha,
+                const uint64_t hs[4], const int nd[4], const int64_t dims[4][4]);
 int nt_op(int fd, uint32_t kind, uint32_t contract, int32_t lane, uint32_t flags, float alpha, const uint64_t hs[4]);
 /* Proves the secret on a connection whose hello gave `nonce`; returns the AUTH reply's status or -1. */
 int nt_auth(int fd, const uint8_t *nonce, const char *secret);

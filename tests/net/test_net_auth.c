@@ -64,7 +64,9 @@ static void label_mac(const char *label, const uint8_t *nonce, uint8_t out[WEFT_
 
 /* ------------------------------------------------------------------------------ fake workers (client side) */
 
-typedef enum fake_mode { FAKE_WRONG_PROOF, FAKE_NO_MUTUAL } fake_mode;
+/* FAKE_V1_REFUSES: a worker of protocol 1, which refuses a hello of version 2 as that release did;
+ * FAKE_V1_ANSWERS: a peer that answers hello with version 1. */
+typedef enum fake_mode { FAKE_WRONG_PROOF, FAKE_NO_MUTUAL, FAKE_V1_REFUSES, FAKE_V1_ANSWERS } fake_mode;
 
 typedef struct fake_worker {
   int lfd, port;
@@ -88,10 +90,16 @@ static void *fake_serve(void *arg) {
     while (nt_recv(fd, &h, &p)) {
       uint8_t out[WEFT_NET_HEADER_BYTES + 128] = {0};
       size_t len = 0;
-      if (h.type == WEFT_NET_HELLO) {
+      uint16_t rstatus = 0;
+      if (h.type == WEFT_NET_HELLO && f->mode == FAKE_V1_REFUSES) {
+        static const char m[] = "protocol version 2 is not spoken here (this worker speaks 1)";
+        len = sizeof m - 1;
+        memcpy(out + WEFT_NET_HEADER_BYTES, m, len);
+        rstatus = WEFT_ERR_UNSUPPORTED;
+      } else if (h.type == WEFT_NET_HELLO) {
         len = 12 + WEFT_NET_NONCE_BYTES + 12;
         uint8_t *q = out + WEFT_NET_HEADER_BYTES;
-        weft_net_put32(q, WEFT_NET_VERSION);
+        weft_net_put32(q, f->mode == FAKE_V1_ANSWERS ? 1 : WEFT_NET_VERSION);
         weft_net_put32(q + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | (f->mode == FAKE_NO_MUTUAL ? 0 : WEFT_NET_CAP_AUTH_MUTUAL));
         weft_net_put32(q + 8, 1);
         memset(q + 12, 0x5a, WEFT_NET_NONCE_BYTES);
@@ -111,7 +119,7 @@ static void *fake_serve(void *arg) {
       }
       free(p);
       p = NULL;
-      weft_net_header rh = {WEFT_NET_MAGIC, (uint16_t)(h.type | WEFT_NET_REPLY), 0, h.request_id, (uint32_t)len};
+      weft_net_header rh = {WEFT_NET_MAGIC, (uint16_t)(h.type | WEFT_NET_REPLY), rstatus, h.request_id, (uint32_t)len};
       weft_net_header_encode(&rh, out);
       if (!nt_send_raw(fd, out, WEFT_NET_HEADER_BYTES + len)) break;
     }
@@ -327,6 +335,21 @@ int main(int argc, char **argv) {
   TU_CHECK(strstr(why, "mutual authentication") != NULL, "a worker without mutual auth is refused: '%s'", why);
   fake_stop(&fk);
   TU_CHECK(!fk.got_client_proof, "the client sent no proof to a worker that proves nothing");
+
+  /* A worker of protocol 1, which refuses version 2 (as that release does), and a peer that answers with
+   * version 1: each refused with what to do, and sent nothing else. */
+  TU_CHECK(fake_start(&fk, FAKE_V1_REFUSES), "fake worker");
+  remote_outcome(fk.port, why, sizeof why);
+  TU_CHECK(strstr(why, "older protocol") && strstr(why, "update the peer"), "a protocol-1 worker is refused: '%s'",
+           why);
+  fake_stop(&fk);
+  TU_CHECK(!fk.got_client_proof && !fk.got_other, "nothing sent to a protocol-1 worker after its refusal");
+  TU_CHECK(fake_start(&fk, FAKE_V1_ANSWERS), "fake worker");
+  remote_outcome(fk.port, why, sizeof why);
+  TU_CHECK(strstr(why, "protocol version 1") && strstr(why, "update the peer"),
+           "a peer answering hello with protocol 1 is refused: '%s'", why);
+  fake_stop(&fk);
+  TU_CHECK(!fk.got_client_proof && !fk.got_other, "nothing sent to a protocol-1 peer after its hello");
   unsetenv("WEFT_REMOTE_SECRET_FILE");
 
   /* Off loopback without a secret: the worker refuses to start (exit 1, says why). */

@@ -132,9 +132,10 @@ static int tls_round_trip(int port, char *err, size_t errlen) {
   ok = ok && weft_net_auth_proof(WEFT_NET_PROOF_CLIENT, (const uint8_t *)secret, strlen(secret), wn, cn, id, mac) == 0;
   ok = ok && tls_call(&c, WEFT_NET_AUTH_FINISH, 3, mac, sizeof mac, NULL, NULL) == 0;
   /* A tensor's bits there and back. */
-  weft_net_put32(pl, 1);
-  weft_net_put64(pl + 4, 5);
-  ok = ok && tls_call(&c, WEFT_NET_CREATE, 4, pl, 12, &r, &n) == 0 && n == 8;
+  weft_net_put32(pl, WEFT_DTYPE_F32);
+  weft_net_put32(pl + 4, 1);
+  weft_net_put64(pl + 8, 5);
+  ok = ok && tls_call(&c, WEFT_NET_CREATE, 4, pl, 16, &r, &n) == 0 && n == 8;
   uint64_t h = ok ? weft_net_get64(r) : 0;
   free(r), r = NULL;
   const float x[5] = {1.5f, -2.25f, 3e-7f, 65504.0f, -0.0f};
@@ -265,9 +266,10 @@ static void test_global_cap(const char *weft) {
   int64_t five = (5 << 20) / 4;
   uint64_t ha = create_flat(a, five);
   TU_CHECK(ha != 0, "5 MiB on connection A fits");
-  uint8_t pl[12];
-  weft_net_put32(pl, 1);
-  weft_net_put64(pl + 4, (uint64_t)five);
+  uint8_t pl[16];
+  weft_net_put32(pl, WEFT_DTYPE_F32);
+  weft_net_put32(pl + 4, 1);
+  weft_net_put64(pl + 8, (uint64_t)five);
   uint8_t *r = NULL;
   int st = nt_call(b, WEFT_NET_CREATE, pl, sizeof pl, &r, NULL);
   TU_CHECK(st == WEFT_ERR_OUT_OF_MEMORY && r && tu_contains((char *)r, "all connections"),

@@ -23,19 +23,16 @@
 static nt_worker w;
 static int cpu_lane = -1, vk_lane = -1;
 
-static void op_payload(uint8_t *pl, uint32_t kind, int32_t lane, const uint64_t hs[4]) {
-  memset(pl, 0, WEFT_NET_OP_BYTES);
-  weft_net_put32(pl, kind);
-  weft_net_put32(pl + 8, (uint32_t)lane);
-  for (int i = 0; i < 4; i++) weft_net_put64(pl + 20 + 8 * i, hs[i]);
+static uint32_t op_payload(uint8_t *pl, uint32_t kind, int32_t lane, const uint64_t hs[4]) {
+  return (uint32_t)nt_op_v1(pl, kind, 0, lane, 0, 0, hs, NULL, NULL);
 }
 
 /* Runs an op and returns the lane its reply names, or -1 - status. */
 static int op_lane(int fd, uint32_t kind, int32_t lane, const uint64_t hs[4]) {
-  uint8_t pl[WEFT_NET_OP_BYTES], *r = NULL;
-  op_payload(pl, kind, lane, hs);
+  uint8_t pl[WEFT_NET_OP_MAX_BYTES], *r = NULL;
+  uint32_t plen = op_payload(pl, kind, lane, hs);
   uint32_t n = 0;
-  int st = nt_call(fd, WEFT_NET_OP, pl, sizeof pl, &r, &n);
+  int st = nt_call(fd, WEFT_NET_OP, pl, plen, &r, &n);
   int got = st == 0 && n == 4 ? (int)weft_net_get32(r) : -1 - (st < 0 ? 100 : st);
   free(r);
   return got;
@@ -79,9 +76,9 @@ static void find_lanes(int fd) {
     return;
   }
   uint32_t count = weft_net_get32(r), at = 4;
-  for (uint32_t i = 0; i < count && at + 4 <= n; i++) {
+  for (uint32_t i = 0; i < count && at + 12 <= n; i++) {
     uint32_t contracts = weft_net_get32(r + at);
-    at += 4;
+    at += 12; /* contracts, ops */
     char name[256] = "";
     for (int k = 0; k < 3 && at + 2 <= n; k++) {
       uint16_t len = weft_net_get16(r + at);
@@ -106,11 +103,11 @@ typedef struct big {
 
 static void *run_big(void *arg) {
   big *b = arg;
-  uint8_t pl[WEFT_NET_OP_BYTES];
-  op_payload(pl, WEFT_OP_MATMUL, cpu_lane, b->hs);
+  uint8_t pl[WEFT_NET_OP_MAX_BYTES];
+  uint32_t plen = op_payload(pl, WEFT_OP_MATMUL, cpu_lane, b->hs);
   double t0 = tu_now();
   b->ok = 1;
-  for (int i = 0; i < b->count; i++) b->ok &= nt_send(b->fd, WEFT_NET_OP, 1000u + (uint32_t)i, pl, sizeof pl);
+  for (int i = 0; i < b->count; i++) b->ok &= nt_send(b->fd, WEFT_NET_OP, 1000u + (uint32_t)i, pl, plen);
   for (int i = 0; i < b->count; i++) {
     weft_net_header h;
     uint8_t *r = NULL;

@@ -145,9 +145,10 @@ int main(int argc, char **argv) {
     }
     uint8_t pl[24], *r = NULL;
     uint32_t n = 0;
-    weft_net_put32(pl, 1);
-    weft_net_put64(pl + 4, N);
-    TU_CHECK(conn_call(&c, WEFT_NET_CREATE, pl, 12, NULL, 0, &r, &n) == 0 && n == 8, "create");
+    weft_net_put32(pl, WEFT_DTYPE_F32);
+    weft_net_put32(pl + 4, 1);
+    weft_net_put64(pl + 8, N);
+    TU_CHECK(conn_call(&c, WEFT_NET_CREATE, pl, 16, NULL, 0, &r, &n) == 0 && n == 8, "create");
     uint64_t h = r ? weft_net_get64(r) : 0;
     free(r);
     weft_net_put64(pl, h);

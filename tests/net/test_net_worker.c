@@ -98,8 +98,15 @@ static void test_handles_refer_to_nothing(void) {
   TU_CHECK(nt_op(a, WEFT_OP_ADD, 0, -1, 0, 0, hs) == WEFT_ERR_NOT_FOUND, "op input refers to nothing");
   uint64_t hs2[4] = {h, 0, h, 0};
   TU_CHECK(nt_op(a, WEFT_OP_ADD, 0, -1, 0, 0, hs2) == WEFT_ERR_INVALID_ARGUMENT, "op missing an input");
-  uint64_t hs3[4] = {h, 0, h, h};
-  TU_CHECK(nt_op(a, WEFT_OP_RELU, 0, -1, 0, 0, hs3) == WEFT_ERR_INVALID_ARGUMENT, "op with an extra slot");
+  /* More operands than the op table gives the op: relu with two outputs. */
+  uint64_t hs3[4] = {h, 0, h, 0};
+  uint8_t opl[WEFT_NET_OP_MAX_BYTES];
+  size_t ol = nt_op_v1(opl, WEFT_OP_RELU, 0, -1, 0, 0, hs3, NULL, NULL);
+  opl[17] = 2;
+  memset(opl + ol, 0, WEFT_NET_OP_ENTRY_BYTES);
+  TU_CHECK(nt_call(a, WEFT_NET_OP, opl, (uint32_t)(ol + WEFT_NET_OP_ENTRY_BYTES), NULL, NULL) ==
+               WEFT_ERR_INVALID_ARGUMENT,
+           "op with an extra slot");
   /* Lying write: the count says 4 floats, the bytes are 3 floats' worth. */
   uint8_t lie[24 + 12];
   weft_net_put64(lie, h);
@@ -126,19 +133,26 @@ static void test_shapes(void) {
   int64_t neg[2] = {-1, 3};
   TU_CHECK(nt_create(fd, 2, neg) == 0, "negative dimension refused");
   int64_t ovf[4] = {1 << 24, 1 << 24, 1 << 24, 1 << 24};
-  uint8_t pl[4 + 32];
-  weft_net_put32(pl, 4);
-  for (int i = 0; i < 4; i++) weft_net_put64(pl + 4 + 8 * i, (uint64_t)ovf[i]);
+  uint8_t pl[8 + 32];
+  weft_net_put32(pl, WEFT_DTYPE_F32);
+  weft_net_put32(pl + 4, 4);
+  for (int i = 0; i < 4; i++) weft_net_put64(pl + 8 + 8 * i, (uint64_t)ovf[i]);
   TU_CHECK(nt_call(fd, WEFT_NET_CREATE, pl, sizeof pl, NULL, NULL) == WEFT_ERR_OVERFLOW, "overflowing product");
   int64_t wrap[2] = {(int64_t)1 << 33, (int64_t)1 << 33};
   TU_CHECK(nt_create(fd, 2, wrap) == 0, "dims whose product wraps 64 bits refused");
-  weft_net_put32(pl, 9);
+  weft_net_put32(pl + 4, 9);
   TU_CHECK(nt_call(fd, WEFT_NET_CREATE, pl, sizeof pl, NULL, NULL) == WEFT_ERR_SHAPE, "rank 9");
+  weft_net_put32(pl, 2);
+  weft_net_put32(pl + 4, 4);
+  TU_CHECK(nt_call(fd, WEFT_NET_CREATE, pl, sizeof pl, NULL, NULL) == WEFT_ERR_INVALID_ARGUMENT, "dtype 2 refused");
   int64_t d[1] = {4};
   uint64_t h = nt_create(fd, 1, d);
   uint64_t hs[4] = {h, 0, h, 0};
   TU_CHECK(nt_op(fd, WEFT_OP_RELU, 77, -1, 0, 0, hs) == WEFT_ERR_INVALID_ARGUMENT, "unknown contract (dtype)");
-  TU_CHECK(nt_op(fd, WEFT_OP_RELU, 0, -1, 0x100, 0, hs) == WEFT_ERR_INVALID_ARGUMENT, "unknown flags");
+  uint8_t opl[WEFT_NET_OP_MAX_BYTES];
+  size_t ol = nt_op_v1(opl, WEFT_OP_RELU, 0, -1, 0, 0, hs, NULL, NULL);
+  weft_net_put32(opl + 12, 0x100);
+  TU_CHECK(nt_call(fd, WEFT_NET_OP, opl, (uint32_t)ol, NULL, NULL) == WEFT_ERR_INVALID_ARGUMENT, "unknown flags");
   TU_CHECK(nt_op(fd, WEFT_OP_RELU, 0, 1000, 0, 0, hs) != 0, "lane out of range");
   /* An op not on the allow-list. */
   TU_CHECK(nt_op(fd, 200, 0, -1, 0, 0, hs) == WEFT_ERR_UNSUPPORTED, "op kind 200");
@@ -155,19 +169,12 @@ static void test_shapes(void) {
 /* One handle in several slots of an op. In the same shape it is one tensor: an in-place op, whose result
  * must reach the handle. In different shapes (views) as an input and the output, it is two tensors over
  * one buffer: refused with WEFT_ERR_INVALID_ARGUMENT, and the handle keeps its value. */
-static void view_op(uint8_t *pl, uint32_t kind, float alpha, const uint64_t hs[4], const int nd[4],
-                    const int64_t dims[4][2]) {
-  memset(pl, 0, WEFT_NET_OP_BYTES);
-  weft_net_put32(pl, kind);
-  weft_net_put32(pl + 8, (uint32_t)-1);
-  uint32_t a;
-  memcpy(&a, &alpha, 4);
-  weft_net_put32(pl + 16, a);
-  for (int i = 0; i < 4; i++) {
-    weft_net_put64(pl + 20 + 8 * i, hs[i]);
-    weft_net_put32(pl + 52 + 36 * i, (uint32_t)nd[i]);
-    for (int d = 0; d < nd[i]; d++) weft_net_put64(pl + 56 + 36 * i + 8 * d, (uint64_t)dims[i][d]);
-  }
+static uint32_t view_op(uint8_t *pl, uint32_t kind, float alpha, const uint64_t hs[4], const int nd[4],
+                        const int64_t dims[4][2]) {
+  int64_t d4[4][4] = {{0}};
+  for (int i = 0; i < 4; i++)
+    for (int d = 0; d < nd[i] && d < 2; d++) d4[i][d] = dims[i][d];
+  return (uint32_t)nt_op_v1(pl, kind, 0, -1, 0, alpha, hs, nd, (const int64_t(*)[4])d4);
 }
 
 static void test_views(void) {
@@ -178,25 +185,25 @@ static void test_views(void) {
   float x[16], got[16];
   for (int i = 0; i < 16; i++) x[i] = (float)(i - 8) * 0.5f;
   TU_CHECK(nt_write(fd, h, x, 16) == 0, "write");
-  uint8_t pl[WEFT_NET_OP_BYTES];
+  uint8_t pl[WEFT_NET_OP_MAX_BYTES];
   uint64_t hs[4] = {h, 0, h, 0}, hs3[4] = {h, h, h, 0};
   /* add: x and out the handle as [4,4] (one tensor, in place), y its first row as a bias [4]: y is a
    * different tensor over memory the op overwrites */
   const int64_t views[4][2] = {{4, 4}, {4, 0}, {4, 4}, {0, 0}};
   const int nd_diff[4] = {2, 1, 2, 0}, nd_same[4] = {1, 0, 1, 0};
   const int64_t same_views[4][2] = {{16, 0}, {0, 0}, {16, 0}, {0, 0}};
-  view_op(pl, WEFT_OP_ADD, 0, hs3, nd_diff, views);
+  uint32_t plen = view_op(pl, WEFT_OP_ADD, 0, hs3, nd_diff, views);
   uint8_t *reply = NULL;
   uint32_t rlen = 0;
-  int rs = nt_call(fd, WEFT_NET_OP, pl, WEFT_NET_OP_BYTES, &reply, &rlen);
+  int rs = nt_call(fd, WEFT_NET_OP, pl, plen, &reply, &rlen);
   TU_CHECK(rs == WEFT_ERR_INVALID_ARGUMENT, "add of a handle and a view of its first row into the handle: status %d",
            rs);
   TU_CHECK(reply && rlen > 0 && memmem(reply, rlen, "overlapping memory", 18), "the refusal says why: %.*s",
            (int)rlen, reply ? (const char *)reply : "");
   free(reply);
   TU_CHECK(nt_read(fd, h, got, 16) == 0 && memcmp(got, x, sizeof x) == 0, "a refused op left the handle as it was");
-  view_op(pl, WEFT_OP_SCALE, 3.0f, hs, nd_same, same_views);
-  TU_CHECK(nt_call(fd, WEFT_NET_OP, pl, WEFT_NET_OP_BYTES, NULL, NULL) == 0, "scale in place, one view");
+  plen = view_op(pl, WEFT_OP_SCALE, 3.0f, hs, nd_same, same_views);
+  TU_CHECK(nt_call(fd, WEFT_NET_OP, pl, plen, NULL, NULL) == 0, "scale in place, one view");
   TU_CHECK(nt_read(fd, h, got, 16) == 0, "read");
   int ok = 1;
   for (int i = 0; i < 16; i++) ok &= got[i] == 3.0f * x[i];
@@ -264,10 +271,11 @@ static void test_resident_cap(void) {
   int64_t d[2] = {256, 512}; /* 512 KiB */
   TU_CHECK(nt_create(fd, 2, d) != 0, "first half MiB fits");
   TU_CHECK(nt_create(fd, 2, d) != 0, "second half MiB fits");
-  uint8_t pl[4 + 16];
-  weft_net_put32(pl, 2);
-  weft_net_put64(pl + 4, 256);
-  weft_net_put64(pl + 12, 512);
+  uint8_t pl[8 + 16];
+  weft_net_put32(pl, WEFT_DTYPE_F32);
+  weft_net_put32(pl + 4, 2);
+  weft_net_put64(pl + 8, 256);
+  weft_net_put64(pl + 16, 512);
   TU_CHECK(nt_call(fd, WEFT_NET_CREATE, pl, sizeof pl, NULL, NULL) == WEFT_ERR_OUT_OF_MEMORY,
            "third passes the resident cap");
   close(fd);

@@ -156,7 +156,8 @@ static int ws_recv(int fd, uint8_t **out, size_t *len, int ms) {
 
 typedef struct fake {
   int fd;
-  const char *mode; /* good, wrong-bit, no-exact, silent, short-read (a READ of short_n floats), auth-mac */
+  const char *mode; /* good, wrong-bit, no-exact, silent, short-read (a READ of short_n floats), auth-mac, v1 (a
+                     * tab of protocol 1: refuses hello), subset (offers the version-1 ops but softmax_xent) */
   uint64_t short_n;
   const uint8_t *secret;
   size_t secret_len;
@@ -194,6 +195,18 @@ static void *fake_main(void *arg) {
     }
     weft_net_buf reply = {0};
     const uint8_t *payload = m + WEFT_NET_HEADER_BYTES;
+    if (h.type == WEFT_NET_HELLO && strcmp(k->mode, "v1") == 0) {
+      /* What a tab of protocol 1 answers a hello of version 2. */
+      static const char msg[] = "protocol version 2 is not spoken here (this tab speaks 1)";
+      uint8_t out[WEFT_NET_HEADER_BYTES + sizeof msg];
+      weft_net_header rh = {WEFT_NET_MAGIC, (uint16_t)(h.type | WEFT_NET_REPLY), WEFT_ERR_UNSUPPORTED, h.request_id,
+                            (uint32_t)(sizeof msg - 1)};
+      weft_net_header_encode(&rh, out);
+      memcpy(out + WEFT_NET_HEADER_BYTES, msg, sizeof msg - 1);
+      ws_send(k->fd, out, WEFT_NET_HEADER_BYTES + sizeof msg - 1);
+      free(m);
+      continue;
+    }
     if (h.type == WEFT_NET_PROVE && h.length == WEFT_NET_NONCE_BYTES) {
       uint8_t out[WEFT_NET_HEADER_BYTES + WEFT_NET_MAC_BYTES];
       weft_net_header rh = {WEFT_NET_MAGIC, (uint16_t)(h.type | WEFT_NET_REPLY), 0, h.request_id, WEFT_NET_MAC_BYTES};
@@ -216,6 +229,9 @@ static void *fake_main(void *arg) {
     }
     if (h.type == WEFT_NET_LANES && strcmp(k->mode, "no-exact") == 0 && reply.len >= 24)
       weft_net_put32(reply.data + 20, WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32));
+    /* The first entry's op mask (after the count and its contracts): a tab offering a subset. */
+    if (h.type == WEFT_NET_LANES && strcmp(k->mode, "subset") == 0 && reply.len >= 32)
+      weft_net_put64(reply.data + 24, WEFT_OPS_V1 & ~WEFT_OP_BIT(WEFT_OP_SOFTMAX_XENT));
     ws_send(k->fd, reply.data, reply.len);
     weft_net_buf_free(&reply);
     free(m);
@@ -399,7 +415,7 @@ static void check_endpoint(weft_fabric *f, int port, const char *token, size_t c
 
 /* A tab refused at join frees its slot: `modes` in turn on a one-slot fabric, then a good tab joins. */
 static void check_refused_at_join(weft_fabric *f, int port, const char *token, size_t tab, size_t cpu) {
-  const char *modes[] = {"no-exact", "wrong-bit", "no-exact", "wrong-bit"};
+  const char *modes[] = {"no-exact", "wrong-bit", "v1", "no-exact", "wrong-bit"};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
     fake k;
     int in = fake_start(&k, port, token, modes[i]);
@@ -410,6 +426,8 @@ static void check_refused_at_join(weft_fabric *f, int port, const char *token, s
     }
     TU_CHECK(in && fake_wait_closed(&k, 10), "%s: the tab was refused at join (%s)", modes[i], k.closed);
     TU_CHECK(!lane_up(f, tab), "%s: the lane stays down", modes[i]);
+    if (strcmp(modes[i], "v1") == 0)
+      TU_CHECK(tu_contains(k.closed, "older protocol"), "v1: a tab of protocol 1 is told why (%s)", k.closed);
     if (strcmp(modes[i], "wrong-bit") == 0) {
       TU_CHECK(tu_contains(k.closed, "self-test"), "wrong-bit: told it failed the self-test (%s)", k.closed);
       weft_fabric_revive(f, NULL); /* the lane's reason is the one its last revive gave */
@@ -448,6 +466,34 @@ static void check_refused_at_join(weft_fabric *f, int port, const char *token, s
   weft_tensor_destroy(x), weft_tensor_destroy(o);
   fake_stop(&k);
   still_right(f, cpu, "short read");
+}
+
+/* A tab that offers a subset of the ops: admitted for those (its self-test covers them), and an op it does
+ * not offer is never sent to it: pinned there it is UNSUPPORTED, routed it runs elsewhere. */
+static void check_subset(weft_fabric *f, int port, const char *token, size_t tab, size_t cpu) {
+  fake k;
+  TU_CHECK(fake_start(&k, port, token, "subset"), "a tab offering a subset connects");
+  TU_CHECK(wait_up(f, tab, 20), "the tab offering all version-1 ops but softmax_xent is admitted");
+  int64_t d[2] = {2, 3}, d1[1] = {1};
+  float z[6] = {1, 2, 3, -1, 0, 1}, t[6] = {0, 0, 1, 1, 0, 0}, loss = 0;
+  weft_tensor *x = NULL, *tt = NULL, *o = NULL, *l = NULL;
+  weft_tensor_create(f, 2, d, z, &x);
+  weft_tensor_create(f, 2, d, t, &tt);
+  weft_tensor_create(f, 2, d, NULL, &o);
+  weft_tensor_create(f, 1, d1, NULL, &l);
+  weft_op_desc od = WEFT_OP_DESC_INIT;
+  od.lane = (int)tab;
+  TU_STATUS(weft_op_relu(f, &od, x, o), WEFT_OK, "relu pinned to the tab, which offers it");
+  weft_status st = weft_op_softmax_xent(f, &od, x, tt, l, NULL);
+  TU_CHECK(st == WEFT_ERR_UNSUPPORTED, "softmax_xent pinned to the tab, which does not offer it: %s (%s)",
+           weft_status_str(st), weft_fabric_last_error(f));
+  TU_STATUS(weft_op_softmax_xent(f, NULL, x, tt, l, NULL), WEFT_OK, "softmax_xent routed");
+  TU_CHECK(weft_fabric_last_lane(f) != (int)tab, "the routed softmax_xent ran off the tab");
+  TU_CHECK(weft_tensor_read(l, &loss, 1) == WEFT_OK && loss > 0, "and gave a loss");
+  TU_CHECK(lane_up(f, tab), "the tab's lane is still up");
+  weft_tensor_destroy(x), weft_tensor_destroy(tt), weft_tensor_destroy(o), weft_tensor_destroy(l);
+  fake_stop(&k);
+  still_right(f, cpu, "a tab offering a subset");
 }
 
 /* A tab that connects and never answers: routed tiny ops do not wait for its handshake. */
@@ -689,6 +735,7 @@ int main(int argc, char **argv) {
   check_silent(f, port, token, cpu); /* first: the fabric's first routed op asks the new slot */
   check_endpoint(f, port, token, cpu);
   check_refused_at_join(f, port, token, tab, cpu);
+  check_subset(f, port, token, tab, cpu);
   weft_fabric_close(f);
   check_proofs();
   check_tab_proof();

@@ -42,7 +42,7 @@ function frame(type, id, status, payload, claimed) {
 function helloReply() {
   const p = new Uint8Array(56);
   const o = new DataView(p.buffer);
-  o.setUint32(0, 1, true);
+  o.setUint32(0, 2, true); // protocol 2
   o.setUint32(4, 1, true);
   o.setUint32(44, 1 << 20, true);
   o.setBigUint64(48, 1n << 30n, true);
@@ -51,11 +51,12 @@ function helloReply() {
 
 function lanesReply(count) {
   const name = new TextEncoder().encode('fake');
-  const p = new Uint8Array(4 + 4 + 3 * (2 + name.length));
+  const p = new Uint8Array(4 + 4 + 8 + 3 * (2 + name.length));
   const o = new DataView(p.buffer);
   o.setUint32(0, count, true);
   o.setUint32(4, 1, true);
-  let at = 8;
+  o.setBigUint64(8, 0xffn, true); // the version-1 ops
+  let at = 16;
   for (let k = 0; k < 3; k++) {
     o.setUint16(at, name.length, true);
     p.set(name, at + 2);

@@ -1,6 +1,7 @@
 // worker.js - makes this tab a lane of a weft fabric: it connects to the fabric's WebSocket, answers the
-// wire protocol of docs/PROTOCOL.md as the worker (one frame per binary message), and runs every op of the
-// allow-list under the exact contract: matmul on the tab's GPU through WebGPU (../gpu/gpu.js), the
+// wire protocol (version 2) of docs/PROTOCOL.md as the worker (one frame per binary message), and runs the
+// ops it offers - the version-1 ops, a subset of the op table, which its LANES entry announces - under the
+// exact contract: matmul on the tab's GPU through WebGPU (../gpu/gpu.js), the
 // elementwise ops and matmuls the GPU cannot bind in JavaScript, each multiply and add rounded to fp32 on
 // its own (Math.fround) in the canonical order of src/core/reference.c, so the bits equal weft's CPU lane.
 // Requests are validated as `weft worker` does: exact payload sizes, shapes and counts against the caps,
@@ -13,7 +14,7 @@
 import { openGpu, matmulExact, matmulCanonical, noGpuReason } from '../gpu/gpu.js';
 
 const MAGIC = 0x54464557;
-const VERSION = 1;
+const VERSION = 2;
 const REPLY = 0x8000;
 const T = { HELLO: 1, AUTH: 2, LANES: 3, CREATE: 4, WRITE: 5, READ: 6, FREE: 7, OP: 8, PROVE: 9 };
 const S = { OK: 0, INVALID_ARGUMENT: 1, SHAPE: 2, OVERFLOW: 3, OUT_OF_MEMORY: 5, UNSUPPORTED: 6, LANE_FAILED: 7,
@@ -24,10 +25,18 @@ const MAX_ELEMENTS = 2 ** 28;
 const MAX_FRAME = 16 << 20; // payload bytes this tab accepts in one message
 const MAX_RESIDENT = 1024 * 1024 * 1024;
 const MAX_HANDLES = 4096;
-const OP_BYTES = 20 + 32 + 4 * 36;
+// OP (protocol 2): a 20-byte head, 44 bytes per operand, 96 bytes of parameters (8 x i64, 8 x f32).
+const OP_HEAD = 20;
+const OP_ENTRY = 44;
+const OP_PARAMS = 96;
+const OP_COUNT = 24; // the op table's kinds (include/weft.h): a kind beyond it is on no allow-list
 const CONTRACT_EXACT = 0;
 const CONTRACT_FP32 = 1;
+// The ops this tab offers: the version-1 set, a subset of the table (the LANES entry says so in its mask).
 const OPS = ['matmul', 'add', 'relu', 'relu_backward', 'scale', 'axpy', 'sum_rows', 'softmax_xent'];
+// Each op's inputs and outputs in the table (src/core/optable.c); softmax_xent's outputs are optional.
+const SLOTS = { matmul: [2, 1], add: [2, 1], relu: [1, 1], relu_backward: [2, 1], scale: [1, 1], axpy: [1, 1],
+  sum_rows: [1, 1], softmax_xent: [2, 2] };
 
 const f = Math.fround;
 const status = { state: 'starting', ops: 0, device: '', lane: '', server: '', closeReason: '', error: '' };
@@ -202,11 +211,12 @@ export class Session {
         want(0, 'lanes');
         const enc = new TextEncoder();
         const strs = [status.lane, status.lane, status.device].map((s) => enc.encode(s).subarray(0, 255));
-        const out = new Uint8Array(4 + 4 + strs.reduce((n, s) => n + 2 + s.length, 0));
+        const out = new Uint8Array(4 + 4 + 8 + strs.reduce((n, s) => n + 2 + s.length, 0));
         const o = new DataView(out.buffer);
         o.setUint32(0, 1, true);
         o.setUint32(4, (1 << CONTRACT_EXACT) | (1 << CONTRACT_FP32), true);
-        let at = 8;
+        o.setBigUint64(8, BigInt((1 << OPS.length) - 1), true); // the ops it offers: a subset of the table
+        let at = 16;
         for (const s of strs) {
           o.setUint16(at, s.length, true);
           out.set(s, at + 2);
@@ -215,12 +225,14 @@ export class Session {
         return out;
       }
       case T.CREATE: {
-        if (p.byteLength < 4) refuse(S.INVALID_ARGUMENT, `create payload of ${p.byteLength} bytes is truncated`);
-        const ndim = dv.getUint32(0, true);
+        if (p.byteLength < 8) refuse(S.INVALID_ARGUMENT, `create payload of ${p.byteLength} bytes is truncated`);
+        const dtype = dv.getUint32(0, true); // 0 f32, 1 i32: 4-byte cells either way, copied as bits
+        const ndim = dv.getUint32(4, true);
+        if (dtype > 1) refuse(S.INVALID_ARGUMENT, `dtype ${dtype} is unknown (0 = f32, 1 = i32)`);
         if (ndim < 1 || ndim > MAX_RANK) refuse(S.SHAPE, `rank ${ndim}; a tensor has 1 to ${MAX_RANK} dimensions`);
-        want(4 + 8 * ndim, 'create');
+        want(8 + 8 * ndim, 'create');
         const dims = [];
-        for (let d = 0; d < ndim; d++) dims.push(Number(dv.getBigInt64(4 + 8 * d, true)));
+        for (let d = 0; d < ndim; d++) dims.push(Number(dv.getBigInt64(8 + 8 * d, true)));
         const numel = Session.shape(dims);
         if (this.tensors.size >= MAX_HANDLES) refuse(S.OUT_OF_MEMORY, `this connection holds ${MAX_HANDLES} tensors, the cap`);
         if (numel * 4 > MAX_RESIDENT - this.resident) refuse(S.OUT_OF_MEMORY, `a tensor of ${numel * 4} bytes would pass this tab's resident cap`);
@@ -264,48 +276,61 @@ export class Session {
         return new Uint8Array(0);
       }
       case T.OP:
-        want(OP_BYTES, 'op');
-        return this.op(dv);
+        if (p.byteLength < OP_HEAD) refuse(S.INVALID_ARGUMENT, `op payload of ${p.byteLength} bytes is truncated`);
+        return this.op(dv, want);
       default:
         return refuse(S.INVALID_ARGUMENT, `unknown request type ${type}`);
     }
   }
 
-  async op(dv) {
+  async op(dv, want) {
     const kind = dv.getUint32(0, true);
     const contract = dv.getUint32(4, true);
     const lane = dv.getInt32(8, true);
     const flags = dv.getUint32(12, true);
-    const alpha = dv.getFloat32(16, true);
-    if (kind >= OPS.length) refuse(S.UNSUPPORTED, `op kind ${kind} is not on the allow-list (0..${OPS.length - 1})`);
+    const nin = dv.getUint8(16);
+    const nout = dv.getUint8(17);
+    if (kind >= OP_COUNT) refuse(S.UNSUPPORTED, `op kind ${kind} is not on the allow-list (0..${OP_COUNT - 1})`);
+    if (kind >= OPS.length) refuse(S.UNSUPPORTED, `op kind ${kind}: this tab offers ${OPS[0]} .. ${OPS[OPS.length - 1]} only (its lanes entry says so)`);
     if (contract > 3) refuse(S.INVALID_ARGUMENT, `contract ${contract} is unknown`);
     if (contract !== CONTRACT_EXACT && contract !== CONTRACT_FP32) refuse(S.UNSUPPORTED, 'this tab honours the exact and fp32 contracts only');
-    if (flags & ~3) refuse(S.INVALID_ARGUMENT, `op flags 0x${flags.toString(16)} has unknown bits`);
+    if (flags !== 0) refuse(S.INVALID_ARGUMENT, `op flags 0x${flags.toString(16)}: no flag is defined`);
+    if (dv.getUint16(18, true) !== 0) refuse(S.INVALID_ARGUMENT, 'op bytes 18-19 are reserved and must be 0');
     if (lane !== -1 && lane !== 0) refuse(S.NOT_FOUND, `lane ${lane}: this tab has one lane (0)`);
     const name = OPS[kind];
+    const [tin, tout] = SLOTS[name];
+    if (nin > tin || nout > tout) refuse(S.INVALID_ARGUMENT, `${name} takes ${tin} inputs and ${tout} outputs; the op names ${nin} and ${nout}`);
+    want(OP_HEAD + (nin + nout) * OP_ENTRY + OP_PARAMS, 'op');
+    const at0 = OP_HEAD + (nin + nout) * OP_ENTRY;
+    const ip = (i) => dv.getBigInt64(at0 + 8 * i, true);
+    const fp = (i) => dv.getFloat32(at0 + 64 + 4 * i, true);
+    // The version-1 ops' operands as slots 0, 1 (inputs) and 2, 3 (outputs), as the kernels below take them.
     const required = { matmul: 7, add: 7, relu_backward: 7, relu: 5, scale: 5, axpy: 5, sum_rows: 5, softmax_xent: 3 }[name];
-    const optional = name === 'softmax_xent' ? 12 : 0;
-    const v = []; // per slot: {t, dims, numel} or null
-    for (let i = 0; i < 4; i++) {
-      const handle = dv.getBigUint64(20 + 8 * i, true);
-      const at = 52 + 36 * i;
-      const nd = dv.getUint32(at, true);
-      if (nd > MAX_RANK) refuse(S.SHAPE, `slot ${i}'s view has rank ${nd}; at most ${MAX_RANK}`);
-      const vd = [];
-      for (let d = 0; d < nd; d++) vd.push(Number(dv.getBigInt64(at + 4 + 8 * d, true)));
-      const vn = nd ? Session.shape(vd) : 0;
+    const v = [null, null, null, null]; // per slot: {t, dims, numel} or null
+    for (let k = 0; k < 4; k++) {
+      const isIn = k < 2;
+      const idx = isIn ? k : k - 2;
+      const given = isIn ? idx < nin : idx < nout;
+      const entry = OP_HEAD + OP_ENTRY * (isIn ? idx : nin + idx);
+      const handle = given ? dv.getBigUint64(entry, true) : 0n;
       if (handle === 0n) {
-        if (required & (1 << i)) refuse(S.INVALID_ARGUMENT, `${name} needs a tensor in slot ${i}`);
-        v.push(null);
+        if (required & (1 << k)) refuse(S.INVALID_ARGUMENT, `${name} needs a tensor in slot ${k}`);
         continue;
       }
-      if (!((required | optional) & (1 << i))) refuse(S.INVALID_ARGUMENT, `${name} takes no tensor in slot ${i}`);
-      const t = this.tensor(handle, `slot ${i}`);
-      if (nd && vn > t.numel) refuse(S.SHAPE, `slot ${i}'s view of ${vn} elements exceeds its tensor's ${t.numel}`);
-      v.push({ t, dims: nd ? vd : t.dims, numel: nd ? vn : t.numel });
+      const nd = dv.getUint32(entry + 8, true);
+      if (nd > MAX_RANK) refuse(S.SHAPE, `slot ${k}'s view has rank ${nd}; at most ${MAX_RANK}`);
+      const vd = [];
+      for (let d = 0; d < nd; d++) vd.push(Number(dv.getBigInt64(entry + 12 + 8 * d, true)));
+      const vn = nd ? Session.shape(vd) : 0;
+      const t = this.tensor(handle, `slot ${k}`);
+      if (nd && vn > t.numel) refuse(S.SHAPE, `slot ${k}'s view of ${vn} elements exceeds its tensor's ${t.numel}`);
+      v[k] = { t, dims: nd ? vd : t.dims, numel: nd ? vn : t.numel };
     }
+    const ta = name === 'matmul' && ip(0) !== 0n;
+    const tb = name === 'matmul' && ip(1) !== 0n;
+    const alpha = fp(0);
     if (name === 'softmax_xent' && !v[2] && !v[3]) refuse(S.INVALID_ARGUMENT, 'softmax_xent needs a loss or a grad output');
-    if (name === 'matmul') await this.matmul(v, flags & 1, flags & 2);
+    if (name === 'matmul') await this.matmul(v, ta, tb);
     else elementwise(name, v, alpha);
     status.ops++;
     const out = new Uint8Array(4);

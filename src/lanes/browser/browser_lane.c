@@ -46,6 +46,7 @@ typedef struct browser_slot {
   char device[256];
   char details[768];
   weft_contract_mask tab_contracts; /* what the attached tab said it honours */
+  uint64_t tab_ops;                 /* the ops the attached tab offers that its self-test verified */
   pthread_cond_t cond;
   /* The connection, guarded by srv->lock. `conn` counts attachments; `bound` is the attachment the
    * client's session was handshaken with, so a new tab in the slot never receives the old one's requests. */
@@ -493,11 +494,14 @@ static void browser_describe(void *self, weft_lane_desc *out) {
   out->name = s->name;
   out->kind = "browser";
   out->device = s->device;
-  out->driver = "weft wire protocol v1 over WebSocket";
+  out->driver = "weft wire protocol v2 over WebSocket";
   out->details = s->details;
   /* What a worker page implements: the canonical order, which also satisfies fp32. The tab's own list is
    * checked per op (supports). */
   out->contracts = WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32);
+  /* What a tab can be admitted for: the ops its self-test verifies (the version-1 set). A tab may offer a
+   * subset of them; the tab's own set is checked per op (supports). */
+  out->ops = WEFT_OPS_V1;
   out->flags = WEFT_LANE_STARTS_DOWN;
 }
 
@@ -547,6 +551,9 @@ static void browser_destroy(void *self) {
 
 static weft_status browser_supports(void *self, const weft_op *op) {
   browser_slot *s = self;
+  if ((unsigned)op->kind >= WEFT_OP_COUNT || !(s->tab_ops & WEFT_OP_BIT(op->kind)))
+    return weft_lane_report(s->fabric_host, WEFT_ERR_UNSUPPORTED, "%s: the tab does not offer %s", s->name,
+                            weft_op_kind_str(op->kind));
   if (!(s->tab_contracts & WEFT_CONTRACT_BIT(op->contract)))
     return weft_lane_report(s->fabric_host, WEFT_ERR_UNSUPPORTED, "%s: the tab does not honour the %s contract",
                             s->name, weft_contract_str(op->contract));
@@ -557,17 +564,20 @@ typedef struct lanes_pick {
   int found;
   uint32_t index;
   weft_contract_mask contracts;
+  uint64_t ops;
   char name[256], kind[256], device[256];
 } lanes_pick;
 
 /* The tab's first lane that honours the exact contract is the one this slot serves. */
-static void pick_lane(void *ctx, uint32_t index, weft_contract_mask contracts, const char *name, const char *kind,
-                      const char *device) {
+static void pick_lane(void *ctx, uint32_t index, weft_contract_mask contracts, uint64_t ops, const char *name,
+                      const char *kind, const char *device) {
   lanes_pick *p = ctx;
   if (p->found || !(contracts & WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT))) return;
   p->found = 1;
   p->index = index;
   p->contracts = contracts;
+  /* A tab offers a subset of the ops; only those its self-test can verify are taken. */
+  p->ops = ops & WEFT_OPS_V1;
   snprintf(p->name, sizeof p->name, "%s", name);
   snprintf(p->kind, sizeof p->kind, "%s", kind);
   snprintf(p->device, sizeof p->device, "%s", device);
@@ -598,6 +608,8 @@ static weft_status handshake(browser_slot *s, lanes_pick *pick) {
   st = weft_net_client_lanes(c, pick_lane, pick);
   if (st) return st;
   if (!pick->found) return weft_net_client_fail(c, "the tab offers no lane with the exact contract");
+  if (!pick->ops)
+    return weft_net_client_fail(c, "the tab's lane offers none of the ops a browser lane runs (matmul .. softmax_xent)");
   c->peer_lane = (int32_t)pick->index;
   return WEFT_OK;
 }
@@ -670,7 +682,7 @@ static int selftest_op(browser_slot *s, weft_op *ref, const size_t in_n[2], cons
 /* Every op of the allow-list on the tab, bit for bit against the reference: matmuls of odd shapes, one with
  * a k of 1531 and one batched with both operands transposed, and the elementwise ops over zeros of both
  * signs, subnormals and a wide range. A tab that computes any bit differently stays out. */
-static int selftest(browser_slot *s, char *why, size_t whylen) {
+static int selftest(browser_slot *s, uint64_t ops, char *why, size_t whylen) {
   enum { M = 5, K = 1531, N = 7, R = 7, C = 13 };
   static const struct {
     int64_t batch, m, k, n;
@@ -678,7 +690,7 @@ static int selftest(browser_slot *s, char *why, size_t whylen) {
   } mm[] = {{1, M, K, N, 0, 0, 0}, {2, 3, 33, 5, 1, 1, 1}};
   uint32_t seed = 0x9e3779b9u;
   int pass = 1;
-  for (size_t i = 0; pass && i < sizeof mm / sizeof mm[0]; i++) {
+  for (size_t i = 0; pass && (ops & WEFT_OP_BIT(WEFT_OP_MATMUL)) && i < sizeof mm / sizeof mm[0]; i++) {
     size_t na = (size_t)(mm[i].batch * mm[i].m * mm[i].k), nb = (size_t)((mm[i].bb ? mm[i].batch : 1) * mm[i].k * mm[i].n);
     size_t nc = (size_t)(mm[i].batch * mm[i].m * mm[i].n);
     float *a = malloc(na * 4), *b = malloc(nb * 4), *c = calloc(nc, 4);
@@ -707,6 +719,7 @@ static int selftest(browser_slot *s, char *why, size_t whylen) {
   static const weft_op_kind kinds[] = {WEFT_OP_ADD, WEFT_OP_ADD, WEFT_OP_RELU, WEFT_OP_RELU_BACKWARD, WEFT_OP_SCALE,
                                        WEFT_OP_AXPY, WEFT_OP_SUM_ROWS, WEFT_OP_SOFTMAX_XENT};
   for (size_t i = 0; pass && i < sizeof kinds / sizeof kinds[0]; i++) {
+    if (!(ops & WEFT_OP_BIT(kinds[i]))) continue; /* a tab tested for what it offers; the rest never reach it */
     fill(x, R * C, &seed, -30, 30);
     fill(y, R * C, &seed, -3, 3);
     fill(t, R * C, &seed, 0, 1);
@@ -777,12 +790,13 @@ static int admit(browser_slot *s, char *why, size_t whylen) {
   int ok = !st;
   if (ok) {
     s->timeout_ms = srv->timeout_ms;
-    ok = selftest(s, why, whylen);
+    ok = selftest(s, pick.ops, why, whylen);
     if (!ok) weft_net_client_fail(c, "%s", why);
   }
   c->pipeline = 1;
   if (!ok) return 0;
   s->tab_contracts = pick.contracts;
+  s->tab_ops = pick.ops;
   pthread_mutex_lock(&srv->lock);
   snprintf(s->adm_device, sizeof s->adm_device, "%s", pick.device);
   snprintf(s->adm_details, sizeof s->adm_details,

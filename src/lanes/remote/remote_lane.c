@@ -34,6 +34,7 @@ typedef struct remote_lane {
   char transport[96];
   int timeout_ms;
   weft_contract_mask contracts;
+  uint64_t ops; /* the ops the worker's lane offers (its LANES entry): what the router may send here */
   char addr[128];
   char worker_lane_name[128]; /* the lane's name on the worker: a restarted worker must still offer it */
   char name[256];
@@ -216,9 +217,10 @@ static void remote_describe(void *self, weft_lane_desc *out) {
   out->name = l->name;
   out->kind = "remote";
   out->device = l->device;
-  out->driver = "weft wire protocol v1";
+  out->driver = "weft wire protocol v2";
   out->details = l->details;
   out->contracts = l->contracts;
+  out->ops = l->ops;
   out->flags = 0;
 }
 
@@ -243,13 +245,13 @@ typedef struct lane_match {
   int found;
 } lane_match;
 
-/* The same lane, at the same index, honouring at least what it did. */
-static void match_lane(void *ctx, uint32_t index, weft_contract_mask contracts, const char *name, const char *kind,
-                       const char *device) {
+/* The same lane, at the same index, honouring at least what it did and offering at least the ops it did. */
+static void match_lane(void *ctx, uint32_t index, weft_contract_mask contracts, uint64_t ops, const char *name,
+                       const char *kind, const char *device) {
   lane_match *m = ctx;
   (void)kind, (void)device;
   if (index == (uint32_t)m->l->client.peer_lane && strcmp(name, m->l->worker_lane_name) == 0 &&
-      (contracts & m->l->contracts) == m->l->contracts)
+      (contracts & m->l->contracts) == m->l->contracts && (ops & m->l->ops) == m->l->ops)
     m->found = 1;
 }
 
@@ -374,11 +376,11 @@ typedef struct worker_lanes {
 } worker_lanes;
 
 /* One lane of the worker's list: a connection of its own, or absent with the reason. */
-static void add_worker_lane(void *ctx, uint32_t index, weft_contract_mask contracts, const char *name,
-                            const char *kind, const char *device) {
+static void add_worker_lane(void *ctx, uint32_t index, weft_contract_mask contracts, uint64_t ops,
+                            const char *name, const char *kind, const char *device) {
   worker_lanes *w = ctx;
   char why[512] = "";
-  if (!contracts) return; /* a lane that failed on the worker */
+  if (!contracts || !ops) return; /* a lane that failed on the worker, or offers no op */
   remote_lane *l = w->first ? w->first : lane_open(w->args, w->addr, w->pinned, why, sizeof why);
   w->first = NULL;
   if (!l) {
@@ -389,6 +391,7 @@ static void add_worker_lane(void *ctx, uint32_t index, weft_contract_mask contra
   }
   l->client.peer_lane = (int32_t)index;
   l->contracts = contracts;
+  l->ops = ops;
   snprintf(l->worker_lane_name, sizeof l->worker_lane_name, "%.127s", name);
   snprintf(l->name, sizeof l->name, "remote:%.127s/%.100s", w->addr, name);
   snprintf(l->device, sizeof l->device, "%.159s", device);
