@@ -132,11 +132,11 @@ typedef struct stream {
 
 static void *run_stream(void *arg) {
   stream *s = arg;
-  uint8_t pl[WEFT_NET_OP_BYTES];
-  op_payload(pl, WEFT_OP_MATMUL, cpu_lane, s->hs);
+  uint8_t pl[WEFT_NET_OP_MAX_BYTES];
+  uint32_t plen = op_payload(pl, WEFT_OP_MATMUL, cpu_lane, s->hs);
   s->t0 = tu_now();
   s->ok = 1;
-  for (int i = 0; i < s->count; i++) s->ok &= nt_send(s->fd, WEFT_NET_OP, 2000u + (uint32_t)i, pl, sizeof pl);
+  for (int i = 0; i < s->count; i++) s->ok &= nt_send(s->fd, WEFT_NET_OP, 2000u + (uint32_t)i, pl, plen);
   for (int i = 0; i < s->count; i++) {
     weft_net_header h;
     uint8_t *r = NULL;
