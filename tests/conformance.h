@@ -21,6 +21,8 @@ typedef struct weft_conf_stats {
   long cases;    /* op invocations checked */
   long elements; /* output elements compared */
   long failed;   /* cases with at least one failed check */
+  long skipped;  /* cases not counted in `cases`: the lane pinned refused an op it offers as beyond its size
+                  * limits (WEFT_ERR_UNSUPPORTED; weft_conf_run lists them per op) */
 } weft_conf_stats;
 
 /* Runs every case on lane `lane` (an index from weft_fabric_lane_count, or WEFT_LANE_AUTO to let the router

@@ -191,7 +191,7 @@ int main(void) {
   printf("-- the suite on cpu + a faithful device-memory lane\n");
   weft_fabric *f = open_with_fake(FAULT_NONE, &lane);
   if (!f) return tu_finish("conformance_faults", start);
-  weft_conf_stats total = {0, 0, 0};
+  weft_conf_stats total = {0, 0, 0, 0};
   weft_conf_run_all(f, seed, &total);
   TU_CHECK(total.failed == 0 && total.cases > 0, "the faithful lane failed %ld of %ld cases", total.failed,
            total.cases);
@@ -208,7 +208,7 @@ int main(void) {
     for (int ci = 0; ci < 2; ci++) {
       const weft_contract contract = ci ? WEFT_CONTRACT_FP32 : WEFT_CONTRACT_EXACT;
       const long checks = tu_checks, failures = tu_failures;
-      weft_conf_stats s = {0, 0, 0};
+      weft_conf_stats s = {0, 0, 0, 0};
       weft_conf_run(f, lane, contract, 1, 0, seed, &s);
       tu_checks = checks, tu_failures = failures;
       const int must_fail = (FAULT_BREAKS[flt] >> ci) & 1;

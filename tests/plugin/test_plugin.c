@@ -72,7 +72,7 @@ static void test_good(void) {
     weft_lane_info li;
     TU_STATUS(weft_fabric_lane_info(f, (size_t)lane, &li), WEFT_OK, "lane info");
     TU_CHECK(strcmp(li.kind, "reftest") == 0, "kind %s, want reftest", li.kind);
-    weft_conf_stats s = {0, 0, 0};
+    weft_conf_stats s = {0, 0, 0, 0};
     weft_conf_run(f, lane, WEFT_CONTRACT_EXACT, 1, 1, tu_seed(), &s);
     printf("reftest:0 exact (edge cases): %ld cases, %ld failed\n", s.cases, s.failed);
     TU_CHECK(s.cases > 0 && s.failed == 0, "conformance on the plugin lane: %ld of %ld cases failed", s.failed, s.cases);
@@ -328,7 +328,7 @@ static void test_opencl(void) {
     TU_CHECK(strcmp(li.kind, "opencl") == 0, "kind %s, want opencl", li.kind);
     TU_CHECK(li.contracts == WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT), "opencl contracts 0x%x, want exact only",
              (unsigned)li.contracts);
-    weft_conf_stats s = {0, 0, 0};
+    weft_conf_stats s = {0, 0, 0, 0};
     weft_conf_run(f, lane, WEFT_CONTRACT_EXACT, 1, 1, tu_seed(), &s);
     printf("opencl:0 (%s) exact (edge cases): %ld cases, %ld failed\n", li.device, s.cases, s.failed);
     TU_CHECK(s.cases > 0 && s.failed == 0, "conformance on opencl:0: %ld of %ld cases failed", s.failed, s.cases);

@@ -3,8 +3,9 @@
  * with NaN payloads, +-inf, -0 and subnormals in the data; the in-place forms; the same ops inside a scope
  * (recorded into one submission); sumsq routed around the lane (it does not offer it); and GPT-2's real
  * token table, 50,257 x 768 fp32 (154 MB, more than lavapipe's 128 MiB binding): the embedding forward,
- * its backward and the tied output matmul (logits = h . wte^T) at that size. Skips (exit 77) where there is
- * no Vulkan device. */
+ * its backward and the tied output matmul (logits = h . wte^T) at that size; cross-entropy rows of finite
+ * logits as wide as that vocabulary, wider than one kernel loop may run on llvmpipe. Skips (exit 77) where
+ * there is no Vulkan device. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -404,6 +405,11 @@ int main(void) {
     }
   SCOPED = 0;
   crossentropy(1, 8, 50257, 10.0f); /* GPT-2's vocabulary */
+  /* The same width with finite rows (above, every row holds a NaN or an infinity, which hid a wrong sum):
+   * llvmpipe ends an invocation's loops after 65,535 iterations in all, which cut a row's max-then-sum
+   * short past 32,768 logits. Widths about the lane's column range (16,384) and that bound, and GPT-2's. */
+  static const int64_t wide[] = {16384, 16385, 32768, 32769, 50257};
+  for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++) crossentropy(0, 3, wide[i], i % 2 ? 80.0f : 10.0f);
   copies();
   SCOPED = 1;
   copies();

@@ -492,8 +492,10 @@ static void attention(tu_rng *r, int64_t B, int64_t T, int64_t C, int64_t NH, in
   free(ds);
 }
 
-/* Cross-entropy forward and backward; `chunks` dispatches of consecutive rows. */
-static void xent(tu_rng *r, int64_t N, int64_t V, float spread, int chunks, int sp) {
+/* Cross-entropy forward and backward; `chunks` dispatches of consecutive rows, each row reduced in column
+ * ranges of `cols` logits (a max pass, then a sum pass, each dispatch continuing the stats the previous one
+ * left), as the lane does for rows wider than its XENT_COLS; cols 0: the whole row in one dispatch. */
+static void xent(tu_rng *r, int64_t N, int64_t V, float spread, int chunks, int64_t cols, int sp) {
   size_t nz = (size_t)(N * V);
   float *z = fl(nz), *loss = fl((size_t)N), *wloss = fl((size_t)N), *stats = fl((size_t)(2 * N)), *dl = fl((size_t)N);
   float *g = fl(nz), *wg = fl(nz);
@@ -503,16 +505,22 @@ static void xent(tu_rng *r, int64_t N, int64_t V, float spread, int chunks, int 
   for (int64_t i = 0; i < N; i++) tgt[i] = (int32_t)tu_rng_int(r, 0, V - 1);
   if (N > 1) tgt[1] = (int32_t)(V - 1);
   char what[128], w2[160];
-  snprintf(what, sizeof what, "crossentropy N %lld V %lld spread %g, %d chunk(s), data %d", (long long)N, (long long)V,
-           (double)spread, chunks, sp);
+  snprintf(what, sizeof what, "crossentropy N %lld V %lld spread %g, %d chunk(s), column ranges %lld, data %d",
+           (long long)N, (long long)V, (double)spread, chunks, (long long)cols, sp);
   TU_STATUS(weft_ref_crossentropy_forward(wloss, z, tgt, N, V), WEFT_OK, what);
   TU_STATUS(weft_ref_crossentropy_backward(wg, z, tgt, dl, N, V), WEFT_OK, what);
   int64_t per = (N + chunks - 1) / chunks;
   for (int64_t r0 = 0; r0 < N; r0 += per) {
     int64_t nr = r0 + per > N ? N - r0 : per;
-    uint32_t pr[7] = {(uint32_t)nr, (uint32_t)V, 3u, 0, 0, 0, 0};
     vb br[4] = {FB(z + r0 * V, nr * V), {tgt + r0, (size_t)nr * 4}, FB(stats + 2 * r0, 2 * nr), FB(loss + r0, nr)};
-    vrun("crossentropy rows", K(tx_xent_rows), br, 4, pr, sizeof pr, groups((uint64_t)nr, 64), 0);
+    for (int pass = cols ? 0 : 2; pass < (cols ? 2 : 3); pass++)
+      for (int64_t j0 = 0; j0 < V; j0 += cols ? cols : V) {
+        const int64_t j1 = cols && j0 + cols < V ? j0 + cols : V;
+        const uint32_t part = pass == 0 ? 4u : pass == 1 ? 8u : 4u | 8u;
+        const uint32_t flags = part | ((part & 8u) && j1 == V ? 16u | 2u : 0u);
+        uint32_t pr[9] = {(uint32_t)nr, (uint32_t)V, flags, 0, 0, 0, 0, (uint32_t)j0, (uint32_t)j1};
+        vrun("crossentropy rows", K(tx_xent_rows), br, 4, pr, sizeof pr, groups((uint64_t)nr, 64), 0);
+      }
     uint32_t pg[7] = {(uint32_t)nr, (uint32_t)V, 0, 0, 0, 0, 0};
     vb bg[5] = {FB(z + r0 * V, nr * V), {tgt + r0, (size_t)nr * 4}, FB(stats + 2 * r0, 2 * nr), FB(dl + r0, nr),
                 FB(g + r0 * V, nr * V)};
@@ -608,7 +616,8 @@ int main(void) {
     gelu(&r, 70000, sp);
     softmax(&r, 6, 33, 0.125f, 1, sp);
     attention(&r, 2, 19, 48, 4, 1, sp);
-    xent(&r, 9, 1000, sp == 2 ? 1.0f : 20.0f, 1, sp);
+    xent(&r, 9, 1000, sp == 2 ? 1.0f : 20.0f, 1, 0, sp);
+    xent(&r, 9, 1000, sp == 2 ? 1.0f : 20.0f, 2, 300, sp);
     adamw(&r, 70000, 1 + 9 * sp, sp);
   }
   /* what the lane will chunk: table windows, row blocks, (b, h) blocks */
@@ -617,8 +626,10 @@ int main(void) {
   softmax(&r, 5, 20, 0.25f, 3, 1);
   attention(&r, 3, 21, 64, 4, 5, 1);
   layernorm(&r, 4, 768, 1);
-  /* GPT-2's vocabulary: one invocation per row walks all 50,257 logits */
-  xent(&r, 5, 50257, 10.0f, 2, 1);
+  /* GPT-2's vocabulary in the lane's column ranges of 16,384 (one loop over a whole row would outrun
+   * llvmpipe's bound on an invocation's loop iterations); finite rows too (data 1 puts a NaN in each) */
+  xent(&r, 5, 50257, 10.0f, 2, 16384, 1);
+  xent(&r, 5, 50257, 10.0f, 2, 16384, 0);
   /* GPT-2's token table, 50,257 x 768 fp32 = 154 MB: more than lavapipe's 128 MiB binding, so bound as row
    * windows that each fit the device's limit, for the lookup and its backward. */
   {

@@ -573,7 +573,8 @@ static weft_status run_matmul(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
  * chunked: element ranges (gelu, adamw), row blocks (layernorm, causal softmax, cross-entropy, positions of
  * the embedding), (b, h) blocks of attention's [B, NH, T, T] tensors, row windows of embedding tables.
  * Where chunks accumulate into one output (dgamma, dbeta) they run in ascending order, continuing the
- * previous chunk's sums: the same sequence of roundings. supports() refuses what would not fit even so. */
+ * previous chunk's sums: the same sequence of roundings. Cross-entropy rows are also reduced in column
+ * ranges (XENT_COLS). supports() refuses what would not fit even so. */
 
 /* Grows scratch *s to hold `elems` 4-byte elements; the old one is freed after the work that uses it. */
 static weft_status scratch_get(weft_vk_lane *l, vk_buf **s, uint64_t elems) {
@@ -775,31 +776,46 @@ static weft_status run_attention(weft_vk_lane *l, vk_batch *b, const weft_op *op
   return WEFT_OK;
 }
 
+/* Columns of a row that one XENT_ROWS dispatch reduces. llvmpipe (lavapipe) ends an invocation's loops,
+ * silently, once it has run 65535 iterations of them in all; a row of GPT-2's 50,257 logits in one max loop
+ * and one sum loop got its sum cut short there. A max pass and a sum pass over XENT_COLS columns, one row
+ * per invocation, stay well below that on every driver; wider rows are reduced in ascending column ranges,
+ * each dispatch continuing the running max and sum the previous one left in the stats: the same sequence of
+ * compares and roundings as one loop. */
+#define XENT_COLS 16384u
+
 static weft_status run_crossentropy(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
   const uint64_t N = (uint64_t)op->iparam[0], V = (uint64_t)op->iparam[1], cap = cap_elems(l);
-  const uint64_t per = V ? min_u64(cap / V, cap / 2) : N;
+  /* one row per invocation: at most 64 * VK_MAX_GROUPS rows per dispatch */
+  const uint64_t per = min_u64(V ? min_u64(cap / V, cap / 2) : N, (uint64_t)VK_MAX_GROUPS * 64);
   const int bwd = op->kind == WEFT_OP_CROSSENTROPY_BACKWARD;
-  weft_status st;
-  if (bwd && (st = scratch_get(l, &l->s_stats, 2 * min_u64(per, N))) != WEFT_OK) return st;
+  weft_status st = scratch_get(l, &l->s_stats, 2 * min_u64(per, N));
+  if (st != WEFT_OK) return st;
   for (uint64_t r0 = 0; r0 < N; r0 += per) {
     uint64_t nr = min_u64(per, N - r0);
     vk_win w[VK_NBIND];
     wins_dummy(l, w);
     w[0] = window(l, op->in[0], r0 * V, nr * V);
     w[1] = window(l, op->in[1], r0, nr);
-    if (!bwd) {
-      w[3] = window(l, op->out[0], r0, nr);
-      struct { uint32_t nrows, V, flags, base_z, base_t, base_s, base_l; } pc = {
-          U32(nr), U32(V), 2u, U32(w[0].base), U32(w[1].base), 0, U32(w[3].base)};
-      st = tx_dispatch(l, b, VK_SH_TX_XENT_ROWS, w, 3u, 8u, &pc, sizeof pc, grid(nr, 64));
-      if (st != WEFT_OK) return st;
-      continue;
-    }
     w[2] = window(l, l->s_stats, 0, 2 * nr);
-    struct { uint32_t nrows, V, flags, base_z, base_t, base_s, base_l; } rpc = {
-        U32(nr), U32(V), 1u, U32(w[0].base), U32(w[1].base), U32(w[2].base), 0};
-    st = tx_dispatch(l, b, VK_SH_TX_XENT_ROWS, w, 3u, 4u, &rpc, sizeof rpc, grid(nr, 64));
-    if (st != WEFT_OK) return st;
+    if (!bwd) w[3] = window(l, op->out[0], r0, nr);
+    /* Row statistics: max then sum over column ranges (one dispatch doing both when the row is short). */
+    const int split = V > XENT_COLS;
+    for (int pass = split ? 0 : 2; pass < (split ? 2 : 3); pass++) {
+      const uint32_t what = pass == 0 ? 4u : pass == 1 ? 8u : 4u | 8u;
+      for (uint64_t j0 = 0; j0 < V; j0 += XENT_COLS) {
+        const uint64_t j1 = split ? min_u64(V, j0 + XENT_COLS) : V;
+        uint32_t flags = what | ((what & 8u) && j1 == V ? 16u : 0u);
+        if (!bwd && (flags & 16u)) flags |= 2u;
+        struct { uint32_t nrows, V, flags, base_z, base_t, base_s, base_l, j0, j1; } pc = {
+            U32(nr), U32(V), flags, U32(w[0].base), U32(w[1].base), U32(w[2].base), U32(w[3].base), U32(j0), U32(j1)};
+        st = tx_dispatch(l, b, VK_SH_TX_XENT_ROWS, w, 7u, 4u | (!bwd && (flags & 2u) ? 8u : 0u), &pc, sizeof pc,
+                         grid(nr, 64));
+        if (st != WEFT_OK) return st;
+        if (!split) break;
+      }
+    }
+    if (!bwd) continue;
     w[3] = window(l, op->in[2], r0, nr);
     w[4] = window(l, op->out[0], r0 * V, nr * V);
     struct { uint32_t nrows, V, base_z, base_t, base_s, base_dl, base_g; } gpc = {
