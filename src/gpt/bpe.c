@@ -383,11 +383,81 @@ static int cls(int32_t c) {
   return CL_L;
 }
 
-/* BPE of one pre-token's bytes; appends ids to *out (growing it). */
+/* A long word's merges with a heap, in O(n log n): the lowest (rank, position) first. Equivalent to the
+ * pass-by-pass loop below because every occurrence of one pair has the same rank, taken left to right, and
+ * a pair made by a merge ranks after the merge that made it (vocab.bpe lists merges in the order learned). */
+typedef struct {
+  int32_t rank, pos;
+} hent;
+
+static int hless(hent a, hent b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
+
+static void hpush(hent *h, size_t *hn, hent e) {
+  size_t i = (*hn)++;
+  while (i && hless(e, h[(i - 1) / 2])) h[i] = h[(i - 1) / 2], i = (i - 1) / 2;
+  h[i] = e;
+}
+
+static hent hpop(hent *h, size_t *hn) {
+  const hent top = h[0], e = h[--*hn];
+  size_t i = 0;
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= *hn) break;
+    if (c + 1 < *hn && hless(h[c + 1], h[c])) c++;
+    if (!hless(h[c], e)) break;
+    h[i] = h[c], i = c;
+  }
+  if (*hn) h[i] = e;
+  return top;
+}
+
+static size_t merge_long(const weft_bpe *b, int32_t *w, size_t n, int32_t *nxt, int32_t *prv, hent *h) {
+  size_t hn = 0;
+  for (size_t i = 0; i < n; i++) {
+    nxt[i] = i + 1 < n ? (int32_t)(i + 1) : -1, prv[i] = (int32_t)i - 1;
+    const pair_slot *p = i + 1 < n ? pair_find(b, w[i], w[i + 1]) : NULL;
+    if (p) hpush(h, &hn, (hent){p->rank, (int32_t)i});
+  }
+  while (hn) {
+    const hent e = hpop(h, &hn);
+    const int32_t i = e.pos, j = nxt[i];
+    if (w[i] < 0 || j < 0) continue;
+    const pair_slot *p = pair_find(b, w[i], w[j]);
+    if (!p || p->rank != e.rank) continue; /* stale: a neighbour merged since */
+    w[i] = p->merged;
+    w[j] = -1;
+    nxt[i] = nxt[j];
+    if (nxt[j] >= 0) prv[nxt[j]] = i;
+    const pair_slot *q;
+    if (prv[i] >= 0 && (q = pair_find(b, w[prv[i]], w[i]))) hpush(h, &hn, (hent){q->rank, prv[i]});
+    if (nxt[i] >= 0 && (q = pair_find(b, w[i], w[nxt[i]]))) hpush(h, &hn, (hent){q->rank, i});
+  }
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    if (w[i] >= 0) w[m++] = w[i];
+  return m;
+}
+
+enum { LONG_WORD = 64 };
+
+/* BPE of one pre-token's bytes; appends ids to *out (growing it). w holds n ids of scratch. */
 static weft_status bpe_word(const weft_bpe *b, const unsigned char *s, size_t n, int32_t **out, size_t *nout,
                             size_t *cap, int32_t *w) {
   size_t m = n;
   for (size_t i = 0; i < n; i++) w[i] = b->byte_id[s[i]];
+  if (n > LONG_WORD) {
+    int32_t *nx = malloc(2 * n * sizeof(int32_t));
+    hent *h = malloc(3 * n * sizeof(hent));
+    if (!nx || !h) {
+      free(nx);
+      free(h);
+      return WEFT_ERR_OUT_OF_MEMORY;
+    }
+    m = merge_long(b, w, n, nx, nx + n, h);
+    free(nx);
+    free(h);
+  }
   while (m > 1) {
     int32_t best = INT32_MAX;
     int32_t fa = -1, fb = -1, merged = -1;

@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
       "def f(x):\n    return x ** 2  # square\n",
       "ALLCAPS and MiXeD CaSe",
   };
-  enum { NFIXED = sizeof fixed / sizeof fixed[0], NRAND = 40, NS = NFIXED + NRAND };
+  enum { NFIXED = sizeof fixed / sizeof fixed[0], NRAND = 40, NLONG = 12, NS = NFIXED + NRAND + NLONG };
   char *strs[NS];
   tu_rng r = {tu_seed()};
   static const char *const words[] = {"the", "of", "GPT", "model", "weights", "tokens", "'s", "'re", "don't",
@@ -126,6 +126,17 @@ int main(int argc, char **argv) {
       if (tu_rng_int(&r, 0, 1)) strncat(buf, " ", sizeof buf - strlen(buf) - 1);
       strncat(buf, words[tu_rng_int(&r, 0, (int64_t)(sizeof words / sizeof words[0]) - 1)],
               sizeof buf - strlen(buf) - 1);
+    }
+    if (i >= NFIXED + NRAND) { /* long words (the tokenizer's heap path, over 64 bytes) */
+      const int kind = i % 4, len = (int)tu_rng_int(&r, 65, 400);
+      int k = 0;
+      if (kind == 3) buf[k++] = ' ';
+      for (; k < len; k++)
+        buf[k] = kind == 0 ? (char)('a' + tu_rng_int(&r, 0, 25))
+                 : kind == 1 ? "abab=-"[k % 2 + 2 * (i % 3)]
+                 : kind == 2 ? (char)("etaoinshrdlu"[tu_rng_int(&r, 0, 11)])
+                             : (char)("ETAOINetaoin"[tu_rng_int(&r, 0, 11)]);
+      buf[k] = '\0';
     }
     strs[i] = strdup(buf);
   }
