@@ -292,9 +292,20 @@ static const char *strip_prefix(const char *n) {
   return strncmp(n, "transformer.", 12) == 0 ? n + 12 : n;
 }
 
-static st_entry *find_entry(st_entry *e, int ne, const char *name) {
-  for (int i = 0; i < ne; i++)
-    if (!strcmp(strip_prefix(e[i].name), name)) return &e[i];
+static int cmp_name(const void *a, const void *b) {
+  return strcmp(strip_prefix((*(const st_entry *const *)a)->name), strip_prefix((*(const st_entry *const *)b)->name));
+}
+
+/* byname: the entries sorted by name without the prefix (a binary search, so a header of many entries
+ * costs n log n, not n^2). */
+static st_entry *find_entry(st_entry *const *byname, int ne, const char *name) {
+  int lo = 0, hi = ne;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2, c = strcmp(strip_prefix(byname[mid]->name), name);
+    if (c == 0) return byname[mid];
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
   return NULL;
 }
 
@@ -397,9 +408,10 @@ static weft_status load_safetensors(rfile *rf, weft_gpt_io_config *cfg, float **
   const int nchild = cJSON_GetArraySize(j);
   st_entry *e = calloc((size_t)(nchild > 0 ? nchild : 1), sizeof *e);
   st_entry **order = calloc((size_t)(nchild > 0 ? nchild : 1), sizeof *order);
+  st_entry **byname = calloc((size_t)(nchild > 0 ? nchild : 1), sizeof *byname);
   float *buf = NULL;
   int ne = 0;
-  if (!e || !order) {
+  if (!e || !order || !byname) {
     st = fail(err, errlen, WEFT_ERR_OUT_OF_MEMORY, "out of memory");
     goto done;
   }
@@ -451,20 +463,30 @@ static weft_status load_safetensors(rfile *rf, weft_gpt_io_config *cfg, float **
                 x->name, count, x->end - x->begin);
       break;
     }
-    order[ne] = x;
+    order[ne] = byname[ne] = x;
     ne++;
   }
   if (st) goto done;
   qsort(order, (size_t)ne, sizeof *order, cmp_begin);
-  for (int i = 0; i + 1 < ne; i++)
-    if (order[i]->end > order[i + 1]->begin && order[i + 1]->end > order[i + 1]->begin) {
+  for (int i = 0, last = -1; i < ne; i++) { /* last: the nonempty tensor ending furthest so far */
+    if (order[i]->end == order[i]->begin) continue;
+    if (last >= 0 && order[last]->end > order[i]->begin) {
       st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s: tensors '%s' and '%s' overlap in the data section", p,
-                order[i]->name, order[i + 1]->name);
+                order[last]->name, order[i]->name);
+      goto done;
+    }
+    if (last < 0 || order[i]->end > order[last]->end) last = i;
+  }
+  qsort(byname, (size_t)ne, sizeof *byname, cmp_name);
+  for (int i = 0; i + 1 < ne; i++)
+    if (!cmp_name(&byname[i], &byname[i + 1])) {
+      st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s: tensor '%s' appears twice (with and without the "
+                "'transformer.' prefix?)", p, strip_prefix(byname[i]->name));
       goto done;
     }
 
   /* The configuration, from the shapes. */
-  st_entry *wte = find_entry(e, ne, "wte.weight"), *wpe = find_entry(e, ne, "wpe.weight");
+  st_entry *wte = find_entry(byname, ne, "wte.weight"), *wpe = find_entry(byname, ne, "wpe.weight");
   if (!wte || !wpe) {
     st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s: missing tensor '%s': not a GPT-2 checkpoint", p,
               !wte ? "wte.weight" : "wpe.weight");
@@ -480,7 +502,7 @@ static weft_status load_safetensors(rfile *rf, weft_gpt_io_config *cfg, float **
   char nm[64];
   while (c.L < 100000) {
     snprintf(nm, sizeof nm, "h.%d.ln_1.weight", c.L);
-    if (!find_entry(e, ne, nm)) break;
+    if (!find_entry(byname, ne, nm)) break;
     c.L++;
   }
   if (c.L == 0) {
@@ -510,7 +532,7 @@ static weft_status load_safetensors(rfile *rf, weft_gpt_io_config *cfg, float **
     tensor_dims(&c, t, &r, &k, &pl);
     for (int l = 0; l < (pl ? c.L : 1); l++) {
       snprintf(nm, sizeof nm, hf_names[t], l);
-      st_entry *x = find_entry(e, ne, nm);
+      st_entry *x = find_entry(byname, ne, nm);
       if (!x) {
         st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s: missing tensor '%s'", p, nm);
         goto done;
@@ -558,7 +580,7 @@ static weft_status load_safetensors(rfile *rf, weft_gpt_io_config *cfg, float **
     }
     for (int l = 0; l < (pl ? c.L : 1) && !st; l++, dst += n) {
       snprintf(nm, sizeof nm, hf_names[t], l);
-      const st_entry *x = find_entry(e, ne, nm);
+      const st_entry *x = find_entry(byname, ne, nm);
       st = read_elems(rf, data0 + x->begin, tmp ? tmp : dst, n, x->dt, err, errlen);
       if (!st && tmp) /* stored [k, r] (in, out): dst[i, kk] = tmp[kk, i] */
         for (int64_t i = 0; i < r; i++)
@@ -573,6 +595,7 @@ static weft_status load_safetensors(rfile *rf, weft_gpt_io_config *cfg, float **
   buf = NULL;
 done:
   free(buf);
+  free(byname);
   free(order);
   free(e);
   cJSON_Delete(j);

@@ -346,6 +346,31 @@ static void test_safetensors_bad(const float *params, size_t n) {
   free(expect(variant(&s, "u0.safetensors"), WEFT_ERR_INVALID_ARGUMENT, "overlap", NULL, NULL, "shared bytes"));
   st_free(&s);
 
+  s = st_read(good);
+  { /* ln_f.bias twice: plain and under the prefix, each with bytes of its own */
+    cJSON *x = cJSON_Duplicate(cJSON_GetObjectItem(s.h, "ln_f.bias"), 1);
+    set_offsets(x, (double)s.dn, (double)s.dn + 256);
+    cJSON_AddItemToObject(s.h, "transformer.ln_f.bias", x);
+    s.data = realloc(s.data, s.dn + 256);
+    memset(s.data + s.dn, 0, 256);
+    s.dn += 256;
+  }
+  free(expect(variant(&s, "u2.safetensors"), WEFT_ERR_INVALID_ARGUMENT, "appears twice", NULL, NULL,
+              "a tensor twice"));
+  st_free(&s);
+
+  s = st_read(good);
+  { /* wte's range stretched over wpe's and h.0.ln_1.weight's */
+    cJSON *w = cJSON_GetObjectItem(cJSON_GetObjectItem(s.h, "h.0.ln_1.weight"), "data_offsets");
+    cJSON *x = cJSON_GetObjectItem(s.h, "wte.weight");
+    cJSON *sh = cJSON_GetObjectItem(x, "shape");
+    const double end = cJSON_GetArrayItem(w, 1)->valuedouble;
+    set_offsets(x, 0, end);
+    cJSON_SetNumberValue(cJSON_GetArrayItem(sh, 0), end / 4 / 64);
+  }
+  free(expect(variant(&s, "o3.safetensors"), WEFT_ERR_INVALID_ARGUMENT, "overlap", NULL, NULL, "wide overlap"));
+  st_free(&s);
+
   /* An extra tensor with its own bytes: unexpected. The prefix and the mask buffer: accepted. F16 and BF16
    * tensors: converted. */
   s = st_read(good);
