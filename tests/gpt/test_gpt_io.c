@@ -446,6 +446,48 @@ static void test_safetensors_bad(const float *params, size_t n) {
   free(l);
 }
 
+/* Random bytes of the headers changed: every load returns (a status, a message on failure), nothing leaks
+ * or reads out of bounds (the sanitizer build watches). */
+static void test_mutations(void) {
+  const char *files[2] = {"model.safetensors", "model0.bin"};
+  tu_rng r = {tu_seed() ^ 0x5eedu};
+  int refused = 0, total = 0;
+  for (int f = 0; f < 2; f++) {
+    char src[128];
+    snprintf(src, sizeof src, "%s", path_in(files[f]));
+    size_t fs = 0;
+    unsigned char *good = slurp(src, &fs), *b = malloc(fs ? fs : 1);
+    const size_t span = f == 0 ? 8 + 2400 : 1024 + 64; /* the header (and a little data) */
+    for (int k = 0; k < 150 && fs; k++) {
+      memcpy(b, good, fs);
+      const int flips = (int)tu_rng_int(&r, 1, 4);
+      for (int q = 0; q < flips; q++) {
+        const size_t at = (size_t)tu_rng_int(&r, 0, (int64_t)(span < fs ? span : fs) - 1);
+        b[at] = (unsigned char)(tu_rng_int(&r, 0, 1) ? tu_rng_int(&r, 0, 255) : b[at] ^ (1u << tu_rng_int(&r, 0, 7)));
+      }
+      const size_t len = tu_rng_int(&r, 0, 3) ? fs : (size_t)tu_rng_int(&r, 0, (int64_t)fs);
+      spit(path_in("mut.bin"), b, len);
+      weft_gpt_io_config c = {0};
+      float *p = NULL;
+      size_t n = 0;
+      err[0] = '\0';
+      const weft_status st = weft_gpt_load(path_in("mut.bin"), &c, &p, &n, err, sizeof err);
+      total++;
+      if (st != WEFT_OK) {
+        refused++;
+        TU_CHECK(p == NULL && err[0] != '\0', "a refused mutation has a message and no buffer");
+      } else {
+        size_t want = 0;
+        TU_CHECK(weft_gpt_io_sizes(&c, NULL, &want) == WEFT_OK && want == n && p, "an accepted mutation is a model");
+      }
+      free(p);
+    }
+    free(good);
+    free(b);
+  }
+  printf("  %d of %d mutated files refused, the rest loaded as models\n", refused, total);
+}
+
 static void test_nh(const float *params) {
   /* Without config.json: the hint, else C/64. */
   char sub[96];
@@ -494,6 +536,7 @@ int main(int argc, char **argv) {
   test_llmc_bad(params, n);
   test_safetensors_bad(params, n);
   test_nh(params);
+  test_mutations();
   free(params);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
