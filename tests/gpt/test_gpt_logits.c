@@ -124,6 +124,23 @@ int main(int argc, char **argv) {
     printf("%s: weft's loader + reference forward vs PyTorch: max |diff| %.3g over logits up to %.3g\n", paths[k],
            worst, scale);
   }
+  { /* the interface a caller compares its own logits through: torch_ref.py --check, and it can fail */
+    char hex[80];
+    snprintf(hex, sizeof hex, "%s/logits.hex", dir);
+    for (int pass = 0; pass < 2; pass++) {
+      FILE *f = fopen(hex, "w");
+      for (int t = 0; f && t < T; t++)
+        for (int v = 0; v < V; v++)
+          fprintf(f, "%08x%c", (unsigned)tu_bits(ours[1][t * V + v] + (pass && t == 3 && v == 5 ? 0.01f : 0.0f)),
+                  v + 1 < V ? ' ' : '\n');
+      if (f) fclose(f);
+      snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' --check '%s'", argv[1], argv[2], bin_path, hex);
+      for (int t = 0; t < T; t++) snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), " %d", (int)tok[t]);
+      const int rc = system(cmd);
+      TU_CHECK(pass == 0 ? rc == 0 : rc != 0, "torch_ref.py --check %s logits: status %d", pass ? "off by 0.01" : "weft's",
+               rc);
+    }
+  }
   int same = 1;
   for (int i = 0; i < T * V; i++) same &= tu_bits(ours[0][i]) == tu_bits(ours[1][i]);
   TU_CHECK(same, "safetensors and llm.c files give weft the same logits bits");

@@ -2,12 +2,14 @@
 """torch_ref.py - GPT-2 logits from an independent implementation: plain PyTorch (CPU, fp32) with its own
 readers of both checkpoint formats (nothing shared with weft's loader).
 
-    torch_ref.py WEIGHTS TOKEN [TOKEN ...] [--nh N] [--npy OUT.npy]
+    torch_ref.py WEIGHTS TOKEN [TOKEN ...] [--nh N] [--npy OUT.npy] [--check LOGITS.hex [--atol A] [--rtol R]]
 
 WEIGHTS is a Hugging Face model.safetensors (its config.json beside it gives n_head; else --nh, else C/64)
 or an llm.c .bin (version 3 fp32). Prints the logits, one line per position: V float32 values as 8-digit
 hex of their bits (so a reader can compare within a tolerance or bit for bit), or writes them [T, V] to a
-.npy file with --npy. The model: token + position embeddings; per layer pre-norm causal multi-head
+.npy file with --npy. With --check, reads another implementation's logits in the same hex format (T lines
+of V values) and exits 1 unless every one is within atol + rtol * |PyTorch's| (defaults 1e-4 each), printing
+the worst difference. The model: token + position embeddings; per layer pre-norm causal multi-head
 attention and a tanh-GELU MLP with residuals; a final layer norm (eps 1e-5); logits tied to the token table.
 """
 import argparse
@@ -122,6 +124,9 @@ def main():
     ap.add_argument("tokens", type=int, nargs="+")
     ap.add_argument("--nh", type=int, default=0, help="heads, for a safetensors file without config.json")
     ap.add_argument("--npy", help="write the [T, V] float32 logits here instead of printing hex")
+    ap.add_argument("--check", help="compare with these logits (hex, T lines of V) instead of printing")
+    ap.add_argument("--atol", type=float, default=1e-4)
+    ap.add_argument("--rtol", type=float, default=1e-4)
     a = ap.parse_args()
     torch.set_num_threads(1)
     with open(a.weights, "rb") as f:
@@ -134,6 +139,16 @@ def main():
         sys.exit("torch_ref.py: token ids or sequence length out of range")
     with torch.no_grad():
         logits = forward(p, L, C, NH, a.tokens).to(torch.float32).numpy()
+    if a.check:
+        rows = [l.split() for l in open(a.check) if l.strip()]
+        other = np.array([[int(v, 16) for v in r] for r in rows], dtype=np.uint32).view(np.float32)
+        if other.shape != logits.shape:
+            sys.exit("torch_ref.py: %s holds %s logits, PyTorch made %s" % (a.check, other.shape, logits.shape))
+        diff = np.abs(other.astype(np.float64) - logits.astype(np.float64))
+        bad = int((~(diff <= a.atol + a.rtol * np.abs(logits))).sum())
+        print("max |diff| %.3g over logits up to %.3g: %d of %d beyond %g + %g * |x|"
+              % (diff.max(), np.abs(logits).max(), bad, logits.size, a.atol, a.rtol))
+        sys.exit(1 if bad else 0)
     if a.npy:
         np.save(a.npy, logits)
     else:
