@@ -4,8 +4,8 @@ readers of both checkpoint formats (nothing shared with weft's loader).
 
     torch_ref.py WEIGHTS TOKEN [TOKEN ...] [--nh N] [--npy OUT.npy] [--check LOGITS.hex [--atol A] [--rtol R]]
 
-WEIGHTS is a Hugging Face model.safetensors (its config.json beside it gives n_head; else --nh, else C/64)
-or an llm.c .bin (version 3 fp32). Prints the logits, one line per position: V float32 values as 8-digit
+WEIGHTS is a Hugging Face model.safetensors (F32, F16 or BF16; its config.json beside it gives n_head; else
+--nh, else C/64) or an llm.c .bin (version 3 fp32, or 5 bf16). Prints the logits, one line per position: V float32 values as 8-digit
 hex of their bits (so a reader can compare within a tolerance or bit for bit), or writes them [T, V] to a
 .npy file with --npy. With --check, reads another implementation's logits in the same hex format (T lines
 of V values) and exits 1 unless every one is within atol + rtol * |PyTorch's| (defaults 1e-4 each), printing
@@ -33,13 +33,25 @@ def shapes(L, C, V, maxT):
             "lnfw": (C,), "lnfb": (C,)}
 
 
+def widen(buf, dtype):
+    """float32 array from raw little-endian F32, F16 or BF16 bytes."""
+    if dtype == "F32":
+        return np.frombuffer(buf, dtype="<f4")
+    if dtype == "F16":
+        return np.frombuffer(buf, dtype="<f2").astype(np.float32)
+    if dtype == "BF16":
+        return (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+    sys.exit("torch_ref.py: dtype %s is not F32, F16 or BF16" % dtype)
+
+
 def load_llmc(path):
     raw = open(path, "rb").read()
     h = struct.unpack("<256i", raw[:1024])
-    if h[0] != 20240326 or h[1] != 3:
-        sys.exit("torch_ref.py: %s: not an fp32 llm.c checkpoint (magic %d, version %d)" % (path, h[0], h[1]))
+    if h[0] != 20240326 or h[1] not in (3, 5):
+        sys.exit("torch_ref.py: %s: not an llm.c checkpoint of version 3 or 5 (magic %d, version %d)"
+                 % (path, h[0], h[1]))
     maxT, V, L, NH, C, Vp = h[2:8]
-    data = np.frombuffer(raw, dtype="<f4", offset=1024)
+    data = widen(raw[1024:], "F32" if h[1] == 3 else "BF16")
     p, off = {}, 0
     for name, shp in shapes(L, C, Vp, maxT).items():
         n = int(np.prod(shp))
@@ -61,9 +73,8 @@ def load_safetensors(path, nh):
         for key in (name, "transformer." + name):
             if key in hdr:
                 e = hdr[key]
-                assert e["dtype"] == "F32", "%s: dtype %s" % (key, e["dtype"])
                 b, en = e["data_offsets"]
-                return torch.from_numpy(np.frombuffer(data[b:en], dtype="<f4").reshape(e["shape"]).copy())
+                return torch.from_numpy(widen(data[b:en], e["dtype"]).reshape(e["shape"]).copy())
         sys.exit("torch_ref.py: %s: no tensor %s" % (path, name))
 
     wte = t("wte.weight")
