@@ -7,6 +7,12 @@ if(NOT TARGET PkgConfig::CJSON)
 endif()
 find_package(ZLIB REQUIRED)
 
+# GPT-2 on the public API (src/gpt): the model, its training and generation, checkpoints; used by
+# `weft gpt` and tests/test_gpt.c.
+add_library(weft_gpt STATIC src/gpt/gpt.c)
+target_link_libraries(weft_gpt PUBLIC weft_static m)
+target_include_directories(weft_gpt PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/src)
+
 add_executable(weft_cli
   src/tools/weft.c
   src/tools/cli_util.c
@@ -17,8 +23,9 @@ add_executable(weft_cli
   src/tools/cli_mlp.c
   src/tools/cli_worker.c
   src/tools/cli_serve.c
+  src/tools/cli_gpt.c
 )
-target_link_libraries(weft_cli PRIVATE weft_net weft_static PkgConfig::CJSON ZLIB::ZLIB)
+target_link_libraries(weft_cli PRIVATE weft_net weft_gpt weft_static PkgConfig::CJSON ZLIB::ZLIB)
 target_include_directories(weft_cli PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 set_target_properties(weft_cli PROPERTIES OUTPUT_NAME weft)
 
