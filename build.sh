@@ -18,7 +18,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 # protocol fuzzer); numpy, pytest and scikit-learn (the digits) for the Python package's tests and `weft mlp`, which
 # reads them through zlib. lld (wasm-ld) links weft.wasm for the Bench page; Chromium (headless, with its
 # WebGPU on SwiftShader) and Node.js run the browser tests (playwright-core comes from npm, see below);
-# libwebsockets-dev is the server browser tabs join the fabric through (browser lanes, `weft serve`).
+# libwebsockets-dev is the server browser tabs join the fabric through (browser lanes, `weft serve`); fortunes
+# is the text `weft gpt train` learns from by default (/usr/share/games/fortunes).
 PACKAGES=(
   build-essential cmake ninja-build pkg-config libcjson-dev zlib1g-dev
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-tools
@@ -27,6 +28,7 @@ PACKAGES=(
   libssl-dev clang
   python3-numpy python3-pytest python3-sklearn
   lld chromium nodejs libwebsockets-dev
+  fortunes
 )
 # Debian's nodejs comes without npm; some other builds of nodejs bundle it (and conflict with Debian's npm).
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)

@@ -64,6 +64,18 @@ static void finish(weft_gpt *g, outcome *o) {
   const int32_t prompt[4] = {'t', 'h', 'e', ' '};
   uint64_t rng = 42;
   TU_CHECK(weft_gpt_generate(g, prompt, 4, GEN, 0.0f, 0, &rng, o->greedy, NULL) == WEFT_OK, "greedy: %s", weft_gpt_last_error(g));
+  /* the KV cache decodes what a full forward over the whole sequence picks */
+  int32_t seq[4 + GEN];
+  memcpy(seq, prompt, sizeof prompt);
+  float lg[256];
+  for (int i = 0; i < GEN; i++) {
+    TU_CHECK(weft_gpt_logits(g, seq, 4 + i, lg) == WEFT_OK, "logits: %s", weft_gpt_last_error(g));
+    int best = 0;
+    for (int v = 1; v < 256; v++)
+      if (lg[v] > lg[best]) best = v;
+    seq[4 + i] = best;
+  }
+  TU_CHECK(memcmp(seq + 4, o->greedy, sizeof o->greedy) == 0, "greedy decode with the KV cache differs from full forwards");
   rng = 42;
   TU_CHECK(weft_gpt_generate(g, prompt, 4, GEN, 0.8f, 20, &rng, o->sampled, NULL) == WEFT_OK, "sampled: %s", weft_gpt_last_error(g));
   o->ok = 1;

@@ -37,4 +37,7 @@ if(BUILD_TESTING)
   # data file is a clear failure. Skipped (77) where scikit-learn's digits are not installed.
   add_test(NAME mlp COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/src/tools/mlp_test.sh $<TARGET_FILE:weft_cli>)
   set_tests_properties(mlp PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  # `weft gpt`: train 3 steps, resume, Ctrl-C, damaged checkpoints, generate.
+  add_test(NAME gpt_cli COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/src/tools/gpt_test.sh $<TARGET_FILE:weft_cli>)
+  set_tests_properties(gpt_cli PROPERTIES TIMEOUT 120)
 endif()
