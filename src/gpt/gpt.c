@@ -313,7 +313,10 @@ static weft_status acts_make(weft_gpt *g, int B, int T) {
   bad |= !(a->tok = mk(g, WEFT_DTYPE_I32, 2, B, T, 0, 0, NULL)) || !(a->tgt = mk(g, WEFT_DTYPE_I32, 1, N, 0, 0, 0, NULL));
   bad |= !(a->lnf = mkf(g, 2, N, C, 0, 0)) || !(a->mf = mkf(g, 1, N, 0, 0, 0)) || !(a->sf = mkf(g, 1, N, 0, 0, 0));
   bad |= !(a->logits = mkf(g, 2, N, V, 0, 0)) || !(a->losses = mkf(g, 1, N, 0, 0, 0));
-  if (bad) return WEFT_ERR_OUT_OF_MEMORY;
+  if (bad) {
+    acts_free(g); /* nothing half made is taken for the real thing next time */
+    return WEFT_ERR_OUT_OF_MEMORY;
+  }
   return WEFT_OK;
 }
 
@@ -331,7 +334,11 @@ static weft_status grads_make(weft_gpt *g) {
   bad |= !(a->dlogits = mkf(g, 2, N, V, 0, 0)) || !(a->dlnf = mkf(g, 2, N, C, 0, 0)) || !(a->dxa = mkf(g, 2, N, C, 0, 0));
   bad |= !(a->dxb = mkf(g, 2, N, C, 0, 0)) || !(a->dx2 = mkf(g, 2, N, C, 0, 0)) || !(a->dtmp = mkf(g, 2, N, C, 0, 0));
   bad |= !(a->day = mkf(g, 2, N, C, 0, 0)) || !(a->dqkv = mkf(g, 2, N, 3 * C, 0, 0)) || !(a->dfc = mkf(g, 2, N, 4 * C, 0, 0));
-  return bad ? WEFT_ERR_OUT_OF_MEMORY : WEFT_OK;
+  if (bad) {
+    acts_free(g);
+    return WEFT_ERR_OUT_OF_MEMORY;
+  }
+  return WEFT_OK;
 }
 
 static weft_status check_tokens(weft_gpt *g, const int32_t *tok, int B, int T) {
