@@ -76,6 +76,11 @@ static void finish(weft_gpt *g, outcome *o) {
     seq[4 + i] = best;
   }
   TU_CHECK(memcmp(seq + 4, o->greedy, sizeof o->greedy) == 0, "greedy decode with the KV cache differs from full forwards");
+  /* every position's logits: the last row is weft_gpt_logits's */
+  float *all = malloc((size_t)(4 + GEN - 1) * 256 * sizeof(float));
+  TU_CHECK(weft_gpt_logits_all(g, seq, 1, 4 + GEN - 1, all) == WEFT_OK, "logits_all: %s", weft_gpt_last_error(g));
+  TU_CHECK(memcmp(all + (size_t)(4 + GEN - 2) * 256, lg, sizeof lg) == 0, "logits_all's last row differs from weft_gpt_logits");
+  free(all);
   rng = 42;
   TU_CHECK(weft_gpt_generate(g, prompt, 4, GEN, 0.8f, 20, &rng, o->sampled, NULL) == WEFT_OK, "sampled: %s", weft_gpt_last_error(g));
   o->ok = 1;
@@ -98,6 +103,20 @@ static outcome run(const char *lanes, int threads, int place, const char *lane, 
   TU_CHECK(st == WEFT_OK, "create: %s", g ? weft_gpt_last_error(g) : "no memory");
   free(p);
   if (st == WEFT_OK && train(g, 0, steps, &o)) finish(g, &o);
+  /* a lane asked for did work */
+  for (size_t i = 0; lane && i < weft_fabric_lane_count(f); i++) {
+    weft_lane_info inf;
+    weft_lane_stats ls;
+    if (weft_fabric_lane_info(f, i, &inf) != WEFT_OK || weft_fabric_lane_stats(f, i, &ls) != WEFT_OK) continue;
+    uint64_t n = 0;
+    for (int k = 0; k < WEFT_OP_COUNT; k++) n += ls.ops[k];
+    if (strcmp(inf.name, lane) == 0) TU_CHECK(n > 0, "no op ran on %s", lane);
+  }
+  if (place == WEFT_GPT_PLACE_LAYERS && g) {
+    weft_lane_stats ls;
+    const int l1 = weft_gpt_layer_lane(g, 1);
+    TU_CHECK(weft_fabric_lane_stats(f, (size_t)l1, &ls) == WEFT_OK && ls.ops[WEFT_OP_ATTENTION] > 0, "layer 1's lane ran no attention");
+  }
   weft_gpt_destroy(g);
   weft_fabric_close(f);
   return o;

@@ -450,6 +450,14 @@ weft_status weft_gpt_logits(weft_gpt *g, const int32_t *tok, int T, float *out) 
   return st == WEFT_OK ? st : fail(g, st, "read the logits: %s", weft_fabric_last_error(g->f));
 }
 
+weft_status weft_gpt_logits_all(weft_gpt *g, const int32_t *tok, int B, int T, float *out) {
+  weft_status st = load_batch(g, tok, NULL, B, T);
+  if (st == WEFT_OK) st = forward(g, 0);
+  if (st != WEFT_OK) return st;
+  st = weft_tensor_read(g->a.logits, out, (size_t)B * T * (size_t)g->cfg.V);
+  return st == WEFT_OK ? st : fail(g, st, "read the logits: %s", weft_fabric_last_error(g->f));
+}
+
 static weft_status backward(weft_gpt *g) {
   weft_fabric *f = g->f;
   acts *a = &g->a;

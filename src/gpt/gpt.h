@@ -57,6 +57,8 @@ weft_status weft_gpt_train_step(weft_gpt *g, const int32_t *tok, const int32_t *
                                 float weight_decay, float max_norm, float *out_loss, float *out_norm);
 /* Logits of the last position of tok[0..T-1] (batch 1) into out (V floats). */
 weft_status weft_gpt_logits(weft_gpt *g, const int32_t *tok, int T, float *out);
+/* Logits of every position: tok B*T int32, out B*T*V floats ([B,T,V], row-major). */
+weft_status weft_gpt_logits_all(weft_gpt *g, const int32_t *tok, int B, int T, float *out);
 
 /* Generation: prefill `prompt` (n >= 1) with batched ops, then decode `ntok` tokens one at a time with a KV
  * cache, each decode step recorded in one scope. temperature <= 0: greedy; top_k <= 0: the whole
