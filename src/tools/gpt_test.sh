@@ -49,7 +49,7 @@ expect 0 train $small --steps 3 --stop-at 2 --checkpoint "$tmp/b.ckpt" &&
   expect 0 train $small --steps 3 --resume "$tmp/b.ckpt" --checkpoint "$tmp/c.ckpt"
 [ "$(fingerprint)" = "$full" ] || fail "stopped at 2 and resumed: fingerprint $(fingerprint), uninterrupted $full"
 # shellcheck disable=SC2086
-expect 0 train $small --steps 2 --json && has "$out" "\"fingerprint\":[[:space:]]*\"[0-9a-f]{16}\"" "gpt train --json" &&
+expect 0 train $small --steps 2 --json --checkpoint "$tmp/j.ckpt" && has "$out" "\"fingerprint\":[[:space:]]*\"[0-9a-f]{16}\"" "gpt train --json" &&
   has "$out" "\"val_loss\":" "gpt train --json val_loss"
 head -c 500 "$tmp/a.ckpt" >"$tmp/cut.ckpt"
 # shellcheck disable=SC2086
