@@ -34,6 +34,8 @@ int weft_cli_mlp(int argc, char **argv);
 void weft_cli_mlp_help(FILE *out);
 int weft_cli_worker(int argc, char **argv);
 void weft_cli_worker_help(FILE *out);
+int weft_cli_gpt(int argc, char **argv);
+void weft_cli_gpt_help(FILE *out);
 int weft_cli_serve(int argc, char **argv);
 void weft_cli_serve_help(FILE *out);
 

@@ -7,6 +7,12 @@ if(NOT TARGET PkgConfig::CJSON)
 endif()
 find_package(ZLIB REQUIRED)
 
+# GPT-2 on the public API (src/gpt): the model, its training and generation, checkpoints; used by
+# `weft gpt` and tests/test_gpt.c.
+add_library(weft_gpt STATIC src/gpt/gpt.c)
+target_link_libraries(weft_gpt PUBLIC weft_static m)
+target_include_directories(weft_gpt PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/src)
+
 add_executable(weft_cli
   src/tools/weft.c
   src/tools/cli_util.c
@@ -17,8 +23,9 @@ add_executable(weft_cli
   src/tools/cli_mlp.c
   src/tools/cli_worker.c
   src/tools/cli_serve.c
+  src/tools/cli_gpt.c
 )
-target_link_libraries(weft_cli PRIVATE weft_net weft_static PkgConfig::CJSON ZLIB::ZLIB)
+target_link_libraries(weft_cli PRIVATE weft_net weft_gpt weft_static PkgConfig::CJSON ZLIB::ZLIB)
 target_include_directories(weft_cli PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 set_target_properties(weft_cli PROPERTIES OUTPUT_NAME weft)
 
@@ -30,4 +37,7 @@ if(BUILD_TESTING)
   # data file is a clear failure. Skipped (77) where scikit-learn's digits are not installed.
   add_test(NAME mlp COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/src/tools/mlp_test.sh $<TARGET_FILE:weft_cli>)
   set_tests_properties(mlp PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  # `weft gpt`: train 3 steps, resume, Ctrl-C, damaged checkpoints, generate.
+  add_test(NAME gpt_cli COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/src/tools/gpt_test.sh $<TARGET_FILE:weft_cli>)
+  set_tests_properties(gpt_cli PROPERTIES TIMEOUT 120)
 endif()

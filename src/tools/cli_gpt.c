@@ -1,0 +1,634 @@
+/* cli_gpt.c - `weft gpt train` and `weft gpt generate`: GPT-2 (src/gpt) trained on text files and run with a
+ * KV cache, every op on the fabric. Bytes are the tokens (a vocabulary of 256). Training draws B x T windows
+ * of the text from a seeded generator whose state the checkpoint keeps, so a resumed run continues exactly
+ * where an uninterrupted one would be. */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "gpt/gpt.h"
+
+/* Debian's `fortunes` package (and fortunes-min) installs its text here. */
+#define DEFAULT_DATA "/usr/share/games/fortunes"
+#define MAX_DATA_BYTES ((size_t)1 << 31)
+
+void weft_cli_gpt_help(FILE *out) {
+  fprintf(out,
+          "Usage: weft gpt train [options]\n"
+          "       weft gpt generate [options]\n"
+          "\n"
+          "GPT-2 on the fabric: learned token and position embeddings, pre-norm blocks of causal multi-head\n"
+          "attention and a GELU MLP, a final layernorm, logits tied to the token table. Tokens are bytes (a\n"
+          "vocabulary of 256). Every op (embedding, layernorm, matmul, attention, gelu, crossentropy, their\n"
+          "backwards, AdamW, the gradient clip) runs on the fabric's lanes; under the exact contract the same\n"
+          "seed gives the same weights and the same text whichever lanes did the work.\n"
+          "\n"
+          "train: AdamW (beta 0.9/0.95, weight decay on the matrices), global-norm gradient clipping, a learning\n"
+          "rate warmed up linearly then decayed on a cosine, batches of B random windows of T+1 bytes from a\n"
+          "seeded generator; the last tenth of the text is held out for the validation loss. One line per step:\n"
+          "loss, learning rate, gradient norm, tokens/s, time, and how many ops each lane ran. Checkpoints\n"
+          "(--checkpoint) every --checkpoint-every steps and at the end; Ctrl-C stops after the current step and\n"
+          "writes one. Ends with where the ops ran and a fingerprint of the weights.\n"
+          "  --data PATH         a text file or a directory of them (repeatable; default %s,\n"
+          "                      Debian package fortunes)\n"
+          "  --steps N           train until step N (default 50)\n"
+          "  --batch B           windows per step (default 4)\n"
+          "  --seq T             tokens per window (default 64; at most --context)\n"
+          "  --lr X              peak learning rate (default 1e-3)\n"
+          "  --warmup N          warmup steps (default: a tenth of --steps)\n"
+          "  --min-lr X          the cosine's end, a fraction of --lr (default 0.1)\n"
+          "  --weight-decay X    (default 0.1)   --clip X  global gradient norm limit (default 1; 0: none)\n"
+          "  --val-every N       validation loss every N steps and at the end (default 10; 0: only at the end)\n"
+          "  --checkpoint FILE   where checkpoints go (default gpt.ckpt)\n"
+          "  --checkpoint-every N  (default 0: only at the end)\n"
+          "  --resume FILE       continue from a checkpoint (its model shape and generator state)\n"
+          "  --stop-at N         stop after step N, as if interrupted (the schedule still plans --steps)\n"
+          "generate: prefill the prompt with batched ops, then decode one token at a time with a KV cache, each\n"
+          "decode step recorded in one scope (one submission per token on GPU lanes); prints the text, tokens/s\n"
+          "and where the ops ran.\n"
+          "  --checkpoint FILE   the model (default: random weights from --seed)\n"
+          "  --prompt TEXT       the prompt's bytes (default \"\\n\")\n"
+          "  --tokens N          tokens to generate (default 64; prompt + N must fit the context)\n"
+          "  --temperature X     0: greedy (default 0.8)   --top-k K  sample among the K likeliest (default 40; 0: all)\n"
+          "both:\n"
+          "  --layers N --channels N --heads N --context N   a new model's shape (default 2, 128, 4, 128)\n"
+          "  --seed N            the initial weights, the batches, the sampler (default 1)\n"
+          "  --lanes LIST        open only these lanes (cpu, vulkan, vulkan:0, ...)\n"
+          "  --place P           auto (default): the router picks each op's lane; layers: layer i on the i-th\n"
+          "                      lane (in turn) of those that offer the transformer ops; a lane name: every op\n"
+          "                      that lane offers pinned to it\n"
+          "  --contract C        exact (default), fp32, tf32 or bf16: the matmuls' contract (the other ops are\n"
+          "                      always exact)\n"
+          "  --cpu-threads N     threads of the CPU lane     --json  the run as JSON\n"
+          "\n"
+          "Checkpoint file (little-endian): \"WEFTGPT1\", u32 version 1, i32 L, C, NH, V, maxT, i64 step, u64 the\n"
+          "batch generator's state, u64 n parameters, n f32 parameters (llm.c's order), n f32 AdamW m, n f32\n"
+          "AdamW v, u64 FNV-1a of every byte before it. A truncated, corrupted or inconsistent file is refused.\n",
+          DEFAULT_DATA);
+}
+
+typedef struct gopts {
+  int train;
+  const char *data[16];
+  int ndata;
+  long steps, stop_at, batch, seq, warmup, val_every, ckpt_every, tokens, top_k, seed;
+  double lr, min_lr, wd, clip, temperature;
+  const char *ckpt, *resume, *prompt, *lanes, *place;
+  weft_gpt_config cfg;
+  weft_contract contract;
+  int cpu_threads, json, ckpt_given;
+} gopts;
+
+static int parse_double(const char *opt, const char *s, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  const double v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi)
+    return weft_cli_usage_error("gpt", "%s wants a number from %g to %g, got '%s'", opt, lo, hi, s);
+  *out = v;
+  return WEFT_CLI_OK;
+}
+
+static int parse_opts(int argc, char **argv, gopts *o) {
+  enum { O_DATA = 256, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WARM, O_MINLR, O_WD, O_CLIP, O_VAL, O_CK, O_CKE, O_RES, O_PROMPT,
+         O_TOK, O_TEMP, O_TOPK, O_LAYERS, O_CH, O_HEADS, O_CTX, O_SEED, O_LANES, O_PLACE, O_CON, O_THR, O_JSON, O_STOP };
+  static const struct option longopts[] = {
+      {"data", required_argument, NULL, O_DATA}, {"steps", required_argument, NULL, O_STEPS},
+      {"batch", required_argument, NULL, O_BATCH}, {"seq", required_argument, NULL, O_SEQ},
+      {"lr", required_argument, NULL, O_LR}, {"warmup", required_argument, NULL, O_WARM},
+      {"min-lr", required_argument, NULL, O_MINLR}, {"weight-decay", required_argument, NULL, O_WD},
+      {"clip", required_argument, NULL, O_CLIP}, {"val-every", required_argument, NULL, O_VAL},
+      {"checkpoint", required_argument, NULL, O_CK}, {"checkpoint-every", required_argument, NULL, O_CKE},
+      {"resume", required_argument, NULL, O_RES}, {"prompt", required_argument, NULL, O_PROMPT},
+      {"tokens", required_argument, NULL, O_TOK}, {"temperature", required_argument, NULL, O_TEMP},
+      {"top-k", required_argument, NULL, O_TOPK}, {"layers", required_argument, NULL, O_LAYERS},
+      {"channels", required_argument, NULL, O_CH}, {"heads", required_argument, NULL, O_HEADS},
+      {"context", required_argument, NULL, O_CTX}, {"seed", required_argument, NULL, O_SEED},
+      {"lanes", required_argument, NULL, O_LANES}, {"place", required_argument, NULL, O_PLACE},
+      {"contract", required_argument, NULL, O_CON}, {"cpu-threads", required_argument, NULL, O_THR},
+      {"json", no_argument, NULL, O_JSON}, {"stop-at", required_argument, NULL, O_STOP}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+  };
+  o->steps = 50, o->batch = 4, o->seq = 64, o->warmup = -1, o->val_every = 10, o->tokens = 64, o->top_k = 40, o->seed = 1;
+  o->lr = 1e-3, o->min_lr = 0.1, o->wd = 0.1, o->clip = 1.0, o->temperature = 0.8;
+  o->ckpt = "gpt.ckpt", o->prompt = "\n", o->place = "auto";
+  o->cfg = (weft_gpt_config){2, 128, 4, 256, 128};
+  int c;
+  long v;
+  optind = 0;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+    int rc = WEFT_CLI_OK;
+    switch (c) {
+    case O_DATA:
+      if (o->ndata >= 16) rc = weft_cli_usage_error("gpt", "--data at most 16 times");
+      else o->data[o->ndata++] = optarg;
+      break;
+    case O_STEPS: rc = weft_cli_parse_long("gpt", "--steps", optarg, 1, 100000000L, &o->steps); break;
+    case O_BATCH: rc = weft_cli_parse_long("gpt", "--batch", optarg, 1, 65536, &o->batch); break;
+    case O_SEQ: rc = weft_cli_parse_long("gpt", "--seq", optarg, 1, 1 << 20, &o->seq); break;
+    case O_LR: rc = parse_double("--lr", optarg, 1e-9, 10, &o->lr); break;
+    case O_WARM: rc = weft_cli_parse_long("gpt", "--warmup", optarg, 0, 100000000L, &o->warmup); break;
+    case O_MINLR: rc = parse_double("--min-lr", optarg, 0, 1, &o->min_lr); break;
+    case O_WD: rc = parse_double("--weight-decay", optarg, 0, 10, &o->wd); break;
+    case O_CLIP: rc = parse_double("--clip", optarg, 0, 1e9, &o->clip); break;
+    case O_VAL: rc = weft_cli_parse_long("gpt", "--val-every", optarg, 0, 100000000L, &o->val_every); break;
+    case O_CK: o->ckpt = optarg, o->ckpt_given = 1; break;
+    case O_CKE: rc = weft_cli_parse_long("gpt", "--checkpoint-every", optarg, 0, 100000000L, &o->ckpt_every); break;
+    case O_RES: o->resume = optarg; break;
+    case O_PROMPT: o->prompt = optarg; break;
+    case O_TOK: rc = weft_cli_parse_long("gpt", "--tokens", optarg, 1, 1 << 20, &o->tokens); break;
+    case O_TEMP: rc = parse_double("--temperature", optarg, 0, 100, &o->temperature); break;
+    case O_TOPK: rc = weft_cli_parse_long("gpt", "--top-k", optarg, 0, 1 << 24, &o->top_k); break;
+    case O_LAYERS: if (!(rc = weft_cli_parse_long("gpt", "--layers", optarg, 1, 1024, &v))) o->cfg.L = (int)v; break;
+    case O_CH: if (!(rc = weft_cli_parse_long("gpt", "--channels", optarg, 1, 65536, &v))) o->cfg.C = (int)v; break;
+    case O_HEADS: if (!(rc = weft_cli_parse_long("gpt", "--heads", optarg, 1, 65536, &v))) o->cfg.NH = (int)v; break;
+    case O_CTX: if (!(rc = weft_cli_parse_long("gpt", "--context", optarg, 1, 1 << 20, &v))) o->cfg.maxT = (int)v; break;
+    case O_SEED: rc = weft_cli_parse_long("gpt", "--seed", optarg, 0, 2147483647L, &o->seed); break;
+    case O_LANES: o->lanes = optarg; break;
+    case O_PLACE: o->place = optarg; break;
+    case O_CON: rc = weft_cli_parse_contract("gpt", "--contract", optarg, &o->contract); break;
+    case O_THR: if (!(rc = weft_cli_parse_long("gpt", "--cpu-threads", optarg, 1, 4096, &v))) o->cpu_threads = (int)v; break;
+    case O_JSON: o->json = 1; break;
+    case O_STOP: rc = weft_cli_parse_long("gpt", "--stop-at", optarg, 1, 100000000L, &o->stop_at); break;
+    case 'h': weft_cli_gpt_help(stdout); return -1;
+    default: return weft_cli_option_error("gpt", c, argv);
+    }
+    if (rc) return rc;
+  }
+  if (optind < argc) return weft_cli_usage_error("gpt", "takes no arguments after the options, got '%s'", argv[optind]);
+  char err[256];
+  if (!weft_gpt_config_ok(&o->cfg, err, sizeof err)) return weft_cli_usage_error("gpt", "%s", err);
+  if (o->warmup < 0) o->warmup = o->steps / 10;
+  return WEFT_CLI_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ data */
+
+typedef struct text {
+  unsigned char *b;
+  size_t n, cap;
+  int files;
+} text;
+
+static int add_file(text *t, const char *path) {
+  FILE *fh = fopen(path, "rb");
+  if (!fh) {
+    fprintf(stderr, "weft gpt: cannot open '%s': %s\n", path, strerror(errno));
+    return 0;
+  }
+  unsigned char chunk[65536];
+  size_t got;
+  while ((got = fread(chunk, 1, sizeof chunk, fh)) > 0) {
+    if (t->n + got > MAX_DATA_BYTES) break;
+    if (t->n + got > t->cap) {
+      size_t cap = t->cap ? t->cap * 2 : 1 << 20;
+      while (cap < t->n + got) cap *= 2;
+      unsigned char *nb = realloc(t->b, cap);
+      if (!nb) {
+        fclose(fh);
+        fprintf(stderr, "weft gpt: out of memory reading '%s'\n", path);
+        return 0;
+      }
+      t->b = nb, t->cap = cap;
+    }
+    memcpy(t->b + t->n, chunk, got);
+    t->n += got;
+  }
+  const int bad = ferror(fh);
+  fclose(fh);
+  if (bad) fprintf(stderr, "weft gpt: cannot read '%s'\n", path);
+  t->files++;
+  return !bad;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* a file, or a directory's regular files (not links, not fortune's .dat indexes), in name order */
+static int add_path(text *t, const char *path) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    fprintf(stderr, "weft gpt: cannot open the data '%s': %s%s\n", path, strerror(errno),
+            strcmp(path, DEFAULT_DATA) == 0 ? " (the default corpus: install Debian's package fortunes, or give --data)" : "");
+    return 0;
+  }
+  if (!S_ISDIR(sb.st_mode)) return add_file(t, path);
+  DIR *d = opendir(path);
+  if (!d) {
+    fprintf(stderr, "weft gpt: cannot list '%s': %s\n", path, strerror(errno));
+    return 0;
+  }
+  char **names = NULL;
+  size_t n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    const size_t len = strlen(e->d_name);
+    if (e->d_name[0] == '.' || (len > 4 && strcmp(e->d_name + len - 4, ".dat") == 0)) continue;
+    char **nn = realloc(names, (n + 1) * sizeof *names);
+    if (!nn) break;
+    names = nn;
+    names[n++] = strdup(e->d_name);
+  }
+  closedir(d);
+  qsort(names, n, sizeof *names, cmp_str);
+  int ok = 1;
+  for (size_t i = 0; i < n; i++) {
+    char full[4096];
+    snprintf(full, sizeof full, "%s/%s", path, names[i]);
+    if (ok && lstat(full, &sb) == 0 && S_ISREG(sb.st_mode)) ok = add_file(t, full);
+    free(names[i]);
+  }
+  free(names);
+  return ok;
+}
+
+/* ------------------------------------------------------------------------------------------ shared */
+
+static weft_fabric *open_fabric(const gopts *o) {
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.lanes = o->lanes, d.cpu_threads = o->cpu_threads;
+  return weft_cli_open("gpt", &d);
+}
+
+static int make_opts(weft_fabric *f, const gopts *o, weft_gpt_opts *go) {
+  go->contract = o->contract, go->lane = -1;
+  if (strcmp(o->place, "auto") == 0) go->place = WEFT_GPT_PLACE_AUTO;
+  else if (strcmp(o->place, "layers") == 0) go->place = WEFT_GPT_PLACE_LAYERS;
+  else {
+    size_t i;
+    if (weft_fabric_lane_find(f, o->place, &i) != WEFT_OK)
+      return weft_cli_usage_error("gpt", "--place wants auto, layers or a lane's name: %s", weft_fabric_last_error(f));
+    go->place = WEFT_GPT_PLACE_PINNED, go->lane = (int)i;
+  }
+  return WEFT_CLI_OK;
+}
+
+static uint64_t total_ops(const weft_lane_stats *s) {
+  uint64_t n = 0;
+  for (int k = 0; k < WEFT_OP_COUNT; k++) n += s->ops[k];
+  return n;
+}
+
+/* "cpu 380 vulkan:0 12" (ops per lane since `before`), into buf; before updated */
+static void ops_since(weft_fabric *f, uint64_t *before, char *buf, size_t len, cJSON *json) {
+  size_t at = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < weft_fabric_lane_count(f) && i < 64; i++) {
+    weft_lane_stats s;
+    weft_lane_info li;
+    if (weft_fabric_lane_stats(f, i, &s) != WEFT_OK || weft_fabric_lane_info(f, i, &li) != WEFT_OK) continue;
+    const uint64_t n = total_ops(&s), d = n - before[i];
+    before[i] = n;
+    if (!d) continue;
+    if (at < len) at += (size_t)snprintf(buf + at, len - at, "%s%s %llu", at ? " " : "", li.name, (unsigned long long)d);
+    if (json) cJSON_AddNumberToObject(json, li.name, (double)d);
+  }
+}
+
+static void lane_summary(weft_fabric *f, cJSON *json) {
+  double total = 0;
+  const size_t n = weft_fabric_lane_count(f);
+  for (size_t i = 0; i < n; i++) {
+    weft_lane_stats s;
+    if (weft_fabric_lane_stats(f, i, &s) == WEFT_OK) total += s.seconds;
+  }
+  if (!json) printf("where the ops ran:\n  %-14s %10s %10s %-9s %6s\n", "lane", "ops", "op time", "", "share");
+  cJSON *arr = json ? cJSON_AddArrayToObject(json, "lanes") : NULL;
+  for (size_t i = 0; i < n; i++) {
+    weft_lane_stats s;
+    weft_lane_info li;
+    if (weft_fabric_lane_stats(f, i, &s) != WEFT_OK || weft_fabric_lane_info(f, i, &li) != WEFT_OK) continue;
+    const double share = total > 0 ? 100.0 * s.seconds / total : 0.0;
+    if (arr) {
+      cJSON *l = cJSON_CreateObject();
+      cJSON_AddStringToObject(l, "lane", li.name);
+      cJSON_AddNumberToObject(l, "ops", (double)total_ops(&s));
+      cJSON_AddNumberToObject(l, "seconds", s.seconds);
+      cJSON_AddBoolToObject(l, "seconds_measured", s.seconds_measured);
+      cJSON_AddNumberToObject(l, "share", share);
+      cJSON_AddItemToArray(arr, l);
+    } else {
+      printf("  %-14s %10llu %9.3fs %-9s %5.1f%%\n", li.name, (unsigned long long)total_ops(&s), s.seconds,
+             s.seconds_measured ? "measured" : "predicted", share);
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------------------------ train */
+
+static volatile sig_atomic_t interrupted;
+static void on_sigint(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
+static void windows(const unsigned char *b, size_t n, int B, int T, uint64_t *rng, int32_t *tok, int32_t *tgt) {
+  for (int i = 0; i < B; i++) {
+    const size_t at = (size_t)(weft_gpt_rand(rng) % (uint64_t)(n - (size_t)T));
+    for (int t = 0; t < T; t++) tok[i * T + t] = b[at + (size_t)t], tgt[i * T + t] = b[at + (size_t)t + 1];
+  }
+}
+
+static float lr_at(const gopts *o, int64_t step) { /* step counts from 0 */
+  if (step < o->warmup) return (float)(o->lr * (double)(step + 1) / (double)o->warmup);
+  const double span = (double)(o->steps - o->warmup);
+  const double p = span > 0 ? (double)(step - o->warmup) / span : 1.0;
+  const double lo = o->lr * o->min_lr;
+  return (float)(lo + 0.5 * (o->lr - lo) * (1.0 + cos(3.14159265358979323846 * (p > 1 ? 1 : p))));
+}
+
+static int train(gopts *o) {
+  text data = {0};
+  if (!o->ndata) o->data[o->ndata++] = DEFAULT_DATA;
+  for (int i = 0; i < o->ndata; i++)
+    if (!add_path(&data, o->data[i])) {
+      free(data.b);
+      return WEFT_CLI_FAILED;
+    }
+  weft_gpt_config cfg = o->cfg;
+  float *P = NULL, *M = NULL, *V = NULL;
+  int64_t step = 0;
+  uint64_t rng = (uint64_t)o->seed * 0x9e3779b97f4a7c15ull + 1;
+  char err[1024];
+  if (o->resume) {
+    if (weft_gpt_load(o->resume, &cfg, &step, &rng, &P, &M, &V, err, sizeof err) != WEFT_OK) {
+      fprintf(stderr, "weft gpt train: %s\n", err);
+      free(data.b);
+      return WEFT_CLI_FAILED;
+    }
+    if (cfg.V != 256) {
+      fprintf(stderr, "weft gpt train: the checkpoint '%s' has a vocabulary of %d; training here is byte-level (256)\n", o->resume, cfg.V);
+      free(data.b), free(P), free(M), free(V);
+      return WEFT_CLI_FAILED;
+    }
+  }
+  const int T = (int)o->seq, B = (int)o->batch;
+  const size_t nval = data.n / 10, ntrain = data.n - nval;
+  if (T > cfg.maxT || nval < (size_t)T + 2) {
+    fprintf(stderr, "weft gpt train: %s: %zu bytes in %d file(s); windows of %d tokens (at most the context, %d) need at least %zu\n",
+            T > cfg.maxT ? "--seq is longer than the context" : "too little text", data.n, data.files, T, cfg.maxT, (size_t)(T + 2) * 10);
+    free(data.b), free(P), free(M), free(V);
+    return T > cfg.maxT ? WEFT_CLI_USAGE : WEFT_CLI_FAILED;
+  }
+  const size_t np = weft_gpt_param_count(&cfg);
+  if (!P) {
+    P = malloc(np * sizeof(float));
+    if (!P) {
+      fprintf(stderr, "weft gpt train: out of memory for %zu parameters\n", np);
+      free(data.b);
+      return WEFT_CLI_FAILED;
+    }
+    weft_gpt_init_params(&cfg, (uint64_t)o->seed, P);
+  }
+  weft_fabric *f = open_fabric(o);
+  if (!f) {
+    free(data.b), free(P), free(M), free(V);
+    return WEFT_CLI_FAILED;
+  }
+  weft_gpt_opts go;
+  int rc = make_opts(f, o, &go);
+  weft_gpt *g = NULL;
+  if (rc == WEFT_CLI_OK && weft_gpt_create(f, &cfg, P, np, &go, &g) != WEFT_OK) {
+    fprintf(stderr, "weft gpt train: %s\n", weft_gpt_last_error(g));
+    rc = WEFT_CLI_FAILED;
+  }
+  if (rc == WEFT_CLI_OK && M && weft_gpt_write_moments(g, M, V, np) != WEFT_OK) {
+    fprintf(stderr, "weft gpt train: %s\n", weft_gpt_last_error(g));
+    rc = WEFT_CLI_FAILED;
+  }
+  free(M), free(V);
+  M = V = NULL;
+  int32_t *tok = malloc((size_t)B * T * sizeof(int32_t)), *tgt = malloc((size_t)B * T * sizeof(int32_t));
+  cJSON *root = o->json ? cJSON_CreateObject() : NULL, *jsteps = NULL;
+  if (rc == WEFT_CLI_OK && (!tok || !tgt)) rc = WEFT_CLI_FAILED;
+  if (rc != WEFT_CLI_OK) goto out;
+  weft_gpt_set_step(g, step);
+  if (root) {
+    cJSON_AddNumberToObject(root, "layers", cfg.L), cJSON_AddNumberToObject(root, "channels", cfg.C);
+    cJSON_AddNumberToObject(root, "heads", cfg.NH), cJSON_AddNumberToObject(root, "vocab", cfg.V);
+    cJSON_AddNumberToObject(root, "context", cfg.maxT), cJSON_AddNumberToObject(root, "parameters", (double)np);
+    cJSON_AddNumberToObject(root, "data_bytes", (double)data.n), cJSON_AddStringToObject(root, "contract", weft_contract_str(o->contract));
+    cJSON_AddStringToObject(root, "place", o->place);
+    jsteps = cJSON_AddArrayToObject(root, "steps");
+  } else {
+    printf("gpt: %d layers, %d channels, %d heads, vocabulary %d, context %d: %zu parameters\n", cfg.L, cfg.C, cfg.NH, cfg.V, cfg.maxT, np);
+    printf("data: %zu bytes in %d file(s): %zu for training, %zu held out; batch %d x %d, contract %s, place %s%s\n", data.n,
+           data.files, ntrain, nval, B, T, weft_contract_str(o->contract), o->place, o->resume ? ", resumed" : "");
+    if (go.place == WEFT_GPT_PLACE_LAYERS)
+      for (int l = 0; l <= cfg.L; l++) {
+        weft_lane_info li;
+        weft_fabric_lane_info(f, (size_t)weft_gpt_layer_lane(g, l), &li);
+        if (l < cfg.L) printf("layer %d on %s\n", l, li.name);
+        else printf("embedding and head on %s\n", li.name);
+      }
+  }
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigint;
+  sigaction(SIGINT, &sa, &old);
+  interrupted = 0;
+  uint64_t before[64] = {0};
+  char lanes[512];
+  ops_since(f, before, lanes, sizeof lanes, NULL);
+  const double t_start = weft_cli_now();
+  const int64_t last = o->stop_at && o->stop_at < o->steps ? o->stop_at : o->steps;
+  while (weft_gpt_step(g) < last && !interrupted) {
+    const int64_t s = weft_gpt_step(g);
+    windows(data.b, ntrain, B, T, &rng, tok, tgt);
+    const float lr = lr_at(o, s);
+    float loss = 0, norm = 0, val = NAN;
+    const double t0 = weft_cli_now();
+    if (weft_gpt_train_step(g, tok, tgt, B, T, lr, (float)o->wd, (float)o->clip, &loss, &norm) != WEFT_OK) {
+      fprintf(stderr, "weft gpt train: step %lld: %s\n", (long long)s + 1, weft_gpt_last_error(g));
+      rc = WEFT_CLI_FAILED;
+      break;
+    }
+    const double ms = 1e3 * (weft_cli_now() - t0);
+    const int64_t done = weft_gpt_step(g);
+    if ((o->val_every && done % o->val_every == 0) || done == last) {
+      uint64_t vr = (uint64_t)o->seed ^ 0x7a1da7a1da7a1dull; /* the same windows every time */
+      double acc = 0;
+      for (int k = 0; k < 4; k++) {
+        windows(data.b + ntrain, nval, B, T, &vr, tok, tgt);
+        float l = 0;
+        if (weft_gpt_loss(g, tok, tgt, B, T, &l) != WEFT_OK) {
+          fprintf(stderr, "weft gpt train: validation: %s\n", weft_gpt_last_error(g));
+          rc = WEFT_CLI_FAILED;
+          break;
+        }
+        acc += l;
+      }
+      val = (float)(acc / 4);
+    }
+    cJSON *js = NULL, *jl = NULL;
+    if (jsteps) {
+      js = cJSON_CreateObject();
+      cJSON_AddNumberToObject(js, "step", (double)done), cJSON_AddNumberToObject(js, "loss", loss);
+      if (!isnan(val)) cJSON_AddNumberToObject(js, "val_loss", val);
+      cJSON_AddNumberToObject(js, "lr", lr), cJSON_AddNumberToObject(js, "grad_norm", norm);
+      cJSON_AddNumberToObject(js, "ms", ms), cJSON_AddNumberToObject(js, "tokens_per_s", (double)B * T / (ms * 1e-3));
+      jl = cJSON_AddObjectToObject(js, "ops");
+      cJSON_AddItemToArray(jsteps, js);
+    }
+    ops_since(f, before, lanes, sizeof lanes, jl);
+    if (!root) {
+      char vs[32] = "";
+      if (!isnan(val)) snprintf(vs, sizeof vs, " val %.4f", val);
+      printf("step %5lld/%ld loss %.4f%s lr %.2e norm %.3f | %8.0f tok/s %8.1f ms | ops: %s\n", (long long)done, o->steps, loss, vs,
+             lr, norm, (double)B * T / (ms * 1e-3), ms, lanes);
+      fflush(stdout);
+    }
+    if (rc != WEFT_CLI_OK) break;
+    if (o->ckpt_every && done % o->ckpt_every == 0 && done != o->steps) {
+      if (weft_gpt_save(g, o->ckpt, rng, err, sizeof err) != WEFT_OK) {
+        fprintf(stderr, "weft gpt train: %s\n", err);
+        rc = WEFT_CLI_FAILED;
+        break;
+      }
+    }
+  }
+  const double train_s = weft_cli_now() - t_start;
+  sigaction(SIGINT, &old, NULL);
+  if (rc == WEFT_CLI_OK) {
+    if (weft_gpt_save(g, o->ckpt, rng, err, sizeof err) != WEFT_OK) {
+      fprintf(stderr, "weft gpt train: %s\n", err);
+      rc = WEFT_CLI_FAILED;
+    } else if (!root) {
+      printf("%scheckpoint at step %lld written to %s\n", interrupted ? "interrupted: " : "", (long long)weft_gpt_step(g), o->ckpt);
+    }
+  }
+  if (rc == WEFT_CLI_OK) {
+    if (weft_gpt_read_params(g, P, np) != WEFT_OK) {
+      fprintf(stderr, "weft gpt train: %s\n", weft_gpt_last_error(g));
+      rc = WEFT_CLI_FAILED;
+      goto out;
+    }
+    char fp[17];
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)weft_gpt_fingerprint(P, np));
+    if (root) {
+      cJSON_AddNumberToObject(root, "final_step", (double)weft_gpt_step(g));
+      cJSON_AddBoolToObject(root, "interrupted", interrupted != 0);
+      cJSON_AddStringToObject(root, "checkpoint", o->ckpt);
+      cJSON_AddNumberToObject(root, "seconds", train_s);
+      cJSON_AddStringToObject(root, "fingerprint", fp);
+      lane_summary(f, root);
+    } else {
+      lane_summary(f, NULL);
+      printf("weights fingerprint %s (FNV-1a 64 of the parameters' bits)\n", fp);
+    }
+  }
+out:
+  if (root) {
+    if (rc == WEFT_CLI_OK) rc = weft_cli_print_json(root) == WEFT_CLI_OK ? WEFT_CLI_OK : WEFT_CLI_FAILED;
+    else cJSON_Delete(root);
+  }
+  free(tok), free(tgt), free(P), free(data.b);
+  weft_gpt_destroy(g);
+  weft_fabric_close(f);
+  return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ generate */
+
+static int generate(gopts *o) {
+  weft_gpt_config cfg = o->cfg;
+  float *P = NULL, *M = NULL, *V = NULL;
+  int64_t step = 0;
+  uint64_t unused;
+  char err[1024];
+  if (o->ckpt_given) {
+    if (weft_gpt_load(o->ckpt, &cfg, &step, &unused, &P, &M, &V, err, sizeof err) != WEFT_OK) {
+      fprintf(stderr, "weft gpt generate: %s\n", err);
+      return WEFT_CLI_FAILED;
+    }
+    free(M), free(V);
+  }
+  if (cfg.V != 256) {
+    fprintf(stderr, "weft gpt generate: a vocabulary of %d needs a tokenizer; bytes are a vocabulary of 256\n", cfg.V);
+    free(P);
+    return WEFT_CLI_FAILED;
+  }
+  const size_t np = weft_gpt_param_count(&cfg);
+  const int n = (int)strlen(o->prompt);
+  if (n < 1 || n + o->tokens > cfg.maxT) {
+    free(P);
+    return weft_cli_usage_error("gpt", "the prompt (%d bytes, at least 1) and --tokens %ld must fit the context of %d", n, o->tokens, cfg.maxT);
+  }
+  if (!P) {
+    if (!(P = malloc(np * sizeof(float)))) return WEFT_CLI_FAILED;
+    weft_gpt_init_params(&cfg, (uint64_t)o->seed, P);
+  }
+  int32_t *prompt = malloc((size_t)n * sizeof(int32_t)), *out = malloc((size_t)o->tokens * sizeof(int32_t));
+  weft_fabric *f = prompt && out ? open_fabric(o) : NULL;
+  int rc = f ? WEFT_CLI_OK : WEFT_CLI_FAILED;
+  weft_gpt *g = NULL;
+  weft_gpt_opts go;
+  if (rc == WEFT_CLI_OK) rc = make_opts(f, o, &go);
+  if (rc == WEFT_CLI_OK && weft_gpt_create(f, &cfg, P, np, &go, &g) != WEFT_OK) {
+    fprintf(stderr, "weft gpt generate: %s\n", weft_gpt_last_error(g));
+    rc = WEFT_CLI_FAILED;
+  }
+  double dec = 0, t0 = weft_cli_now();
+  if (rc == WEFT_CLI_OK) {
+    for (int i = 0; i < n; i++) prompt[i] = (unsigned char)o->prompt[i];
+    uint64_t rng = (uint64_t)o->seed;
+    if (weft_gpt_generate(g, prompt, n, (int)o->tokens, (float)o->temperature, (int)o->top_k, &rng, out, &dec) != WEFT_OK) {
+      fprintf(stderr, "weft gpt generate: %s\n", weft_gpt_last_error(g));
+      rc = WEFT_CLI_FAILED;
+    }
+  }
+  const double total = weft_cli_now() - t0;
+  if (rc == WEFT_CLI_OK) {
+    char *textout = malloc((size_t)n + (size_t)o->tokens + 1);
+    if (textout) {
+      memcpy(textout, o->prompt, (size_t)n);
+      for (long i = 0; i < o->tokens; i++) textout[n + i] = (char)out[i];
+      textout[n + o->tokens] = 0;
+    }
+    const double tps = o->tokens > 1 && dec > 0 ? (double)(o->tokens - 1) / dec : 0;
+    if (o->json) {
+      cJSON *root = cJSON_CreateObject();
+      cJSON_AddStringToObject(root, "prompt", o->prompt);
+      cJSON *arr = cJSON_AddArrayToObject(root, "tokens");
+      for (long i = 0; i < o->tokens; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(out[i]));
+      cJSON_AddStringToObject(root, "text", textout ? textout : "");
+      cJSON_AddNumberToObject(root, "decode_tokens_per_s", tps);
+      cJSON_AddNumberToObject(root, "seconds", total);
+      lane_summary(f, root);
+      rc = weft_cli_print_json(root);
+    } else {
+      printf("%s\n", textout ? textout : "");
+      printf("tokens:");
+      for (long i = 0; i < o->tokens; i++) printf(" %d", out[i]);
+      printf("\nprefill %d tokens and decode %ld (KV cache, one scope per token): %.3f s, decode %.1f tokens/s\n", n,
+             o->tokens, total, tps);
+      lane_summary(f, NULL);
+    }
+    free(textout);
+  }
+  free(prompt), free(out), free(P);
+  weft_gpt_destroy(g);
+  weft_fabric_close(f);
+  return rc;
+}
+
+int weft_cli_gpt(int argc, char **argv) {
+  if (argc < 2) return weft_cli_usage_error("gpt", "wants a subcommand: train or generate");
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+    weft_cli_gpt_help(stdout);
+    return WEFT_CLI_OK;
+  }
+  gopts o;
+  memset(&o, 0, sizeof o);
+  if (strcmp(argv[1], "train") == 0) o.train = 1;
+  else if (strcmp(argv[1], "generate") != 0) return weft_cli_usage_error("gpt", "unknown subcommand '%s' (train or generate)", argv[1]);
+  const int rc = parse_opts(argc - 1, argv + 1, &o);
+  if (rc < 0) return WEFT_CLI_OK;
+  if (rc) return rc;
+  return o.train ? train(&o) : generate(&o);
+}
