@@ -145,14 +145,14 @@ static void checkpoints(const outcome *whole) {
   TU_CHECK(weft_gpt_create(f, &CFG, p, n, &opts, &g) == WEFT_OK, "create");
   free(p);
   train(g, 0, STEPS / 2, &o);
-  TU_CHECK(weft_gpt_save(g, path, 1234, err, sizeof err) == WEFT_OK, "save: %s", err);
+  TU_CHECK(weft_gpt_checkpoint_save(g, path, 1234, err, sizeof err) == WEFT_OK, "save: %s", err);
   weft_gpt_destroy(g);
   /* resume in a model made from the file */
   weft_gpt_config c;
   int64_t step = 0;
   uint64_t rs = 0;
   float *P = NULL, *M = NULL, *V = NULL;
-  TU_CHECK(weft_gpt_load(path, &c, &step, &rs, &P, &M, &V, err, sizeof err) == WEFT_OK, "load: %s", err);
+  TU_CHECK(weft_gpt_checkpoint_load(path, &c, &step, &rs, &P, &M, &V, err, sizeof err) == WEFT_OK, "load: %s", err);
   TU_CHECK(step == STEPS / 2 && rs == 1234 && c.C == CFG.C, "the checkpoint's step %lld, rng %llu", (long long)step, (unsigned long long)rs);
   if (P) {
     TU_CHECK(weft_gpt_create(f, &c, P, n, &opts, &g) == WEFT_OK, "create from the checkpoint");
@@ -187,12 +187,12 @@ static void checkpoints(const outcome *whole) {
     fclose(fh);
     if (cases[i].flip >= 0) buf[cases[i].flip] ^= 4;
     err[0] = 0;
-    weft_status st = weft_gpt_load(bad, &c, &step, &rs, &P, &M, &V, err, sizeof err);
+    weft_status st = weft_gpt_checkpoint_load(bad, &c, &step, &rs, &P, &M, &V, err, sizeof err);
     TU_CHECK(st != WEFT_OK && strstr(err, cases[i].msg), "%s: status %d, message '%s'", cases[i].what, (int)st, err);
     printf("checkpoint with %s: %s\n", cases[i].what, err);
     free(P), free(M), free(V);
   }
-  TU_CHECK(weft_gpt_load("no/such/file.ckpt", &c, &step, &rs, &P, &M, &V, err, sizeof err) == WEFT_ERR_IO, "a missing file");
+  TU_CHECK(weft_gpt_checkpoint_load("no/such/file.ckpt", &c, &step, &rs, &P, &M, &V, err, sizeof err) == WEFT_ERR_IO, "a missing file");
   free(buf);
   remove(path), remove(bad);
   weft_fabric_close(f);

@@ -742,7 +742,7 @@ static void put(unsigned char **p, const void *v, size_t n) {
   *p += n;
 }
 
-weft_status weft_gpt_save(weft_gpt *g, const char *path, uint64_t rng_state, char *err, size_t errlen) {
+weft_status weft_gpt_checkpoint_save(weft_gpt *g, const char *path, uint64_t rng_state, char *err, size_t errlen) {
   const size_t n = weft_gpt_param_count(&g->cfg);
   const size_t total = CKPT_HEADER + 3 * n * sizeof(float) + 8;
   unsigned char *buf = malloc(total);
@@ -779,7 +779,7 @@ weft_status weft_gpt_save(weft_gpt *g, const char *path, uint64_t rng_state, cha
   return WEFT_OK;
 }
 
-weft_status weft_gpt_load(const char *path, weft_gpt_config *cfg, int64_t *step, uint64_t *rng_state,
+weft_status weft_gpt_checkpoint_load(const char *path, weft_gpt_config *cfg, int64_t *step, uint64_t *rng_state,
                           float **out_params, float **out_m, float **out_v, char *err, size_t errlen) {
   *out_params = *out_m = *out_v = NULL;
   FILE *fh = fopen(path, "rb");

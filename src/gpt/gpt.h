@@ -82,10 +82,10 @@ uint64_t weft_gpt_rand(uint64_t *state);
 /* Checkpoint: "WEFTGPT1" magic, u32 version, the config, the step, the data generator's state, the
  * parameters, AdamW's m and v, and an FNV-1a 64 checksum of everything before it (little-endian). */
 #define WEFT_GPT_CKPT_VERSION 1
-weft_status weft_gpt_save(weft_gpt *g, const char *path, uint64_t rng_state, char *err, size_t errlen);
+weft_status weft_gpt_checkpoint_save(weft_gpt *g, const char *path, uint64_t rng_state, char *err, size_t errlen);
 /* Reads a checkpoint: *out_params, *out_m, *out_v malloc'ed (free them), each count floats. A missing,
  * truncated, corrupted or inconsistent file is WEFT_ERR_IO / WEFT_ERR_INVALID_ARGUMENT with err saying so. */
-weft_status weft_gpt_load(const char *path, weft_gpt_config *cfg, int64_t *step, uint64_t *rng_state,
+weft_status weft_gpt_checkpoint_load(const char *path, weft_gpt_config *cfg, int64_t *step, uint64_t *rng_state,
                           float **out_params, float **out_m, float **out_v, char *err, size_t errlen);
 
 #endif

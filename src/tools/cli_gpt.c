@@ -356,7 +356,7 @@ static int train(gopts *o) {
   uint64_t rng = (uint64_t)o->seed * 0x9e3779b97f4a7c15ull + 1;
   char err[1024];
   if (o->resume) {
-    if (weft_gpt_load(o->resume, &cfg, &step, &rng, &P, &M, &V, err, sizeof err) != WEFT_OK) {
+    if (weft_gpt_checkpoint_load(o->resume, &cfg, &step, &rng, &P, &M, &V, err, sizeof err) != WEFT_OK) {
       fprintf(stderr, "weft gpt train: %s\n", err);
       free(data.b);
       return WEFT_CLI_FAILED;
@@ -485,7 +485,7 @@ static int train(gopts *o) {
     }
     if (rc != WEFT_CLI_OK) break;
     if (o->ckpt_every && done % o->ckpt_every == 0 && done != o->steps) {
-      if (weft_gpt_save(g, o->ckpt, rng, err, sizeof err) != WEFT_OK) {
+      if (weft_gpt_checkpoint_save(g, o->ckpt, rng, err, sizeof err) != WEFT_OK) {
         fprintf(stderr, "weft gpt train: %s\n", err);
         rc = WEFT_CLI_FAILED;
         break;
@@ -495,7 +495,7 @@ static int train(gopts *o) {
   const double train_s = weft_cli_now() - t_start;
   sigaction(SIGINT, &old, NULL);
   if (rc == WEFT_CLI_OK) {
-    if (weft_gpt_save(g, o->ckpt, rng, err, sizeof err) != WEFT_OK) {
+    if (weft_gpt_checkpoint_save(g, o->ckpt, rng, err, sizeof err) != WEFT_OK) {
       fprintf(stderr, "weft gpt train: %s\n", err);
       rc = WEFT_CLI_FAILED;
     } else if (!root) {
@@ -542,7 +542,7 @@ static int generate(gopts *o) {
   uint64_t unused;
   char err[1024];
   if (o->ckpt_given) {
-    if (weft_gpt_load(o->ckpt, &cfg, &step, &unused, &P, &M, &V, err, sizeof err) != WEFT_OK) {
+    if (weft_gpt_checkpoint_load(o->ckpt, &cfg, &step, &unused, &P, &M, &V, err, sizeof err) != WEFT_OK) {
       fprintf(stderr, "weft gpt generate: %s\n", err);
       return WEFT_CLI_FAILED;
     }
