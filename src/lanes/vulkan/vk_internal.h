@@ -190,6 +190,11 @@ typedef struct weft_vk_lane {
   uint64_t bind_align;           /* offset alignment of a binding, at least 16 */
   int denorm_preserve, nan_preserve; /* the float-control modes the shaders keep */
   int lost;                      /* the device was lost: every call fails from now on */
+  /* Loop iterations one invocation may run in all, 0 for no limit. llvmpipe (lavapipe) ends an invocation's
+   * loops silently once it has run LP_MAX_TGSI_LOOP_ITERATIONS (65535) iterations of them together (one
+   * counter per invocation, shared by every loop of the shader); the kernels are split or refused so that
+   * no invocation gets there (vk_ops.c, "the loop limit"). */
+  uint32_t loop_limit;
 
   VkDescriptorSetLayout dsl;
   VkPipelineLayout layout;
@@ -249,6 +254,9 @@ uint64_t weft_vk_ops_offered(void);
  * 1 simple, 2 tiled 128x128, 3 tiled 64x64, 4 tiled 128x128 with k steps of 16) and turn push descriptors off to exercise the descriptor-pool path. */
 extern int weft_vk_force_matmul_kernel;
 extern int weft_vk_disable_push_descriptors;
+/* Test hook: nonzero makes the lane ignore its loop limit (dispatch as on a driver without one), so a test
+ * can show what the limit does to unsplit kernels. */
+extern int weft_vk_ignore_loop_limit;
 /* Fault injection for the failure tests: the next device allocation reports VK_ERROR_OUT_OF_DEVICE_MEMORY,
  * the next pipeline creation VK_ERROR_INITIALIZATION_FAILED, or the next wait VK_ERROR_DEVICE_LOST. Each
  * fires once and clears itself. */

@@ -303,6 +303,35 @@ static weft_status dispatch(weft_vk_lane *l, vk_batch *b, VkPipeline pipe, const
 static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
+/* ---------------------------------------------------------------------------------- the loop limit */
+
+/* llvmpipe ends an invocation's loops silently once they have run 65535 iterations together (l->loop_limit,
+ * vk_internal.h): no error, the results are just wrong. A loop of n iterations counts n + 1 there (measured:
+ * attention rows of 64-element dots broke at 993 dots of 66). Where it is set, every kernel whose trip count grows
+ * with the op's sizes is split over dispatches so that no invocation of one dispatch gets there: k chunks of
+ * a matmul and row chunks of sum_rows and the mean loss (each continuing the sums the previous left, the
+ * canonical sequence), column ranges of a cross-entropy row, score and output ranges of attention; and the
+ * grid-stride kernels get at most one item per invocation. What no split covers is refused by supports()
+ * with the count it would need, and the router takes the op elsewhere. LOOP_MARGIN covers the bookkeeping
+ * loops a kernel runs around its counted ones. */
+#define LOOP_MARGIN 256u
+/* Invocations of one dispatch of `wg`-wide workgroups along x. */
+#define INVOCATIONS(wg) ((uint64_t)VK_MAX_GROUPS * (uint64_t)(wg))
+/* k of one matmul dispatch under a limit: the tiled kernels' exact path runs TM*TN (64) sequences of k. */
+#define MM_LOOP_K 960u
+
+/* Iterations one invocation may run in one dispatch; 0: no limit. */
+static uint64_t loop_budget(const weft_vk_lane *l) {
+  return l->loop_limit && !weft_vk_ignore_loop_limit ? l->loop_limit - LOOP_MARGIN : 0;
+}
+
+static weft_status loop_refuse(weft_vk_lane *l, const char *op, const char *what, uint64_t need) {
+  return weft_lane_report(l->host, WEFT_ERR_UNSUPPORTED,
+                          "%s: %s %s; lavapipe (llvmpipe) stops a kernel's loops after %u iterations in all, "
+                          "and this op needs %llu in one invocation",
+                          l->name, op, what, l->loop_limit, (unsigned long long)need);
+}
+
 /* Shrinks (outer, inner) until a block of `outer` rows of stride `ld` and `inner` contiguous elements spans
  * at most cap elements: span = (outer-1)*ld + inner. Returns 1 if it changed anything. */
 static int fit_span(uint64_t *outer, uint64_t ld, uint64_t *inner, uint64_t cap) {
@@ -386,6 +415,7 @@ static weft_status run_sum_rows(weft_vk_lane *l, vk_batch *b, const weft_op *op)
   if (st != WEFT_OK) return st;
   const uint64_t rows = (uint64_t)op->rows, cols = (uint64_t)op->cols, cap = cap_elems(l);
   uint64_t ri = rows ? rows : 1, cc = min_u64(cols, (uint64_t)VK_MAX_GROUPS * 256);
+  if (loop_budget(l)) ri = min_u64(ri, loop_budget(l)); /* row chunks continue the sums */
   fit_span(&ri, cols, &cc, cap);
   for (uint64_t c0 = 0; c0 < cols; c0 += cc) {
     uint64_t nc = min_u64(cc, cols - c0);
@@ -428,6 +458,7 @@ static weft_status run_softmax(weft_vk_lane *l, vk_batch *b, const weft_op *op) 
   if (st != WEFT_OK) return st;
   const uint64_t rows = (uint64_t)op->rows, cols = (uint64_t)op->cols, cap = cap_elems(l);
   uint64_t ri = min_u64(min_u64(rows, cap / cols), (uint64_t)VK_MAX_GROUPS * 64);
+  if (loop_budget(l)) ri = min_u64(ri, loop_budget(l)); /* the mean loss sums ri rows in one loop */
   if (op->out[0] && (!l->scratch || l->scratch->size < ri * 4)) {
     weft_vk_buf_release(l, l->scratch); /* after the work that still uses it */
     l->scratch = NULL;
@@ -492,6 +523,7 @@ static weft_status run_matmul(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
 
   /* 1. Block sizes: every operand's window must fit a binding, and the grid the device's group limit. */
   uint64_t mi = min_u64(m, (uint64_t)VK_MAX_GROUPS * 16), nj = min_u64(n, (uint64_t)VK_MAX_GROUPS * 16), kc = k;
+  if (loop_budget(l)) kc = min_u64(kc, MM_LOOP_K); /* k chunks continue the sums in c: the same sequence */
   for (int changed = 1, guard = 0; changed && guard < 64; guard++) {
     changed = 0;
     changed |= ta ? fit_span(&kc, m, &mi, cap) : fit_span(&mi, k, &kc, cap);
@@ -678,8 +710,10 @@ static weft_status run_layernorm_backward(weft_vk_lane *l, vk_batch *b, const we
   weft_status st;
   /* dgamma and dbeta first: dx may be dy. Row blocks ascending, each continuing the sums. */
   if (op->out[1] || op->out[2]) {
-    for (uint64_t r0 = 0; r0 < N; r0 += per) {
-      uint64_t nr = min_u64(per, N - r0);
+    /* one invocation per column sums the chunk's rows: under a loop limit, chunks of at most that many */
+    const uint64_t pg = loop_budget(l) ? min_u64(per, loop_budget(l)) : per;
+    for (uint64_t r0 = 0; r0 < N; r0 += pg) {
+      uint64_t nr = min_u64(pg, N - r0);
       vk_win w[VK_NBIND];
       wins_dummy(l, w);
       w[0] = window(l, op->in[0], r0 * C, nr * C);
@@ -738,14 +772,29 @@ static weft_status run_causal_softmax(weft_vk_lane *l, vk_batch *b, const weft_o
 }
 
 typedef struct att_pc {
-  uint32_t T, C, NH, bh0, nbh, flags, base_att, base_pre, base_ds;
+  uint32_t T, C, NH, bh0, nbh, flags, base_att, base_pre, base_ds, j0, j1, i0, i1;
 } att_pc;
 
+/* Under a loop limit one (b, h, t) row's work is split: scores (and the backward's dots) in ranges of `jc`
+ * columns, outputs in ranges of `ic` elements, the softmax in a dispatch of its own; and no dispatch covers
+ * more (b, h, t) rows than it has invocations. Without one, every phase runs in one dispatch. The checks that
+ * this suffices are in tx_supports(). */
 static weft_status run_attention(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
   const uint64_t B = (uint64_t)op->iparam[0], T = (uint64_t)op->iparam[1], C = (uint64_t)op->iparam[2],
-                 NH = (uint64_t)op->iparam[3], cap = cap_elems(l);
-  const uint64_t nbh = B * NH, TT = T * T, per = TT ? cap / TT : nbh, hs = NH ? C / NH : 0;
+                 NH = (uint64_t)op->iparam[3], cap = cap_elems(l), budget = loop_budget(l);
+  const uint64_t nbh = B * NH, TT = T * T, hs = NH ? C / NH : 0;
+  uint64_t per = TT ? cap / TT : nbh, jc = T, ic = hs;
+  int one = 1; /* every phase of a row in one dispatch */
   const int bwd = op->kind == WEFT_OP_ATTENTION_BACKWARD;
+  if (budget && T) {
+    per = min_u64(per, INVOCATIONS(64) / (T * (bwd && hs ? hs : 1)));
+    /* a loop of n iterations counts n + 1 (its last test too): a score is hs + 2, an output element T + 2 */
+    jc = budget / (hs + 2), ic = budget / (T + 2);
+    if (per == 0 || jc == 0 || ic == 0) return loop_refuse(l, weft_op_kind_str(op->kind), "rows too long", T * hs);
+    /* scores, softmax (about 4T) and outputs of the longest row together */
+    one = T * (hs + 2) + 4 * T + 8 + hs * (T + 2) <= budget;
+    if (bwd) one = T * (hs + 2) + 2 * T + 4 <= budget;
+  }
   weft_status st;
   if (bwd && (st = scratch_get(l, &l->s_ds, min_u64(per, nbh) * TT)) != WEFT_OK) return st;
   for (uint64_t bh0 = 0; bh0 < nbh; bh0 += per) {
@@ -753,22 +802,50 @@ static weft_status run_attention(weft_vk_lane *l, vk_batch *b, const weft_op *op
     vk_win w[VK_NBIND];
     wins_dummy(l, w);
     w[0] = window(l, bwd ? op->in[1] : op->in[0], 0, B * T * 3 * C); /* qkv, whole */
-    att_pc pc = {U32(T), U32(C), U32(NH), U32(bh0), U32(cnt), 0, 0, 0, 0};
+    att_pc pc = {U32(T), U32(C), U32(NH), U32(bh0), U32(cnt), 0, 0, 0, 0, 0, U32(T), 0, U32(hs)};
     if (!bwd) {
       w[1] = window(l, op->out[0], 0, B * T * C);
-      if (op->out[2]) w[2] = window(l, op->out[2], bh0 * TT, cnt * TT), pc.flags = 1u;
+      const uint32_t pre = op->out[2] ? 1u : 0u;
+      if (pre) w[2] = window(l, op->out[2], bh0 * TT, cnt * TT);
       w[3] = window(l, op->out[1], bh0 * TT, cnt * TT);
       pc.base_att = U32(w[3].base), pc.base_pre = U32(w[2].base);
-      st = tx_dispatch(l, b, VK_SH_TX_ATT_FWD, w, 1u, 2u | 4u | 8u, &pc, sizeof pc, grid(cnt * T, 64));
-      if (st != WEFT_OK) return st;
+      if (one) {
+        pc.flags = pre | 2u | 4u | 8u;
+        st = tx_dispatch(l, b, VK_SH_TX_ATT_FWD, w, 1u, 2u | 4u | 8u, &pc, sizeof pc, grid(cnt * T, 64));
+        if (st != WEFT_OK) return st;
+        continue;
+      }
+      for (uint64_t j0 = 0; j0 < T; j0 += jc) {
+        pc.flags = 2u, pc.j0 = U32(j0), pc.j1 = U32(min_u64(T, j0 + jc));
+        if ((st = tx_dispatch(l, b, VK_SH_TX_ATT_FWD, w, 1u | 8u, 8u, &pc, sizeof pc, grid(cnt * T, 64))) != WEFT_OK)
+          return st;
+      }
+      pc.flags = pre | 4u;
+      if ((st = tx_dispatch(l, b, VK_SH_TX_ATT_FWD, w, 8u, 4u | 8u, &pc, sizeof pc, grid(cnt * T, 64))) != WEFT_OK)
+        return st;
+      for (uint64_t i0 = 0; i0 < hs; i0 += ic) {
+        pc.flags = 8u, pc.i0 = U32(i0), pc.i1 = U32(min_u64(hs, i0 + ic));
+        if ((st = tx_dispatch(l, b, VK_SH_TX_ATT_FWD, w, 1u | 8u, 2u, &pc, sizeof pc, grid(cnt * T, 64))) != WEFT_OK)
+          return st;
+      }
       continue;
     }
     w[1] = window(l, op->in[0], 0, B * T * C); /* dout */
     w[2] = window(l, op->in[2], bh0 * TT, cnt * TT);
     w[3] = window(l, l->s_ds, 0, cnt * TT);
     pc.base_att = U32(w[2].base), pc.base_ds = U32(w[3].base);
-    st = tx_dispatch(l, b, VK_SH_TX_ATT_DS, w, 7u, 8u, &pc, sizeof pc, grid(cnt * T, 64));
-    if (st != WEFT_OK) return st;
+    for (uint64_t j0 = 0; j0 < T; j0 += jc) {
+      const int last = j0 + jc >= T;
+      pc.flags = 2u | (last ? 4u : 0u), pc.j0 = U32(j0), pc.j1 = U32(min_u64(T, j0 + jc));
+      if (last && !one) { /* the softmax backward in a dispatch of its own */
+        pc.flags = 2u;
+        if ((st = tx_dispatch(l, b, VK_SH_TX_ATT_DS, w, 7u | 8u, 8u, &pc, sizeof pc, grid(cnt * T, 64))) != WEFT_OK)
+          return st;
+        pc.flags = 4u;
+      }
+      if ((st = tx_dispatch(l, b, VK_SH_TX_ATT_DS, w, 7u | 8u, 8u, &pc, sizeof pc, grid(cnt * T, 64))) != WEFT_OK)
+        return st;
+    }
     w[4] = window(l, op->out[0], 0, B * T * 3 * C);
     st = tx_dispatch(l, b, VK_SH_TX_ATT_DQKV, w, 15u, 16u, &pc, sizeof pc, grid(cnt * T * hs, 64));
     if (st != WEFT_OK) return st;
@@ -981,6 +1058,46 @@ static weft_status tx_supports(weft_vk_lane *l, const weft_op *op) {
   return WEFT_OK;
 }
 
+/* What the loop limit leaves out (see "the loop limit"): the per-invocation trip counts of the kernels no
+ * split covers, the longest row's, at one item per invocation or as many as the grid-stride loops hand one. */
+static weft_status loop_supports(weft_vk_lane *l, const weft_op *op) {
+  const uint64_t budget = loop_budget(l);
+  if (!budget) return WEFT_OK;
+  const int64_t *ip = op->iparam;
+  const char *name = weft_op_kind_str(op->kind), *what = NULL;
+  uint64_t need = 0;
+  switch (op->kind) {
+  case WEFT_OP_SOFTMAX_XENT: /* max, sum and the loss loop over one row */
+    need = 3 * (uint64_t)op->cols, what = "over rows this wide (3 loops of the row's classes)";
+    break;
+  case WEFT_OP_LAYERNORM: /* mean, variance, then the row again; at most 65535 rows per dispatch */
+  case WEFT_OP_LAYERNORM_BACKWARD:
+    need = ceil_div((uint64_t)ip[0], VK_MAX_GROUPS) * 3 * (uint64_t)ip[1], what = "over rows this wide";
+    break;
+  case WEFT_OP_CAUSAL_SOFTMAX:
+  case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD:
+    need = ceil_div((uint64_t)ip[0] * (uint64_t)ip[1], INVOCATIONS(64)) * 4 * (uint64_t)ip[1],
+    what = "over rows this long";
+    break;
+  case WEFT_OP_ATTENTION:
+  case WEFT_OP_ATTENTION_BACKWARD: { /* the softmax of a row, the output element's (or dqkv's) sums */
+    const uint64_t T = (uint64_t)ip[1], hs = ip[3] ? (uint64_t)ip[2] / (uint64_t)ip[3] : 0;
+    need = 4 * T + 8;
+    if (hs + 1 > need) need = hs + 1;
+    if (T * (hs ? hs : 1) > INVOCATIONS(64)) need = T * hs; /* one row per invocation is not possible */
+    what = "over sequences this long";
+    break;
+  }
+  case WEFT_OP_EMBEDDING_BACKWARD: { /* the chain of one table row, up to every position */
+    const uint64_t n = (uint64_t)ip[0] * (uint64_t)ip[1];
+    need = ceil_div(n * (uint64_t)ip[2], INVOCATIONS(256)) * (n + 1), what = "with this many positions";
+    break;
+  }
+  default: return WEFT_OK;
+  }
+  return need > budget ? loop_refuse(l, name, what, need) : WEFT_OK;
+}
+
 /* --------------------------------------------------------------------------------------------- entry */
 
 weft_status weft_vk_ops_supports(weft_vk_lane *l, const weft_op *op) {
@@ -993,7 +1110,8 @@ weft_status weft_vk_ops_supports(weft_vk_lane *l, const weft_op *op) {
                             l->name, (long long)op->cols, (unsigned long long)cap_elems(l));
   if ((unsigned)op->kind >= WEFT_OP_COUNT)
     return weft_lane_report(l->host, WEFT_ERR_UNSUPPORTED, "%s: op %d is unknown to this lane", l->name, (int)op->kind);
-  return tx_supports(l, op);
+  weft_status st = loop_supports(l, op);
+  return st != WEFT_OK ? st : tx_supports(l, op);
 }
 
 weft_status weft_vk_ops_run(weft_vk_lane *l, const weft_op *op) {

@@ -37,6 +37,7 @@
 int weft_vk_force_matmul_kernel = 0;
 int weft_vk_disable_push_descriptors = 0;
 int weft_vk_inject_fault = WEFT_VK_FAULT_NONE;
+int weft_vk_ignore_loop_limit = 0;
 
 weft_status weft_vk_check(weft_vk_lane *l, VkResult r, const char *what) {
   if (r == VK_SUCCESS) return WEFT_OK;
@@ -588,6 +589,10 @@ static weft_vk_lane *lane_create(weft_vk_instance *vi, VkPhysicalDevice phys, ui
              VK_API_VERSION_MAJOR(api), VK_API_VERSION_MINOR(api), VK_API_VERSION_PATCH(api));
   }
 
+  /* llvmpipe's loop limiter (gallivm, LP_MAX_TGSI_LOOP_ITERATIONS): see vk_internal.h. */
+  if ((v12 && drv.driverID == VK_DRIVER_ID_MESA_LLVMPIPE) || strstr(l->props.deviceName, "llvmpipe"))
+    l->loop_limit = 65535u;
+
   if (lim->maxComputeWorkGroupInvocations < 256 || lim->maxComputeWorkGroupSize[0] < 256 ||
       lim->maxComputeSharedMemorySize < 16384 || lim->maxPushConstantsSize < 64) {
     snprintf(why, why_len,
@@ -683,12 +688,13 @@ static weft_vk_lane *lane_create(weft_vk_instance *vi, VkPhysicalDevice phys, ui
   human_bytes(shs, sizeof shs, lim->maxComputeSharedMemorySize);
   snprintf(l->details, sizeof l->details,
            "%s; largest binding %s%s; workgroup up to %u invocations; %s shared memory; fp32 subnormals %s; "
-           "signed zeros, infinities and NaN %s; %s",
+           "signed zeros, infinities and NaN %s; %s%s",
            device_type_str(l->props.deviceType), maxs,
            args->desc->vulkan_max_binding ? " (capped by vulkan_max_binding)" : "", lim->maxComputeWorkGroupInvocations,
            shs, l->denorm_preserve ? "kept by the driver" : "not guaranteed by the driver (the kernels keep them)",
            l->nan_preserve ? "kept" : "not guaranteed by the driver",
-           l->vkCmdPushDescriptorSetKHR ? "push descriptors" : "descriptor pools");
+           l->vkCmdPushDescriptorSetKHR ? "push descriptors" : "descriptor pools",
+           l->loop_limit ? "; loops end after 65535 iterations per invocation (kernels split to stay below)" : "");
   return l;
 
 fail:
