@@ -35,3 +35,8 @@ set_tests_properties(browser_lane PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
 add_test(NAME browser_lane_serve COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/browser_lane_serve.sh $<TARGET_FILE:weft_cli>
          ${WEFT_NODE} ${CMAKE_CURRENT_LIST_DIR}/browser_lane_tab.mjs ${_weft_test_web})
 set_tests_properties(browser_lane_serve PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)
+# The worker page's version-2 ops (worker.js over weft.wasm, in Node) refuse requests that do not fit.
+if(WEFT_WASM_BUILT)
+  add_test(NAME web_worker_wasm COMMAND ${WEFT_NODE} ${CMAKE_CURRENT_LIST_DIR}/worker_wasm.mjs ${WEFT_WEB_DIR})
+  set_tests_properties(web_worker_wasm PROPERTIES TIMEOUT 60)
+endif()
