@@ -276,6 +276,134 @@ static void check_ops(weft_fabric *f, int tab, int cpu) {
   check_edges(f, &on_tab, &on_cpu);
 }
 
+/* The version-2 ops (the worker page runs them through weft.wasm): a small GPT-shaped chain of every one
+ * of them, run with every op on the CPU lane (the baseline), every op pinned to the tab, routed
+ * (WEFT_LANE_AUTO with the tab present) and alternating tab / CPU op by op: every result the same bits.
+ * The first activation carries zeros of both signs, subnormals, a huge value and an infinity. */
+enum { V2_B = 2, V2_T = 5, V2_C = 12, V2_NH = 3, V2_V = 7, V2_N = V2_B * V2_T, V2_RESULTS = 32 };
+
+static weft_tensor *v2_make(weft_fabric *f, weft_tensor **keep, int *nkeep, int nd, int64_t d0, int64_t d1,
+                            int64_t d2, int64_t d3, tu_rng *r, float lo, float hi) {
+  int64_t d[4] = {d0, d1, d2, d3};
+  weft_tensor *t = tensor(f, nd, d, r, lo, hi);
+  keep[(*nkeep)++] = t;
+  return t;
+}
+
+/* mode 0 cpu, 1 tab, 2 routed, 3 alternating; fills res[] with the results, returns how many. */
+static int v2_chain(weft_fabric *f, int mode, int tab, int cpu, weft_tensor **res, weft_tensor **keep, int *nkeep) {
+  tu_rng r = {4242};
+  int step = 0;
+  weft_op_desc od = WEFT_OP_DESC_INIT;
+  const int B = V2_B, T = V2_T, C = V2_C, NH = V2_NH, V = V2_V, N = V2_N;
+  int nres = 0;
+#define MK(...) v2_make(f, keep, nkeep, __VA_ARGS__)
+#define RUN(what, call)                                                                                    \
+  do {                                                                                                     \
+    od.lane = mode == 0 ? cpu : mode == 1 ? tab : mode == 2 ? WEFT_LANE_AUTO : (step % 2 ? cpu : tab);   \
+    step++;                                                                                                \
+    TU_STATUS(call, WEFT_OK, what);                                                                        \
+    if (mode == 1) TU_CHECK(weft_fabric_last_lane(f) == tab, "%s ran on the tab", what);                   \
+  } while (0)
+  int32_t tok[V2_N], tgt[V2_N];
+  for (int i = 0; i < N; i++) tok[i] = (i * 5 + 1) % V, tgt[i] = (i * 3 + 2) % V;
+  int64_t nd[1] = {N}, bt[2] = {B, T};
+  weft_tensor *ttok = NULL, *ttgt = NULL;
+  weft_tensor_create_typed(f, WEFT_DTYPE_I32, 2, bt, NULL, &ttok);
+  weft_tensor_create_typed(f, WEFT_DTYPE_I32, 1, nd, NULL, &ttgt);
+  keep[(*nkeep)++] = ttok, keep[(*nkeep)++] = ttgt;
+  weft_tensor_write_i32(ttok, tok, N);
+  weft_tensor_write_i32(ttgt, tgt, N);
+  weft_tensor *wte = MK(2, V, C, 0, 0, &r, -1, 1), *wpe = MK(2, T, C, 0, 0, &r, -1, 1);
+  float sp[8] = {-0.0f, 1e-40f, -1e-40f, 0.0f, 1e30f, 1e-45f, -3e38f, 2.5f};
+  weft_tensor_write(wte, sp, 8);
+  weft_tensor *x = MK(3, B, T, C, 0, &r, 0, 0);
+  RUN("embedding", weft_op_embedding(f, &od, ttok, NULL, wte, wpe, x));
+  res[nres++] = x;
+  weft_tensor *g = MK(1, C, 0, 0, 0, &r, 0.5f, 1.5f), *be = MK(1, C, 0, 0, 0, &r, -0.5f, 0.5f);
+  weft_tensor *y = MK(3, B, T, C, 0, &r, 0, 0), *mean = MK(1, N, 0, 0, 0, &r, 0, 0), *rstd = MK(1, N, 0, 0, 0, &r, 0, 0);
+  RUN("layernorm", weft_op_layernorm(f, &od, x, g, be, 1e-5f, y, mean, rstd));
+  res[nres++] = y, res[nres++] = mean, res[nres++] = rstd;
+  weft_tensor *qkv = MK(3, B, T, 3 * C, 0, &r, -2, 2);
+  weft_tensor *att_out = MK(3, B, T, C, 0, &r, 0, 0), *att = MK(4, B, NH, T, T, &r, 0, 0), *pre = MK(4, B, NH, T, T, &r, 0, 0);
+  RUN("attention", weft_op_attention(f, &od, qkv, NH, att_out, att, pre));
+  res[nres++] = att_out, res[nres++] = att, res[nres++] = pre;
+  weft_tensor *h = MK(3, B, T, C, 0, &r, 0, 0);
+  RUN("gelu", weft_op_gelu(f, &od, y, h));
+  res[nres++] = h;
+  weft_tensor *probs = MK(4, B, NH, T, T, &r, 0, 0);
+  RUN("causal_softmax", weft_op_causal_softmax(f, &od, pre, 0.5f, probs));
+  res[nres++] = probs;
+  /* the head: logits = x rows of V (a slice of the chain's values, to keep it small) */
+  weft_tensor *logits = MK(2, N, V, 0, 0, &r, -8, 8), *losses = MK(1, N, 0, 0, 0, &r, 0, 0);
+  RUN("crossentropy", weft_op_crossentropy(f, &od, logits, ttgt, losses));
+  res[nres++] = losses;
+  weft_tensor *dloss = MK(1, N, 0, 0, 0, &r, 0.1f, 0.1f), *dlogits = MK(2, N, V, 0, 0, &r, 0, 0);
+  RUN("crossentropy_backward", weft_op_crossentropy_backward(f, &od, logits, ttgt, dloss, dlogits));
+  res[nres++] = dlogits;
+  weft_tensor *dprobs = MK(4, B, NH, T, T, &r, -1, 1), *dscores = MK(4, B, NH, T, T, &r, 0, 0);
+  RUN("causal_softmax_backward", weft_op_causal_softmax_backward(f, &od, probs, dprobs, 0.5f, dscores));
+  res[nres++] = dscores;
+  weft_tensor *dh = MK(3, B, T, C, 0, &r, -1, 1), *dy = MK(3, B, T, C, 0, &r, 0, 0);
+  RUN("gelu_backward", weft_op_gelu_backward(f, &od, y, dh, dy));
+  res[nres++] = dy;
+  weft_tensor *dqkv = MK(3, B, T, 3 * C, 0, &r, 0, 0);
+  RUN("attention_backward", weft_op_attention_backward(f, &od, dy, qkv, att, NH, dqkv));
+  res[nres++] = dqkv;
+  weft_tensor *dx = MK(3, B, T, C, 0, &r, 0, 0), *dg = MK(1, C, 0, 0, 0, &r, 0, 0), *db = MK(1, C, 0, 0, 0, &r, 0, 0);
+  RUN("layernorm_backward", weft_op_layernorm_backward(f, &od, dy, x, mean, rstd, g, dx, dg, db));
+  res[nres++] = dx, res[nres++] = dg, res[nres++] = db;
+  weft_tensor *dwte = MK(2, V, C, 0, 0, &r, 0, 0), *dwpe = MK(2, T, C, 0, 0, &r, 0, 0);
+  RUN("embedding_backward", weft_op_embedding_backward(f, &od, dx, ttok, NULL, dwte, dwpe));
+  res[nres++] = dwte, res[nres++] = dwpe;
+  weft_tensor *acc = MK(1, 1, 0, 0, 0, &r, 0, 0);
+  RUN("sumsq", weft_op_sumsq(f, &od, dwte, acc));
+  res[nres++] = acc;
+  weft_tensor *m = MK(2, V, C, 0, 0, &r, -0.1f, 0.1f), *v = MK(2, V, C, 0, 0, &r, 0, 0.01f);
+  RUN("adamw", weft_op_adamw(f, &od, wte, dwte, m, v, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 3));
+  res[nres++] = wte, res[nres++] = m, res[nres++] = v;
+  weft_tensor *perm_y = MK(4, B, NH, T, C / NH, &r, 0, 0);
+  int perm[4] = {0, 2, 1, 3};
+  weft_tensor *x4 = MK(4, B, T, NH, C / NH, &r, -1, 1);
+  RUN("permute", weft_op_permute(f, &od, x4, perm, perm_y));
+  res[nres++] = perm_y;
+  weft_tensor *cache = MK(3, B, T + 3, C, 0, &r, -1, 1);
+  RUN("copy_slice", weft_op_copy_slice(f, &od, x, cache, 1, 2));
+  res[nres++] = cache;
+#undef MK
+#undef RUN
+  return nres;
+}
+
+static void check_ops_v2(weft_fabric *f, int tab, int cpu) {
+  weft_lane_info li;
+  weft_fabric_lane_info(f, (size_t)tab, &li);
+  TU_CHECK((li.ops & WEFT_OPS_ALL) == WEFT_OPS_ALL, "the tab offers every op of the table (ops 0x%llx)",
+           (unsigned long long)li.ops);
+  weft_tensor *res[4][V2_RESULTS], *keep[4][96];
+  int nres[4], nkeep[4] = {0};
+  static const char *const modes[4] = {"cpu", "pinned to the tab", "routed", "alternating tab / cpu"};
+  for (int mode = 0; mode < 4; mode++) nres[mode] = v2_chain(f, mode, tab, cpu, res[mode], keep[mode], &nkeep[mode]);
+  TU_CHECK(nres[0] == 25 && nres[0] <= V2_RESULTS, "the chain gives its 25 results (%d)", nres[0]);
+  for (int mode = 1; mode < 4; mode++) {
+    int all = nres[mode] == nres[0];
+    for (int i = 0; all && i < nres[0]; i++) {
+      char what[64];
+      snprintf(what, sizeof what, "%s, result %d", modes[mode], i);
+      all = same(res[mode][i], res[0][i], what);
+      if (!all) printf("  %s: differs (%s)\n", what, weft_fabric_last_error(f));
+    }
+    TU_CHECK(all, "the version-2 ops %s: every result the CPU lane's bits", modes[mode]);
+  }
+  weft_lane_stats st;
+  if (weft_fabric_lane_stats(f, (size_t)tab, &st) == WEFT_OK)
+    printf("  the tab ran %llu layernorms, %llu attentions, %llu adamw so far\n",
+           (unsigned long long)st.ops[WEFT_OP_LAYERNORM], (unsigned long long)st.ops[WEFT_OP_ATTENTION],
+           (unsigned long long)st.ops[WEFT_OP_ADAMW]);
+  for (int mode = 0; mode < 4; mode++)
+    for (int i = 0; i < nkeep[mode]; i++) weft_tensor_destroy(keep[mode][i]);
+}
+
 /* The tab closes in the middle of a run of auto-routed matmuls that prefer it: each result is still the
  * CPU's bits, the ops move to the CPU, and the lane is down. */
 static void check_close_midrun(weft_fabric *f, driver *d, int tab, int cpu) {
@@ -360,13 +488,19 @@ static void check_bad_tab(weft_fabric *f, const fakes *fk, size_t tab, const cha
   TU_CHECK(driver_line(&d, line, sizeof line) && strncmp(line, "closed", 6) == 0,
            "%s: the fabric closed the tab's connection (%s)", mode, line);
   printf("  %-12s -> %s\n", mode, line);
+  /* The scripted tab offers the version-2 ops (it loads weft.wasm as the page does, where it is built): one
+   * bit off in the first of them keeps it out, named. */
+  char wasm[512];
+  snprintf(wasm, sizeof wasm, "%s/wasm/weft.wasm", getenv("WEFT_BROWSER_WEB") ? getenv("WEFT_BROWSER_WEB") : ".");
+  if (strcmp(mode, "wrong-v2") == 0 && access(wasm, R_OK) == 0)
+    TU_CHECK(tu_contains(line, "self-test: embedding"), "wrong-v2: refused for its embedding's bits (%s)", line);
   driver_stop(&d);
 }
 
 /* Tabs that lie, overrun, go silent or speak out of turn: each is dropped, the fabric goes on. */
 static void check_bad_tabs(weft_fabric *f, const fakes *fk, size_t tab, int cpu) {
   const char *modes[] = {"wrong-id", "huge-length", "short-hello", "text", "unsolicited", "oversize", "bad-lanes",
-                         "silent", "wrong-bit", "no-exact"};
+                         "silent", "wrong-bit", "no-exact", "wrong-v2"};
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) check_bad_tab(f, fk, tab, modes[i]);
   /* Good through the handshake, then a read reply with the wrong count: the lane goes down on it, and the
    * value is computed again on the CPU. */
@@ -665,6 +799,7 @@ static void check_no_webgpu(const char *node, const char *driver_js) {
     TU_CHECK(tu_contains(li.device, "JavaScript") && tu_contains(li.device, "no WebGPU"),
              "the tab says it has no WebGPU (%s)", li.device);
     check_ops(f, (int)tab, (int)cpu);
+    check_ops_v2(f, (int)tab, (int)cpu);
   } else {
     TU_CHECK(0, "the worker page without WebGPU came up (%s)", line);
   }

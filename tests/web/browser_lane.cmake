@@ -17,14 +17,26 @@ if(NOT WEFT_NODE)
   message(STATUS "browser lane test: skipped: no node (Debian: apt-get install nodejs npm)")
   return()
 endif()
+# The page folder the tests serve: the built one (<build>/web, with weft.wasm, so a tab offers the version-2
+# ops) when weft.wasm is built, else the sources (a tab then offers the version-1 ops).
+if(WEFT_WASM_BUILT)
+  set(_weft_test_web ${WEFT_WEB_DIR})
+else()
+  set(_weft_test_web ${PROJECT_SOURCE_DIR}/web)
+endif()
 add_executable(test_browser_lane ${CMAKE_CURRENT_LIST_DIR}/browser_lane.c)
 target_link_libraries(test_browser_lane PRIVATE weft_testlib)
 add_test(NAME browser_lane COMMAND test_browser_lane ${WEFT_NODE} ${CMAKE_CURRENT_LIST_DIR}/browser_lane_tab.mjs
          ${CMAKE_CURRENT_LIST_DIR}/browser_lane_fake.mjs
-         ${PROJECT_SOURCE_DIR}/web)
+         ${_weft_test_web})
 set_tests_properties(browser_lane PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
 # `weft serve` end to end: where it listens, a tab joining with the CPU's bits and leaving, clean SIGINT.
 add_test(NAME browser_lane_serve COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/browser_lane_serve.sh $<TARGET_FILE:weft_cli>
-         ${WEFT_NODE} ${CMAKE_CURRENT_LIST_DIR}/browser_lane_tab.mjs ${PROJECT_SOURCE_DIR}/web)
+         ${WEFT_NODE} ${CMAKE_CURRENT_LIST_DIR}/browser_lane_tab.mjs ${_weft_test_web})
 set_tests_properties(browser_lane_serve PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)
+# The worker page's version-2 ops (worker.js over weft.wasm, in Node) refuse requests that do not fit.
+if(WEFT_WASM_BUILT)
+  add_test(NAME web_worker_wasm COMMAND ${WEFT_NODE} ${CMAKE_CURRENT_LIST_DIR}/worker_wasm.mjs ${WEFT_WEB_DIR})
+  set_tests_properties(web_worker_wasm PROPERTIES TIMEOUT 60)
+endif()

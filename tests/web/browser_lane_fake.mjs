@@ -11,7 +11,9 @@
 // passes the fabric's self-test at join), wrong-id, huge-length, short-hello, text, unsolicited, silent,
 // oversize, bad-lanes, no-proof, bad-read (good, but a READ of exactly 4 floats is answered with the wrong
 // count), wrong-bit (good, but every READ answers its first float one bit off), no-exact (good, but its lane
-// honours fp32 only).
+// honours fp32 only), wrong-v2 (good, but once a version-2 op has run every READ answers its first float one
+// bit off). Where WEFT_BROWSER_WEB names a folder with wasm/weft.wasm, the good tabs load it as the worker
+// page does and offer every op (else the version-1 ops).
 const arg = (name, fallback) => {
   const i = process.argv.indexOf(`--${name}`);
   return i > 0 && i + 1 < process.argv.length ? process.argv[i + 1] : fallback;
@@ -66,8 +68,14 @@ function lanesReply(count) {
 }
 
 let nextHandle = 1n;
-const { Session, answer } = await import('../../web/worker/worker.js');
+const { Session, answer, loadWasm } = await import('../../web/worker/worker.js');
+{
+  const fs = await import('node:fs');
+  const wasmPath = process.env.WEFT_BROWSER_WEB ? `${process.env.WEFT_BROWSER_WEB}/wasm/weft.wasm` : '';
+  if (wasmPath && fs.existsSync(wasmPath)) await loadWasm(fs.readFileSync(wasmPath));
+}
 const session = new Session(null, '', wsUrl ? wsUrl.host : '');
+let sawV2 = false;
 const ws = new WebSocket(url, origin === 'none' ? { protocols: 'weft' } : { protocols: 'weft', headers: { Origin: origin } });
 ws.binaryType = 'arraybuffer';
 ws.onopen = () => {
@@ -87,7 +95,7 @@ ws.onmessage = (ev) => {
   const p = new Uint8Array(ev.data, 16);
   const reply = (payload, status = 0) => ws.send(frame(type, id, status, payload));
   if (mode === 'silent') return;
-  if (mode === 'good' || mode === 'bad-read' || mode === 'wrong-bit' || mode === 'no-exact') {
+  if (mode === 'good' || mode === 'bad-read' || mode === 'wrong-bit' || mode === 'no-exact' || mode === 'wrong-v2') {
     // In order, one at a time, as the worker page answers.
     chain = chain.then(async () => {
       if (mode === 'bad-read' && type === 6 && new DataView(p.buffer, 16).getBigUint64(16, true) === 4n) {
@@ -95,8 +103,10 @@ ws.onmessage = (ev) => {
         new DataView(out.buffer).setBigUint64(0, 5n, true);
         return reply(out);
       }
+      if (type === 8 && p.length >= 4 && new DataView(p.buffer, 16).getUint32(0, true) >= 8) sawV2 = true;
       const [r] = await answer(session, ev.data);
       if (!r) return;
+      if (mode === 'wrong-v2' && sawV2 && type === 6 && r.length >= 28 && new DataView(r.buffer).getUint16(6, true) === 0) r[24] ^= 1;
       if (mode === 'wrong-bit' && type === 6 && r.length >= 28 && new DataView(r.buffer).getUint16(6, true) === 0) r[24] ^= 1;
       if (mode === 'no-exact' && type === 3) new DataView(r.buffer).setUint32(20, 2, true);
       ws.send(r);

@@ -49,6 +49,9 @@ message(STATUS "weft.wasm: ${WEFT_WASM_CLANG} --target=wasm32 -> ${WEFT_WEB_DIR}
 set(WEFT_WASM_SOURCES
   ${_weft_wasm_src}/weft_wasm.c
   ${_weft_wasm_src}/libc_shim.c
+  ${_weft_wasm_src}/weft_wasm_ops.c
+  ${_weft_root}/src/core/reference_tx.c
+  ${_weft_root}/src/core/wmath.c
   ${_weft_root}/src/lanes/cpu/gemm.c
   ${_weft_root}/src/lanes/cpu/kernels/ukr_portable.c
   ${_weft_root}/src/cost/model.c

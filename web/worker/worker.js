@@ -16,7 +16,7 @@ import { openGpu, matmulExact, matmulCanonical, noGpuReason } from '../gpu/gpu.j
 const MAGIC = 0x54464557;
 const VERSION = 2;
 const REPLY = 0x8000;
-const T = { HELLO: 1, AUTH: 2, LANES: 3, CREATE: 4, WRITE: 5, READ: 6, FREE: 7, OP: 8, PROVE: 9 };
+const T = { HELLO: 1, AUTH: 2, LANES: 3, CREATE: 4, WRITE: 5, READ: 6, FREE: 7, OP: 8, PROVE: 9, RETYPE: 12 };
 const S = { OK: 0, INVALID_ARGUMENT: 1, SHAPE: 2, OVERFLOW: 3, OUT_OF_MEMORY: 5, UNSUPPORTED: 6, LANE_FAILED: 7,
   NOT_FOUND: 8, STATE: 9, INTERNAL: 11 };
 const MAX_RANK = 4;
@@ -32,11 +32,48 @@ const OP_PARAMS = 96;
 const OP_COUNT = 24; // the op table's kinds (include/weft.h): a kind beyond it is on no allow-list
 const CONTRACT_EXACT = 0;
 const CONTRACT_FP32 = 1;
-// The ops this tab offers: the version-1 set, a subset of the table (the LANES entry says so in its mask).
-const OPS = ['matmul', 'add', 'relu', 'relu_backward', 'scale', 'axpy', 'sum_rows', 'softmax_xent'];
+// The op table's kinds (include/weft.h). This tab offers the version-1 set (0..7) in JavaScript and WebGPU,
+// and, once weft.wasm has loaded, the version-2 ops (8..23) through the wasm build of the C reference
+// (web/wasm/weft_wasm_ops.c over src/core/reference_tx.c): the LANES entry's mask says which.
+const OPS = ['matmul', 'add', 'relu', 'relu_backward', 'scale', 'axpy', 'sum_rows', 'softmax_xent',
+  'embedding', 'embedding_backward', 'layernorm', 'layernorm_backward', 'gelu', 'gelu_backward', 'attention',
+  'attention_backward', 'causal_softmax', 'causal_softmax_backward', 'crossentropy', 'crossentropy_backward',
+  'adamw', 'sumsq', 'permute', 'copy_slice'];
+const V1_COUNT = 8;
+const OPS_V1 = 0xffn;
+const OPS_WASM = 0xffff00n;
 // Each op's inputs and outputs in the table (src/core/optable.c); softmax_xent's outputs are optional.
 const SLOTS = { matmul: [2, 1], add: [2, 1], relu: [1, 1], relu_backward: [2, 1], scale: [1, 1], axpy: [1, 1],
-  sum_rows: [1, 1], softmax_xent: [2, 2] };
+  sum_rows: [1, 1], softmax_xent: [2, 2], embedding: [4, 1], embedding_backward: [3, 2], layernorm: [3, 3],
+  layernorm_backward: [5, 3], gelu: [1, 1], gelu_backward: [2, 1], attention: [1, 3], attention_backward: [3, 1],
+  causal_softmax: [1, 1], causal_softmax_backward: [2, 1], crossentropy: [2, 1], crossentropy_backward: [3, 1],
+  adamw: [1, 3], sumsq: [1, 1], permute: [1, 1], copy_slice: [1, 1] };
+const DT_F32 = 0;
+const DT_I32 = 1;
+
+// weft.wasm's exports once loaded (loadWasm): the version-2 ops run there.
+let sharedWasm = null;
+let wasmWhy = 'weft.wasm is not loaded';
+
+// Loads weft.wasm (from `source`: a URL, or the module's bytes) for every Session made after; returns its
+// exports, or null with the reason in wasmWhy (the tab then offers the version-1 ops only).
+export async function loadWasm(source) {
+  try {
+    let bytes = source;
+    if (typeof source === 'string' || source instanceof URL) {
+      const resp = await fetch(source);
+      if (!resp.ok) throw new Error(`${source}: HTTP ${resp.status}`);
+      bytes = await resp.arrayBuffer();
+    }
+    const { instance } = await WebAssembly.instantiate(bytes, {});
+    if (typeof instance.exports.weft_wasm_run !== 'function') throw new Error('this weft.wasm has no weft_wasm_run');
+    sharedWasm = instance.exports;
+  } catch (e) {
+    sharedWasm = null;
+    wasmWhy = `weft.wasm did not load: ${e && e.message ? e.message : e}`;
+  }
+  return sharedWasm;
+}
 
 const f = Math.fround;
 const status = { state: 'starting', ops: 0, device: '', lane: '', server: '', closeReason: '', error: '' };
@@ -131,12 +168,13 @@ function logf(x) {
 
 export class Session {
   // `server`: the host:port this tab dialled (its WebSocket URL's), which its proof of the secret names.
-  constructor(gpu, secret, server = '') {
+  constructor(gpu, secret, server = '', wasm = sharedWasm) {
     this.gpu = gpu;
+    this.wasm = wasm;
     this.secret = secret;
     this.server = server;
     this.hello = false;
-    this.tensors = new Map(); // handle -> {data: Float32Array, dims: number[]}
+    this.tensors = new Map(); // handle -> {data: Float32Array (4-byte cells, i32 as bits), dims, numel, dtype}
     this.nextId = 1;
     this.resident = 0;
   }
@@ -215,7 +253,7 @@ export class Session {
         const o = new DataView(out.buffer);
         o.setUint32(0, 1, true);
         o.setUint32(4, (1 << CONTRACT_EXACT) | (1 << CONTRACT_FP32), true);
-        o.setBigUint64(8, BigInt((1 << OPS.length) - 1), true); // the ops it offers: a subset of the table
+        o.setBigUint64(8, this.offered(), true); // the ops it offers: a subset of the table
         let at = 16;
         for (const s of strs) {
           o.setUint16(at, s.length, true);
@@ -237,7 +275,7 @@ export class Session {
         if (this.tensors.size >= MAX_HANDLES) refuse(S.OUT_OF_MEMORY, `this connection holds ${MAX_HANDLES} tensors, the cap`);
         if (numel * 4 > MAX_RESIDENT - this.resident) refuse(S.OUT_OF_MEMORY, `a tensor of ${numel * 4} bytes would pass this tab's resident cap`);
         const id = BigInt(this.nextId++);
-        this.tensors.set(id, { data: new Float32Array(Math.max(1, numel)), dims, numel });
+        this.tensors.set(id, { data: new Float32Array(Math.max(1, numel)), dims, numel, dtype });
         this.resident += numel * 4;
         const out = new Uint8Array(8);
         new DataView(out.buffer).setBigUint64(0, id, true);
@@ -275,6 +313,14 @@ export class Session {
         this.tensors.delete(handle);
         return new Uint8Array(0);
       }
+      case T.RETYPE: {
+        want(12, 'retype');
+        const t = this.tensor(dv.getBigUint64(0, true), 'retype');
+        const dtype = dv.getUint32(8, true);
+        if (dtype > 1) refuse(S.INVALID_ARGUMENT, `dtype ${dtype} is unknown (0 = f32, 1 = i32)`);
+        t.dtype = dtype; // the bits are unchanged
+        return new Uint8Array(0);
+      }
       case T.OP:
         if (p.byteLength < OP_HEAD) refuse(S.INVALID_ARGUMENT, `op payload of ${p.byteLength} bytes is truncated`);
         return this.op(dv, want);
@@ -291,7 +337,7 @@ export class Session {
     const nin = dv.getUint8(16);
     const nout = dv.getUint8(17);
     if (kind >= OP_COUNT) refuse(S.UNSUPPORTED, `op kind ${kind} is not on the allow-list (0..${OP_COUNT - 1})`);
-    if (kind >= OPS.length) refuse(S.UNSUPPORTED, `op kind ${kind}: this tab offers ${OPS[0]} .. ${OPS[OPS.length - 1]} only (its lanes entry says so)`);
+    if (!(this.offered() & (1n << BigInt(kind)))) refuse(S.UNSUPPORTED, `op kind ${kind} (${OPS[kind]}): this tab does not offer it (its lanes entry says so${kind >= V1_COUNT ? `; ${wasmWhy}` : ''})`);
     if (contract > 3) refuse(S.INVALID_ARGUMENT, `contract ${contract} is unknown`);
     if (contract !== CONTRACT_EXACT && contract !== CONTRACT_FP32) refuse(S.UNSUPPORTED, 'this tab honours the exact and fp32 contracts only');
     if (flags !== 0) refuse(S.INVALID_ARGUMENT, `op flags 0x${flags.toString(16)}: no flag is defined`);
@@ -304,6 +350,13 @@ export class Session {
     const at0 = OP_HEAD + (nin + nout) * OP_ENTRY;
     const ip = (i) => dv.getBigInt64(at0 + 8 * i, true);
     const fp = (i) => dv.getFloat32(at0 + 64 + 4 * i, true);
+    if (kind >= V1_COUNT) {
+      this.opWasm(kind, dv, nin, nout, at0);
+      status.ops++;
+      const out = new Uint8Array(4);
+      new DataView(out.buffer).setInt32(0, 0, true);
+      return out;
+    }
     // The version-1 ops' operands as slots 0, 1 (inputs) and 2, 3 (outputs), as the kernels below take them.
     const required = { matmul: 7, add: 7, relu_backward: 7, relu: 5, scale: 5, axpy: 5, sum_rows: 5, softmax_xent: 3 }[name];
     const v = [null, null, null, null]; // per slot: {t, dims, numel} or null
@@ -336,6 +389,90 @@ export class Session {
     const out = new Uint8Array(4);
     new DataView(out.buffer).setInt32(0, 0, true);
     return out;
+  }
+
+  // The ops this tab offers (the LANES mask): the version-1 set, and the version-2 ops when weft.wasm is here.
+  offered() {
+    return OPS_V1 | (this.wasm ? OPS_WASM : 0n);
+  }
+
+  // One operand of an OP frame: {t, numel, dtype} or null when its handle is 0.
+  operand(dv, entry, what) {
+    const handle = dv.getBigUint64(entry, true);
+    if (handle === 0n) return null;
+    const nd = dv.getUint32(entry + 8, true);
+    if (nd > MAX_RANK) refuse(S.SHAPE, `${what}'s view has rank ${nd}; at most ${MAX_RANK}`);
+    const vd = [];
+    for (let d = 0; d < nd; d++) vd.push(Number(dv.getBigInt64(entry + 12 + 8 * d, true)));
+    const vn = nd ? Session.shape(vd) : 0;
+    const t = this.tensor(handle, what);
+    if (nd && vn > t.numel) refuse(S.SHAPE, `${what}'s view of ${vn} elements exceeds its tensor's ${t.numel}`);
+    return { t, dims: nd ? vd : t.dims, numel: nd ? vn : t.numel };
+  }
+
+  // A version-2 op through weft.wasm: each operand's elements are copied into the module's memory, the C
+  // reference runs on them, and the outputs (read and written ones included) are copied back, bit for bit.
+  opWasm(kind, dv, nin, nout, at0) {
+    const name = OPS[kind];
+    const wire = [];
+    for (let i = 0; i < 8; i++) wire.push(dv.getBigInt64(at0 + 8 * i, true));
+    // The parameters travel as weft_op_params (include/weft.h): f as the kernels take them, i per op.
+    const fpBits = new Uint32Array(8);
+    for (let i = 0; i < 8; i++) fpBits[i] = dv.getUint32(at0 + 64 + 4 * i, true);
+    const ins = [];
+    const outs = [];
+    for (let k = 0; k < nin; k++) ins.push(this.operand(dv, OP_HEAD + OP_ENTRY * k, `${name} input ${k}`));
+    for (let k = 0; k < nout; k++) outs.push(this.operand(dv, OP_HEAD + OP_ENTRY * (nin + k), `${name} output ${k}`));
+    const ip = kernelParams(kind, ins, outs, wire);
+    const need = needs(kind, ip);
+    const check = (list, want, kindOf) => {
+      want.forEach(([n, required, dtype], k) => {
+        const o = list[k] || null;
+        list[k] = o;
+        if (!o) {
+          if (required) refuse(S.INVALID_ARGUMENT, `${name} needs its ${kindOf} ${k}`);
+          return;
+        }
+        if (o.numel < n) refuse(S.SHAPE, `${name}: ${kindOf} ${k} has ${o.numel} elements; the parameters need ${n}`);
+        const dt = dtype === 'same' ? (ins[0] ? ins[0].t.dtype : DT_F32) : dtype;
+        if (o.t.dtype !== dt) refuse(S.INVALID_ARGUMENT, `${name}: ${kindOf} ${k} is ${o.t.dtype ? 'i32' : 'f32'}; the op takes ${dt ? 'i32' : 'f32'}`);
+        o.n = n;
+      });
+    };
+    check(ins, need.in, 'input');
+    check(outs, need.out, 'output');
+    const w = this.wasm;
+    const ptrs = [];
+    const alloc = (o) => {
+      if (!o) return 0;
+      const p = w.weft_wasm_alloc(Math.max(4, o.n * 4));
+      if (!p) refuse(S.OUT_OF_MEMORY, `${name}: weft.wasm is out of memory for ${o.n * 4} bytes`);
+      ptrs.push(p);
+      return p;
+    };
+    try {
+      const pin = ins.map(alloc);
+      const pout = outs.map(alloc);
+      // Views of the memory after every allocation (growing it detaches the old buffer).
+      const mem = w.memory.buffer;
+      const cells = (p, n) => new Uint32Array(mem, p, n);
+      const bitsOf = (o) => new Uint32Array(o.t.data.buffer, o.t.data.byteOffset, o.n);
+      ins.forEach((o, k) => o && cells(pin[k], o.n).set(bitsOf(o)));
+      outs.forEach((o, k) => o && cells(pout[k], o.n).set(bitsOf(o)));
+      const inA = new Uint32Array(mem, w.weft_wasm_op_in(), 6);
+      const outA = new Uint32Array(mem, w.weft_wasm_op_out(), 4);
+      inA.fill(0);
+      outA.fill(0);
+      pin.forEach((p, k) => (inA[k] = p));
+      pout.forEach((p, k) => (outA[k] = p));
+      new BigInt64Array(mem, w.weft_wasm_op_iparam(), 8).set(ip);
+      new Uint32Array(mem, w.weft_wasm_op_fparam(), 8).set(fpBits);
+      const st = w.weft_wasm_run(kind);
+      if (st !== 0) refuse(st, `${name}: ${st === S.INVALID_ARGUMENT ? 'an index is out of range (or an operand is missing)' : 'the shapes do not fit the kernel'}`);
+      outs.forEach((o, k) => o && bitsOf(o).set(new Uint32Array(w.memory.buffer, pout[k], o.n)));
+    } finally {
+      for (const p of ptrs) w.weft_wasm_free(p);
+    }
   }
 
   async matmul(v, ta, tb) {
@@ -378,6 +515,192 @@ export class Session {
       }
     }
     return matmulCanonical(a, b, m, k, n);
+  }
+}
+
+// The op table's kernel parameters (the iparam of /src/core/optable.c's validators) from the operands'
+// views and the public parameters of the frame, as `weft worker` derives them from its tensors' shapes.
+function kernelParams(kind, ins, outs, wire) {
+  const name = OPS[kind];
+  const op = (o, what) => {
+    if (!o) refuse(S.INVALID_ARGUMENT, `${name} needs its ${what}`);
+    return o;
+  };
+  const last = (o) => o.dims[o.dims.length - 1];
+  const rows = (o) => (last(o) ? o.numel / last(o) : 0);
+  const b3 = (o, what) => {
+    if (op(o, what).dims.length !== 3) refuse(S.SHAPE, `${name}: ${what} must be [B, T, x]`);
+    return o.dims;
+  };
+  const big = (xs) => {
+    const out = xs.map((x) => BigInt(x));
+    while (out.length < 8) out.push(0n);
+    return out;
+  };
+  switch (name) {
+    case 'embedding': {
+      const tok = op(ins[0], 'tok');
+      const T = last(tok);
+      const C = last(op(outs[0], 'out'));
+      return big([rows(tok), T, C, C ? op(ins[2], 'wte').numel / C : 0, C ? op(ins[3], 'wpe').numel / C : 0]);
+    }
+    case 'embedding_backward': {
+      const [B, T, C] = b3(ins[0], 'dout');
+      const tab = (o) => (o ? (C ? o.numel / C : 0) : 2 ** 31);
+      if (!outs[0] && !outs[1]) refuse(S.INVALID_ARGUMENT, `${name} needs dwte or dwpe`);
+      return big([B, T, C, tab(outs[0]), tab(outs[1])]);
+    }
+    case 'layernorm':
+    case 'layernorm_backward': {
+      const x = op(ins[0], 'x');
+      return big([rows(x), last(x)]);
+    }
+    case 'gelu':
+    case 'gelu_backward':
+    case 'sumsq':
+      return big([op(ins[0], 'x').numel]);
+    case 'adamw':
+      return big([op(ins[0], 'grad').numel]);
+    case 'attention': {
+      const [B, T, C3] = b3(ins[0], 'qkv');
+      return big([B, T, C3 / 3, wire[0]]);
+    }
+    case 'attention_backward': {
+      const [B, T, C] = b3(ins[0], 'dout');
+      return big([B, T, C, wire[0]]);
+    }
+    case 'causal_softmax':
+    case 'causal_softmax_backward': {
+      const x = op(ins[0], 'scores');
+      const T = last(x);
+      return big([T ? x.numel / (T * T) : 0, T]);
+    }
+    case 'crossentropy':
+    case 'crossentropy_backward': {
+      const x = op(ins[0], 'logits');
+      return big([rows(x), last(x)]);
+    }
+    case 'permute': {
+      const x = op(ins[0], 'x');
+      const rank = x.dims.length;
+      const dims = [1, 1, 1, 1];
+      let packed = 0;
+      for (let a = 0; a < 4; a++) {
+        if (a < rank) dims[a] = x.dims[a];
+        const p = a < rank ? wire[a] : BigInt(a);
+        if (p < 0n || p >= BigInt(rank > a ? rank : 4)) refuse(S.INVALID_ARGUMENT, `permute: axis ${p} is out of range`);
+        packed |= Number(p) << (2 * a);
+      }
+      return big([rank, ...dims, packed]);
+    }
+    case 'copy_slice': {
+      const src = op(ins[0], 'src');
+      const dst = op(outs[0], 'dst');
+      const axis = Number(wire[0]);
+      const r = src.dims.length;
+      if (dst.dims.length !== r || !(axis >= 0 && axis < r)) refuse(S.SHAPE, `copy_slice: axis ${axis} of rank ${r} and ${dst.dims.length}`);
+      let outer = 1;
+      let inner = 1;
+      for (let a = 0; a < r; a++) {
+        if (a !== axis && src.dims[a] !== dst.dims[a]) refuse(S.SHAPE, `copy_slice: src and dst differ on axis ${a}`);
+        if (a < axis) outer *= src.dims[a];
+        if (a > axis) inner *= src.dims[a];
+      }
+      if (wire[1] < 0n) refuse(S.SHAPE, `copy_slice: offset ${wire[1]}`);
+      return big([outer, src.dims[axis], dst.dims[axis], inner, wire[1]]);
+    }
+    default:
+      return refuse(S.UNSUPPORTED, `op kind ${kind} is not implemented here`);
+  }
+}
+
+// What a version-2 op's parameters make of its operands: per input and output slot [elements it needs,
+// required, dtype] (src/core/optable.c's validators, as the host checks them before dispatch). A tab checks
+// again, so no request reads or writes past a tensor.
+function needs(kind, ipBig) {
+  const ip = ipBig.map((x) => {
+    if (x < 0n || x > 2n ** 31n) refuse(S.SHAPE, `${OPS[kind]}: parameter ${x} is out of range (0 .. 2^31)`);
+    return Number(x);
+  });
+  const cap = (...xs) => {
+    const n = xs.reduce((a, b) => a * b, 1);
+    if (n > MAX_ELEMENTS) refuse(S.OVERFLOW, `${OPS[kind]}: the parameters make ${n} elements; the cap is ${MAX_ELEMENTS}`);
+    return n;
+  };
+  const F = DT_F32;
+  const I = DT_I32;
+  switch (OPS[kind]) {
+    case 'embedding': {
+      const [B, T, C, V, P] = ip;
+      return { in: [[cap(B, T), 1, I], [cap(B, T), 0, I], [cap(V, C), 1, F], [cap(P, C), 1, F]], out: [[cap(B, T, C), 1, F]] };
+    }
+    case 'embedding_backward': {
+      const [B, T, C, V, P] = ip;
+      const tab = (n) => (n === 2 ** 31 ? 0 : cap(n, C));
+      return { in: [[cap(B, T, C), 1, F], [cap(B, T), 1, I], [cap(B, T), 0, I]], out: [[tab(V), 0, F], [tab(P), 0, F]] };
+    }
+    case 'layernorm': {
+      const [N, C] = ip;
+      return { in: [[cap(N, C), 1, F], [C, 1, F], [C, 1, F]], out: [[cap(N, C), 1, F], [N, 0, F], [N, 0, F]] };
+    }
+    case 'layernorm_backward': {
+      const [N, C] = ip;
+      return { in: [[cap(N, C), 1, F], [cap(N, C), 1, F], [N, 1, F], [N, 1, F], [C, 1, F]],
+        out: [[cap(N, C), 1, F], [C, 0, F], [C, 0, F]] };
+    }
+    case 'gelu':
+      return { in: [[cap(ip[0]), 1, F]], out: [[ip[0], 1, F]] };
+    case 'gelu_backward':
+      return { in: [[cap(ip[0]), 1, F], [ip[0], 1, F]], out: [[ip[0], 1, F]] };
+    case 'attention':
+    case 'attention_backward': {
+      const [B, T, C, NH] = ip;
+      if (NH < 1 || C % NH) refuse(S.SHAPE, `${OPS[kind]}: C = ${C} is not a multiple of NH = ${NH}`);
+      const qkv = cap(B, T, 3 * C);
+      const att = cap(B, NH, T, T);
+      if (OPS[kind] === 'attention') return { in: [[qkv, 1, F]], out: [[cap(B, T, C), 1, F], [att, 1, F], [att, 0, F]] };
+      return { in: [[cap(B, T, C), 1, F], [qkv, 1, F], [att, 1, F]], out: [[qkv, 1, F]] };
+    }
+    case 'causal_softmax': {
+      const n = cap(ip[0], ip[1], ip[1]);
+      return { in: [[n, 1, F]], out: [[n, 1, F]] };
+    }
+    case 'causal_softmax_backward': {
+      const n = cap(ip[0], ip[1], ip[1]);
+      return { in: [[n, 1, F], [n, 1, F]], out: [[n, 1, F]] };
+    }
+    case 'crossentropy': {
+      const [N, V] = ip;
+      return { in: [[cap(N, V), 1, F], [N, 1, I]], out: [[N, 1, F]] };
+    }
+    case 'crossentropy_backward': {
+      const [N, V] = ip;
+      return { in: [[cap(N, V), 1, F], [N, 1, I], [N, 1, F]], out: [[cap(N, V), 1, F]] };
+    }
+    case 'adamw': {
+      const n = cap(ip[0]);
+      return { in: [[n, 1, F]], out: [[n, 1, F], [n, 1, F], [n, 1, F]] };
+    }
+    case 'sumsq':
+      return { in: [[cap(ip[0]), 1, F]], out: [[1, 1, F]] };
+    case 'permute': {
+      const rank = ip[0];
+      if (rank < 1 || rank > 4) refuse(S.SHAPE, `permute: rank ${rank}; 1 to 4`);
+      const dims = ip.slice(1, 5);
+      if (dims.some((d) => d < 1)) refuse(S.SHAPE, 'permute: a dimension is 0');
+      const seen = new Set();
+      for (let a = 0; a < 4; a++) seen.add((ip[5] >> (2 * a)) & 3);
+      if (seen.size !== 4 || ip[5] > 255) refuse(S.INVALID_ARGUMENT, `permute: 0x${ip[5].toString(16)} is not a permutation of 4 axes`);
+      const n = cap(...dims);
+      return { in: [[n, 1, 'same']], out: [[n, 1, 'same']] };
+    }
+    case 'copy_slice': {
+      const [outer, sl, dl, inner, off] = ip;
+      if (off + sl > dl) refuse(S.SHAPE, `copy_slice: ${sl} rows at ${off} run past ${dl}`);
+      return { in: [[cap(outer, sl, inner), 1, 'same']], out: [[cap(outer, dl, inner), 1, 'same']] };
+    }
+    default:
+      return refuse(S.UNSUPPORTED, `op kind ${kind} is not implemented here`);
   }
 }
 
@@ -565,6 +888,8 @@ export async function startWorker({ url, secret, onStatus }) {
   currentSecret = secret;
   report = () => onStatus({ ...status });
   try {
+    // The version-2 ops' C reference, built for the browser; without it the tab offers the version-1 ops.
+    await loadWasm(new URL('../wasm/weft.wasm', import.meta.url));
     gpu = await openGpu();
     if (gpu) {
       const i = gpu.adapterInfo;

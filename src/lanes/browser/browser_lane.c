@@ -12,6 +12,7 @@
  * the worker page (and the rest of a web folder) as static files. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include "core/optable.h"
 #include "core/reference.h"
 #include "net/client.h"
 #include "weft_lane.h"
@@ -499,9 +501,10 @@ static void browser_describe(void *self, weft_lane_desc *out) {
   /* What a worker page implements: the canonical order, which also satisfies fp32. The tab's own list is
    * checked per op (supports). */
   out->contracts = WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32);
-  /* What a tab can be admitted for: the ops its self-test verifies (the version-1 set). A tab may offer a
-   * subset of them; the tab's own set is checked per op (supports). */
-  out->ops = WEFT_OPS_V1;
+  /* What a tab can be admitted for: the ops its self-test verifies (every op of the table: the worker page
+   * runs the version-2 ops through weft.wasm). A tab may offer a subset of them; the tab's own set, each op
+   * of it proved at join, is checked per op (supports). */
+  out->ops = WEFT_OPS_ALL;
   out->flags = WEFT_LANE_STARTS_DOWN;
 }
 
@@ -576,8 +579,8 @@ static void pick_lane(void *ctx, uint32_t index, weft_contract_mask contracts, u
   p->found = 1;
   p->index = index;
   p->contracts = contracts;
-  /* A tab offers a subset of the ops; only those its self-test can verify are taken. */
-  p->ops = ops & WEFT_OPS_V1;
+  /* A tab offers a subset of the ops; those of the table are taken, and each is proved by the self-test. */
+  p->ops = ops & WEFT_OPS_ALL;
   snprintf(p->name, sizeof p->name, "%s", name);
   snprintf(p->kind, sizeof p->kind, "%s", kind);
   snprintf(p->device, sizeof p->device, "%s", device);
@@ -628,20 +631,20 @@ static int same_bits(float a, float b) { return (a != a && b != b) || memcmp(&a,
 
 /* One op on the tab and in the reference: its inputs and outputs are host arrays of in_n/out_n floats
  * (outputs hold their initial values). 1 when every output bit agrees; else 0 and why. */
-static int selftest_op(browser_slot *s, weft_op *ref, const size_t in_n[2], const size_t out_n[2], const char *what,
-                       char *why, size_t whylen) {
+static int selftest_op(browser_slot *s, weft_op *ref, const size_t in_n[WEFT_OP_MAX_IN],
+                       const size_t out_n[WEFT_OP_MAX_OUT], const char *what, char *why, size_t whylen) {
   weft_net_client *c = &s->client;
-  weft_buffer *bi[2] = {NULL, NULL}, *bo[2] = {NULL, NULL};
-  float *got[2] = {NULL, NULL};
+  weft_buffer *bi[WEFT_OP_MAX_IN] = {NULL}, *bo[WEFT_OP_MAX_OUT] = {NULL};
+  float *got[WEFT_OP_MAX_OUT] = {NULL};
   weft_op op = *ref;
   weft_status st = WEFT_OK;
-  for (int i = 0; i < 2 && !st; i++) {
+  for (int i = 0; i < WEFT_OP_MAX_IN && !st; i++) {
     if (!ref->in[i]) continue;
     st = weft_net_client_buffer_alloc(c, in_n[i] * 4, &bi[i]);
     if (!st) st = weft_net_client_upload(c, bi[i], 0, ref->in[i], in_n[i] * 4);
     op.in[i] = bi[i];
   }
-  for (int o = 0; o < 2 && !st; o++) {
+  for (int o = 0; o < WEFT_OP_MAX_OUT && !st; o++) {
     if (!ref->out[o]) continue;
     st = weft_net_client_buffer_alloc(c, out_n[o] * 4, &bo[o]);
     if (!st) st = weft_net_client_upload(c, bo[o], 0, ref->out[o], out_n[o] * 4);
@@ -649,8 +652,13 @@ static int selftest_op(browser_slot *s, weft_op *ref, const size_t in_n[2], cons
   }
   if (!st) st = weft_net_client_run(c, &op);
   int ok = !st;
-  if (ok) weft_reference_run(ref);
-  for (int o = 0; o < 2 && ok; o++) {
+  /* The reference: reference.c for the version-1 ops, the op table's host kernels (reference_tx.c) after. */
+  if (ok && ref->kind < WEFT_OP_V1_COUNT) weft_reference_run(ref);
+  if (ok && ref->kind >= WEFT_OP_V1_COUNT && weft_optable_host_run(ref, &s->adm_host) != WEFT_OK) {
+    snprintf(why, whylen, "its self-test's reference failed: %.60s: %.200s", what, s->adm_err);
+    ok = -1;
+  }
+  for (int o = 0; o < WEFT_OP_MAX_OUT && ok == 1; o++) {
     if (!ref->out[o]) continue;
     got[o] = malloc(out_n[o] * 4);
     if (!got[o] || weft_net_client_download(c, bo[o], 0, got[o], out_n[o] * 4)) {
@@ -671,12 +679,132 @@ static int selftest_op(browser_slot *s, weft_op *ref, const size_t in_n[2], cons
       }
   }
   if (ok == 0 && !why[0]) snprintf(why, whylen, "%s", s->adm_err[0] ? s->adm_err : "its self-test failed");
-  for (int i = 0; i < 2; i++) {
-    weft_net_client_buffer_free(c, bi[i]);
-    weft_net_client_buffer_free(c, bo[i]);
-    free(got[i]);
+  for (int i = 0; i < WEFT_OP_MAX_IN; i++) weft_net_client_buffer_free(c, bi[i]);
+  for (int o = 0; o < WEFT_OP_MAX_OUT; o++) {
+    weft_net_client_buffer_free(c, bo[o]);
+    free(got[o]);
   }
   return ok == 1;
+}
+
+/* The version-2 ops a tab offers, each once on small shapes (B 2, T 3, C 8, 2 heads, a vocabulary of 5)
+ * whose first float input holds zeros of both signs, subnormals, a huge value and an infinity, bit for bit
+ * against the op table's host kernels (the reference). */
+/* Index operands: n int32 in [0, lim), in the float array's cells. */
+static void idx_fill(float *cells, int n, int lim) {
+  for (int e = 0; e < n; e++) {
+    int32_t v = (int32_t)((e * 7 + 3) % lim);
+    memcpy(&cells[e], &v, 4);
+  }
+}
+
+static int selftest_v2(browser_slot *s, uint64_t ops, uint32_t *seed, char *why, size_t whylen) {
+  enum { B = 2, T = 3, C = 8, NH = 2, V = 5, P = 4, N = B * T, CAP = 160 };
+  float (*in)[CAP] = malloc(sizeof(float[WEFT_OP_MAX_IN][CAP])), (*out)[CAP] = malloc(sizeof(float[WEFT_OP_MAX_OUT][CAP]));
+  int pass = in && out;
+  if (!pass) snprintf(why, whylen, "out of host memory for its self-test");
+  for (int kind = WEFT_OP_V1_COUNT; pass && kind < WEFT_OP_COUNT; kind++) {
+    if (!(ops & WEFT_OP_BIT(kind))) continue;
+    for (int i = 0; i < WEFT_OP_MAX_IN; i++) fill(in[i], CAP, seed, -4, 4);
+    for (int o = 0; o < WEFT_OP_MAX_OUT; o++) fill(out[o], CAP, seed, -1, 1);
+    float *x = in[0];
+    x[0] = -0.0f, x[1] = 1e-40f, x[2] = -1e-40f, x[3] = 0.0f, x[4] = 1e30f, x[5] = -INFINITY, x[6] = 1e-45f;
+    weft_op op;
+    memset(&op, 0, sizeof op);
+    op.kind = (weft_op_kind)kind;
+    op.contract = WEFT_CONTRACT_EXACT;
+    size_t in_n[WEFT_OP_MAX_IN] = {0}, out_n[WEFT_OP_MAX_OUT] = {0};
+    int64_t *ip = op.iparam;
+    float *fp = op.fparam;
+#define IN(i, n) (op.in[i] = in[i], in_n[i] = (size_t)(n))
+#define OUT(o, n) (op.out[o] = out[o], out_n[o] = (size_t)(n))
+#define IDX(i, n, lim) (idx_fill(in[i], n, lim), op.in_dtype[i] = WEFT_DTYPE_I32, IN(i, n))
+    switch (kind) {
+    case WEFT_OP_EMBEDDING:
+      ip[0] = B, ip[1] = T, ip[2] = C, ip[3] = V, ip[4] = P;
+      IDX(0, N, V), IDX(1, N, P), IN(2, V * C), IN(3, P * C), OUT(0, N * C);
+      in[2][0] = -0.0f, in[2][1] = 1e-40f, in[3][1] = -1e-40f, in[3][2] = INFINITY;
+      break;
+    case WEFT_OP_EMBEDDING_BACKWARD:
+      ip[0] = B, ip[1] = T, ip[2] = C, ip[3] = V, ip[4] = P;
+      IN(0, N * C), IDX(1, N, V), IDX(2, N, P), OUT(0, V * C), OUT(1, P * C);
+      break;
+    case WEFT_OP_LAYERNORM:
+      ip[0] = N, ip[1] = C, fp[0] = 1e-5f;
+      in[0][C + 1] = 1e30f; /* a row with a huge value next to an ordinary one */
+      x[5] = 2.5f;
+      IN(0, N * C), IN(1, C), IN(2, C), OUT(0, N * C), OUT(1, N), OUT(2, N);
+      break;
+    case WEFT_OP_LAYERNORM_BACKWARD:
+      ip[0] = N, ip[1] = C;
+      for (int e = 0; e < N; e++) in[3][e] = 0.25f + (float)e;
+      IN(0, N * C), IN(1, N * C), IN(2, N), IN(3, N), IN(4, C), OUT(0, N * C), OUT(1, C), OUT(2, C);
+      break;
+    case WEFT_OP_GELU:
+      ip[0] = N * C, IN(0, N * C), OUT(0, N * C);
+      x[7] = 20.0f, x[8] = -20.0f, x[9] = INFINITY, x[10] = 1e-20f;
+      break;
+    case WEFT_OP_GELU_BACKWARD:
+      ip[0] = N * C, IN(0, N * C), IN(1, N * C), OUT(0, N * C);
+      x[7] = 20.0f, x[8] = -20.0f;
+      break;
+    case WEFT_OP_ATTENTION:
+      ip[0] = B, ip[1] = T, ip[2] = C, ip[3] = NH;
+      x[4] = 1e3f, x[5] = -1e3f;
+      IN(0, N * 3 * C), OUT(0, N * C), OUT(1, B * NH * T * T), OUT(2, B * NH * T * T);
+      break;
+    case WEFT_OP_ATTENTION_BACKWARD:
+      ip[0] = B, ip[1] = T, ip[2] = C, ip[3] = NH;
+      x[5] = 3.0f;
+      IN(0, N * C), IN(1, N * 3 * C), IN(2, B * NH * T * T), OUT(0, N * 3 * C);
+      break;
+    case WEFT_OP_CAUSAL_SOFTMAX:
+      ip[0] = 3, ip[1] = 4, fp[0] = 0.35f;
+      x[5] = 80.0f;
+      IN(0, 48), OUT(0, 48);
+      break;
+    case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD:
+      ip[0] = 3, ip[1] = 4, fp[0] = 0.35f;
+      IN(0, 48), IN(1, 48), OUT(0, 48);
+      break;
+    case WEFT_OP_CROSSENTROPY:
+      ip[0] = N, ip[1] = V;
+      x[5] = 90.0f;
+      IN(0, N * V), IDX(1, N, V), OUT(0, N);
+      break;
+    case WEFT_OP_CROSSENTROPY_BACKWARD:
+      ip[0] = N, ip[1] = V;
+      x[5] = 90.0f;
+      IN(0, N * V), IDX(1, N, V), IN(2, N), OUT(0, N * V);
+      break;
+    case WEFT_OP_ADAMW:
+      ip[0] = N * C;
+      fp[0] = 1e-3f, fp[1] = 0.9f, fp[2] = 0.999f, fp[3] = 1e-8f, fp[4] = 0.01f, fp[5] = 0.19f, fp[6] = 0.002f;
+      x[5] = 1e-3f;
+      for (int e = 0; e < N * C; e++) out[2][e] = out[2][e] < 0 ? -out[2][e] : out[2][e];
+      IN(0, N * C), OUT(0, N * C), OUT(1, N * C), OUT(2, N * C);
+      break;
+    case WEFT_OP_SUMSQ:
+      ip[0] = N * C, x[5] = 3.0f, x[4] = 1e15f;
+      IN(0, N * C), OUT(0, 1);
+      break;
+    case WEFT_OP_PERMUTE: /* [2,3,4,5] to [2,4,3,5] */
+      ip[0] = 4, ip[1] = 2, ip[2] = 3, ip[3] = 4, ip[4] = 5, ip[5] = 0 | 2 << 2 | 1 << 4 | 3 << 6;
+      IN(0, 120), OUT(0, 120);
+      break;
+    default: /* COPY_SLICE: 2 x [3 of 5 rows, at 1] x 4 */
+      ip[0] = 2, ip[1] = 3, ip[2] = 5, ip[3] = 4, ip[4] = 1;
+      IN(0, 24), OUT(0, 40);
+      break;
+    }
+#undef IN
+#undef OUT
+#undef IDX
+    op.rows = 1, op.cols = (int64_t)out_n[0];
+    pass = selftest_op(s, &op, in_n, out_n, weft_optable[kind].name, why, whylen);
+  }
+  free(in), free(out);
+  return pass;
 }
 
 /* Every op of the allow-list on the tab, bit for bit against the reference: matmuls of odd shapes, one with
@@ -710,7 +838,7 @@ static int selftest(browser_slot *s, uint64_t ops, char *why, size_t whylen) {
       char what[80];
       snprintf(what, sizeof what, "matmul %lldx[%lldx%lld].[%lldx%lld]%s", (long long)op.batch, (long long)op.m,
                (long long)op.k, (long long)op.k, (long long)op.n, op.trans_a ? " transposed" : "");
-      size_t in_n[2] = {na, nb}, out_n[2] = {nc, 0};
+      size_t in_n[WEFT_OP_MAX_IN] = {na, nb}, out_n[WEFT_OP_MAX_OUT] = {nc, 0};
       pass = selftest_op(s, &op, in_n, out_n, what, why, whylen);
     }
     free(a), free(b), free(c);
@@ -737,7 +865,7 @@ static int selftest(browser_slot *s, uint64_t ops, char *why, size_t whylen) {
     op.inv_rows = 1.0f / (float)R;
     op.in[0] = x;
     op.out[0] = o;
-    size_t in_n[2] = {R * C, 0}, out_n[2] = {R * C, 0};
+    size_t in_n[WEFT_OP_MAX_IN] = {R * C, 0}, out_n[WEFT_OP_MAX_OUT] = {R * C, 0};
     const char *what = "add";
     switch (op.kind) {
     case WEFT_OP_ADD:
@@ -764,7 +892,7 @@ static int selftest(browser_slot *s, uint64_t ops, char *why, size_t whylen) {
     }
     pass = selftest_op(s, &op, in_n, out_n, what, why, whylen);
   }
-  return pass;
+  return pass && selftest_v2(s, ops, &seed, why, whylen);
 }
 
 /* ---------------------------------------------------------------------------------------- admission */
