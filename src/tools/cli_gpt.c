@@ -394,6 +394,7 @@ typedef struct explainer {
   weft_fabric *f;
   FILE *out;
   int on, embeddings, limit; /* limit: stop at this many embeddings of the model's input (0: none) */
+  int L;
   int ops;
 } explainer;
 
@@ -405,13 +406,14 @@ static void explain_op(void *ctx, const char *what, int layer, weft_op_kind kind
     return;
   }
   char where[48];
-  snprintf(where, sizeof where, "layer %d", layer);
-  fprintf(e->out, "explain %-22s %-10s %-12s", what, weft_op_kind_str(kind), where);
+  if (layer < e->L) snprintf(where, sizeof where, "layer %d", layer);
+  else snprintf(where, sizeof where, "model");
+  fprintf(e->out, "explain %-24s %-11s %-9s", what, weft_op_kind_str(kind), where);
   e->ops++;
   if (lane != WEFT_LANE_AUTO) {
     weft_lane_info li;
     const int ok = weft_fabric_lane_info(e->f, (size_t)lane, &li) == WEFT_OK;
-    fprintf(e->out, " -> %s (placed: --place)\n", ok ? li.name : "?");
+    fprintf(e->out, " -> %s (placed by --place, not routed)\n", ok ? li.name : "?");
     return;
   }
   weft_route_explanation x;
@@ -619,7 +621,7 @@ static int train(gopts *o) {
   uint64_t before[64] = {0};
   char lanes[512];
   ops_since(f, before, lanes, sizeof lanes, NULL);
-  explainer ex = {f, stderr, o->explain, 0, 0, 0};
+  explainer ex = {f, stderr, o->explain, 0, 0, 0, cfg.L};
   if (o->explain) {
     weft_gpt_set_op_hook(g, explain_op, &ex);
     fprintf(stderr, "explain: step %lld, each op: the lane it ran on, and for a routed op the router's predicted time (ms)\n"
@@ -782,7 +784,7 @@ static int generate(gopts *o) {
     rc = WEFT_CLI_FAILED;
   }
   /* --explain: the prefill (embedding 1) and the first decode step (embedding 2); off at the third */
-  explainer ex = {f, stderr, o->explain, 0, 3, 0};
+  explainer ex = {f, stderr, o->explain, 0, 3, 0, cfg.L};
   if (rc == WEFT_CLI_OK && o->explain) {
     weft_gpt_set_op_hook(g, explain_op, &ex);
     fprintf(stderr, "explain: the prefill, then the first decode step; each op: the lane it ran on, and for a routed op\n"
