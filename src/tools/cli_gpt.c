@@ -621,7 +621,7 @@ static int train(gopts *o) {
   uint64_t before[64] = {0};
   char lanes[512];
   ops_since(f, before, lanes, sizeof lanes, NULL);
-  explainer ex = {f, stderr, o->explain, 0, 0, 0, cfg.L};
+  explainer ex = {.f = f, .out = stderr, .on = o->explain, .L = cfg.L};
   if (o->explain) {
     weft_gpt_set_op_hook(g, explain_op, &ex);
     fprintf(stderr, "explain: step %lld, each op: the lane it ran on, and for a routed op the router's predicted time (ms)\n"
@@ -784,7 +784,7 @@ static int generate(gopts *o) {
     rc = WEFT_CLI_FAILED;
   }
   /* --explain: the prefill (embedding 1) and the first decode step (embedding 2); off at the third */
-  explainer ex = {f, stderr, o->explain, 0, 3, 0, cfg.L};
+  explainer ex = {.f = f, .out = stderr, .on = o->explain, .limit = 3, .L = cfg.L};
   if (rc == WEFT_CLI_OK && o->explain) {
     weft_gpt_set_op_hook(g, explain_op, &ex);
     fprintf(stderr, "explain: the prefill, then the first decode step; each op: the lane it ran on, and for a routed op\n"
