@@ -2,8 +2,11 @@
  * trains (its loss goes down on a tiny repeated text); under the exact contract the same seed gives the same
  * weights fingerprint and the same generated tokens (greedy and sampled, through the KV cache) on the CPU
  * with 1 and 3 threads, pinned to every lane that offers the transformer ops, routed, and with layers
- * placed on lanes; a checkpoint saved mid-run and resumed ends where an uninterrupted run ends; a
- * truncated, corrupted or foreign checkpoint is refused with a message that says which. */
+ * placed on lanes, and round robin (op i on the i-th lane offering it); a checkpoint saved mid-run and resumed ends where an uninterrupted run ends; a
+ * truncated, corrupted or foreign checkpoint is refused with a message that says which.
+ *
+ * test_gpt --remote (under tests/net/with_worker.sh, WEFT_REMOTE naming a loopback worker): the same
+ * fingerprint and tokens as the cpu with every remote lane pinned, and round robin over the cpu and them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +115,17 @@ static outcome run(const char *lanes, int threads, int place, const char *lane, 
     for (int k = 0; k < WEFT_OP_COUNT; k++) n += ls.ops[k];
     if (strcmp(inf.name, lane) == 0) TU_CHECK(n > 0, "no op ran on %s", lane);
   }
+  if (place == WEFT_GPT_PLACE_RR && g) { /* every lane that offers the transformer ops did some */
+    for (size_t i = 0; i < weft_fabric_lane_count(f); i++) {
+      weft_lane_info inf;
+      weft_lane_stats ls;
+      if (weft_fabric_lane_info(f, i, &inf) != WEFT_OK || inf.failed || !(inf.ops & WEFT_OP_BIT(WEFT_OP_ATTENTION)) ||
+          !(inf.contracts & WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT)))
+        continue;
+      TU_CHECK(weft_fabric_lane_stats(f, i, &ls) == WEFT_OK && ls.ops[WEFT_OP_ATTENTION] > 0 && ls.ops[WEFT_OP_MATMUL] > 0,
+               "round robin: %s ran no attention or no matmul", inf.name);
+    }
+  }
   if (place == WEFT_GPT_PLACE_LAYERS && g) {
     weft_lane_stats ls;
     const int l1 = weft_gpt_layer_lane(g, 1);
@@ -198,7 +212,45 @@ static void checkpoints(const outcome *whole) {
   weft_fabric_close(f);
 }
 
-int main(void) {
+/* lanes of kind `kind` offering the transformer ops under exact, into names */
+static int lanes_of(const char *kind, int not, char (*names)[64], int max) {
+  weft_fabric *f = open_fabric(NULL, 0);
+  int nn = 0;
+  for (size_t i = 0; f && i < weft_fabric_lane_count(f) && nn < max; i++) {
+    weft_lane_info li;
+    if (weft_fabric_lane_info(f, i, &li) != WEFT_OK || li.failed || (strcmp(li.kind, kind) == 0) == not) continue;
+    if (!(li.contracts & WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT)) || !(li.ops & WEFT_OP_BIT(WEFT_OP_ATTENTION))) continue;
+    snprintf(names[nn++], 64, "%s", li.name);
+  }
+  weft_fabric_close(f);
+  return nn;
+}
+
+/* the remote lanes: pinned, and round robin over the cpu and them */
+static int remote(void) {
+  const double start = tu_now();
+  if (!getenv("WEFT_REMOTE")) {
+    tu_skip("--remote wants WEFT_REMOTE naming a worker (tests/net/with_worker.sh starts one)");
+    return tu_finish("gpt --remote", start);
+  }
+  char names[16][64], lanes[1100] = "cpu";
+  const int nn = lanes_of("remote", 0, names, 16);
+  TU_CHECK(nn > 0, "WEFT_REMOTE=%s: no remote lane offers the transformer ops", getenv("WEFT_REMOTE"));
+  outcome base = run("cpu", 1, WEFT_GPT_PLACE_AUTO, NULL, STEPS);
+  for (int i = 0; i < nn; i++) {
+    char what[1100];
+    snprintf(lanes + strlen(lanes), sizeof lanes - strlen(lanes), ",%s", names[i]);
+    snprintf(what, sizeof what, "pinned %s", names[i]);
+    outcome o = run(lanes, 0, WEFT_GPT_PLACE_PINNED, names[i], STEPS);
+    same(what, &base, &o);
+  }
+  outcome o = run(lanes, 0, WEFT_GPT_PLACE_RR, NULL, STEPS);
+  same("round robin, cpu and remote", &base, &o);
+  return tu_finish("gpt --remote", start);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--remote") == 0) return remote();
   const double start = tu_now();
   /* the loss goes down */
   outcome longrun = run("cpu", 0, WEFT_GPT_PLACE_AUTO, NULL, 30);
@@ -210,16 +262,8 @@ int main(void) {
   outcome o = run("cpu", 3, WEFT_GPT_PLACE_AUTO, NULL, STEPS);
   same("cpu, 3 threads", &base, &o);
   /* every other lane that offers the transformer ops, pinned; then routed and layers over all lanes */
-  weft_fabric *f = open_fabric(NULL, 0);
   char names[16][64];
-  int nn = 0;
-  for (size_t i = 0; f && i < weft_fabric_lane_count(f) && nn < 16; i++) {
-    weft_lane_info li;
-    if (weft_fabric_lane_info(f, i, &li) != WEFT_OK || li.failed || strcmp(li.kind, "cpu") == 0) continue;
-    if (!(li.contracts & WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT)) || !(li.ops & WEFT_OP_BIT(WEFT_OP_ATTENTION))) continue;
-    snprintf(names[nn++], 64, "%s", li.name);
-  }
-  weft_fabric_close(f);
+  const int nn = lanes_of("cpu", 1, names, 16);
   for (int i = 0; i < nn; i++) {
     char lanes[1100], what[1100];
     snprintf(lanes, sizeof lanes, "cpu,%s", names[i]);
@@ -232,6 +276,8 @@ int main(void) {
   same("routed", &base, &o);
   o = run(NULL, 0, WEFT_GPT_PLACE_LAYERS, NULL, STEPS);
   same("layers", &base, &o);
+  o = run(NULL, 0, WEFT_GPT_PLACE_RR, NULL, STEPS);
+  same("round robin", &base, &o);
   checkpoints(&base);
   return tu_finish("gpt", start);
 }

@@ -34,6 +34,11 @@ struct weft_gpt {
   int64_t step;
   acts a;
   int have_acts;
+  uint64_t rr; /* PLACE_RR: ops placed so far */
+  int cur_layer, cur_lane; /* the last op's layer and asked-for lane (D) */
+  weft_op_kind cur_kind;
+  weft_gpt_op_hook hook;
+  void *hook_ctx;
   char err[512];
 };
 
@@ -139,19 +144,48 @@ static int cpu_lane(weft_fabric *f) {
   return weft_fabric_lane_find(f, "cpu", &i) == WEFT_OK ? (int)i : WEFT_LANE_AUTO;
 }
 
+/* PLACE_RR: the i-th live lane (in turn) that offers op k under contract c; the router when none does. */
+static int rr_lane(weft_gpt *g, weft_op_kind k, weft_contract c) {
+  int lanes[64], n = 0;
+  const size_t nl = weft_fabric_lane_count(g->f);
+  for (size_t i = 0; i < nl && n < 64; i++) {
+    weft_lane_info li;
+    if (weft_fabric_lane_info(g->f, i, &li) != WEFT_OK || li.failed) continue;
+    if (!(li.contracts & WEFT_CONTRACT_BIT(c))) continue;
+    if (lane_ops(g->f, (int)i) & WEFT_OP_BIT(k)) lanes[n++] = (int)i;
+  }
+  if (!n) return WEFT_LANE_AUTO;
+  return lanes[g->rr++ % (uint64_t)n];
+}
+
 /* The desc of an op of kind k in layer l (L: embedding/head). */
 static weft_op_desc D(weft_gpt *g, int l, weft_op_kind k) {
   weft_op_desc d = WEFT_OP_DESC_INIT;
   d.contract = k == WEFT_OP_MATMUL ? g->opts.contract : WEFT_CONTRACT_EXACT;
   const int lane = g->llane[l];
-  if (lane >= 0) d.lane = (lane_ops(g->f, lane) & WEFT_OP_BIT(k)) ? lane : cpu_lane(g->f);
+  if (g->opts.place == WEFT_GPT_PLACE_RR) d.lane = rr_lane(g, k, d.contract);
+  else if (lane >= 0) d.lane = (lane_ops(g->f, lane) & WEFT_OP_BIT(k)) ? lane : cpu_lane(g->f);
+  g->cur_layer = l, g->cur_kind = k, g->cur_lane = d.lane;
   return d;
+}
+
+void weft_gpt_set_op_hook(weft_gpt *g, weft_gpt_op_hook hook, void *ctx) {
+  if (g) g->hook = hook, g->hook_ctx = ctx;
+}
+
+/* after an op ran: the hook (not for tensor reads and writes, nor scopes) */
+static void noted(weft_gpt *g, const char *what) {
+  if (!g->hook || !strncmp(what, "write ", 6) || !strncmp(what, "read ", 5) || !strncmp(what, "open ", 5) ||
+      !strncmp(what, "close ", 6))
+    return;
+  g->hook(g->hook_ctx, what, g->cur_layer, g->cur_kind, g->cur_lane);
 }
 
 #define RUN(expr, what)                                                                                   \
   do {                                                                                                    \
     weft_status st_ = (expr);                                                                             \
     if (st_ != WEFT_OK) return fail(g, st_, "%s: %s", what, weft_fabric_last_error(g->f));               \
+    noted(g, what);                                                                                       \
   } while (0)
 
 /* ------------------------------------------------------------------------------------------ create */
@@ -224,6 +258,8 @@ weft_status weft_gpt_create(weft_fabric *f, const weft_gpt_config *cfg, const fl
     }
     if (!n) return fail(g, WEFT_ERR_UNSUPPORTED, "--place layers: no lane offers the transformer ops");
     for (int l = 0; l <= L; l++) g->llane[l] = lanes[l % n];
+  } else if (g->opts.place == WEFT_GPT_PLACE_RR) {
+    for (int l = 0; l <= L; l++) g->llane[l] = WEFT_LANE_AUTO;
   } else if (g->opts.place == WEFT_GPT_PLACE_PINNED) {
     if (lane_ops(f, g->opts.lane) == 0) return fail(g, WEFT_ERR_NOT_FOUND, "lane %d is not a live lane", g->opts.lane);
     for (int l = 0; l <= L; l++) g->llane[l] = g->opts.lane;
@@ -648,6 +684,7 @@ weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int nto
       fail(g, st, "%s: %s", what, weft_fabric_last_error(f));                                             \
       goto done;                                                                                          \
     }                                                                                                     \
+    noted(g, what);                                                                                       \
   } while (0)
   /* prefill: the prompt's qkv rows into the cache */
   for (int l = 0; l < L; l++) {

@@ -22,7 +22,9 @@ typedef struct weft_gpt_config {
 } weft_gpt_config;
 
 /* Where the ops run. */
-enum { WEFT_GPT_PLACE_AUTO = 0, WEFT_GPT_PLACE_LAYERS = 1, WEFT_GPT_PLACE_PINNED = 2 };
+/* RR: round robin, op i (in the order the model issues them) on the i-th live lane, in turn, of those that
+ * offer that op under its contract (a test of placement, not a fast one). */
+enum { WEFT_GPT_PLACE_AUTO = 0, WEFT_GPT_PLACE_LAYERS = 1, WEFT_GPT_PLACE_PINNED = 2, WEFT_GPT_PLACE_RR = 3 };
 
 typedef struct weft_gpt_opts {
   int place;              /* WEFT_GPT_PLACE_* */
@@ -46,6 +48,11 @@ weft_status weft_gpt_create(weft_fabric *f, const weft_gpt_config *cfg, const fl
 void weft_gpt_destroy(weft_gpt *g);
 const char *weft_gpt_last_error(const weft_gpt *g);
 const weft_gpt_config *weft_gpt_get_config(const weft_gpt *g);
+/* Called after each op the model issues (not its tensor reads and writes): what the op is ("qkv matmul",
+ * "attention", ...), its layer (L: the embedding, the head, the loss), its kind, and the lane it asked for
+ * (WEFT_LANE_AUTO: the router chose; weft_route_last then explains the choice). NULL turns it off. */
+typedef void (*weft_gpt_op_hook)(void *ctx, const char *what, int layer, weft_op_kind kind, int lane);
+void weft_gpt_set_op_hook(weft_gpt *g, weft_gpt_op_hook hook, void *ctx);
 /* The lane layer l runs on (-1 for the router); l = L: the embedding and the head. */
 int weft_gpt_layer_lane(const weft_gpt *g, int l);
 

