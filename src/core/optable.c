@@ -382,6 +382,8 @@ static weft_status v_adamw(weft_fabric *f, weft_op *op, weft_tensor *const *in, 
   return WEFT_OK;
 }
 
+/* SUMSQ is never split across lanes: its chunks (WEFT_SUMSQ_CHUNK) count from x's first element, and its
+ * partials are added to acc in order (h_sumsq below). */
 static weft_status v_sumsq(weft_fabric *f, weft_op *op, weft_tensor *const *in, weft_tensor *const *out,
                            const weft_op_params *p) {
   (void)p;
