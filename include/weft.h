@@ -436,10 +436,13 @@ WEFT_API float weft_adamw_bias_correction(float beta, int64_t step);
 WEFT_API weft_status weft_op_adamw(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *param,
                                    weft_tensor *grad, weft_tensor *m, weft_tensor *v, float lr, float beta1,
                                    float beta2, float eps, float weight_decay, int64_t step);
-/* acc (one element) = acc + x[i]*x[i] for i ascending: the sum the global norm is made of. */
+/* acc (one element) = acc + P[0] + P[1] + ... in order, P[c] the ascending sum from 0 of x[i]*x[i] over
+ * chunk c (chunks of WEFT_SUMSQ_CHUNK = 4096 elements, the last one shorter; weft_lane.h): the sum the
+ * global norm is made of. */
 WEFT_API weft_status weft_op_sumsq(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *x, weft_tensor *acc);
 /* Global-norm gradient clip over grads[0 .. n-1], in that order: norm = sqrt of the sum of every element's
- * square (one ascending sum through the tensors in order: weft_op_sumsq into one accumulator), and when
+ * square (weft_op_sumsq of each tensor in order into one accumulator from 0: the chunk partials of every
+ * tensor in parameter order, added left to right), and when
  * norm > max_norm every gradient is scaled in place by max_norm / norm (weft_op_scale). A host-side helper:
  * it waits for the sum (the decision is the host's). *out_norm (may be NULL) receives the norm. The bits are
  * those of reference_tx's weft_ref_grad_clip. */

@@ -74,8 +74,13 @@ typedef void weft_buffer;
  *   ADAMW         in[0]=grad out[0]=param (rw) out[1]=m (rw) out[2]=v (rw), n elements each; iparam[0]=n;
  *                 fparam[0..6] = lr, beta1, beta2, eps, weight_decay, bc1, bc2 (bias corrections 1 - beta^t,
  *                 computed on the host: weft_adamw_bias_correction).
- *   SUMSQ         in[0]=x out[0]=acc (1 element, rw): acc = acc + x[i]*x[i] for i ascending from 0, each
- *                 product and sum rounded; iparam[0]=n. (The global-norm clip's sum, weft_grad_clip.)
+ *   SUMSQ         in[0]=x out[0]=acc (1 element, rw); iparam[0]=n. Chunked order (WEFT_SUMSQ_CHUNK): x is
+ *                 cut into chunks c = 0, 1, ... of WEFT_SUMSQ_CHUNK elements (the last one shorter); chunk
+ *                 c's partial P[c] = 0 + x[i]*x[i] + ... over its i ascending (each product and sum
+ *                 rounded); then acc = acc + P[0] + P[1] + ... left to right, starting from acc's current
+ *                 value (n = 0 leaves acc). The partials are independent: a lane computes them in parallel
+ *                 in any way, then adds them in order. Stored canonical. (The global-norm clip's sum,
+ *                 weft_grad_clip: one SUMSQ per tensor, in order, into one accumulator from +0.)
  *   PERMUTE       in[0]=x out[0]=y, the same dtype; iparam[0]=rank (1..4), iparam[1..4] = x's dims (padded
  *                 with 1), iparam[5] = perm packed 2 bits per axis (axis a of y is axis (p >> 2a) & 3 of x).
  *                 A copy: y[idx] = x[idx permuted], bits unchanged.
@@ -84,6 +89,10 @@ typedef void weft_buffer;
  *                 axis), iparam[2]=dst_len (dst's), iparam[3]=inner (product of the dims after axis),
  *                 iparam[4]=offset: dst[o, offset + i, r] = src[o, i, r].
  * An output buffer may be the same as an input buffer where the public API allows it (elementwise ops). */
+/* SUMSQ's chunk: the elements of one independent partial sum (see SUMSQ above). Part of the canonical
+ * order: every lane cuts at these boundaries, whatever its threads or vector width. */
+#define WEFT_SUMSQ_CHUNK 4096
+
 typedef struct weft_op {
   weft_op_kind kind;
   weft_contract contract;

@@ -1380,8 +1380,35 @@ static void cases_crossentropy(ctx *c) {
     }
 }
 
+/* weft_grad_clip over four gradients (n elements, one chunk + 3, 1000, 5), clipped: the norm and every
+ * gradient against reference_tx's. */
+static void clip_tensors(ctx *c, int64_t n) {
+  enum { NT = 4 };
+  const int64_t sz[NT] = {n, WEFT_SUMSQ_CHUNK + 3, 1000, 5};
+  tens T[NT];
+  float *w[NT] = {0};
+  weft_tensor *gt[NT];
+  memset(T, 0, sizeof T);
+  int ok = 1;
+  for (int k = 0; k < NT && ok; k++) {
+    const int64_t d[1] = {sz[k]};
+    ok = tens_new(c, &T[k], 1, d, FILL_UNIFORM) && (w[k] = copy_of(&T[k])) != NULL;
+    gt[k] = T[k].t;
+  }
+  if (ok) {
+    const float want = weft_ref_grad_clip(w, sz, NT, 0.5f);
+    float norm = 0.0f;
+    if (op_ran(c, weft_grad_clip(c->f, &c->desc, gt, NT, 0.5f, &norm), WEFT_OP_SUMSQ, "weft_grad_clip (4 tensors)")) {
+      case_check(c, tu_bits(norm) == tu_bits(want), "grad_clip norm over 4 tensors 0x%08x, reference 0x%08x",
+                 tu_bits(norm), tu_bits(want));
+      for (int k = 0; k < NT; k++) compare_bits(c, "clipped grads (4 tensors)", &T[k], w[k]);
+    }
+  }
+  for (int k = 0; k < NT; k++) free(w[k]), tens_free(&T[k]);
+}
+
 static void cases_adamw_sumsq(ctx *c, uint64_t ops) {
-  static const int64_t sizes[] = {1, 37, 1000};
+  static const int64_t sizes[] = {1, 37, 1000, 3 * WEFT_SUMSQ_CHUNK + 17}; /* sumsq: one chunk, and 3 + a tail */
   for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
     for (int fi = 0; fi < TX_NFILLS(c); fi++) {
       const int64_t n = sizes[s], d[1] = {n}, one[1] = {1};
@@ -1414,12 +1441,7 @@ static void cases_adamw_sumsq(ctx *c, uint64_t ops) {
         check_unchanged(c, &G, "grad");
       }
       if (ops & WEFT_OP_BIT(WEFT_OP_SUMSQ)) {
-        float acc = A.h[0];
-        for (int64_t i = 0; i < n; i++) {
-          float sq = G.h[i] * G.h[i];
-          acc = acc + sq;
-        }
-        acc = weft_canon_nan(acc);
+        const float acc = weft_ref_sumsq(G.h, n, A.h[0]); /* chunk partials added to acc in order */
         if (op_ran(c, weft_op_sumsq(c->f, &c->desc, G.t, A.t), WEFT_OP_SUMSQ, "weft_op_sumsq")) compare_bits(c, "acc", &A, &acc);
         /* the clip's norm (weft_grad_clip is sumsq + scale) against reference_tx's */
         if (ops & WEFT_OP_BIT(WEFT_OP_SCALE) && (fill == FILL_UNIFORM || fill == FILL_TINY)) { /* NaN grads: no clip, no canonical NaN */
@@ -1436,6 +1458,9 @@ static void cases_adamw_sumsq(ctx *c, uint64_t ops) {
           }
           free(g2);
         }
+        /* the clip over several tensors (their chunk partials in parameter order, one accumulator) */
+        if (ops & WEFT_OP_BIT(WEFT_OP_SCALE) && fill == FILL_UNIFORM && s + 1 == sizeof sizes / sizeof sizes[0])
+          clip_tensors(c, n);
       }
     done:
       end_case(c);

@@ -196,6 +196,29 @@ static void test_elementwise(weft_cpu_pool *pool) {
   free(x), free(dy), free(y1), free(y2), free(p1), free(p2), free(ma), free(mb), free(va), free(vb);
 }
 
+/* SUMSQ's chunk partials across threads and vector lanes, added in order: the reference's bits at sizes
+ * around the chunk (4096) and the vector groups, from a zero and a nonzero accumulator, on plain data (the
+ * chunk order shows in the bits) and on random bits (NaNs, infinities, subnormals). */
+static void test_sumsq(weft_cpu_pool *pool) {
+  static const int64_t sizes[] = {0, 1, 17, 4095, 4096, 4097, 3 * 4096 + 17, 37 * 4096 + 4000, 130 * 4096 + 3};
+  const size_t most = 130 * 4096 + 3;
+  float *x = malloc(most * sizeof(float));
+  TU_CHECK(x != NULL, "sumsq buffer");
+  if (!x) return;
+  for (int mode = 0; mode < 3; mode++)
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+      const int64_t n = sizes[s];
+      if (mode == 2) fill_bits(x, (size_t)n);
+      else fill(x, (size_t)n, -3, 3, 0);
+      const float acc0 = mode == 1 ? 0.0f : 1234.5f;
+      const float want = weft_ref_sumsq(x, n, acc0), got = weft_cpu_tx_sumsq(pool, x, n, acc0);
+      char what[96];
+      snprintf(what, sizeof what, "sumsq n=%lld %s", (long long)n, mode == 2 ? "(random bits)" : "");
+      same(what, &want, &got, 1);
+    }
+  free(x);
+}
+
 static void test_softmax(weft_cpu_pool *pool, int64_t R, int64_t T, int specials) {
   const size_t n = (size_t)(R * T * T);
   float *s = fbuf(n), *p1 = fbuf(n), *p2 = fbuf(n), *dp = fbuf(n), *d1 = fbuf(n), *d2 = fbuf(n);
@@ -293,6 +316,7 @@ int main(void) {
       test_layernorm(pool, 13, 67);
       test_layernorm(pool, 21, 100);
       test_elementwise(pool);
+      test_sumsq(pool);
       test_softmax(pool, 6, 64, 1);
       test_softmax(pool, 3, 37, 0);
       test_attention(pool, 2, 64, 768, 12, 0);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/reference_tx.h"
 #include "tutil.h"
 #include "weft.h"
 
@@ -444,6 +445,20 @@ int main(void) {
   print_ran(r, "cpu");
   TU_CHECK(base.vals != NULL, "the cpu run did not finish");
   TU_CHECK(base.norm > 0.25f, "the clip should clip (norm %g)", (double)base.norm);
+  { /* the norm is reference_tx's over the same gradients (SUMSQ's chunked order, tensors in order) */
+    float *gc[NP];
+    int64_t gsz[NP];
+    int have = 1;
+    for (int p = 0; p < NP; p++) {
+      gsz[p] = (int64_t)pn(p), gc[p] = base.pregrad[p] ? malloc(pn(p) * sizeof(float)) : NULL;
+      if (gc[p]) memcpy(gc[p], base.pregrad[p], pn(p) * sizeof(float));
+      else have = 0;
+    }
+    const float want = have ? weft_ref_grad_clip(gc, gsz, NP, 0.25f) : 0.0f;
+    TU_CHECK(have && tu_bits(base.norm) == tu_bits(want), "cpu: grad norm 0x%08x (%.9g), reference_tx's 0x%08x (%.9g)",
+             tu_bits(base.norm), (double)base.norm, tu_bits(want), (double)want);
+    for (int p = 0; p < NP; p++) free(gc[p]);
+  }
   TU_CHECK(isfinite(base.loss) && base.loss > 3.0 && base.loss < 6.5, "mean loss %g, about log(97) = 4.57 expected",
            base.loss);
   printf("model: B=%d T=%d C=%d NH=%d V=%d, %d layers, %d parameter tensors; loss %.6f, grad norm %.6f, %zu values compared per run\n",

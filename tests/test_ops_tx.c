@@ -551,11 +551,7 @@ static void test_recovery(void) {
   float *mean = zeros(N), *z = zeros((size_t)N * C);
   weft_ref_layernorm_forward(y, mean, NULL, x, g, b, N, C, 1e-3f);
   weft_ref_gelu_forward(z, y, (int64_t)N * C);
-  float ss = acc0;
-  for (size_t i = 0; i < (size_t)N * C; i++) {
-    float sq = z[i] * z[i];
-    ss = ss + sq;
-  }
+  const float ss = weft_ref_sumsq(z, (int64_t)N * C, acc0);
   same(acc, &ss, 1, "sumsq recovered (from acc's host value)");
   same(tz, z, (size_t)N * C, "gelu recovered");
   same(ty, y, (size_t)N * C, "layernorm y recovered");
@@ -725,12 +721,8 @@ static void test_queued(void) {
   ok(weft_op_sumsq(F, NULL, tz, acc), "queued sumsq again (accumulates)");
   weft_ref_layernorm_forward(y, NULL, NULL, x, g, b, QN, QC, 1e-5f);
   weft_ref_gelu_forward(z, y, (int64_t)n);
-  float ss = 0.0f;
-  for (int r = 0; r < 2; r++)
-    for (size_t i = 0; i < n; i++) {
-      float sq = z[i] * z[i];
-      ss = ss + sq;
-    }
+  float ss = 0.0f; /* SUMSQ's chunked order (reference_tx.c), twice into one accumulator */
+  for (int r = 0; r < 2; r++) ss = weft_ref_sumsq(z, (int64_t)n, ss);
   same(acc, &ss, 1, "queued sumsq");
   same(tz, z, n, "queued gelu");
   weft_tensor *objs[] = {tx, tg, tb, ty, tz, acc};

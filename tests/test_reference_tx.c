@@ -760,6 +760,62 @@ static void test_adamw(void) {
   free(p), free(g), free(m), free(v), free(pd), free(md), free(vd);
 }
 
+/* SUMSQ's order written out again with the chunk as a parameter: chunk partials from +0, added to acc in
+ * order. With chunk = WEFT_SUMSQ_CHUNK it must give weft_ref_sumsq's bits; other chunks (one chain over
+ * everything, 4095) give other bits on the data below, so the checks can tell the orders apart. */
+static float chunked_sumsq(const float *x, int64_t n, float acc, int64_t chunk) {
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+    float p = 0.0f;
+    for (int64_t i = c0; i < n && i < c0 + chunk; i++) {
+      float sq = x[i] * x[i];
+      p = p + sq;
+    }
+    acc = acc + p;
+  }
+  return acc;
+}
+
+static void test_sumsq(void) {
+  TU_CHECK(WEFT_SUMSQ_CHUNK == 4096, "WEFT_SUMSQ_CHUNK is %d; the canonical order says 4096", WEFT_SUMSQ_CHUNK);
+  enum { N1 = 3 * 4096 + 17 };
+  float *x = malloc(sizeof(float) * N1);
+  fill(x, N1, -2, 2);
+  x[4095] = 700.25f, x[8190] = -333.5f; /* large squares where chunks of 4095 and 4096 cut differently */
+  double d = 0;
+  for (int i = 0; i < N1; i++) d += (double)x[i] * x[i];
+  float ss = weft_ref_sumsq(x, N1, 0.0f);
+  TU_CHECK(fabs((double)ss - d) <= 1e-5 * d, "sumsq of %d elements: %.9g, float64 %.9g", N1, (double)ss, d);
+  check_bits("sumsq, 3 chunks + 17", ss, tu_bits(chunked_sumsq(x, N1, 0.0f, WEFT_SUMSQ_CHUNK)));
+  TU_CHECK(tu_bits(ss) != tu_bits(chunked_sumsq(x, N1, 0.0f, N1)) &&
+               tu_bits(ss) != tu_bits(chunked_sumsq(x, N1, 0.0f, WEFT_SUMSQ_CHUNK - 1)),
+           "the data cannot tell the chunked order (0x%08x) from one chain (0x%08x) or from chunks of 4095 (0x%08x)",
+           tu_bits(ss), tu_bits(chunked_sumsq(x, N1, 0.0f, N1)), tu_bits(chunked_sumsq(x, N1, 0.0f, WEFT_SUMSQ_CHUNK - 1)));
+  /* acc is continued: acc + P[0] + P[1] + ..., not acc + (P[0] + P[1] + ...) */
+  const float acc0 = 12345.678f;
+  check_bits("sumsq from acc", weft_ref_sumsq(x, N1, acc0), tu_bits(chunked_sumsq(x, N1, acc0, WEFT_SUMSQ_CHUNK)));
+  /* one chunk (n <= 4096) is the plain chain; a tensor split at a chunk boundary into two sumsq calls gives
+   * the same bits as one call, while a split elsewhere need not */
+  check_bits("sumsq of one chunk", weft_ref_sumsq(x, 4096, 0.5f), tu_bits(chunked_sumsq(x, 4096, 0.5f, 4096 * 4)));
+  check_bits("sumsq split at a chunk boundary", weft_ref_sumsq(x + 8192, N1 - 8192, weft_ref_sumsq(x, 8192, 0.0f)),
+             tu_bits(ss));
+  /* n = 0 leaves acc (canonicalised); a NaN anywhere gives the canonical NaN; squares overflow to +inf */
+  check_bits("sumsq of nothing", weft_ref_sumsq(x, 0, -0.0f), 0x80000000u);
+  check_bits("sumsq of nothing, a NaN acc", weft_ref_sumsq(x, 0, tu_float(0x7f800123u)), QNAN_BITS);
+  const float keep = x[5000];
+  x[5000] = tu_float(0xffc01234u);
+  check_bits("sumsq with a NaN", weft_ref_sumsq(x, N1, 0.0f), QNAN_BITS);
+  x[5000] = 3e30f;
+  check_bits("sumsq overflowing", weft_ref_sumsq(x, N1, 0.0f), 0x7f800000u);
+  x[5000] = keep;
+  /* the clip's sum: the tensors' chunk partials in parameter order, one accumulator from +0 */
+  float y[50], *gs[2] = {x, y};
+  fill(y, 50, -1, 1);
+  const int64_t sz[2] = {N1, 50};
+  const float want = weft_sqrtf(chunked_sumsq(y, 50, chunked_sumsq(x, N1, 0.0f, 4096), 4096));
+  check_bits("clip norm over 3 chunks + 17 and 50", weft_ref_grad_clip(gs, sz, 2, 1e30f), tu_bits(want));
+  free(x);
+}
+
 static void test_clip(void) {
   float a[300], b[77], c[5];
   fill(a, 300, -1, 1), fill(b, 77, -1, 1), fill(c, 5, -1, 1);
@@ -952,6 +1008,7 @@ int main(void) {
   test_attention();
   test_crossentropy();
   test_adamw();
+  test_sumsq();
   test_clip();
   return tu_finish("reference_tx", start);
 }

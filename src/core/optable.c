@@ -382,6 +382,8 @@ static weft_status v_adamw(weft_fabric *f, weft_op *op, weft_tensor *const *in, 
   return WEFT_OK;
 }
 
+/* SUMSQ is never split across lanes: its chunks (WEFT_SUMSQ_CHUNK) count from x's first element, and its
+ * partials are added to acc in order (h_sumsq below). */
 static weft_status v_sumsq(weft_fabric *f, weft_op *op, weft_tensor *const *in, weft_tensor *const *out,
                            const weft_op_params *p) {
   (void)p;
@@ -500,15 +502,11 @@ static weft_status h_adamw(const weft_op *op) {
   weft_ref_adamw(O(0), CF(0), O(1), O(2), op->iparam[0], p[0], p[1], p[2], p[3], p[4], p[5], p[6]);
   return WEFT_OK;
 }
-/* SUMSQ: acc = acc + x[i]*x[i], i ascending, each product and sum rounded (GLOBAL-NORM CLIP's sum). */
+/* SUMSQ: acc = acc + P[0] + P[1] + ..., P[c] chunk c's ascending sum of squares from +0 (chunks of
+ * WEFT_SUMSQ_CHUNK elements, the last one shorter; weft_lane.h and reference_tx.h define the order);
+ * stored canonical (GLOBAL-NORM CLIP's sum). */
 static weft_status h_sumsq(const weft_op *op) {
-  const float *x = CF(0);
-  float acc = O(0)[0];
-  for (int64_t i = 0; i < op->iparam[0]; i++) {
-    float sq = x[i] * x[i];
-    acc = acc + sq;
-  }
-  O(0)[0] = weft_canon_nan(acc);
+  O(0)[0] = weft_ref_sumsq(CF(0), op->iparam[0], O(0)[0]);
   return WEFT_OK;
 }
 /* PERMUTE: a copy of 4-byte elements; y's index (i0..i3) reads x at the permuted index. */

@@ -463,18 +463,32 @@ void weft_ref_adamw(float *param, const float *grad, float *m, float *v, int64_t
   }
 }
 
+/* SUMSQ (chunked):
+ *   for chunk c = [c*K, min((c+1)*K, n)) ascending, K = WEFT_SUMSQ_CHUNK:
+ *     p = 0; for i ascending in the chunk: sq = x[i] * x[i]; p = p + sq
+ *     acc = acc + p
+ *   returns canon(acc) */
+float weft_ref_sumsq(const float *x, int64_t n, float acc) {
+  for (int64_t c0 = 0; c0 < n; c0 += WEFT_SUMSQ_CHUNK) {
+    const int64_t c1 = n - c0 < WEFT_SUMSQ_CHUNK ? n : c0 + WEFT_SUMSQ_CHUNK;
+    float p = 0.0f;
+    for (int64_t i = c0; i < c1; i++) {
+      float sq = x[i] * x[i];
+      p = p + sq;
+    }
+    acc = acc + p;
+  }
+  return canon(acc);
+}
+
 /* GLOBAL-NORM CLIP:
- *   ss = 0; for tensor k ascending, for i ascending: ss = ss + g[i] * g[i]
+ *   ss = 0; for tensor k ascending: ss = weft_ref_sumsq(g_k, n_k, ss)   (SUMSQ's chunked order)
  *   norm = weft_sqrtf(ss)
  *   if norm > max_norm: sc = max_norm * weft_recipf(norm); every g[i] = g[i] * sc (else unchanged)
  *   returns norm (a NaN norm compares false: nothing is scaled, and the NaN is returned). */
 float weft_ref_grad_clip(float *const *grads, const int64_t *sizes, int64_t ntensors, float max_norm) {
   float ss = 0.0f;
-  for (int64_t k = 0; k < ntensors; k++)
-    for (int64_t i = 0; i < sizes[k]; i++) {
-      float sq = grads[k][i] * grads[k][i];
-      ss = ss + sq;
-    }
+  for (int64_t k = 0; k < ntensors; k++) ss = weft_ref_sumsq(grads[k], sizes[k], ss);
   const float norm = weft_sqrtf(ss);
   if (norm > max_norm) {
     const float sc = max_norm * weft_recipf(norm);

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "weft.h"
+#include "weft_lane.h"
 
 /* out[B,T,C] = wte[tok[b,t], :] + wpe[pos[b,t], :]; pos NULL means pos[b,t] = t. wte is [V,C], wpe [P,C]. */
 WEFT_API weft_status weft_ref_embedding_forward(float *out, const int32_t *tok, const int32_t *pos, const float *wte,
@@ -71,8 +72,18 @@ WEFT_API float weft_ref_adamw_bias_correction(float beta, int64_t t);
 WEFT_API void weft_ref_adamw(float *param, const float *grad, float *m, float *v, int64_t n, float lr, float beta1,
                              float beta2, float eps, float weight_decay, float bc1, float bc2);
 
+/* SUMSQ, the global-norm clip's sum, in its chunked canonical order: x is cut into chunks of
+ * WEFT_SUMSQ_CHUNK (4096) elements, the last one shorter; chunk c's partial P[c] = 0 + x[i]*x[i] + ... over
+ * its elements ascending (each product and each sum rounded on its own); returns acc + P[0] + P[1] + ...
+ * added left to right from the acc passed (n = 0 returns acc), a NaN as 0x7fc00000. The partials do not
+ * depend on one another, so a lane computes them all at once, then adds them in order: the bits do not
+ * depend on the lane, its threads or its vector width. */
+WEFT_API float weft_ref_sumsq(const float *x, int64_t n, float acc);
+
 /* Global-norm clip over ntensors gradient tensors (grads[k] of sizes[k] elements, in that order): returns
- * the norm, and scales every gradient by max_norm/norm when the norm exceeds max_norm. */
+ * the norm, and scales every gradient by max_norm/norm when the norm exceeds max_norm. The sum of squares
+ * is weft_ref_sumsq over the tensors in order, into one accumulator from +0: the chunk partials of every
+ * tensor, in parameter order, added left to right (a chunk never spans two tensors). */
 WEFT_API float weft_ref_grad_clip(float *const *grads, const int64_t *sizes, int64_t ntensors, float max_norm);
 
 #endif

@@ -212,7 +212,8 @@ static void op_adamw_sumsq(const weft_op_desc *pin, int inplace) {
   float *v = rnd(n, 0, 0.01f, RATE), acc0 = 0.5f, accn = tu_float(0x7fa00001u), accz = -0.0f;
   weft_tensor *t[] = {tf(1, D((int64_t)n), p), tf(1, D((int64_t)n), g),  tf(1, D((int64_t)n), m),
                       tf(1, D((int64_t)n), v), tf(1, D(1), &acc0),         tf(1, D(1), &accn),
-                      tf(1, D(1), &accz),      tf(1, D(1), &accz),         tf(1, D(4099), g)};
+                      tf(1, D(1), &accz),      tf(1, D(1), &accz),         tf(1, D(4099), g),
+                      tf(1, D(3 * 4096 + 17), m), tf(1, D(1), &acc0)};
   APPLY(weft_op_adamw(F, pin, t[0], t[1], t[2], t[3], 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3));
   keep(t[0], "param"), keep(t[2], "m"), keep(t[3], "v");
   APPLY(weft_op_sumsq(F, pin, t[1], t[4]));
@@ -221,7 +222,10 @@ static void op_adamw_sumsq(const weft_op_desc *pin, int inplace) {
   keep(t[5], "acc (NaN payload)");
   APPLY(weft_op_sumsq(F, pin, t[7], t[6])); /* -0 + (-0)^2 */
   keep(t[6], "acc (-0)");
-  destroy(t, 9);
+  APPLY(weft_op_sumsq(F, pin, t[9], t[10])); /* 3 chunks + 17 */
+  APPLY(weft_op_sumsq(F, pin, t[8], t[10])); /* continued: 1 chunk + 3 */
+  keep(t[10], "acc (3 chunks + 17, then 4099)");
+  destroy(t, 11);
   free(p), free(g), free(m), free(v);
 }
 

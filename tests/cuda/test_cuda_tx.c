@@ -443,33 +443,37 @@ static void test_adamw_clip(void) {
   }
   static const float max_norms[] = {1.0f, 1e6f};
   for (int ci = 0; ci < 2; ci++) {
-    const int64_t sizes[3] = {1000, 50001, 77};
-    float *h[3], *w[3];
-    CUdeviceptr d[3];
-    for (int k = 0; k < 3; k++) {
+    /* SUMSQ's chunked order: tensors of one chunk, 3 chunks + 17, 256 chunks + 5 (8 warps' groups, on a grid
+     * of 3 blocks: the grid-stride loop), and under one chunk */
+    enum { NT = 4 };
+    const int64_t sizes[NT] = {1000, 3 * 4096 + 17, (1 << 20) + 5, 77};
+    float *h[NT], *w[NT];
+    CUdeviceptr d[NT];
+    for (int k = 0; k < NT; k++) {
       h[k] = rnd((size_t)sizes[k], -1, 1, 0), w[k] = copyf(h[k], (size_t)sizes[k]);
       d[k] = dup_(h[k], (size_t)sizes[k] * 4);
     }
-    const float wnorm = weft_ref_grad_clip(w, sizes, 3, max_norms[ci]);
+    const float wnorm = weft_ref_grad_clip(w, sizes, NT, max_norms[ci]);
     float zero = 0.0f, gnorm = 0.0f;
-    CUdeviceptr dss = dup_(&zero, 4), dn = dalloc(4);
-    for (int k = 0; k < 3; k++) {
-      weft_tx_clip_args a = {d[k], dss, 0, sizes[k], max_norms[ci], 0};
-      launch("weft_tx_sumsq", 1, 32, &a);
+    CUdeviceptr dss = dup_(&zero, 4), dn = dalloc(4), dpart = dalloc((size_t)((sizes[2] + 4095) / 4096) * 4);
+    for (int k = 0; k < NT; k++) {
+      weft_tx_clip_args a = {d[k], dss, 0, dpart, sizes[k], max_norms[ci], 0};
+      launch("weft_tx_sumsq_chunks", k == 2 ? 3 : 1, 32, &a);
+      launch("weft_tx_sumsq_add", 1, 32, &a);
     }
-    for (int k = 0; k < 3; k++) {
-      weft_tx_clip_args a = {d[k], dss, k == 0 ? dn : 0, sizes[k], max_norms[ci], 0};
+    for (int k = 0; k < NT; k++) {
+      weft_tx_clip_args a = {d[k], dss, k == 0 ? dn : 0, 0, sizes[k], max_norms[ci], 0};
       launch("weft_tx_clip_scale", grid_for(sizes[k], 256), 256, &a);
     }
     sync_("clip");
     down(&gnorm, dn, 4);
     compare(&c, "norm", &gnorm, &wnorm, 1);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NT; k++) {
       float *got = malloc((size_t)sizes[k] * 4);
       down(got, d[k], (size_t)sizes[k] * 4), compare(&c, "grads", got, w[k], (size_t)sizes[k]);
       free(got), free(h[k]), free(w[k]), dfree(d[k]);
     }
-    dfree(dss), dfree(dn);
+    dfree(dss), dfree(dn), dfree(dpart);
     c.cases++;
   }
   report(&t), report(&c);

@@ -1,6 +1,6 @@
 /* cpu_lane.c - the CPU lane: host memory, the blocked matmul framework (gemm.c), the other ops
  * (elementwise.c: the reference kernels, threaded when large), the transformer ops (tx.c: vectorised and
- * threaded, the op table's host kernels for SUMSQ, PERMUTE and COPY_SLICE), the lane's worker threads. Honours the exact
+ * threaded; the op table's host kernels for PERMUTE and COPY_SLICE), the lane's worker threads. Honours the exact
  * and fp32 contracts. */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include <sched.h>

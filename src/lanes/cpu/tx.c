@@ -3,6 +3,8 @@
  *   - a sum over k runs k ascending from +0 in one accumulator. Where a row's sum is a long dependent chain
  *     (layernorm's mean and variance, a softmax's or cross-entropy's sum of exps), eight rows run side by
  *     side, each in its own accumulator, so eight chains overlap without any being reordered;
+ *   - sumsq's chunks (WEFT_SUMSQ_CHUNK elements each, one chain apiece) run across threads and vector
+ *     lanes; their partials are added in order afterwards on the caller's thread;
  *   - threads take parts of independent outputs (rows, channels, (batch, head) pairs) from a counter; a
  *     part's bits do not depend on which thread takes it or how many there are;
  *   - parameter gradients (dwte, dwpe, dgamma, dbeta), accumulated in ascending (b, t) or row order, are
@@ -347,17 +349,61 @@ void weft_cpu_tx_adamw(weft_cpu_pool *pool, float *param, const float *grad, flo
   par_for(pool, n, 16, 40, adamw_part, &e);
 }
 
+/* SUMSQ's partial of one chunk, on its own (a short last chunk, or chunks that do not fill a vector). */
+static float sumsq_chunk(const float *x, int64_t len) {
+  float p = 0.0f;
+  for (int64_t i = 0; i < len; i++) {
+    float sq = x[i] * x[i];
+    p = p + sq;
+  }
+  return p;
+}
+
+typedef struct ss_ctx {
+  const weft_cpu_tx_kernels *k;
+  const float *x;
+  int64_t n;
+  float *part; /* part[c], chunk c's partial */
+} ss_ctx;
+
+/* Chunks [lo, hi): whole groups of k->width chunks in the vector lanes, the rest one by one. */
+static void sumsq_part(void *c, int64_t lo, int64_t hi, int tid) {
+  const ss_ctx *s = c;
+  (void)tid;
+  const int w = s->k->width;
+  int64_t ch = lo;
+  for (; ch + w <= hi && (ch + w) * WEFT_SUMSQ_CHUNK <= s->n; ch += w) {
+    const float *rows[16];
+    for (int r = 0; r < w; r++) rows[r] = s->x + (ch + r) * WEFT_SUMSQ_CHUNK;
+    s->k->sumsq_chunks(rows, WEFT_SUMSQ_CHUNK, s->part + ch);
+  }
+  for (; ch < hi; ch++) {
+    const int64_t c0 = ch * WEFT_SUMSQ_CHUNK;
+    s->part[ch] = sumsq_chunk(s->x + c0, min64(WEFT_SUMSQ_CHUNK, s->n - c0));
+  }
+}
+
+float weft_cpu_tx_sumsq(weft_cpu_pool *pool, const float *x, int64_t n, float acc) {
+  if (n <= 0) return canon(acc);
+  const int64_t nch = (n + WEFT_SUMSQ_CHUNK - 1) / WEFT_SUMSQ_CHUNK;
+  float local[256];
+  float *part = nch <= 256 ? local : malloc(sizeof(float) * (size_t)nch);
+  if (!part) { /* no room for the partials: the chunks one after another, the same bits */
+    for (int64_t c0 = 0; c0 < n; c0 += WEFT_SUMSQ_CHUNK) acc = acc + sumsq_chunk(x + c0, min64(WEFT_SUMSQ_CHUNK, n - c0));
+    return canon(acc);
+  }
+  ss_ctx s = {.k = weft_cpu_tx_select(), .x = x, .n = n, .part = part};
+  par_for(pool, nch, s.k->width, 2 * WEFT_SUMSQ_CHUNK, sumsq_part, &s);
+  for (int64_t c = 0; c < nch; c++) acc = acc + part[c];
+  if (part != local) free(part);
+  return canon(acc);
+}
+
 float weft_cpu_tx_grad_clip(weft_cpu_pool *pool, float *const *grads, const int64_t *sizes, int64_t ntensors,
                             float max_norm) {
-  /* One sum over every tensor in order: a single chain, as the reference's. */
+  /* SUMSQ's chunked order over the tensors in order, into one accumulator from +0, as the reference's. */
   float ss = 0.0f;
-  for (int64_t t = 0; t < ntensors; t++) {
-    const float *g = grads[t];
-    for (int64_t i = 0; i < sizes[t]; i++) {
-      float sq = g[i] * g[i];
-      ss = ss + sq;
-    }
-  }
+  for (int64_t t = 0; t < ntensors; t++) ss = weft_cpu_tx_sumsq(pool, grads[t], sizes[t], ss);
   const float norm = weft_sqrtf(ss);
   if (norm > max_norm) {
     ew_ctx e = {.k = weft_cpu_tx_select()};
@@ -693,7 +739,10 @@ weft_status weft_cpu_tx_run(weft_cpu_pool *pool, const weft_op *op) {
   case WEFT_OP_ADAMW: /* fparam 0-6: lr, beta1, beta2, eps, weight decay, bc1, bc2 */
     weft_cpu_tx_adamw(pool, OF(0), IF(0), OF(1), OF(2), ip[0], fp[0], fp[1], fp[2], fp[3], fp[4], fp[5], fp[6]);
     return WEFT_OK;
+  case WEFT_OP_SUMSQ: /* acc (rw) += the chunk partials in order */
+    OF(0)[0] = weft_cpu_tx_sumsq(pool, IF(0), ip[0], OF(0)[0]);
+    return WEFT_OK;
   default:
-    return WEFT_ERR_UNSUPPORTED; /* SUMSQ (one chain), PERMUTE, COPY_SLICE: the op table's host kernels */
+    return WEFT_ERR_UNSUPPORTED; /* PERMUTE, COPY_SLICE: the op table's host kernels */
   }
 }

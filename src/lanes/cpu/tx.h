@@ -38,6 +38,8 @@ typedef struct weft_cpu_tx_kernels {
   void (*ln_stats)(const float *const *x, int64_t C, float invC, float *mu, float *v);
   void (*ln_bwd_sums)(const float *const *x, const float *const *dy, const float *gamma, int64_t C, const float *mu,
                       const float *rs, float *a, float *b);
+  /* SUMSQ's partials of `width` chunks at once (chunk pointers, len a multiple of width), lane r chunk r. */
+  void (*sumsq_chunks)(const float *const *x, int64_t len, float *out);
   void (*ln_out)(float *y, const float *x, const float *gamma, const float *beta, int64_t C, float mu, float rs);
   void (*ln_dx)(float *dx, const float *x, const float *dy, const float *gamma, int64_t C, float mu, float rs,
                 float a, float b);
@@ -87,12 +89,16 @@ weft_status weft_cpu_tx_crossentropy_backward(weft_cpu_pool *pool, float *dlogit
                                               const int32_t *targets, const float *dloss, int64_t N, int64_t V);
 void weft_cpu_tx_adamw(weft_cpu_pool *pool, float *param, const float *grad, float *m, float *v, int64_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2);
+/* SUMSQ (reference_tx.c's weft_ref_sumsq): returns acc + P[0] + P[1] + ... (canonical), the chunk
+ * partials computed across the pool's threads, `width` chunks side by side in the vector lanes, each chunk
+ * in its own ascending chain; then added in order on the caller's thread. (When the partials' array cannot
+ * be had, the chunks run one after another on the caller's thread: the same bits.) */
+float weft_cpu_tx_sumsq(weft_cpu_pool *pool, const float *x, int64_t n, float acc);
 float weft_cpu_tx_grad_clip(weft_cpu_pool *pool, float *const *grads, const int64_t *sizes, int64_t ntensors,
                             float max_norm);
 
 /* Runs a validated version-2 op (weft_lane.h's slots, iparam and fparam as the op table fills them) on
- * these kernels. WEFT_ERR_UNSUPPORTED for the ops they do not cover (SUMSQ, a single chain; PERMUTE and
- * COPY_SLICE, plain copies): the caller runs those on the op table's host kernels. Other statuses are the
+ * these kernels. WEFT_ERR_UNSUPPORTED for the ops they do not cover (PERMUTE and COPY_SLICE, plain copies): the caller runs those on the op table's host kernels. Other statuses are the
  * kernels' own (WEFT_ERR_OUT_OF_MEMORY for attention's scratch). */
 weft_status weft_cpu_tx_run(weft_cpu_pool *pool, const weft_op *op);
 

@@ -52,7 +52,8 @@ static const char *const kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_TX_XENT_FWD] = "weft_tx_xent_fwd",
     [WEFT_CUK_TX_XENT_BWD] = "weft_tx_xent_bwd",
     [WEFT_CUK_TX_ADAMW] = "weft_tx_adamw",
-    [WEFT_CUK_TX_SUMSQ] = "weft_tx_sumsq",
+    [WEFT_CUK_TX_SUMSQ_CHUNKS] = "weft_tx_sumsq_chunks",
+    [WEFT_CUK_TX_SUMSQ_ADD] = "weft_tx_sumsq_add",
     [WEFT_CUK_TX_PERMUTE] = "weft_tx_permute",
     [WEFT_CUK_TX_COPY_SLICE] = "weft_tx_copy_slice",
 };

@@ -7,6 +7,8 @@
 
 #include "cuda_internal.h"
 
+_Static_assert(WEFT_TX_SUMSQ_CHUNK == WEFT_SUMSQ_CHUNK, "the CUDA sumsq kernels cut chunks where weft_lane.h does");
+
 #define F4 ((int64_t)sizeof(float))
 
 static void item_kernel(weft_cu_item *it, int fn, uint64_t gx, uint32_t gy, uint32_t block) {
@@ -204,7 +206,7 @@ static weft_status scratch(weft_cu_dev *d, size_t bytes, uint64_t *out) {
     CUresult r = d->cu->cuMemAlloc(&d->scratch, want);
     if (r != CUDA_SUCCESS) {
       d->scratch = 0;
-      return weft_cu_check(d, r, "allocating scratch (softmax rows, attention backward)");
+      return weft_cu_check(d, r, "allocating scratch (softmax rows, attention backward, sumsq partials)");
     }
     d->scratch_bytes = want;
   }
@@ -387,17 +389,17 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     return PUSH(WEFT_CUK_TX_ADAMW, grid_elems(d, a.n), 1, 256, a);
   }
   case WEFT_OP_SUMSQ: {
+    /* chunk partials into scratch (one lane per chunk, 32 chunks a warp), then one warp adds them to acc
+     * in order and stores it canonical (a NaN as 0x7fc00000, even with n = 0, as the host kernel does) */
     weft_tx_clip_args a;
     memset(&a, 0, sizeof a);
     a.g = bptr(op->in[0]), a.ss = bptr(op->out[0]), a.n = ip[0];
-    if (a.n > 0 && (st = PUSH(WEFT_CUK_TX_SUMSQ, 1, 1, 32, a)) != WEFT_OK) return st;
-    /* The running sum is left as the hardware made it; the op stores acc canonical (a NaN as 0x7fc00000,
-     * even with n = 0, as the host kernel does): a scale by 1 is exact for every other value. */
-    weft_cu_item it;
-    item_kernel(&it, WEFT_CUK_ELEMENTWISE, 1, 1, 256);
-    it.a.ew.x = a.ss, it.a.ew.out = a.ss, it.a.ew.count = 1, it.a.ew.cols = 1;
-    it.a.ew.op = WEFT_CU_EW_SCALE, it.a.ew.alpha = 1.0f;
-    return weft_cu_push(d, &it);
+    const int64_t nch = (a.n + WEFT_SUMSQ_CHUNK - 1) / WEFT_SUMSQ_CHUNK;
+    if (nch > 0) {
+      if ((st = scratch(d, (size_t)nch * sizeof(float), &a.part)) != WEFT_OK) return st;
+      if ((st = PUSH(WEFT_CUK_TX_SUMSQ_CHUNKS, stride_grid(d, (uint64_t)nch, 32, 32), 1, 32, a)) != WEFT_OK) return st;
+    }
+    return PUSH(WEFT_CUK_TX_SUMSQ_ADD, 1, 1, 32, a);
   }
   case WEFT_OP_PERMUTE: {
     /* y's axis a is x's axis perm[a]: the kernel walks y and reads x at stride xs[perm[a]] */

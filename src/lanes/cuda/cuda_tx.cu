@@ -709,18 +709,51 @@ extern "C" __global__ void weft_tx_adamw(weft_tx_adamw_args p) {
 
 /* ------------------------------------------------------------------------------- global-norm clip */
 
-extern "C" __global__ void weft_tx_sumsq(weft_tx_clip_args p) {
+/* Each warp takes groups of 32 chunks; lane l owns chunk 32*group + l. A round loads 32 consecutive elements
+ * of each of the 32 chunks into a padded 32x33 tile (row r = chunk r, one coalesced 128-byte load per
+ * row), then lane l adds its own row's 32 squares in ascending order into its own chain. Elements past a
+ * chunk's end (the last chunk, or chunks past the tensor's end) read as +0: a square of +0 added to a
+ * partial that starts at +0 and only ever adds squares (never -0) leaves it bit for bit unchanged. */
+#define SQ_TILE 32
+extern "C" __global__ void weft_tx_sumsq_chunks(weft_tx_clip_args p) {
+  __shared__ float tile[SQ_TILE][SQ_TILE + 1];
+  const int lane = threadIdx.x & 31;
+  if (threadIdx.x >= 32) return;
+  const float *g = reinterpret_cast<const float *>(p.g);
+  float *part = reinterpret_cast<float *>(p.part);
+  const long long K = WEFT_TX_SUMSQ_CHUNK;
+  const long long nch = (p.n + K - 1) / K;
+  for (long long c0 = (long long)blockIdx.x * SQ_TILE; c0 < nch; c0 += (long long)gridDim.x * SQ_TILE) {
+    float s = 0.0f;
+    for (long long j0 = 0; j0 < K; j0 += SQ_TILE) {
+      for (int r = 0; r < SQ_TILE; r++) {
+        const long long i = (c0 + r) * K + j0 + lane; /* chunk c0 + r, element j0 + lane (K % 32 == 0) */
+        tile[r][lane] = i < p.n ? g[i] : 0.0f;
+      }
+      __syncwarp();
+      for (int q = 0; q < SQ_TILE; q++) {
+        const float v = tile[lane][q];
+        s = __fadd_rn(s, __fmul_rn(v, v));
+      }
+      __syncwarp();
+    }
+    if (c0 + lane < nch) part[c0 + lane] = s; /* not canonicalised: weft_tx_sumsq_add's result is */
+  }
+}
+
+extern "C" __global__ void weft_tx_sumsq_add(weft_tx_clip_args p) {
   const int lane = threadIdx.x & 31;
   if (threadIdx.x >= 32 || blockIdx.x != 0) return;
-  const float *g = reinterpret_cast<const float *>(p.g);
+  const float *part = reinterpret_cast<const float *>(p.part);
   float *ssp = reinterpret_cast<float *>(p.ss);
+  const long long nch = (p.n + WEFT_TX_SUMSQ_CHUNK - 1) / WEFT_TX_SUMSQ_CHUNK;
   float ss = *ssp;
-  for (long long base = 0; base < p.n; base += 32) {
-    const long long i = base + lane;
-    const float sq = i < p.n ? __fmul_rn(g[i], g[i]) : 0.0f;
-    ss = warp_seq_add(ss, sq, p.n - base < 32 ? (int)(p.n - base) : 32);
+  for (long long base = 0; base < nch; base += 32) {
+    const long long c = base + lane;
+    const float v = c < nch ? part[c] : 0.0f;
+    ss = warp_seq_add(ss, v, nch - base < 32 ? (int)(nch - base) : 32);
   }
-  if (lane == 0) *ssp = ss; /* not canonicalised: the running sum, as the reference keeps it */
+  if (lane == 0) *ssp = w_canon(ss);
 }
 
 extern "C" __global__ void weft_tx_clip_scale(weft_tx_clip_args p) {

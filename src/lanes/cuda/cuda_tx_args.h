@@ -109,13 +109,22 @@ typedef struct weft_tx_adamw_args {
   int32_t pad_;
 } weft_tx_adamw_args;
 
-/* Global-norm clip, in canonical order (tensors ascending, elements ascending), two kernels:
- *   weft_tx_sumsq: ONE warp (blockDim 32, grid 1): *ss = *ss + g[0]*g[0] + g[1]*g[1] ... in order (ss a
- *     device float the caller zeroes before the first tensor; launch once per tensor, in order).
+/* SUMSQ's chunk (weft_lane.h's WEFT_SUMSQ_CHUNK; cuda_ops.c checks that the two agree). */
+#define WEFT_TX_SUMSQ_CHUNK 4096
+
+/* SUMSQ and the global-norm clip, in SUMSQ's chunked canonical order (weft_lane.h, reference_tx.c's
+ * weft_ref_sumsq), three kernels:
+ *   weft_tx_sumsq_chunks: blockDim 32 (one warp), any grid, grid-stride over groups of 32 chunks of
+ *     WEFT_TX_SUMSQ_CHUNK elements of g[0..n): part[c] = 0 + g[i]*g[i] + ... over chunk c's elements
+ *     ascending, each chunk's chain in one lane (the warp loads its 32 chunks cooperatively through shared
+ *     memory). part (ceil(n / WEFT_TX_SUMSQ_CHUNK) floats) is device scratch.
+ *   weft_tx_sumsq_add: ONE warp (blockDim 32, grid 1): *ss = canon(*ss + part[0] + part[1] + ...) in order
+ *     over the ceil(n / WEFT_TX_SUMSQ_CHUNK) partials (n = 0: *ss canonicalised). ss a device float; for
+ *     the clip, zeroed before the first tensor, then chunks + add once per tensor, in order.
  *   weft_tx_clip_scale: any grid, grid-stride over n: norm = weft_sqrtf(*ss); if norm > max_norm,
  *     g[i] = g[i] * (max_norm * weft_recipf(norm)); thread 0 also writes the norm to *norm_out (if not 0). */
 typedef struct weft_tx_clip_args {
-  uint64_t g, ss, norm_out;
+  uint64_t g, ss, norm_out, part;
   int64_t n;
   float max_norm;
   int32_t pad_;
