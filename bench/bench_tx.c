@@ -6,7 +6,9 @@
  * bench_tx_torch.py, measured in the same run. Threads: WEFT_BENCH_THREADS, else every CPU. Contract:
  * WEFT_BENCH_CONTRACT=fp32, else exact (the CPU lane runs the same kernels under both).
  * The op set: embedding, layernorm, gelu, attention (fused, writing att, not preatt), causal softmax (unfused), cross-entropy,
- * each forward and backward, and AdamW over the B*T*C*4 parameters of a sizeable layer. */
+ * each forward and backward, and AdamW over the B*T*C*4 parameters of a sizeable layer; and one decode step
+ * (batch 1, a cache of T): the fused attention over the cache beside attention_cached of its last row, with
+ * their ratio (attention_decode_ratio: fused ms / cached ms; compare_tx.sh has no PyTorch peer for these). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +73,23 @@ static weft_tensor *itens(int64_t B, int64_t T, const int32_t *v) {
     fflush(stdout);                                                                                                \
   } while (0)
 
+/* TIME, keeping the best milliseconds in `ms` too. */
+#define TIME_V(name, T, call, ms)                                                                                  \
+  do {                                                                                                             \
+    RUN(call);                                                                                                     \
+    double best = 1e30, spent = 0;                                                                                 \
+    for (int rep = 0; rep < 10 && (rep < 3 || spent < 1.0); rep++) {                                               \
+      const double t0 = now();                                                                                     \
+      RUN(call);                                                                                                   \
+      const double dt = now() - t0;                                                                                \
+      spent += dt;                                                                                                 \
+      if (dt < best) best = dt;                                                                                    \
+    }                                                                                                              \
+    (ms) = best * 1e3;                                                                                             \
+    printf("%s %lld %.4f\n", name, (long long)(T), best * 1e3);                                                    \
+    fflush(stdout);                                                                                                \
+  } while (0)
+
 int main(int argc, char **argv) {
   const int64_t B = 4, C = 768, NH = 12, V = 50257;
   weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
@@ -124,6 +143,18 @@ int main(int argc, char **argv) {
                 *ao = tens(3, B, T, C, 0, 0, 0, &seed), *dao = tens(3, B, T, C, 0, -1, 1, &seed);
     TIME("attention_fwd", T, weft_op_attention(F, P, qkv, NH, ao, att, NULL)); /* att only, as llm.c keeps */
     TIME("attention_bwd", T, weft_op_attention_backward(F, P, dao, qkv, att, NH, dqkv));
+    /* one decode step at a cache of T positions, batch 1: the fused attention over the whole cache (what a
+     * decoder without attention_cached runs) beside attention_cached of the last position (the same bits
+     * for that row); attention_decode_ratio is fused / cached, measured here in one run */
+    {
+      weft_tensor *cq = tens(3, 1, T, 3 * C, 0, -1, 1, &seed), *co = tens(3, 1, T, C, 0, 0, 0, &seed),
+                  *ca = tens(4, 1, NH, T, T, 0, 0, &seed), *c1 = tens(3, 1, 1, C, 0, 0, 0, &seed);
+      double tf = 0, tc = 0;
+      TIME_V("attention_decode_fused", T, weft_op_attention(F, P, cq, NH, co, ca, NULL), tf);
+      TIME_V("attention_decode_cached", T, weft_op_attention_cached(F, P, cq, NH, T - 1, c1, NULL), tc);
+      printf("attention_decode_ratio %lld %.2f\n", (long long)T, tf / tc);
+      weft_tensor_destroy(cq), weft_tensor_destroy(co), weft_tensor_destroy(ca), weft_tensor_destroy(c1);
+    }
     weft_tensor *dp = tens(4, B, NH, T, T, -1, 1, &seed), *ds = tens(4, B, NH, T, T, 0, 0, &seed);
     TIME("softmax_fwd", T, weft_op_causal_softmax(F, P, pre, 0.125f, att));
     TIME("softmax_bwd", T, weft_op_causal_softmax_backward(F, P, att, dp, 0.125f, ds));

@@ -260,6 +260,8 @@ typedef enum weft_op_kind {
   WEFT_OP_SUMSQ = 21,
   WEFT_OP_PERMUTE = 22,
   WEFT_OP_COPY_SLICE = 23,
+  /* decode: attention of a few query positions over a KV cache (weft_op_attention_cached) */
+  WEFT_OP_ATTENTION_CACHED = 24,
   WEFT_OP_COUNT
 } weft_op_kind;
 
@@ -350,6 +352,7 @@ WEFT_API weft_status weft_op_softmax_xent(weft_fabric *fabric, const weft_op_des
  *   scale, axpy                   f[0] = alpha
  *   layernorm                     f[0] = eps
  *   attention, attention_backward i[0] = number of heads (NH)
+ *   attention_cached              i[0] = number of heads (NH), i[1] = t0 (the first query position)
  *   causal_softmax(_backward)     f[0] = scale
  *   adamw                         f[0..6] = lr, beta1, beta2, eps, weight_decay, bc1, bc2 (bias corrections:
  *                                 weft_adamw_bias_correction(beta1, step), (beta2, step))
@@ -410,6 +413,13 @@ WEFT_API weft_status weft_op_gelu_backward(weft_fabric *fabric, const weft_op_de
  * above the diagonal; may be NULL). n_head must divide C. */
 WEFT_API weft_status weft_op_attention(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *qkv,
                                        int64_t n_head, weft_tensor *out, weft_tensor *att, weft_tensor *preatt);
+/* Attention of Tq query positions t0 .. t0+Tq-1 over a KV cache (decode): qkv [B,Tmax,3C] in the layout
+ * weft_op_attention takes, rows 0 .. t0+Tq-1 filled (rows after them are never read) -> out [B,Tq,C] and
+ * att [B,NH,Tq,Tmax] (may be NULL; row t holds the probabilities of columns <= t, zeros after). Row r of
+ * out is bit for bit row t0+r of weft_op_attention's out over qkv's first t0+Tq positions: each (b, h, t)
+ * runs the fused forward's per-row computation. Tq comes from out's shape; t0 + Tq must not exceed Tmax. */
+WEFT_API weft_status weft_op_attention_cached(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *qkv,
+                                              int64_t n_head, int64_t t0, weft_tensor *out, weft_tensor *att);
 /* dqkv [B,T,3C] from dout [B,T,C], the forward's qkv and att. */
 WEFT_API weft_status weft_op_attention_backward(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *dout,
                                                 weft_tensor *qkv, weft_tensor *att, int64_t n_head,

@@ -65,6 +65,9 @@ typedef void weft_buffer;
  *                 (NULL: skip); iparam[0..3] = B, T, C, NH.
  *   ATTENTION_BACKWARD  in[0]=dout [B,T,C] in[1]=qkv [B,T,3C] in[2]=att [B,NH,T,T] out[0]=dqkv [B,T,3C];
  *                 iparam[0..3] = B, T, C, NH.
+ *   ATTENTION_CACHED  in[0]=qkv [B,Tmax,3C] (rows 0 .. t0+Tq-1 read, no others) out[0]=out [B,Tq,C]
+ *                 out[1]=att [B,NH,Tq,Tmax] (NULL: skip); iparam[0..5] = B, Tmax, C, NH, t0, Tq (t0+Tq <= Tmax).
+ *                 Each (b, h, t = t0 + r) row is ATTENTION's row t: the same bits.
  *   CAUSAL_SOFTMAX  in[0]=scores [R,T,T] out[0]=probs [R,T,T]; iparam[0]=R iparam[1]=T; fparam[0]=scale.
  *   CAUSAL_SOFTMAX_BACKWARD  in[0]=probs in[1]=dprobs out[0]=dscores (all [R,T,T]); iparam[0]=R
  *                 iparam[1]=T; fparam[0]=scale.

@@ -1298,6 +1298,53 @@ static void cases_attention(ctx *c) {
       }
 }
 
+/* Decode attention over a cache of Tmax positions, queries t0 .. t0+Tq-1: the cache's rows past t0+Tq-1 hold
+ * NaNs with payloads (never read: a lane that reads them gets other bits). att given or NULL. */
+static void cases_attention_cached(ctx *c) {
+  static const int64_t shapes[][6] = {{2, 8, 32, 4, 0, 1}, {1, 9, 12, 3, 8, 1}, {2, 10, 40, 5, 3, 4},
+                                      {1, 13, 36, 1, 0, 13}, {1, 6, 8, 2, 2, 3}, {2, 40, 24, 2, 30, 2}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int fi = 0; fi < TX_NFILLS(c); fi++)
+      for (int with_att = 0; with_att < 2; with_att++) {
+        const int64_t B = shapes[s][0], Tm = shapes[s][1], C = shapes[s][2], NH = shapes[s][3], t0 = shapes[s][4],
+                      Tq = shapes[s][5];
+        const int64_t q[3] = {B, Tm, 3 * C}, o[3] = {B, Tq, C}, a[4] = {B, NH, Tq, Tm};
+        const int fill = tx_fills[fi];
+        tens Q, O, A;
+        memset(&Q, 0, sizeof Q), memset(&O, 0, sizeof O), memset(&A, 0, sizeof A);
+        float *wo = NULL, *wa = NULL;
+        begin_case(c, "attention_cached B=%lld Tmax=%lld C=%lld NH=%lld t0=%lld Tq=%lld %s%s", (long long)B,
+                   (long long)Tm, (long long)C, (long long)NH, (long long)t0, (long long)Tq, fill_name(fill),
+                   with_att ? ", att" : ", att NULL");
+        if (!tens_new(c, &Q, 3, q, fill == FILL_UNIFORM || fill == FILL_TINY ? fill : FILL_SPARSE) ||
+            !tens_new(c, &O, 3, o, FILL_SENTINEL) || !tens_new(c, &A, 4, a, FILL_SENTINEL))
+          goto done;
+        if (fill == FILL_NANS || fill == FILL_INFZERO)
+          for (size_t e = 0; e < Q.n; e += 17) Q.h[e] = nan_fill_value(c, fill);
+        for (int64_t b = 0; b < B; b++) /* the unfilled end of the cache */
+          for (int64_t e = (t0 + Tq) * 3 * C; e < Tm * 3 * C; e++) {
+            const uint32_t u = 0x7fa00000u + (uint32_t)(e & 0xff) + 1u;
+            memcpy(&Q.h[b * Tm * 3 * C + e], &u, 4);
+          }
+        case_check(c, weft_tensor_write(Q.t, Q.h, Q.n) == WEFT_OK, "write qkv: %s", weft_fabric_last_error(c->f));
+        wo = malloc(O.n * sizeof(float)), wa = malloc(A.n * sizeof(float));
+        if (!wo || !wa) goto done;
+        case_check(c, weft_ref_attention_cached(wo, wa, Q.h, B, Tm, C, NH, t0, Tq) == WEFT_OK,
+                   "reference attention_cached refused");
+        if (op_ran(c, weft_op_attention_cached(c->f, &c->desc, Q.t, NH, t0, O.t, with_att ? A.t : NULL),
+                   WEFT_OP_ATTENTION_CACHED, "weft_op_attention_cached")) {
+          compare_bits(c, "out", &O, wo);
+          if (with_att) compare_bits(c, "att", &A, wa);
+          else check_unchanged(c, &A, "att (not given)");
+          check_unchanged(c, &Q, "qkv");
+        }
+      done:
+        end_case(c);
+        free(wo), free(wa);
+        tens_free(&Q), tens_free(&O), tens_free(&A);
+      }
+}
+
 static void cases_causal_softmax(ctx *c) {
   static const int64_t shapes[][2] = {{8, 8}, {3, 1}, {5, 13}, {2, 33}}; /* R, T */
   static const float scales[] = {0.25f, 1.0f, 0.17677669f};
@@ -1584,6 +1631,7 @@ static void cases_tx(ctx *c, uint64_t seed) {
       {"crossentropy", {WEFT_OP_CROSSENTROPY, WEFT_OP_CROSSENTROPY_BACKWARD}},
       {"adamw_sumsq", {WEFT_OP_ADAMW, WEFT_OP_SUMSQ}},
       {"permute_copy", {WEFT_OP_PERMUTE, WEFT_OP_COPY_SLICE}},
+      {"attention_cached", {WEFT_OP_ATTENTION_CACHED, WEFT_OP_ATTENTION_CACHED}},
   };
   char skipped[512] = "";
   size_t used = 0;
@@ -1607,7 +1655,8 @@ static void cases_tx(ctx *c, uint64_t seed) {
     case 4: if (both) cases_causal_softmax(c); break;
     case 5: if (both) cases_crossentropy(c); break;
     case 6: if (either) cases_adamw_sumsq(c, ops); break;
-    default: if (either) cases_permute_copy(c, ops); break;
+    case 7: if (either) cases_permute_copy(c, ops); break;
+    default: if (either) cases_attention_cached(c); break;
     }
     if (!both && either && i < 6)
       printf("lane %-10s exact: %s offers only one of %s and %s: family skipped\n", c->lane_name, fams[i].family,

@@ -4,7 +4,8 @@
  * change nothing), int32 tensors and reshape, the lanes' op sets (a lane that offers only matmul is routed
  * around and refuses a pinned layernorm), and a small GPT-2 block forward + backward + clip + AdamW whose
  * every bit matches the same chain run on the reference functions; and every op the CPU lane runs on its
- * threaded kernels at sizes it splits, with 1, 3 and 8 threads, called one by one and queued as a chain. */
+ * threaded kernels at sizes it splits, with 1, 3 and 8 threads, called one by one and queued as a chain.
+ * attention_cached (decode) against the fused forward's rows over the cache's filled prefix. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,6 +235,86 @@ static void test_attention(void) {
   weft_tensor *objs[] = {tq, to, ta, tp, tdo, tdq, ts, tpr, tdp, tds};
   for (size_t i = 0; i < sizeof objs / sizeof *objs; i++) weft_tensor_destroy(objs[i]);
   free(qkv), free(out), free(att), free(pre), free(dout), free(dqkv), free(s), free(p), free(dp), free(ds);
+}
+
+/* The fused forward over the first n positions of a [B,Tmax,3C] cache (copied to [B,n,3C]): fout [B,n,C],
+ * fatt [B,NH,n,n]. */
+static void fused_prefix(float *fout, float *fatt, const float *cache, int64_t b_, int64_t tmax, int64_t c_,
+                         int64_t nh, int64_t n) {
+  float *q = zeros((size_t)(b_ * n * 3 * c_));
+  for (int64_t b = 0; b < b_; b++)
+    memcpy(q + b * n * 3 * c_, cache + b * tmax * 3 * c_, sizeof(float) * (size_t)(n * 3 * c_));
+  ok(weft_ref_attention_forward(fout, NULL, fatt, q, b_, n, c_, nh), "ref attention over the prefix");
+  free(q);
+}
+
+/* attention_cached: for (t0, Tq) pairs, out's rows are the fused forward's rows t0 .. t0+Tq-1 over the first
+ * t0+Tq positions, bit for bit (the reference function, and the op on the lane, with att and without); att's
+ * rows are the fused att's rows widened with zeros; the cache's rows past t0+Tq are NaN and never read. */
+static void cached_case(int64_t b_, int64_t tmax, int64_t c_, int64_t nh, int64_t t0, int64_t tq) {
+  char what[128];
+  const int64_t n = t0 + tq;
+  const size_t nq = (size_t)(b_ * tmax * 3 * c_), no = (size_t)(b_ * tq * c_), na = (size_t)(b_ * nh * tq * tmax);
+  float *cache = rnd(nq, -2, 2);
+  for (int64_t b = 0; b < b_; b++)
+    for (size_t i = (size_t)(n * 3 * c_); i < (size_t)(tmax * 3 * c_); i++) cache[(size_t)(b * tmax * 3 * c_) + i] = __builtin_nanf("");
+  float *fout = zeros((size_t)(b_ * n * c_)), *fatt = zeros((size_t)(b_ * nh * n * n));
+  fused_prefix(fout, fatt, cache, b_, tmax, c_, nh, n);
+  float *wout = zeros(no), *watt = zeros(na);
+  for (int64_t b = 0; b < b_; b++)
+    for (int64_t r = 0; r < tq; r++) {
+      memcpy(wout + (b * tq + r) * c_, fout + (b * n + t0 + r) * c_, sizeof(float) * (size_t)c_);
+      for (int64_t h = 0; h < nh; h++)
+        memcpy(watt + ((b * nh + h) * tq + r) * tmax, fatt + ((b * nh + h) * n + t0 + r) * n, sizeof(float) * (size_t)n);
+    }
+  float *rout = zeros(no), *ratt = zeros(na);
+  snprintf(what, sizeof what, "ref attention_cached B=%lld Tmax=%lld C=%lld NH=%lld t0=%lld Tq=%lld", (long long)b_,
+           (long long)tmax, (long long)c_, (long long)nh, (long long)t0, (long long)tq);
+  ok(weft_ref_attention_cached(rout, ratt, cache, b_, tmax, c_, nh, t0, tq), what);
+  TU_CHECK(memcmp(rout, wout, no * 4) == 0 && memcmp(ratt, watt, na * 4) == 0, "%s: not the fused rows' bits", what);
+  float *rout2 = zeros(no);
+  ok(weft_ref_attention_cached(rout2, NULL, cache, b_, tmax, c_, nh, t0, tq), what);
+  TU_CHECK(memcmp(rout2, wout, no * 4) == 0, "%s (att NULL): not the fused rows' bits", what);
+  weft_tensor *tq_ = tf(3, b_, tmax, 3 * c_, 0, cache), *to = tf(3, b_, tq, c_, 0, NULL),
+              *ta = tf(4, b_, nh, tq, tmax, NULL), *to2 = tf(3, b_, tq, c_, 0, NULL);
+  snprintf(what, sizeof what, "attention_cached B=%lld Tmax=%lld C=%lld NH=%lld t0=%lld Tq=%lld", (long long)b_,
+           (long long)tmax, (long long)c_, (long long)nh, (long long)t0, (long long)tq);
+  ok(weft_op_attention_cached(F, NULL, tq_, nh, t0, to, ta), what);
+  same(to, wout, no, what);
+  same(ta, watt, na, what);
+  ok(weft_op_attention_cached(F, NULL, tq_, nh, t0, to2, NULL), what);
+  same(to2, wout, no, what);
+  weft_tensor *objs[] = {tq_, to, ta, to2};
+  for (size_t i = 0; i < sizeof objs / sizeof *objs; i++) weft_tensor_destroy(objs[i]);
+  free(cache), free(fout), free(fatt), free(wout), free(watt), free(rout), free(ratt), free(rout2);
+}
+
+static void test_attention_cached(void) {
+  const int64_t pairs[][2] = {{0, 1}, {0, T}, {4, 1}, {T - 1, 1}, {2, 3}, {0, 4}, {3, T - 3}};
+  for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) cached_case(B, T, C, NH, pairs[i][0], pairs[i][1]);
+  cached_case(1, 12, C, NH, 5, 2); /* a cache longer than what is filled */
+  cached_case(2, 80, 64, 4, 50, 13); /* sizes the lane's threads split, a vector tail in every row */
+  cached_case(3, 70, 48, 2, 69, 1);
+  /* bad input: nothing runs, the message says what is wrong */
+  float *cache = rnd((size_t)B * T * 3 * C, -1, 1);
+  weft_tensor *tq_ = tf(3, B, T, 3 * C, 0, cache), *to = tf(3, B, 2, C, 0, NULL), *ta = tf(4, B, NH, 2, T, NULL),
+              *bad = tf(3, B, 2, C + 1, 0, NULL), *bada = tf(4, B, NH, 2, T - 1, NULL), *q2 = tf(2, B, 3 * C, 0, 0, cache);
+  weft_status st = weft_op_attention_cached(F, NULL, tq_, NH, T - 1, to, ta);
+  TU_CHECK(st == WEFT_ERR_SHAPE && tu_contains(weft_fabric_last_error(F), "must lie in the cache"), "t0+Tq > Tmax: %s",
+           weft_fabric_last_error(F));
+  TU_STATUS(weft_op_attention_cached(F, NULL, tq_, NH, -1, to, ta), WEFT_ERR_SHAPE, "t0 < 0");
+  st = weft_op_attention_cached(F, NULL, tq_, 5, 0, to, ta);
+  TU_CHECK(st == WEFT_ERR_SHAPE && tu_contains(weft_fabric_last_error(F), "heads do not divide"), "5 heads: %s",
+           weft_fabric_last_error(F));
+  TU_STATUS(weft_op_attention_cached(F, NULL, tq_, 0, 0, to, ta), WEFT_ERR_SHAPE, "0 heads");
+  TU_STATUS(weft_op_attention_cached(F, NULL, tq_, NH, 0, bad, NULL), WEFT_ERR_SHAPE, "out [B,Tq,C+1]");
+  TU_STATUS(weft_op_attention_cached(F, NULL, tq_, NH, 0, to, bada), WEFT_ERR_SHAPE, "att [B,NH,Tq,Tmax-1]");
+  TU_STATUS(weft_op_attention_cached(F, NULL, q2, NH, 0, to, NULL), WEFT_ERR_SHAPE, "qkv of rank 2");
+  TU_STATUS(weft_op_attention_cached(F, NULL, tq_, NH, 0, NULL, ta), WEFT_ERR_INVALID_ARGUMENT, "out NULL");
+  TU_STATUS(weft_ref_attention_cached(cache, NULL, cache, B, T, C, NH, T - 1, 2), WEFT_ERR_SHAPE, "ref t0+Tq > Tmax");
+  weft_tensor *objs[] = {tq_, to, ta, bad, bada, q2};
+  for (size_t i = 0; i < sizeof objs / sizeof *objs; i++) weft_tensor_destroy(objs[i]);
+  free(cache);
 }
 
 static void test_crossentropy(void) {
@@ -850,6 +931,7 @@ int main(void) {
   test_layernorm();
   test_gelu();
   test_attention();
+  test_attention_cached();
   test_crossentropy();
   test_adamw_clip();
   test_copies();

@@ -379,6 +379,11 @@ weft_status weft_op_attention(weft_fabric *f, const weft_op_desc *desc, weft_ten
   weft_op_params p = {{n_head}, {0}};
   RUN(WEFT_OP_ATTENTION, L(qkv), L(out, att, preatt), &p);
 }
+weft_status weft_op_attention_cached(weft_fabric *f, const weft_op_desc *desc, weft_tensor *qkv, int64_t n_head,
+                                     int64_t t0, weft_tensor *out, weft_tensor *att) {
+  weft_op_params p = {{n_head, t0}, {0}};
+  RUN(WEFT_OP_ATTENTION_CACHED, L(qkv), L(out, att), &p);
+}
 weft_status weft_op_attention_backward(weft_fabric *f, const weft_op_desc *desc, weft_tensor *dout, weft_tensor *qkv,
                                        weft_tensor *att, int64_t n_head, weft_tensor *dqkv) {
   weft_op_params p = {{n_head}, {0}};

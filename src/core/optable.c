@@ -45,6 +45,13 @@ static double work_attention(const weft_op *op) {
   return 2.0 * B * T * T * C + 8.0 * B * (double)op->iparam[3] * T * T;
 }
 
+/* cached attention: Tq rows of about t0+Tq/2 columns, each a dot product of hs twice, and the softmax */
+static double work_attention_cached(const weft_op *op) {
+  const double B = (double)op->iparam[0], C = (double)op->iparam[2], NH = (double)op->iparam[3];
+  const double Tq = (double)op->iparam[5], cols = (double)op->iparam[4] + 0.5 * (Tq + 1.0);
+  return 2.0 * B * Tq * cols * C + 8.0 * B * NH * Tq * cols;
+}
+
 /* cross-entropy, either way: about eight operations per logit (N rows of V), whatever rows/cols say */
 static double work_xent(const weft_op *op) { return 8.0 * (double)op->iparam[0] * (double)op->iparam[1]; }
 /* embedding backward: one add per element of dout per table, not the tables' size */
@@ -314,6 +321,33 @@ static weft_status v_attention(weft_fabric *f, weft_op *op, weft_tensor *const *
   return attn_shapes(f, op, "weft_op_attention", in[0], p->i[0], out[0], "out", out[1], "att", out[2]);
 }
 
+static weft_status v_attention_cached(weft_fabric *f, weft_op *op, weft_tensor *const *in, weft_tensor *const *out,
+                                      const weft_op_params *p) {
+  static const char fn[] = "weft_op_attention_cached";
+  weft_tensor *qkv = in[0], *o = out[0], *att = out[1];
+  const int64_t NH = p->i[0], t0 = p->i[1];
+  if (qkv->ndim != 3 || qkv->dims[2] % 3 != 0)
+    return weft_fail(f, WEFT_ERR_SHAPE, "%s: qkv %s must be the cache [B,Tmax,3C]", fn, SH(qkv));
+  const int64_t B = qkv->dims[0], Tmax = qkv->dims[1], C = qkv->dims[2] / 3;
+  if (NH <= 0 || C % NH != 0)
+    return weft_fail(f, WEFT_ERR_SHAPE, "%s: %lld heads do not divide C = %lld", fn, (long long)NH, (long long)C);
+  if (o->ndim != 3 || o->dims[0] != B || o->dims[2] != C)
+    return weft_fail(f, WEFT_ERR_SHAPE, "%s: out %s must be [B,Tq,C] = [%lld,Tq,%lld]", fn, SH(o), (long long)B,
+                     (long long)C);
+  const int64_t Tq = o->dims[1];
+  if (t0 < 0 || t0 > Tmax || Tq > Tmax - t0)
+    return weft_fail(f, WEFT_ERR_SHAPE,
+                     "%s: query positions t0 = %lld .. t0+Tq-1 = %lld must lie in the cache's %lld positions (qkv %s)",
+                     fn, (long long)t0, (long long)(t0 + Tq - 1), (long long)Tmax, SH(qkv));
+  if (att && (att->ndim != 4 || att->dims[0] != B || att->dims[1] != NH || att->dims[2] != Tq || att->dims[3] != Tmax))
+    return weft_fail(f, WEFT_ERR_SHAPE, "%s: att %s must be [B,NH,Tq,Tmax] = [%lld,%lld,%lld,%lld]", fn, SH(att),
+                     (long long)B, (long long)NH, (long long)Tq, (long long)Tmax);
+  op->iparam[0] = B, op->iparam[1] = Tmax, op->iparam[2] = C, op->iparam[3] = NH, op->iparam[4] = t0;
+  op->iparam[5] = Tq;
+  op->rows = B * Tq, op->cols = C;
+  return WEFT_OK;
+}
+
 static weft_status v_attention_backward(weft_fabric *f, weft_op *op, weft_tensor *const *in, weft_tensor *const *out,
                                         const weft_op_params *p) {
   weft_status st = attn_shapes(f, op, "weft_op_attention_backward", in[1], p->i[0], in[0], "dout", in[2], "att", NULL);
@@ -479,6 +513,10 @@ static weft_status h_attention(const weft_op *op) {
   const int64_t *ip = op->iparam;
   return weft_ref_attention_forward(O(0), O(2), O(1), CF(0), ip[0], ip[1], ip[2], ip[3]);
 }
+static weft_status h_attention_cached(const weft_op *op) {
+  const int64_t *ip = op->iparam;
+  return weft_ref_attention_cached(O(0), O(1), CF(0), ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]);
+}
 static weft_status h_attention_backward(const weft_op *op) {
   const int64_t *ip = op->iparam;
   return weft_ref_attention_backward(O(0), CF(0), CF(1), CF(2), ip[0], ip[1], ip[2], ip[3]);
@@ -609,4 +647,6 @@ const weft_optable_entry weft_optable[WEFT_OP_COUNT] = {
                          elems, h_permute, 0},
     [WEFT_OP_COPY_SLICE] = {"copy_slice", 1, 1, 0, 0, 0, {WEFT_DT_SAME}, {WEFT_DT_SAME}, {"src"}, {"dst"}, 1, {0},
                             v_copy_slice, EW, elems, h_copy_slice, 0},
+    [WEFT_OP_ATTENTION_CACHED] = {"attention_cached", 1, 2, 0, 2, 0, FF, FO, {"qkv"}, {"out", "att"}, 0, {0},
+                                  v_attention_cached, EW, work_attention_cached, h_attention_cached, 0},
 };

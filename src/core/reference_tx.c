@@ -296,6 +296,54 @@ weft_status weft_ref_attention_forward(float *out, float *preatt, float *att, co
   return WEFT_OK;
 }
 
+/* ATTENTION_CACHED (decode): query positions t = t0 .. t0+Tq-1 over a KV cache qkv[B,Tmax,3C] whose rows
+ * 0 .. t0+Tq-1 are filled. For each (b, h, t), ascending, exactly the ATTENTION forward's row t above:
+ *   z[j] = (sum over i ascending of q[t][i] * k[j][i], from 0) * scale for j ascending to t,
+ *   mx = z[0], then z[j] > mx ? z[j] : mx for j ascending from 1; e[j] = weft_expf(z[j] - mx);
+ *   sum = e[0] + e[1] + ... (ascending, from 0); inv = weft_recipf(sum); p[j] = e[j] * inv (canonical);
+ *   out[b, t-t0, h*hs+i] = 0 + p[0] * v[0][i] + p[1] * v[1][i] + ... + p[t] * v[t][i], ascending.
+ * So out's row r has the bits of row t0+r of ATTENTION's out over the first t0+Tq positions (and att's row
+ * r those of its att row t0+r, widened with zeros to Tmax). att [B,NH,Tq,Tmax] may be NULL (a row of
+ * scratch is used). Rows of qkv past t0+Tq-1 are never read. */
+weft_status weft_ref_attention_cached(float *out, float *att, const float *qkv, int64_t B, int64_t Tmax, int64_t C,
+                                      int64_t NH, int64_t t0, int64_t Tq) {
+  if (!out || !qkv) return WEFT_ERR_INVALID_ARGUMENT;
+  if (B < 0 || Tmax < 0 || C < 0 || NH <= 0 || C % NH != 0 || t0 < 0 || Tq < 0 || t0 + Tq > Tmax)
+    return WEFT_ERR_SHAPE;
+  const int64_t hs = C / NH, C3 = 3 * C;
+  const float scale = weft_rsqrtf((float)hs);
+  float *row = NULL;
+  if (!att && B * NH * Tq > 0 && !(row = malloc(sizeof(float) * (size_t)Tmax))) return WEFT_ERR_OUT_OF_MEMORY;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < NH; h++)
+      for (int64_t r = 0; r < Tq; r++) {
+        const int64_t t = t0 + r;
+        const float *q = qkv + IX(b * Tmax + t, C3) + IX(h, hs);
+        float *a = att ? att + IX((b * NH + h) * Tq + r, Tmax) : row;
+        for (int64_t j = 0; j <= t; j++) {
+          const float *k = qkv + IX(b * Tmax + j, C3) + (size_t)C + IX(h, hs);
+          float d = 0.0f;
+          for (int64_t i = 0; i < hs; i++) {
+            float pr = q[i] * k[i];
+            d = d + pr;
+          }
+          a[j] = d * scale;
+        }
+        softmax_row(a, a, t, Tmax);
+        float *o = out + IX(b * Tq + r, C) + IX(h, hs);
+        for (int64_t i = 0; i < hs; i++) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j <= t; j++) {
+            float pv = a[j] * qkv[IX(b * Tmax + j, C3) + (size_t)(2 * C) + IX(h, hs) + (size_t)i];
+            acc = acc + pv;
+          }
+          o[i] = canon(acc);
+        }
+      }
+  free(row);
+  return WEFT_OK;
+}
+
 /* ATTENTION backward (fused, causal), from dout[B,T,C], qkv and att; per (b, h), with q, k, v as above:
  *   datt[t][j] = 0; for i ascending: datt = datt + v[j][i] * dout[b,t,h*hs+i]        (j <= t)
  *   ds[t][j]   = the CAUSAL SOFTMAX backward of row t: (att[t][j] * (datt[t][j] - dot_t)) * scale

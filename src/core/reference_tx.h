@@ -48,6 +48,12 @@ WEFT_API void weft_ref_gelu_backward(float *dx, const float *x, const float *dy,
  * WEFT_ERR_SHAPE when NH does not divide C. */
 WEFT_API weft_status weft_ref_attention_forward(float *out, float *preatt, float *att, const float *qkv, int64_t B,
                                                 int64_t T, int64_t C, int64_t NH);
+/* Decode attention: query positions t0 .. t0+Tq-1 over qkv[B,Tmax,3C] (rows 0 .. t0+Tq-1 read) -> out[B,Tq,C],
+ * att[B,NH,Tq,Tmax] (may be NULL). Each (b, h, t) is weft_ref_attention_forward's row t: the same bits.
+ * WEFT_ERR_SHAPE when NH does not divide C or t0 + Tq > Tmax; WEFT_ERR_OUT_OF_MEMORY for the row of
+ * scratch when att is NULL. */
+WEFT_API weft_status weft_ref_attention_cached(float *out, float *att, const float *qkv, int64_t B, int64_t Tmax,
+                                               int64_t C, int64_t NH, int64_t t0, int64_t Tq);
 /* dqkv[B,T,3C] written, from dout[B,T,C], the forward's qkv and att. */
 WEFT_API weft_status weft_ref_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                                                  int64_t B, int64_t T, int64_t C, int64_t NH);

@@ -511,6 +511,12 @@ static int op_views(const weft_op *op, weft_net_request *r) {
     setv(r, OUT(2), 4, ip[0], ip[3], ip[1], ip[1]);
     r->params.i[0] = ip[3];
     return 1;
+  case WEFT_OP_ATTENTION_CACHED: /* B, Tmax, C, NH, t0, Tq */
+    setv(r, IN(0), 3, ip[0], ip[1], 3 * ip[2], 0);
+    setv(r, OUT(0), 3, ip[0], ip[5], ip[2], 0);
+    setv(r, OUT(1), 4, ip[0], ip[3], ip[5], ip[1]);
+    r->params.i[0] = ip[3], r->params.i[1] = ip[4];
+    return 1;
   case WEFT_OP_ATTENTION_BACKWARD:
     setv(r, IN(0), 3, ip[0], ip[1], ip[2], 0);
     setv(r, IN(1), 3, ip[0], ip[1], 3 * ip[2], 0);

@@ -4,7 +4,7 @@
  * Without a usable NVIDIA GPU: prints why and exits 77 (CTest: Skipped). With one:
  *  1. every transformer op (embedding and its backward, layernorm and its backward, gelu and its backward,
  *     attention and its backward, causal softmax and its backward, cross-entropy and its backward, adamw,
- *     sumsq, permute, copy_slice) at GPT-2-like shapes (C = 768, 12 heads, V = 50,257), inputs holding NaNs
+ *     sumsq, permute, copy_slice, attention_cached) at GPT-2-like shapes (C = 768, 12 heads, V = 50,257), inputs holding NaNs
  *     with payloads, infinities, -0 and subnormals, run once pinned to cpu and once pinned to cuda:0: every
  *     output (and every accumulated or updated operand) bit for bit equal; the in-place forms too;
  *  2. the same inside scopes, each scope running the op twice, three scopes in a row: on cuda:0 the second
@@ -176,6 +176,23 @@ static void op_attention(const weft_op_desc *pin, int inplace) {
   free(qkv), free(dout);
 }
 
+/* Decode attention over a cache of 256 positions: the last token, a few rows mid-cache (no att), a prompt. */
+static void op_attention_cached(const weft_op_desc *pin, int inplace) {
+  (void)inplace;
+  enum { TM = 256 };
+  float *qkv = rnd((size_t)B * TM * 3 * C, -2, 2, RATE / 20);
+  weft_tensor *t[] = {tf(3, D(B, TM, 3 * C), qkv), tf(3, D(B, 1, C), NULL),  tf(4, D(B, NH, 1, TM), NULL),
+                      tf(3, D(B, 4, C), NULL),     tf(3, D(B, T, C), NULL),  tf(4, D(B, NH, T, TM), NULL)};
+  APPLY(weft_op_attention_cached(F, pin, t[0], NH, TM - 1, t[1], t[2]));
+  keep(t[1], "out (t0 = 255)"), keep(t[2], "att (t0 = 255)");
+  APPLY(weft_op_attention_cached(F, pin, t[0], NH, 100, t[3], NULL));
+  keep(t[3], "out (t0 = 100, Tq = 4, no att)");
+  APPLY(weft_op_attention_cached(F, pin, t[0], NH, 0, t[4], t[5]));
+  keep(t[4], "out (t0 = 0, Tq = 64)"), keep(t[5], "att (t0 = 0, Tq = 64)");
+  destroy(t, 6);
+  free(qkv);
+}
+
 static void op_softmax(const weft_op_desc *pin, int inplace) {
   const int64_t Rr = B * NH;
   const size_t n = (size_t)Rr * T * T;
@@ -280,6 +297,7 @@ static const opcase CASES[] = {
     {"gelu (+ backward)", op_gelu, 1},            {"attention (+ backward)", op_attention, 0},
     {"causal_softmax (+ backward)", op_softmax, 1}, {"crossentropy (+ backward)", op_crossentropy, 0},
     {"adamw, sumsq", op_adamw_sumsq, 0},          {"permute, copy_slice", op_copies, 0},
+    {"attention_cached", op_attention_cached, 0},
 };
 #define NCASES (sizeof CASES / sizeof CASES[0])
 
@@ -349,7 +367,7 @@ static void timing(int64_t Bt, int64_t Tt) {
   weft_tensor *dl = tf(1, D(N), a), *acc = tf(1, D(1), NULL), *x4 = tf(4, D(Bt, Tt, NH, hs), a);
   weft_tensor *y4 = tf(4, D(Bt, NH, Tt, hs), NULL), *kv = tf(4, D(Bt, NH, 1024, hs), NULL);
   weft_tensor *mm = tf(2, D(4 * C, C), NULL), *vv = tf(2, D(4 * C, C), NULL), *pp = tf(2, D(4 * C, C), a);
-  weft_tensor *gg = tf(2, D(4 * C, C), a);
+  weft_tensor *gg = tf(2, D(4 * C, C), a), *o1 = tf(3, D(Bt, 1, C), NULL);
   weft_tensor *lg = NULL, *dlg = NULL;
   ok(weft_tensor_create(F, 2, D(N, V), NULL, &lg), "logits");
   ok(weft_tensor_create(F, 2, D(N, V), NULL, &dlg), "dlogits");
@@ -363,6 +381,7 @@ static void timing(int64_t Bt, int64_t Tt) {
   TIME_OP("gelu_backward", weft_op_gelu_backward(F, pn, h, h, h2));
   TIME_OP("attention", weft_op_attention(F, pn, qkv, NH, o, att, NULL));
   TIME_OP("attention_backward", weft_op_attention_backward(F, pn, o, qkv, att, NH, dqkv));
+  TIME_OP("attention_cached (last token)", weft_op_attention_cached(F, pn, qkv, NH, Tt - 1, o1, NULL));
   TIME_OP("causal_softmax", weft_op_causal_softmax(F, pn, att, 0.125f, att2));
   TIME_OP("causal_softmax_backward", weft_op_causal_softmax_backward(F, pn, att, att, 0.125f, att2));
   TIME_OP("crossentropy", weft_op_crossentropy(F, pn, lg, ttg, dl));
@@ -372,7 +391,7 @@ static void timing(int64_t Bt, int64_t Tt) {
   TIME_OP("permute [B,T,NH,hs]", weft_op_permute(F, pn, x4, perm, y4));
   TIME_OP("copy_slice (kv append)", weft_op_copy_slice(F, pn, y4, kv, 2, 0));
   weft_tensor *all[] = {ttok, ttg, wte, wpe, x, y, g, bb, mean, rstd, dg, db, h, h2, qkv, o, att, att2,
-                        dqkv, gw, gp, dl, acc, x4, y4, kv, mm, vv, pp, gg, lg, dlg};
+                        dqkv, gw, gp, dl, acc, x4, y4, kv, mm, vv, pp, gg, lg, dlg, o1};
   destroy(all, (int)(sizeof all / sizeof all[0]));
   free(tok), free(tg), free(w), free(a);
 }

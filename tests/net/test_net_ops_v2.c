@@ -139,6 +139,10 @@ static tcase *cases(int *count) {
                     {.i = {1, 2}}};
   cs[n++] = (tcase){"copy_slice i32", WEFT_OP_COPY_SLICE, 1, 1, {I(1 << 30, 2, 3, 4)}, {I(1 << 30, 2, 3, 9)},
                     {.i = {1, 5}}};
+  cs[n++] = (tcase){"attention_cached", WEFT_OP_ATTENTION_CACHED, 1, 2, {F(-2, 2, 3, B, T + 3, 3 * C)},
+                    {F(0, 1, 3, B, 2, C), F(0, 1, 4, B, NH, 2, T + 3)}, {.i = {NH, T - 2}}};
+  cs[n++] = (tcase){"attention_cached (no att)", WEFT_OP_ATTENTION_CACHED, 1, 2, {F(-2, 2, 3, B, T + 3, 3 * C)},
+                    {F(0, 1, 3, B, 1, C), NONE}, {.i = {NH, 0}}};
   *count = n;
   return cs;
 }

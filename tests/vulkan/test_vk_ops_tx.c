@@ -1,6 +1,7 @@
 /* test_vk_ops_tx.c - the transformer ops on the Vulkan lane through the public API: every op the lane
  * offers, pinned to vulkan:0, against the same op pinned to the CPU lane, bit for bit, at GPT-2-like shapes
- * with NaN payloads, +-inf, -0 and subnormals in the data; the in-place forms; the same ops inside a scope
+ * with NaN payloads, +-inf, -0 and subnormals in the data (attention_cached too, up to a 1,024-position
+ * cache whose rows the lane splits under llvmpipe's loop limit); the in-place forms; the same ops inside a scope
  * (recorded into one submission); sumsq routed around the lane (it does not offer it); and GPT-2's real
  * token table, 50,257 x 768 fp32 (154 MB, more than lavapipe's 128 MiB binding): the embedding forward,
  * its backward and the tied output matmul (logits = h . wte^T) at that size; cross-entropy rows of finite
@@ -254,6 +255,30 @@ static void attention(int sp) {
   free(qkv), free(dout), free(att);
 }
 
+/* Decode attention over a cache of `tm` positions: queries t0 .. t0+tq-1, att given and not. The cache's
+ * rows past t0+tq-1 are data no lane may read (they differ from run to run only in that they are unused). */
+static void attention_cached_at(int sp, int64_t b_, int64_t tm, int64_t c_, int64_t nh, int64_t t0, int64_t tq) {
+  char what[96];
+  float *qkv = fdata((size_t)(b_ * tm * 3 * c_), sp, 2.0f);
+  weft_op_params p = {{nh, t0}, {0}};
+  spec in[1] = {F32(3, b_, tm, 3 * c_, 0, qkv)};
+  spec out[2] = {F32(3, b_, tq, c_, 0, NULL), F32(4, b_, nh, tq, tm, NULL)};
+  snprintf(what, sizeof what, "attention_cached Tmax=%lld t0=%lld Tq=%lld", (long long)tm, (long long)t0, (long long)tq);
+  cmp(what, WEFT_OP_ATTENTION_CACHED, in, 1, out, 2, &p);
+  out[1] = NONE();
+  snprintf(what, sizeof what, "attention_cached Tmax=%lld t0=%lld Tq=%lld (no att)", (long long)tm, (long long)t0,
+           (long long)tq);
+  cmp(what, WEFT_OP_ATTENTION_CACHED, in, 1, out, 2, &p);
+  free(qkv);
+}
+
+static void attention_cached(int sp) {
+  attention_cached_at(sp, B, T, C, NH, T - 1, 1); /* the next token at a full cache */
+  attention_cached_at(sp, B, T, C, NH, 0, 1);
+  attention_cached_at(sp, B, T, C, NH, T / 2, 3);
+  attention_cached_at(sp, B, T, C, NH, 0, T); /* the prompt: every row */
+}
+
 static void causal_softmax(int sp) {
   const size_t n = (size_t)B * NH * T * T;
   float *s = fdata(n, sp, 8.0f), *pr = fdata(n, 0, 1.0f), *dp = fdata(n, sp, 1.0f);
@@ -399,6 +424,7 @@ int main(void) {
       layernorm(sp);
       gelu(sp);
       attention(sp);
+      attention_cached(sp);
       causal_softmax(sp);
       crossentropy(sp, NT, 1000, sp ? 20.0f : 4.0f);
       adamw(sp);
@@ -410,6 +436,10 @@ int main(void) {
    * short past 32,768 logits. Widths about the lane's column range (16,384) and that bound, and GPT-2's. */
   static const int64_t wide[] = {16384, 16385, 32768, 32769, 50257};
   for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++) crossentropy(0, 3, wide[i], i % 2 ? 80.0f : 10.0f);
+  /* a cache of GPT-2's 1,024 positions: rows longer than one llvmpipe loop may run, so the lane splits the
+   * scores and the outputs of a row over dispatches */
+  attention_cached_at(1, 1, 1024, C, NH, 1000, 2);
+  attention_cached_at(0, 2, 1024, C, NH, 1023, 1);
   copies();
   SCOPED = 1;
   copies();
@@ -436,6 +466,7 @@ int main(void) {
     adamw(1);
     shapes(2, 32, 32, 4, 32);
     attention(1);
+    attention_cached(1);
   }
   weft_fabric_close(F);
   return tu_finish("vulkan transformer ops", start);

@@ -476,9 +476,10 @@ static void attention(tu_rng *r, int64_t B, int64_t T, int64_t C, int64_t NH, in
   for (int64_t bh0 = 0; bh0 < nbh; bh0 += per) {
     int64_t cnt = bh0 + per > nbh ? nbh - bh0 : per;
     size_t off = (size_t)(bh0 * T * T), len = (size_t)(cnt * T * T);
-    /* every phase in one dispatch (flags 2|4|8, preatt 1), scores and outputs over their whole ranges */
-    uint32_t pc[13] = {(uint32_t)T, (uint32_t)C, (uint32_t)NH, (uint32_t)bh0, (uint32_t)cnt, 1u | 2u | 4u | 8u,
-                       0, 0, 0, 0, (uint32_t)T, 0, (uint32_t)(C / NH)};
+    /* every phase in one dispatch (flags 2|4|8, preatt 1), scores and outputs over their whole ranges; the
+     * rows t0 = 0 .. Tq = T (all of them: attention_cached is the same kernel over fewer rows) */
+    uint32_t pc[15] = {(uint32_t)T, (uint32_t)C, (uint32_t)NH, (uint32_t)bh0, (uint32_t)cnt, 1u | 2u | 4u | 8u,
+                       0, 0, 0, 0, (uint32_t)T, 0, (uint32_t)(C / NH), 0, (uint32_t)T};
     vb bf[4] = {FB(qkv, nq), FB(out, no), FB(pre + off, len), FB(att + off, len)};
     vrun("attention forward", K(tx_att_fwd), bf, 4, pc, sizeof pc, groups((uint64_t)(cnt * T), 64), 0);
     vb b1[4] = {FB(qkv, nq), FB(dout, no), FB(watt + off, len), FB(ds + off, len)};

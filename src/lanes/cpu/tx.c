@@ -553,6 +553,7 @@ typedef struct at_ctx {
   float *out, *preatt, *att, *dqkv;
   const float *qkv, *dout, *catt;
   int64_t B, T, C, NH, hs, ld; /* ld: the transposed panel's row stride */
+  int64_t t0, Tq;              /* attention_cached: the first query position, how many (T is Tmax) */
   float scale;
   float *scratch;
   size_t per_thread; /* floats of scratch per thread */
@@ -623,6 +624,49 @@ weft_status weft_cpu_tx_attention_forward(weft_cpu_pool *pool, float *out, float
   if (!a.scratch) return WEFT_ERR_OUT_OF_MEMORY;
   (void)nth;
   par_for(pool, B * NH, 1, T * T * (a.hs + 20), at_fwd_part, &a);
+  free(a.scratch);
+  return WEFT_OK;
+}
+
+/* Decode: units u = (b*NH + h)*Tq + r, row t = t0 + r. A thread's run of units transposes each (b, h)'s keys
+ * once (up to the last row it needs), then per row: the dot products, the softmax, the weighted sum of v
+ * read in place: the fused forward's kernels, so the fused forward's bits. */
+static void at_cached_part(void *c, int64_t lo, int64_t hi, int tid) {
+  const at_ctx *a = c;
+  const int64_t T = a->T, C = a->C, C3 = 3 * C, hs = a->hs, Tq = a->Tq, t0 = a->t0;
+  float *kt = a->scratch + (size_t)tid * a->per_thread, *row = kt + (size_t)hs * (size_t)a->ld;
+  int64_t cur = -1;
+  for (int64_t u = lo; u < hi; u++) {
+    const int64_t bh = u / Tq, r = u % Tq, t = t0 + r, b = bh / a->NH, h = bh % a->NH;
+    const float *base = a->qkv + (size_t)(b * T) * (size_t)C3 + (size_t)(h * hs);
+    if (bh != cur) { /* keys 0 .. the last row of this (b, h) in [lo, hi) */
+      const int64_t last = min64(hi - 1, (bh + 1) * Tq - 1) % Tq;
+      transpose_panel(kt, a->ld, base + C, C3, t0 + last + 1, hs);
+      cur = bh;
+    }
+    float *p = a->att ? a->att + (size_t)u * (size_t)T : row;
+    int64_t len = t + 1;
+    a->k->dots(p, base + (size_t)t * (size_t)C3, kt, a->ld, len, hs, a->scale);
+    softmax_rows(a->k, &p, &len, 1, T);
+    a->k->wsum(a->out + (size_t)(b * Tq + r) * (size_t)C + (size_t)(h * hs), p, 1, base + 2 * C, C3, len, hs);
+  }
+}
+
+weft_status weft_cpu_tx_attention_cached(weft_cpu_pool *pool, float *out, float *att, const float *qkv, int64_t B,
+                                         int64_t Tmax, int64_t C, int64_t NH, int64_t t0, int64_t Tq) {
+  if (!out || !qkv) return WEFT_ERR_INVALID_ARGUMENT;
+  if (B < 0 || Tmax < 0 || C < 0 || NH <= 0 || C % NH != 0 || t0 < 0 || Tq < 0 || t0 + Tq > Tmax)
+    return WEFT_ERR_SHAPE;
+  if (B == 0 || Tq == 0) return WEFT_OK;
+  at_ctx a = {.k = weft_cpu_tx_select(), .out = out, .att = att, .qkv = qkv, .B = B, .T = Tmax, .C = C, .NH = NH,
+              .hs = C / NH, .t0 = t0, .Tq = Tq};
+  a.scale = weft_rsqrtf((float)a.hs);
+  const int64_t n = t0 + Tq;
+  a.ld = round_up(n, 16) + 16; /* room for the vector tail's reads past the last column */
+  a.per_thread = (size_t)(a.hs > 0 ? a.hs : 1) * (size_t)a.ld + (size_t)Tmax + 16;
+  a.scratch = malloc(sizeof(float) * a.per_thread * (size_t)weft_cpu_pool_threads(pool));
+  if (!a.scratch) return WEFT_ERR_OUT_OF_MEMORY;
+  par_for(pool, B * NH * Tq, 1, n * (2 * a.hs + 20), at_cached_part, &a);
   free(a.scratch);
   return WEFT_OK;
 }
@@ -724,6 +768,8 @@ weft_status weft_cpu_tx_run(weft_cpu_pool *pool, const weft_op *op) {
     return WEFT_OK;
   case WEFT_OP_ATTENTION: /* out 0 = out, 1 = att, 2 = preatt (may be NULL) */
     return weft_cpu_tx_attention_forward(pool, OF(0), OF(2), OF(1), IF(0), ip[0], ip[1], ip[2], ip[3]);
+  case WEFT_OP_ATTENTION_CACHED: /* out 0 = out, 1 = att (may be NULL) */
+    return weft_cpu_tx_attention_cached(pool, OF(0), OF(1), IF(0), ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]);
   case WEFT_OP_ATTENTION_BACKWARD:
     return weft_cpu_tx_attention_backward(pool, OF(0), IF(0), IF(1), IF(2), ip[0], ip[1], ip[2], ip[3]);
   case WEFT_OP_CAUSAL_SOFTMAX:

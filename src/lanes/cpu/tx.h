@@ -77,6 +77,10 @@ void weft_cpu_tx_gelu_forward(weft_cpu_pool *pool, float *y, const float *x, int
 void weft_cpu_tx_gelu_backward(weft_cpu_pool *pool, float *dx, const float *x, const float *dy, int64_t n);
 weft_status weft_cpu_tx_attention_forward(weft_cpu_pool *pool, float *out, float *preatt, float *att,
                                           const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
+/* Decode attention (weft_lane.h's ATTENTION_CACHED): out[B,Tq,C], att[B,NH,Tq,Tmax] (may be NULL) for query
+ * positions t0 .. t0+Tq-1 of qkv[B,Tmax,3C]; threads over (b, h, t). */
+weft_status weft_cpu_tx_attention_cached(weft_cpu_pool *pool, float *out, float *att, const float *qkv, int64_t B,
+                                         int64_t Tmax, int64_t C, int64_t NH, int64_t t0, int64_t Tq);
 weft_status weft_cpu_tx_attention_backward(weft_cpu_pool *pool, float *dqkv, const float *dout, const float *qkv,
                                            const float *att, int64_t B, int64_t T, int64_t C, int64_t NH);
 void weft_cpu_tx_causal_softmax_forward(weft_cpu_pool *pool, float *probs, const float *scores, int64_t R,

@@ -49,6 +49,7 @@ static const char *const kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_TX_ATTN_FWD] = "weft_tx_attn_fwd",
     [WEFT_CUK_TX_ATTN_BWD_DS] = "weft_tx_attn_bwd_ds",
     [WEFT_CUK_TX_ATTN_BWD_DQKV] = "weft_tx_attn_bwd_dqkv",
+    [WEFT_CUK_TX_ATTN_CACHED] = "weft_tx_attn_cached",
     [WEFT_CUK_TX_XENT_FWD] = "weft_tx_xent_fwd",
     [WEFT_CUK_TX_XENT_BWD] = "weft_tx_xent_bwd",
     [WEFT_CUK_TX_ADAMW] = "weft_tx_adamw",

@@ -356,6 +356,16 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     if (a.B * a.T * a.NH == 0) return WEFT_OK;
     return PUSH(WEFT_CUK_TX_ATTN_FWD, grid_rows(d, a.B * a.NH * a.T), 1, 256, a);
   }
+  case WEFT_OP_ATTENTION_CACHED: {
+    weft_tx_attn_cached_args a;
+    memset(&a, 0, sizeof a);
+    a.out = bptr(op->out[0]), a.att = bptr(op->out[1]), a.qkv = bptr(op->in[0]);
+    a.B = ip[0], a.Tmax = ip[1], a.C = ip[2], a.NH = ip[3], a.t0 = ip[4], a.Tq = ip[5];
+    if (a.B * a.Tq * a.NH == 0) return WEFT_OK;
+    if (!a.att && (st = scratch(d, (size_t)(a.B * a.NH * a.Tq * a.Tmax) * sizeof(float), &a.att)) != WEFT_OK)
+      return st;
+    return PUSH(WEFT_CUK_TX_ATTN_CACHED, grid_rows(d, a.B * a.NH * a.Tq), 1, 256, a);
+  }
   case WEFT_OP_ATTENTION_BACKWARD: {
     weft_tx_attn_args a;
     memset(&a, 0, sizeof a);

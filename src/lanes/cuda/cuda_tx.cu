@@ -566,6 +566,48 @@ extern "C" __global__ void weft_tx_attn_fwd(weft_tx_attn_args p) {
   }
 }
 
+/* Decode (ATTENTION_CACHED): one warp per (b, h, r), t = t0 + r: the fused forward's row t, with qkv's rows
+ * Tmax apart, the probabilities in att's row (or scratch) of Tmax, and out's row r of [B,Tq,C]. */
+extern "C" __global__ void weft_tx_attn_cached(weft_tx_attn_cached_args p) {
+  const int lane = threadIdx.x & 31;
+  const long long T = p.Tmax, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C, Tq = p.Tq, t0 = p.t0;
+  const float scale = w_rsqrtf((float)hs);
+  const float *QKV = reinterpret_cast<const float *>(p.qkv);
+  float *ATT = reinterpret_cast<float *>(p.att), *OUT = reinterpret_cast<float *>(p.out);
+  for (long long row = WARP_ID; row < p.B * NH * Tq; row += WARPS) {
+    const long long r = row % Tq, t = t0 + r, bh = row / Tq, h = bh % NH, b = bh / NH;
+    const float *q = QKV + (b * T + t) * C3 + h * hs;
+    float *a = ATT + row * T;
+    for (long long j = lane; j <= t; j += 32) {
+      const float *k = QKV + (b * T + j) * C3 + C + h * hs;
+      float d = 0.0f;
+      for (long long i = 0; i < hs; i++) d = __fadd_rn(d, __fmul_rn(q[i], k[i]));
+      a[j] = __fmul_rn(d, scale);
+    }
+    __syncwarp();
+    const long long n = t + 1;
+    const float mx = warp_first_max([&](long long j) { return a[j]; }, n);
+    float sum = 0.0f;
+    for (long long base = 0; base < n; base += 32) {
+      const long long j = base + lane;
+      const float e = j < n ? w_expf(__fsub_rn(a[j], mx)) : 0.0f;
+      sum = warp_seq_add(sum, e, n - base < 32 ? (int)(n - base) : 32);
+    }
+    const float inv = w_recipf(sum);
+    for (long long j = lane; j < n; j += 32) a[j] = w_canon(__fmul_rn(w_expf(__fsub_rn(a[j], mx)), inv));
+    for (long long j = n + lane; j < T; j += 32) a[j] = 0.0f;
+    __syncwarp();
+    float *o = OUT + (b * Tq + r) * C + h * hs;
+    for (long long i = lane; i < hs; i += 32) {
+      float acc = 0.0f;
+      const float *v = QKV + b * T * C3 + 2 * C + h * hs + i;
+      for (long long j = 0; j <= t; j++) acc = __fadd_rn(acc, __fmul_rn(a[j], v[j * C3]));
+      o[i] = w_canon(acc);
+    }
+    __syncwarp();
+  }
+}
+
 /* Backward, part 1: one warp per (b, h, t): ds[t][j] for j <= t (not canonicalised: scratch, as in the
  * reference). */
 extern "C" __global__ void weft_tx_attn_bwd_ds(weft_tx_attn_args p) {

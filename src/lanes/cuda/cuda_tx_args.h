@@ -92,6 +92,14 @@ typedef struct weft_tx_attn_args {
   int64_t B, T, C, NH;
 } weft_tx_attn_args;
 
+/* Decode attention (ATTENTION_CACHED): query positions t0 .. t0+Tq-1 over qkv[B,Tmax,3C].
+ *   weft_tx_attn_cached: one warp per (b, h, r) row, t = t0 + r (rows strided over all warps): att row
+ *     [Tmax] (the caller's att [B,NH,Tq,Tmax], or scratch of that size when att is NULL), out[B,Tq,C]. */
+typedef struct weft_tx_attn_cached_args {
+  uint64_t out, att, qkv;
+  int64_t B, Tmax, C, NH, t0, Tq;
+} weft_tx_attn_cached_args;
+
 /* Cross-entropy with int32 targets over logits [N,V]. One warp per row, rows strided over all warps.
  *   weft_tx_xent_fwd: losses[N].   weft_tx_xent_bwd: dlogits[N,V] from dloss[N].
  * Rows whose target is out of range are left unwritten. */

@@ -773,6 +773,7 @@ static weft_status run_causal_softmax(weft_vk_lane *l, vk_batch *b, const weft_o
 
 typedef struct att_pc {
   uint32_t T, C, NH, bh0, nbh, flags, base_att, base_pre, base_ds, j0, j1, i0, i1;
+  uint32_t t0, Tq; /* ATT_FWD's rows: 0 and T for the fused op, the query positions for attention_cached */
 } att_pc;
 
 /* Under a loop limit one (b, h, t) row's work is split: scores (and the backward's dots) in ranges of `jc`
@@ -802,7 +803,7 @@ static weft_status run_attention(weft_vk_lane *l, vk_batch *b, const weft_op *op
     vk_win w[VK_NBIND];
     wins_dummy(l, w);
     w[0] = window(l, bwd ? op->in[1] : op->in[0], 0, B * T * 3 * C); /* qkv, whole */
-    att_pc pc = {U32(T), U32(C), U32(NH), U32(bh0), U32(cnt), 0, 0, 0, 0, 0, U32(T), 0, U32(hs)};
+    att_pc pc = {U32(T), U32(C), U32(NH), U32(bh0), U32(cnt), 0, 0, 0, 0, 0, U32(T), 0, U32(hs), 0, U32(T)};
     if (!bwd) {
       w[1] = window(l, op->out[0], 0, B * T * C);
       const uint32_t pre = op->out[2] ? 1u : 0u;
@@ -849,6 +850,54 @@ static weft_status run_attention(weft_vk_lane *l, vk_batch *b, const weft_op *op
     w[4] = window(l, op->out[0], 0, B * T * 3 * C);
     st = tx_dispatch(l, b, VK_SH_TX_ATT_DQKV, w, 15u, 16u, &pc, sizeof pc, grid(cnt * T * hs, 64));
     if (st != WEFT_OK) return st;
+  }
+  return WEFT_OK;
+}
+
+/* Decode attention: ATT_FWD over the rows t0 .. t0+Tq-1 of each (b, h), qkv the cache of Tmax positions, att
+ * the caller's [B,NH,Tq,Tmax] or scratch (s_ds: the forward has no other use for it). Chunked by (b, h)
+ * blocks and split under a loop limit as the fused forward is, rows being at most n = t0+Tq long. */
+static weft_status run_attention_cached(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
+  const uint64_t B = (uint64_t)op->iparam[0], T = (uint64_t)op->iparam[1], C = (uint64_t)op->iparam[2],
+                 NH = (uint64_t)op->iparam[3], t0 = (uint64_t)op->iparam[4], Tq = (uint64_t)op->iparam[5];
+  const uint64_t cap = cap_elems(l), budget = loop_budget(l), nbh = B * NH, row = Tq * T, hs = NH ? C / NH : 0,
+                 n = t0 + Tq;
+  if (nbh == 0 || Tq == 0) return WEFT_OK;
+  uint64_t per = row ? cap / row : nbh, jc = n, ic = hs;
+  int one = 1;
+  if (budget) {
+    per = min_u64(per, INVOCATIONS(64) / Tq);
+    jc = budget / (hs + 2), ic = budget / (n + 2);
+    if (per == 0 || jc == 0 || ic == 0) return loop_refuse(l, weft_op_kind_str(op->kind), "rows too long", n * hs);
+    one = n * (hs + 2) + 4 * T + 8 + hs * (n + 2) <= budget;
+  }
+  weft_status st;
+  if (!op->out[1] && (st = scratch_get(l, &l->s_ds, min_u64(per, nbh) * row)) != WEFT_OK) return st;
+  for (uint64_t bh0 = 0; bh0 < nbh; bh0 += per) {
+    const uint64_t cnt = min_u64(per, nbh - bh0);
+    const uint32_t gx = grid(cnt * Tq, 64);
+    vk_win w[VK_NBIND];
+    wins_dummy(l, w);
+    w[0] = window(l, op->in[0], 0, B * T * 3 * C); /* the cache, whole */
+    w[1] = window(l, op->out[0], 0, B * Tq * C);
+    w[3] = op->out[1] ? window(l, op->out[1], bh0 * row, cnt * row) : window(l, l->s_ds, 0, cnt * row);
+    att_pc pc = {U32(T), U32(C), U32(NH), U32(bh0), U32(cnt), 0, U32(w[3].base), 0, 0, 0, U32(n), 0, U32(hs),
+                 U32(t0), U32(Tq)};
+    if (one) {
+      pc.flags = 2u | 4u | 8u;
+      if ((st = tx_dispatch(l, b, VK_SH_TX_ATT_FWD, w, 1u, 2u | 8u, &pc, sizeof pc, gx)) != WEFT_OK) return st;
+      continue;
+    }
+    for (uint64_t j0 = 0; j0 < n; j0 += jc) {
+      pc.flags = 2u, pc.j0 = U32(j0), pc.j1 = U32(min_u64(n, j0 + jc));
+      if ((st = tx_dispatch(l, b, VK_SH_TX_ATT_FWD, w, 1u | 8u, 8u, &pc, sizeof pc, gx)) != WEFT_OK) return st;
+    }
+    pc.flags = 4u;
+    if ((st = tx_dispatch(l, b, VK_SH_TX_ATT_FWD, w, 8u, 8u, &pc, sizeof pc, gx)) != WEFT_OK) return st;
+    for (uint64_t i0 = 0; i0 < hs; i0 += ic) {
+      pc.flags = 8u, pc.i0 = U32(i0), pc.i1 = U32(min_u64(hs, i0 + ic));
+      if ((st = tx_dispatch(l, b, VK_SH_TX_ATT_FWD, w, 1u | 8u, 2u, &pc, sizeof pc, gx)) != WEFT_OK) return st;
+    }
   }
   return WEFT_OK;
 }
@@ -1040,6 +1089,10 @@ static weft_status tx_supports(weft_vk_lane *l, const weft_op *op) {
     need = (uint64_t)ip[0] * (uint64_t)ip[1] * 3 * (uint64_t)ip[2], what = "qkv (B*T*3C floats)";
     if (need < (uint64_t)ip[1] * (uint64_t)ip[1]) need = (uint64_t)ip[1] * (uint64_t)ip[1];
     break;
+  case WEFT_OP_ATTENTION_CACHED: /* the cache whole, and one (b, h)'s [Tq, Tmax] block of att */
+    need = (uint64_t)ip[0] * (uint64_t)ip[1] * 3 * (uint64_t)ip[2], what = "the cache qkv (B*Tmax*3C floats)";
+    if (need < (uint64_t)ip[5] * (uint64_t)ip[1]) need = (uint64_t)ip[5] * (uint64_t)ip[1];
+    break;
   case WEFT_OP_CROSSENTROPY:
   case WEFT_OP_CROSSENTROPY_BACKWARD: need = (uint64_t)ip[1], what = "one row of logits (V floats)"; break;
   case WEFT_OP_PERMUTE:
@@ -1088,6 +1141,14 @@ static weft_status loop_supports(weft_vk_lane *l, const weft_op *op) {
     what = "over sequences this long";
     break;
   }
+  case WEFT_OP_ATTENTION_CACHED: { /* the softmax of a row (zeros up to Tmax), an output element's sum */
+    const uint64_t T = (uint64_t)ip[1], hs = ip[3] ? (uint64_t)ip[2] / (uint64_t)ip[3] : 0;
+    need = 4 * T + 8;
+    if (hs + 1 > need) need = hs + 1;
+    if ((uint64_t)ip[5] > INVOCATIONS(64)) need = (uint64_t)ip[5] * (hs + 2); /* rows share invocations */
+    what = "over caches this long";
+    break;
+  }
   case WEFT_OP_EMBEDDING_BACKWARD: { /* the chain of one table row, up to every position */
     const uint64_t n = (uint64_t)ip[0] * (uint64_t)ip[1];
     need = ceil_div(n * (uint64_t)ip[2], INVOCATIONS(256)) * (n + 1), what = "with this many positions";
@@ -1131,6 +1192,7 @@ weft_status weft_vk_ops_run(weft_vk_lane *l, const weft_op *op) {
   case WEFT_OP_GELU_BACKWARD: return run_gelu(l, b, op);
   case WEFT_OP_ATTENTION:
   case WEFT_OP_ATTENTION_BACKWARD: return run_attention(l, b, op);
+  case WEFT_OP_ATTENTION_CACHED: return run_attention_cached(l, b, op);
   case WEFT_OP_CAUSAL_SOFTMAX:
   case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD: return run_causal_softmax(l, b, op);
   case WEFT_OP_CROSSENTROPY:

@@ -1,6 +1,9 @@
 #version 450
 // tx_attention.comp - the fused causal attention of src/core/reference_tx.c, built three ways:
 //   ATT_FWD:  one invocation per (b, h, t): scores, preatt, the softmax row into att, then out[b,t,h*hs+i].
+//             Also the decode op ATTENTION_CACHED: rows t = t0 .. t0+Tq-1 only (t0 = 0, Tq = T for the fused
+//             op), T being then the cache's Tmax (qkv's rows and att's row length); out is [B,Tq,C], its row
+//             t - t0, and att [nbh,Tq,T] (the caller's or scratch).
 //   ATT_DS:   backward, one invocation per (b, h, t): datt, then the softmax backward, into the scratch ds
 //             (the [nbh, T, T] rows the reference keeps in its T*T buffer; masked entries never read).
 //   ATT_DQKV: backward, one invocation per (b, h, t, i): dq, dk and dv of that element from ds and att.
@@ -21,6 +24,7 @@ layout(push_constant) uniform P {
   uint flags; // 1: write preatt (ATT_FWD); the phases as above
   uint base_att, base_pre, base_ds;
   uint j0, j1, i0, i1;
+  uint t0, Tq; // ATT_FWD: the rows computed (0 and T for the fused op)
 } pc;
 
 #if defined(ATT_FWD)
@@ -32,8 +36,8 @@ void main() {
   uint hs = pc.C / pc.NH, C3 = 3u * pc.C;
   float scale = weft_rsqrtf(float(hs));
   uint stride = gl_NumWorkGroups.x * 64u;
-  for (uint g = gl_GlobalInvocationID.x; g < pc.nbh * pc.T; g += stride) {
-    uint bh = pc.bh0 + g / pc.T, t = g % pc.T, b = bh / pc.NH, h = bh % pc.NH;
+  for (uint g = gl_GlobalInvocationID.x; g < pc.nbh * pc.Tq; g += stride) {
+    uint bh = pc.bh0 + g / pc.Tq, r = g % pc.Tq, t = pc.t0 + r, b = bh / pc.NH, h = bh % pc.NH;
     uint q = (b * pc.T + t) * C3 + h * hs, ar = pc.base_att + g * pc.T;
     if ((pc.flags & 2u) != 0u) {
       for (uint j = pc.j0; j <= t && j < pc.j1; j++) {
@@ -65,7 +69,7 @@ void main() {
       for (uint j = t + 1u; j < pc.T; j++) att[ar + j] = 0.0;
     }
     if ((pc.flags & 8u) != 0u) {
-      uint orow = (b * pc.T + t) * pc.C + h * hs;
+      uint orow = (b * pc.Tq + r) * pc.C + h * hs;
       for (uint i = pc.i0; i < pc.i1; i++) {
         float acc = 0.0;
         for (uint j = 0u; j <= t; j++)
