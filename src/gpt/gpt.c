@@ -659,7 +659,7 @@ weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int nto
   weft_tensor **cache = calloc((size_t)L, sizeof *cache), **idx = calloc((size_t)Tc, sizeof *idx);
   float *lg = malloc((size_t)n * V * sizeof(float)), *prob = malloc((size_t)V * sizeof(float));
   int *ix = malloc((size_t)V * sizeof(int));
-  weft_tensor *tokT = NULL, *zero = NULL, *xr = NULL, *lnr = NULL, *qkvr = NULL, *outc = NULL, *attc = NULL,
+  weft_tensor *tokT = NULL, *xr = NULL, *lnr = NULL, *qkvr = NULL,
               *ayr = NULL, *x2r = NULL, *fcr = NULL, *fcg = NULL, *lgr = NULL, *mr = NULL, *sr = NULL;
   if (!cache || !idx || !lg || !prob || !ix) {
     st = fail(g, WEFT_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -671,9 +671,9 @@ weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int nto
     const int32_t v = (int32_t)t;
     if (!(idx[t] = mk(g, WEFT_DTYPE_I32, 2, 1, 1, 0, 0, &v))) goto oom;
   }
-  if (!(tokT = mk(g, WEFT_DTYPE_I32, 2, 1, 1, 0, 0, NULL)) || !(zero = mkf(g, 2, 1, C, 0, 0)) ||
+  if (!(tokT = mk(g, WEFT_DTYPE_I32, 2, 1, 1, 0, 0, NULL)) ||
       !(xr = mkf(g, 3, 1, 1, C, 0)) || !(lnr = mkf(g, 2, 1, C, 0, 0)) || !(qkvr = mkf(g, 2, 1, 3 * C, 0, 0)) ||
-      !(outc = mkf(g, 3, 1, Tc, C, 0)) || !(attc = mkf(g, 4, 1, NH, Tc, Tc)) || !(ayr = mkf(g, 3, 1, 1, C, 0)) ||
+      !(ayr = mkf(g, 3, 1, 1, C, 0)) ||
       !(x2r = mkf(g, 2, 1, C, 0, 0)) || !(fcr = mkf(g, 2, 1, 4 * C, 0, 0)) || !(fcg = mkf(g, 2, 1, 4 * C, 0, 0)) ||
       !(lgr = mkf(g, 2, 1, V, 0, 0)) || !(mr = mkf(g, 1, 1, 0, 0, 0)) || !(sr = mkf(g, 1, 1, 0, 0, 0)))
     goto oom;
@@ -716,13 +716,11 @@ weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int nto
       d = D(g, l, WEFT_OP_COPY_SLICE);
       GRUN(weft_op_copy_slice(f, &d, qkvr, cache[l], 1, t), "append to the cache");
       reshape(qkvr, 2, 1, 3 * C, 0);
-      reshape(outc, 3, 1, Tc, C);
-      d = D(g, l, WEFT_OP_ATTENTION);
-      GRUN(weft_op_attention(f, &d, cache[l], NH, outc, attc, NULL), "attention over the cache");
-      /* row t of the attention's output, gathered by an embedding lookup (plus a zero position row) */
-      reshape(outc, 2, Tc, C, 0), reshape(ayr, 3, 1, 1, C);
-      d = D(g, l, WEFT_OP_EMBEDDING);
-      GRUN(weft_op_embedding(f, &d, idx[t], NULL, outc, zero, ayr), "gather the new row");
+      /* the new position's attention over the cache: bit for bit row t of the fused attention over
+       * positions 0..t, in O(t) rather than O(t^2) */
+      reshape(ayr, 3, 1, 1, C);
+      d = D(g, l, WEFT_OP_ATTENTION_CACHED);
+      GRUN(weft_op_attention_cached(f, &d, cache[l], NH, t, ayr, NULL), "attention over the cache");
       reshape(ayr, 2, 1, C, 0);
       d = D(g, l, WEFT_OP_MATMUL);
       GRUN(weft_op_matmul(f, &d, ayr, 0, PP(K_APW, l), 1, x2r), "attn proj");
@@ -763,7 +761,7 @@ done:
     for (int l = 0; l < L; l++) weft_tensor_destroy(cache[l]);
   if (idx)
     for (int64_t t = 0; t < Tc; t++) weft_tensor_destroy(idx[t]);
-  weft_tensor *tt[] = {tokT, zero, xr, lnr, qkvr, outc, attc, ayr, x2r, fcr, fcg, lgr, mr, sr};
+  weft_tensor *tt[] = {tokT, xr, lnr, qkvr, ayr, x2r, fcr, fcg, lgr, mr, sr};
   for (size_t i = 0; i < sizeof tt / sizeof tt[0]; i++) weft_tensor_destroy(tt[i]);
   free(cache), free(idx), free(lg), free(prob), free(ix);
   return st;
