@@ -579,8 +579,9 @@ static void pick_lane(void *ctx, uint32_t index, weft_contract_mask contracts, u
   p->found = 1;
   p->index = index;
   p->contracts = contracts;
-  /* A tab offers a subset of the ops; those of the table are taken, and each is proved by the self-test. */
-  p->ops = ops & WEFT_OPS_ALL;
+  /* A tab offers a subset of the ops; those the admission self-test can prove are taken (an op added to the
+   * table later, before the self-test has a case for it, is left to other lanes), and each is proved. */
+  p->ops = ops & WEFT_OPS_ALL & ((WEFT_OP_BIT(WEFT_OP_ATTENTION_CACHED) << 1) - 1);
   snprintf(p->name, sizeof p->name, "%s", name);
   snprintf(p->kind, sizeof p->kind, "%s", kind);
   snprintf(p->device, sizeof p->device, "%s", device);
@@ -792,10 +793,20 @@ static int selftest_v2(browser_slot *s, uint64_t ops, uint32_t *seed, char *why,
       ip[0] = 4, ip[1] = 2, ip[2] = 3, ip[3] = 4, ip[4] = 5, ip[5] = 0 | 2 << 2 | 1 << 4 | 3 << 6;
       IN(0, 120), OUT(0, 120);
       break;
-    default: /* COPY_SLICE: 2 x [3 of 5 rows, at 1] x 4 */
+    case WEFT_OP_COPY_SLICE: /* 2 x [3 of 5 rows, at 1] x 4 */
       ip[0] = 2, ip[1] = 3, ip[2] = 5, ip[3] = 4, ip[4] = 1;
       IN(0, 24), OUT(0, 40);
       break;
+    case WEFT_OP_ATTENTION_CACHED: /* a cache of 3 positions, queries at 1 and 2 */
+      ip[0] = B, ip[1] = T, ip[2] = C, ip[3] = NH, ip[4] = 1, ip[5] = 2;
+      x[4] = 1e3f, x[5] = -1e3f;
+      IN(0, N * 3 * C), OUT(0, B * 2 * C), OUT(1, B * NH * 2 * T);
+      break;
+    default:
+      /* An op this self-test has no case for is not admitted on the tab's word: it leaves the tab's set. */
+      snprintf(why, whylen, "offers %s, which weft's tab self-test cannot check yet", weft_optable[kind].name);
+      pass = 0;
+      continue;
     }
 #undef IN
 #undef OUT
