@@ -216,7 +216,7 @@ static void test_embedding(void) {
       launch("weft_tx_embed_bwd_scan", 1, 1024, &ba);
       launch("weft_tx_embed_bwd_fill", grid_for(BT, 256), 256, &ba);
       launch("weft_tx_embed_bwd_sort", grid_for(ba.nrows, 256), 256, &ba);
-      launch2("weft_tx_embed_bwd_accum", (unsigned)((C + 127) / 128), ba.nrows < 65535 ? (unsigned)ba.nrows : 65535,
+      launch2("weft_tx_embed_bwd_accum", (unsigned)((C + 127) / 128), BT < 65535 ? (unsigned)BT : 65535,
               128, &ba);
     }
     sync_("embedding bwd");
@@ -409,8 +409,8 @@ static void test_xent(void) {
     CUdeviceptr dz = dup_(z, nv * 4), dtg = dup_(tg, (size_t)N * 4), ddl = dup_(dl, (size_t)N * 4);
     CUdeviceptr dls = dalloc((size_t)N * 4), dg = dalloc(nv * 4);
     weft_tx_xent_args a = {dls, dz, dtg, dg, ddl, N, V};
-    launch("weft_tx_xent_fwd", grid_rows(N), 256, &a);
-    launch("weft_tx_xent_bwd", grid_rows(N), 256, &a);
+    launch("weft_tx_xent_fwd", grid_for(N, 1), 256, &a);
+    launch("weft_tx_xent_bwd", grid_for(N, 1), 256, &a);
     sync_("crossentropy");
     down(g, dls, (size_t)N * 4), compare(&f, "losses", g, wl, (size_t)N);
     down(g, dg, nv * 4), compare(&b, "dlogits", g, wg, nv);
@@ -564,7 +564,7 @@ static void r_emb_b(void *c) {
   launch("weft_tx_embed_bwd_fill", grid_for(x->eb.BT, 256), 256, &x->eb);
   launch("weft_tx_embed_bwd_sort", grid_for(x->eb.nrows, 256), 256, &x->eb);
   launch2("weft_tx_embed_bwd_accum", (unsigned)((x->eb.C + 127) / 128),
-          x->eb.nrows < 65535 ? (unsigned)x->eb.nrows : 65535, 128, &x->eb);
+          x->eb.BT < 65535 ? (unsigned)x->eb.BT : 65535, 128, &x->eb);
 }
 static void r_ln_f(void *c) {
   tctx *x = c;
@@ -602,11 +602,11 @@ static void r_at_b(void *c) {
 }
 static void r_xe_f(void *c) {
   tctx *x = c;
-  launch("weft_tx_xent_fwd", grid_rows(x->xe.N), 256, &x->xe);
+  launch("weft_tx_xent_fwd", grid_for(x->xe.N, 1), 256, &x->xe);
 }
 static void r_xe_b(void *c) {
   tctx *x = c;
-  launch("weft_tx_xent_bwd", grid_rows(x->xe.N), 256, &x->xe);
+  launch("weft_tx_xent_bwd", grid_for(x->xe.N, 1), 256, &x->xe);
 }
 static void r_adamw(void *c) {
   tctx *x = c;

@@ -136,8 +136,18 @@ DEV float w_tanhf(float x) {
 
 /* ------------------------------------------------------------------------------------ warp helpers */
 
-/* s + v[0] + v[1] + ... + v[n-1] in that order, v[q] held by lane q: every lane returns the same sum. */
+/* s + v[0] + v[1] + ... + v[n-1] in that order, v[q] held by lane q: every lane returns the same sum. A full
+ * group of 32 is unrolled, the 32 shuffles first (they do not depend on s, so they are issued back to back)
+ * and then the 32 dependent adds in index order: the same adds in the same order as the loop. */
 DEV float warp_seq_add(float s, float v, int n) {
+  if (n == 32) {
+    float w[32];
+#pragma unroll
+    for (int q = 0; q < 32; q++) w[q] = __shfl_sync(TX_FULL, v, q);
+#pragma unroll
+    for (int q = 0; q < 32; q++) s = __fadd_rn(s, w[q]);
+    return s;
+  }
   for (int q = 0; q < n; q++) s = __fadd_rn(s, __shfl_sync(TX_FULL, v, q));
   return s;
 }
@@ -272,17 +282,24 @@ extern "C" __global__ void weft_tx_embed_bwd_sort(weft_tx_embed_bwd_args p) {
   }
 }
 
+/* Only the rows that occur: block y walks the sorted list's positions i (strided by gridDim.y) and does the
+ * row r of list[i] only where i is that row's first position (i == start[r]), so every occurring row is done
+ * by exactly one block and the empty rows cost nothing. Each table element then gets its row's segment
+ * added one by one in ascending bt, as before. The list holds start[nrows] positions (rows out of range
+ * were never filled in). */
 extern "C" __global__ void weft_tx_embed_bwd_accum(weft_tx_embed_bwd_args p) {
   const int *start = reinterpret_cast<const int *>(p.start);
   const int *list = reinterpret_cast<const int *>(p.list);
   const float *dout = reinterpret_cast<const float *>(p.dout);
   float *table = reinterpret_cast<float *>(p.table);
   const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  for (long long r = blockIdx.y; r < p.nrows; r += gridDim.y) {
+  const long long used = start[p.nrows];
+  for (long long i = blockIdx.y; i < used; i += gridDim.y) {
+    const long long r = eb_index(p, list[i]);
     const int a = start[r], b = start[r + 1];
-    if (a == b || c >= p.C) continue;
+    if (a != i || c >= p.C) continue;
     float acc = table[r * p.C + c];
-    for (int i = a; i < b; i++) acc = __fadd_rn(acc, dout[(long long)list[i] * p.C + c]);
+    for (int k = a; k < b; k++) acc = __fadd_rn(acc, dout[(long long)list[k] * p.C + c]);
     table[r * p.C + c] = w_canon(acc); /* a NaN stays NaN through the adds: canonical at the end is enough */
   }
 }
@@ -352,11 +369,10 @@ extern "C" __global__ void weft_tx_layernorm_bwd_dx(weft_tx_ln_args p) {
         g = __fmul_rn(gamma[c], dy[c]);
         gn = __fmul_rn(g, n);
       }
+      /* two independent chains, each in index order (warp_seq_add's unrolled path for full groups) */
       const int cnt = C - base < 32 ? (int)(C - base) : 32;
-      for (int q = 0; q < cnt; q++) {
-        a = __fadd_rn(a, __shfl_sync(TX_FULL, g, q));
-        b = __fadd_rn(b, __shfl_sync(TX_FULL, gn, q));
-      }
+      a = warp_seq_add(a, g, cnt);
+      b = warp_seq_add(b, gn, cnt);
     }
     a = __fmul_rn(a, invC);
     b = __fmul_rn(b, invC);
@@ -513,170 +529,351 @@ extern "C" __global__ void weft_tx_softmax_bwd(weft_tx_softmax_args p) {
 
 /* -------------------------------------------------------------------------------------- attention */
 
-/* Forward: one warp per (b, h, t). Lane j computes the score of column j (its own sequential dot product
- * over i ascending) into att's row, the warp runs the causal softmax over it, then lanes split the head's
- * hs outputs and walk j ascending over the stored probabilities.
- * Fast later: K/V tiles in shared memory shared by the rows of a block (every (b,h) row reads the same
- * k[0..t], v[0..t]), q in registers, and the PV product as a tiled matmul per (b,h) with j ascending; the
- * order constraints are only along each dot product and along each row's sum, never across rows. */
-extern "C" __global__ void weft_tx_attn_fwd(weft_tx_attn_args p) {
-  const int lane = threadIdx.x & 31;
+/* Attention in tiles: a block of 256 threads takes one (b, h) and a tile of AT_T = 32 rows (tiles strided by
+ * gridDim.x); thread tid = 8r + g owns row r of the tile and the four columns g, g + 8, g + 16, g + 24 of
+ * each 32-wide column tile, with one accumulator per output. The operands pass through shared memory
+ * 32 x 32 at a time, so each value read from global memory serves 32 outputs, but every output is still one
+ * accumulator that starts at +0 and adds its products one by one in the reference's ascending order (the
+ * inner index runs over a tile, tiles ascending); only independent outputs run side by side. Products are
+ * one rounded multiply of the same two values (x * y and y * x are the same bits; a NaN is canonical when
+ * stored). */
+#define AT_T 32
+typedef float at_tile[AT_T][AT_T + 1];
+
+/* acc[m] = sum over i ascending (i < hs) of X[row0 + r][i] * Y[j0 + g + 8m][i]; X row t at X + t * ldx, Y row
+ * j at Y + j * ldy, rows up to T (beyond: zeros, results unused). */
+DEV void at_dots(at_tile &As, at_tile &Bs, const float *X, long long ldx, const float *Y, long long ldy, long long row0,
+                 long long j0, long long T, long long hs, float acc[4]) {
+  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7;
+#pragma unroll
+  for (int m = 0; m < 4; m++) acc[m] = 0.0f;
+  for (long long i0 = 0; i0 < hs; i0 += AT_T) {
+    const int ni = hs - i0 < AT_T ? (int)(hs - i0) : AT_T;
+    for (int e = tid; e < AT_T * AT_T; e += blockDim.x) {
+      const int rr = e >> 5, ii = e & 31;
+      As[rr][ii] = (row0 + rr < T && ii < ni) ? X[(row0 + rr) * ldx + i0 + ii] : 0.0f;
+      Bs[rr][ii] = (j0 + rr < T && ii < ni) ? Y[(j0 + rr) * ldy + i0 + ii] : 0.0f;
+    }
+    __syncthreads();
+    for (int ii = 0; ii < ni; ii++) {
+      const float x = As[r][ii];
+#pragma unroll
+      for (int m = 0; m < 4; m++) acc[m] = __fadd_rn(acc[m], __fmul_rn(x, Bs[g + 8 * m][ii]));
+    }
+    __syncthreads();
+  }
+}
+
+/* acc[m] += sum over k ascending of A(row, k) * Bm[k][g + 8m] for row = row0 + r, with k in [0, row] (GE false)
+ * or [row, T) (GE true). A(row, k) = A[row * lda + k], or A[k * lda + row] when TR; Bm row k at Bm + k * ldb,
+ * ni columns valid. */
+template <bool TR, bool GE>
+DEV void at_mm(at_tile &As, at_tile &Bs, const float *A, long long lda, const float *Bm, long long ldb, long long row0,
+               long long T, int ni, float acc[4]) {
+  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7;
+  const long long row = row0 + r;
+  const long long kend = GE ? T : (row0 + AT_T < T ? row0 + AT_T : T);
+  for (long long k0 = GE ? row0 : 0; k0 < kend; k0 += AT_T) {
+    for (int e = tid; e < AT_T * AT_T; e += blockDim.x) {
+      const int hi = e >> 5, lo = e & 31;
+      if (TR) { /* consecutive threads read consecutive rows: A is stored with the row index fastest */
+        const long long gr = row0 + lo, gk = k0 + hi;
+        As[lo][hi] = (gr < T && gk < T) ? A[gk * lda + gr] : 0.0f;
+      } else {
+        const long long gr = row0 + hi, gk = k0 + lo;
+        As[hi][lo] = (gr < T && gk < T) ? A[gr * lda + gk] : 0.0f;
+      }
+      Bs[hi][lo] = (k0 + hi < T && lo < ni) ? Bm[(k0 + hi) * ldb + lo] : 0.0f;
+    }
+    __syncthreads();
+    long long a0 = GE ? row - k0 : 0, a1 = GE ? T - k0 : row - k0 + 1;
+    if (a0 < 0) a0 = 0;
+    if (a1 > AT_T) a1 = AT_T;
+    for (int kk = (int)a0; kk < a1; kk++) {
+      const float x = As[r][kk];
+#pragma unroll
+      for (int m = 0; m < 4; m++) acc[m] = __fadd_rn(acc[m], __fmul_rn(x, Bs[kk][g + 8 * m]));
+    }
+    __syncthreads();
+  }
+}
+
+/* Forward, per tile: the scores of rows t against keys j <= t (q . k over i ascending, times scale) into att's
+ * rows; then one warp per row runs the causal softmax over its stored scores (preatt written first); then
+ * out[t][i] = sum over j <= t ascending of att[t][j] * v[j][i]. */
+extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_fwd(weft_tx_attn_args p) {
+  __shared__ at_tile As, Bs;
+  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7, lane = tid & 31, wid = tid >> 5, nw = blockDim.x >> 5;
   const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C;
   const float scale = w_rsqrtf((float)hs);
   const float *QKV = reinterpret_cast<const float *>(p.qkv);
   float *ATT = reinterpret_cast<float *>(p.att), *PRE = reinterpret_cast<float *>(p.preatt);
   float *OUT = reinterpret_cast<float *>(p.out);
-  for (long long row = WARP_ID; row < p.B * NH * T; row += WARPS) {
-    const long long t = row % T, bh = row / T, h = bh % NH, b = bh / NH;
-    const float *q = QKV + (b * T + t) * C3 + h * hs;
-    float *a = ATT + row * T;
-    for (long long j = lane; j <= t; j += 32) {
-      const float *k = QKV + (b * T + j) * C3 + C + h * hs;
-      float d = 0.0f;
-      for (long long i = 0; i < hs; i++) d = __fadd_rn(d, __fmul_rn(q[i], k[i]));
-      a[j] = __fmul_rn(d, scale);
+  const long long nt = (T + AT_T - 1) / AT_T;
+  for (long long tile = blockIdx.x; tile < p.B * NH * nt; tile += gridDim.x) {
+    const long long bh = tile / nt, row0 = (tile - bh * nt) * AT_T, h = bh % NH, b = bh / NH;
+    const float *Qb = QKV + b * T * C3 + h * hs; /* q row t at Qb + t * C3, k at + C, v at + 2C */
+    const long long t = row0 + r, kend = row0 + AT_T < T ? row0 + AT_T : T;
+    for (long long j0 = 0; j0 < kend; j0 += AT_T) {
+      float acc[4];
+      at_dots(As, Bs, Qb, C3, Qb + C, C3, row0, j0, T, hs, acc);
+      if (t < T) {
+        float *arow = ATT + (bh * T + t) * T;
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+          const long long j = j0 + g + 8 * m;
+          if (j <= t) arow[j] = __fmul_rn(acc[m], scale);
+        }
+      }
     }
-    __syncwarp();
-    if (PRE) {
-      float *pa = PRE + row * T;
-      for (long long j = lane; j <= t; j += 32) pa[j] = w_canon(a[j]);
-      for (long long j = t + 1 + lane; j < T; j += 32) pa[j] = __uint_as_float(0xff800000u);
+    __syncthreads(); /* the scores of the tile's rows, written by every thread, are read by the row warps */
+    for (int rr = wid; rr < AT_T; rr += nw) {
+      const long long tt = row0 + rr, n = tt + 1;
+      if (tt >= T) break;
+      float *a = ATT + (bh * T + tt) * T;
+      if (PRE) {
+        float *pa = PRE + (bh * T + tt) * T;
+        for (long long j = lane; j <= tt; j += 32) pa[j] = w_canon(a[j]);
+        for (long long j = tt + 1 + lane; j < T; j += 32) pa[j] = __uint_as_float(0xff800000u);
+      }
+      /* the scores are read by every lane below and overwritten only after the sum pass */
+      const float mx = warp_first_max([&](long long j) { return a[j]; }, n);
+      float sum = 0.0f;
+      for (long long base = 0; base < n; base += 32) {
+        const long long j = base + lane;
+        const float e = j < n ? w_expf(__fsub_rn(a[j], mx)) : 0.0f;
+        sum = warp_seq_add(sum, e, n - base < 32 ? (int)(n - base) : 32);
+      }
+      const float inv = w_recipf(sum);
+      __syncwarp();
+      for (long long j = lane; j < n; j += 32) a[j] = w_canon(__fmul_rn(w_expf(__fsub_rn(a[j], mx)), inv));
+      for (long long j = n + lane; j < T; j += 32) a[j] = 0.0f;
     }
-    /* the scores are read by every lane below and overwritten only after the sum pass */
-    const long long n = t + 1;
-    const float mx = warp_first_max([&](long long j) { return a[j]; }, n);
-    float sum = 0.0f;
-    for (long long base = 0; base < n; base += 32) {
-      const long long j = base + lane;
-      const float e = j < n ? w_expf(__fsub_rn(a[j], mx)) : 0.0f;
-      sum = warp_seq_add(sum, e, n - base < 32 ? (int)(n - base) : 32);
+    __syncthreads(); /* the probabilities are read by every thread below */
+    for (long long i0 = 0; i0 < hs; i0 += AT_T) {
+      const int ni = hs - i0 < AT_T ? (int)(hs - i0) : AT_T;
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      at_mm<false, false>(As, Bs, ATT + bh * T * T, T, Qb + 2 * C + i0, C3, row0, T, ni, acc);
+      if (t < T) {
+        float *o = OUT + (b * T + t) * C + h * hs + i0;
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+          if (g + 8 * m < ni) o[g + 8 * m] = w_canon(acc[m]);
+      }
     }
-    const float inv = w_recipf(sum);
-    for (long long j = lane; j < n; j += 32) a[j] = w_canon(__fmul_rn(w_expf(__fsub_rn(a[j], mx)), inv));
-    for (long long j = n + lane; j < T; j += 32) a[j] = 0.0f;
-    __syncwarp();
-    float *o = OUT + (b * T + t) * C + h * hs;
-    for (long long i = lane; i < hs; i += 32) {
-      float acc = 0.0f;
-      const float *v = QKV + b * T * C3 + 2 * C + h * hs + i;
-      for (long long j = 0; j <= t; j++) acc = __fadd_rn(acc, __fmul_rn(a[j], v[j * C3]));
-      o[i] = w_canon(acc);
-    }
-    __syncwarp();
   }
 }
 
-/* Backward, part 1: one warp per (b, h, t): ds[t][j] for j <= t (not canonicalised: scratch, as in the
- * reference). */
-extern "C" __global__ void weft_tx_attn_bwd_ds(weft_tx_attn_args p) {
-  const int lane = threadIdx.x & 31;
+/* Backward, part 1, per tile: datt[t][j] = sum over i ascending of v[j][i] * dout[t][i] (j <= t) into ds's
+ * rows, then one warp per row: dot = sum over j <= t ascending of att * datt, ds = (att * (datt - dot)) * scale
+ * (not canonicalised: scratch, as in the reference). */
+extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_bwd_ds(weft_tx_attn_args p) {
+  __shared__ at_tile As, Bs;
+  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7, lane = tid & 31, wid = tid >> 5, nw = blockDim.x >> 5;
   const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C;
   const float scale = w_rsqrtf((float)hs);
   const float *QKV = reinterpret_cast<const float *>(p.qkv), *ATT = reinterpret_cast<const float *>(p.att);
   const float *DOUT = reinterpret_cast<const float *>(p.dout);
   float *DS = reinterpret_cast<float *>(p.ds);
-  for (long long row = WARP_ID; row < p.B * NH * T; row += WARPS) {
-    const long long t = row % T, bh = row / T, h = bh % NH, b = bh / NH, n = t + 1;
-    const float *dout = DOUT + (b * T + t) * C + h * hs;
-    const float *a = ATT + row * T;
-    float *ds = DS + row * T;
-    float dot = 0.0f;
-    for (long long base = 0; base < n; base += 32) {
-      const long long j = base + lane;
-      float pd = 0.0f;
-      if (j < n) {
-        const float *v = QKV + (b * T + j) * C3 + 2 * C + h * hs;
-        float d = 0.0f;
-        for (long long i = 0; i < hs; i++) d = __fadd_rn(d, __fmul_rn(v[i], dout[i]));
-        ds[j] = d;
-        pd = __fmul_rn(a[j], d);
+  const long long nt = (T + AT_T - 1) / AT_T;
+  for (long long tile = blockIdx.x; tile < p.B * NH * nt; tile += gridDim.x) {
+    const long long bh = tile / nt, row0 = (tile - bh * nt) * AT_T, h = bh % NH, b = bh / NH;
+    const float *Vb = QKV + b * T * C3 + 2 * C + h * hs, *Db = DOUT + b * T * C + h * hs;
+    const long long t = row0 + r, kend = row0 + AT_T < T ? row0 + AT_T : T;
+    for (long long j0 = 0; j0 < kend; j0 += AT_T) {
+      float acc[4];
+      at_dots(As, Bs, Db, C, Vb, C3, row0, j0, T, hs, acc);
+      if (t < T) {
+        float *drow = DS + (bh * T + t) * T;
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+          const long long j = j0 + g + 8 * m;
+          if (j <= t) drow[j] = acc[m];
+        }
       }
-      dot = warp_seq_add(dot, pd, n - base < 32 ? (int)(n - base) : 32);
     }
-    for (long long j = lane; j < n; j += 32) {
-      const float g = __fmul_rn(a[j], __fsub_rn(ds[j], dot));
-      ds[j] = __fmul_rn(g, scale);
+    __syncthreads();
+    for (int rr = wid; rr < AT_T; rr += nw) {
+      const long long tt = row0 + rr, n = tt + 1;
+      if (tt >= T) break;
+      const float *a = ATT + (bh * T + tt) * T;
+      float *ds = DS + (bh * T + tt) * T;
+      float dot = 0.0f;
+      for (long long base = 0; base < n; base += 32) {
+        const long long j = base + lane;
+        const float pd = j < n ? __fmul_rn(a[j], ds[j]) : 0.0f;
+        dot = warp_seq_add(dot, pd, n - base < 32 ? (int)(n - base) : 32);
+      }
+      for (long long j = lane; j < n; j += 32) {
+        const float gg = __fmul_rn(a[j], __fsub_rn(ds[j], dot));
+        ds[j] = __fmul_rn(gg, scale);
+      }
     }
+    __syncthreads(); /* before the next tile's loads into shared memory (and its ds rows) */
   }
 }
 
-/* Backward, part 2: one thread per (b, h, t, i): dq walks j = 0..t, dk and dv walk u = t..T-1, ascending.
- * Fast later: tile over (t, i) with the ds/att columns and q/dout rows in shared memory (a matmul-shaped
- * kernel per (b,h), k-loop ascending as the exact matmul does). */
-extern "C" __global__ void weft_tx_attn_bwd_dqkv(weft_tx_attn_args p) {
+/* Backward, part 2, per tile of rows and 32 channels at a time: dq[t][i] = sum over j = 0..t ascending of
+ * ds[t][j] * k[j][i]; dk[j][i] = sum over t = j..T-1 ascending of ds[t][j] * q[t][i]; dv[j][i] = sum over
+ * t = j..T-1 ascending of att[t][j] * dout[t][i] (the tile's rows playing t for dq and j for dk, dv). */
+extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_bwd_dqkv(weft_tx_attn_args p) {
+  __shared__ at_tile As, Bs;
+  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7;
   const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C;
   const float *QKV = reinterpret_cast<const float *>(p.qkv), *ATT = reinterpret_cast<const float *>(p.att);
   const float *DOUT = reinterpret_cast<const float *>(p.dout), *DS = reinterpret_cast<const float *>(p.ds);
   float *DQKV = reinterpret_cast<float *>(p.dqkv);
-  const long long total = p.B * NH * T * hs;
-  for (long long e = GTID; e < total; e += GSTRIDE) {
-    const long long i = e % hs, t = (e / hs) % T, bh = e / (hs * T), h = bh % NH, b = bh / NH;
-    const float *ds = DS + bh * T * T, *ab = ATT + bh * T * T;
-    const float *Qc = QKV + b * T * C3 + h * hs + i; /* q[u][i] = Qc[u * C3] */
-    const float *Kc = Qc + C, *Do = DOUT + b * T * C + h * hs + i;
-    float acc = 0.0f;
-    for (long long j = 0; j <= t; j++) acc = __fadd_rn(acc, __fmul_rn(ds[t * T + j], Kc[j * C3]));
-    float ak = 0.0f, av = 0.0f;
-    for (long long u = t; u < T; u++) {
-      ak = __fadd_rn(ak, __fmul_rn(ds[u * T + t], Qc[u * C3]));
-      av = __fadd_rn(av, __fmul_rn(ab[u * T + t], Do[u * C]));
+  const long long nt = (T + AT_T - 1) / AT_T;
+  for (long long tile = blockIdx.x; tile < p.B * NH * nt; tile += gridDim.x) {
+    const long long bh = tile / nt, row0 = (tile - bh * nt) * AT_T, h = bh % NH, b = bh / NH;
+    const float *Qb = QKV + b * T * C3 + h * hs, *Db = DOUT + b * T * C + h * hs;
+    const float *dsb = DS + bh * T * T, *ab = ATT + bh * T * T;
+    const long long t = row0 + r;
+    for (long long i0 = 0; i0 < hs; i0 += AT_T) {
+      const int ni = hs - i0 < AT_T ? (int)(hs - i0) : AT_T;
+      float aq[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ak[4] = {0.0f, 0.0f, 0.0f, 0.0f}, av[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      at_mm<false, false>(As, Bs, dsb, T, Qb + C + i0, C3, row0, T, ni, aq);
+      at_mm<true, true>(As, Bs, dsb, T, Qb + i0, C3, row0, T, ni, ak);
+      at_mm<true, true>(As, Bs, ab, T, Db + i0, C, row0, T, ni, av);
+      if (t < T) {
+        float *dq = DQKV + (b * T + t) * C3 + h * hs + i0;
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+          const int i = g + 8 * m;
+          if (i < ni) {
+            dq[i] = w_canon(aq[m]);
+            dq[C + i] = w_canon(ak[m]);
+            dq[2 * C + i] = w_canon(av[m]);
+          }
+        }
+      }
     }
-    float *dq = DQKV + (b * T + t) * C3 + h * hs + i;
-    dq[0] = w_canon(acc);
-    dq[C] = w_canon(ak);
-    dq[2 * C] = w_canon(av);
   }
 }
 
 /* ---------------------------------------------------------------------------------- cross-entropy */
 
-/* mx and ls of row z[0..V) by a warp, as lse_row in reference_tx.c. */
-DEV void warp_lse(const float *z, long long V, float *mx_out, float *ls_out) {
-  const int lane = threadIdx.x & 31;
-  const float mx = warp_first_max([&](long long j) { return z[j]; }, V);
-  float s = 0.0f;
-  for (long long base = 0; base < V; base += 32) {
-    const long long j = base + lane;
-    const float e = j < V ? w_expf(__fsub_rn(z[j], mx)) : 0.0f;
-    s = warp_seq_add(s, e, V - base < 32 ? (int)(V - base) : 32);
-  }
-  *mx_out = mx;
-  *ls_out = w_logf(s);
+/* One row per block (rows strided by gridDim.x; blockDim a multiple of 32, at least 64: 256 is launched).
+ * mx and ls of row z[0..V) as lse_row in reference_tx.c:
+ * - the first maximum: every thread keeps the first maximum of its own strided elements (strict >,
+ *   ascending, starting from z[0] at index 0), then the warps and then thread 0 combine (value, index)
+ *   pairs keeping the larger value and, on equal values (-0 and +0 equal), the lower index. For z[0] not
+ *   NaN no NaN ever enters a pair, so "larger value, then lower index" is a total order on the pairs and
+ *   every combining tree ends at the same pair: the lowest index holding the largest non-NaN value, where
+ *   the reference's loop ends (warp_first_max's argument, across warps). With z[0] NaN the loop ends at z[0].
+ * - the sum: the exponentials are independent, so warps 1.. compute e[j] = w_expf(z[j] - mx) for a chunk
+ *   of XE_CHUNK columns into shared memory while thread 0 adds the previous chunk's, one by one in
+ *   ascending j, into the one accumulator that starts at +0 (double buffered; one barrier per chunk). The
+ *   adds are the reference's adds in the reference's order; only the exponentials moved to other threads.
+ * ls is left in *ls_out for thread 0 only (the others get it through shared memory when they need it). */
+#define XE_CHUNK 2048
+struct xe_shared {
+  float buf[2][XE_CHUNK];
+  float rv[32];
+  long long ri[32];
+  float bc[2];
+};
+
+DEV void xe_fill(float *dst, const float *z, long long j0, long long V, float mx, int t, int nt) {
+  const long long n = V - j0 < XE_CHUNK ? V - j0 : XE_CHUNK;
+  for (long long k = t; k < n; k += nt) dst[k] = w_expf(__fsub_rn(z[j0 + k], mx));
 }
 
-extern "C" __global__ void weft_tx_xent_fwd(weft_tx_xent_args p) {
-  const int lane = threadIdx.x & 31;
+DEV void block_lse(xe_shared &sh, const float *z, long long V, float *mx_out, float *ls_out) {
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, w = tid >> 5, nw = nt >> 5;
+  const float z0 = z[0];
+  float mx = z0;
+  if (z0 == z0) { /* the same branch in every thread of the block */
+    float best = z0;
+    long long bi = 0;
+    for (long long j = tid; j < V; j += nt) {
+      const float v = z[j];
+      if (v > best) best = v, bi = j;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(TX_FULL, best, off);
+      const long long oi = __shfl_xor_sync(TX_FULL, bi, off);
+      if (ov > best || (ov == best && oi < bi)) best = ov, bi = oi;
+    }
+    if (lane == 0) sh.rv[w] = best, sh.ri[w] = bi;
+    __syncthreads();
+    if (tid == 0) {
+      best = sh.rv[0], bi = sh.ri[0];
+      for (int q = 1; q < nw; q++)
+        if (sh.rv[q] > best || (sh.rv[q] == best && sh.ri[q] < bi)) best = sh.rv[q], bi = sh.ri[q];
+      sh.bc[0] = best;
+    }
+    __syncthreads();
+    mx = sh.bc[0];
+  }
+  const long long nch = (V + XE_CHUNK - 1) / XE_CHUNK;
+  xe_fill(sh.buf[0], z, 0, V, mx, tid, nt);
+  __syncthreads();
+  float s = 0.0f;
+  for (long long c = 0; c < nch; c++) {
+    if (w == 0) {
+      if (lane == 0) {
+        const float *bp = sh.buf[c & 1];
+        const long long rem = V - c * XE_CHUNK;
+        const int n = rem < XE_CHUNK ? (int)rem : XE_CHUNK;
+        int k = 0;
+#pragma unroll 4
+        for (; k + 4 <= n; k += 4) {
+          const float4 q = *reinterpret_cast<const float4 *>(bp + k);
+          s = __fadd_rn(s, q.x);
+          s = __fadd_rn(s, q.y);
+          s = __fadd_rn(s, q.z);
+          s = __fadd_rn(s, q.w);
+        }
+        for (; k < n; k++) s = __fadd_rn(s, bp[k]);
+      }
+    } else if (c + 1 < nch) {
+      xe_fill(sh.buf[(c + 1) & 1], z, (c + 1) * XE_CHUNK, V, mx, tid - 32, nt - 32);
+    }
+    __syncthreads(); /* chunk c+1 written, chunk c's buffer free for chunk c+2 */
+  }
+  *mx_out = mx;
+  *ls_out = w_logf(s); /* thread 0's */
+}
+
+extern "C" __global__ void __launch_bounds__(256) weft_tx_xent_fwd(weft_tx_xent_args p) {
+  __shared__ __align__(16) xe_shared sh;
   const float *Z = reinterpret_cast<const float *>(p.logits);
   const int *tg = reinterpret_cast<const int *>(p.targets);
   float *L = reinterpret_cast<float *>(p.losses);
-  for (long long n = WARP_ID; n < p.N; n += WARPS) {
+  for (long long n = blockIdx.x; n < p.N; n += gridDim.x) {
     const long long tgt = tg[n];
     if (tgt < 0 || tgt >= p.V) continue;
     const float *z = Z + n * p.V;
     float mx, ls;
-    warp_lse(z, p.V, &mx, &ls);
-    if (lane == 0) L[n] = w_canon(-__fsub_rn(__fsub_rn(z[tgt], mx), ls));
+    block_lse(sh, z, p.V, &mx, &ls);
+    if (threadIdx.x == 0) L[n] = w_canon(-__fsub_rn(__fsub_rn(z[tgt], mx), ls));
   }
 }
 
-extern "C" __global__ void weft_tx_xent_bwd(weft_tx_xent_args p) {
-  const int lane = threadIdx.x & 31;
+extern "C" __global__ void __launch_bounds__(256) weft_tx_xent_bwd(weft_tx_xent_args p) {
+  __shared__ __align__(16) xe_shared sh;
   const float *Z = reinterpret_cast<const float *>(p.logits), *DL = reinterpret_cast<const float *>(p.dloss);
   const int *tg = reinterpret_cast<const int *>(p.targets);
   float *G = reinterpret_cast<float *>(p.dlogits);
-  for (long long n = WARP_ID; n < p.N; n += WARPS) {
+  for (long long n = blockIdx.x; n < p.N; n += gridDim.x) {
     const long long tgt = tg[n];
     if (tgt < 0 || tgt >= p.V) continue;
     const float *z = Z + n * p.V;
     float *g = G + n * p.V;
     float mx, ls;
-    warp_lse(z, p.V, &mx, &ls);
+    block_lse(sh, z, p.V, &mx, &ls);
+    if (threadIdx.x == 0) sh.bc[1] = ls;
+    __syncthreads();
+    ls = sh.bc[1];
     const float dl = DL[n];
-    for (long long j = lane; j < p.V; j += 32) {
+    for (long long j = threadIdx.x; j < p.V; j += blockDim.x) {
       const float pr = w_expf(__fsub_rn(__fsub_rn(z[j], mx), ls));
       const float ind = j == tgt ? 1.0f : 0.0f;
       g[j] = w_canon(__fmul_rn(__fsub_rn(pr, ind), dl));
     }
+    __syncthreads(); /* bc[1] and the buffers are reused by the next row */
   }
 }
 
@@ -752,12 +949,35 @@ extern "C" __global__ void weft_tx_wmath_probe(weft_tx_gelu_args p) {
 
 /* -------------------------------------------------------------------------------- permute and copy */
 
+/* Bit copies. The permute's index arithmetic is 32-bit where the sizes allow it (a 64-bit division is a
+ * long software sequence); copy_slice walks (b, r) pairs over gridDim.y and the run of cols over x, 16 bytes at
+ * a time where both runs are 16-byte aligned. Either way every output element receives its source's bits. */
 extern "C" __global__ void weft_tx_permute(weft_tx_permute_args p) {
   const unsigned *in = reinterpret_cast<const unsigned *>(p.in);
   unsigned *out = reinterpret_cast<unsigned *>(p.out);
+  if (p.count <= 0x7fffffffLL) {
+    unsigned dims[6], strides[6];
+#pragma unroll
+    for (int k = 0; k < 6; k++)
+      dims[k] = k < p.rank ? (unsigned)p.out_dims[k] : 1u, strides[k] = k < p.rank ? (unsigned)p.in_stride[k] : 0u;
+    for (long long e = GTID; e < p.count; e += GSTRIDE) {
+      unsigned rem = (unsigned)e, off = 0;
+#pragma unroll
+      for (int k = 5; k >= 0; k--) {
+        if (k >= p.rank) continue;
+        const unsigned q = rem / dims[k];
+        off += (rem - q * dims[k]) * strides[k];
+        rem = q;
+      }
+      out[e] = in[off];
+    }
+    return;
+  }
   for (long long e = GTID; e < p.count; e += GSTRIDE) {
     long long rem = e, off = 0;
-    for (int k = p.rank - 1; k >= 0; k--) {
+#pragma unroll
+    for (int k = 5; k >= 0; k--) {
+      if (k >= p.rank) continue;
       const long long d = p.out_dims[k];
       const long long ik = rem % d;
       rem /= d;
@@ -770,9 +990,19 @@ extern "C" __global__ void weft_tx_permute(weft_tx_permute_args p) {
 extern "C" __global__ void weft_tx_copy_slice(weft_tx_copy_args p) {
   const unsigned *src = reinterpret_cast<const unsigned *>(p.src);
   unsigned *dst = reinterpret_cast<unsigned *>(p.dst);
-  const long long total = p.nb * p.rows * p.cols;
-  for (long long e = GTID; e < total; e += GSTRIDE) {
-    const long long c = e % p.cols, r = (e / p.cols) % p.rows, b = e / (p.cols * p.rows);
-    dst[p.dst_off + b * p.dst_bs + r * p.dst_rs + c] = src[p.src_off + b * p.src_bs + r * p.src_rs + c];
+  const long long x0 = (long long)blockIdx.x * blockDim.x + threadIdx.x, xs = (long long)gridDim.x * blockDim.x;
+  for (long long br = blockIdx.y; br < p.nb * p.rows; br += gridDim.y) {
+    const long long b = br / p.rows, r = br - b * p.rows;
+    const unsigned *s = src + p.src_off + b * p.src_bs + r * p.src_rs;
+    unsigned *d = dst + p.dst_off + b * p.dst_bs + r * p.dst_rs;
+    long long c0 = 0;
+    if (((reinterpret_cast<unsigned long long>(s) | reinterpret_cast<unsigned long long>(d)) & 15u) == 0) {
+      const long long n4 = p.cols >> 2;
+      const uint4 *s4 = reinterpret_cast<const uint4 *>(s);
+      uint4 *d4 = reinterpret_cast<uint4 *>(d);
+      for (long long c = x0; c < n4; c += xs) d4[c] = s4[c];
+      c0 = n4 << 2;
+    }
+    for (long long c = c0 + x0; c < p.cols; c += xs) d[c] = s[c];
   }
 }

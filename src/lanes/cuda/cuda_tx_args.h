@@ -36,8 +36,10 @@ typedef struct weft_tx_embed_args {
  *                            the segment of row r is the bt with idx[bt] == r, ascending.
  *                            fill: any grid, stride over BT; sort: any grid, stride over rows.
  *   weft_tx_embed_bwd_accum: table[r, c] = (...((table[r,c] + dout[bt0,c]) + dout[bt1,c])...) over the
- *                            segment in order. grid (ceil(C / blockDim.x), min(nrows, 65535)), rows
- *                            strided by gridDim.y; a block whose row is empty returns at once.
+ *                            segment in order. grid (ceil(C / blockDim.x), min(BT, 65535)): block y
+ *                            walks list positions i (strided by gridDim.y, i < start[nrows]) and does
+ *                            the row of list[i] where i is that row's first position, so only the
+ *                            rows that occur are visited, each by one block.
  * count must be zero before the first backward; the sort kernel zeroes it again, so the sequence leaves it
  * zero for the next one.
  * (The reference's order per element is exactly this: row r receives its contributions in ascending bt.) */
@@ -92,7 +94,9 @@ typedef struct weft_tx_attn_args {
   int64_t B, T, C, NH;
 } weft_tx_attn_args;
 
-/* Cross-entropy with int32 targets over logits [N,V]. One warp per row, rows strided over all warps.
+/* Cross-entropy with int32 targets over logits [N,V]. One block per row (blockDim 256; any multiple of 32
+ * from 64 up works), rows strided by gridDim.x: the max by a block reduction, the exponentials by warps
+ * 1.. into shared memory, their sum by thread 0 in ascending order.
  *   weft_tx_xent_fwd: losses[N].   weft_tx_xent_bwd: dlogits[N,V] from dloss[N].
  * Rows whose target is out of range are left unwritten. */
 typedef struct weft_tx_xent_args {
