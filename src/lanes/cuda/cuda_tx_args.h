@@ -81,13 +81,14 @@ typedef struct weft_tx_softmax_args {
   int32_t pad_;
 } weft_tx_softmax_args;
 
-/* Fused causal attention, qkv[B,T,3C], NH heads of hs = C/NH.
- *   weft_tx_attn_fwd: one warp per (b, h, t) row (rows strided over all warps): preatt (may be 0) and att
- *     [B,NH,T,T], out[B,T,C].
- *   weft_tx_attn_bwd_ds: one warp per (b, h, t) row: ds[B,NH,T,T] (scratch, the softmax backward of the
- *     row, only j <= t written) from dout, qkv, att.
- *   weft_tx_attn_bwd_dqkv: one thread per (b, h, t, i) (grid-stride over B*NH*T*hs): dqkv[B,T,3C] from ds,
- *     qkv, att, dout. */
+/* Fused causal attention, qkv[B,T,3C], NH heads of hs = C/NH. All three kernels: blockDim exactly 256, one
+ * block per (b, h) and tile of 32 rows (B*NH*ceil(T/32) tiles, strided by gridDim.x); operands staged through
+ * shared memory 32 x 32 at a time, each output one thread's accumulator in the reference's order.
+ *   weft_tx_attn_fwd: preatt (may be 0) and att [B,NH,T,T], out[B,T,C] (scores, then one warp per row for
+ *     the softmax, then att . v).
+ *   weft_tx_attn_bwd_ds: ds[B,NH,T,T] (scratch, the softmax backward of each row, only j <= t written) from
+ *     dout, qkv, att.
+ *   weft_tx_attn_bwd_dqkv: dqkv[B,T,3C] from ds, qkv, att, dout (the tile's rows are t for dq, j for dk, dv). */
 typedef struct weft_tx_attn_args {
   uint64_t out, preatt, att, qkv;
   uint64_t dqkv, dout, ds;
@@ -130,8 +131,9 @@ typedef struct weft_tx_clip_args {
  *     in_stride[k]] (in_stride[k]: the input's stride, in elements, of the axis that becomes out axis k).
  *     Any grid, grid-stride over the output.
  *   weft_tx_copy_slice: dst[dst_off + b*dst_bs + r*dst_rs + c] = src[src_off + b*src_bs + r*src_rs + c] for
- *     b < nb, r < rows, c < cols (a KV-cache append: rows T at row offset t0). Any grid, grid-stride over
- *     nb*rows*cols. */
+ *     b < nb, r < rows, c < cols (a KV-cache append: rows T at row offset t0). Any grid: (b, r) pairs
+ *     strided by gridDim.y, each run of cols by the x threads (16 bytes at a time where both runs are
+ *     16-byte aligned). */
 typedef struct weft_tx_permute_args {
   uint64_t out, in;
   int64_t count;
