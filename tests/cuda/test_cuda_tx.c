@@ -409,8 +409,8 @@ static void test_xent(void) {
     CUdeviceptr dz = dup_(z, nv * 4), dtg = dup_(tg, (size_t)N * 4), ddl = dup_(dl, (size_t)N * 4);
     CUdeviceptr dls = dalloc((size_t)N * 4), dg = dalloc(nv * 4);
     weft_tx_xent_args a = {dls, dz, dtg, dg, ddl, N, V};
-    launch("weft_tx_xent_fwd", grid_for(N, 1), 256, &a);
-    launch("weft_tx_xent_bwd", grid_for(N, 1), 256, &a);
+    launch("weft_tx_xent_fwd", grid_for(N, 1), 128, &a);
+    launch("weft_tx_xent_bwd", grid_for(N, 1), 128, &a);
     sync_("crossentropy");
     down(g, dls, (size_t)N * 4), compare(&f, "losses", g, wl, (size_t)N);
     down(g, dg, nv * 4), compare(&b, "dlogits", g, wg, nv);
@@ -602,11 +602,11 @@ static void r_at_b(void *c) {
 }
 static void r_xe_f(void *c) {
   tctx *x = c;
-  launch("weft_tx_xent_fwd", grid_for(x->xe.N, 1), 256, &x->xe);
+  launch("weft_tx_xent_fwd", grid_for(x->xe.N, 1), 128, &x->xe);
 }
 static void r_xe_b(void *c) {
   tctx *x = c;
-  launch("weft_tx_xent_bwd", grid_for(x->xe.N, 1), 256, &x->xe);
+  launch("weft_tx_xent_bwd", grid_for(x->xe.N, 1), 128, &x->xe);
 }
 static void r_adamw(void *c) {
   tctx *x = c;

@@ -378,9 +378,9 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     else a.dlogits = bptr(op->out[0]), a.dloss = bptr(op->in[2]);
     a.N = ip[0], a.V = ip[1];
     if (a.N == 0) return WEFT_OK;
-    /* a block per row, up to 8 blocks per SM (17 KB of shared memory each) */
+    /* a block of 128 per row, up to 16 blocks per SM (8.6 KB of shared memory each) */
     return PUSH(op->kind == WEFT_OP_CROSSENTROPY ? WEFT_CUK_TX_XENT_FWD : WEFT_CUK_TX_XENT_BWD,
-                stride_grid(d, (uint64_t)a.N, 1, 8), 1, 256, a);
+                stride_grid(d, (uint64_t)a.N, 1, 16), 1, 128, a);
   }
   case WEFT_OP_ADAMW: {
     weft_tx_adamw_args a;

@@ -766,7 +766,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_bwd_dqkv(weft_tx_
  *   ascending j, into the one accumulator that starts at +0 (double buffered; one barrier per chunk). The
  *   adds are the reference's adds in the reference's order; only the exponentials moved to other threads.
  * ls is left in *ls_out for thread 0 only (the others get it through shared memory when they need it). */
-#define XE_CHUNK 2048
+#define XE_CHUNK 1024
 struct xe_shared {
   float buf[2][XE_CHUNK];
   float rv[32];

@@ -95,8 +95,8 @@ typedef struct weft_tx_attn_args {
   int64_t B, T, C, NH;
 } weft_tx_attn_args;
 
-/* Cross-entropy with int32 targets over logits [N,V]. One block per row (blockDim 256; any multiple of 32
- * from 64 up works), rows strided by gridDim.x: the max by a block reduction, the exponentials by warps
+/* Cross-entropy with int32 targets over logits [N,V]. One block per row (blockDim 128; any multiple of 32
+ * from 64 to 256 works), rows strided by gridDim.x: the max by a block reduction, the exponentials by warps
  * 1.. into shared memory, their sum by thread 0 in ascending order.
  *   weft_tx_xent_fwd: losses[N].   weft_tx_xent_bwd: dlogits[N,V] from dloss[N].
  * Rows whose target is out of range are left unwritten. */

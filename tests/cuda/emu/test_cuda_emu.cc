@@ -121,8 +121,9 @@ static void xent(int64_t N, int64_t V, unsigned gx) {
   weft_ref_crossentropy_forward(l.data(), z.data(), tg.data(), N, V);
   weft_ref_crossentropy_backward(g.data(), z.data(), tg.data(), dl.data(), N, V);
   weft_tx_xent_args a{U(l2.data()), U(z.data()), U(tg.data()), U(g2.data()), U(dl.data()), N, V};
-  emu_launch(gx, 1, 256, [&] { weft_tx_xent_fwd(a); });
-  emu_launch(gx, 1, 256, [&] { weft_tx_xent_bwd(a); });
+  emu_launch(gx, 1, 128, [&] { weft_tx_xent_fwd(a); });
+  emu_launch(gx, 1, 64, [&] { weft_tx_xent_fwd(a); });  /* the smallest block it takes */
+  emu_launch(gx, 1, 128, [&] { weft_tx_xent_bwd(a); });
   cmp("xent loss", l.data(), l2.data(), N); cmp("xent dlogits", g.data(), g2.data(), N * V);
 }
 static void embb(int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, bool withpos) {
@@ -154,8 +155,22 @@ static void ln(int64_t N, int64_t C) {
   auto dg = rnd(C, -1, 1), db = rnd(C, -1, 1); auto dg2 = dg, db2 = db; std::vector<float> dx(N*C), dx2(N*C, 7.f);
   weft_ref_layernorm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), m.data(), rs.data(), ga.data(), N, C);
   a.dx = U(dx2.data()); a.dgamma = U(dg2.data()); a.dbeta = U(db2.data()); a.dy = U(dy.data());
+  emu_launch((unsigned)((C + 31) / 32), 1, 256, [&] { weft_tx_layernorm_bwd_dgb(a); });
   emu_launch(1, 1, 256, [&] { weft_tx_layernorm_bwd_dx(a); });
   cmp("ln dx", dx.data(), dx2.data(), dx.size());
+  cmp("ln dgamma", dg.data(), dg2.data(), C); cmp("ln dbeta", db.data(), db2.data(), C);
+}
+static void softmax(int64_t R, int64_t T) {
+  auto sc = rnd(R * T * T, -4, 4), dp = rnd(R * T * T, -1, 1);
+  std::vector<float> pr(sc.size()), pr2(sc.size(), 7.f), ds(sc.size()), ds2(sc.size(), 7.f);
+  const float scale = 0.125f;
+  weft_ref_causal_softmax_forward(pr.data(), sc.data(), R, T, scale);
+  weft_ref_causal_softmax_backward(ds.data(), pr.data(), dp.data(), R, T, scale);
+  weft_tx_softmax_args a{}; a.out = U(pr2.data()); a.in = U(sc.data()); a.R = R; a.T = T; a.scale = scale;
+  emu_launch((unsigned)((R * T + 7) / 8), 1, 256, [&] { weft_tx_softmax_fwd(a); });
+  weft_tx_softmax_args b = a; b.out = U(ds2.data()); b.in = U(pr.data()); b.in2 = U(dp.data());
+  emu_launch(3, 1, 256, [&] { weft_tx_softmax_bwd(b); });
+  cmp("softmax fwd", pr.data(), pr2.data(), pr.size()); cmp("softmax bwd", ds.data(), ds2.data(), ds.size());
 }
 static void copies() {
   // permute [2,3,4,5] -> perm (2,0,3,1)
@@ -179,6 +194,7 @@ static void copies() {
 }
 int main() {
   copies();
+  softmax(2, 45);
   ln(11, 77); ln(3, 64);
   embb(2, 5, 10, 13, 5, true); embb(3, 7, 130, 4, 7, false);
   xent(4, 5000, 4); xent(5, 7, 2); xent(3, 1, 5); xent(4, 4099, 2);
