@@ -221,8 +221,8 @@ extern "C" __global__ void weft_tx_embed_bwd_count(weft_tx_embed_bwd_args p) {
   }
 }
 
-/* One block of 1024 threads: start[r] = count[0] + ... + count[r-1] for r <= nrows (integers: any order is
- * exact); count is zeroed for the fill. */
+/* One block of 1024 threads (a multiple of 32, at most 1024): start[r] = count[0] + ... + count[r-1] for
+ * r <= nrows (integers: any order is exact); count is zeroed for the fill. */
 extern "C" __global__ void __launch_bounds__(1024) weft_tx_embed_bwd_scan(weft_tx_embed_bwd_args p) {
   __shared__ long long part[1024];
   int *count = reinterpret_cast<int *>(p.count);
@@ -233,18 +233,27 @@ extern "C" __global__ void __launch_bounds__(1024) weft_tx_embed_bwd_scan(weft_t
   const long long lo = tid * chunk < n ? tid * chunk : n, hi = lo + chunk < n ? lo + chunk : n;
   long long s = 0;
   for (long long r = lo; r < hi; r++) s += r < p.nrows ? count[r] : 0;
-  part[tid] = s;
+  /* exclusive prefix of the threads' chunk sums: a shuffle scan in each warp, then over the warps' totals */
+  const int lane = tid & 31, w = tid >> 5, nw = nt >> 5;
+  long long v = s;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const long long o = __shfl_up_sync(TX_FULL, v, off);
+    if (lane >= off) v += o;
+  }
+  if (lane == 31) part[w] = v;
   __syncthreads();
-  if (tid == 0) {
-    long long run = 0;
-    for (int i = 0; i < nt; i++) {
-      const long long v = part[i];
-      part[i] = run;
-      run += v;
+  if (w == 0) {
+    long long x = lane < nw ? part[lane] : 0;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const long long o = __shfl_up_sync(TX_FULL, x, off);
+      if (lane >= off) x += o;
     }
+    if (lane < nw) part[32 + lane] = x;
   }
   __syncthreads();
-  long long run = part[tid];
+  long long run = v - s + (w > 0 ? part[32 + w - 1] : 0);
   for (long long r = lo; r < hi; r++) {
     const long long c = r < p.nrows ? count[r] : 0;
     start[r] = (int)run;

@@ -44,6 +44,10 @@ template <class T> T shfl_from(T v, int src) {
   return r;
 }
 template <class T> T __shfl_sync(unsigned, T v, int src) { return shfl_from(v, src); }
+template <class T> T __shfl_up_sync(unsigned, T v, int d) {
+  const int l = (int)(threadIdx.x % 32);
+  return shfl_from(v, l >= d ? l - d : l);
+}
 template <class T> T __shfl_xor_sync(unsigned, T v, int off) { return shfl_from(v, (int)(threadIdx.x % 32) ^ off); }
 inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline int atomicMin(int *p, int v) { int o = *p; while (v < o && !__atomic_compare_exchange_n(p, &o, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {} return o; }
@@ -196,7 +200,7 @@ int main() {
   copies();
   softmax(2, 45);
   ln(11, 77); ln(3, 64);
-  embb(2, 5, 10, 13, 5, true); embb(3, 7, 130, 4, 7, false);
+  embb(2, 5, 10, 13, 5, true); embb(3, 7, 130, 4, 7, false); embb(4, 40, 9, 3000, 40, true);
   xent(4, 5000, 4); xent(5, 7, 2); xent(3, 1, 5); xent(4, 4099, 2);
   attn(1, 33, 64, 1, 2); attn(2, 70, 80, 2, 5);
   printf(fails ? "FAILURES %d\n" : "ALL OK\n", fails);
