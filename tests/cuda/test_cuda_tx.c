@@ -279,7 +279,7 @@ static void test_layernorm(void) {
     weft_tx_ln_args a;
     memset(&a, 0, sizeof a);
     a.y = dy_, a.mean = dm, a.rstd = dr, a.x = dx, a.gamma = dg, a.beta = db, a.N = N, a.C = C, a.eps = 1e-5f;
-    launch("weft_tx_layernorm_fwd", grid_rows(N), 256, &a);
+    launch("weft_tx_layernorm_fwd", grid_for(N, 32), 256, &a);
     sync_("layernorm fwd");
     float *gy = malloc(nc * 4), *gm = malloc((size_t)N * 4), *gr = malloc((size_t)N * 4);
     down(gy, dy_, nc * 4), down(gm, dm, (size_t)N * 4), down(gr, dr, (size_t)N * 4);
@@ -292,7 +292,7 @@ static void test_layernorm(void) {
     CUdeviceptr ddy = dup_(dyv, nc * 4), ddx = dalloc(nc * 4);
     CUdeviceptr ddg = dup_(dgam, (size_t)C * 4), ddb = dup_(dbet, (size_t)C * 4);
     a.dx = ddx, a.dgamma = ddg, a.dbeta = ddb, a.dy = ddy;
-    launch("weft_tx_layernorm_bwd_dx", grid_rows(N), 256, &a);
+    launch("weft_tx_layernorm_bwd_dx", grid_for(N, 32), 256, &a);
     launch("weft_tx_layernorm_bwd_dgb", grid_for(C, 32), 256, &a);
     sync_("layernorm bwd");
     float *gdx = malloc(nc * 4), *gdg = malloc((size_t)C * 4), *gdb = malloc((size_t)C * 4);
@@ -568,11 +568,11 @@ static void r_emb_b(void *c) {
 }
 static void r_ln_f(void *c) {
   tctx *x = c;
-  launch("weft_tx_layernorm_fwd", grid_rows(x->ln.N), 256, &x->ln);
+  launch("weft_tx_layernorm_fwd", grid_for(x->ln.N, 32), 256, &x->ln);
 }
 static void r_ln_b(void *c) {
   tctx *x = c;
-  launch("weft_tx_layernorm_bwd_dx", grid_rows(x->ln.N), 256, &x->ln);
+  launch("weft_tx_layernorm_bwd_dx", grid_for(x->ln.N, 32), 256, &x->ln);
   launch("weft_tx_layernorm_bwd_dgb", grid_for(x->ln.C, 32), 256, &x->ln);
 }
 static void r_gelu_f(void *c) {

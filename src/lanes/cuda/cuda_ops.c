@@ -316,7 +316,7 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     a.x = bptr(op->in[0]), a.gamma = bptr(op->in[1]), a.beta = bptr(op->in[2]);
     a.N = ip[0], a.C = ip[1], a.eps = fp[0];
     if (a.N == 0) return WEFT_OK;
-    return PUSH(WEFT_CUK_TX_LN_FWD, grid_rows(d, a.N), 1, 256, a);
+    return PUSH(WEFT_CUK_TX_LN_FWD, stride_grid(d, (uint64_t)a.N, 32, 6), 1, 256, a); /* 32 rows a block */
   }
   case WEFT_OP_LAYERNORM_BACKWARD: {
     weft_tx_ln_args a;
@@ -330,7 +330,7 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     if ((a.dgamma || a.dbeta) &&
         (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB, (uint64_t)((a.C + 31) / 32), 1, 256, a)) != WEFT_OK)
       return st;
-    return PUSH(WEFT_CUK_TX_LN_BWD_DX, grid_rows(d, a.N), 1, 256, a);
+    return PUSH(WEFT_CUK_TX_LN_BWD_DX, stride_grid(d, (uint64_t)a.N, 32, 6), 1, 256, a);
   }
   case WEFT_OP_GELU:
   case WEFT_OP_GELU_BACKWARD: {

@@ -315,83 +315,148 @@ extern "C" __global__ void weft_tx_embed_bwd_accum(weft_tx_embed_bwd_args p) {
 
 /* -------------------------------------------------------------------------------------- layernorm */
 
-extern "C" __global__ void weft_tx_layernorm_fwd(weft_tx_ln_args p) {
-  const int lane = threadIdx.x & 31;
+/* Layernorm: a block of 256 threads takes 32 rows (rows strided by the grid) and thread r of warp 0 makes
+ * row r's sums, one accumulator from +0 adding the columns in ascending order. Warps 1..7 stream the rows
+ * through shared memory LN_CH columns at a time (coalesced loads, computing the summands - x, (x - mean)^2,
+ * gamma * dy, (gamma * dy) * n - elementwise) while warp 0 adds the previous chunk's (double buffered, one
+ * barrier a chunk); a warp's reads of a chunk hit 32 different banks (rows padded to LN_CH + 1). Then every
+ * thread writes y or dx elementwise, a warp per row. Only independent outputs run side by side. */
+#define LN_R 32
+#define LN_CH 64
+struct ln_shared {
+  float t[2][2][LN_R][LN_CH + 1]; /* [buffer][summand][row][column] */
+  float mu[LN_R], rs[LN_R], a[LN_R], b[LN_R];
+};
+
+/* The summands of columns [c0, c0 + LN_CH) of rows r0.. into sh.t[buf]: kind 0 x, kind 1 (x - mu)^2, kind 2
+ * g = gamma * dy and g * n with n = (x - mu) * rs. Threads t0, t0 + nt, ... */
+DEV void ln_fill(ln_shared &sh, int buf, int kind, const weft_tx_ln_args &p, long long r0, int nr, long long c0,
+                 int t0, int nt) {
+  const long long C = p.C;
+  const float *X = reinterpret_cast<const float *>(p.x);
+  const float *DY = reinterpret_cast<const float *>(p.dy), *gamma = reinterpret_cast<const float *>(p.gamma);
+  const int nc = C - c0 < LN_CH ? (int)(C - c0) : LN_CH;
+  for (int e = t0; e < LN_R * LN_CH; e += nt) {
+    const int rr = e / LN_CH, cc = e - rr * LN_CH;
+    if (rr >= nr || cc >= nc) continue;
+    const long long i = (r0 + rr) * C + c0 + cc;
+    const float x = X[i];
+    if (kind == 0) {
+      sh.t[buf][0][rr][cc] = x;
+    } else if (kind == 1) {
+      const float d = __fsub_rn(x, sh.mu[rr]);
+      sh.t[buf][0][rr][cc] = __fmul_rn(d, d);
+    } else {
+      const float n = __fmul_rn(__fsub_rn(x, sh.mu[rr]), sh.rs[rr]);
+      const float g = __fmul_rn(gamma[c0 + cc], DY[i]);
+      sh.t[buf][0][rr][cc] = g;
+      sh.t[buf][1][rr][cc] = __fmul_rn(g, n);
+    }
+  }
+}
+
+/* Row r's sums (thread r of warp 0, r < nr) over all C columns: s0 of summand 0 and, for kind 2, s1 of
+ * summand 1, each ascending. */
+DEV void ln_sums(ln_shared &sh, int kind, const weft_tx_ln_args &p, long long r0, int nr, float *s0, float *s1) {
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, w = tid >> 5;
+  const long long C = p.C, nch = (C + LN_CH - 1) / LN_CH;
+  float a = 0.0f, b = 0.0f;
+  ln_fill(sh, 0, kind, p, r0, nr, 0, tid, nt);
+  __syncthreads();
+  for (long long ch = 0; ch < nch; ch++) {
+    const int buf = (int)(ch & 1);
+    if (w == 0) {
+      if (lane < nr) {
+        const int nc = C - ch * LN_CH < LN_CH ? (int)(C - ch * LN_CH) : LN_CH;
+        const float *u = sh.t[buf][0][lane], *v = sh.t[buf][1][lane];
+        if (kind == 2) {
+          for (int cc = 0; cc < nc; cc++) {
+            a = __fadd_rn(a, u[cc]);
+            b = __fadd_rn(b, v[cc]);
+          }
+        } else {
+#pragma unroll 8
+          for (int cc = 0; cc < nc; cc++) a = __fadd_rn(a, u[cc]);
+        }
+      }
+    } else if (ch + 1 < nch) {
+      ln_fill(sh, buf ^ 1, kind, p, r0, nr, (ch + 1) * LN_CH, tid - 32, nt - 32);
+    }
+    __syncthreads(); /* chunk ch+1 written; chunk ch's buffer free for ch+2 */
+  }
+  *s0 = a, *s1 = b;
+}
+
+extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd(weft_tx_ln_args p) {
+  __shared__ ln_shared sh;
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, nw = blockDim.x >> 5;
   const long long C = p.C;
   const float invC = w_recipf((float)C);
   const float *X = reinterpret_cast<const float *>(p.x);
   const float *gamma = reinterpret_cast<const float *>(p.gamma), *beta = reinterpret_cast<const float *>(p.beta);
   float *Y = reinterpret_cast<float *>(p.y);
   float *M = reinterpret_cast<float *>(p.mean), *RS = reinterpret_cast<float *>(p.rstd);
-  for (long long r = WARP_ID; r < p.N; r += WARPS) {
-    const float *x = X + r * C;
-    float *y = Y + r * C;
-    float s = 0.0f;
-    for (long long base = 0; base < C; base += 32) {
-      const long long c = base + lane;
-      const float v = c < C ? x[c] : 0.0f;
-      s = warp_seq_add(s, v, C - base < 32 ? (int)(C - base) : 32);
+  for (long long r0 = (long long)blockIdx.x * LN_R; r0 < p.N; r0 += (long long)gridDim.x * LN_R) {
+    const int nr = p.N - r0 < LN_R ? (int)(p.N - r0) : LN_R;
+    float s, unused;
+    ln_sums(sh, 0, p, r0, nr, &s, &unused);
+    if (w == 0 && lane < nr) sh.mu[lane] = __fmul_rn(s, invC);
+    __syncthreads();
+    ln_sums(sh, 1, p, r0, nr, &s, &unused);
+    if (w == 0 && lane < nr) {
+      const float var = __fmul_rn(s, invC);
+      const float rs = w_rsqrtf(__fadd_rn(var, p.eps));
+      sh.rs[lane] = rs;
+      if (M) M[r0 + lane] = w_canon(sh.mu[lane]);
+      if (RS) RS[r0 + lane] = w_canon(rs);
     }
-    const float mu = __fmul_rn(s, invC);
-    float v = 0.0f;
-    for (long long base = 0; base < C; base += 32) {
-      const long long c = base + lane;
-      float sq = 0.0f;
-      if (c < C) {
-        const float d = __fsub_rn(x[c], mu);
-        sq = __fmul_rn(d, d);
+    __syncthreads();
+    for (int rr = w; rr < nr; rr += nw) {
+      const float mu = sh.mu[rr], rs = sh.rs[rr];
+      const float *x = X + (r0 + rr) * C;
+      float *y = Y + (r0 + rr) * C;
+      for (long long c = lane; c < C; c += 32) {
+        const float n = __fmul_rn(__fsub_rn(x[c], mu), rs);
+        const float o = __fmul_rn(n, gamma[c]);
+        y[c] = w_canon(__fadd_rn(o, beta[c]));
       }
-      v = warp_seq_add(v, sq, C - base < 32 ? (int)(C - base) : 32);
     }
-    const float var = __fmul_rn(v, invC);
-    const float rs = w_rsqrtf(__fadd_rn(var, p.eps));
-    for (long long c = lane; c < C; c += 32) {
-      const float n = __fmul_rn(__fsub_rn(x[c], mu), rs);
-      const float o = __fmul_rn(n, gamma[c]);
-      y[c] = w_canon(__fadd_rn(o, beta[c]));
-    }
-    if (lane == 0) {
-      if (M) M[r] = w_canon(mu);
-      if (RS) RS[r] = w_canon(rs);
-    }
+    __syncthreads(); /* mu, rs and the buffers are reused by the next rows */
   }
 }
 
-extern "C" __global__ void weft_tx_layernorm_bwd_dx(weft_tx_ln_args p) {
-  const int lane = threadIdx.x & 31;
+/* mean and rstd are the forward's (read, as the reference reads them); a = (sum g) * invC, b = (sum g * n) *
+ * invC, dx = ((g - a) - n * b) * rstd. */
+extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_bwd_dx(weft_tx_ln_args p) {
+  __shared__ ln_shared sh;
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, nw = blockDim.x >> 5;
   const long long C = p.C;
   const float invC = w_recipf((float)C);
   const float *X = reinterpret_cast<const float *>(p.x), *DY = reinterpret_cast<const float *>(p.dy);
   const float *gamma = reinterpret_cast<const float *>(p.gamma);
   const float *M = reinterpret_cast<const float *>(p.mean), *RS = reinterpret_cast<const float *>(p.rstd);
   float *DX = reinterpret_cast<float *>(p.dx);
-  for (long long r = WARP_ID; r < p.N; r += WARPS) {
-    const float *x = X + r * C, *dy = DY + r * C;
-    float *dx = DX + r * C;
-    const float mu = M[r], rs = RS[r];
-    float a = 0.0f, b = 0.0f;
-    for (long long base = 0; base < C; base += 32) {
-      const long long c = base + lane;
-      float g = 0.0f, gn = 0.0f;
-      if (c < C) {
+  for (long long r0 = (long long)blockIdx.x * LN_R; r0 < p.N; r0 += (long long)gridDim.x * LN_R) {
+    const int nr = p.N - r0 < LN_R ? (int)(p.N - r0) : LN_R;
+    if (tid < nr) sh.mu[tid] = M[r0 + tid], sh.rs[tid] = RS[r0 + tid];
+    __syncthreads();
+    float sa, sb;
+    ln_sums(sh, 2, p, r0, nr, &sa, &sb);
+    if (w == 0 && lane < nr) sh.a[lane] = __fmul_rn(sa, invC), sh.b[lane] = __fmul_rn(sb, invC);
+    __syncthreads();
+    for (int rr = w; rr < nr; rr += nw) {
+      const float mu = sh.mu[rr], rs = sh.rs[rr], a = sh.a[rr], b = sh.b[rr];
+      const float *x = X + (r0 + rr) * C, *dy = DY + (r0 + rr) * C;
+      float *dx = DX + (r0 + rr) * C;
+      for (long long c = lane; c < C; c += 32) {
         const float n = __fmul_rn(__fsub_rn(x[c], mu), rs);
-        g = __fmul_rn(gamma[c], dy[c]);
-        gn = __fmul_rn(g, n);
+        const float g = __fmul_rn(gamma[c], dy[c]);
+        const float nb = __fmul_rn(n, b);
+        const float t = __fsub_rn(__fsub_rn(g, a), nb);
+        dx[c] = w_canon(__fmul_rn(t, rs));
       }
-      /* two independent chains, each in index order (warp_seq_add's unrolled path for full groups) */
-      const int cnt = C - base < 32 ? (int)(C - base) : 32;
-      a = warp_seq_add(a, g, cnt);
-      b = warp_seq_add(b, gn, cnt);
     }
-    a = __fmul_rn(a, invC);
-    b = __fmul_rn(b, invC);
-    for (long long c = lane; c < C; c += 32) {
-      const float n = __fmul_rn(__fsub_rn(x[c], mu), rs);
-      const float g = __fmul_rn(gamma[c], dy[c]);
-      const float nb = __fmul_rn(n, b);
-      const float t = __fsub_rn(__fsub_rn(g, a), nb);
-      dx[c] = w_canon(__fmul_rn(t, rs));
-    }
+    __syncthreads();
   }
 }
 

@@ -50,9 +50,10 @@ typedef struct weft_tx_embed_bwd_args {
 } weft_tx_embed_bwd_args;
 
 /* Layernorm.
- *   weft_tx_layernorm_fwd: one warp per row (rows strided over all warps of the grid), blockDim a multiple of
- *     32: y[N,C], mean[N], rstd[N] (mean/rstd may be 0) from x, gamma, beta.
- *   weft_tx_layernorm_bwd_dx: one warp per row likewise: dx[N,C] from dy, x, mean, rstd, gamma.
+ *   weft_tx_layernorm_fwd: blockDim 256 (a multiple of 32 from 64 to 1024 works), 32 rows a block (rows
+ *     strided by the grid): one thread per row makes its sums from shared memory, the other warps stream the
+ *     rows in: y[N,C], mean[N], rstd[N] (mean/rstd may be 0) from x, gamma, beta.
+ *   weft_tx_layernorm_bwd_dx: the same shape: dx[N,C] from dy, x, mean, rstd, gamma.
  *   weft_tx_layernorm_bwd_dgb: blockDim 256, grid ceil(C/32) (32 channels a block, strided by the grid):
  *     one thread per channel adds the rows ascending: dgamma[C] and dbeta[C] accumulated (either may be 0). */
 typedef struct weft_tx_ln_args {

@@ -149,18 +149,18 @@ static void embb(int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, bool wit
   cmp("embed dwte", wte.data(), wte2.data(), wte.size()); cmp("embed dwpe", wpe.data(), wpe2.data(), wpe.size());
   int nz = 0; for (auto c : cnt) nz += c != 0; printf("   count left nonzero: %d\n", nz); if (nz) fails++;
 }
-static void ln(int64_t N, int64_t C) {
+static void ln(int64_t N, int64_t C, unsigned gx) {
   auto x = rnd(N*C, -3, 3), ga = rnd(C, -1, 1), be = rnd(C, -1, 1), dy = rnd(N*C, -1, 1);
   std::vector<float> y(N*C), m(N), rs(N), y2(N*C, 7.f), m2(N, 7.f), rs2(N, 7.f);
   weft_ref_layernorm_forward(y.data(), m.data(), rs.data(), x.data(), ga.data(), be.data(), N, C, 1e-5f);
   weft_tx_ln_args a{}; a.y = U(y2.data()); a.mean = U(m2.data()); a.rstd = U(rs2.data()); a.x = U(x.data()); a.gamma = U(ga.data()); a.beta = U(be.data()); a.N = N; a.C = C; a.eps = 1e-5f;
-  emu_launch(1, 1, 256, [&] { weft_tx_layernorm_fwd(a); });
+  emu_launch(gx, 1, 256, [&] { weft_tx_layernorm_fwd(a); });
   cmp("ln y", y.data(), y2.data(), y.size()); cmp("ln mean", m.data(), m2.data(), N); cmp("ln rstd", rs.data(), rs2.data(), N);
   auto dg = rnd(C, -1, 1), db = rnd(C, -1, 1); auto dg2 = dg, db2 = db; std::vector<float> dx(N*C), dx2(N*C, 7.f);
   weft_ref_layernorm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), m.data(), rs.data(), ga.data(), N, C);
   a.dx = U(dx2.data()); a.dgamma = U(dg2.data()); a.dbeta = U(db2.data()); a.dy = U(dy.data());
   emu_launch((unsigned)((C + 31) / 32), 1, 256, [&] { weft_tx_layernorm_bwd_dgb(a); });
-  emu_launch(1, 1, 256, [&] { weft_tx_layernorm_bwd_dx(a); });
+  emu_launch(gx, 1, 256, [&] { weft_tx_layernorm_bwd_dx(a); });
   cmp("ln dx", dx.data(), dx2.data(), dx.size());
   cmp("ln dgamma", dg.data(), dg2.data(), C); cmp("ln dbeta", db.data(), db2.data(), C);
 }
@@ -199,7 +199,7 @@ static void copies() {
 int main() {
   copies();
   softmax(2, 45);
-  ln(11, 77); ln(3, 64);
+  ln(11, 77, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3);
   embb(2, 5, 10, 13, 5, true); embb(3, 7, 130, 4, 7, false); embb(4, 40, 9, 3000, 40, true);
   xent(4, 5000, 4); xent(5, 7, 2); xent(3, 1, 5); xent(4, 4099, 2);
   attn(1, 33, 64, 1, 2); attn(2, 70, 80, 2, 5);
