@@ -186,6 +186,16 @@ static void copies() {
     y[((i0 * d[pm[1]] + i1) * d[pm[2]] + i2) * d[pm[3]] + i3] = x[i0 * xs[pm[0]] + i1 * xs[pm[1]] + i2 * xs[pm[2]] + i3 * xs[pm[3]]];
   emu_launch(1, 1, 256, [&] { weft_tx_permute(a); });
   cmp("permute", y.data(), y2.data(), 120);
+  {  /* [2,3,5,8] -> (1,2,0,3): the last axis stays, 8 long: the 16-byte path */
+    int64_t e[4] = {2, 3, 5, 8}, es[4] = {120, 40, 8, 1}; int q[4] = {1, 2, 0, 3};
+    std::vector<float> u = rnd(240, -1, 1), v(240), v2(240, 7.f);
+    weft_tx_permute_args b{}; b.out = U(v2.data()); b.in = U(u.data()); b.count = 240; b.rank = 4;
+    for (int k = 0; k < 4; k++) b.out_dims[k] = e[q[k]], b.in_stride[k] = es[q[k]];
+    for (int i0 = 0; i0 < e[q[0]]; i0++) for (int i1 = 0; i1 < e[q[1]]; i1++) for (int i2 = 0; i2 < e[q[2]]; i2++) for (int i3 = 0; i3 < e[q[3]]; i3++)
+      v[((i0 * e[q[1]] + i1) * e[q[2]] + i2) * e[q[3]] + i3] = u[i0 * es[q[0]] + i1 * es[q[1]] + i2 * es[q[2]] + i3 * es[q[3]]];
+    emu_launch(1, 1, 32, [&] { weft_tx_permute(b); });
+    cmp("permute (16-byte)", v.data(), v2.data(), 240);
+  }
   for (int off = 0; off < 3; off++) {
     int64_t outer = 3, sl = 5, dl = 9, inner = 7 + off;
     auto src = rnd(outer * sl * inner, -1, 1); std::vector<float> dst(outer * dl * inner + 8, 1.f), dst2 = dst;
