@@ -548,22 +548,40 @@ extern "C" __global__ void weft_tx_gelu_bwd(weft_tx_gelu_args p) {
 
 /* ---------------------------------------------------------------------------------- causal softmax */
 
-/* One causal softmax row by a warp: z(j) the already scaled score of column j <= t; p[0..T) written:
- * canonical e[j] * recip(sum) for j <= t, +0 after. The exponentials are computed twice (the sum, then the
- * store): the same function of the same bits, so the same values the reference stores and sums. */
-template <typename Z> DEV void warp_softmax_row(float *p, Z z, long long t, long long T) {
+/* The rest of a causal softmax row by a warp, once mx is known: the lanes store e[j] = w_expf(z(j) - mx) into
+ * p[j] (j < n; z(j) is read before p[j] is written, by the same lane, so p may be the scores' own row),
+ * lane 0 adds p[0..n) one by one in ascending order (one accumulator from +0, no shuffle per element), and
+ * the lanes scale their own e[j] by recip(sum): the reference's e, sum and p = e * recip(sum), bit for bit.
+ * Columns n..T-1 get +0. */
+template <typename Z> DEV void warp_softmax_tail(float *p, Z z, float mx, long long n, long long T) {
   const int lane = threadIdx.x & 31;
+  __syncwarp(); /* every lane has finished reading the row for the max */
+  for (long long j = lane; j < n; j += 32) p[j] = w_expf(__fsub_rn(z(j), mx));
+  __syncwarp(); /* the e[j] are visible to lane 0 */
+  float sum = 0.0f;
+  if (lane == 0) {
+    long long j = 0;
+    for (; j + 4 <= n; j += 4) {
+      const float e0 = p[j], e1 = p[j + 1], e2 = p[j + 2], e3 = p[j + 3];
+      sum = __fadd_rn(sum, e0);
+      sum = __fadd_rn(sum, e1);
+      sum = __fadd_rn(sum, e2);
+      sum = __fadd_rn(sum, e3);
+    }
+    for (; j < n; j++) sum = __fadd_rn(sum, p[j]);
+  }
+  sum = __shfl_sync(TX_FULL, sum, 0);
+  const float inv = w_recipf(sum);
+  for (long long j = lane; j < n; j += 32) p[j] = w_canon(__fmul_rn(p[j], inv));
+  for (long long j = n + lane; j < T; j += 32) p[j] = 0.0f;
+}
+
+/* One causal softmax row by a warp: z(j) the already scaled score of column j <= t; p[0..T) written:
+ * canonical e[j] * recip(sum) for j <= t, +0 after. */
+template <typename Z> DEV void warp_softmax_row(float *p, Z z, long long t, long long T) {
   const long long n = t + 1;
   const float mx = warp_first_max(z, n);
-  float sum = 0.0f;
-  for (long long base = 0; base < n; base += 32) {
-    const long long j = base + lane;
-    const float e = j < n ? w_expf(__fsub_rn(z(j), mx)) : 0.0f;
-    sum = warp_seq_add(sum, e, n - base < 32 ? (int)(n - base) : 32);
-  }
-  const float inv = w_recipf(sum);
-  for (long long j = lane; j < n; j += 32) p[j] = w_canon(__fmul_rn(w_expf(__fsub_rn(z(j), mx)), inv));
-  for (long long j = n + lane; j < T; j += 32) p[j] = 0.0f;
+  warp_softmax_tail(p, z, mx, n, T);
 }
 
 extern "C" __global__ void weft_tx_softmax_fwd(weft_tx_softmax_args p) {
@@ -710,18 +728,8 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_fwd(weft_tx_attn_
         for (long long j = lane; j <= tt; j += 32) pa[j] = w_canon(a[j]);
         for (long long j = tt + 1 + lane; j < T; j += 32) pa[j] = __uint_as_float(0xff800000u);
       }
-      /* the scores are read by every lane below and overwritten only after the sum pass */
       const float mx = warp_first_max([&](long long j) { return a[j]; }, n);
-      float sum = 0.0f;
-      for (long long base = 0; base < n; base += 32) {
-        const long long j = base + lane;
-        const float e = j < n ? w_expf(__fsub_rn(a[j], mx)) : 0.0f;
-        sum = warp_seq_add(sum, e, n - base < 32 ? (int)(n - base) : 32);
-      }
-      const float inv = w_recipf(sum);
-      __syncwarp();
-      for (long long j = lane; j < n; j += 32) a[j] = w_canon(__fmul_rn(w_expf(__fsub_rn(a[j], mx)), inv));
-      for (long long j = n + lane; j < T; j += 32) a[j] = 0.0f;
+      warp_softmax_tail(a, [&](long long j) { return a[j]; }, mx, n, T);
     }
     __syncthreads(); /* the probabilities are read by every thread below */
     for (long long i0 = 0; i0 < hs; i0 += AT_T) {
