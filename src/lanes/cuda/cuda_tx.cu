@@ -576,6 +576,25 @@ template <typename Z> DEV void warp_softmax_tail(float *p, Z z, float mx, long l
   for (long long j = n + lane; j < T; j += 32) p[j] = 0.0f;
 }
 
+/* dot = sum over j < n ascending of x[j] * y[j], one accumulator from +0, made by lane 0 and returned to every
+ * lane (the shuffle also holds the other lanes until lane 0 has read the row, so they may overwrite it). */
+DEV float lane0_dot(const float *x, const float *y, long long n) {
+  float dot = 0.0f;
+  if ((threadIdx.x & 31) == 0) {
+    long long j = 0;
+    for (; j + 4 <= n; j += 4) {
+      const float p0 = __fmul_rn(x[j], y[j]), p1 = __fmul_rn(x[j + 1], y[j + 1]);
+      const float p2 = __fmul_rn(x[j + 2], y[j + 2]), p3 = __fmul_rn(x[j + 3], y[j + 3]);
+      dot = __fadd_rn(dot, p0);
+      dot = __fadd_rn(dot, p1);
+      dot = __fadd_rn(dot, p2);
+      dot = __fadd_rn(dot, p3);
+    }
+    for (; j < n; j++) dot = __fadd_rn(dot, __fmul_rn(x[j], y[j]));
+  }
+  return __shfl_sync(TX_FULL, dot, 0);
+}
+
 /* One causal softmax row by a warp: z(j) the already scaled score of column j <= t; p[0..T) written:
  * canonical e[j] * recip(sum) for j <= t, +0 after. */
 template <typename Z> DEV void warp_softmax_row(float *p, Z z, long long t, long long T) {
@@ -605,12 +624,7 @@ extern "C" __global__ void weft_tx_softmax_bwd(weft_tx_softmax_args p) {
     const long long t = row % T, n = t + 1;
     const float *pr = PR + row * T, *dp = DP + row * T;
     float *ds = DS + row * T;
-    float dot = 0.0f;
-    for (long long base = 0; base < n; base += 32) {
-      const long long j = base + lane;
-      const float pd = j < n ? __fmul_rn(pr[j], dp[j]) : 0.0f;
-      dot = warp_seq_add(dot, pd, n - base < 32 ? (int)(n - base) : 32);
-    }
+    const float dot = lane0_dot(pr, dp, n);
     for (long long j = lane; j < n; j += 32) {
       const float g = __fmul_rn(pr[j], __fsub_rn(dp[j], dot));
       ds[j] = w_canon(__fmul_rn(g, p.scale));
@@ -780,12 +794,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_bwd_ds(weft_tx_at
       if (tt >= T) break;
       const float *a = ATT + (bh * T + tt) * T;
       float *ds = DS + (bh * T + tt) * T;
-      float dot = 0.0f;
-      for (long long base = 0; base < n; base += 32) {
-        const long long j = base + lane;
-        const float pd = j < n ? __fmul_rn(a[j], ds[j]) : 0.0f;
-        dot = warp_seq_add(dot, pd, n - base < 32 ? (int)(n - base) : 32);
-      }
+      const float dot = lane0_dot(a, ds, n);
       for (long long j = lane; j < n; j += 32) {
         const float gg = __fmul_rn(a[j], __fsub_rn(ds[j], dot));
         ds[j] = __fmul_rn(gg, scale);
