@@ -216,7 +216,7 @@ static void test_embedding(void) {
       launch("weft_tx_embed_bwd_scan", 1, 1024, &ba);
       launch("weft_tx_embed_bwd_fill", grid_for(BT, 256), 256, &ba);
       launch("weft_tx_embed_bwd_sort", grid_for(ba.nrows, 256), 256, &ba);
-      launch2("weft_tx_embed_bwd_accum", (unsigned)((C + 127) / 128), ba.nrows < 65535 ? (unsigned)ba.nrows : 65535,
+      launch2("weft_tx_embed_bwd_accum", (unsigned)((C + 127) / 128), BT < 65535 ? (unsigned)BT : 65535,
               128, &ba);
     }
     sync_("embedding bwd");
@@ -279,7 +279,7 @@ static void test_layernorm(void) {
     weft_tx_ln_args a;
     memset(&a, 0, sizeof a);
     a.y = dy_, a.mean = dm, a.rstd = dr, a.x = dx, a.gamma = dg, a.beta = db, a.N = N, a.C = C, a.eps = 1e-5f;
-    launch("weft_tx_layernorm_fwd", grid_rows(N), 256, &a);
+    launch("weft_tx_layernorm_fwd", grid_for(N, 32), 256, &a);
     sync_("layernorm fwd");
     float *gy = malloc(nc * 4), *gm = malloc((size_t)N * 4), *gr = malloc((size_t)N * 4);
     down(gy, dy_, nc * 4), down(gm, dm, (size_t)N * 4), down(gr, dr, (size_t)N * 4);
@@ -292,7 +292,7 @@ static void test_layernorm(void) {
     CUdeviceptr ddy = dup_(dyv, nc * 4), ddx = dalloc(nc * 4);
     CUdeviceptr ddg = dup_(dgam, (size_t)C * 4), ddb = dup_(dbet, (size_t)C * 4);
     a.dx = ddx, a.dgamma = ddg, a.dbeta = ddb, a.dy = ddy;
-    launch("weft_tx_layernorm_bwd_dx", grid_rows(N), 256, &a);
+    launch("weft_tx_layernorm_bwd_dx", grid_for(N, 32), 256, &a);
     launch("weft_tx_layernorm_bwd_dgb", grid_for(C, 32), 256, &a);
     sync_("layernorm bwd");
     float *gdx = malloc(nc * 4), *gdg = malloc((size_t)C * 4), *gdb = malloc((size_t)C * 4);
@@ -409,8 +409,8 @@ static void test_xent(void) {
     CUdeviceptr dz = dup_(z, nv * 4), dtg = dup_(tg, (size_t)N * 4), ddl = dup_(dl, (size_t)N * 4);
     CUdeviceptr dls = dalloc((size_t)N * 4), dg = dalloc(nv * 4);
     weft_tx_xent_args a = {dls, dz, dtg, dg, ddl, N, V};
-    launch("weft_tx_xent_fwd", grid_rows(N), 256, &a);
-    launch("weft_tx_xent_bwd", grid_rows(N), 256, &a);
+    launch("weft_tx_xent_fwd", grid_for(N, 1), 128, &a);
+    launch("weft_tx_xent_bwd", grid_for(N, 1), 128, &a);
     sync_("crossentropy");
     down(g, dls, (size_t)N * 4), compare(&f, "losses", g, wl, (size_t)N);
     down(g, dg, nv * 4), compare(&b, "dlogits", g, wg, nv);
@@ -568,15 +568,15 @@ static void r_emb_b(void *c) {
   launch("weft_tx_embed_bwd_fill", grid_for(x->eb.BT, 256), 256, &x->eb);
   launch("weft_tx_embed_bwd_sort", grid_for(x->eb.nrows, 256), 256, &x->eb);
   launch2("weft_tx_embed_bwd_accum", (unsigned)((x->eb.C + 127) / 128),
-          x->eb.nrows < 65535 ? (unsigned)x->eb.nrows : 65535, 128, &x->eb);
+          x->eb.BT < 65535 ? (unsigned)x->eb.BT : 65535, 128, &x->eb);
 }
 static void r_ln_f(void *c) {
   tctx *x = c;
-  launch("weft_tx_layernorm_fwd", grid_rows(x->ln.N), 256, &x->ln);
+  launch("weft_tx_layernorm_fwd", grid_for(x->ln.N, 32), 256, &x->ln);
 }
 static void r_ln_b(void *c) {
   tctx *x = c;
-  launch("weft_tx_layernorm_bwd_dx", grid_rows(x->ln.N), 256, &x->ln);
+  launch("weft_tx_layernorm_bwd_dx", grid_for(x->ln.N, 32), 256, &x->ln);
   launch("weft_tx_layernorm_bwd_dgb", grid_for(x->ln.C, 32), 256, &x->ln);
 }
 static void r_gelu_f(void *c) {
@@ -606,11 +606,11 @@ static void r_at_b(void *c) {
 }
 static void r_xe_f(void *c) {
   tctx *x = c;
-  launch("weft_tx_xent_fwd", grid_rows(x->xe.N), 256, &x->xe);
+  launch("weft_tx_xent_fwd", grid_for(x->xe.N, 1), 128, &x->xe);
 }
 static void r_xe_b(void *c) {
   tctx *x = c;
-  launch("weft_tx_xent_bwd", grid_rows(x->xe.N), 256, &x->xe);
+  launch("weft_tx_xent_bwd", grid_for(x->xe.N, 1), 128, &x->xe);
 }
 static void r_adamw(void *c) {
   tctx *x = c;

@@ -254,6 +254,11 @@ static uint64_t bptr(const weft_buffer *b) { return b ? ((const weft_cu_buf *)b)
 static uint64_t grid_elems(const weft_cu_dev *d, int64_t n) { return stride_grid(d, (uint64_t)(n > 0 ? n : 1), 256, 32); }
 static uint64_t grid_rows(const weft_cu_dev *d, int64_t rows) { return stride_grid(d, (uint64_t)(rows > 0 ? rows : 1), 8, 16); }
 
+/* Attention's kernels: a block of 256 threads per (b, h) and tile of 32 rows, tiles strided by the grid. */
+static uint64_t grid_attn(const weft_cu_dev *d, const weft_tx_attn_args *a) {
+  return stride_grid(d, (uint64_t)(a->B * a->NH * ((a->T + 31) / 32)), 1, 64);
+}
+
 /* One kernel launch whose argument block is `args` (`size` bytes) into the item's union. */
 static weft_status push_tx(weft_cu_dev *d, int fn, uint64_t gx, uint32_t gy, uint32_t block, const void *args,
                            size_t size) {
@@ -296,7 +301,7 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
       a.table = bptr(op->out[tab]), a.dout = bptr(op->in[0]), a.idx = bptr(op->in[tab ? 2 : 1]);
       a.count = cnt, a.start = start, a.list = list;
       a.BT = BT, a.T = T, a.C = C, a.nrows = tab ? ip[4] : ip[3];
-      uint32_t gy = a.nrows < 65535 ? (uint32_t)a.nrows : 65535;
+      uint32_t gy = BT < 65535 ? (uint32_t)BT : 65535; /* list positions; only the rows that occur */
       if ((st = PUSH(WEFT_CUK_TX_EMBED_BWD_COUNT, grid_elems(d, BT), 1, 256, a)) != WEFT_OK ||
           (st = PUSH(WEFT_CUK_TX_EMBED_BWD_SCAN, 1, 1, 1024, a)) != WEFT_OK ||
           (st = PUSH(WEFT_CUK_TX_EMBED_BWD_FILL, grid_elems(d, BT), 1, 256, a)) != WEFT_OK ||
@@ -313,7 +318,7 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     a.x = bptr(op->in[0]), a.gamma = bptr(op->in[1]), a.beta = bptr(op->in[2]);
     a.N = ip[0], a.C = ip[1], a.eps = fp[0];
     if (a.N == 0) return WEFT_OK;
-    return PUSH(WEFT_CUK_TX_LN_FWD, grid_rows(d, a.N), 1, 256, a);
+    return PUSH(WEFT_CUK_TX_LN_FWD, stride_grid(d, (uint64_t)a.N, 32, 6), 1, 256, a); /* 32 rows a block */
   }
   case WEFT_OP_LAYERNORM_BACKWARD: {
     weft_tx_ln_args a;
@@ -327,7 +332,7 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     if ((a.dgamma || a.dbeta) &&
         (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB, (uint64_t)((a.C + 31) / 32), 1, 256, a)) != WEFT_OK)
       return st;
-    return PUSH(WEFT_CUK_TX_LN_BWD_DX, grid_rows(d, a.N), 1, 256, a);
+    return PUSH(WEFT_CUK_TX_LN_BWD_DX, stride_grid(d, (uint64_t)a.N, 32, 6), 1, 256, a);
   }
   case WEFT_OP_GELU:
   case WEFT_OP_GELU_BACKWARD: {
@@ -354,7 +359,7 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     a.out = bptr(op->out[0]), a.att = bptr(op->out[1]), a.preatt = bptr(op->out[2]), a.qkv = bptr(op->in[0]);
     a.B = ip[0], a.T = ip[1], a.C = ip[2], a.NH = ip[3];
     if (a.B * a.T * a.NH == 0) return WEFT_OK;
-    return PUSH(WEFT_CUK_TX_ATTN_FWD, grid_rows(d, a.B * a.NH * a.T), 1, 256, a);
+    return PUSH(WEFT_CUK_TX_ATTN_FWD, grid_attn(d, &a), 1, 256, a);
   }
   case WEFT_OP_ATTENTION_CACHED: {
     weft_tx_attn_cached_args a;
@@ -373,8 +378,8 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     a.B = ip[0], a.T = ip[1], a.C = ip[2], a.NH = ip[3];
     if (a.B * a.T * a.NH == 0) return WEFT_OK;
     if ((st = scratch(d, (size_t)(a.B * a.NH * a.T * a.T) * sizeof(float), &a.ds)) != WEFT_OK) return st;
-    if ((st = PUSH(WEFT_CUK_TX_ATTN_BWD_DS, grid_rows(d, a.B * a.NH * a.T), 1, 256, a)) != WEFT_OK) return st;
-    return PUSH(WEFT_CUK_TX_ATTN_BWD_DQKV, grid_elems(d, a.B * a.T * a.C), 1, 256, a);
+    if ((st = PUSH(WEFT_CUK_TX_ATTN_BWD_DS, grid_attn(d, &a), 1, 256, a)) != WEFT_OK) return st;
+    return PUSH(WEFT_CUK_TX_ATTN_BWD_DQKV, grid_attn(d, &a), 1, 256, a);
   }
   case WEFT_OP_CROSSENTROPY:
   case WEFT_OP_CROSSENTROPY_BACKWARD: {
@@ -385,8 +390,9 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     else a.dlogits = bptr(op->out[0]), a.dloss = bptr(op->in[2]);
     a.N = ip[0], a.V = ip[1];
     if (a.N == 0) return WEFT_OK;
-    return PUSH(op->kind == WEFT_OP_CROSSENTROPY ? WEFT_CUK_TX_XENT_FWD : WEFT_CUK_TX_XENT_BWD, grid_rows(d, a.N), 1,
-                256, a);
+    /* a block of 128 per row, up to 16 blocks per SM (8.6 KB of shared memory each) */
+    return PUSH(op->kind == WEFT_OP_CROSSENTROPY ? WEFT_CUK_TX_XENT_FWD : WEFT_CUK_TX_XENT_BWD,
+                stride_grid(d, (uint64_t)a.N, 1, 16), 1, 128, a);
   }
   case WEFT_OP_ADAMW: {
     weft_tx_adamw_args a;
@@ -439,7 +445,11 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     a.dst_off = off * inner, a.dst_bs = dl * inner, a.dst_rs = 0;
     a.src_off = 0, a.src_bs = sl * inner, a.src_rs = 0;
     if (a.nb * a.cols == 0) return WEFT_OK;
-    return PUSH(WEFT_CUK_TX_COPY_SLICE, grid_elems(d, a.nb * a.cols), 1, 256, a);
+    /* (b, r) pairs over y, each run over x (4 elements a thread where aligned), at most sms * 32 blocks */
+    uint64_t gy = a.nb * a.rows < 65535 ? (uint64_t)(a.nb * a.rows) : 65535, cap = (uint64_t)d->sms * 32;
+    uint64_t gx = ((uint64_t)a.cols + 1023) / 1024, gxmax = cap / gy ? cap / gy : 1;
+    if (gx > gxmax) gx = gxmax;
+    return PUSH(WEFT_CUK_TX_COPY_SLICE, gx, (uint32_t)gy, 256, a);
   }
   default:
     return weft_lane_report(d->host, WEFT_ERR_UNSUPPORTED, "%s: op %s is not implemented here", l->name,

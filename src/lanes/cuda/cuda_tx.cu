@@ -136,8 +136,18 @@ DEV float w_tanhf(float x) {
 
 /* ------------------------------------------------------------------------------------ warp helpers */
 
-/* s + v[0] + v[1] + ... + v[n-1] in that order, v[q] held by lane q: every lane returns the same sum. */
+/* s + v[0] + v[1] + ... + v[n-1] in that order, v[q] held by lane q: every lane returns the same sum. A full
+ * group of 32 is unrolled, the 32 shuffles first (they do not depend on s, so they are issued back to back)
+ * and then the 32 dependent adds in index order: the same adds in the same order as the loop. */
 DEV float warp_seq_add(float s, float v, int n) {
+  if (n == 32) {
+    float w[32];
+#pragma unroll
+    for (int q = 0; q < 32; q++) w[q] = __shfl_sync(TX_FULL, v, q);
+#pragma unroll
+    for (int q = 0; q < 32; q++) s = __fadd_rn(s, w[q]);
+    return s;
+  }
   for (int q = 0; q < n; q++) s = __fadd_rn(s, __shfl_sync(TX_FULL, v, q));
   return s;
 }
@@ -211,8 +221,8 @@ extern "C" __global__ void weft_tx_embed_bwd_count(weft_tx_embed_bwd_args p) {
   }
 }
 
-/* One block of 1024 threads: start[r] = count[0] + ... + count[r-1] for r <= nrows (integers: any order is
- * exact); count is zeroed for the fill. */
+/* One block of 1024 threads (a multiple of 32, at most 1024): start[r] = count[0] + ... + count[r-1] for
+ * r <= nrows (integers: any order is exact); count is zeroed for the fill. */
 extern "C" __global__ void __launch_bounds__(1024) weft_tx_embed_bwd_scan(weft_tx_embed_bwd_args p) {
   __shared__ long long part[1024];
   int *count = reinterpret_cast<int *>(p.count);
@@ -223,18 +233,27 @@ extern "C" __global__ void __launch_bounds__(1024) weft_tx_embed_bwd_scan(weft_t
   const long long lo = tid * chunk < n ? tid * chunk : n, hi = lo + chunk < n ? lo + chunk : n;
   long long s = 0;
   for (long long r = lo; r < hi; r++) s += r < p.nrows ? count[r] : 0;
-  part[tid] = s;
+  /* exclusive prefix of the threads' chunk sums: a shuffle scan in each warp, then over the warps' totals */
+  const int lane = tid & 31, w = tid >> 5, nw = nt >> 5;
+  long long v = s;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const long long o = __shfl_up_sync(TX_FULL, v, off);
+    if (lane >= off) v += o;
+  }
+  if (lane == 31) part[w] = v;
   __syncthreads();
-  if (tid == 0) {
-    long long run = 0;
-    for (int i = 0; i < nt; i++) {
-      const long long v = part[i];
-      part[i] = run;
-      run += v;
+  if (w == 0) {
+    long long x = lane < nw ? part[lane] : 0;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const long long o = __shfl_up_sync(TX_FULL, x, off);
+      if (lane >= off) x += o;
     }
+    if (lane < nw) part[32 + lane] = x;
   }
   __syncthreads();
-  long long run = part[tid];
+  long long run = v - s + (w > 0 ? part[32 + w - 1] : 0);
   for (long long r = lo; r < hi; r++) {
     const long long c = r < p.nrows ? count[r] : 0;
     start[r] = (int)run;
@@ -272,101 +291,172 @@ extern "C" __global__ void weft_tx_embed_bwd_sort(weft_tx_embed_bwd_args p) {
   }
 }
 
+/* Only the rows that occur: block y walks the sorted list's positions i (strided by gridDim.y) and does the
+ * row r of list[i] only where i is that row's first position (i == start[r]), so every occurring row is done
+ * by exactly one block and the empty rows cost nothing. Each table element then gets its row's segment
+ * added one by one in ascending bt, as before. The list holds start[nrows] positions (rows out of range
+ * were never filled in). */
 extern "C" __global__ void weft_tx_embed_bwd_accum(weft_tx_embed_bwd_args p) {
   const int *start = reinterpret_cast<const int *>(p.start);
   const int *list = reinterpret_cast<const int *>(p.list);
   const float *dout = reinterpret_cast<const float *>(p.dout);
   float *table = reinterpret_cast<float *>(p.table);
   const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  for (long long r = blockIdx.y; r < p.nrows; r += gridDim.y) {
+  const long long used = start[p.nrows];
+  for (long long i = blockIdx.y; i < used; i += gridDim.y) {
+    const long long r = eb_index(p, list[i]);
     const int a = start[r], b = start[r + 1];
-    if (a == b || c >= p.C) continue;
+    if (a != i || c >= p.C) continue;
     float acc = table[r * p.C + c];
-    for (int i = a; i < b; i++) acc = __fadd_rn(acc, dout[(long long)list[i] * p.C + c]);
+    for (int k = a; k < b; k++) acc = __fadd_rn(acc, dout[(long long)list[k] * p.C + c]);
     table[r * p.C + c] = w_canon(acc); /* a NaN stays NaN through the adds: canonical at the end is enough */
   }
 }
 
 /* -------------------------------------------------------------------------------------- layernorm */
 
-extern "C" __global__ void weft_tx_layernorm_fwd(weft_tx_ln_args p) {
-  const int lane = threadIdx.x & 31;
+/* Layernorm: a block of 256 threads takes 32 rows (rows strided by the grid) and thread r of warp 0 makes
+ * row r's sums, one accumulator from +0 adding the columns in ascending order. Warps 1..7 stream the rows
+ * through shared memory LN_CH columns at a time (coalesced loads, computing the summands - x, (x - mean)^2,
+ * gamma * dy, (gamma * dy) * n - elementwise) while warp 0 adds the previous chunk's (double buffered, one
+ * barrier a chunk); a warp's reads of a chunk hit 32 different banks (rows padded to LN_CH + 1). Then every
+ * thread writes y or dx elementwise, a warp per row. Only independent outputs run side by side. */
+#define LN_R 32
+#define LN_CH 64
+struct ln_shared {
+  float t[2][2][LN_R][LN_CH + 1]; /* [buffer][summand][row][column] */
+  float mu[LN_R], rs[LN_R], a[LN_R], b[LN_R];
+};
+
+/* The summands of columns [c0, c0 + LN_CH) of rows r0.. into sh.t[buf]: kind 0 x, kind 1 (x - mu)^2, kind 2
+ * g = gamma * dy and g * n with n = (x - mu) * rs. Threads t0, t0 + nt, ... */
+DEV void ln_fill(ln_shared &sh, int buf, int kind, const weft_tx_ln_args &p, long long r0, int nr, long long c0,
+                 int t0, int nt) {
+  const long long C = p.C;
+  const float *X = reinterpret_cast<const float *>(p.x);
+  const float *DY = reinterpret_cast<const float *>(p.dy), *gamma = reinterpret_cast<const float *>(p.gamma);
+  const int nc = C - c0 < LN_CH ? (int)(C - c0) : LN_CH;
+  for (int e = t0; e < LN_R * LN_CH; e += nt) {
+    const int rr = e / LN_CH, cc = e - rr * LN_CH;
+    if (rr >= nr || cc >= nc) continue;
+    const long long i = (r0 + rr) * C + c0 + cc;
+    const float x = X[i];
+    if (kind == 0) {
+      sh.t[buf][0][rr][cc] = x;
+    } else if (kind == 1) {
+      const float d = __fsub_rn(x, sh.mu[rr]);
+      sh.t[buf][0][rr][cc] = __fmul_rn(d, d);
+    } else {
+      const float n = __fmul_rn(__fsub_rn(x, sh.mu[rr]), sh.rs[rr]);
+      const float g = __fmul_rn(gamma[c0 + cc], DY[i]);
+      sh.t[buf][0][rr][cc] = g;
+      sh.t[buf][1][rr][cc] = __fmul_rn(g, n);
+    }
+  }
+}
+
+/* Row r's sums (thread r of warp 0, r < nr) over all C columns: s0 of summand 0 and, for kind 2, s1 of
+ * summand 1, each ascending. */
+DEV void ln_sums(ln_shared &sh, int kind, const weft_tx_ln_args &p, long long r0, int nr, float *s0, float *s1) {
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, w = tid >> 5;
+  const long long C = p.C, nch = (C + LN_CH - 1) / LN_CH;
+  float a = 0.0f, b = 0.0f;
+  ln_fill(sh, 0, kind, p, r0, nr, 0, tid, nt);
+  __syncthreads();
+  for (long long ch = 0; ch < nch; ch++) {
+    const int buf = (int)(ch & 1);
+    if (w == 0) {
+      if (lane < nr) {
+        const int nc = C - ch * LN_CH < LN_CH ? (int)(C - ch * LN_CH) : LN_CH;
+        const float *u = sh.t[buf][0][lane], *v = sh.t[buf][1][lane];
+        if (kind == 2) {
+          for (int cc = 0; cc < nc; cc++) {
+            a = __fadd_rn(a, u[cc]);
+            b = __fadd_rn(b, v[cc]);
+          }
+        } else {
+#pragma unroll 8
+          for (int cc = 0; cc < nc; cc++) a = __fadd_rn(a, u[cc]);
+        }
+      }
+    } else if (ch + 1 < nch) {
+      ln_fill(sh, buf ^ 1, kind, p, r0, nr, (ch + 1) * LN_CH, tid - 32, nt - 32);
+    }
+    __syncthreads(); /* chunk ch+1 written; chunk ch's buffer free for ch+2 */
+  }
+  *s0 = a, *s1 = b;
+}
+
+extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd(weft_tx_ln_args p) {
+  __shared__ ln_shared sh;
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, nw = blockDim.x >> 5;
   const long long C = p.C;
   const float invC = w_recipf((float)C);
   const float *X = reinterpret_cast<const float *>(p.x);
   const float *gamma = reinterpret_cast<const float *>(p.gamma), *beta = reinterpret_cast<const float *>(p.beta);
   float *Y = reinterpret_cast<float *>(p.y);
   float *M = reinterpret_cast<float *>(p.mean), *RS = reinterpret_cast<float *>(p.rstd);
-  for (long long r = WARP_ID; r < p.N; r += WARPS) {
-    const float *x = X + r * C;
-    float *y = Y + r * C;
-    float s = 0.0f;
-    for (long long base = 0; base < C; base += 32) {
-      const long long c = base + lane;
-      const float v = c < C ? x[c] : 0.0f;
-      s = warp_seq_add(s, v, C - base < 32 ? (int)(C - base) : 32);
+  for (long long r0 = (long long)blockIdx.x * LN_R; r0 < p.N; r0 += (long long)gridDim.x * LN_R) {
+    const int nr = p.N - r0 < LN_R ? (int)(p.N - r0) : LN_R;
+    float s, unused;
+    ln_sums(sh, 0, p, r0, nr, &s, &unused);
+    if (w == 0 && lane < nr) sh.mu[lane] = __fmul_rn(s, invC);
+    __syncthreads();
+    ln_sums(sh, 1, p, r0, nr, &s, &unused);
+    if (w == 0 && lane < nr) {
+      const float var = __fmul_rn(s, invC);
+      const float rs = w_rsqrtf(__fadd_rn(var, p.eps));
+      sh.rs[lane] = rs;
+      if (M) M[r0 + lane] = w_canon(sh.mu[lane]);
+      if (RS) RS[r0 + lane] = w_canon(rs);
     }
-    const float mu = __fmul_rn(s, invC);
-    float v = 0.0f;
-    for (long long base = 0; base < C; base += 32) {
-      const long long c = base + lane;
-      float sq = 0.0f;
-      if (c < C) {
-        const float d = __fsub_rn(x[c], mu);
-        sq = __fmul_rn(d, d);
+    __syncthreads();
+    for (int rr = w; rr < nr; rr += nw) {
+      const float mu = sh.mu[rr], rs = sh.rs[rr];
+      const float *x = X + (r0 + rr) * C;
+      float *y = Y + (r0 + rr) * C;
+      for (long long c = lane; c < C; c += 32) {
+        const float n = __fmul_rn(__fsub_rn(x[c], mu), rs);
+        const float o = __fmul_rn(n, gamma[c]);
+        y[c] = w_canon(__fadd_rn(o, beta[c]));
       }
-      v = warp_seq_add(v, sq, C - base < 32 ? (int)(C - base) : 32);
     }
-    const float var = __fmul_rn(v, invC);
-    const float rs = w_rsqrtf(__fadd_rn(var, p.eps));
-    for (long long c = lane; c < C; c += 32) {
-      const float n = __fmul_rn(__fsub_rn(x[c], mu), rs);
-      const float o = __fmul_rn(n, gamma[c]);
-      y[c] = w_canon(__fadd_rn(o, beta[c]));
-    }
-    if (lane == 0) {
-      if (M) M[r] = w_canon(mu);
-      if (RS) RS[r] = w_canon(rs);
-    }
+    __syncthreads(); /* mu, rs and the buffers are reused by the next rows */
   }
 }
 
-extern "C" __global__ void weft_tx_layernorm_bwd_dx(weft_tx_ln_args p) {
-  const int lane = threadIdx.x & 31;
+/* mean and rstd are the forward's (read, as the reference reads them); a = (sum g) * invC, b = (sum g * n) *
+ * invC, dx = ((g - a) - n * b) * rstd. */
+extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_bwd_dx(weft_tx_ln_args p) {
+  __shared__ ln_shared sh;
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, nw = blockDim.x >> 5;
   const long long C = p.C;
   const float invC = w_recipf((float)C);
   const float *X = reinterpret_cast<const float *>(p.x), *DY = reinterpret_cast<const float *>(p.dy);
   const float *gamma = reinterpret_cast<const float *>(p.gamma);
   const float *M = reinterpret_cast<const float *>(p.mean), *RS = reinterpret_cast<const float *>(p.rstd);
   float *DX = reinterpret_cast<float *>(p.dx);
-  for (long long r = WARP_ID; r < p.N; r += WARPS) {
-    const float *x = X + r * C, *dy = DY + r * C;
-    float *dx = DX + r * C;
-    const float mu = M[r], rs = RS[r];
-    float a = 0.0f, b = 0.0f;
-    for (long long base = 0; base < C; base += 32) {
-      const long long c = base + lane;
-      float g = 0.0f, gn = 0.0f;
-      if (c < C) {
+  for (long long r0 = (long long)blockIdx.x * LN_R; r0 < p.N; r0 += (long long)gridDim.x * LN_R) {
+    const int nr = p.N - r0 < LN_R ? (int)(p.N - r0) : LN_R;
+    if (tid < nr) sh.mu[tid] = M[r0 + tid], sh.rs[tid] = RS[r0 + tid];
+    __syncthreads();
+    float sa, sb;
+    ln_sums(sh, 2, p, r0, nr, &sa, &sb);
+    if (w == 0 && lane < nr) sh.a[lane] = __fmul_rn(sa, invC), sh.b[lane] = __fmul_rn(sb, invC);
+    __syncthreads();
+    for (int rr = w; rr < nr; rr += nw) {
+      const float mu = sh.mu[rr], rs = sh.rs[rr], a = sh.a[rr], b = sh.b[rr];
+      const float *x = X + (r0 + rr) * C, *dy = DY + (r0 + rr) * C;
+      float *dx = DX + (r0 + rr) * C;
+      for (long long c = lane; c < C; c += 32) {
         const float n = __fmul_rn(__fsub_rn(x[c], mu), rs);
-        g = __fmul_rn(gamma[c], dy[c]);
-        gn = __fmul_rn(g, n);
-      }
-      const int cnt = C - base < 32 ? (int)(C - base) : 32;
-      for (int q = 0; q < cnt; q++) {
-        a = __fadd_rn(a, __shfl_sync(TX_FULL, g, q));
-        b = __fadd_rn(b, __shfl_sync(TX_FULL, gn, q));
+        const float g = __fmul_rn(gamma[c], dy[c]);
+        const float nb = __fmul_rn(n, b);
+        const float t = __fsub_rn(__fsub_rn(g, a), nb);
+        dx[c] = w_canon(__fmul_rn(t, rs));
       }
     }
-    a = __fmul_rn(a, invC);
-    b = __fmul_rn(b, invC);
-    for (long long c = lane; c < C; c += 32) {
-      const float n = __fmul_rn(__fsub_rn(x[c], mu), rs);
-      const float g = __fmul_rn(gamma[c], dy[c]);
-      const float nb = __fmul_rn(n, b);
-      const float t = __fsub_rn(__fsub_rn(g, a), nb);
-      dx[c] = w_canon(__fmul_rn(t, rs));
-    }
+    __syncthreads();
   }
 }
 
@@ -458,22 +548,59 @@ extern "C" __global__ void weft_tx_gelu_bwd(weft_tx_gelu_args p) {
 
 /* ---------------------------------------------------------------------------------- causal softmax */
 
-/* One causal softmax row by a warp: z(j) the already scaled score of column j <= t; p[0..T) written:
- * canonical e[j] * recip(sum) for j <= t, +0 after. The exponentials are computed twice (the sum, then the
- * store): the same function of the same bits, so the same values the reference stores and sums. */
-template <typename Z> DEV void warp_softmax_row(float *p, Z z, long long t, long long T) {
+/* The rest of a causal softmax row by a warp, once mx is known: the lanes store e[j] = w_expf(z(j) - mx) into
+ * p[j] (j < n; z(j) is read before p[j] is written, by the same lane, so p may be the scores' own row),
+ * lane 0 adds p[0..n) one by one in ascending order (one accumulator from +0, no shuffle per element), and
+ * the lanes scale their own e[j] by recip(sum): the reference's e, sum and p = e * recip(sum), bit for bit.
+ * Columns n..T-1 get +0. */
+template <typename Z> DEV void warp_softmax_tail(float *p, Z z, float mx, long long n, long long T) {
   const int lane = threadIdx.x & 31;
+  __syncwarp(); /* every lane has finished reading the row for the max */
+  for (long long j = lane; j < n; j += 32) p[j] = w_expf(__fsub_rn(z(j), mx));
+  __syncwarp(); /* the e[j] are visible to lane 0 */
+  float sum = 0.0f;
+  if (lane == 0) {
+    long long j = 0;
+    for (; j + 4 <= n; j += 4) {
+      const float e0 = p[j], e1 = p[j + 1], e2 = p[j + 2], e3 = p[j + 3];
+      sum = __fadd_rn(sum, e0);
+      sum = __fadd_rn(sum, e1);
+      sum = __fadd_rn(sum, e2);
+      sum = __fadd_rn(sum, e3);
+    }
+    for (; j < n; j++) sum = __fadd_rn(sum, p[j]);
+  }
+  sum = __shfl_sync(TX_FULL, sum, 0);
+  const float inv = w_recipf(sum);
+  for (long long j = lane; j < n; j += 32) p[j] = w_canon(__fmul_rn(p[j], inv));
+  for (long long j = n + lane; j < T; j += 32) p[j] = 0.0f;
+}
+
+/* dot = sum over j < n ascending of x[j] * y[j], one accumulator from +0, made by lane 0 and returned to every
+ * lane (the shuffle also holds the other lanes until lane 0 has read the row, so they may overwrite it). */
+DEV float lane0_dot(const float *x, const float *y, long long n) {
+  float dot = 0.0f;
+  if ((threadIdx.x & 31) == 0) {
+    long long j = 0;
+    for (; j + 4 <= n; j += 4) {
+      const float p0 = __fmul_rn(x[j], y[j]), p1 = __fmul_rn(x[j + 1], y[j + 1]);
+      const float p2 = __fmul_rn(x[j + 2], y[j + 2]), p3 = __fmul_rn(x[j + 3], y[j + 3]);
+      dot = __fadd_rn(dot, p0);
+      dot = __fadd_rn(dot, p1);
+      dot = __fadd_rn(dot, p2);
+      dot = __fadd_rn(dot, p3);
+    }
+    for (; j < n; j++) dot = __fadd_rn(dot, __fmul_rn(x[j], y[j]));
+  }
+  return __shfl_sync(TX_FULL, dot, 0);
+}
+
+/* One causal softmax row by a warp: z(j) the already scaled score of column j <= t; p[0..T) written:
+ * canonical e[j] * recip(sum) for j <= t, +0 after. */
+template <typename Z> DEV void warp_softmax_row(float *p, Z z, long long t, long long T) {
   const long long n = t + 1;
   const float mx = warp_first_max(z, n);
-  float sum = 0.0f;
-  for (long long base = 0; base < n; base += 32) {
-    const long long j = base + lane;
-    const float e = j < n ? w_expf(__fsub_rn(z(j), mx)) : 0.0f;
-    sum = warp_seq_add(sum, e, n - base < 32 ? (int)(n - base) : 32);
-  }
-  const float inv = w_recipf(sum);
-  for (long long j = lane; j < n; j += 32) p[j] = w_canon(__fmul_rn(w_expf(__fsub_rn(z(j), mx)), inv));
-  for (long long j = n + lane; j < T; j += 32) p[j] = 0.0f;
+  warp_softmax_tail(p, z, mx, n, T);
 }
 
 extern "C" __global__ void weft_tx_softmax_fwd(weft_tx_softmax_args p) {
@@ -497,12 +624,7 @@ extern "C" __global__ void weft_tx_softmax_bwd(weft_tx_softmax_args p) {
     const long long t = row % T, n = t + 1;
     const float *pr = PR + row * T, *dp = DP + row * T;
     float *ds = DS + row * T;
-    float dot = 0.0f;
-    for (long long base = 0; base < n; base += 32) {
-      const long long j = base + lane;
-      const float pd = j < n ? __fmul_rn(pr[j], dp[j]) : 0.0f;
-      dot = warp_seq_add(dot, pd, n - base < 32 ? (int)(n - base) : 32);
-    }
+    const float dot = lane0_dot(pr, dp, n);
     for (long long j = lane; j < n; j += 32) {
       const float g = __fmul_rn(pr[j], __fsub_rn(dp[j], dot));
       ds[j] = w_canon(__fmul_rn(g, p.scale));
@@ -513,56 +635,128 @@ extern "C" __global__ void weft_tx_softmax_bwd(weft_tx_softmax_args p) {
 
 /* -------------------------------------------------------------------------------------- attention */
 
-/* Forward: one warp per (b, h, t). Lane j computes the score of column j (its own sequential dot product
- * over i ascending) into att's row, the warp runs the causal softmax over it, then lanes split the head's
- * hs outputs and walk j ascending over the stored probabilities.
- * Fast later: K/V tiles in shared memory shared by the rows of a block (every (b,h) row reads the same
- * k[0..t], v[0..t]), q in registers, and the PV product as a tiled matmul per (b,h) with j ascending; the
- * order constraints are only along each dot product and along each row's sum, never across rows. */
-extern "C" __global__ void weft_tx_attn_fwd(weft_tx_attn_args p) {
-  const int lane = threadIdx.x & 31;
+/* Attention in tiles: a block of 256 threads takes one (b, h) and a tile of AT_T = 32 rows (tiles strided by
+ * gridDim.x); thread tid = 8r + g owns row r of the tile and the four columns g, g + 8, g + 16, g + 24 of
+ * each 32-wide column tile, with one accumulator per output. The operands pass through shared memory
+ * 32 x 32 at a time, so each value read from global memory serves 32 outputs, but every output is still one
+ * accumulator that starts at +0 and adds its products one by one in the reference's ascending order (the
+ * inner index runs over a tile, tiles ascending); only independent outputs run side by side. Products are
+ * one rounded multiply of the same two values (x * y and y * x are the same bits; a NaN is canonical when
+ * stored). */
+#define AT_T 32
+typedef float at_tile[AT_T][AT_T + 1];
+
+/* acc[m] = sum over i ascending (i < hs) of X[row0 + r][i] * Y[j0 + g + 8m][i]; X row t at X + t * ldx, Y row
+ * j at Y + j * ldy, rows up to T (beyond: zeros, results unused). */
+DEV void at_dots(at_tile &As, at_tile &Bs, const float *X, long long ldx, const float *Y, long long ldy, long long row0,
+                 long long j0, long long T, long long hs, float acc[4]) {
+  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7;
+#pragma unroll
+  for (int m = 0; m < 4; m++) acc[m] = 0.0f;
+  for (long long i0 = 0; i0 < hs; i0 += AT_T) {
+    const int ni = hs - i0 < AT_T ? (int)(hs - i0) : AT_T;
+    for (int e = tid; e < AT_T * AT_T; e += blockDim.x) {
+      const int rr = e >> 5, ii = e & 31;
+      As[rr][ii] = (row0 + rr < T && ii < ni) ? X[(row0 + rr) * ldx + i0 + ii] : 0.0f;
+      Bs[rr][ii] = (j0 + rr < T && ii < ni) ? Y[(j0 + rr) * ldy + i0 + ii] : 0.0f;
+    }
+    __syncthreads();
+    for (int ii = 0; ii < ni; ii++) {
+      const float x = As[r][ii];
+#pragma unroll
+      for (int m = 0; m < 4; m++) acc[m] = __fadd_rn(acc[m], __fmul_rn(x, Bs[g + 8 * m][ii]));
+    }
+    __syncthreads();
+  }
+}
+
+/* acc[m] += sum over k ascending of A(row, k) * Bm[k][g + 8m] for row = row0 + r, with k in [0, row] (GE false)
+ * or [row, T) (GE true). A(row, k) = A[row * lda + k], or A[k * lda + row] when TR; Bm row k at Bm + k * ldb,
+ * ni columns valid. */
+template <bool TR, bool GE>
+DEV void at_mm(at_tile &As, at_tile &Bs, const float *A, long long lda, const float *Bm, long long ldb, long long row0,
+               long long T, int ni, float acc[4]) {
+  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7;
+  const long long row = row0 + r;
+  const long long kend = GE ? T : (row0 + AT_T < T ? row0 + AT_T : T);
+  for (long long k0 = GE ? row0 : 0; k0 < kend; k0 += AT_T) {
+    for (int e = tid; e < AT_T * AT_T; e += blockDim.x) {
+      const int hi = e >> 5, lo = e & 31;
+      if (TR) { /* consecutive threads read consecutive rows: A is stored with the row index fastest */
+        const long long gr = row0 + lo, gk = k0 + hi;
+        As[lo][hi] = (gr < T && gk < T) ? A[gk * lda + gr] : 0.0f;
+      } else {
+        const long long gr = row0 + hi, gk = k0 + lo;
+        As[hi][lo] = (gr < T && gk < T) ? A[gr * lda + gk] : 0.0f;
+      }
+      Bs[hi][lo] = (k0 + hi < T && lo < ni) ? Bm[(k0 + hi) * ldb + lo] : 0.0f;
+    }
+    __syncthreads();
+    long long a0 = GE ? row - k0 : 0, a1 = GE ? T - k0 : row - k0 + 1;
+    if (a0 < 0) a0 = 0;
+    if (a1 > AT_T) a1 = AT_T;
+    for (int kk = (int)a0; kk < a1; kk++) {
+      const float x = As[r][kk];
+#pragma unroll
+      for (int m = 0; m < 4; m++) acc[m] = __fadd_rn(acc[m], __fmul_rn(x, Bs[kk][g + 8 * m]));
+    }
+    __syncthreads();
+  }
+}
+
+/* Forward, per tile: the scores of rows t against keys j <= t (q . k over i ascending, times scale) into att's
+ * rows; then one warp per row runs the causal softmax over its stored scores (preatt written first); then
+ * out[t][i] = sum over j <= t ascending of att[t][j] * v[j][i]. */
+extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_fwd(weft_tx_attn_args p) {
+  __shared__ at_tile As, Bs;
+  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7, lane = tid & 31, wid = tid >> 5, nw = blockDim.x >> 5;
   const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C;
   const float scale = w_rsqrtf((float)hs);
   const float *QKV = reinterpret_cast<const float *>(p.qkv);
   float *ATT = reinterpret_cast<float *>(p.att), *PRE = reinterpret_cast<float *>(p.preatt);
   float *OUT = reinterpret_cast<float *>(p.out);
-  for (long long row = WARP_ID; row < p.B * NH * T; row += WARPS) {
-    const long long t = row % T, bh = row / T, h = bh % NH, b = bh / NH;
-    const float *q = QKV + (b * T + t) * C3 + h * hs;
-    float *a = ATT + row * T;
-    for (long long j = lane; j <= t; j += 32) {
-      const float *k = QKV + (b * T + j) * C3 + C + h * hs;
-      float d = 0.0f;
-      for (long long i = 0; i < hs; i++) d = __fadd_rn(d, __fmul_rn(q[i], k[i]));
-      a[j] = __fmul_rn(d, scale);
+  const long long nt = (T + AT_T - 1) / AT_T;
+  for (long long tile = blockIdx.x; tile < p.B * NH * nt; tile += gridDim.x) {
+    const long long bh = tile / nt, row0 = (tile - bh * nt) * AT_T, h = bh % NH, b = bh / NH;
+    const float *Qb = QKV + b * T * C3 + h * hs; /* q row t at Qb + t * C3, k at + C, v at + 2C */
+    const long long t = row0 + r, kend = row0 + AT_T < T ? row0 + AT_T : T;
+    for (long long j0 = 0; j0 < kend; j0 += AT_T) {
+      float acc[4];
+      at_dots(As, Bs, Qb, C3, Qb + C, C3, row0, j0, T, hs, acc);
+      if (t < T) {
+        float *arow = ATT + (bh * T + t) * T;
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+          const long long j = j0 + g + 8 * m;
+          if (j <= t) arow[j] = __fmul_rn(acc[m], scale);
+        }
+      }
     }
-    __syncwarp();
-    if (PRE) {
-      float *pa = PRE + row * T;
-      for (long long j = lane; j <= t; j += 32) pa[j] = w_canon(a[j]);
-      for (long long j = t + 1 + lane; j < T; j += 32) pa[j] = __uint_as_float(0xff800000u);
+    __syncthreads(); /* the scores of the tile's rows, written by every thread, are read by the row warps */
+    for (int rr = wid; rr < AT_T; rr += nw) {
+      const long long tt = row0 + rr, n = tt + 1;
+      if (tt >= T) break;
+      float *a = ATT + (bh * T + tt) * T;
+      if (PRE) {
+        float *pa = PRE + (bh * T + tt) * T;
+        for (long long j = lane; j <= tt; j += 32) pa[j] = w_canon(a[j]);
+        for (long long j = tt + 1 + lane; j < T; j += 32) pa[j] = __uint_as_float(0xff800000u);
+      }
+      const float mx = warp_first_max([&](long long j) { return a[j]; }, n);
+      warp_softmax_tail(a, [&](long long j) { return a[j]; }, mx, n, T);
     }
-    /* the scores are read by every lane below and overwritten only after the sum pass */
-    const long long n = t + 1;
-    const float mx = warp_first_max([&](long long j) { return a[j]; }, n);
-    float sum = 0.0f;
-    for (long long base = 0; base < n; base += 32) {
-      const long long j = base + lane;
-      const float e = j < n ? w_expf(__fsub_rn(a[j], mx)) : 0.0f;
-      sum = warp_seq_add(sum, e, n - base < 32 ? (int)(n - base) : 32);
+    __syncthreads(); /* the probabilities are read by every thread below */
+    for (long long i0 = 0; i0 < hs; i0 += AT_T) {
+      const int ni = hs - i0 < AT_T ? (int)(hs - i0) : AT_T;
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      at_mm<false, false>(As, Bs, ATT + bh * T * T, T, Qb + 2 * C + i0, C3, row0, T, ni, acc);
+      if (t < T) {
+        float *o = OUT + (b * T + t) * C + h * hs + i0;
+#pragma unroll
+        for (int m = 0; m < 4; m++)
+          if (g + 8 * m < ni) o[g + 8 * m] = w_canon(acc[m]);
+      }
     }
-    const float inv = w_recipf(sum);
-    for (long long j = lane; j < n; j += 32) a[j] = w_canon(__fmul_rn(w_expf(__fsub_rn(a[j], mx)), inv));
-    for (long long j = n + lane; j < T; j += 32) a[j] = 0.0f;
-    __syncwarp();
-    float *o = OUT + (b * T + t) * C + h * hs;
-    for (long long i = lane; i < hs; i += 32) {
-      float acc = 0.0f;
-      const float *v = QKV + b * T * C3 + 2 * C + h * hs + i;
-      for (long long j = 0; j <= t; j++) acc = __fadd_rn(acc, __fmul_rn(a[j], v[j * C3]));
-      o[i] = w_canon(acc);
-    }
-    __syncwarp();
   }
 }
 
@@ -608,117 +802,211 @@ extern "C" __global__ void weft_tx_attn_cached(weft_tx_attn_cached_args p) {
   }
 }
 
-/* Backward, part 1: one warp per (b, h, t): ds[t][j] for j <= t (not canonicalised: scratch, as in the
- * reference). */
-extern "C" __global__ void weft_tx_attn_bwd_ds(weft_tx_attn_args p) {
-  const int lane = threadIdx.x & 31;
+/* Backward, part 1, per tile: datt[t][j] = sum over i ascending of v[j][i] * dout[t][i] (j <= t) into ds's
+ * rows, then one warp per row: dot = sum over j <= t ascending of att * datt, ds = (att * (datt - dot)) * scale
+ * (not canonicalised: scratch, as in the reference). */
+extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_bwd_ds(weft_tx_attn_args p) {
+  __shared__ at_tile As, Bs;
+  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7, lane = tid & 31, wid = tid >> 5, nw = blockDim.x >> 5;
   const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C;
   const float scale = w_rsqrtf((float)hs);
   const float *QKV = reinterpret_cast<const float *>(p.qkv), *ATT = reinterpret_cast<const float *>(p.att);
   const float *DOUT = reinterpret_cast<const float *>(p.dout);
   float *DS = reinterpret_cast<float *>(p.ds);
-  for (long long row = WARP_ID; row < p.B * NH * T; row += WARPS) {
-    const long long t = row % T, bh = row / T, h = bh % NH, b = bh / NH, n = t + 1;
-    const float *dout = DOUT + (b * T + t) * C + h * hs;
-    const float *a = ATT + row * T;
-    float *ds = DS + row * T;
-    float dot = 0.0f;
-    for (long long base = 0; base < n; base += 32) {
-      const long long j = base + lane;
-      float pd = 0.0f;
-      if (j < n) {
-        const float *v = QKV + (b * T + j) * C3 + 2 * C + h * hs;
-        float d = 0.0f;
-        for (long long i = 0; i < hs; i++) d = __fadd_rn(d, __fmul_rn(v[i], dout[i]));
-        ds[j] = d;
-        pd = __fmul_rn(a[j], d);
+  const long long nt = (T + AT_T - 1) / AT_T;
+  for (long long tile = blockIdx.x; tile < p.B * NH * nt; tile += gridDim.x) {
+    const long long bh = tile / nt, row0 = (tile - bh * nt) * AT_T, h = bh % NH, b = bh / NH;
+    const float *Vb = QKV + b * T * C3 + 2 * C + h * hs, *Db = DOUT + b * T * C + h * hs;
+    const long long t = row0 + r, kend = row0 + AT_T < T ? row0 + AT_T : T;
+    for (long long j0 = 0; j0 < kend; j0 += AT_T) {
+      float acc[4];
+      at_dots(As, Bs, Db, C, Vb, C3, row0, j0, T, hs, acc);
+      if (t < T) {
+        float *drow = DS + (bh * T + t) * T;
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+          const long long j = j0 + g + 8 * m;
+          if (j <= t) drow[j] = acc[m];
+        }
       }
-      dot = warp_seq_add(dot, pd, n - base < 32 ? (int)(n - base) : 32);
     }
-    for (long long j = lane; j < n; j += 32) {
-      const float g = __fmul_rn(a[j], __fsub_rn(ds[j], dot));
-      ds[j] = __fmul_rn(g, scale);
+    __syncthreads();
+    for (int rr = wid; rr < AT_T; rr += nw) {
+      const long long tt = row0 + rr, n = tt + 1;
+      if (tt >= T) break;
+      const float *a = ATT + (bh * T + tt) * T;
+      float *ds = DS + (bh * T + tt) * T;
+      const float dot = lane0_dot(a, ds, n);
+      for (long long j = lane; j < n; j += 32) {
+        const float gg = __fmul_rn(a[j], __fsub_rn(ds[j], dot));
+        ds[j] = __fmul_rn(gg, scale);
+      }
     }
+    __syncthreads(); /* before the next tile's loads into shared memory (and its ds rows) */
   }
 }
 
-/* Backward, part 2: one thread per (b, h, t, i): dq walks j = 0..t, dk and dv walk u = t..T-1, ascending.
- * Fast later: tile over (t, i) with the ds/att columns and q/dout rows in shared memory (a matmul-shaped
- * kernel per (b,h), k-loop ascending as the exact matmul does). */
-extern "C" __global__ void weft_tx_attn_bwd_dqkv(weft_tx_attn_args p) {
+/* Backward, part 2, per tile of rows and 32 channels at a time: dq[t][i] = sum over j = 0..t ascending of
+ * ds[t][j] * k[j][i]; dk[j][i] = sum over t = j..T-1 ascending of ds[t][j] * q[t][i]; dv[j][i] = sum over
+ * t = j..T-1 ascending of att[t][j] * dout[t][i] (the tile's rows playing t for dq and j for dk, dv). */
+extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_bwd_dqkv(weft_tx_attn_args p) {
+  __shared__ at_tile As, Bs;
+  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7;
   const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C;
   const float *QKV = reinterpret_cast<const float *>(p.qkv), *ATT = reinterpret_cast<const float *>(p.att);
   const float *DOUT = reinterpret_cast<const float *>(p.dout), *DS = reinterpret_cast<const float *>(p.ds);
   float *DQKV = reinterpret_cast<float *>(p.dqkv);
-  const long long total = p.B * NH * T * hs;
-  for (long long e = GTID; e < total; e += GSTRIDE) {
-    const long long i = e % hs, t = (e / hs) % T, bh = e / (hs * T), h = bh % NH, b = bh / NH;
-    const float *ds = DS + bh * T * T, *ab = ATT + bh * T * T;
-    const float *Qc = QKV + b * T * C3 + h * hs + i; /* q[u][i] = Qc[u * C3] */
-    const float *Kc = Qc + C, *Do = DOUT + b * T * C + h * hs + i;
-    float acc = 0.0f;
-    for (long long j = 0; j <= t; j++) acc = __fadd_rn(acc, __fmul_rn(ds[t * T + j], Kc[j * C3]));
-    float ak = 0.0f, av = 0.0f;
-    for (long long u = t; u < T; u++) {
-      ak = __fadd_rn(ak, __fmul_rn(ds[u * T + t], Qc[u * C3]));
-      av = __fadd_rn(av, __fmul_rn(ab[u * T + t], Do[u * C]));
+  const long long nt = (T + AT_T - 1) / AT_T;
+  for (long long tile = blockIdx.x; tile < p.B * NH * nt; tile += gridDim.x) {
+    const long long bh = tile / nt, row0 = (tile - bh * nt) * AT_T, h = bh % NH, b = bh / NH;
+    const float *Qb = QKV + b * T * C3 + h * hs, *Db = DOUT + b * T * C + h * hs;
+    const float *dsb = DS + bh * T * T, *ab = ATT + bh * T * T;
+    const long long t = row0 + r;
+    for (long long i0 = 0; i0 < hs; i0 += AT_T) {
+      const int ni = hs - i0 < AT_T ? (int)(hs - i0) : AT_T;
+      float aq[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ak[4] = {0.0f, 0.0f, 0.0f, 0.0f}, av[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      at_mm<false, false>(As, Bs, dsb, T, Qb + C + i0, C3, row0, T, ni, aq);
+      at_mm<true, true>(As, Bs, dsb, T, Qb + i0, C3, row0, T, ni, ak);
+      at_mm<true, true>(As, Bs, ab, T, Db + i0, C, row0, T, ni, av);
+      if (t < T) {
+        float *dq = DQKV + (b * T + t) * C3 + h * hs + i0;
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+          const int i = g + 8 * m;
+          if (i < ni) {
+            dq[i] = w_canon(aq[m]);
+            dq[C + i] = w_canon(ak[m]);
+            dq[2 * C + i] = w_canon(av[m]);
+          }
+        }
+      }
     }
-    float *dq = DQKV + (b * T + t) * C3 + h * hs + i;
-    dq[0] = w_canon(acc);
-    dq[C] = w_canon(ak);
-    dq[2 * C] = w_canon(av);
   }
 }
 
 /* ---------------------------------------------------------------------------------- cross-entropy */
 
-/* mx and ls of row z[0..V) by a warp, as lse_row in reference_tx.c. */
-DEV void warp_lse(const float *z, long long V, float *mx_out, float *ls_out) {
-  const int lane = threadIdx.x & 31;
-  const float mx = warp_first_max([&](long long j) { return z[j]; }, V);
-  float s = 0.0f;
-  for (long long base = 0; base < V; base += 32) {
-    const long long j = base + lane;
-    const float e = j < V ? w_expf(__fsub_rn(z[j], mx)) : 0.0f;
-    s = warp_seq_add(s, e, V - base < 32 ? (int)(V - base) : 32);
-  }
-  *mx_out = mx;
-  *ls_out = w_logf(s);
+/* One row per block (rows strided by gridDim.x; blockDim a multiple of 32, at least 64: 256 is launched).
+ * mx and ls of row z[0..V) as lse_row in reference_tx.c:
+ * - the first maximum: every thread keeps the first maximum of its own strided elements (strict >,
+ *   ascending, starting from z[0] at index 0), then the warps and then thread 0 combine (value, index)
+ *   pairs keeping the larger value and, on equal values (-0 and +0 equal), the lower index. For z[0] not
+ *   NaN no NaN ever enters a pair, so "larger value, then lower index" is a total order on the pairs and
+ *   every combining tree ends at the same pair: the lowest index holding the largest non-NaN value, where
+ *   the reference's loop ends (warp_first_max's argument, across warps). With z[0] NaN the loop ends at z[0].
+ * - the sum: the exponentials are independent, so warps 1.. compute e[j] = w_expf(z[j] - mx) for a chunk
+ *   of XE_CHUNK columns into shared memory while thread 0 adds the previous chunk's, one by one in
+ *   ascending j, into the one accumulator that starts at +0 (double buffered; one barrier per chunk). The
+ *   adds are the reference's adds in the reference's order; only the exponentials moved to other threads.
+ * ls is left in *ls_out for thread 0 only (the others get it through shared memory when they need it). */
+#define XE_CHUNK 1024
+struct xe_shared {
+  float buf[2][XE_CHUNK];
+  float rv[32];
+  long long ri[32];
+  float bc[2];
+};
+
+DEV void xe_fill(float *dst, const float *z, long long j0, long long V, float mx, int t, int nt) {
+  const long long n = V - j0 < XE_CHUNK ? V - j0 : XE_CHUNK;
+  for (long long k = t; k < n; k += nt) dst[k] = w_expf(__fsub_rn(z[j0 + k], mx));
 }
 
-extern "C" __global__ void weft_tx_xent_fwd(weft_tx_xent_args p) {
-  const int lane = threadIdx.x & 31;
+DEV void block_lse(xe_shared &sh, const float *z, long long V, float *mx_out, float *ls_out) {
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, w = tid >> 5, nw = nt >> 5;
+  const float z0 = z[0];
+  float mx = z0;
+  if (z0 == z0) { /* the same branch in every thread of the block */
+    float best = z0;
+    long long bi = 0;
+    for (long long j = tid; j < V; j += nt) {
+      const float v = z[j];
+      if (v > best) best = v, bi = j;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(TX_FULL, best, off);
+      const long long oi = __shfl_xor_sync(TX_FULL, bi, off);
+      if (ov > best || (ov == best && oi < bi)) best = ov, bi = oi;
+    }
+    if (lane == 0) sh.rv[w] = best, sh.ri[w] = bi;
+    __syncthreads();
+    if (tid == 0) {
+      best = sh.rv[0], bi = sh.ri[0];
+      for (int q = 1; q < nw; q++)
+        if (sh.rv[q] > best || (sh.rv[q] == best && sh.ri[q] < bi)) best = sh.rv[q], bi = sh.ri[q];
+      sh.bc[0] = best;
+    }
+    __syncthreads();
+    mx = sh.bc[0];
+  }
+  const long long nch = (V + XE_CHUNK - 1) / XE_CHUNK;
+  xe_fill(sh.buf[0], z, 0, V, mx, tid, nt);
+  __syncthreads();
+  float s = 0.0f;
+  for (long long c = 0; c < nch; c++) {
+    if (w == 0) {
+      if (lane == 0) {
+        const float *bp = sh.buf[c & 1];
+        const long long rem = V - c * XE_CHUNK;
+        const int n = rem < XE_CHUNK ? (int)rem : XE_CHUNK;
+        int k = 0;
+#pragma unroll 4
+        for (; k + 4 <= n; k += 4) {
+          const float4 q = *reinterpret_cast<const float4 *>(bp + k);
+          s = __fadd_rn(s, q.x);
+          s = __fadd_rn(s, q.y);
+          s = __fadd_rn(s, q.z);
+          s = __fadd_rn(s, q.w);
+        }
+        for (; k < n; k++) s = __fadd_rn(s, bp[k]);
+      }
+    } else if (c + 1 < nch) {
+      xe_fill(sh.buf[(c + 1) & 1], z, (c + 1) * XE_CHUNK, V, mx, tid - 32, nt - 32);
+    }
+    __syncthreads(); /* chunk c+1 written, chunk c's buffer free for chunk c+2 */
+  }
+  *mx_out = mx;
+  *ls_out = w_logf(s); /* thread 0's */
+}
+
+extern "C" __global__ void __launch_bounds__(256) weft_tx_xent_fwd(weft_tx_xent_args p) {
+  __shared__ __align__(16) xe_shared sh;
   const float *Z = reinterpret_cast<const float *>(p.logits);
   const int *tg = reinterpret_cast<const int *>(p.targets);
   float *L = reinterpret_cast<float *>(p.losses);
-  for (long long n = WARP_ID; n < p.N; n += WARPS) {
+  for (long long n = blockIdx.x; n < p.N; n += gridDim.x) {
     const long long tgt = tg[n];
     if (tgt < 0 || tgt >= p.V) continue;
     const float *z = Z + n * p.V;
     float mx, ls;
-    warp_lse(z, p.V, &mx, &ls);
-    if (lane == 0) L[n] = w_canon(-__fsub_rn(__fsub_rn(z[tgt], mx), ls));
+    block_lse(sh, z, p.V, &mx, &ls);
+    if (threadIdx.x == 0) L[n] = w_canon(-__fsub_rn(__fsub_rn(z[tgt], mx), ls));
   }
 }
 
-extern "C" __global__ void weft_tx_xent_bwd(weft_tx_xent_args p) {
-  const int lane = threadIdx.x & 31;
+extern "C" __global__ void __launch_bounds__(256) weft_tx_xent_bwd(weft_tx_xent_args p) {
+  __shared__ __align__(16) xe_shared sh;
   const float *Z = reinterpret_cast<const float *>(p.logits), *DL = reinterpret_cast<const float *>(p.dloss);
   const int *tg = reinterpret_cast<const int *>(p.targets);
   float *G = reinterpret_cast<float *>(p.dlogits);
-  for (long long n = WARP_ID; n < p.N; n += WARPS) {
+  for (long long n = blockIdx.x; n < p.N; n += gridDim.x) {
     const long long tgt = tg[n];
     if (tgt < 0 || tgt >= p.V) continue;
     const float *z = Z + n * p.V;
     float *g = G + n * p.V;
     float mx, ls;
-    warp_lse(z, p.V, &mx, &ls);
+    block_lse(sh, z, p.V, &mx, &ls);
+    if (threadIdx.x == 0) sh.bc[1] = ls;
+    __syncthreads();
+    ls = sh.bc[1];
     const float dl = DL[n];
-    for (long long j = lane; j < p.V; j += 32) {
+    for (long long j = threadIdx.x; j < p.V; j += blockDim.x) {
       const float pr = w_expf(__fsub_rn(__fsub_rn(z[j], mx), ls));
       const float ind = j == tgt ? 1.0f : 0.0f;
       g[j] = w_canon(__fmul_rn(__fsub_rn(pr, ind), dl));
     }
+    __syncthreads(); /* bc[1] and the buffers are reused by the next row */
   }
 }
 
@@ -827,12 +1115,42 @@ extern "C" __global__ void weft_tx_wmath_probe(weft_tx_gelu_args p) {
 
 /* -------------------------------------------------------------------------------- permute and copy */
 
+/* Bit copies. The permute's index arithmetic is 32-bit where the sizes allow it (a 64-bit division is a
+ * long software sequence); copy_slice walks (b, r) pairs over gridDim.y and the run of cols over x, 16 bytes at
+ * a time where both runs are 16-byte aligned. Either way every output element receives its source's bits. */
 extern "C" __global__ void weft_tx_permute(weft_tx_permute_args p) {
   const unsigned *in = reinterpret_cast<const unsigned *>(p.in);
   unsigned *out = reinterpret_cast<unsigned *>(p.out);
+  if (p.count <= 0x7fffffffLL) {
+    unsigned dims[6], strides[6];
+#pragma unroll
+    for (int k = 0; k < 6; k++)
+      dims[k] = k < p.rank ? (unsigned)p.out_dims[k] : 1u, strides[k] = k < p.rank ? (unsigned)p.in_stride[k] : 0u;
+    /* The last axis kept in place with a length that is a multiple of 4 (so every other input stride is a
+     * multiple of 4 too) and both arrays 16-byte aligned: 4 consecutive outputs are 4 consecutive inputs,
+     * copied as one 16-byte load and store. */
+    const int vec = p.rank > 0 && strides[p.rank - 1] == 1 && dims[p.rank - 1] % 4 == 0 &&
+                    ((reinterpret_cast<unsigned long long>(in) | reinterpret_cast<unsigned long long>(out)) & 15u) == 0;
+    const long long step = vec ? 4 : 1;
+    for (long long e = GTID * step; e < p.count; e += GSTRIDE * step) {
+      unsigned rem = (unsigned)e, off = 0;
+#pragma unroll
+      for (int k = 5; k >= 0; k--) {
+        if (k >= p.rank) continue;
+        const unsigned q = rem / dims[k];
+        off += (rem - q * dims[k]) * strides[k];
+        rem = q;
+      }
+      if (vec) reinterpret_cast<uint4 *>(out)[e >> 2] = reinterpret_cast<const uint4 *>(in)[off >> 2];
+      else out[e] = in[off];
+    }
+    return;
+  }
   for (long long e = GTID; e < p.count; e += GSTRIDE) {
     long long rem = e, off = 0;
-    for (int k = p.rank - 1; k >= 0; k--) {
+#pragma unroll
+    for (int k = 5; k >= 0; k--) {
+      if (k >= p.rank) continue;
       const long long d = p.out_dims[k];
       const long long ik = rem % d;
       rem /= d;
@@ -845,9 +1163,19 @@ extern "C" __global__ void weft_tx_permute(weft_tx_permute_args p) {
 extern "C" __global__ void weft_tx_copy_slice(weft_tx_copy_args p) {
   const unsigned *src = reinterpret_cast<const unsigned *>(p.src);
   unsigned *dst = reinterpret_cast<unsigned *>(p.dst);
-  const long long total = p.nb * p.rows * p.cols;
-  for (long long e = GTID; e < total; e += GSTRIDE) {
-    const long long c = e % p.cols, r = (e / p.cols) % p.rows, b = e / (p.cols * p.rows);
-    dst[p.dst_off + b * p.dst_bs + r * p.dst_rs + c] = src[p.src_off + b * p.src_bs + r * p.src_rs + c];
+  const long long x0 = (long long)blockIdx.x * blockDim.x + threadIdx.x, xs = (long long)gridDim.x * blockDim.x;
+  for (long long br = blockIdx.y; br < p.nb * p.rows; br += gridDim.y) {
+    const long long b = br / p.rows, r = br - b * p.rows;
+    const unsigned *s = src + p.src_off + b * p.src_bs + r * p.src_rs;
+    unsigned *d = dst + p.dst_off + b * p.dst_bs + r * p.dst_rs;
+    long long c0 = 0;
+    if (((reinterpret_cast<unsigned long long>(s) | reinterpret_cast<unsigned long long>(d)) & 15u) == 0) {
+      const long long n4 = p.cols >> 2;
+      const uint4 *s4 = reinterpret_cast<const uint4 *>(s);
+      uint4 *d4 = reinterpret_cast<uint4 *>(d);
+      for (long long c = x0; c < n4; c += xs) d4[c] = s4[c];
+      c0 = n4 << 2;
+    }
+    for (long long c = c0 + x0; c < p.cols; c += xs) d[c] = s[c];
   }
 }

@@ -36,8 +36,10 @@ typedef struct weft_tx_embed_args {
  *                            the segment of row r is the bt with idx[bt] == r, ascending.
  *                            fill: any grid, stride over BT; sort: any grid, stride over rows.
  *   weft_tx_embed_bwd_accum: table[r, c] = (...((table[r,c] + dout[bt0,c]) + dout[bt1,c])...) over the
- *                            segment in order. grid (ceil(C / blockDim.x), min(nrows, 65535)), rows
- *                            strided by gridDim.y; a block whose row is empty returns at once.
+ *                            segment in order. grid (ceil(C / blockDim.x), min(BT, 65535)): block y
+ *                            walks list positions i (strided by gridDim.y, i < start[nrows]) and does
+ *                            the row of list[i] where i is that row's first position, so only the
+ *                            rows that occur are visited, each by one block.
  * count must be zero before the first backward; the sort kernel zeroes it again, so the sequence leaves it
  * zero for the next one.
  * (The reference's order per element is exactly this: row r receives its contributions in ascending bt.) */
@@ -48,9 +50,10 @@ typedef struct weft_tx_embed_bwd_args {
 } weft_tx_embed_bwd_args;
 
 /* Layernorm.
- *   weft_tx_layernorm_fwd: one warp per row (rows strided over all warps of the grid), blockDim a multiple of
- *     32: y[N,C], mean[N], rstd[N] (mean/rstd may be 0) from x, gamma, beta.
- *   weft_tx_layernorm_bwd_dx: one warp per row likewise: dx[N,C] from dy, x, mean, rstd, gamma.
+ *   weft_tx_layernorm_fwd: blockDim 256 (a multiple of 32 from 64 to 1024 works), 32 rows a block (rows
+ *     strided by the grid): one thread per row makes its sums from shared memory, the other warps stream the
+ *     rows in: y[N,C], mean[N], rstd[N] (mean/rstd may be 0) from x, gamma, beta.
+ *   weft_tx_layernorm_bwd_dx: the same shape: dx[N,C] from dy, x, mean, rstd, gamma.
  *   weft_tx_layernorm_bwd_dgb: blockDim 256, grid ceil(C/32) (32 channels a block, strided by the grid):
  *     one thread per channel adds the rows ascending: dgamma[C] and dbeta[C] accumulated (either may be 0). */
 typedef struct weft_tx_ln_args {
@@ -79,13 +82,14 @@ typedef struct weft_tx_softmax_args {
   int32_t pad_;
 } weft_tx_softmax_args;
 
-/* Fused causal attention, qkv[B,T,3C], NH heads of hs = C/NH.
- *   weft_tx_attn_fwd: one warp per (b, h, t) row (rows strided over all warps): preatt (may be 0) and att
- *     [B,NH,T,T], out[B,T,C].
- *   weft_tx_attn_bwd_ds: one warp per (b, h, t) row: ds[B,NH,T,T] (scratch, the softmax backward of the
- *     row, only j <= t written) from dout, qkv, att.
- *   weft_tx_attn_bwd_dqkv: one thread per (b, h, t, i) (grid-stride over B*NH*T*hs): dqkv[B,T,3C] from ds,
- *     qkv, att, dout. */
+/* Fused causal attention, qkv[B,T,3C], NH heads of hs = C/NH. All three kernels: blockDim exactly 256, one
+ * block per (b, h) and tile of 32 rows (B*NH*ceil(T/32) tiles, strided by gridDim.x); operands staged through
+ * shared memory 32 x 32 at a time, each output one thread's accumulator in the reference's order.
+ *   weft_tx_attn_fwd: preatt (may be 0) and att [B,NH,T,T], out[B,T,C] (scores, then one warp per row for
+ *     the softmax, then att . v).
+ *   weft_tx_attn_bwd_ds: ds[B,NH,T,T] (scratch, the softmax backward of each row, only j <= t written) from
+ *     dout, qkv, att.
+ *   weft_tx_attn_bwd_dqkv: dqkv[B,T,3C] from ds, qkv, att, dout (the tile's rows are t for dq, j for dk, dv). */
 typedef struct weft_tx_attn_args {
   uint64_t out, preatt, att, qkv;
   uint64_t dqkv, dout, ds;
@@ -100,7 +104,9 @@ typedef struct weft_tx_attn_cached_args {
   int64_t B, Tmax, C, NH, t0, Tq;
 } weft_tx_attn_cached_args;
 
-/* Cross-entropy with int32 targets over logits [N,V]. One warp per row, rows strided over all warps.
+/* Cross-entropy with int32 targets over logits [N,V]. One block per row (blockDim 128; any multiple of 32
+ * from 64 to 256 works), rows strided by gridDim.x: the max by a block reduction, the exponentials by warps
+ * 1.. into shared memory, their sum by thread 0 in ascending order.
  *   weft_tx_xent_fwd: losses[N].   weft_tx_xent_bwd: dlogits[N,V] from dloss[N].
  * Rows whose target is out of range are left unwritten. */
 typedef struct weft_tx_xent_args {
@@ -143,8 +149,9 @@ typedef struct weft_tx_clip_args {
  *     in_stride[k]] (in_stride[k]: the input's stride, in elements, of the axis that becomes out axis k).
  *     Any grid, grid-stride over the output.
  *   weft_tx_copy_slice: dst[dst_off + b*dst_bs + r*dst_rs + c] = src[src_off + b*src_bs + r*src_rs + c] for
- *     b < nb, r < rows, c < cols (a KV-cache append: rows T at row offset t0). Any grid, grid-stride over
- *     nb*rows*cols. */
+ *     b < nb, r < rows, c < cols (a KV-cache append: rows T at row offset t0). Any grid: (b, r) pairs
+ *     strided by gridDim.y, each run of cols by the x threads (16 bytes at a time where both runs are
+ *     16-byte aligned). */
 typedef struct weft_tx_permute_args {
   uint64_t out, in;
   int64_t count;

@@ -1,0 +1,218 @@
+/* test_cuda_emu.cc - the CUDA lane's transformer kernels (cuda_tx.cu, with cuda_kernels.cu) run on the host,
+ * bit for bit against reference_tx.c, so their orders are checked where there is no GPU. The emulation runs
+ * one block at a time with blockDim host threads: __syncthreads is a barrier of the block, __syncwarp and
+ * every shuffle a barrier of the warp (the value passes through a slot per lane), __shared__ variables are
+ * statics (one block at a time), __fadd_rn / __fsub_rn / __fmul_rn single rounded float operations (built
+ * with -ffp-contract=off). It checks the kernels' logic - which thread adds what, in which order, which
+ * outputs a block owns - not the device's arithmetic (test_cuda_tx does that on a GPU). Launch shapes are
+ * those cuda_ops.c uses, and some with fewer blocks, so the grid-stride paths run too. */
+#include <barrier>
+#include <thread>
+#include <vector>
+#include <cstring>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+struct dim3e { unsigned x = 1, y = 1, z = 1; };
+thread_local dim3e threadIdx, blockIdx;
+dim3e blockDim, gridDim;
+std::unique_ptr<std::barrier<>> g_bar;
+std::unique_ptr<std::barrier<>> g_wbar[32];
+unsigned long long g_slot[32][32];
+#define __device__
+#define __forceinline__ inline
+#define __global__
+#define __constant__ static const
+#define __shared__ static
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
+inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+inline void __syncthreads() { g_bar->arrive_and_wait(); }
+inline void __syncwarp() { g_wbar[threadIdx.x / 32]->arrive_and_wait(); }
+template <class T> T shfl_from(T v, int src) {
+  int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  unsigned long long s = 0; memcpy(&s, &v, sizeof v); g_slot[w][l] = s;
+  g_wbar[w]->arrive_and_wait();
+  T r; unsigned long long q = g_slot[w][src & 31]; memcpy(&r, &q, sizeof r);
+  g_wbar[w]->arrive_and_wait();
+  return r;
+}
+template <class T> T __shfl_sync(unsigned, T v, int src) { return shfl_from(v, src); }
+template <class T> T __shfl_up_sync(unsigned, T v, int d) {
+  const int l = (int)(threadIdx.x % 32);
+  return shfl_from(v, l >= d ? l - d : l);
+}
+template <class T> T __shfl_xor_sync(unsigned, T v, int off) { return shfl_from(v, (int)(threadIdx.x % 32) ^ off); }
+inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline int atomicMin(int *p, int v) { int o = *p; while (v < o && !__atomic_compare_exchange_n(p, &o, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {} return o; }
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct float2 { float x, y; };
+inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+inline float2 make_float2(float a, float b) { return float2{a, b}; }
+#include <algorithm>
+using std::min;
+using std::max;
+inline void __trap() { abort(); }
+void emu_launch(unsigned gx, unsigned gy, unsigned bd, std::function<void()> body) {
+  gridDim.x = gx, gridDim.y = gy, blockDim.x = bd;
+  for (unsigned by = 0; by < gy; by++)
+    for (unsigned bx = 0; bx < gx; bx++) {
+      g_bar = std::make_unique<std::barrier<>>(bd);
+      for (unsigned w = 0; w < bd / 32; w++) g_wbar[w] = std::make_unique<std::barrier<>>(32);
+      std::vector<std::thread> th;
+      for (unsigned t = 0; t < bd; t++)
+        th.emplace_back([=] { threadIdx.x = t; blockIdx.x = bx; blockIdx.y = by; body(); });
+      for (auto &x : th) x.join();
+    }
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "cuda_kernels.cu"
+#pragma GCC diagnostic pop
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include "cuda_tx_args.h"
+extern "C" {
+#include "weft.h"
+#include "reference_tx.h"
+}
+static std::mt19937 rng(7);
+static std::vector<float> rnd(size_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> u(lo, hi); std::vector<float> v(n); for (auto &x : v) x = u(rng); return v; }
+static int fails = 0;
+static void cmp(const char *what, const float *a, const float *b, size_t n) {
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < n; i++) if (memcmp(a + i, b + i, 4)) { if (!bad) first = i; bad++; }
+  printf("%-22s %s (%zu/%zu differ%s)\n", what, bad ? "FAIL" : "ok", bad, n, "");
+  if (bad) { printf("   first %zu: %a vs %a\n", first, a[first], b[first]); fails++; }
+}
+#define U(p) ((uint64_t)(uintptr_t)(p))
+static void attn(int64_t B, int64_t T, int64_t C, int64_t NH, unsigned gx) {
+  auto qkv = rnd(B * T * 3 * C, -2, 2), dout = rnd(B * T * C, -1, 1);
+  qkv[5] = 0.0f; qkv[7] = -0.0f;
+  std::vector<float> o(B*T*C), pre(B*NH*T*T), att(B*NH*T*T), o2(o.size(), 7.f), pre2(pre.size(), 7.f), att2(att.size(), 7.f);
+  weft_ref_attention_forward(o.data(), pre.data(), att.data(), qkv.data(), B, T, C, NH);
+  weft_tx_attn_args a{}; a.out = U(o2.data()); a.preatt = U(pre2.data()); a.att = U(att2.data()); a.qkv = U(qkv.data());
+  a.B = B; a.T = T; a.C = C; a.NH = NH;
+  emu_launch(gx, 1, 256, [&] { weft_tx_attn_fwd(a); });
+  cmp("attn out", o.data(), o2.data(), o.size()); cmp("attn att", att.data(), att2.data(), att.size()); cmp("attn preatt", pre.data(), pre2.data(), pre.size());
+  std::vector<float> dq(B*T*3*C), dq2(dq.size(), 7.f), ds(B*NH*T*T, 5.f);
+  weft_ref_attention_backward(dq.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  a.dqkv = U(dq2.data()); a.dout = U(dout.data()); a.ds = U(ds.data()); a.att = U(att.data());
+  emu_launch(gx, 1, 256, [&] { weft_tx_attn_bwd_ds(a); });
+  emu_launch(gx, 1, 256, [&] { weft_tx_attn_bwd_dqkv(a); });
+  cmp("attn dqkv", dq.data(), dq2.data(), dq.size());
+}
+static void xent(int64_t N, int64_t V, unsigned gx) {
+  auto z = rnd(N * V, -15, 15), dl = rnd(N, -1, 1);
+  std::vector<int32_t> tg(N); for (auto &t : tg) t = rng() % V;
+  if (N > 1 && V > 3) { z[V] = NAN; }             /* row 1: z0 NaN */
+  if (N > 2 && V > 9) { z[2*V + 3] = 20; z[2*V + 8] = 20; z[2*V+1] = NAN; }  /* ties */
+  if (N > 3 && V > 9) { for (int j = 0; j < V; j++) z[3*V+j] = -5; z[3*V + 4] = 0.0f; z[3*V+6] = -0.0f; z[3*V] = -0.0f; }
+  std::vector<float> l(N), l2(N, 7.f), g(N*V), g2(N*V, 7.f);
+  weft_ref_crossentropy_forward(l.data(), z.data(), tg.data(), N, V);
+  weft_ref_crossentropy_backward(g.data(), z.data(), tg.data(), dl.data(), N, V);
+  weft_tx_xent_args a{U(l2.data()), U(z.data()), U(tg.data()), U(g2.data()), U(dl.data()), N, V};
+  emu_launch(gx, 1, 128, [&] { weft_tx_xent_fwd(a); });
+  emu_launch(gx, 1, 64, [&] { weft_tx_xent_fwd(a); });  /* the smallest block it takes */
+  emu_launch(gx, 1, 128, [&] { weft_tx_xent_bwd(a); });
+  cmp("xent loss", l.data(), l2.data(), N); cmp("xent dlogits", g.data(), g2.data(), N * V);
+}
+static void embb(int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, bool withpos) {
+  auto dout = rnd(B*T*C, -1, 1), wte = rnd(V*C, -1, 1), wpe = rnd(P*C, -1, 1);
+  std::vector<int32_t> tok(B*T), pos(B*T); for (auto &t : tok) t = rng() % V; for (auto &t : pos) t = rng() % P;
+  auto wte2 = wte, wpe2 = wpe;
+  weft_ref_embedding_backward(wte.data(), wpe.data(), dout.data(), tok.data(), withpos ? pos.data() : nullptr, B, T, C, V, P);
+  std::vector<int32_t> cnt(V + P + 2, 0), st(V + P + 2), lst(B*T + 5);
+  for (int tab = 0; tab < 2; tab++) {
+    weft_tx_embed_bwd_args a{U(tab ? wpe2.data() : wte2.data()), U(dout.data()), tab ? (withpos ? U(pos.data()) : 0) : U(tok.data()),
+      U(cnt.data()), U(st.data()), U(lst.data()), B*T, T, C, tab ? P : V};
+    int64_t BT = B*T;
+    emu_launch(2, 1, 256, [&] { weft_tx_embed_bwd_count(a); });
+    emu_launch(1, 1, 1024, [&] { weft_tx_embed_bwd_scan(a); });
+    emu_launch(2, 1, 256, [&] { weft_tx_embed_bwd_fill(a); });
+    emu_launch(2, 1, 256, [&] { weft_tx_embed_bwd_sort(a); });
+    emu_launch((C + 127) / 128, BT < 7 ? BT : 7, 128, [&] { weft_tx_embed_bwd_accum(a); });
+  }
+  cmp("embed dwte", wte.data(), wte2.data(), wte.size()); cmp("embed dwpe", wpe.data(), wpe2.data(), wpe.size());
+  int nz = 0; for (auto c : cnt) nz += c != 0; printf("   count left nonzero: %d\n", nz); if (nz) fails++;
+}
+static void ln(int64_t N, int64_t C, unsigned gx) {
+  auto x = rnd(N*C, -3, 3), ga = rnd(C, -1, 1), be = rnd(C, -1, 1), dy = rnd(N*C, -1, 1);
+  std::vector<float> y(N*C), m(N), rs(N), y2(N*C, 7.f), m2(N, 7.f), rs2(N, 7.f);
+  weft_ref_layernorm_forward(y.data(), m.data(), rs.data(), x.data(), ga.data(), be.data(), N, C, 1e-5f);
+  weft_tx_ln_args a{}; a.y = U(y2.data()); a.mean = U(m2.data()); a.rstd = U(rs2.data()); a.x = U(x.data()); a.gamma = U(ga.data()); a.beta = U(be.data()); a.N = N; a.C = C; a.eps = 1e-5f;
+  emu_launch(gx, 1, 256, [&] { weft_tx_layernorm_fwd(a); });
+  cmp("ln y", y.data(), y2.data(), y.size()); cmp("ln mean", m.data(), m2.data(), N); cmp("ln rstd", rs.data(), rs2.data(), N);
+  auto dg = rnd(C, -1, 1), db = rnd(C, -1, 1); auto dg2 = dg, db2 = db; std::vector<float> dx(N*C), dx2(N*C, 7.f);
+  weft_ref_layernorm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), m.data(), rs.data(), ga.data(), N, C);
+  a.dx = U(dx2.data()); a.dgamma = U(dg2.data()); a.dbeta = U(db2.data()); a.dy = U(dy.data());
+  emu_launch((unsigned)((C + 31) / 32), 1, 256, [&] { weft_tx_layernorm_bwd_dgb(a); });
+  emu_launch(gx, 1, 256, [&] { weft_tx_layernorm_bwd_dx(a); });
+  cmp("ln dx", dx.data(), dx2.data(), dx.size());
+  cmp("ln dgamma", dg.data(), dg2.data(), C); cmp("ln dbeta", db.data(), db2.data(), C);
+}
+static void softmax(int64_t R, int64_t T) {
+  auto sc = rnd(R * T * T, -4, 4), dp = rnd(R * T * T, -1, 1);
+  std::vector<float> pr(sc.size()), pr2(sc.size(), 7.f), ds(sc.size()), ds2(sc.size(), 7.f);
+  const float scale = 0.125f;
+  weft_ref_causal_softmax_forward(pr.data(), sc.data(), R, T, scale);
+  weft_ref_causal_softmax_backward(ds.data(), pr.data(), dp.data(), R, T, scale);
+  weft_tx_softmax_args a{}; a.out = U(pr2.data()); a.in = U(sc.data()); a.R = R; a.T = T; a.scale = scale;
+  emu_launch((unsigned)((R * T + 7) / 8), 1, 256, [&] { weft_tx_softmax_fwd(a); });
+  weft_tx_softmax_args b = a; b.out = U(ds2.data()); b.in = U(pr.data()); b.in2 = U(dp.data());
+  emu_launch(3, 1, 256, [&] { weft_tx_softmax_bwd(b); });
+  cmp("softmax fwd", pr.data(), pr2.data(), pr.size()); cmp("softmax bwd", ds.data(), ds2.data(), ds.size());
+}
+static void copies() {
+  // permute [2,3,4,5] -> perm (2,0,3,1)
+  int64_t d[4] = {2, 3, 4, 5}, xs[4] = {60, 20, 5, 1}; int pm[4] = {2, 0, 3, 1};
+  std::vector<float> x = rnd(120, -1, 1), y(120), y2(120, 7.f);
+  weft_tx_permute_args a{}; a.out = U(y2.data()); a.in = U(x.data()); a.count = 120; a.rank = 4;
+  for (int k = 0; k < 4; k++) a.out_dims[k] = d[pm[k]], a.in_stride[k] = xs[pm[k]];
+  for (int i0 = 0; i0 < d[pm[0]]; i0++) for (int i1 = 0; i1 < d[pm[1]]; i1++) for (int i2 = 0; i2 < d[pm[2]]; i2++) for (int i3 = 0; i3 < d[pm[3]]; i3++)
+    y[((i0 * d[pm[1]] + i1) * d[pm[2]] + i2) * d[pm[3]] + i3] = x[i0 * xs[pm[0]] + i1 * xs[pm[1]] + i2 * xs[pm[2]] + i3 * xs[pm[3]]];
+  emu_launch(1, 1, 256, [&] { weft_tx_permute(a); });
+  cmp("permute", y.data(), y2.data(), 120);
+  {  /* [2,3,5,8] -> (1,2,0,3): the last axis stays, 8 long: the 16-byte path */
+    int64_t e[4] = {2, 3, 5, 8}, es[4] = {120, 40, 8, 1}; int q[4] = {1, 2, 0, 3};
+    std::vector<float> u = rnd(240, -1, 1), v(240), v2(240, 7.f);
+    weft_tx_permute_args b{}; b.out = U(v2.data()); b.in = U(u.data()); b.count = 240; b.rank = 4;
+    for (int k = 0; k < 4; k++) b.out_dims[k] = e[q[k]], b.in_stride[k] = es[q[k]];
+    for (int i0 = 0; i0 < e[q[0]]; i0++) for (int i1 = 0; i1 < e[q[1]]; i1++) for (int i2 = 0; i2 < e[q[2]]; i2++) for (int i3 = 0; i3 < e[q[3]]; i3++)
+      v[((i0 * e[q[1]] + i1) * e[q[2]] + i2) * e[q[3]] + i3] = u[i0 * es[q[0]] + i1 * es[q[1]] + i2 * es[q[2]] + i3 * es[q[3]]];
+    emu_launch(1, 1, 32, [&] { weft_tx_permute(b); });
+    cmp("permute (16-byte)", v.data(), v2.data(), 240);
+  }
+  for (int off = 0; off < 3; off++) {
+    int64_t outer = 3, sl = 5, dl = 9, inner = 7 + off;
+    auto src = rnd(outer * sl * inner, -1, 1); std::vector<float> dst(outer * dl * inner + 8, 1.f), dst2 = dst;
+    for (int o = 0; o < outer; o++) for (int i = 0; i < sl * inner; i++) dst[o * dl * inner + off * inner + i] = src[o * sl * inner + i];
+    weft_tx_copy_args c{}; c.dst = U(dst2.data()); c.src = U(src.data()); c.nb = outer; c.rows = 1; c.cols = sl * inner;
+    c.dst_off = off * inner; c.dst_bs = dl * inner; c.src_bs = sl * inner;
+    emu_launch(2, 2, 256, [&] { weft_tx_copy_slice(c); });
+    cmp("copy_slice", dst.data(), dst2.data(), dst.size());
+  }
+}
+int main() {
+  copies();
+  softmax(2, 45);
+  ln(11, 77, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3);
+  embb(2, 5, 10, 13, 5, true); embb(3, 7, 130, 4, 7, false); embb(4, 40, 9, 3000, 40, true);
+  xent(4, 5000, 4); xent(5, 7, 2); xent(3, 1, 5); xent(4, 4099, 2);
+  attn(1, 33, 64, 1, 2); attn(2, 70, 80, 2, 5);
+  printf(fails ? "FAILURES %d\n" : "ALL OK\n", fails);
+  return fails != 0;
+}
