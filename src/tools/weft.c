@@ -16,7 +16,7 @@ static const weft_cli_command commands[] = {
      weft_cli_route, weft_cli_route_help},
     {"mlp", "train a small MLP on the handwritten digits with every op on the fabric; where the ops ran",
      weft_cli_mlp, weft_cli_mlp_help},
-    {"gpt", "train GPT-2 on text (bytes) and generate with a KV cache, every op on the fabric; where they ran",
+    {"gpt", "train GPT-2 on text or from its weights, generate with a KV cache, every op on the fabric",
      weft_cli_gpt, weft_cli_gpt_help},
     {"worker", "serve this machine's lanes to other machines' fabrics over TCP (remote lanes)", weft_cli_worker,
      weft_cli_worker_help},
