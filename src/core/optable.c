@@ -549,33 +549,15 @@ static weft_status h_sumsq(const weft_op *op) {
 }
 /* PERMUTE: a copy of 4-byte elements; y's index (i0..i3) reads x at the permuted index. */
 static weft_status h_permute(const weft_op *op) {
-  const uint32_t *x = (const uint32_t *)op->in[0];
-  uint32_t *y = (uint32_t *)op->out[0];
-  const int64_t *xd = op->iparam + 1;
   int perm[4];
   for (int a = 0; a < 4; a++) perm[a] = (int)((op->iparam[5] >> (2 * a)) & 3);
-  int64_t xs[4]; /* x's strides */
-  xs[3] = 1;
-  for (int a = 2; a >= 0; a--) xs[a] = xs[a + 1] * xd[a + 1];
-  int64_t yd[4], st[4];
-  for (int a = 0; a < 4; a++) yd[a] = xd[perm[a]], st[a] = xs[perm[a]];
-  size_t o = 0;
-  for (int64_t i0 = 0; i0 < yd[0]; i0++)
-    for (int64_t i1 = 0; i1 < yd[1]; i1++)
-      for (int64_t i2 = 0; i2 < yd[2]; i2++) {
-        const uint32_t *src = x + i0 * st[0] + i1 * st[1] + i2 * st[2];
-        for (int64_t i3 = 0; i3 < yd[3]; i3++) y[o++] = src[i3 * st[3]];
-      }
+  weft_ref_permute((uint32_t *)op->out[0], (const uint32_t *)op->in[0], op->iparam + 1, perm);
   return WEFT_OK;
 }
 /* COPY_SLICE: dst[o, offset + i, r] = src[o, i, r]; the rest of dst unchanged. */
 static weft_status h_copy_slice(const weft_op *op) {
-  const int64_t outer = op->iparam[0], sl = op->iparam[1], dl = op->iparam[2], inner = op->iparam[3], off = op->iparam[4];
-  const char *s = op->in[0];
-  char *d = op->out[0];
-  const size_t row = (size_t)(sl * inner) * 4;
-  for (int64_t o = 0; o < outer; o++)
-    memmove(d + (size_t)((o * dl + off) * inner) * 4, s + (size_t)o * row, row);
+  const int64_t *ip = op->iparam;
+  weft_ref_copy_slice(op->out[0], op->in[0], ip[0], ip[1], ip[2], ip[3], ip[4]);
   return WEFT_OK;
 }
 

@@ -545,3 +545,27 @@ float weft_ref_grad_clip(float *const *grads, const int64_t *sizes, int64_t nten
   }
   return canon(norm);
 }
+
+void weft_ref_permute(uint32_t *y, const uint32_t *x, const int64_t xd[4], const int perm[4]) {
+  int64_t xs[4]; /* x's strides */
+  xs[3] = 1;
+  for (int a = 2; a >= 0; a--) xs[a] = xs[a + 1] * xd[a + 1];
+  int64_t yd[4], st[4];
+  for (int a = 0; a < 4; a++) yd[a] = xd[perm[a]], st[a] = xs[perm[a]];
+  size_t o = 0;
+  for (int64_t i0 = 0; i0 < yd[0]; i0++)
+    for (int64_t i1 = 0; i1 < yd[1]; i1++)
+      for (int64_t i2 = 0; i2 < yd[2]; i2++) {
+        const uint32_t *src = x + i0 * st[0] + i1 * st[1] + i2 * st[2];
+        for (int64_t i3 = 0; i3 < yd[3]; i3++) y[o++] = src[i3 * st[3]];
+      }
+}
+
+void weft_ref_copy_slice(void *dst, const void *src, int64_t outer, int64_t src_len, int64_t dst_len, int64_t inner,
+                         int64_t offset) {
+  const char *s = src;
+  char *d = dst;
+  const size_t row = (size_t)(src_len * inner) * 4;
+  for (int64_t o = 0; o < outer; o++)
+    memmove(d + (size_t)((o * dst_len + offset) * inner) * 4, s + (size_t)o * row, row);
+}

@@ -92,4 +92,12 @@ WEFT_API float weft_ref_sumsq(const float *x, int64_t n, float acc);
  * tensor, in parameter order, added left to right (a chunk never spans two tensors). */
 WEFT_API float weft_ref_grad_clip(float *const *grads, const int64_t *sizes, int64_t ntensors, float max_norm);
 
+/* PERMUTE: a copy of 4-byte elements (bits unchanged, any dtype). x has dims xd[0..3] (padded with 1); y's
+ * axis a is x's axis perm[a]; y is written in its own row-major order. */
+WEFT_API void weft_ref_permute(uint32_t *y, const uint32_t *x, const int64_t xd[4], const int perm[4]);
+/* COPY_SLICE: dst[o, offset + i, r] = src[o, i, r] for o < outer, i < src_len, r < inner, 4-byte elements
+ * (bits unchanged); dst has dst_len along the middle axis and is otherwise left as it was. */
+WEFT_API void weft_ref_copy_slice(void *dst, const void *src, int64_t outer, int64_t src_len, int64_t dst_len,
+                                  int64_t inner, int64_t offset);
+
 #endif

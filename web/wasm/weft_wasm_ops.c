@@ -26,44 +26,6 @@ EXPORT(weft_wasm_op_fparam) float *weft_wasm_op_fparam(void) { return op_fp; }
 #define CI(i) ((const int32_t *)P(op_in[i]))
 #define O(i) ((float *)P(op_out[i]))
 
-static void sumsq(void) {
-  const float *x = F(0);
-  float acc = O(0)[0];
-  for (int64_t i = 0; i < op_ip[0]; i++) {
-    float sq = x[i] * x[i];
-    acc = acc + sq;
-  }
-  O(0)[0] = weft_canon_nan(acc);
-}
-
-static void permute(void) {
-  const uint32_t *x = (const uint32_t *)P(op_in[0]);
-  uint32_t *y = (uint32_t *)P(op_out[0]);
-  const int64_t *xd = op_ip + 1;
-  int perm[4];
-  for (int a = 0; a < 4; a++) perm[a] = (int)((op_ip[5] >> (2 * a)) & 3);
-  int64_t xs[4];
-  xs[3] = 1;
-  for (int a = 2; a >= 0; a--) xs[a] = xs[a + 1] * xd[a + 1];
-  int64_t yd[4], st[4];
-  for (int a = 0; a < 4; a++) yd[a] = xd[perm[a]], st[a] = xs[perm[a]];
-  size_t o = 0;
-  for (int64_t i0 = 0; i0 < yd[0]; i0++)
-    for (int64_t i1 = 0; i1 < yd[1]; i1++)
-      for (int64_t i2 = 0; i2 < yd[2]; i2++) {
-        const uint32_t *src = x + i0 * st[0] + i1 * st[1] + i2 * st[2];
-        for (int64_t i3 = 0; i3 < yd[3]; i3++) y[o++] = src[i3 * st[3]];
-      }
-}
-
-static void copy_slice(void) {
-  const int64_t outer = op_ip[0], sl = op_ip[1], dl = op_ip[2], inner = op_ip[3], off = op_ip[4];
-  const char *s = P(op_in[0]);
-  char *d = P(op_out[0]);
-  const size_t row = (size_t)(sl * inner) * 4;
-  for (int64_t o = 0; o < outer; o++) memmove(d + (size_t)((o * dl + off) * inner) * 4, s + (size_t)o * row, row);
-}
-
 /* Runs op `kind` (8..23) on the operands set above; returns a weft_status (0 = WEFT_OK). The page has
  * checked the shapes and the index operands' range, as the host does before any lane runs an op. */
 EXPORT(weft_wasm_run) int weft_wasm_run(int kind) {
@@ -87,9 +49,14 @@ EXPORT(weft_wasm_run) int weft_wasm_run(int kind) {
   case WEFT_OP_CROSSENTROPY: return weft_ref_crossentropy_forward(O(0), F(0), CI(1), ip[0], ip[1]);
   case WEFT_OP_CROSSENTROPY_BACKWARD: return weft_ref_crossentropy_backward(O(0), F(0), CI(1), F(2), ip[0], ip[1]);
   case WEFT_OP_ADAMW: weft_ref_adamw(O(0), F(0), O(1), O(2), ip[0], fp[0], fp[1], fp[2], fp[3], fp[4], fp[5], fp[6]); return 0;
-  case WEFT_OP_SUMSQ: sumsq(); return 0;
-  case WEFT_OP_PERMUTE: permute(); return 0;
-  case WEFT_OP_COPY_SLICE: copy_slice(); return 0;
+  case WEFT_OP_SUMSQ: O(0)[0] = weft_ref_sumsq(F(0), ip[0], O(0)[0]); return 0;
+  case WEFT_OP_PERMUTE: {
+    int perm[4];
+    for (int a = 0; a < 4; a++) perm[a] = (int)((ip[5] >> (2 * a)) & 3);
+    weft_ref_permute((uint32_t *)P(op_out[0]), (const uint32_t *)P(op_in[0]), ip + 1, perm);
+    return 0;
+  }
+  case WEFT_OP_COPY_SLICE: weft_ref_copy_slice(P(op_out[0]), P(op_in[0]), ip[0], ip[1], ip[2], ip[3], ip[4]); return 0;
   default: return WEFT_ERR_UNSUPPORTED;
   }
 }
