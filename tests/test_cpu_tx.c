@@ -76,7 +76,7 @@ static void test_embedding(weft_cpu_pool *pool) {
   for (int with_pos = 0; with_pos < 2; with_pos++) {
     const int32_t *ps = with_pos ? pos : NULL;
     TU_STATUS(weft_ref_embedding_forward(o1, tok, ps, wte, wpe, B, T, C, V, P), WEFT_OK, "ref embedding fwd");
-    TU_STATUS(weft_cpu_tx_embedding_forward(pool, o2, tok, ps, wte, wpe, B, T, C, V, P), WEFT_OK, "embedding fwd");
+    TU_STATUS(weft_cpu_tx_embedding_forward(NULL, pool, o2, tok, ps, wte, wpe, B, T, C, V, P), WEFT_OK, "embedding fwd");
     same("embedding forward", o1, o2, (size_t)(B * T * C));
     /* backward accumulates onto what the tables hold: start both from the same random contents */
     float *w1 = fbuf((size_t)(V * C)), *w2 = fbuf((size_t)(V * C)), *p1 = fbuf((size_t)(P * C)),
@@ -86,10 +86,10 @@ static void test_embedding(weft_cpu_pool *pool) {
     memcpy(w2, w1, sizeof(float) * (size_t)(V * C));
     memcpy(p2, p1, sizeof(float) * (size_t)(P * C));
     TU_STATUS(weft_ref_embedding_backward(w1, p1, dout, tok, ps, B, T, C, V, P), WEFT_OK, "ref embedding bwd");
-    TU_STATUS(weft_cpu_tx_embedding_backward(pool, w2, p2, dout, tok, ps, B, T, C, V, P), WEFT_OK, "embedding bwd");
+    TU_STATUS(weft_cpu_tx_embedding_backward(NULL, pool, w2, p2, dout, tok, ps, B, T, C, V, P), WEFT_OK, "embedding bwd");
     same("embedding backward dwte", w1, w2, (size_t)(V * C));
     same("embedding backward dwpe", p1, p2, (size_t)(P * C));
-    TU_STATUS(weft_cpu_tx_embedding_backward(pool, w2, NULL, dout, tok, ps, B, T, C, V, P), WEFT_OK, "no dwpe");
+    TU_STATUS(weft_cpu_tx_embedding_backward(NULL, pool, w2, NULL, dout, tok, ps, B, T, C, V, P), WEFT_OK, "no dwpe");
     TU_STATUS(weft_ref_embedding_backward(w1, NULL, dout, tok, ps, B, T, C, V, P), WEFT_OK, "ref no dwpe");
     same("embedding backward dwte only", w1, w2, (size_t)(V * C));
     free(w1), free(w2), free(p1), free(p2);
@@ -97,15 +97,15 @@ static void test_embedding(weft_cpu_pool *pool) {
   /* bad arguments: the reference's statuses, nothing written */
   memset(o2, 0, sizeof(float) * (size_t)(B * T * C));
   tok[5] = (int32_t)V;
-  TU_STATUS(weft_cpu_tx_embedding_forward(pool, o2, tok, NULL, wte, wpe, B, T, C, V, P), WEFT_ERR_INVALID_ARGUMENT,
+  TU_STATUS(weft_cpu_tx_embedding_forward(NULL, pool, o2, tok, NULL, wte, wpe, B, T, C, V, P), WEFT_ERR_INVALID_ARGUMENT,
             "token out of range");
-  TU_STATUS(weft_cpu_tx_embedding_backward(pool, wte, NULL, dout, tok, NULL, B, T, C, V, P),
+  TU_STATUS(weft_cpu_tx_embedding_backward(NULL, pool, wte, NULL, dout, tok, NULL, B, T, C, V, P),
             WEFT_ERR_INVALID_ARGUMENT, "token out of range (backward)");
   tok[5] = 0;
-  TU_STATUS(weft_cpu_tx_embedding_forward(pool, o2, tok, NULL, wte, wpe, B, -1, C, V, P), WEFT_ERR_SHAPE, "T < 0");
-  TU_STATUS(weft_cpu_tx_embedding_forward(pool, NULL, tok, NULL, wte, wpe, B, T, C, V, P), WEFT_ERR_INVALID_ARGUMENT,
+  TU_STATUS(weft_cpu_tx_embedding_forward(NULL, pool, o2, tok, NULL, wte, wpe, B, -1, C, V, P), WEFT_ERR_SHAPE, "T < 0");
+  TU_STATUS(weft_cpu_tx_embedding_forward(NULL, pool, NULL, tok, NULL, wte, wpe, B, T, C, V, P), WEFT_ERR_INVALID_ARGUMENT,
             "NULL out");
-  TU_STATUS(weft_cpu_tx_embedding_forward(pool, o2, tok, NULL, wte, wpe, B, T, C, V, 10), WEFT_ERR_INVALID_ARGUMENT,
+  TU_STATUS(weft_cpu_tx_embedding_forward(NULL, pool, o2, tok, NULL, wte, wpe, B, T, C, V, 10), WEFT_ERR_INVALID_ARGUMENT,
             "T > P without positions");
   int nonzero = 0;
   for (int64_t i = 0; i < B * T * C; i++) nonzero |= o2[i] != 0.0f;
@@ -123,11 +123,11 @@ static void test_layernorm(weft_cpu_pool *pool, int64_t N, int64_t C) {
   fill(b, (size_t)C, -0.5f, 0.5f, 1);
   fill(dy, nc, -1, 1, 1);
   weft_ref_layernorm_forward(y1, m1, r1, x, g, b, N, C, 1e-5f);
-  weft_cpu_tx_layernorm_forward(pool, y2, m2, r2, x, g, b, N, C, 1e-5f);
+  weft_cpu_tx_layernorm_forward(NULL, pool, y2, m2, r2, x, g, b, N, C, 1e-5f);
   same("layernorm forward y", y1, y2, nc);
   same("layernorm forward mean", m1, m2, (size_t)N);
   same("layernorm forward rstd", r1, r2, (size_t)N);
-  weft_cpu_tx_layernorm_forward(pool, y2, NULL, NULL, x, g, b, N, C, 1e-5f);
+  weft_cpu_tx_layernorm_forward(NULL, pool, y2, NULL, NULL, x, g, b, N, C, 1e-5f);
   same("layernorm forward y (no mean, rstd)", y1, y2, nc);
   float *dg1 = fbuf((size_t)C), *dg2 = fbuf((size_t)C), *db1 = fbuf((size_t)C), *db2 = fbuf((size_t)C);
   fill(dg1, (size_t)C, -1, 1, 1);
@@ -135,11 +135,11 @@ static void test_layernorm(weft_cpu_pool *pool, int64_t N, int64_t C) {
   memcpy(dg2, dg1, sizeof(float) * (size_t)C);
   memcpy(db2, db1, sizeof(float) * (size_t)C);
   weft_ref_layernorm_backward(y1, dg1, db1, dy, x, m1, r1, g, N, C);
-  weft_cpu_tx_layernorm_backward(pool, y2, dg2, db2, dy, x, m1, r1, g, N, C);
+  weft_cpu_tx_layernorm_backward(NULL, pool, y2, dg2, db2, dy, x, m1, r1, g, N, C);
   same("layernorm backward dx", y1, y2, nc);
   same("layernorm backward dgamma", dg1, dg2, (size_t)C);
   same("layernorm backward dbeta", db1, db2, (size_t)C);
-  weft_cpu_tx_layernorm_backward(pool, y2, NULL, NULL, dy, x, m1, r1, g, N, C);
+  weft_cpu_tx_layernorm_backward(NULL, pool, y2, NULL, NULL, dy, x, m1, r1, g, N, C);
   same("layernorm backward dx (no dgamma, dbeta)", y1, y2, nc);
   free(x), free(g), free(b), free(dy), free(y1), free(y2), free(m1), free(m2), free(r1), free(r2);
   free(dg1), free(dg2), free(db1), free(db2);
@@ -152,10 +152,10 @@ static void test_elementwise(weft_cpu_pool *pool) {
     if (mode == 0) fill(x, n, -6, 6, 1), fill(dy, n, -1, 1, 1);
     else fill_bits(x, n), fill_bits(dy, n);
     weft_ref_gelu_forward(y1, x, (int64_t)n);
-    weft_cpu_tx_gelu_forward(pool, y2, x, (int64_t)n);
+    weft_cpu_tx_gelu_forward(NULL, pool, y2, x, (int64_t)n);
     same(mode ? "gelu forward (random bits)" : "gelu forward", y1, y2, n);
     weft_ref_gelu_backward(y1, x, dy, (int64_t)n);
-    weft_cpu_tx_gelu_backward(pool, y2, x, dy, (int64_t)n);
+    weft_cpu_tx_gelu_backward(NULL, pool, y2, x, dy, (int64_t)n);
     same(mode ? "gelu backward (random bits)" : "gelu backward", y1, y2, n);
   }
   /* AdamW: params, moments and grads random (then random bits), a few steps in a row */
@@ -174,7 +174,7 @@ static void test_elementwise(weft_cpu_pool *pool) {
       else fill_bits(dy, n);
       const float bc1 = weft_ref_adamw_bias_correction(0.9f, t), bc2 = weft_ref_adamw_bias_correction(0.999f, t);
       weft_ref_adamw(p1, dy, ma, va, (int64_t)n, 3e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, bc1, bc2);
-      weft_cpu_tx_adamw(pool, p2, dy, mb, vb, (int64_t)n, 3e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, bc1, bc2);
+      weft_cpu_tx_adamw(NULL, pool, p2, dy, mb, vb, (int64_t)n, 3e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, bc1, bc2);
     }
     same(mode ? "adamw param (random bits)" : "adamw param", p1, p2, n);
     same(mode ? "adamw m (random bits)" : "adamw m", ma, mb, n);
@@ -188,7 +188,7 @@ static void test_elementwise(weft_cpu_pool *pool) {
     float *ga[2] = {y1, p1}, *gb[2] = {y2, p2};
     const int64_t sizes[2] = {(int64_t)n, 1000};
     const float max_norm = clip ? 1.0f : 1e6f;
-    const float na = weft_ref_grad_clip(ga, sizes, 2, max_norm), nb = weft_cpu_tx_grad_clip(pool, gb, sizes, 2, max_norm);
+    const float na = weft_ref_grad_clip(ga, sizes, 2, max_norm), nb = weft_cpu_tx_grad_clip(NULL, pool, gb, sizes, 2, max_norm);
     same("grad clip norm", &na, &nb, 1);
     same("grad clip tensor 0", y1, y2, n);
     same("grad clip tensor 1", p1, p2, 1000);
@@ -211,7 +211,7 @@ static void test_sumsq(weft_cpu_pool *pool) {
       if (mode == 2) fill_bits(x, (size_t)n);
       else fill(x, (size_t)n, -3, 3, 0);
       const float acc0 = mode == 1 ? 0.0f : 1234.5f;
-      const float want = weft_ref_sumsq(x, n, acc0), got = weft_cpu_tx_sumsq(pool, x, n, acc0);
+      const float want = weft_ref_sumsq(x, n, acc0), got = weft_cpu_tx_sumsq(NULL, pool, x, n, acc0);
       char what[96];
       snprintf(what, sizeof what, "sumsq n=%lld %s", (long long)n, mode == 2 ? "(random bits)" : "");
       same(what, &want, &got, 1);
@@ -225,10 +225,10 @@ static void test_softmax(weft_cpu_pool *pool, int64_t R, int64_t T, int specials
   fill(s, n, -8, 8, specials);
   fill(dp, n, -1, 1, specials);
   weft_ref_causal_softmax_forward(p1, s, R, T, 0.125f);
-  weft_cpu_tx_causal_softmax_forward(pool, p2, s, R, T, 0.125f);
+  weft_cpu_tx_causal_softmax_forward(NULL, pool, p2, s, R, T, 0.125f);
   same("causal softmax forward", p1, p2, n);
   weft_ref_causal_softmax_backward(d1, p1, dp, R, T, 0.125f);
-  weft_cpu_tx_causal_softmax_backward(pool, d2, p1, dp, R, T, 0.125f);
+  weft_cpu_tx_causal_softmax_backward(NULL, pool, d2, p1, dp, R, T, 0.125f);
   same("causal softmax backward", d1, d2, n);
   free(s), free(p1), free(p2), free(dp), free(d1), free(d2);
 }
@@ -240,17 +240,17 @@ static void test_attention(weft_cpu_pool *pool, int64_t B, int64_t T, int64_t C,
   fill(qkv, nq, -2, 2, specials);
   fill(dout, no, -1, 1, specials);
   TU_STATUS(weft_ref_attention_forward(o1, pa1, a1, qkv, B, T, C, NH), WEFT_OK, "ref attention fwd");
-  TU_STATUS(weft_cpu_tx_attention_forward(pool, o2, pa2, a2, qkv, B, T, C, NH), WEFT_OK, "attention fwd");
+  TU_STATUS(weft_cpu_tx_attention_forward(NULL, pool, o2, pa2, a2, qkv, B, T, C, NH), WEFT_OK, "attention fwd");
   same("attention forward out", o1, o2, no);
   same("attention forward preatt", pa1, pa2, na);
   same("attention forward att", a1, a2, na);
-  TU_STATUS(weft_cpu_tx_attention_forward(pool, o2, NULL, a2, qkv, B, T, C, NH), WEFT_OK, "attention fwd, no preatt");
+  TU_STATUS(weft_cpu_tx_attention_forward(NULL, pool, o2, NULL, a2, qkv, B, T, C, NH), WEFT_OK, "attention fwd, no preatt");
   same("attention forward out (no preatt)", o1, o2, no);
   TU_STATUS(weft_ref_attention_backward(dq1, dout, qkv, a1, B, T, C, NH), WEFT_OK, "ref attention bwd");
-  TU_STATUS(weft_cpu_tx_attention_backward(pool, dq2, dout, qkv, a1, B, T, C, NH), WEFT_OK, "attention bwd");
+  TU_STATUS(weft_cpu_tx_attention_backward(NULL, pool, dq2, dout, qkv, a1, B, T, C, NH), WEFT_OK, "attention bwd");
   same("attention backward dqkv", dq1, dq2, nq);
-  TU_STATUS(weft_cpu_tx_attention_forward(pool, o2, NULL, a2, qkv, B, T, C, 7), WEFT_ERR_SHAPE, "NH not dividing C");
-  TU_STATUS(weft_cpu_tx_attention_backward(pool, dq2, dout, qkv, NULL, B, T, C, NH), WEFT_ERR_INVALID_ARGUMENT,
+  TU_STATUS(weft_cpu_tx_attention_forward(NULL, pool, o2, NULL, a2, qkv, B, T, C, 7), WEFT_ERR_SHAPE, "NH not dividing C");
+  TU_STATUS(weft_cpu_tx_attention_backward(NULL, pool, dq2, dout, qkv, NULL, B, T, C, NH), WEFT_ERR_INVALID_ARGUMENT,
             "NULL att");
   free(qkv), free(o1), free(o2), free(pa1), free(pa2), free(a1), free(a2), free(dout), free(dq1), free(dq2);
 }
@@ -281,14 +281,14 @@ static void test_crossentropy(weft_cpu_pool *pool, int64_t N, int64_t V, int non
       for (int64_t j = 0; j < V; j++)
         if (z[(size_t)(r * V + j)] == 0.0f) tg[r] = (int32_t)j;
   TU_STATUS(weft_ref_crossentropy_forward(l1, z, tg, N, V), WEFT_OK, "ref xent fwd");
-  TU_STATUS(weft_cpu_tx_crossentropy_forward(pool, l2, z, tg, N, V), WEFT_OK, "xent fwd");
+  TU_STATUS(weft_cpu_tx_crossentropy_forward(NULL, pool, l2, z, tg, N, V), WEFT_OK, "xent fwd");
   same("crossentropy forward", l1, l2, (size_t)N);
   TU_STATUS(weft_ref_crossentropy_backward(g1, z, tg, dl, N, V), WEFT_OK, "ref xent bwd");
-  TU_STATUS(weft_cpu_tx_crossentropy_backward(pool, g2, z, tg, dl, N, V), WEFT_OK, "xent bwd");
+  TU_STATUS(weft_cpu_tx_crossentropy_backward(NULL, pool, g2, z, tg, dl, N, V), WEFT_OK, "xent bwd");
   same("crossentropy backward", g1, g2, n);
   tg[0] = (int32_t)V;
-  TU_STATUS(weft_cpu_tx_crossentropy_forward(pool, l2, z, tg, N, V), WEFT_ERR_INVALID_ARGUMENT, "target out of range");
-  TU_STATUS(weft_cpu_tx_crossentropy_backward(pool, g2, z, tg, dl, N, 0), WEFT_ERR_SHAPE, "V = 0");
+  TU_STATUS(weft_cpu_tx_crossentropy_forward(NULL, pool, l2, z, tg, N, V), WEFT_ERR_INVALID_ARGUMENT, "target out of range");
+  TU_STATUS(weft_cpu_tx_crossentropy_backward(NULL, pool, g2, z, tg, dl, N, 0), WEFT_ERR_SHAPE, "V = 0");
   free(z), free(l1), free(l2), free(dl), free(g1), free(g2), free(tg);
 }
 

@@ -54,6 +54,8 @@ set(WEFT_WASM_SOURCES
   ${_weft_root}/src/core/wmath.c
   ${_weft_root}/src/lanes/cpu/gemm.c
   ${_weft_root}/src/lanes/cpu/kernels/ukr_portable.c
+  ${_weft_root}/src/lanes/cpu/tx_portable.c
+  ${_weft_root}/src/lanes/cpu/tx_portable_fp32.c
   ${_weft_root}/src/cost/model.c
   ${_weft_root}/src/sched/route.c
 )

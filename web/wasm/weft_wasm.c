@@ -3,6 +3,7 @@
  * (src/sched/route.c, src/cost/model.c) over a two-lane fabric, "cpu-wasm" and "webgpu", whose cost lines
  * the page fills with what it measured.
  *
+ * gemm.c's skinny case uses the portable transformer kernels' matrix-vector parts (tx_portable*.c).
  * What the browser does not have is replaced here, and only that: the CPU lane's thread pool runs every
  * job on the caller's thread (a page's wasm is single-threaded without cross-origin isolation), lane
  * reports carry no message, and calibration is the page's own sweep, fed in through
@@ -15,6 +16,7 @@
 #include "core/optable.h"
 #include "cost/cost.h"
 #include "lanes/cpu/cpu.h"
+#include "lanes/cpu/tx.h"
 #include "sched/route.h"
 
 #define EXPORT(name) __attribute__((export_name(#name), visibility("default")))
@@ -33,6 +35,11 @@ void weft_cpu_pool_run(weft_cpu_pool *pool, int nthreads, weft_cpu_task_fn fn, v
 void weft_cpu_wait_until(const atomic_llong *counter, long long target) {
   while (atomic_load_explicit(counter, memory_order_acquire) < target) {
   }
+}
+
+/* gemm.c's skinny matmuls take their vector parts from the transformer kernels' table: the portable ones. */
+const weft_cpu_tx_kernels *weft_cpu_tx_select_for(weft_contract contract) {
+  return contract == WEFT_CONTRACT_FP32 ? &weft_cpu_tx_portable_fp32 : &weft_cpu_tx_portable;
 }
 
 weft_status weft_lane_report(const weft_lane_host *host, weft_status status, const char *fmt, ...) {

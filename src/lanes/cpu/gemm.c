@@ -6,13 +6,17 @@
  * block continuing from the partial sum left in C by the block before. Which thread computes a tile never
  * changes the order within it, so the threading and blocking choices below never change the result bits.
  * The exact microkernels store every NaN as the canonical NaN (0x7fc00000) at each store of a C tile; a NaN
- * partial sum stays NaN through the later k blocks, so the result is canonical whatever the blocking. */
+ * partial sum stays NaN through the later k blocks, so the result is canonical whatever the blocking.
+ *
+ * A matmul of at most SKINNY_M rows (a decode step's matrix-vector products) skips all of that: packing B
+ * would read and write the whole of it for a handful of output rows, so B is read where it lies, once. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../core/reference.h"
 #include "cpu.h"
+#include "tx.h"
 
 /* Up to this many multiply-adds a matmul runs as plain loops: packing costs more than it saves only for
  * the very smallest (measured: the packed path wins from about 6x6x6 up). */
@@ -205,6 +209,73 @@ static void macro_kernel(const weft_cpu_kernels *kr, weft_cpu_ukr_fn ukr, const 
       for (int64_t r = 0; r < rows; r++) memcpy(ct + r * ldc, tile + r * nr, sizeof(float) * (size_t)cols);
     }
   }
+}
+
+/* ---------------------------------------------------------------------------------- skinny ops */
+
+/* Rows of op(A) up to which B is read in place (tx_kern.inc's gemv kernels) instead of packed. */
+#define SKINNY_M 4
+/* Columns of C per unit of the skinny split: whole cache lines, and whole vectors of every width. */
+#define SKINNY_ALIGN 64
+
+typedef struct skinny_job {
+  const weft_op *op;
+  const weft_cpu_tx_kernels *k;
+  const float *a;         /* op(A) of every entry, rows contiguous: entry p's row i at a + (p*m + i)*k */
+  int64_t per, per_entry; /* columns per unit, units per entry */
+  int64_t nunits;
+  atomic_llong next, done;
+} skinny_job;
+
+static void skinny_task(void *ctx, int tid) {
+  skinny_job *job = ctx;
+  const weft_op *op = job->op;
+  const int64_t m = op->m, n = op->n, k = op->k;
+  (void)tid;
+  for (;;) {
+    const int64_t u = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+    if (u >= job->nunits) break;
+    const int64_t p = u / job->per_entry, j0 = (u % job->per_entry) * job->per, j1 = min64(n, j0 + job->per);
+    const float *a = job->a + (size_t)(p * m) * (size_t)k;
+    const float *b = (const float *)op->in[1] + (op->b_batched ? (size_t)p * (size_t)(k * n) : 0);
+    float *c = (float *)op->out[0] + (size_t)(p * m) * (size_t)n + j0;
+    if (op->trans_b) job->k->gemv_nt(c, n, a, m, b + (size_t)j0 * (size_t)k, k, j1 - j0, k);
+    else job->k->gemv_nn(c, n, a, m, b + j0, n, j1 - j0, k);
+    atomic_fetch_add_explicit(&job->done, 1, memory_order_release);
+  }
+  if (tid == 0) weft_cpu_wait_until(&job->done, job->nunits);
+}
+
+/* A matmul of m <= SKINNY_M rows: the columns split over the threads. A transposed A ([k, m]) is first
+ * copied into rows (m*k floats per entry, small beside B). */
+static weft_status matmul_skinny(weft_cpu_lane *lane, const weft_op *op) {
+  const int64_t m = op->m, n = op->n, k = op->k, batch = op->batch;
+  skinny_job job;
+  job.op = op;
+  job.k = weft_cpu_tx_select_for(op->contract);
+  float *apack = NULL;
+  if (op->trans_a) {
+    apack = malloc(sizeof(float) * (size_t)(batch * m * k));
+    if (!apack) return weft_lane_report(lane->host, WEFT_ERR_OUT_OF_MEMORY, "cpu: out of host memory for a matmul");
+    const float *a = op->in[0];
+    for (int64_t p = 0; p < batch; p++)
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t q = 0; q < k; q++) apack[(p * m + i) * k + q] = a[p * m * k + q * m + i];
+  }
+  job.a = apack ? apack : (const float *)op->in[0];
+  int nthreads = weft_cpu_pool_threads(lane->pool);
+  if (nthreads > lane->threads) nthreads = lane->threads;
+  const int64_t fed = batch * m * n * k / MIN_WORK_PER_THREAD;
+  if (fed < nthreads) nthreads = fed < 1 ? 1 : (int)fed;
+  /* A few units per thread, so a thread slowed by the machine's other work does not hold the op up. */
+  job.per = round_up((n + 4 * nthreads - 1) / (4 * nthreads), SKINNY_ALIGN);
+  job.per_entry = (n + job.per - 1) / job.per;
+  job.nunits = batch * job.per_entry;
+  atomic_init(&job.next, 0);
+  atomic_init(&job.done, 0);
+  weft_cpu_pool_run(lane->pool, nthreads, skinny_task, &job);
+  free(apack);
+  return WEFT_OK;
 }
 
 /* ------------------------------------------------------------------------------------ the job */
@@ -410,6 +481,7 @@ weft_status weft_cpu_matmul(weft_cpu_lane *lane, const weft_op *op) {
     }
     return WEFT_OK;
   }
+  if (m <= SKINNY_M) return matmul_skinny(lane, op);
 
   gemm_job job;
   memset(&job, 0, sizeof job);

@@ -29,13 +29,16 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 static inline float canon(float x) { return x != x ? __builtin_nanf("") : x; }
 
-const weft_cpu_tx_kernels *weft_cpu_tx_select(void) {
+const weft_cpu_tx_kernels *weft_cpu_tx_select(void) { return weft_cpu_tx_select_for(WEFT_CONTRACT_EXACT); }
+
+const weft_cpu_tx_kernels *weft_cpu_tx_select_for(weft_contract contract) {
+  const int fp32 = contract == WEFT_CONTRACT_FP32;
 #if defined(__x86_64__) || defined(__i386__)
   const char *isa = weft_cpu_isa_name();
-  if (strcmp(isa, "avx512") == 0) return &weft_cpu_tx_avx512;
-  if (strcmp(isa, "avx2") == 0) return &weft_cpu_tx_avx2;
+  if (strcmp(isa, "avx512") == 0) return fp32 ? &weft_cpu_tx_avx512_fp32 : &weft_cpu_tx_avx512;
+  if (strcmp(isa, "avx2") == 0) return fp32 ? &weft_cpu_tx_avx2_fp32 : &weft_cpu_tx_avx2;
 #endif
-  return &weft_cpu_tx_portable;
+  return fp32 ? &weft_cpu_tx_portable_fp32 : &weft_cpu_tx_portable;
 }
 
 /* ------------------------------------------------------------------------------ the parallel loop */
@@ -172,14 +175,14 @@ static void emb_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-weft_status weft_cpu_tx_embedding_forward(weft_cpu_pool *pool, float *out, const int32_t *tok, const int32_t *pos,
+weft_status weft_cpu_tx_embedding_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, const int32_t *tok, const int32_t *pos,
                                           const float *wte, const float *wpe, int64_t B, int64_t T, int64_t C,
                                           int64_t V, int64_t P) {
   if (!out || !tok || !wte || !wpe) return WEFT_ERR_INVALID_ARGUMENT;
   if (B < 0 || T < 0 || C < 0 || V < 0 || P < 0) return WEFT_ERR_SHAPE;
   if (check_index(tok, B * T, V) != WEFT_OK || check_index(pos, B * T, P) != WEFT_OK) return WEFT_ERR_INVALID_ARGUMENT;
   if (!pos && T > P) return WEFT_ERR_INVALID_ARGUMENT;
-  emb_ctx e = {.k = weft_cpu_tx_select(), .out = out, .wte = wte, .wpe = wpe, .tok = tok, .pos = pos, .T = T, .C = C};
+  emb_ctx e = {.k = k ? k : weft_cpu_tx_select(), .out = out, .wte = wte, .wpe = wpe, .tok = tok, .pos = pos, .T = T, .C = C};
   par_for(pool, B * T, 1, C, emb_fwd_part, &e);
   return WEFT_OK;
 }
@@ -203,7 +206,7 @@ static void emb_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-weft_status weft_cpu_tx_embedding_backward(weft_cpu_pool *pool, float *dwte, float *dwpe, const float *dout,
+weft_status weft_cpu_tx_embedding_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dwte, float *dwpe, const float *dout,
                                            const int32_t *tok, const int32_t *pos, int64_t B, int64_t T, int64_t C,
                                            int64_t V, int64_t P) {
   if (!dout || !tok) return WEFT_ERR_INVALID_ARGUMENT;
@@ -211,7 +214,7 @@ weft_status weft_cpu_tx_embedding_backward(weft_cpu_pool *pool, float *dwte, flo
   if (check_index(tok, B * T, V) != WEFT_OK || check_index(pos, B * T, P) != WEFT_OK) return WEFT_ERR_INVALID_ARGUMENT;
   if (!pos && T > P) return WEFT_ERR_INVALID_ARGUMENT;
   if (!dwte && !dwpe) return WEFT_OK;
-  emb_ctx e = {.k = weft_cpu_tx_select(), .dwte = dwte, .dwpe = dwpe, .dout = dout, .tok = tok, .pos = pos,
+  emb_ctx e = {.k = k ? k : weft_cpu_tx_select(), .dwte = dwte, .dwpe = dwpe, .dout = dout, .tok = tok, .pos = pos,
                .T = T, .C = C, .BT = B * T};
   /* One part of channels per thread (whole cache lines): each walks the (b, t) rows once, reading each table
    * row's slice in one stream. */
@@ -253,9 +256,9 @@ static void ln_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-void weft_cpu_tx_layernorm_forward(weft_cpu_pool *pool, float *y, float *mean, float *rstd, const float *x,
+void weft_cpu_tx_layernorm_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *y, float *mean, float *rstd, const float *x,
                                    const float *gamma, const float *beta, int64_t N, int64_t C, float eps) {
-  ln_ctx l = {.k = weft_cpu_tx_select(), .y = y, .mean = mean, .rstd = rstd, .x = x, .gamma = gamma, .beta = beta,
+  ln_ctx l = {.k = k ? k : weft_cpu_tx_select(), .y = y, .mean = mean, .rstd = rstd, .x = x, .gamma = gamma, .beta = beta,
               .N = N, .C = C, .eps = eps, .invC = weft_recipf((float)C)};
   par_for(pool, N, WMAX, 4 * C, ln_fwd_part, &l);
 }
@@ -290,10 +293,10 @@ static void ln_bwd_params(void *c, int64_t lo, int64_t hi, int tid) {
   l->k->ln_dparams(l->dgamma, l->dbeta, l->x, l->dy, l->C, l->N, lo, hi, l->cmean, l->crstd);
 }
 
-void weft_cpu_tx_layernorm_backward(weft_cpu_pool *pool, float *dx, float *dgamma, float *dbeta, const float *dy,
+void weft_cpu_tx_layernorm_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dx, float *dgamma, float *dbeta, const float *dy,
                                     const float *x, const float *mean, const float *rstd, const float *gamma,
                                     int64_t N, int64_t C) {
-  ln_ctx l = {.k = weft_cpu_tx_select(), .dx = dx, .dgamma = dgamma, .dbeta = dbeta, .dy = dy, .x = x,
+  ln_ctx l = {.k = k ? k : weft_cpu_tx_select(), .dx = dx, .dgamma = dgamma, .dbeta = dbeta, .dy = dy, .x = x,
               .cmean = mean, .crstd = rstd, .gamma = gamma, .N = N, .C = C, .invC = weft_recipf((float)C)};
   /* The parameters first: they read dy and x, which dx may overwrite (in place). */
   if (dgamma || dbeta) par_for(pool, C, 64, 3 * N, ln_bwd_params, &l);
@@ -330,19 +333,19 @@ static void scale_part(void *c, int64_t lo, int64_t hi, int tid) {
   e->k->mul(e->out + lo, e->out + lo, hi - lo, e->adam.lr, 1);
 }
 
-void weft_cpu_tx_gelu_forward(weft_cpu_pool *pool, float *y, const float *x, int64_t n) {
-  ew_ctx e = {.k = weft_cpu_tx_select(), .out = y, .a = x};
+void weft_cpu_tx_gelu_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *y, const float *x, int64_t n) {
+  ew_ctx e = {.k = k ? k : weft_cpu_tx_select(), .out = y, .a = x};
   par_for(pool, n, 16, 32, gelu_fwd_part, &e);
 }
 
-void weft_cpu_tx_gelu_backward(weft_cpu_pool *pool, float *dx, const float *x, const float *dy, int64_t n) {
-  ew_ctx e = {.k = weft_cpu_tx_select(), .out = dx, .a = x, .b = dy};
+void weft_cpu_tx_gelu_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dx, const float *x, const float *dy, int64_t n) {
+  ew_ctx e = {.k = k ? k : weft_cpu_tx_select(), .out = dx, .a = x, .b = dy};
   par_for(pool, n, 16, 40, gelu_bwd_part, &e);
 }
 
-void weft_cpu_tx_adamw(weft_cpu_pool *pool, float *param, const float *grad, float *m, float *v, int64_t n,
+void weft_cpu_tx_adamw(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *param, const float *grad, float *m, float *v, int64_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2) {
-  ew_ctx e = {.k = weft_cpu_tx_select(), .out = param, .a = grad, .m = m, .v = v};
+  ew_ctx e = {.k = k ? k : weft_cpu_tx_select(), .out = param, .a = grad, .m = m, .v = v};
   e.adam.lr = lr, e.adam.beta1 = beta1, e.adam.beta2 = beta2, e.adam.eps = eps, e.adam.weight_decay = weight_decay;
   e.adam.o1 = 1.0f - beta1, e.adam.o2 = 1.0f - beta2;
   e.adam.r1 = weft_recipf(bc1), e.adam.r2 = weft_recipf(bc2);
@@ -383,7 +386,7 @@ static void sumsq_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-float weft_cpu_tx_sumsq(weft_cpu_pool *pool, const float *x, int64_t n, float acc) {
+float weft_cpu_tx_sumsq(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, const float *x, int64_t n, float acc) {
   if (n <= 0) return canon(acc);
   const int64_t nch = (n + WEFT_SUMSQ_CHUNK - 1) / WEFT_SUMSQ_CHUNK;
   float local[256];
@@ -392,21 +395,21 @@ float weft_cpu_tx_sumsq(weft_cpu_pool *pool, const float *x, int64_t n, float ac
     for (int64_t c0 = 0; c0 < n; c0 += WEFT_SUMSQ_CHUNK) acc = acc + sumsq_chunk(x + c0, min64(WEFT_SUMSQ_CHUNK, n - c0));
     return canon(acc);
   }
-  ss_ctx s = {.k = weft_cpu_tx_select(), .x = x, .n = n, .part = part};
+  ss_ctx s = {.k = k ? k : weft_cpu_tx_select(), .x = x, .n = n, .part = part};
   par_for(pool, nch, s.k->width, 2 * WEFT_SUMSQ_CHUNK, sumsq_part, &s);
   for (int64_t c = 0; c < nch; c++) acc = acc + part[c];
   if (part != local) free(part);
   return canon(acc);
 }
 
-float weft_cpu_tx_grad_clip(weft_cpu_pool *pool, float *const *grads, const int64_t *sizes, int64_t ntensors,
+float weft_cpu_tx_grad_clip(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *const *grads, const int64_t *sizes, int64_t ntensors,
                             float max_norm) {
   /* SUMSQ's chunked order over the tensors in order, into one accumulator from +0, as the reference's. */
   float ss = 0.0f;
-  for (int64_t t = 0; t < ntensors; t++) ss = weft_cpu_tx_sumsq(pool, grads[t], sizes[t], ss);
+  for (int64_t t = 0; t < ntensors; t++) ss = weft_cpu_tx_sumsq(k, pool, grads[t], sizes[t], ss);
   const float norm = weft_sqrtf(ss);
   if (norm > max_norm) {
-    ew_ctx e = {.k = weft_cpu_tx_select()};
+    ew_ctx e = {.k = k ? k : weft_cpu_tx_select()};
     e.adam.lr = max_norm * weft_recipf(norm); /* the scale factor */
     for (int64_t t = 0; t < ntensors; t++) {
       e.out = grads[t];
@@ -444,10 +447,10 @@ static void sm_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-void weft_cpu_tx_causal_softmax_forward(weft_cpu_pool *pool, float *probs, const float *scores, int64_t R,
+void weft_cpu_tx_causal_softmax_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *probs, const float *scores, int64_t R,
                                         int64_t T, float scale) {
   if (R <= 0 || T <= 0) return;
-  sm_ctx s = {.k = weft_cpu_tx_select(), .out = probs, .a = scores, .T = T, .scale = scale};
+  sm_ctx s = {.k = k ? k : weft_cpu_tx_select(), .out = probs, .a = scores, .T = T, .scale = scale};
   par_for(pool, R * T, G, 20 * T, sm_fwd_part, &s);
 }
 
@@ -486,10 +489,10 @@ static void sm_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-void weft_cpu_tx_causal_softmax_backward(weft_cpu_pool *pool, float *dscores, const float *probs,
+void weft_cpu_tx_causal_softmax_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dscores, const float *probs,
                                          const float *dprobs, int64_t R, int64_t T, float scale) {
   if (R <= 0 || T <= 0) return;
-  sm_ctx s = {.k = weft_cpu_tx_select(), .out = dscores, .a = probs, .b = dprobs, .T = T, .scale = scale};
+  sm_ctx s = {.k = k ? k : weft_cpu_tx_select(), .out = dscores, .a = probs, .b = dprobs, .T = T, .scale = scale};
   par_for(pool, R * T, G, 4 * T, sm_bwd_part, &s);
 }
 
@@ -525,22 +528,22 @@ static void xe_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-weft_status weft_cpu_tx_crossentropy_forward(weft_cpu_pool *pool, float *losses, const float *logits,
+weft_status weft_cpu_tx_crossentropy_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *losses, const float *logits,
                                              const int32_t *targets, int64_t N, int64_t V) {
   if (!losses || !logits || !targets) return WEFT_ERR_INVALID_ARGUMENT;
   if (N < 0 || V <= 0) return WEFT_ERR_SHAPE;
   if (check_index(targets, N, V) != WEFT_OK) return WEFT_ERR_INVALID_ARGUMENT;
-  xe_ctx x = {.k = weft_cpu_tx_select(), .out = losses, .logits = logits, .targets = targets, .V = V};
+  xe_ctx x = {.k = k ? k : weft_cpu_tx_select(), .out = losses, .logits = logits, .targets = targets, .V = V};
   par_for(pool, N, G, 24 * V, xe_part, &x);
   return WEFT_OK;
 }
 
-weft_status weft_cpu_tx_crossentropy_backward(weft_cpu_pool *pool, float *dlogits, const float *logits,
+weft_status weft_cpu_tx_crossentropy_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dlogits, const float *logits,
                                               const int32_t *targets, const float *dloss, int64_t N, int64_t V) {
   if (!dlogits || !logits || !targets || !dloss) return WEFT_ERR_INVALID_ARGUMENT;
   if (N < 0 || V <= 0) return WEFT_ERR_SHAPE;
   if (check_index(targets, N, V) != WEFT_OK) return WEFT_ERR_INVALID_ARGUMENT;
-  xe_ctx x = {.k = weft_cpu_tx_select(), .out = dlogits, .logits = logits, .dloss = dloss, .targets = targets,
+  xe_ctx x = {.k = k ? k : weft_cpu_tx_select(), .out = dlogits, .logits = logits, .dloss = dloss, .targets = targets,
               .V = V};
   par_for(pool, N, G, 48 * V, xe_part, &x);
   return WEFT_OK;
@@ -609,12 +612,12 @@ static void at_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-weft_status weft_cpu_tx_attention_forward(weft_cpu_pool *pool, float *out, float *preatt, float *att,
+weft_status weft_cpu_tx_attention_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, float *preatt, float *att,
                                           const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
   if (!out || !att || !qkv) return WEFT_ERR_INVALID_ARGUMENT;
   if (B < 0 || T < 0 || C < 0 || NH <= 0 || C % NH != 0) return WEFT_ERR_SHAPE;
   if (B == 0 || T == 0) return WEFT_OK;
-  at_ctx a = {.k = weft_cpu_tx_select(), .out = out, .preatt = preatt, .att = att, .qkv = qkv, .B = B, .T = T,
+  at_ctx a = {.k = k ? k : weft_cpu_tx_select(), .out = out, .preatt = preatt, .att = att, .qkv = qkv, .B = B, .T = T,
               .C = C, .NH = NH, .hs = C / NH};
   a.scale = weft_rsqrtf((float)a.hs);
   a.ld = round_up(T, 16) + 16; /* room for the vector tail's reads past column T */
@@ -652,13 +655,13 @@ static void at_cached_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-weft_status weft_cpu_tx_attention_cached(weft_cpu_pool *pool, float *out, float *att, const float *qkv, int64_t B,
+weft_status weft_cpu_tx_attention_cached(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, float *att, const float *qkv, int64_t B,
                                          int64_t Tmax, int64_t C, int64_t NH, int64_t t0, int64_t Tq) {
   if (!out || !qkv) return WEFT_ERR_INVALID_ARGUMENT;
   if (B < 0 || Tmax < 0 || C < 0 || NH <= 0 || C % NH != 0 || t0 < 0 || Tq < 0 || t0 + Tq > Tmax)
     return WEFT_ERR_SHAPE;
   if (B == 0 || Tq == 0) return WEFT_OK;
-  at_ctx a = {.k = weft_cpu_tx_select(), .out = out, .att = att, .qkv = qkv, .B = B, .T = Tmax, .C = C, .NH = NH,
+  at_ctx a = {.k = k ? k : weft_cpu_tx_select(), .out = out, .att = att, .qkv = qkv, .B = B, .T = Tmax, .C = C, .NH = NH,
               .hs = C / NH, .t0 = t0, .Tq = Tq};
   a.scale = weft_rsqrtf((float)a.hs);
   const int64_t n = t0 + Tq;
@@ -723,12 +726,12 @@ static void at_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-weft_status weft_cpu_tx_attention_backward(weft_cpu_pool *pool, float *dqkv, const float *dout, const float *qkv,
+weft_status weft_cpu_tx_attention_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dqkv, const float *dout, const float *qkv,
                                            const float *att, int64_t B, int64_t T, int64_t C, int64_t NH) {
   if (!dqkv || !dout || !qkv || !att) return WEFT_ERR_INVALID_ARGUMENT;
   if (B < 0 || T < 0 || C < 0 || NH <= 0 || C % NH != 0) return WEFT_ERR_SHAPE;
   if (B == 0 || T == 0) return WEFT_OK;
-  at_ctx a = {.k = weft_cpu_tx_select(), .dqkv = dqkv, .dout = dout, .qkv = qkv, .catt = att, .B = B, .T = T,
+  at_ctx a = {.k = k ? k : weft_cpu_tx_select(), .dqkv = dqkv, .dout = dout, .qkv = qkv, .catt = att, .B = B, .T = T,
               .C = C, .NH = NH, .hs = C / NH};
   a.scale = weft_rsqrtf((float)a.hs);
   a.ld = round_up(T, 16) + 16;
@@ -749,44 +752,45 @@ weft_status weft_cpu_tx_attention_backward(weft_cpu_pool *pool, float *dqkv, con
 weft_status weft_cpu_tx_run(weft_cpu_pool *pool, const weft_op *op) {
   const int64_t *ip = op->iparam;
   const float *fp = op->fparam;
+  const weft_cpu_tx_kernels *k = weft_cpu_tx_select_for(op->contract);
   switch (op->kind) {
   case WEFT_OP_EMBEDDING:
-    return weft_cpu_tx_embedding_forward(pool, OF(0), II(0), II(1), IF(2), IF(3), ip[0], ip[1], ip[2], ip[3], ip[4]);
+    return weft_cpu_tx_embedding_forward(k, pool, OF(0), II(0), II(1), IF(2), IF(3), ip[0], ip[1], ip[2], ip[3], ip[4]);
   case WEFT_OP_EMBEDDING_BACKWARD:
-    return weft_cpu_tx_embedding_backward(pool, OF(0), OF(1), IF(0), II(1), II(2), ip[0], ip[1], ip[2], ip[3], ip[4]);
+    return weft_cpu_tx_embedding_backward(k, pool, OF(0), OF(1), IF(0), II(1), II(2), ip[0], ip[1], ip[2], ip[3], ip[4]);
   case WEFT_OP_LAYERNORM:
-    weft_cpu_tx_layernorm_forward(pool, OF(0), OF(1), OF(2), IF(0), IF(1), IF(2), ip[0], ip[1], fp[0]);
+    weft_cpu_tx_layernorm_forward(k, pool, OF(0), OF(1), OF(2), IF(0), IF(1), IF(2), ip[0], ip[1], fp[0]);
     return WEFT_OK;
   case WEFT_OP_LAYERNORM_BACKWARD:
-    weft_cpu_tx_layernorm_backward(pool, OF(0), OF(1), OF(2), IF(0), IF(1), IF(2), IF(3), IF(4), ip[0], ip[1]);
+    weft_cpu_tx_layernorm_backward(k, pool, OF(0), OF(1), OF(2), IF(0), IF(1), IF(2), IF(3), IF(4), ip[0], ip[1]);
     return WEFT_OK;
   case WEFT_OP_GELU:
-    weft_cpu_tx_gelu_forward(pool, OF(0), IF(0), ip[0]);
+    weft_cpu_tx_gelu_forward(k, pool, OF(0), IF(0), ip[0]);
     return WEFT_OK;
   case WEFT_OP_GELU_BACKWARD:
-    weft_cpu_tx_gelu_backward(pool, OF(0), IF(0), IF(1), ip[0]);
+    weft_cpu_tx_gelu_backward(k, pool, OF(0), IF(0), IF(1), ip[0]);
     return WEFT_OK;
   case WEFT_OP_ATTENTION: /* out 0 = out, 1 = att, 2 = preatt (may be NULL) */
-    return weft_cpu_tx_attention_forward(pool, OF(0), OF(2), OF(1), IF(0), ip[0], ip[1], ip[2], ip[3]);
+    return weft_cpu_tx_attention_forward(k, pool, OF(0), OF(2), OF(1), IF(0), ip[0], ip[1], ip[2], ip[3]);
   case WEFT_OP_ATTENTION_CACHED: /* out 0 = out, 1 = att (may be NULL) */
-    return weft_cpu_tx_attention_cached(pool, OF(0), OF(1), IF(0), ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]);
+    return weft_cpu_tx_attention_cached(k, pool, OF(0), OF(1), IF(0), ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]);
   case WEFT_OP_ATTENTION_BACKWARD:
-    return weft_cpu_tx_attention_backward(pool, OF(0), IF(0), IF(1), IF(2), ip[0], ip[1], ip[2], ip[3]);
+    return weft_cpu_tx_attention_backward(k, pool, OF(0), IF(0), IF(1), IF(2), ip[0], ip[1], ip[2], ip[3]);
   case WEFT_OP_CAUSAL_SOFTMAX:
-    weft_cpu_tx_causal_softmax_forward(pool, OF(0), IF(0), ip[0], ip[1], fp[0]);
+    weft_cpu_tx_causal_softmax_forward(k, pool, OF(0), IF(0), ip[0], ip[1], fp[0]);
     return WEFT_OK;
   case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD:
-    weft_cpu_tx_causal_softmax_backward(pool, OF(0), IF(0), IF(1), ip[0], ip[1], fp[0]);
+    weft_cpu_tx_causal_softmax_backward(k, pool, OF(0), IF(0), IF(1), ip[0], ip[1], fp[0]);
     return WEFT_OK;
   case WEFT_OP_CROSSENTROPY:
-    return weft_cpu_tx_crossentropy_forward(pool, OF(0), IF(0), II(1), ip[0], ip[1]);
+    return weft_cpu_tx_crossentropy_forward(k, pool, OF(0), IF(0), II(1), ip[0], ip[1]);
   case WEFT_OP_CROSSENTROPY_BACKWARD:
-    return weft_cpu_tx_crossentropy_backward(pool, OF(0), IF(0), II(1), IF(2), ip[0], ip[1]);
+    return weft_cpu_tx_crossentropy_backward(k, pool, OF(0), IF(0), II(1), IF(2), ip[0], ip[1]);
   case WEFT_OP_ADAMW: /* fparam 0-6: lr, beta1, beta2, eps, weight decay, bc1, bc2 */
-    weft_cpu_tx_adamw(pool, OF(0), IF(0), OF(1), OF(2), ip[0], fp[0], fp[1], fp[2], fp[3], fp[4], fp[5], fp[6]);
+    weft_cpu_tx_adamw(k, pool, OF(0), IF(0), OF(1), OF(2), ip[0], fp[0], fp[1], fp[2], fp[3], fp[4], fp[5], fp[6]);
     return WEFT_OK;
   case WEFT_OP_SUMSQ: /* acc (rw) += the chunk partials in order */
-    OF(0)[0] = weft_cpu_tx_sumsq(pool, IF(0), ip[0], OF(0)[0]);
+    OF(0)[0] = weft_cpu_tx_sumsq(k, pool, IF(0), ip[0], OF(0)[0]);
     return WEFT_OK;
   default:
     return WEFT_ERR_UNSUPPORTED; /* PERMUTE, COPY_SLICE: the op table's host kernels */

@@ -1,9 +1,17 @@
-/* tx.h - the CPU lane's transformer ops (GPT-2's set): vectorised and threaded, bit for bit the kernels of
- * core/reference_tx.c. Each function has its reference's signature (and returns the same statuses for the
- * same bad arguments) with the lane's thread pool first; a NULL pool runs on the caller's thread alone.
- * Which thread computes a row never changes its bits, and neither does the instruction set: the vector
- * kernels (tx_kern.inc) do the reference's scalar steps lane by lane, and every sum keeps its canonical
- * order. The instruction set is the one weft_cpu_isa_name() names (WEFT_CPU_ISA lowers it), read per call.
+/* tx.h - the CPU lane's transformer ops (GPT-2's set): vectorised and threaded. Each function has its
+ * reference's signature (and returns the same statuses for the same bad arguments) with a kernel table and
+ * the lane's thread pool first; a NULL table means weft_cpu_tx_select() (exact), a NULL pool runs on the
+ * caller's thread alone.
+ *
+ * Exact tables (weft_cpu_tx_select): bit for bit the kernels of core/reference_tx.c. Which thread computes a
+ * row never changes its bits, and neither does the instruction set: the vector kernels (tx_kern.inc) do the
+ * reference's scalar steps lane by lane, and every sum keeps its canonical order.
+ * fp32 tables (weft_cpu_tx_select_for(WEFT_CONTRACT_FP32)): the same formulas and weft's own exp, log and
+ * tanh, but multiplies and adds may fuse (FMA), sums may be split and reordered (per-row vector sums, several
+ * accumulators), and division and square root are the hardware's correctly rounded instructions in place of
+ * weft_recipf and weft_sqrtf: results within a few fp32 roundings of the reference's, which may differ with
+ * the instruction set; still not with the thread count.
+ * The instruction set is the one weft_cpu_isa_name() names (WEFT_CPU_ISA lowers it), read per call.
  *
  * Scratch: attention forward and backward allocate per-thread scratch per call (WEFT_ERR_OUT_OF_MEMORY when
  * they cannot); the others need none beyond the stack. The caller's floating-point environment is the
@@ -27,6 +35,7 @@ typedef struct weft_cpu_tx_adamw_k {
 typedef struct weft_cpu_tx_kernels {
   const char *isa;
   int width;
+  int fp32; /* 0: exact (the reference's bits); 1: the fp32 contract's kernels (see above) */
   void (*gelu_forward)(float *y, const float *x, int64_t n);
   void (*gelu_backward)(float *dx, const float *x, const float *dy, int64_t n);
   void (*adamw)(float *param, const float *grad, float *m, float *v, int64_t n, const weft_cpu_tx_adamw_k *k);
@@ -51,54 +60,70 @@ typedef struct weft_cpu_tx_kernels {
   void (*wsum4)(float *const *out, const float *w, int64_t ws, const float *rows, int64_t ld, int64_t n, int64_t hs);
   void (*wsum4e)(float *const *out, const float *w, int64_t wrs, const float *rows, int64_t ld, int64_t n, int64_t hs);
   void (*softmax_bwd_row)(float *ds, const float *p, const float *dp, int64_t n, float dot, float scale);
+  /* The matmul's skinny case (gemm.c: a few rows of A, B read in place, never packed), m <= 4 rows of a
+   * (row stride k): c[i*ldc + j] = sum over q ascending below k of a[i*k + q] * B(q, j), for j < n, where
+   * B(q, j) is b[j*ldb + q] (nt: B stored transposed, as a linear layer's weights) or b[q*ldb + j] (nn).
+   * Exact tables keep matmul's canonical order per element and store canonical NaNs; fp32 tables may fuse
+   * and reorder. */
+  void (*gemv_nt)(float *c, int64_t ldc, const float *a, int64_t m, const float *b, int64_t ldb, int64_t n,
+                  int64_t k);
+  void (*gemv_nn)(float *c, int64_t ldc, const float *a, int64_t m, const float *b, int64_t ldb, int64_t n,
+                  int64_t k);
+  /* fp32 tables only (NULL in exact ones): sum of x[0..n), in any order; max of x[0..n) (no NaN handling
+   * beyond: a NaN anywhere may or may not come out); sum of x[j] * y[j]. */
+  float (*sum)(const float *x, int64_t n);
+  float (*dot)(const float *x, const float *y, int64_t n);
 } weft_cpu_tx_kernels;
 
-extern const weft_cpu_tx_kernels weft_cpu_tx_portable;
+extern const weft_cpu_tx_kernels weft_cpu_tx_portable, weft_cpu_tx_portable_fp32;
 #if defined(__x86_64__) || defined(__i386__)
-extern const weft_cpu_tx_kernels weft_cpu_tx_avx2;
-extern const weft_cpu_tx_kernels weft_cpu_tx_avx512;
+extern const weft_cpu_tx_kernels weft_cpu_tx_avx2, weft_cpu_tx_avx2_fp32;
+extern const weft_cpu_tx_kernels weft_cpu_tx_avx512, weft_cpu_tx_avx512_fp32;
 #endif
 
-/* The table the ops use now ("portable", "avx2" or "avx512"; WEFT_CPU_ISA lowers it, as for matmul). */
+/* The exact table the ops use now ("portable", "avx2" or "avx512"; WEFT_CPU_ISA lowers it, as for matmul). */
 const weft_cpu_tx_kernels *weft_cpu_tx_select(void);
+/* The table for an op's contract: the fp32 one of the same instruction set under WEFT_CONTRACT_FP32, the
+ * exact one otherwise. */
+const weft_cpu_tx_kernels *weft_cpu_tx_select_for(weft_contract contract);
 
-weft_status weft_cpu_tx_embedding_forward(weft_cpu_pool *pool, float *out, const int32_t *tok, const int32_t *pos,
+weft_status weft_cpu_tx_embedding_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, const int32_t *tok, const int32_t *pos,
                                           const float *wte, const float *wpe, int64_t B, int64_t T, int64_t C,
                                           int64_t V, int64_t P);
-weft_status weft_cpu_tx_embedding_backward(weft_cpu_pool *pool, float *dwte, float *dwpe, const float *dout,
+weft_status weft_cpu_tx_embedding_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dwte, float *dwpe, const float *dout,
                                            const int32_t *tok, const int32_t *pos, int64_t B, int64_t T, int64_t C,
                                            int64_t V, int64_t P);
-void weft_cpu_tx_layernorm_forward(weft_cpu_pool *pool, float *y, float *mean, float *rstd, const float *x,
+void weft_cpu_tx_layernorm_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *y, float *mean, float *rstd, const float *x,
                                    const float *gamma, const float *beta, int64_t N, int64_t C, float eps);
-void weft_cpu_tx_layernorm_backward(weft_cpu_pool *pool, float *dx, float *dgamma, float *dbeta, const float *dy,
+void weft_cpu_tx_layernorm_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dx, float *dgamma, float *dbeta, const float *dy,
                                     const float *x, const float *mean, const float *rstd, const float *gamma,
                                     int64_t N, int64_t C);
-void weft_cpu_tx_gelu_forward(weft_cpu_pool *pool, float *y, const float *x, int64_t n);
-void weft_cpu_tx_gelu_backward(weft_cpu_pool *pool, float *dx, const float *x, const float *dy, int64_t n);
-weft_status weft_cpu_tx_attention_forward(weft_cpu_pool *pool, float *out, float *preatt, float *att,
+void weft_cpu_tx_gelu_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *y, const float *x, int64_t n);
+void weft_cpu_tx_gelu_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dx, const float *x, const float *dy, int64_t n);
+weft_status weft_cpu_tx_attention_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, float *preatt, float *att,
                                           const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
 /* Decode attention (weft_lane.h's ATTENTION_CACHED): out[B,Tq,C], att[B,NH,Tq,Tmax] (may be NULL) for query
  * positions t0 .. t0+Tq-1 of qkv[B,Tmax,3C]; threads over (b, h, t). */
-weft_status weft_cpu_tx_attention_cached(weft_cpu_pool *pool, float *out, float *att, const float *qkv, int64_t B,
+weft_status weft_cpu_tx_attention_cached(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, float *att, const float *qkv, int64_t B,
                                          int64_t Tmax, int64_t C, int64_t NH, int64_t t0, int64_t Tq);
-weft_status weft_cpu_tx_attention_backward(weft_cpu_pool *pool, float *dqkv, const float *dout, const float *qkv,
+weft_status weft_cpu_tx_attention_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dqkv, const float *dout, const float *qkv,
                                            const float *att, int64_t B, int64_t T, int64_t C, int64_t NH);
-void weft_cpu_tx_causal_softmax_forward(weft_cpu_pool *pool, float *probs, const float *scores, int64_t R,
+void weft_cpu_tx_causal_softmax_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *probs, const float *scores, int64_t R,
                                         int64_t T, float scale);
-void weft_cpu_tx_causal_softmax_backward(weft_cpu_pool *pool, float *dscores, const float *probs,
+void weft_cpu_tx_causal_softmax_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dscores, const float *probs,
                                          const float *dprobs, int64_t R, int64_t T, float scale);
-weft_status weft_cpu_tx_crossentropy_forward(weft_cpu_pool *pool, float *losses, const float *logits,
+weft_status weft_cpu_tx_crossentropy_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *losses, const float *logits,
                                              const int32_t *targets, int64_t N, int64_t V);
-weft_status weft_cpu_tx_crossentropy_backward(weft_cpu_pool *pool, float *dlogits, const float *logits,
+weft_status weft_cpu_tx_crossentropy_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dlogits, const float *logits,
                                               const int32_t *targets, const float *dloss, int64_t N, int64_t V);
-void weft_cpu_tx_adamw(weft_cpu_pool *pool, float *param, const float *grad, float *m, float *v, int64_t n,
+void weft_cpu_tx_adamw(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *param, const float *grad, float *m, float *v, int64_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2);
 /* SUMSQ (reference_tx.c's weft_ref_sumsq): returns acc + P[0] + P[1] + ... (canonical), the chunk
  * partials computed across the pool's threads, `width` chunks side by side in the vector lanes, each chunk
  * in its own ascending chain; then added in order on the caller's thread. (When the partials' array cannot
  * be had, the chunks run one after another on the caller's thread: the same bits.) */
-float weft_cpu_tx_sumsq(weft_cpu_pool *pool, const float *x, int64_t n, float acc);
-float weft_cpu_tx_grad_clip(weft_cpu_pool *pool, float *const *grads, const int64_t *sizes, int64_t ntensors,
+float weft_cpu_tx_sumsq(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, const float *x, int64_t n, float acc);
+float weft_cpu_tx_grad_clip(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *const *grads, const int64_t *sizes, int64_t ntensors,
                             float max_norm);
 
 /* Runs a validated version-2 op (weft_lane.h's slots, iparam and fparam as the op table fills them) on
