@@ -29,6 +29,8 @@ struct weft_gpt {
   int np;         /* parameter tensors: 4 + 12 L */
   weft_tensor **P, **G, **M, **Vm;
   size_t *off, *cnt; /* each parameter tensor's place in the flat buffer */
+  int64_t (*dims)[2]; /* each parameter tensor's shape (dims[p][1] 0: a vector) */
+  int have_train;     /* G, M and Vm made (on the first training step or moments written) */
   int *plane;        /* lane of each parameter tensor's update */
   int *llane;        /* lane per layer, [L] for the embedding and head */
   int64_t step;
@@ -161,7 +163,11 @@ static int rr_lane(weft_gpt *g, weft_op_kind k, weft_contract c) {
 /* The desc of an op of kind k in layer l (L: embedding/head). */
 static weft_op_desc D(weft_gpt *g, int l, weft_op_kind k) {
   weft_op_desc d = WEFT_OP_DESC_INIT;
-  d.contract = k == WEFT_OP_MATMUL ? g->opts.contract : WEFT_CONTRACT_EXACT;
+  /* The matmuls take the model's contract; the other ops exact under exact, and fp32 under any other (the
+   * tensor contracts are for matmuls; fp32 lets a lane fuse and reorder the rest). */
+  d.contract = k == WEFT_OP_MATMUL                       ? g->opts.contract
+               : g->opts.contract == WEFT_CONTRACT_EXACT ? WEFT_CONTRACT_EXACT
+                                                         : WEFT_CONTRACT_FP32;
   const int lane = g->llane[l];
   if (g->opts.place == WEFT_GPT_PLACE_RR) d.lane = rr_lane(g, k, d.contract);
   else if (lane >= 0) d.lane = (lane_ops(g->f, lane) & WEFT_OP_BIT(k)) ? lane : cpu_lane(g->f);
@@ -241,8 +247,9 @@ weft_status weft_gpt_create(weft_fabric *f, const weft_gpt_config *cfg, const fl
   g->P = calloc((size_t)g->np, sizeof *g->P), g->G = calloc((size_t)g->np, sizeof *g->G);
   g->M = calloc((size_t)g->np, sizeof *g->M), g->Vm = calloc((size_t)g->np, sizeof *g->Vm);
   g->off = calloc((size_t)g->np, sizeof *g->off), g->cnt = calloc((size_t)g->np, sizeof *g->cnt);
+  g->dims = calloc((size_t)g->np, sizeof *g->dims);
   g->plane = calloc((size_t)g->np, sizeof *g->plane), g->llane = calloc((size_t)L + 1, sizeof *g->llane);
-  if (!g->P || !g->G || !g->M || !g->Vm || !g->off || !g->cnt || !g->plane || !g->llane)
+  if (!g->P || !g->G || !g->M || !g->Vm || !g->off || !g->cnt || !g->dims || !g->plane || !g->llane)
     return fail(g, WEFT_ERR_OUT_OF_MEMORY, "out of host memory for the model's tables");
   /* placement */
   if (g->opts.place == WEFT_GPT_PLACE_LAYERS) {
@@ -285,10 +292,10 @@ weft_status weft_gpt_create(weft_fabric *f, const weft_gpt_config *cfg, const fl
       const int p = pidx(g, k, l);
       const int nd = d1 ? 2 : 1;
       g->off[p] = at, g->cnt[p] = (size_t)(d0 * (d1 ? d1 : 1));
+      g->dims[p][0] = d0, g->dims[p][1] = d1;
       g->plane[p] = nlay == 1 ? L : l;
       g->P[p] = mk(g, WEFT_DTYPE_F32, nd, d0, d1, 0, 0, params + at);
-      g->G[p] = mkf(g, nd, d0, d1, 0, 0), g->M[p] = mkf(g, nd, d0, d1, 0, 0), g->Vm[p] = mkf(g, nd, d0, d1, 0, 0);
-      if (!g->P[p] || !g->G[p] || !g->M[p] || !g->Vm[p]) return WEFT_ERR_OUT_OF_MEMORY;
+      if (!g->P[p]) return WEFT_ERR_OUT_OF_MEMORY;
       at += g->cnt[p];
     }
   }
@@ -320,8 +327,25 @@ void weft_gpt_destroy(weft_gpt *g) {
     if (g->M) weft_tensor_destroy(g->M[p]);
     if (g->Vm) weft_tensor_destroy(g->Vm[p]);
   }
-  free(g->P), free(g->G), free(g->M), free(g->Vm), free(g->off), free(g->cnt), free(g->plane), free(g->llane);
+  free(g->P), free(g->G), free(g->M), free(g->Vm), free(g->off), free(g->cnt), free(g->dims), free(g->plane);
+  free(g->llane);
   free(g);
+}
+
+/* The gradients and AdamW's moments (zeros), made when training first needs them: a model that only
+ * generates never holds three more copies of its parameters. */
+static weft_status train_state_make(weft_gpt *g) {
+  if (g->have_train) return WEFT_OK;
+  for (int p = 0; p < g->np; p++) {
+    const int64_t d0 = g->dims[p][0], d1 = g->dims[p][1];
+    const int nd = d1 ? 2 : 1;
+    if (!g->G[p]) g->G[p] = mkf(g, nd, d0, d1, 0, 0);
+    if (!g->M[p]) g->M[p] = mkf(g, nd, d0, d1, 0, 0);
+    if (!g->Vm[p]) g->Vm[p] = mkf(g, nd, d0, d1, 0, 0);
+    if (!g->G[p] || !g->M[p] || !g->Vm[p]) return fail(g, WEFT_ERR_OUT_OF_MEMORY, "out of memory for the gradients and AdamW's moments");
+  }
+  g->have_train = 1;
+  return WEFT_OK;
 }
 
 static weft_status acts_make(weft_gpt *g, int B, int T) {
@@ -566,6 +590,7 @@ static weft_status backward(weft_gpt *g) {
 weft_status weft_gpt_train_step(weft_gpt *g, const int32_t *tok, const int32_t *tgt, int B, int T, float lr,
                                 float weight_decay, float max_norm, float *out_loss, float *out_norm) {
   weft_status st = load_batch(g, tok, tgt, B, T);
+  if (st == WEFT_OK) st = train_state_make(g);
   if (st == WEFT_OK) st = grads_make(g);
   if (st == WEFT_OK) st = forward(g, 1);
   if (st == WEFT_OK && out_loss) st = mean_loss(g, out_loss);
@@ -595,12 +620,16 @@ static weft_status read_all(weft_gpt *g, weft_tensor **T, float *out, size_t cou
 weft_status weft_gpt_read_params(weft_gpt *g, float *params, size_t count) { return read_all(g, g->P, params, count); }
 
 weft_status weft_gpt_read_moments(weft_gpt *g, float *m, float *v, size_t count) {
-  weft_status st = read_all(g, g->M, m, count);
+  weft_status st = train_state_make(g);
+  if (st != WEFT_OK) return st;
+  st = read_all(g, g->M, m, count);
   return st == WEFT_OK ? read_all(g, g->Vm, v, count) : st;
 }
 
 weft_status weft_gpt_write_moments(weft_gpt *g, const float *m, const float *v, size_t count) {
   if (count != weft_gpt_param_count(&g->cfg)) return fail(g, WEFT_ERR_SHAPE, "%zu floats given, the model has %zu", count, weft_gpt_param_count(&g->cfg));
+  weft_status st = train_state_make(g);
+  if (st != WEFT_OK) return st;
   for (int p = 0; p < g->np; p++) {
     RUN(weft_tensor_write(g->M[p], m + g->off[p], g->cnt[p]), "write m");
     RUN(weft_tensor_write(g->Vm[p], v + g->off[p], g->cnt[p]), "write v");

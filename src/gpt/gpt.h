@@ -29,7 +29,7 @@ enum { WEFT_GPT_PLACE_AUTO = 0, WEFT_GPT_PLACE_LAYERS = 1, WEFT_GPT_PLACE_PINNED
 typedef struct weft_gpt_opts {
   int place;              /* WEFT_GPT_PLACE_* */
   int lane;               /* PLACE_PINNED: the lane (ops it does not offer go to the router) */
-  weft_contract contract; /* for the matmuls; the transformer ops are always exact */
+  weft_contract contract; /* the matmuls'; the other ops run exact under exact and fp32 under the others */
 } weft_gpt_opts;
 
 typedef struct weft_gpt weft_gpt;
