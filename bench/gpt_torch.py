@@ -8,7 +8,9 @@ decode with a preallocated KV cache under torch.inference_mode(). The weights ar
 depend on their values); weft's own initialisation is not reproduced.
 
     gpt_torch.py train  L C NH V T B STEPS      prints "train_ms MS" per step (after one warm-up step)
-    gpt_torch.py decode L C NH V CTX TOKENS     prints "decode_ms MS" per token (greedy, from a 1-token prompt)
+    gpt_torch.py decode L C NH V CTX TOKENS     prints "decode_ms MS": the mean ms per token over the tokens
+                                                after the first (greedy, from a 1-token prompt), as weft's
+                                                decode tokens/s counts
 
 THREADS: the environment's TORCH_THREADS (default: every CPU). Attention is the explicit causal form
 (q.k^T, masked softmax, att.v): torch.nn.functional.scaled_dot_product_attention is used instead where this
@@ -126,15 +128,14 @@ def decode(L, C, NH, V, ctx, ntok):
     wt = model.wte.weight.t()
     nxt = 0
     for t in range(ntok):
-        t0 = time.perf_counter()
+        if t == 1:  # the first token is the prompt's; weft's figure too is over the tokens after it
+            t0 = time.perf_counter()
         x = (model.wte.weight[nxt] + model.wpe.weight[t]).view(1, 1, C)
         for i, b in enumerate(model.blocks):
             x = b.step(x, kc[i], vc[i], t)
         logits = model.lnf(x).view(1, C) @ wt
         nxt = int(torch.argmax(logits))
-        ms = (time.perf_counter() - t0) * 1e3
-        if t:  # the first token is the prompt's (weft times decode from its second token too)
-            print(f"decode_ms {ms:.3f}", flush=True)
+    print(f"decode_ms {(time.perf_counter() - t0) * 1e3 / (ntok - 1):.3f}", flush=True)
 
 
 def main():

@@ -94,44 +94,55 @@ static void par_for(weft_cpu_pool *pool, int64_t n, int64_t align, int64_t work_
 
 /* --------------------------------------------------------------------------------- shared pieces */
 
-/* out[r] = 0 + rows[r][0] + rows[r][1] + ... + rows[r][len[r]-1] for r < g (g <= G), each row its own
- * ascending chain; the common prefix runs G chains side by side. */
-static void sums_rows(const float *const *rows, const int64_t *len, int g, float *out) {
-  const float *rr[G];
-  int64_t common = len[0];
-  for (int r = 0; r < G; r++) {
-    const int q = r < g ? r : g - 1;
-    rr[r] = rows[q];
-    if (len[q] < common) common = len[q];
+/* Rows side by side in the vector kernels' row sums: the widest vector's lanes. */
+#define WMAX 16
+
+/* out[r] = 0 + rows[r][0] + ... + rows[r][len[r]-1] for r < g, each row in its own ascending chain (exact
+ * tables): the vector lanes take `width` rows at a time through transposed loads, reading every row up to n
+ * (at least every len), which must hold +0 past the row's length (adding +0 changes no sum from +0); a lone
+ * row runs its chain on its own. fp32 tables: each row's own vector sum. */
+static void sum_rows_of(const weft_cpu_tx_kernels *k, float *const *rows, const int64_t *len, int g, int64_t n,
+                        float *out) {
+  if (k->fp32) {
+    for (int r = 0; r < g; r++) out[r] = k->sum(rows[r], len[r]);
+    return;
   }
-  float s[G];
-  for (int r = 0; r < G; r++) s[r] = 0.0f;
-  for (int64_t j = 0; j < common; j++)
-    for (int r = 0; r < G; r++) s[r] = s[r] + rr[r][j];
-  for (int r = 0; r < g; r++) {
-    float t = s[r];
-    for (int64_t j = common; j < len[r]; j++) t = t + rows[r][j];
-    out[r] = t;
+  if (g == 1) {
+    float s = 0.0f;
+    for (int64_t j = 0; j < len[0]; j++) s = s + rows[0][j];
+    out[0] = s;
+    return;
+  }
+  const int W = k->width;
+  for (int r0 = 0; r0 < g; r0 += W) {
+    const float *rr[WMAX];
+    float sum[WMAX];
+    for (int r = 0; r < W; r++) rr[r] = rows[r0 + r < g ? r0 + r : g - 1];
+    k->sums_t(rr, n, sum);
+    for (int r = r0; r < g && r < r0 + W; r++) out[r] = sum[r - r0];
   }
 }
 
 /* The causal softmax of g rows in place (reference_tx.c's softmax_row): row r holds its scaled scores in
- * p[r][0..len[r]), and gets its probabilities there and +0 up to T. */
-static void softmax_rows(const weft_cpu_tx_kernels *k, float *const *p, const int64_t *len, int g, int64_t T) {
+ * p[r][0..len[r]), and gets its probabilities there, and +0 from len[r] up to zero_to (T for an att row;
+ * a scratch row needs none). Exact tables sum several rows' exps at once (sum_rows_of), so with g > 1 the
+ * rows are zero-filled to zero_to first, and zero_to must be the rows' length T. */
+static void softmax_rows(const weft_cpu_tx_kernels *k, float *const *p, const int64_t *len, int g, int64_t zero_to) {
+  int64_t maxlen = 0;
   for (int r = 0; r < g; r++) {
     const float mx = k->row_max(p[r], len[r]);
     k->exp_sub(p[r], p[r], len[r], mx);
+    for (int64_t j = len[r]; j < zero_to; j++) p[r][j] = 0.0f;
+    if (len[r] > maxlen) maxlen = len[r];
   }
   float sum[G];
-  sums_rows((const float *const *)p, len, g, sum);
-  for (int r = 0; r < g; r++) {
-    k->mul(p[r], p[r], len[r], weft_recipf(sum[r]), 1);
-    for (int64_t j = len[r]; j < T; j++) p[r][j] = 0.0f;
-  }
+  sum_rows_of(k, p, len, g, min64(zero_to, round_up(maxlen, k->width)), sum);
+  for (int r = 0; r < g; r++) k->mul(p[r], p[r], len[r], k->fp32 ? 1.0f / sum[r] : weft_recipf(sum[r]), 1);
 }
 
 /* Max and log-sum-exp of g rows of V logits, as reference_tx.c's lse_row: the exps of a block of columns
- * go to a scratch block, then G accumulators add them, each its own row's in ascending order. */
+ * go to a scratch block, then G accumulators add them, each its own row's in ascending order (fp32 tables:
+ * each block's vector sum). */
 #define LSE_BLOCK 512
 static void lse_rows(const weft_cpu_tx_kernels *k, const float *const *z, int g, int64_t V, float *mx, float *ls) {
   float tmp[G][LSE_BLOCK];
@@ -141,6 +152,10 @@ static void lse_rows(const weft_cpu_tx_kernels *k, const float *const *z, int g,
   for (int64_t j0 = 0; j0 < V; j0 += LSE_BLOCK) {
     const int64_t nb = min64(LSE_BLOCK, V - j0);
     for (int r = 0; r < g; r++) k->exp_sub(tmp[r], z[r] + j0, nb, mx[r]);
+    if (k->fp32) {
+      for (int r = 0; r < g; r++) s[r] += k->sum(tmp[r], nb);
+      continue;
+    }
     for (int r = g; r < G; r++) memcpy(tmp[r], tmp[g - 1], sizeof(float) * (size_t)nb);
     for (int64_t j = 0; j < nb; j++)
       for (int r = 0; r < G; r++) s[r] = s[r] + tmp[r][j];
@@ -229,12 +244,10 @@ typedef struct ln_ctx {
   const weft_cpu_tx_kernels *k;
   float *y, *mean, *rstd, *dx, *dgamma, *dbeta;
   const float *x, *gamma, *beta, *dy, *cmean, *crstd;
+  float *part; /* fp32 backward: per block of rows, its dgamma and dbeta partials */
   int64_t N, C;
   float eps, invC;
 } ln_ctx;
-
-/* Rows side by side in the vector kernels' row sums: the widest vector's lanes. */
-#define WMAX 16
 
 static void ln_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   const ln_ctx *l = c;
@@ -245,7 +258,10 @@ static void ln_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
     const float *xr[WMAX];
     float mu[WMAX], v[WMAX];
     for (int r = 0; r < W; r++) xr[r] = l->x + (size_t)(r0 + (r < g ? r : g - 1)) * (size_t)C;
-    l->k->ln_stats(xr, C, l->invC, mu, v);
+    if (l->k->fp32)
+      for (int r = 0; r < g; r++) l->k->ln_row_stats(xr[r], C, l->invC, &mu[r], &v[r]);
+    else
+      l->k->ln_stats(xr, C, l->invC, mu, v);
     for (int r = 0; r < g; r++) {
       const float var = v[r] * l->invC;
       const float rs = weft_rsqrtf(var + l->eps);
@@ -279,7 +295,10 @@ static void ln_bwd_rows(void *c, int64_t lo, int64_t hi, int tid) {
       mu[r] = l->cmean[row];
       rs[r] = l->crstd[row];
     }
-    l->k->ln_bwd_sums(xr, dyr, l->gamma, C, mu, rs, a, b);
+    if (l->k->fp32)
+      for (int r = 0; r < g; r++) l->k->ln_row_bwd_sums(xr[r], dyr[r], l->gamma, C, mu[r], rs[r], &a[r], &b[r]);
+    else
+      l->k->ln_bwd_sums(xr, dyr, l->gamma, C, mu, rs, a, b);
     for (int r = 0; r < g; r++)
       l->k->ln_dx(l->dx + (size_t)(r0 + r) * (size_t)C, xr[r], dyr[r], l->gamma, C, mu[r], rs[r], a[r] * l->invC,
                   b[r] * l->invC);
@@ -293,13 +312,48 @@ static void ln_bwd_params(void *c, int64_t lo, int64_t hi, int tid) {
   l->k->ln_dparams(l->dgamma, l->dbeta, l->x, l->dy, l->C, l->N, lo, hi, l->cmean, l->crstd);
 }
 
+/* fp32's one pass: rows in blocks of LN_FUSED_ROWS; a block's parameter sums go to its own partials (the
+ * block's rows, then dx of those rows while they are still in cache), added up in block order after. The
+ * blocks are fixed by N alone, so the bits do not depend on the threads. */
+#define LN_FUSED_ROWS 64
+static void ln_bwd_fused(void *c, int64_t lo, int64_t hi, int tid) {
+  const ln_ctx *l = c;
+  const int64_t C = l->C;
+  for (int64_t blk = lo; blk < hi; blk++) {
+    const int64_t r0 = blk * LN_FUSED_ROWS, r1 = min64(l->N, r0 + LN_FUSED_ROWS);
+    float *pg = l->part + (size_t)blk * 2 * (size_t)C, *pb = pg + C;
+    memset(pg, 0, sizeof(float) * 2 * (size_t)C);
+    /* the parameters first: dx may overwrite dy */
+    l->k->ln_dparams(pg, pb, l->x + (size_t)r0 * (size_t)C, l->dy + (size_t)r0 * (size_t)C, C, r1 - r0, 0, C,
+                     l->cmean + r0, l->crstd + r0);
+    ln_bwd_rows((void *)l, r0, r1, tid);
+  }
+}
+
 void weft_cpu_tx_layernorm_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dx, float *dgamma, float *dbeta, const float *dy,
                                     const float *x, const float *mean, const float *rstd, const float *gamma,
                                     int64_t N, int64_t C) {
   ln_ctx l = {.k = k ? k : weft_cpu_tx_select(), .dx = dx, .dgamma = dgamma, .dbeta = dbeta, .dy = dy, .x = x,
               .cmean = mean, .crstd = rstd, .gamma = gamma, .N = N, .C = C, .invC = weft_recipf((float)C)};
+  const int64_t nblk = (N + LN_FUSED_ROWS - 1) / LN_FUSED_ROWS;
+  if (l.k->fp32 && (dgamma || dbeta) && nblk > 1 &&
+      (l.part = malloc(sizeof(float) * 2 * (size_t)C * (size_t)nblk)) != NULL) {
+    par_for(pool, nblk, 1, LN_FUSED_ROWS * 8 * C, ln_bwd_fused, &l);
+    for (int64_t blk = 0; blk < nblk; blk++) {
+      const float *pg = l.part + (size_t)blk * 2 * (size_t)C, *pb = pg + C;
+      if (dgamma)
+        for (int64_t c = 0; c < C; c++) dgamma[c] += pg[c];
+      if (dbeta)
+        for (int64_t c = 0; c < C; c++) dbeta[c] += pb[c];
+    }
+    free(l.part);
+    return;
+  }
   /* The parameters first: they read dy and x, which dx may overwrite (in place). */
-  if (dgamma || dbeta) par_for(pool, C, 64, 3 * N, ln_bwd_params, &l);
+  if (dgamma || dbeta) { /* one run of channels per thread: each reads its part of every row, row after row */
+    const int nth = threads_for(pool, 3 * N * C);
+    par_for(pool, C, round_up((C + nth - 1) / nth, 16), 3 * N, ln_bwd_params, &l);
+  }
   par_for(pool, N, WMAX, 6 * C, ln_bwd_rows, &l);
 }
 
@@ -457,31 +511,26 @@ void weft_cpu_tx_causal_softmax_forward(const weft_cpu_tx_kernels *k, weft_cpu_p
 static void sm_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   const sm_ctx *s = c;
   (void)tid;
-  const int64_t T = s->T;
-  for (int64_t r0 = lo; r0 < hi; r0 += G) {
-    const int g = (int)min64(G, hi - r0);
-    const float *p[G], *dp[G];
-    int64_t len[G], common = T;
-    for (int r = 0; r < G; r++) {
+  const int64_t T = s->T, W = s->k->width;
+  for (int64_t r0 = lo; r0 < hi; r0 += W) {
+    const int g = (int)min64(W, hi - r0);
+    const float *p[WMAX], *dp[WMAX];
+    int64_t len[WMAX], maxlen = 0;
+    for (int r = 0; r < W; r++) {
       const int64_t row = r0 + (r < g ? r : g - 1);
       p[r] = s->a + (size_t)row * (size_t)T;
       dp[r] = s->b + (size_t)row * (size_t)T;
       len[r] = row % T + 1;
-      if (len[r] < common) common = len[r];
+      if (len[r] > maxlen) maxlen = len[r];
     }
-    /* dot = Σ asc p * dp per row: G rows side by side over their common length, then each row's rest */
-    float dot[G];
-    for (int r = 0; r < G; r++) dot[r] = 0.0f;
-    for (int64_t j = 0; j < common; j++)
-      for (int r = 0; r < G; r++) {
-        float pd = p[r][j] * dp[r][j];
-        dot[r] = dot[r] + pd;
-      }
+    /* dot = Σ asc p * dp per row over its own length: exact, the rows side by side in the vector lanes
+     * (masked past each row's length); fp32, each row's own vector sum */
+    float dot[WMAX];
+    if (s->k->fp32)
+      for (int r = 0; r < g; r++) dot[r] = s->k->dot(p[r], dp[r], len[r]);
+    else
+      s->k->dots_t(p, dp, len, maxlen, dot);
     for (int r = 0; r < g; r++) {
-      for (int64_t j = common; j < len[r]; j++) {
-        float pd = p[r][j] * dp[r][j];
-        dot[r] = dot[r] + pd;
-      }
       float *ds = s->out + (size_t)(r0 + r) * (size_t)T;
       s->k->softmax_bwd_row(ds, p[r], dp[r], len[r], dot[r], s->scale);
       for (int64_t j = len[r]; j < T; j++) ds[j] = 0.0f;
@@ -493,7 +542,7 @@ void weft_cpu_tx_causal_softmax_backward(const weft_cpu_tx_kernels *k, weft_cpu_
                                          const float *dprobs, int64_t R, int64_t T, float scale) {
   if (R <= 0 || T <= 0) return;
   sm_ctx s = {.k = k ? k : weft_cpu_tx_select(), .out = dscores, .a = probs, .b = dprobs, .T = T, .scale = scale};
-  par_for(pool, R * T, G, 4 * T, sm_bwd_part, &s);
+  par_for(pool, R * T, WMAX, 4 * T, sm_bwd_part, &s);
 }
 
 /* --------------------------------------------------------------------------------- cross-entropy */
@@ -650,7 +699,7 @@ static void at_cached_part(void *c, int64_t lo, int64_t hi, int tid) {
     float *p = a->att ? a->att + (size_t)u * (size_t)T : row;
     int64_t len = t + 1;
     a->k->dots(p, base + (size_t)t * (size_t)C3, kt, a->ld, len, hs, a->scale);
-    softmax_rows(a->k, &p, &len, 1, T);
+    softmax_rows(a->k, &p, &len, 1, a->att ? T : len);
     a->k->wsum(a->out + (size_t)(b * Tq + r) * (size_t)C + (size_t)(h * hs), p, 1, base + 2 * C, C3, len, hs);
   }
 }

@@ -47,6 +47,11 @@ typedef struct weft_cpu_tx_kernels {
   void (*ln_stats)(const float *const *x, int64_t C, float invC, float *mu, float *v);
   void (*ln_bwd_sums)(const float *const *x, const float *const *dy, const float *gamma, int64_t C, const float *mu,
                       const float *rs, float *a, float *b);
+  /* `width` rows' sums at once (row pointers, padded with repeats), lane r row r, each in ascending order:
+   * sums_t: out[r] = 0 + x[r][0] + ... + x[r][n-1]; dots_t: out[r] = 0 + x[r][0]*y[r][0] + ... over
+   * j < len[r], the rows read up to n (at least every len). */
+  void (*sums_t)(const float *const *x, int64_t n, float *out);
+  void (*dots_t)(const float *const *x, const float *const *y, const int64_t *len, int64_t n, float *out);
   /* SUMSQ's partials of `width` chunks at once (chunk pointers, len a multiple of width), lane r chunk r. */
   void (*sumsq_chunks)(const float *const *x, int64_t len, float *out);
   void (*ln_out)(float *y, const float *x, const float *gamma, const float *beta, int64_t C, float mu, float rs);
@@ -69,10 +74,13 @@ typedef struct weft_cpu_tx_kernels {
                   int64_t k);
   void (*gemv_nn)(float *c, int64_t ldc, const float *a, int64_t m, const float *b, int64_t ldb, int64_t n,
                   int64_t k);
-  /* fp32 tables only (NULL in exact ones): sum of x[0..n), in any order; max of x[0..n) (no NaN handling
-   * beyond: a NaN anywhere may or may not come out); sum of x[j] * y[j]. */
+  /* fp32 tables only (NULL in exact ones), sums in any order: the sum of x[0..n) and of x[j] * y[j];
+   * layernorm's mean and unscaled variance of one row, and its backward's two sums of one row. */
   float (*sum)(const float *x, int64_t n);
   float (*dot)(const float *x, const float *y, int64_t n);
+  void (*ln_row_stats)(const float *x, int64_t C, float invC, float *mu, float *v);
+  void (*ln_row_bwd_sums)(const float *x, const float *dy, const float *gamma, int64_t C, float mu, float rs,
+                          float *a, float *b);
 } weft_cpu_tx_kernels;
 
 extern const weft_cpu_tx_kernels weft_cpu_tx_portable, weft_cpu_tx_portable_fp32;
