@@ -611,12 +611,6 @@ typedef struct at_ctx {
   size_t per_thread; /* floats of scratch per thread */
 } at_ctx;
 
-/* dst[i * ld + j] = src[j * stride + i]: hs rows of T, from T rows of hs. */
-static void transpose_panel(float *dst, int64_t ld, const float *src, int64_t stride, int64_t T, int64_t hs) {
-  for (int64_t j = 0; j < T; j++)
-    for (int64_t i = 0; i < hs; i++) dst[i * ld + j] = src[j * stride + i];
-}
-
 /* dst[j * hs + i] = src[j * stride + i]: one head's T rows of hs, contiguous. */
 static void pack_panel(float *dst, const float *src, int64_t stride, int64_t T, int64_t hs) {
   for (int64_t j = 0; j < T; j++) memcpy(dst + j * hs, src + j * stride, sizeof(float) * (size_t)hs);
@@ -629,7 +623,7 @@ static void at_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   for (int64_t u = lo; u < hi; u++) {
     const int64_t b = u / a->NH, h = u % a->NH;
     const float *base = a->qkv + (size_t)(b * T) * (size_t)C3 + (size_t)(h * hs);
-    transpose_panel(kt, a->ld, base + C, C3, T, hs);
+    a->k->transpose(kt, a->ld, base + C, C3, T, hs);
     pack_panel(vp, base + 2 * C, C3, T, hs);
     for (int64_t t0 = 0; t0 < T; t0 += G) {
       const int g = (int)min64(G, T - t0);
@@ -691,14 +685,19 @@ static void at_cached_part(void *c, int64_t lo, int64_t hi, int tid) {
   for (int64_t u = lo; u < hi; u++) {
     const int64_t bh = u / Tq, r = u % Tq, t = t0 + r, b = bh / a->NH, h = bh % a->NH;
     const float *base = a->qkv + (size_t)(b * T) * (size_t)C3 + (size_t)(h * hs);
-    if (bh != cur) { /* keys 0 .. the last row of this (b, h) in [lo, hi) */
-      const int64_t last = min64(hi - 1, (bh + 1) * Tq - 1) % Tq;
-      transpose_panel(kt, a->ld, base + C, C3, t0 + last + 1, hs);
-      cur = bh;
-    }
     float *p = a->att ? a->att + (size_t)u * (size_t)T : row;
     int64_t len = t + 1;
-    a->k->dots(p, base + (size_t)t * (size_t)C3, kt, a->ld, len, hs, a->scale);
+    const float *q = base + (size_t)t * (size_t)C3;
+    if (a->k->fp32) { /* each key's dot product read in place: no transposed panel to build */
+      for (int64_t j = 0; j < len; j++) p[j] = a->k->dot(q, base + C + (size_t)j * (size_t)C3, hs) * a->scale;
+    } else {
+      if (bh != cur) { /* keys 0 .. the last row of this (b, h) in [lo, hi) */
+        const int64_t last = min64(hi - 1, (bh + 1) * Tq - 1) % Tq;
+        a->k->transpose(kt, a->ld, base + C, C3, t0 + last + 1, hs);
+        cur = bh;
+      }
+      a->k->dots(p, q, kt, a->ld, len, hs, a->scale);
+    }
     softmax_rows(a->k, &p, &len, 1, a->att ? T : len);
     a->k->wsum(a->out + (size_t)(b * Tq + r) * (size_t)C + (size_t)(h * hs), p, 1, base + 2 * C, C3, len, hs);
   }
@@ -734,7 +733,7 @@ static void at_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
     const float *dob = a->dout + (size_t)(b * T) * (size_t)C + (size_t)(h * hs);
     const float *ab = a->catt + (size_t)(u * T) * (size_t)T;
     float *dbase = a->dqkv + (size_t)(b * T) * (size_t)C3 + (size_t)(h * hs);
-    transpose_panel(vt, a->ld, base + 2 * C, C3, T, hs);
+    a->k->transpose(vt, a->ld, base + 2 * C, C3, T, hs);
     pack_panel(qp, base, C3, T, hs);
     pack_panel(kp, base + C, C3, T, hs);
     pack_panel(dop, dob, C, T, hs);

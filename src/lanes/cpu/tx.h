@@ -65,6 +65,8 @@ typedef struct weft_cpu_tx_kernels {
   void (*wsum4)(float *const *out, const float *w, int64_t ws, const float *rows, int64_t ld, int64_t n, int64_t hs);
   void (*wsum4e)(float *const *out, const float *w, int64_t wrs, const float *rows, int64_t ld, int64_t n, int64_t hs);
   void (*softmax_bwd_row)(float *ds, const float *p, const float *dp, int64_t n, float dot, float scale);
+  /* dst[i*ld + j] = src[j*stride + i] for j < n, i < hs (attention's transposed panels). */
+  void (*transpose)(float *dst, int64_t ld, const float *src, int64_t stride, int64_t n, int64_t hs);
   /* The matmul's skinny case (gemm.c: a few rows of A, B read in place, never packed), m <= 4 rows of a
    * (row stride k): c[i*ldc + j] = sum over q ascending below k of a[i*k + q] * B(q, j), for j < n, where
    * B(q, j) is b[j*ldb + q] (nt: B stored transposed, as a linear layer's weights) or b[q*ldb + j] (nn).
