@@ -4,8 +4,10 @@
  * change nothing), int32 tensors and reshape, the lanes' op sets (a lane that offers only matmul is routed
  * around and refuses a pinned layernorm), and a small GPT-2 block forward + backward + clip + AdamW whose
  * every bit matches the same chain run on the reference functions; and every op the CPU lane runs on its
- * threaded kernels at sizes it splits, with 1, 3 and 8 threads, called one by one and queued as a chain.
+ * threaded kernels at sizes it splits, with 1, 3 and 8 threads, called one by one and queued as a chain,
+ * with matmuls of 1 and 4 rows (B read in place), and a few ops under fp32 (close to the reference).
  * attention_cached (decode) against the fused forward's rows over the cache's filled prefix. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +61,21 @@ static void same(weft_tensor *t, const float *want, size_t n, const char *what) 
   TU_CHECK(bad == n, "%s: element %zu is %.9g (0x%08x), the reference gives %.9g (0x%08x)", what, bad,
            bad < n ? (double)got[bad] : 0.0, bad < n ? tu_bits(got[bad]) : 0u, bad < n ? (double)want[bad] : 0.0,
            bad < n ? tu_bits(want[bad]) : 0u);
+  free(got);
+}
+
+/* t's value within 1e-4 of want's largest magnitude (the fp32 contract: fused and reordered sums). */
+static void near(weft_tensor *t, const float *want, size_t n, const char *what) {
+  float *got = malloc((n ? n : 1) * sizeof *got);
+  weft_status st = weft_tensor_read(t, got, n);
+  TU_CHECK(st == WEFT_OK, "%s: read: %s", what, weft_fabric_last_error(F));
+  float scale = 0.0f;
+  for (size_t i = 0; i < n; i++) scale = fabsf(want[i]) > scale ? fabsf(want[i]) : scale;
+  size_t bad = n;
+  for (size_t i = 0; st == WEFT_OK && i < n && bad == n; i++)
+    if (!(fabsf(got[i] - want[i]) <= 1e-4f * scale)) bad = i;
+  TU_CHECK(bad == n, "%s: element %zu is %.9g, the reference gives %.9g (scale %g)", what, bad,
+           bad < n ? (double)got[bad] : 0.0, bad < n ? (double)want[bad] : 0.0, (double)scale);
   free(got);
 }
 
@@ -902,6 +919,41 @@ static void tx_threads_once(int threads, int queued) {
   same(tls, ls, TN, W("crossentropy")), same(tdlg, dlg, nl, W("crossentropy_backward"));
   same(tpar, par, nl, W("adamw param")), same(tmo, mo, nl, W("adamw m")), same(tve, ve, nl, W("adamw v"));
   if (queued) same(tbigy, bigy, (size_t)QN * TC, W("the large layernorm"));
+
+  /* Matmuls of 1 to 4 rows (gemm.c's skinny case: B read in place, columns split over the threads), every
+   * transpose: the canonical order's bits. */
+  for (int64_t mrows = 1; mrows <= 4; mrows += 3)
+    for (int t = 0; t < 4; t++) {
+      const int ta = t & 1, tb = t >> 1;
+      const int64_t K = 771, NN = 1999;
+      float *a = rnd((size_t)(mrows * K), -1, 1), *bm = rnd((size_t)(K * NN), -1, 1), *c = zeros((size_t)(mrows * NN));
+      weft_tensor *tam = ta ? tf(2, K, mrows, 0, 0, a) : tf(2, mrows, K, 0, 0, a);
+      weft_tensor *tbm = tb ? tf(2, NN, K, 0, 0, bm) : tf(2, K, NN, 0, 0, bm), *tcm = tf(2, mrows, NN, 0, 0, NULL);
+      char mw[64];
+      snprintf(mw, sizeof mw, "matmul %lld rows, ta %d tb %d", (long long)mrows, ta, tb);
+      ok(weft_op_matmul(F, &pin, tam, ta, tbm, tb, tcm), W(mw));
+      mm(c, a, bm, mrows, K, NN, ta, tb);
+      same(tcm, c, (size_t)(mrows * NN), W(mw));
+      weft_tensor_destroy(tam), weft_tensor_destroy(tbm), weft_tensor_destroy(tcm);
+      free(a), free(bm), free(c);
+    }
+  /* Under fp32 the lane takes its fp32 kernels: close to the reference, not its bits. */
+  {
+    const weft_op_desc f32 = {WEFT_CONTRACT_FP32, 0};
+    float *dg0 = zeros(TC), *db0 = zeros(TC);
+    weft_tensor *tdg0 = tf(1, TC, 0, 0, 0, NULL), *tdb0 = tf(1, TC, 0, 0, 0, NULL);
+    weft_ref_layernorm_backward(dx, dg0, db0, dout, x, mean, rstd, g, TN, TC);
+    ok(weft_op_layernorm_backward(F, &f32, tdout, tx, tmean, trstd, tg, tdx, tdg0, tdb0), W("fp32 layernorm_backward"));
+    ok(weft_op_causal_softmax(F, &f32, tsc, 0.125f, tpr), W("fp32 causal_softmax"));
+    ok(weft_op_crossentropy(F, &f32, tlg, ttgt, tls), W("fp32 crossentropy"));
+    near(tdx, dx, nc, W("fp32 layernorm_backward dx"));
+    near(tdg0, dg0, TC, W("fp32 layernorm_backward dgamma"));
+    near(tdb0, db0, TC, W("fp32 layernorm_backward dbeta"));
+    weft_tensor_destroy(tdg0), weft_tensor_destroy(tdb0);
+    free(dg0), free(db0);
+    near(tpr, pr, na, W("fp32 causal_softmax"));
+    near(tls, ls, TN, W("fp32 crossentropy"));
+  }
 #undef W
   weft_tensor *objs[] = {ttok, tpos, ttgt, twte, twpe, tg, tbe, tx, ty, tmean, trstd, tdout, tdx, tdg, tdb, tge, tgb,
                          tqkv, tao, tatt, tpre, tdqkv, tsc, tdp, tpr, tds, tlg, tls, tdl, tdlg, tpar, tgrd, tmo, tve,
