@@ -97,13 +97,19 @@ static void par_for(weft_cpu_pool *pool, int64_t n, int64_t align, int64_t work_
 /* Rows side by side in the vector kernels' row sums: the widest vector's lanes. */
 #define WMAX 16
 
+/* Rows at least this long take the fp32 tables' per-row vector sums; shorter ones the transposed loads,
+ * which keep the vector lanes full on rows of a few vectors or less. */
+#define FP32_ROW_MIN 64
+
 /* out[r] = 0 + rows[r][0] + ... + rows[r][len[r]-1] for r < g, each row in its own ascending chain (exact
  * tables): the vector lanes take `width` rows at a time through transposed loads, reading every row up to n
  * (at least every len), which must hold +0 past the row's length (adding +0 changes no sum from +0); a lone
- * row runs its chain on its own. fp32 tables: each row's own vector sum. */
+ * row runs its chain on its own. fp32 tables: long rows (or a lone one) each in its own vector sum. */
 static void sum_rows_of(const weft_cpu_tx_kernels *k, float *const *rows, const int64_t *len, int g, int64_t n,
                         float *out) {
-  if (k->fp32) {
+  int64_t minlen = len[0];
+  for (int r = 1; r < g; r++) minlen = len[r] < minlen ? len[r] : minlen;
+  if (k->fp32 && (g == 1 || minlen >= FP32_ROW_MIN)) {
     for (int r = 0; r < g; r++) out[r] = k->sum(rows[r], len[r]);
     return;
   }
@@ -523,10 +529,10 @@ static void sm_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
       len[r] = row % T + 1;
       if (len[r] > maxlen) maxlen = len[r];
     }
-    /* dot = Σ asc p * dp per row over its own length: exact, the rows side by side in the vector lanes
-     * (masked past each row's length); fp32, each row's own vector sum */
+    /* dot = Σ asc p * dp per row over its own length: the rows side by side in the vector lanes (masked past
+     * each row's length); fp32 long rows, each row's own vector sum */
     float dot[WMAX];
-    if (s->k->fp32)
+    if (s->k->fp32 && len[0] >= FP32_ROW_MIN && len[W - 1] >= FP32_ROW_MIN)
       for (int r = 0; r < g; r++) dot[r] = s->k->dot(p[r], dp[r], len[r]);
     else
       s->k->dots_t(p, dp, len, maxlen, dot);
@@ -629,11 +635,20 @@ static void at_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
       const int g = (int)min64(G, T - t0);
       float *p[G];
       int64_t len[G];
+      const float *q[G];
       for (int r = 0; r < g; r++) {
         const int64_t t = t0 + r;
         p[r] = a->att + (size_t)(u * T + t) * (size_t)T;
         len[r] = t + 1;
-        a->k->dots(p[r], base + (size_t)t * (size_t)C3, kt, a->ld, t + 1, hs, a->scale);
+        q[r] = base + (size_t)t * (size_t)C3;
+      }
+      /* the scores, four rows at a time to the longest one's length (the shorter rows' extra columns are
+       * overwritten below: with -inf in preatt, +0 in att) */
+      int r4 = 0;
+      for (; r4 + 4 <= g; r4 += 4) a->k->dots4(p + r4, q + r4, kt, a->ld, len[r4 + 3], hs, a->scale);
+      for (; r4 < g; r4++) a->k->dots(p[r4], q[r4], kt, a->ld, len[r4], hs, a->scale);
+      for (int r = 0; r < g; r++) {
+        const int64_t t = t0 + r;
         if (a->preatt) {
           float *pa = a->preatt + (size_t)(u * T + t) * (size_t)T;
           for (int64_t j = 0; j <= t; j++) pa[j] = canon(p[r][j]);
@@ -737,16 +752,31 @@ static void at_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
     pack_panel(qp, base, C3, T, hs);
     pack_panel(kp, base + C, C3, T, hs);
     pack_panel(dop, dob, C, T, hs);
-    for (int64_t t = 0; t < T; t++) {
-      float *dst = ds + (size_t)t * (size_t)T;
-      const float *at = ab + (size_t)t * (size_t)T;
-      a->k->dots(dst, dop + (size_t)t * (size_t)hs, vt, a->ld, t + 1, hs, 1.0f); /* datt */
-      float dot = 0.0f;
-      for (int64_t j = 0; j <= t; j++) {
-        float pd = at[j] * dst[j];
-        dot = dot + pd;
+    /* ds, in groups of `width` rows t: datt = dout . v^T (four rows at a time, to the longest one's length;
+     * what a shorter row gets past its length is never read), each row's dot = Σ asc att * datt (the group's
+     * rows side by side, or long rows each on its own under fp32), then the softmax backward of the row */
+    const int W = a->k->width;
+    for (int64_t t0 = 0; t0 < T; t0 += W) {
+      const int g = (int)min64(W, T - t0);
+      float *dst[WMAX];
+      const float *at[WMAX], *dq[WMAX];
+      int64_t len[WMAX];
+      for (int r = 0; r < W; r++) {
+        const int64_t t = t0 + (r < g ? r : g - 1);
+        dst[r] = ds + (size_t)t * (size_t)T;
+        at[r] = ab + (size_t)t * (size_t)T;
+        dq[r] = dop + (size_t)t * (size_t)hs;
+        len[r] = t + 1;
       }
-      a->k->softmax_bwd_row(dst, at, dst, t + 1, dot, a->scale);
+      int r4 = 0;
+      for (; r4 + 4 <= g; r4 += 4) a->k->dots4(dst + r4, dq + r4, vt, a->ld, len[r4 + 3], hs, 1.0f);
+      for (; r4 < g; r4++) a->k->dots(dst[r4], dq[r4], vt, a->ld, len[r4], hs, 1.0f);
+      float dot[WMAX];
+      if (a->k->fp32 && len[0] >= FP32_ROW_MIN)
+        for (int r = 0; r < g; r++) dot[r] = a->k->dot(at[r], dst[r], len[r]);
+      else
+        a->k->dots_t(at, (const float *const *)dst, len, len[W - 1], dot);
+      for (int r = 0; r < g; r++) a->k->softmax_bwd_row(dst[r], at[r], dst[r], len[r], dot[r], a->scale);
     }
     int64_t t = 0;
     for (; t + 4 <= T; t += 4) { /* dq, four rows t at a time */

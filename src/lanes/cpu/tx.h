@@ -61,6 +61,9 @@ typedef struct weft_cpu_tx_kernels {
                      int64_t c1, const float *mean, const float *rstd);
   void (*add)(float *out, const float *a, const float *b, int64_t n);
   void (*dots)(float *out, const float *q, const float *kt, int64_t ld, int64_t n, int64_t hs, float scale);
+  /* dots for four rows of q at once, all to the same n (each kt column read once for the four). */
+  void (*dots4)(float *const *out, const float *const *q, const float *kt, int64_t ld, int64_t n, int64_t hs,
+                float scale);
   void (*wsum)(float *out, const float *w, int64_t ws, const float *rows, int64_t ld, int64_t n, int64_t hs);
   void (*wsum4)(float *const *out, const float *w, int64_t ws, const float *rows, int64_t ld, int64_t n, int64_t hs);
   void (*wsum4e)(float *const *out, const float *w, int64_t wrs, const float *rows, int64_t ld, int64_t n, int64_t hs);
