@@ -9,7 +9,8 @@ default OpenMP settings, timed at every CPU and at 1 thread, and with OMP_WAIT_P
 (OpenMP's spinning workers fight other processes for a small machine's cores); both with OPENBLAS_CORETYPE
 set to the best core type this CPU runs (SkylakeX with AVX-512, else Haswell: Debian's OpenBLAS may not know
 the CPU). For each T and op, ROUNDS rounds (default 5) ask each of them in turn, so load from other work on
-the machine falls on all of them alike; each answer is the best of several calls. Prints per op and T the
+the machine falls on all of them alike (with a pause of 50 ms before each request, for the workers of the
+one before, which spin a while, to sleep); each answer is the best of several calls. Prints per op and T the
 median over the rounds: PyTorch at its best (the fastest form and setting, by median; named), weft exact and
 weft fp32, and their ratios torch ms / weft ms (above 1 weft is faster). Then attention_decode_ratio: weft's
 fused attention over a cache of T positions over attention_cached of its last row (no PyTorch peer).
@@ -19,6 +20,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 OPS = ["embedding_fwd", "embedding_bwd", "layernorm_fwd", "layernorm_bwd", "gelu_fwd", "gelu_bwd", "adamw",
        "attention_fwd", "attention_bwd", "softmax_fwd", "softmax_bwd", "crossentropy_fwd", "crossentropy_bwd"]
@@ -57,11 +59,13 @@ def main():
           f"{env['OPENBLAS_CORETYPE']}; load average before: {' '.join(load)}", flush=True)
 
     def ask_weft(op, T, contract):
+        time.sleep(0.05)  # OpenMP's and OpenBLAS's workers spin a while after PyTorch's calls
         weft.stdin.write(f"{op} {T} {contract}\n")
         weft.stdin.flush()
         return float(weft.stdout.readline().split()[2])
 
     def ask_torch(tag, proc, op, T):
+        time.sleep(0.05)  # and the other server's
         proc.stdin.write(f"{op} {T}\n")
         proc.stdin.flush()
         out = {}
