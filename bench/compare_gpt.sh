@@ -73,17 +73,25 @@ echo "compare_gpt: $rounds rounds on $nth CPUs ($(sed -n 's/^model name[[:space:
   "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 r=0
 while [ "$r" -lt "$rounds" ]; do
-  "$build/bench/bench_membw" 2>/dev/null >>"$tmp/all"
-  for c in exact fp32; do weft_train $c >>"$tmp/all"; done
-  for th in $nth 1; do torch_run train "$th" train 6 384 6 256 256 4 "$steps" >>"$tmp/all"; done
+  : >"$tmp/round"
+  "$build/bench/bench_membw" 2>/dev/null >>"$tmp/round"
+  for c in exact fp32; do weft_train $c >>"$tmp/round"; done
+  for th in $nth 1; do torch_run train "$th" train 6 384 6 256 256 4 "$steps" >>"$tmp/round"; done
   n=$tokens
-  for c in exact fp32; do weft_decode $c decode $small >>"$tmp/all"; done
-  for th in $nth 1; do torch_run decode "$th" decode 6 384 6 256 256 "$n" >>"$tmp/all"; done
+  for c in exact fp32; do weft_decode $c decode $small >>"$tmp/round"; done
+  for th in $nth 1; do torch_run decode "$th" decode 6 384 6 256 256 "$n" >>"$tmp/round"; done
   if [ "$big" = 1 ]; then
     n=$tokens124
-    for c in exact fp32; do weft_decode $c decode124 $large >>"$tmp/all"; done
-    for th in $nth 1; do torch_run decode124 "$th" decode 12 768 12 50257 1024 "$n" >>"$tmp/all"; done
+    for c in exact fp32; do weft_decode $c decode124 $large >>"$tmp/round"; done
+    for th in $nth 1; do torch_run decode124 "$th" decode 12 768 12 50257 1024 "$n" >>"$tmp/round"; done
   fi
+  cat "$tmp/round" >>"$tmp/all"
+  # this round's medians, to show the spread between rounds
+  awk -v r="$r" '{ n[$1]++; v[$1, n[$1]] = $2 + 0 }
+    END { printf "round %d:", r; for (k in n) { m = n[k]; for (i = 1; i <= m; i++) a[i] = v[k, i]
+            for (i = 2; i <= m; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+            printf " %s %.2f", k, m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2 }
+          printf "\n" }' "$tmp/round"
   r=$((r + 1))
 done
 echo "compare_gpt: load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
