@@ -207,7 +207,8 @@ static void test_elementwise(weft_cpu_pool *pool) {
     float *ga[2] = {y1, p1}, *gb[2] = {y2, p2};
     const int64_t sizes[2] = {(int64_t)n, 1000};
     const float max_norm = clip ? 1.0f : 1e6f;
-    const float na = weft_ref_grad_clip(ga, sizes, 2, max_norm), nb = weft_cpu_tx_grad_clip(K, pool, gb, sizes, 2, max_norm);
+    const float na = weft_ref_grad_clip(ga, sizes, 2, max_norm);
+    const float nb = weft_cpu_tx_grad_clip(K, pool, gb, sizes, 2, max_norm);
     same("grad clip norm", &na, &nb, 1);
     same("grad clip tensor 0", y1, y2, n);
     same("grad clip tensor 1", p1, p2, 1000);
@@ -263,7 +264,8 @@ static void test_attention(weft_cpu_pool *pool, int64_t B, int64_t T, int64_t C,
   same("attention forward out", o1, o2, no);
   same("attention forward preatt", pa1, pa2, na);
   same("attention forward att", a1, a2, na);
-  TU_STATUS(weft_cpu_tx_attention_forward(K, pool, o2, NULL, a2, qkv, B, T, C, NH), WEFT_OK, "attention fwd, no preatt");
+  TU_STATUS(weft_cpu_tx_attention_forward(K, pool, o2, NULL, a2, qkv, B, T, C, NH), WEFT_OK,
+            "attention fwd, no preatt");
   same("attention forward out (no preatt)", o1, o2, no);
   TU_STATUS(weft_ref_attention_backward(dq1, dout, qkv, a1, B, T, C, NH), WEFT_OK, "ref attention bwd");
   TU_STATUS(weft_cpu_tx_attention_backward(K, pool, dq2, dout, qkv, a1, B, T, C, NH), WEFT_OK, "attention bwd");
@@ -306,7 +308,8 @@ static void test_crossentropy(weft_cpu_pool *pool, int64_t N, int64_t V, int non
   TU_STATUS(weft_cpu_tx_crossentropy_backward(K, pool, g2, z, tg, dl, N, V), WEFT_OK, "xent bwd");
   same("crossentropy backward", g1, g2, n);
   tg[0] = (int32_t)V;
-  TU_STATUS(weft_cpu_tx_crossentropy_forward(K, pool, l2, z, tg, N, V), WEFT_ERR_INVALID_ARGUMENT, "target out of range");
+  TU_STATUS(weft_cpu_tx_crossentropy_forward(K, pool, l2, z, tg, N, V), WEFT_ERR_INVALID_ARGUMENT,
+            "target out of range");
   TU_STATUS(weft_cpu_tx_crossentropy_backward(K, pool, g2, z, tg, dl, N, 0), WEFT_ERR_SHAPE, "V = 0");
   free(z), free(l1), free(l2), free(dl), free(g1), free(g2), free(tg);
 }
@@ -320,7 +323,8 @@ static void test_gemv(void) {
                                       {1, 4099, 7}};
   for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
     const int64_t m = shapes[sh][0], kk = shapes[sh][1], n = shapes[sh][2];
-    float *a = fbuf((size_t)(m * kk)), *b = fbuf((size_t)(kk * n)), *c1 = fbuf((size_t)(m * n)), *c2 = fbuf((size_t)(m * n));
+    float *a = fbuf((size_t)(m * kk)), *b = fbuf((size_t)(kk * n));
+    float *c1 = fbuf((size_t)(m * n)), *c2 = fbuf((size_t)(m * n));
     fill(a, (size_t)(m * kk), -1, 1, 1);
     fill(b, (size_t)(kk * n), -1, 1, 1);
     for (int nt = 0; nt < 2; nt++) {

@@ -342,7 +342,8 @@ static weft_status train_state_make(weft_gpt *g) {
     if (!g->G[p]) g->G[p] = mkf(g, nd, d0, d1, 0, 0);
     if (!g->M[p]) g->M[p] = mkf(g, nd, d0, d1, 0, 0);
     if (!g->Vm[p]) g->Vm[p] = mkf(g, nd, d0, d1, 0, 0);
-    if (!g->G[p] || !g->M[p] || !g->Vm[p]) return fail(g, WEFT_ERR_OUT_OF_MEMORY, "out of memory for the gradients and AdamW's moments");
+    if (!g->G[p] || !g->M[p] || !g->Vm[p])
+      return fail(g, WEFT_ERR_OUT_OF_MEMORY, "out of memory for the gradients and AdamW's moments");
   }
   g->have_train = 1;
   return WEFT_OK;

@@ -196,14 +196,15 @@ static void emb_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-weft_status weft_cpu_tx_embedding_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, const int32_t *tok, const int32_t *pos,
-                                          const float *wte, const float *wpe, int64_t B, int64_t T, int64_t C,
-                                          int64_t V, int64_t P) {
+weft_status weft_cpu_tx_embedding_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out,
+                                          const int32_t *tok, const int32_t *pos, const float *wte, const float *wpe,
+                                          int64_t B, int64_t T, int64_t C, int64_t V, int64_t P) {
   if (!out || !tok || !wte || !wpe) return WEFT_ERR_INVALID_ARGUMENT;
   if (B < 0 || T < 0 || C < 0 || V < 0 || P < 0) return WEFT_ERR_SHAPE;
   if (check_index(tok, B * T, V) != WEFT_OK || check_index(pos, B * T, P) != WEFT_OK) return WEFT_ERR_INVALID_ARGUMENT;
   if (!pos && T > P) return WEFT_ERR_INVALID_ARGUMENT;
-  emb_ctx e = {.k = k ? k : weft_cpu_tx_select(), .out = out, .wte = wte, .wpe = wpe, .tok = tok, .pos = pos, .T = T, .C = C};
+  emb_ctx e = {.k = k ? k : weft_cpu_tx_select(), .out = out, .wte = wte, .wpe = wpe, .tok = tok, .pos = pos,
+               .T = T, .C = C};
   par_for(pool, B * T, 1, C, emb_fwd_part, &e);
   return WEFT_OK;
 }
@@ -227,9 +228,9 @@ static void emb_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-weft_status weft_cpu_tx_embedding_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dwte, float *dwpe, const float *dout,
-                                           const int32_t *tok, const int32_t *pos, int64_t B, int64_t T, int64_t C,
-                                           int64_t V, int64_t P) {
+weft_status weft_cpu_tx_embedding_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dwte, float *dwpe,
+                                           const float *dout, const int32_t *tok, const int32_t *pos, int64_t B,
+                                           int64_t T, int64_t C, int64_t V, int64_t P) {
   if (!dout || !tok) return WEFT_ERR_INVALID_ARGUMENT;
   if (B < 0 || T < 0 || C < 0 || V < 0 || P < 0) return WEFT_ERR_SHAPE;
   if (check_index(tok, B * T, V) != WEFT_OK || check_index(pos, B * T, P) != WEFT_OK) return WEFT_ERR_INVALID_ARGUMENT;
@@ -284,10 +285,11 @@ static void ln_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-void weft_cpu_tx_layernorm_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *y, float *mean, float *rstd, const float *x,
-                                   const float *gamma, const float *beta, int64_t N, int64_t C, float eps) {
-  ln_ctx l = {.k = k ? k : weft_cpu_tx_select(), .y = y, .mean = mean, .rstd = rstd, .x = x, .gamma = gamma, .beta = beta,
-              .N = N, .C = C, .eps = eps, .invC = weft_recipf((float)C)};
+void weft_cpu_tx_layernorm_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *y, float *mean,
+                                   float *rstd, const float *x, const float *gamma, const float *beta, int64_t N,
+                                   int64_t C, float eps) {
+  ln_ctx l = {.k = k ? k : weft_cpu_tx_select(), .y = y, .mean = mean, .rstd = rstd, .x = x, .gamma = gamma,
+              .beta = beta, .N = N, .C = C, .eps = eps, .invC = weft_recipf((float)C)};
   par_for(pool, N, WMAX, 4 * C, ln_fwd_part, &l);
 }
 
@@ -342,9 +344,9 @@ static void ln_bwd_fused(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-void weft_cpu_tx_layernorm_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dx, float *dgamma, float *dbeta, const float *dy,
-                                    const float *x, const float *mean, const float *rstd, const float *gamma,
-                                    int64_t N, int64_t C) {
+void weft_cpu_tx_layernorm_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dx, float *dgamma,
+                                    float *dbeta, const float *dy, const float *x, const float *mean, const float *rstd,
+                                    const float *gamma, int64_t N, int64_t C) {
   ln_ctx l = {.k = k ? k : weft_cpu_tx_select(), .dx = dx, .dgamma = dgamma, .dbeta = dbeta, .dy = dy, .x = x,
               .cmean = mean, .crstd = rstd, .gamma = gamma, .N = N, .C = C, .invC = weft_recipf((float)C)};
   const int64_t nblk = (N + LN_FUSED_ROWS - 1) / LN_FUSED_ROWS;
@@ -404,13 +406,15 @@ void weft_cpu_tx_gelu_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool,
   par_for(pool, n, 16, 32, gelu_fwd_part, &e);
 }
 
-void weft_cpu_tx_gelu_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dx, const float *x, const float *dy, int64_t n) {
+void weft_cpu_tx_gelu_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dx, const float *x,
+                               const float *dy, int64_t n) {
   ew_ctx e = {.k = k ? k : weft_cpu_tx_select(), .out = dx, .a = x, .b = dy};
   par_for(pool, n, 16, 40, gelu_bwd_part, &e);
 }
 
-void weft_cpu_tx_adamw(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *param, const float *grad, float *m, float *v, int64_t n,
-                       float lr, float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2) {
+void weft_cpu_tx_adamw(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *param, const float *grad, float *m,
+                       float *v, int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                       float bc1, float bc2) {
   ew_ctx e = {.k = k ? k : weft_cpu_tx_select(), .out = param, .a = grad, .m = m, .v = v};
   e.adam.lr = lr, e.adam.beta1 = beta1, e.adam.beta2 = beta2, e.adam.eps = eps, e.adam.weight_decay = weight_decay;
   e.adam.o1 = 1.0f - beta1, e.adam.o2 = 1.0f - beta2;
@@ -458,7 +462,8 @@ float weft_cpu_tx_sumsq(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, const
   float local[256];
   float *part = nch <= 256 ? local : malloc(sizeof(float) * (size_t)nch);
   if (!part) { /* no room for the partials: the chunks one after another, the same bits */
-    for (int64_t c0 = 0; c0 < n; c0 += WEFT_SUMSQ_CHUNK) acc = acc + sumsq_chunk(x + c0, min64(WEFT_SUMSQ_CHUNK, n - c0));
+    for (int64_t c0 = 0; c0 < n; c0 += WEFT_SUMSQ_CHUNK)
+      acc = acc + sumsq_chunk(x + c0, min64(WEFT_SUMSQ_CHUNK, n - c0));
     return canon(acc);
   }
   ss_ctx s = {.k = k ? k : weft_cpu_tx_select(), .x = x, .n = n, .part = part};
@@ -468,8 +473,8 @@ float weft_cpu_tx_sumsq(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, const
   return canon(acc);
 }
 
-float weft_cpu_tx_grad_clip(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *const *grads, const int64_t *sizes, int64_t ntensors,
-                            float max_norm) {
+float weft_cpu_tx_grad_clip(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *const *grads,
+                            const int64_t *sizes, int64_t ntensors, float max_norm) {
   /* SUMSQ's chunked order over the tensors in order, into one accumulator from +0, as the reference's. */
   float ss = 0.0f;
   for (int64_t t = 0; t < ntensors; t++) ss = weft_cpu_tx_sumsq(k, pool, grads[t], sizes[t], ss);
@@ -513,8 +518,8 @@ static void sm_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-void weft_cpu_tx_causal_softmax_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *probs, const float *scores, int64_t R,
-                                        int64_t T, float scale) {
+void weft_cpu_tx_causal_softmax_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *probs,
+                                        const float *scores, int64_t R, int64_t T, float scale) {
   if (R <= 0 || T <= 0) return;
   sm_ctx s = {.k = k ? k : weft_cpu_tx_select(), .out = probs, .a = scores, .T = T, .scale = scale};
   par_for(pool, R * T, G, 20 * T, sm_fwd_part, &s);
@@ -550,8 +555,8 @@ static void sm_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-void weft_cpu_tx_causal_softmax_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dscores, const float *probs,
-                                         const float *dprobs, int64_t R, int64_t T, float scale) {
+void weft_cpu_tx_causal_softmax_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dscores,
+                                         const float *probs, const float *dprobs, int64_t R, int64_t T, float scale) {
   if (R <= 0 || T <= 0) return;
   sm_ctx s = {.k = k ? k : weft_cpu_tx_select(), .out = dscores, .a = probs, .b = dprobs, .T = T, .scale = scale};
   par_for(pool, R * T, WMAX, 4 * T, sm_bwd_part, &s);
@@ -589,8 +594,8 @@ static void xe_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-weft_status weft_cpu_tx_crossentropy_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *losses, const float *logits,
-                                             const int32_t *targets, int64_t N, int64_t V) {
+weft_status weft_cpu_tx_crossentropy_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *losses,
+                                             const float *logits, const int32_t *targets, int64_t N, int64_t V) {
   if (!losses || !logits || !targets) return WEFT_ERR_INVALID_ARGUMENT;
   if (N < 0 || V <= 0) return WEFT_ERR_SHAPE;
   if (check_index(targets, N, V) != WEFT_OK) return WEFT_ERR_INVALID_ARGUMENT;
@@ -599,8 +604,9 @@ weft_status weft_cpu_tx_crossentropy_forward(const weft_cpu_tx_kernels *k, weft_
   return WEFT_OK;
 }
 
-weft_status weft_cpu_tx_crossentropy_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dlogits, const float *logits,
-                                              const int32_t *targets, const float *dloss, int64_t N, int64_t V) {
+weft_status weft_cpu_tx_crossentropy_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dlogits,
+                                              const float *logits, const int32_t *targets, const float *dloss,
+                                              int64_t N, int64_t V) {
   if (!dlogits || !logits || !targets || !dloss) return WEFT_ERR_INVALID_ARGUMENT;
   if (N < 0 || V <= 0) return WEFT_ERR_SHAPE;
   if (check_index(targets, N, V) != WEFT_OK) return WEFT_ERR_INVALID_ARGUMENT;
@@ -676,8 +682,8 @@ static void at_fwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-weft_status weft_cpu_tx_attention_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, float *preatt, float *att,
-                                          const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
+weft_status weft_cpu_tx_attention_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, float *preatt,
+                                          float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
   if (!out || !att || !qkv) return WEFT_ERR_INVALID_ARGUMENT;
   if (B < 0 || T < 0 || C < 0 || NH <= 0 || C % NH != 0) return WEFT_ERR_SHAPE;
   if (B == 0 || T == 0) return WEFT_OK;
@@ -724,14 +730,15 @@ static void at_cached_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-weft_status weft_cpu_tx_attention_cached(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, float *att, const float *qkv, int64_t B,
-                                         int64_t Tmax, int64_t C, int64_t NH, int64_t t0, int64_t Tq) {
+weft_status weft_cpu_tx_attention_cached(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, float *att,
+                                         const float *qkv, int64_t B, int64_t Tmax, int64_t C, int64_t NH, int64_t t0,
+                                         int64_t Tq) {
   if (!out || !qkv) return WEFT_ERR_INVALID_ARGUMENT;
   if (B < 0 || Tmax < 0 || C < 0 || NH <= 0 || C % NH != 0 || t0 < 0 || Tq < 0 || t0 + Tq > Tmax)
     return WEFT_ERR_SHAPE;
   if (B == 0 || Tq == 0) return WEFT_OK;
-  at_ctx a = {.k = k ? k : weft_cpu_tx_select(), .out = out, .att = att, .qkv = qkv, .B = B, .T = Tmax, .C = C, .NH = NH,
-              .hs = C / NH, .t0 = t0, .Tq = Tq};
+  at_ctx a = {.k = k ? k : weft_cpu_tx_select(), .out = out, .att = att, .qkv = qkv, .B = B, .T = Tmax, .C = C,
+              .NH = NH, .hs = C / NH, .t0 = t0, .Tq = Tq};
   a.scale = weft_rsqrtf((float)a.hs);
   const int64_t n = t0 + Tq;
   a.ld = round_up(n, 16) + 16; /* room for the vector tail's reads past the last column */
@@ -810,8 +817,9 @@ static void at_bwd_part(void *c, int64_t lo, int64_t hi, int tid) {
   }
 }
 
-weft_status weft_cpu_tx_attention_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dqkv, const float *dout, const float *qkv,
-                                           const float *att, int64_t B, int64_t T, int64_t C, int64_t NH) {
+weft_status weft_cpu_tx_attention_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dqkv,
+                                           const float *dout, const float *qkv, const float *att, int64_t B, int64_t T,
+                                           int64_t C, int64_t NH) {
   if (!dqkv || !dout || !qkv || !att) return WEFT_ERR_INVALID_ARGUMENT;
   if (B < 0 || T < 0 || C < 0 || NH <= 0 || C % NH != 0) return WEFT_ERR_SHAPE;
   if (B == 0 || T == 0) return WEFT_OK;
@@ -841,7 +849,8 @@ weft_status weft_cpu_tx_run(weft_cpu_pool *pool, const weft_op *op) {
   case WEFT_OP_EMBEDDING:
     return weft_cpu_tx_embedding_forward(k, pool, OF(0), II(0), II(1), IF(2), IF(3), ip[0], ip[1], ip[2], ip[3], ip[4]);
   case WEFT_OP_EMBEDDING_BACKWARD:
-    return weft_cpu_tx_embedding_backward(k, pool, OF(0), OF(1), IF(0), II(1), II(2), ip[0], ip[1], ip[2], ip[3], ip[4]);
+    return weft_cpu_tx_embedding_backward(k, pool, OF(0), OF(1), IF(0), II(1), II(2), ip[0], ip[1], ip[2], ip[3],
+                                          ip[4]);
   case WEFT_OP_LAYERNORM:
     weft_cpu_tx_layernorm_forward(k, pool, OF(0), OF(1), OF(2), IF(0), IF(1), IF(2), ip[0], ip[1], fp[0]);
     return WEFT_OK;

@@ -100,48 +100,55 @@ const weft_cpu_tx_kernels *weft_cpu_tx_select(void);
  * exact one otherwise. */
 const weft_cpu_tx_kernels *weft_cpu_tx_select_for(weft_contract contract);
 
-weft_status weft_cpu_tx_embedding_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, const int32_t *tok, const int32_t *pos,
-                                          const float *wte, const float *wpe, int64_t B, int64_t T, int64_t C,
-                                          int64_t V, int64_t P);
-weft_status weft_cpu_tx_embedding_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dwte, float *dwpe, const float *dout,
-                                           const int32_t *tok, const int32_t *pos, int64_t B, int64_t T, int64_t C,
-                                           int64_t V, int64_t P);
-void weft_cpu_tx_layernorm_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *y, float *mean, float *rstd, const float *x,
-                                   const float *gamma, const float *beta, int64_t N, int64_t C, float eps);
-void weft_cpu_tx_layernorm_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dx, float *dgamma, float *dbeta, const float *dy,
-                                    const float *x, const float *mean, const float *rstd, const float *gamma,
-                                    int64_t N, int64_t C);
+weft_status weft_cpu_tx_embedding_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out,
+                                          const int32_t *tok, const int32_t *pos, const float *wte, const float *wpe,
+                                          int64_t B, int64_t T, int64_t C, int64_t V, int64_t P);
+weft_status weft_cpu_tx_embedding_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dwte, float *dwpe,
+                                           const float *dout, const int32_t *tok, const int32_t *pos, int64_t B,
+                                           int64_t T, int64_t C, int64_t V, int64_t P);
+void weft_cpu_tx_layernorm_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *y, float *mean,
+                                   float *rstd, const float *x, const float *gamma, const float *beta, int64_t N,
+                                   int64_t C, float eps);
+void weft_cpu_tx_layernorm_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dx, float *dgamma,
+                                    float *dbeta, const float *dy, const float *x, const float *mean, const float *rstd,
+                                    const float *gamma, int64_t N, int64_t C);
 void weft_cpu_tx_gelu_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *y, const float *x, int64_t n);
-void weft_cpu_tx_gelu_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dx, const float *x, const float *dy, int64_t n);
-weft_status weft_cpu_tx_attention_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, float *preatt, float *att,
-                                          const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
+void weft_cpu_tx_gelu_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dx, const float *x,
+                               const float *dy, int64_t n);
+weft_status weft_cpu_tx_attention_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, float *preatt,
+                                          float *att, const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
 /* Decode attention (weft_lane.h's ATTENTION_CACHED): out[B,Tq,C], att[B,NH,Tq,Tmax] (may be NULL) for query
  * positions t0 .. t0+Tq-1 of qkv[B,Tmax,3C]; threads over (b, h, t). */
-weft_status weft_cpu_tx_attention_cached(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, float *att, const float *qkv, int64_t B,
-                                         int64_t Tmax, int64_t C, int64_t NH, int64_t t0, int64_t Tq);
-weft_status weft_cpu_tx_attention_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dqkv, const float *dout, const float *qkv,
-                                           const float *att, int64_t B, int64_t T, int64_t C, int64_t NH);
-void weft_cpu_tx_causal_softmax_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *probs, const float *scores, int64_t R,
-                                        int64_t T, float scale);
-void weft_cpu_tx_causal_softmax_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dscores, const float *probs,
-                                         const float *dprobs, int64_t R, int64_t T, float scale);
-weft_status weft_cpu_tx_crossentropy_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *losses, const float *logits,
-                                             const int32_t *targets, int64_t N, int64_t V);
-weft_status weft_cpu_tx_crossentropy_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dlogits, const float *logits,
-                                              const int32_t *targets, const float *dloss, int64_t N, int64_t V);
-void weft_cpu_tx_adamw(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *param, const float *grad, float *m, float *v, int64_t n,
-                       float lr, float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2);
+weft_status weft_cpu_tx_attention_cached(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *out, float *att,
+                                         const float *qkv, int64_t B, int64_t Tmax, int64_t C, int64_t NH, int64_t t0,
+                                         int64_t Tq);
+weft_status weft_cpu_tx_attention_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dqkv,
+                                           const float *dout, const float *qkv, const float *att, int64_t B, int64_t T,
+                                           int64_t C, int64_t NH);
+void weft_cpu_tx_causal_softmax_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *probs,
+                                        const float *scores, int64_t R, int64_t T, float scale);
+void weft_cpu_tx_causal_softmax_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dscores,
+                                         const float *probs, const float *dprobs, int64_t R, int64_t T, float scale);
+weft_status weft_cpu_tx_crossentropy_forward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *losses,
+                                             const float *logits, const int32_t *targets, int64_t N, int64_t V);
+weft_status weft_cpu_tx_crossentropy_backward(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *dlogits,
+                                              const float *logits, const int32_t *targets, const float *dloss,
+                                              int64_t N, int64_t V);
+void weft_cpu_tx_adamw(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *param, const float *grad, float *m,
+                       float *v, int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                       float bc1, float bc2);
 /* SUMSQ (reference_tx.c's weft_ref_sumsq): returns acc + P[0] + P[1] + ... (canonical), the chunk
  * partials computed across the pool's threads, `width` chunks side by side in the vector lanes, each chunk
  * in its own ascending chain; then added in order on the caller's thread. (When the partials' array cannot
  * be had, the chunks run one after another on the caller's thread: the same bits.) */
 float weft_cpu_tx_sumsq(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, const float *x, int64_t n, float acc);
-float weft_cpu_tx_grad_clip(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *const *grads, const int64_t *sizes, int64_t ntensors,
-                            float max_norm);
+float weft_cpu_tx_grad_clip(const weft_cpu_tx_kernels *k, weft_cpu_pool *pool, float *const *grads,
+                            const int64_t *sizes, int64_t ntensors, float max_norm);
 
 /* Runs a validated version-2 op (weft_lane.h's slots, iparam and fparam as the op table fills them) on
- * these kernels. WEFT_ERR_UNSUPPORTED for the ops they do not cover (PERMUTE and COPY_SLICE, plain copies): the caller runs those on the op table's host kernels. Other statuses are the
- * kernels' own (WEFT_ERR_OUT_OF_MEMORY for attention's scratch). */
+ * these kernels. WEFT_ERR_UNSUPPORTED for the ops they do not cover (PERMUTE and COPY_SLICE, plain copies): the caller
+ * runs those on the op table's host kernels. Other statuses are the kernels' own (WEFT_ERR_OUT_OF_MEMORY for
+ * attention's scratch). */
 weft_status weft_cpu_tx_run(weft_cpu_pool *pool, const weft_op *op);
 
 #endif
