@@ -57,6 +57,7 @@ static const char *const kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_TX_SUMSQ_ADD] = "weft_tx_sumsq_add",
     [WEFT_CUK_TX_PERMUTE] = "weft_tx_permute",
     [WEFT_CUK_TX_COPY_SLICE] = "weft_tx_copy_slice",
+    [WEFT_CUK_MV_NN] = "weft_mv_nn",           [WEFT_CUK_MV_NT] = "weft_mv_nt",
 };
 
 /* ------------------------------------------------------------------------------------------- errors */
@@ -379,11 +380,10 @@ static void dev_release(weft_cu_dev *d) {
   const weft_cuda_api *cu = d->cu;
   if (cu->cuCtxSetCurrent(d->ctx) == CUDA_SUCCESS && !d->failed) weft_cu_sync_all(d);
   weft_cu_copier_destroy(d->copier);
-  for (int i = 0; i < WEFT_CU_GRAPHS; i++) {
-    if (d->graphs[i].exec) cu->cuGraphExecDestroy(d->graphs[i].exec);
-    free(d->graphs[i].items);
-  }
+  for (int i = 0; i < WEFT_CU_GRAPHS; i++) weft_cu_graph_clear(d, &d->graphs[i]);
   free(d->items);
+  free(d->plan);
+  free(d->plan_ewb);
   if (d->blas) d->bl->cublasDestroy(d->blas);
   if (d->blas_ws) cu->cuMemFree(d->blas_ws);
   if (d->scratch) cu->cuMemFree(d->scratch);

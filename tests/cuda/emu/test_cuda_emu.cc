@@ -206,7 +206,29 @@ static void copies() {
     cmp("copy_slice", dst.data(), dst2.data(), dst.size());
   }
 }
+/* the matrix-vector kernel against the canonical order written out: 0 + a[r,0]*b[0,j] + ..., k ascending */
+static void mv(int M, int N, int K, bool tb, int batch) {
+  auto a = rnd((size_t)batch * M * K, -2, 2), b = rnd((size_t)K * N, -2, 2);
+  if (a.size() > 3) { a[1] = -0.0f; a[2] = 1e-40f; }
+  if (b.size() > 5) { b[4] = INFINITY; b[3] = -0.0f; }
+  std::vector<float> c((size_t)batch * M * N), c2(c.size(), 7.f);
+  for (int p = 0; p < batch; p++)
+    for (int r = 0; r < M; r++)
+      for (int j = 0; j < N; j++) {
+        float acc = 0.0f;
+        for (int k = 0; k < K; k++) acc = __fadd_rn(acc, __fmul_rn(a[(size_t)p * M * K + r * K + k], tb ? b[(size_t)j * K + k] : b[(size_t)k * N + j]));
+        c[(size_t)p * M * N + r * N + j] = w_canon(acc);
+      }
+  weft_cu_mm_args m{}; m.a = U(a.data()); m.b = U(b.data()); m.c = U(c2.data());
+  m.m = M; m.n = N; m.k = K; m.lda = K; m.ldb = tb ? K : N; m.ldc = N; m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
+  unsigned gx = (unsigned)((N + WEFT_CU_MV_OUT - 1) / WEFT_CU_MV_OUT);
+  emu_launch(gx ? gx : 1, (unsigned)batch, WEFT_CU_MV_THREADS, [&] { if (tb) weft_mv_nt(m); else weft_mv_nn(m); });
+  char what[64]; snprintf(what, sizeof what, "mv %dx%dx%d %s b%d", M, N, K, tb ? "nt" : "nn", batch);
+  cmp(what, c.data(), c2.data(), c.size());
+}
 int main() {
+  mv(1, 37, 130, true, 1); mv(3, 16, 64, false, 2); mv(4, 70, 200, true, 1); mv(2, 5, 0, false, 1);
+  mv(1, 33, 1, false, 1);
   copies();
   softmax(2, 45);
   ln(11, 77, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3);
