@@ -230,6 +230,12 @@ WEFT_API weft_status weft_tensor_reshape(weft_tensor *tensor, int ndim, const in
 /* Where the tensor's current value lives: "host", a lane name, or several joined by ','
  * ("host,vulkan:0"). Valid until the tensor is next used. */
 WEFT_API const char *weft_tensor_location(const weft_tensor *tensor);
+/* Makes the tensor's current value resident on lane `lane` as well (an upload now, once), so ops routed
+ * there find it in place and the router counts no transfer for it: model weights, a cache, anything used
+ * many times on one device. Where it already lives nothing moves; its other copies stay current. A lane
+ * index from weft_fabric_lane_find; WEFT_ERR_INVALID_ARGUMENT for one out of range, WEFT_ERR_LANE_FAILED for
+ * a lane that is down. */
+WEFT_API weft_status weft_tensor_prefetch(weft_tensor *tensor, size_t lane);
 
 /* ----------------------------------------------------------------------------------------------- ops */
 

@@ -99,8 +99,18 @@ static int pick(weft_fabric *f, const weft_op *op, weft_cost_class cls, double w
     c->wait = s->busy_until > now ? s->busy_until - now : 0.0;
     /* explain passes no tensors: count the op's operands, all on the host (axpy reads x and y) */
     int n_in = inputs ? ninputs : weft_optable[op->kind].nin + (op->kind == WEFT_OP_AXPY);
+    const int dst_host = (s->desc.flags & WEFT_LANE_HOST_MEMORY) != 0;
     for (int k = 0; k < n_in; k++) {
       const weft_tensor *t = inputs && k < ninputs ? inputs[k] : NULL;
+      /* an operand that lives only on another lane can leave it once that lane has made it: the op waits
+       * for that lane as well (a device's queued work, a scope's recorded ops) */
+      if (t && !t->host_valid && !(dst_host ? 0 : t->valid[i]))
+        for (size_t j = 0; j < f->nlanes; j++)
+          if (t->valid[j]) {
+            const double ready = f->lanes[j].busy_until - now;
+            if (ready > c->wait) c->wait = ready;
+            break;
+          }
       /* the version-2 ops: the operand's own size where it is known, else one of rows*cols */
       const double bytes = op->kind < WEFT_OP_V1_COUNT ? in_bytes(op, k) : t ? 4.0 * (double)t->numel : out_bytes(op);
       c->transfer += move_cost(f, t, (int)i, bytes);

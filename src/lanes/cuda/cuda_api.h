@@ -19,7 +19,7 @@
   X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent) X(cuStreamBeginCapture) X(cuStreamEndCapture)   \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventQuery) X(cuGraphInstantiate) \
   X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuGraphCreate) X(cuGraphAddKernelNode)                   \
-  X(cuGraphExecKernelNodeSetParams) X(cuGetErrorName) X(cuGetErrorString)           \
+  X(cuGraphExecKernelNodeSetParams) X(cuEventElapsedTime) X(cuGetErrorName) X(cuGetErrorString)           \
   X(cuMemHostRegister) X(cuMemHostUnregister)
 
 /* cuBLAS entry points (cuBLASLt comes in underneath, as libcublas's own dependency). */

@@ -192,6 +192,11 @@ typedef struct weft_cu_dev {
   /* fault injection for the tests: WEFT_CUDA_FAULT=trap:N makes the Nth run on device 0 launch a trapping
    * kernel (device 0 only: a second GPU stays up, as it would when one device faults) */
   long fault_at, runs;
+  /* WEFT_CUDA_PROFILE=1: every flush runs its launches directly, each timed with events, and the device
+   * prints the time per kernel when it closes (a developer's tool: it serialises the host with the GPU) */
+  int profile;
+  double prof_ms[WEFT_CUK_COUNT + 1]; /* [WEFT_CUK_COUNT]: cuBLAS */
+  uint64_t prof_n[WEFT_CUK_COUNT + 1];
 } weft_cu_dev;
 
 typedef struct weft_cu_lane {
@@ -216,6 +221,8 @@ weft_status weft_cu_emit(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t
 /* Rows of the matmul's output as the lane sees them (batch folded into rows where it can be), and whether
  * rows may be split (one batch entry after folding). */
 int64_t weft_cu_matmul_rows(const weft_op *op, int *out_splittable);
+/* The kernels' names (cuda_lane.c). */
+extern const char *const weft_cu_kernel_names[WEFT_CUK_COUNT];
 /* Frees a remembered sequence and its graph. */
 void weft_cu_graph_clear(weft_cu_dev *d, weft_cu_graph *g);
 /* Runs launches on the compute stream, in order. */

@@ -283,7 +283,7 @@ WEFT_MM(weft_mm64_tt, 64, 4, true, true)
  * coalesced whichever way it is laid out and the next tile loads while the chain runs over this one. With up
  * to MV_R rows, a thread carries MV_R independent chains. a is not transposed; blockIdx.y is the batch. */
 #define MV_OUT WEFT_CU_MV_OUT
-#define MV_K 64
+#define MV_K 256
 #define MV_R WEFT_CU_MV_ROWS
 #define MV_THREADS WEFT_CU_MV_THREADS
 static_assert(MV_K == MV_THREADS, "a's tile is staged one element a thread");

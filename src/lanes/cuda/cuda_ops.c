@@ -340,6 +340,9 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     a.x = bptr(op->in[0]), a.gamma = bptr(op->in[1]), a.beta = bptr(op->in[2]);
     a.N = ip[0], a.C = ip[1], a.eps = fp[0];
     if (a.N == 0) return WEFT_OK;
+    /* a few rows: a block each (their chains would wait on each other's loads in 32-row blocks) */
+    if (a.N <= 2 * (int64_t)d->sms && a.C <= WEFT_TX_LN_ROW_MAXC)
+      return PUSH(WEFT_CUK_TX_LN_FWD_ROW, (uint64_t)a.N, 1, 256, a);
     return PUSH(WEFT_CUK_TX_LN_FWD, stride_grid(d, (uint64_t)a.N, 32, 6), 1, 256, a); /* 32 rows a block */
   }
   case WEFT_OP_LAYERNORM_BACKWARD: {
@@ -391,6 +394,9 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     if (a.B * a.Tq * a.NH == 0) return WEFT_OK;
     if (!a.att && (st = scratch(d, (size_t)(a.B * a.NH * a.Tq * a.Tmax) * sizeof(float), &a.att)) != WEFT_OK)
       return st;
+    if (a.B * a.NH * a.Tq <= 4 * (int64_t)d->sms && a.t0 + a.Tq <= WEFT_TX_ATC_MAXT &&
+        a.C / a.NH <= WEFT_TX_ATC_MAXHS)
+      return PUSH(WEFT_CUK_TX_ATTN_CACHED_BLK, (uint64_t)(a.B * a.NH * a.Tq), 1, 128, a);
     return PUSH(WEFT_CUK_TX_ATTN_CACHED, grid_rows(d, a.B * a.NH * a.Tq), 1, 256, a);
   }
   case WEFT_OP_ATTENTION_BACKWARD: {
@@ -608,22 +614,44 @@ static weft_status plan_room(weft_cu_dev *d, size_t n) {
   return WEFT_OK;
 }
 
+static weft_status launch_item(weft_cu_dev *d, const weft_cu_item *items, const weft_cu_launch_t *x);
+
 static weft_status launch_planned(weft_cu_dev *d, const weft_cu_item *items, const weft_cu_launch_t *L, size_t nl) {
+  CUevent ev[2] = {NULL, NULL};
+  int prof = d->profile && d->cu->cuEventCreate(&ev[0], CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
+             d->cu->cuEventCreate(&ev[1], CU_EVENT_DEFAULT) == CUDA_SUCCESS;
   for (size_t i = 0; i < nl; i++) {
     const weft_cu_launch_t *x = &L[i];
-    if (x->blas) {
-      weft_status st = launch_one(d, &items[x->item]);
-      if (st != WEFT_OK) return st;
-      continue;
+    if (prof) d->cu->cuEventRecord(ev[0], d->stream[WEFT_CU_S_COMPUTE]);
+    weft_status st = launch_item(d, items, x);
+    if (prof && st == WEFT_OK) {
+      float ms = 0;
+      d->cu->cuEventRecord(ev[1], d->stream[WEFT_CU_S_COMPUTE]);
+      d->cu->cuEventSynchronize(ev[1]);
+      d->cu->cuEventElapsedTime(&ms, ev[0], ev[1]);
+      const int k = x->blas ? WEFT_CUK_COUNT : x->fn;
+      d->prof_ms[k] += ms, d->prof_n[k]++;
     }
-    void *params[1] = {(void *)x->args};
-    CUresult r = d->cu->cuLaunchKernel(d->fn[x->fn], x->grid[0], x->grid[1], x->grid[2], x->block[0], x->block[1],
-                                       x->block[2], 0, d->stream[WEFT_CU_S_COMPUTE],
-                                       x->fn == WEFT_CUK_TRAP ? NULL : params, NULL);
-    if (r != CUDA_SUCCESS)
-      return weft_cu_check(d, r, x->fn == WEFT_CUK_EW_BATCH ? "launching a batch of elementwise kernels"
-                                                            : "launching a kernel");
+    if (st != WEFT_OK) {
+      if (ev[0]) d->cu->cuEventDestroy(ev[0]);
+      if (ev[1]) d->cu->cuEventDestroy(ev[1]);
+      return st;
+    }
   }
+  if (ev[0]) d->cu->cuEventDestroy(ev[0]);
+  if (ev[1]) d->cu->cuEventDestroy(ev[1]);
+  return WEFT_OK;
+}
+
+static weft_status launch_item(weft_cu_dev *d, const weft_cu_item *items, const weft_cu_launch_t *x) {
+  if (x->blas) return launch_one(d, &items[x->item]);
+  void *params[1] = {(void *)x->args};
+  CUresult r = d->cu->cuLaunchKernel(d->fn[x->fn], x->grid[0], x->grid[1], x->grid[2], x->block[0], x->block[1],
+                                     x->block[2], 0, d->stream[WEFT_CU_S_COMPUTE],
+                                     x->fn == WEFT_CUK_TRAP ? NULL : params, NULL);
+  if (r != CUDA_SUCCESS)
+    return weft_cu_check(d, r, x->fn == WEFT_CUK_EW_BATCH ? "launching a batch of elementwise kernels"
+                                                          : "launching a kernel");
   return WEFT_OK;
 }
 
@@ -751,7 +779,7 @@ weft_status weft_cu_flush(weft_cu_dev *d) {
   if (st == WEFT_OK) st = plan_room(d, n);
   if (st != WEFT_OK) return st;
   d->work[WEFT_CU_S_COMPUTE]++;
-  if (n < 2) return weft_cu_launch(d, d->items, n);
+  if (n < 2 || d->profile) return weft_cu_launch(d, d->items, n);
   /* A sequence run before is replayed from its graph (made on its second run); one that differs from a
    * remembered one only in kernel arguments updates that graph's nodes; a new one runs directly and is
    * remembered. */
