@@ -139,6 +139,8 @@ static weft_status add_lane_checked(weft_fabric *f, const weft_lane_vtable *vt, 
     return WEFT_ERR_OUT_OF_MEMORY;
   }
   weft_cost_init_lane(&slot);
+  /* a second fabric opens the same lane for measuring it in the background; a browser slot is one tab's */
+  slot.reopenable = apply_filter && strcmp(slot.desc.kind, "browser") != 0;
   if (slot.desc.flags & WEFT_LANE_STARTS_DOWN) {
     /* a slot waiting for its device (a browser tab): routed once revive says it is there */
     slot.failed = 1;
@@ -251,6 +253,7 @@ static weft_status fabric_open(const weft_fabric_desc *desc, weft_fabric **out_f
 
 void weft_fabric_close(weft_fabric *f) {
   if (!f) return;
+  weft_cost_background_finish(f, 1); /* lanes it finished are in the cache already */
   weft_hostq_finish(f);
   weft_hostq_stop(f);
   while (f->tensors) weft_tensor_destroy(f->tensors);

@@ -65,6 +65,7 @@ int weft_route_pick(weft_fabric *f, const weft_op *op, weft_tensor *const *input
                     weft_route_cost *costs) {
   double work;
   weft_cost_class cls = weft_cost_op_work(op, &work);
+  weft_cost_background_poll(f); /* lanes measured in the background since: explained with their lines */
   /* a query: it explains with the models as they are, and never measures (or writes the cache) */
   return pick(f, op, cls, work, weft_fabric_now(f), inputs, ninputs, costs, 0);
 }
@@ -155,6 +156,7 @@ int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, do
                       weft_tensor *const *inputs, int ninputs) {
   /* Decisions are only remembered while every lane is idle (the wait term is then zero) and the fabric is
    * small enough for a bit per lane. This is the op path: keep it to a few dozen instructions. */
+  weft_cost_background_poll(f); /* one pointer test while nothing is being measured */
   int memo_ok = f->nlanes < 63 && ninputs <= 3 && f->busy_max <= now;
   if (memo_ok && !f->memo) f->memo = calloc(WEFT_ROUTE_MEMO, sizeof *f->memo);
   weft_route_memo *slot = NULL;
