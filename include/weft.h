@@ -632,6 +632,11 @@ typedef struct weft_route_explanation {
  * source, weft_fabric_cost_model, is WEFT_COST_PRIOR). */
 WEFT_API weft_status weft_route_explain(weft_fabric *fabric, const weft_route_query *query,
                                         weft_route_explanation *out_explanation);
+/* The same for operands whose host memory is registered with the lanes, as a tensor's is once it has crossed
+ * to a device twice: transfers are priced on the registered lines (weft_route_explain: staged, as on a
+ * tensor's first use). `weft bench` predicts its steady-state points with it. */
+WEFT_API weft_status weft_route_explain_registered(weft_fabric *fabric, const weft_route_query *query,
+                                                   weft_route_explanation *out_explanation);
 /* Explains the last op the fabric routed (WEFT_LANE_AUTO): every lane's predicted cost and the choice. */
 WEFT_API weft_status weft_route_last(weft_fabric *fabric, weft_route_explanation *out_explanation);
 

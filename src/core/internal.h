@@ -126,6 +126,7 @@ struct weft_fabric {
   weft_route_cost *route;         /* per lane: the last routing decision's costs (weft_route_last) */
   weft_route_explanation last_route;
   weft_route_cost *explain;       /* per lane: scratch for weft_route_explain */
+  int explain_xfer;               /* the transfer line explain prices host operands on (weft_route_query) */
   /* Routing decisions are remembered per op signature (shape, contract, where the inputs live) while
    * nothing that feeds them changes; anything that does (a cost line set, measured or refined by more than
    * a few percent, a lane failing or joining) bumps the epoch and forgets them all. */

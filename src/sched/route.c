@@ -38,7 +38,9 @@ static double move_cost(weft_fabric *f, const weft_tensor *t, int to, double byt
         break;
       }
   }
-  if (!dst_host) cost += weft_cost_predict(&dst->cost[WEFT_COST_UPLOAD][weft_route_xfer(t, to)], bytes);
+  /* no tensor (explain): the line the query asked for */
+  int x = t ? weft_route_xfer(t, to) : f->explain_xfer;
+  if (!dst_host) cost += weft_cost_predict(&dst->cost[WEFT_COST_UPLOAD][x], bytes);
   return cost;
 }
 
@@ -108,7 +110,7 @@ static int pick(weft_fabric *f, const weft_op *op, weft_cost_class cls, double w
     }
     if (from_host && !(s->desc.flags & WEFT_LANE_HOST_MEMORY)) {
       /* the result goes home the way its operands came: registered with this lane, or staged */
-      int x = inputs && ninputs > 0 && inputs[0] ? weft_route_xfer(inputs[0], (int)i) : WEFT_XFER_STAGED;
+      int x = inputs && ninputs > 0 && inputs[0] ? weft_route_xfer(inputs[0], (int)i) : f->explain_xfer;
       c->transfer += weft_cost_predict(&s->cost[WEFT_COST_DOWNLOAD][x], out_bytes(op));
     }
     /* alpha is the line's; compute is the rest of the prediction (the measured curve where it reaches) */
