@@ -229,10 +229,11 @@ static void table_row(bench_run *r, size_t s) {
     if (rc->ran) {
       char buf[96], bbuf[96] = "-", rbuf[16] = "-";
       double ms = rc->point.median_s * 1e3;
-      snprintf(buf, sizeof buf, "%.*f  (%s)", ms < 0.1 ? 4 : 3, ms, rc->picked_name);
+      /* four significant digits: the ratio beside them can be checked from them */
+      snprintf(buf, sizeof buf, "%.4g  (%s)", ms, rc->picked_name);
       if (rc->best >= 0) {
         double bms = rc->best_point.median_s * 1e3;
-        snprintf(bbuf, sizeof bbuf, "%.*f  (%s)", bms < 0.1 ? 4 : 3, bms, r->lanes[rc->best].info.name);
+        snprintf(bbuf, sizeof bbuf, "%.4g  (%s)", bms, r->lanes[rc->best].info.name);
         snprintf(rbuf, sizeof rbuf, "%.3f", rc->ratio);
       }
       printf(" | %27s | %27s | %6s", buf, bbuf, rbuf);
