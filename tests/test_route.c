@@ -749,7 +749,7 @@ static void bg_collect(void *ctx, const char *line) {
   bg_notes *n = ctx;
   if (strncmp(line, "weft: measuring lanes cpu", 25) == 0 && strstr(line, "in the background")) n->announced++;
   if (strncmp(line, "calibrate cpu:", 14) == 0) n->measured_here++;
-  if (strncmp(line, "weft: lane cpu measured in the background", 41) == 0) n->adopted++;
+  if (strncmp(line, "lane cpu measured in the background", 35) == 0) n->adopted++;
 }
 
 /* The first choice between lanes without models: the cpu lane (which a second fabric can open) is measured

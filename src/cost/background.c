@@ -128,7 +128,7 @@ void weft_cost_background_adopt(weft_fabric *f) {
     if (l->state == BG_DONE) {
       memcpy(s->cost, l->cost, sizeof s->cost);
       s->calib_tried = 1;
-      weft_note(f, 0, "weft: lane %s measured in the background", s->desc.name);
+      weft_note(f, 0, "lane %s measured in the background", s->desc.name);
     } else if (l->state == BG_FAILED) {
       s->calib_tried = 1; /* keeps its priors, as a failed measurement on the caller's thread does */
     } else {

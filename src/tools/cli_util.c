@@ -182,8 +182,19 @@ static void list_lanes(const char *cmd, const weft_fabric_desc *asked) {
   weft_fabric_close(f);
 }
 
-weft_fabric *weft_cli_open(const char *cmd, const weft_fabric_desc *desc) {
+/* A command that takes no notes of its own still says what a person should know: lines beginning "weft: "
+ * (lanes being measured for the router and where the results are kept, a cache that could not be read or
+ * written); calibration progress stays silent. */
+static void person_notes(void *ctx, const char *line) {
+  (void)ctx;
+  if (strncmp(line, "weft: ", 6) == 0) fprintf(stderr, "%s\n", line);
+}
+
+weft_fabric *weft_cli_open(const char *cmd, const weft_fabric_desc *asked) {
   weft_fabric *f = NULL;
+  weft_fabric_desc d = *asked;
+  if (!d.on_note) d.on_note = person_notes;
+  const weft_fabric_desc *desc = &d;
   weft_status st = weft_fabric_open(desc, &f);
   if (st != WEFT_OK) {
     const char *why = weft_open_error();
