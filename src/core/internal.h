@@ -121,6 +121,8 @@ struct weft_fabric {
   int models_ready;               /* every lane measured, cached or given up on: routing asks no more */
   struct weft_calib_bg *calib_bg; /* lanes measured off the caller's path (cost/background.c); NULL: none */
   const atomic_int *calib_stop;   /* set in a background measuring fabric: its owner asks it to stop */
+  char cache_path[1024];          /* "": the cache of the environment now; else this file (a background
+                                   * fabric saves where its owner's cache was when it started) */
   double (*clock)(void *ctx);     /* seconds; monotonic unless a test injects its own */
   void *clock_ctx;
   weft_route_cost *route;         /* per lane: the last routing decision's costs (weft_route_last) */

@@ -34,6 +34,7 @@ struct weft_calib_bg {
   int joined;              /* the caller's thread has joined it */
   weft_fabric_desc desc;   /* what the thread opens, with `filter` as its lane filter */
   char filter[2048];
+  char cache_path[1024]; /* the cache when it started: the environment may change meanwhile */
   size_t n;
   bg_lane *lanes;
 };
@@ -52,6 +53,7 @@ static void *bg_main(void *p) {
   weft_fabric *g = NULL;
   if (weft_fabric_open(&bg->desc, &g) != WEFT_OK) g = NULL;
   if (g) g->calib_stop = &bg->stop;
+  if (g) memcpy(g->cache_path, bg->cache_path, sizeof g->cache_path);
   for (size_t i = 0; i < bg->n && !atomic_load(&bg->stop); i++) {
     bg_lane *l = &bg->lanes[i];
     size_t idx = 0;
@@ -93,6 +95,10 @@ weft_status weft_cost_background_start(weft_fabric *f, const int *lanes, size_t 
       return WEFT_ERR_OUT_OF_MEMORY; /* an absurd list of lanes: measured on the caller's thread instead */
     }
     used += (size_t)w;
+  }
+  if (weft_cost_cache_path(bg->cache_path, sizeof bg->cache_path) != WEFT_OK) {
+    free(bl), free(bg);
+    return WEFT_ERR_IO; /* nowhere to keep the results: measured on the caller's thread, as before */
   }
   bg->desc = f->desc;
   bg->desc.lanes = bg->filter;

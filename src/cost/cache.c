@@ -183,7 +183,8 @@ static weft_status cache_merge_write(weft_fabric *f, const char *path, char *tmp
  * lost to another's, and a reader sees either the old file or the new one, never a partial write. */
 weft_status weft_cost_cache_save(weft_fabric *f) {
   char path[1024], tmp[1100], lockpath[1100];
-  if (weft_cost_cache_path(path, sizeof path) != WEFT_OK) return WEFT_ERR_IO;
+  if (f->cache_path[0]) snprintf(path, sizeof path, "%s", f->cache_path);
+  else if (weft_cost_cache_path(path, sizeof path) != WEFT_OK) return WEFT_ERR_IO;
   snprintf(lockpath, sizeof lockpath, "%s.lock", path);
   int lockfd = -1;
   if (mkdir_parents(path) == 0) lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
