@@ -38,7 +38,9 @@ static double move_cost(weft_fabric *f, const weft_tensor *t, int to, double byt
         break;
       }
   }
-  if (!dst_host) cost += weft_cost_predict(&dst->cost[WEFT_COST_UPLOAD][weft_route_xfer(t, to)], bytes);
+  /* no tensor (explain): the line the query asked for */
+  int x = t ? weft_route_xfer(t, to) : f->explain_xfer;
+  if (!dst_host) cost += weft_cost_predict(&dst->cost[WEFT_COST_UPLOAD][x], bytes);
   return cost;
 }
 
@@ -65,6 +67,7 @@ int weft_route_pick(weft_fabric *f, const weft_op *op, weft_tensor *const *input
                     weft_route_cost *costs) {
   double work;
   weft_cost_class cls = weft_cost_op_work(op, &work);
+  weft_cost_background_poll(f); /* lanes measured in the background since: explained with their lines */
   /* a query: it explains with the models as they are, and never measures (or writes the cache) */
   return pick(f, op, cls, work, weft_fabric_now(f), inputs, ninputs, costs, 0);
 }
@@ -117,7 +120,7 @@ static int pick(weft_fabric *f, const weft_op *op, weft_cost_class cls, double w
     }
     if (from_host && !(s->desc.flags & WEFT_LANE_HOST_MEMORY)) {
       /* the result goes home the way its operands came: registered with this lane, or staged */
-      int x = inputs && ninputs > 0 && inputs[0] ? weft_route_xfer(inputs[0], (int)i) : WEFT_XFER_STAGED;
+      int x = inputs && ninputs > 0 && inputs[0] ? weft_route_xfer(inputs[0], (int)i) : f->explain_xfer;
       c->transfer += weft_cost_predict(&s->cost[WEFT_COST_DOWNLOAD][x], out_bytes(op));
     }
     /* alpha is the line's; compute is the rest of the prediction (the measured curve where it reaches) */
@@ -165,6 +168,7 @@ int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, do
                       weft_tensor *const *inputs, int ninputs) {
   /* Decisions are only remembered while every lane is idle (the wait term is then zero) and the fabric is
    * small enough for a bit per lane. This is the op path: keep it to a few dozen instructions. */
+  weft_cost_background_poll(f); /* one pointer test while nothing is being measured */
   int memo_ok = f->nlanes < 63 && ninputs <= 3 && f->busy_max <= now;
   if (memo_ok && !f->memo) f->memo = calloc(WEFT_ROUTE_MEMO, sizeof *f->memo);
   weft_route_memo *slot = NULL;
