@@ -515,6 +515,7 @@ weft_status weft_scope_begin(weft_fabric *f) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
   if (f->in_scope) return weft_fail(f, WEFT_ERR_STATE, "weft_scope_begin: a scope is already open (scopes do not nest)");
   f->err[0] = '\0';
+  if (!f->scope_measured) weft_cost_measure_scopes(f); /* once: what an op costs inside a scope, per lane */
   weft_status st = each_lane(f, offsetof(weft_lane_vtable, scope_begin), "scope_begin");
   if (st == WEFT_OK) f->in_scope = 1;
   return st;

@@ -99,6 +99,9 @@ typedef struct weft_lane_slot {
   unsigned observe_tick; /* counts ops, for sampling the observations of tiny ones */
   weft_lane_stats stats;
   double busy_until; /* predicted time (fabric clock) at which work already given to the lane is done */
+  /* What one more op costs a lane that batches a scope's ops into one submission (measured at the first
+   * scope: cost/scope.c); 0 for lanes that do not (their alpha stands inside scopes too). */
+  double scope_alpha;
 } weft_lane_slot;
 
 typedef struct weft_absent {
@@ -116,6 +119,7 @@ struct weft_fabric {
   size_t nabsent;
   weft_tensor *tensors; /* every live tensor, so close can free them */
   int in_scope;
+  int scope_measured; /* the lanes' scope_alpha were measured (at the first scope) */
   int last_lane;
   int calibrating;                /* set while calibration runs ops of its own */
   int models_ready;               /* every lane measured, cached or given up on: routing asks no more */

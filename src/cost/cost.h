@@ -30,6 +30,14 @@ void weft_cost_cache_load(weft_fabric *f);
 weft_status weft_cost_cache_save(weft_fabric *f);
 /* Measures the lanes that still run on priors, if calibration is AUTO and it is safe to now. */
 void weft_cost_ensure(weft_fabric *f);
+/* Measures, once per fabric (at its first scope), what one more op costs inside a scope on each lane that
+ * batches scopes (scope.c); lane slots' scope_alpha. */
+void weft_cost_measure_scopes(weft_fabric *f);
+/* The fixed cost the router counts for an op on lane s: inside a scope, the lane's scope_alpha where it was
+ * measured and is smaller; else alpha. */
+static inline double weft_cost_scope_alpha(const weft_fabric *f, const weft_lane_slot *s, double alpha) {
+  return f->in_scope && s->scope_alpha > 0 && s->scope_alpha < alpha ? s->scope_alpha : alpha;
+}
 
 /* Measuring off the caller's path (background.c). */
 typedef struct weft_calib_bg weft_calib_bg;

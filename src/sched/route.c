@@ -126,6 +126,8 @@ static int pick(weft_fabric *f, const weft_op *op, weft_cost_class cls, double w
     /* alpha is the line's; compute is the rest of the prediction (the measured curve where it reaches) */
     c->alpha = cs->line.alpha * refine;
     c->compute = weft_cost_base(cs, work) * refine - c->alpha;
+    /* inside a scope a batching lane pays its dispatch once for the scope: one more op costs less */
+    c->alpha = weft_cost_scope_alpha(f, s, c->alpha);
     if (c->compute < 0) c->compute = 0;
     c->total = c->wait + c->transfer + c->alpha + c->compute;
     if (best < 0 || c->total < best_total) best = (int)i, best_total = c->total;

@@ -195,8 +195,13 @@ typedef struct weft_cu_dev {
   /* WEFT_CUDA_PROFILE=1: every flush runs its launches directly, each timed with events, and the device
    * prints the time per kernel when it closes (a developer's tool: it serialises the host with the GPU) */
   int profile;
-  double prof_ms[WEFT_CUK_COUNT + 1]; /* [WEFT_CUK_COUNT]: cuBLAS */
-  uint64_t prof_n[WEFT_CUK_COUNT + 1];
+  struct {
+    int32_t fn; /* WEFT_CUK_COUNT: cuBLAS */
+    uint32_t gx, gy;
+    double ms;
+    uint64_t n;
+  } prof[128]; /* per kernel and grid */
+  int nprof;
 } weft_cu_dev;
 
 typedef struct weft_cu_lane {

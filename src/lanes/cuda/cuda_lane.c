@@ -379,13 +379,13 @@ static void cache_clear(weft_cu_dev *d) {
 
 static void profile_print(const weft_cu_dev *d) {
   double total = 0;
-  for (int i = 0; i <= WEFT_CUK_COUNT; i++) total += d->prof_ms[i];
-  fprintf(stderr, "cuda:%d profile: %.3f ms of kernels\n", d->ordinal, total);
-  for (int i = 0; i <= WEFT_CUK_COUNT; i++)
-    if (d->prof_n[i])
-      fprintf(stderr, "  %-28s %9.3f ms %8llu launches %9.2f us each\n",
-              i < WEFT_CUK_COUNT ? weft_cu_kernel_names[i] : "cublas", d->prof_ms[i], (unsigned long long)d->prof_n[i],
-              1e3 * d->prof_ms[i] / (double)d->prof_n[i]);
+  for (int i = 0; i < d->nprof; i++) total += d->prof[i].ms;
+  fprintf(stderr, "cuda:%d profile: %.3f ms of kernels (each launch timed alone: a few us of it are the timing)\n",
+          d->ordinal, total);
+  for (int i = 0; i < d->nprof; i++)
+    fprintf(stderr, "  %-28s grid %6u x %-5u %9.3f ms %8llu launches %9.2f us each\n",
+            d->prof[i].fn < WEFT_CUK_COUNT ? weft_cu_kernel_names[d->prof[i].fn] : "cublas", d->prof[i].gx,
+            d->prof[i].gy, d->prof[i].ms, (unsigned long long)d->prof[i].n, 1e3 * d->prof[i].ms / (double)d->prof[i].n);
 }
 
 static void dev_release(weft_cu_dev *d) {

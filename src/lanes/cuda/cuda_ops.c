@@ -630,7 +630,13 @@ static weft_status launch_planned(weft_cu_dev *d, const weft_cu_item *items, con
       d->cu->cuEventSynchronize(ev[1]);
       d->cu->cuEventElapsedTime(&ms, ev[0], ev[1]);
       const int k = x->blas ? WEFT_CUK_COUNT : x->fn;
-      d->prof_ms[k] += ms, d->prof_n[k]++;
+      int e = 0;
+      while (e < d->nprof && !(d->prof[e].fn == k && d->prof[e].gx == x->grid[0] && d->prof[e].gy == x->grid[1])) e++;
+      if (e == d->nprof && e < (int)(sizeof d->prof / sizeof d->prof[0])) {
+        d->nprof++;
+        d->prof[e].fn = k, d->prof[e].gx = x->grid[0], d->prof[e].gy = x->grid[1];
+      }
+      if (e < d->nprof) d->prof[e].ms += ms, d->prof[e].n++;
     }
     if (st != WEFT_OK) {
       if (ev[0]) d->cu->cuEventDestroy(ev[0]);
