@@ -751,6 +751,16 @@ weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int nto
       !(x2r = mkf(g, 2, 1, C, 0, 0)) || !(fcr = mkf(g, 2, 1, 4 * C, 0, 0)) || !(fcg = mkf(g, 2, 1, 4 * C, 0, 0)) ||
       !(lgr = mkf(g, 2, 1, V, 0, 0)) || !(mr = mkf(g, 1, 1, 0, 0, 0)) || !(sr = mkf(g, 1, 1, 0, 0, 0)))
     goto oom;
+  /* PLACE_AUTO: the cache and the positions live with the weights, as they do: the router then routes the
+   * step's ops knowing the cache is resident there, not on the host it was made on */
+  if (g->opts.place == WEFT_GPT_PLACE_AUTO && g->home_rest >= 0) {
+    for (int l = 0; l < L && st == WEFT_OK; l++) st = weft_tensor_prefetch(cache[l], (size_t)g->home_rest);
+    for (int64_t t = 0; t < Tc && st == WEFT_OK; t++) st = weft_tensor_prefetch(idx[t], (size_t)g->home_rest);
+    if (st != WEFT_OK) {
+      fail(g, st, "make the cache resident: %s", weft_fabric_last_error(f));
+      goto done;
+    }
+  }
   weft_op_desc d;
 #define GRUN(expr, what)                                                                                  \
   do {                                                                                                    \

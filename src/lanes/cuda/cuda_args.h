@@ -31,7 +31,7 @@ enum {
   WEFT_CUK_TX_SUMSQ_CHUNKS, WEFT_CUK_TX_SUMSQ_ADD,
   WEFT_CUK_TX_PERMUTE, WEFT_CUK_TX_COPY_SLICE,
   /* the exact matmul for at most WEFT_CU_MV_ROWS rows of a (cuda_kernels.cu: mv_exact) */
-  WEFT_CUK_MV_NN, WEFT_CUK_MV_NT,
+  WEFT_CUK_MV_NN, WEFT_CUK_MV_NT, WEFT_CUK_MV1_NN, WEFT_CUK_MV1_NT, /* MV1: one row */
   /* a block per row, for a few rows (decode) */
   WEFT_CUK_TX_LN_FWD_ROW, WEFT_CUK_TX_ATTN_CACHED_BLK,
   WEFT_CUK_COUNT

@@ -287,15 +287,16 @@ WEFT_MM(weft_mm64_tt, 64, 4, true, true)
 #define MV_R WEFT_CU_MV_ROWS
 #define MV_THREADS WEFT_CU_MV_THREADS
 static_assert(MV_K == MV_THREADS, "a's tile is staged one element a thread");
-template <bool TB> DEV void mv_exact(const weft_cu_mm_args &p) {
+template <bool TB, int R> DEV void mv_exact(const weft_cu_mm_args &p) {
   const float *A = reinterpret_cast<const float *>(p.a) + (long long)blockIdx.y * p.sa;
   const float *B = reinterpret_cast<const float *>(p.b) + (long long)blockIdx.y * p.sb;
   float *C = reinterpret_cast<float *>(p.c) + (long long)blockIdx.y * p.sc;
-  __shared__ float Ws[2][MV_OUT][MV_K + 1];
-  __shared__ float Xs[2][MV_R][MV_K];
-  const int tid = threadIdx.x, n0 = blockIdx.x * MV_OUT, M = p.m, N = p.n, K = p.k;
+  /* b's tile transposed, [k][output]: the chain threads read consecutive banks */
+  __shared__ float Ws[2][MV_K][MV_OUT + 1]; /* +1: the staging stores, a k per thread, hit distinct banks */
+  __shared__ float Xs[2][R][MV_K];
+  const int tid = threadIdx.x, n0 = blockIdx.x * MV_OUT, M = R == 1 ? 1 : p.m, N = p.n, K = p.k;
   constexpr int PER = MV_OUT * MV_K / MV_THREADS; /* b elements a thread stages per tile */
-  float rw[PER], rx[MV_R];
+  float rw[PER], rx[R];
   auto load = [&](int k0) {
 #pragma unroll
     for (int q = 0; q < PER; q++) {
@@ -306,21 +307,21 @@ template <bool TB> DEV void mv_exact(const weft_cu_mm_args &p) {
       rw[q] = col < N && k < K ? (TB ? B[(long long)col * p.ldb + k] : B[(long long)k * p.ldb + col]) : 0.0f;
     }
 #pragma unroll
-    for (int r = 0; r < MV_R; r++) rx[r] = r < M && k0 + tid < K ? A[(long long)r * p.lda + k0 + tid] : 0.0f;
+    for (int r = 0; r < R; r++) rx[r] = r < M && k0 + tid < K ? A[(long long)r * p.lda + k0 + tid] : 0.0f;
   };
   auto store = [&](int buf) {
 #pragma unroll
     for (int q = 0; q < PER; q++) {
       const int e = q * MV_THREADS + tid;
       const int j = TB ? e / MV_K : e % MV_OUT, kk = TB ? e % MV_K : e / MV_OUT;
-      Ws[buf][j][kk] = rw[q];
+      Ws[buf][kk][j] = rw[q];
     }
 #pragma unroll
-    for (int r = 0; r < MV_R; r++) Xs[buf][r][tid] = rx[r];
+    for (int r = 0; r < R; r++) Xs[buf][r][tid] = rx[r];
   };
-  float acc[MV_R];
+  float acc[R];
 #pragma unroll
-  for (int r = 0; r < MV_R; r++) acc[r] = 0.0f;
+  for (int r = 0; r < R; r++) acc[r] = 0.0f;
   const int ktiles = (K + MV_K - 1) / MV_K;
   if (ktiles > 0) {
     load(0);
@@ -331,22 +332,29 @@ template <bool TB> DEV void mv_exact(const weft_cu_mm_args &p) {
     const int cur = t & 1, k0 = t * MV_K;
     if (t + 1 < ktiles) load(k0 + MV_K);
     if (tid < MV_OUT) {
-      const int kn = K - k0 < MV_K ? K - k0 : MV_K;
-      if (kn == MV_K) {
-#pragma unroll 16
-        for (int kk = 0; kk < MV_K; kk++) {
-          const float w = Ws[cur][tid][kk];
+      const int kn = K - k0 < MV_K ? K - k0 : MV_K, k8 = kn & ~7;
+      /* eight products at a time into registers (their loads and multiplies overlap), then eight adds in
+       * order: the chain waits only on its adds */
+#pragma unroll 2
+      for (int kk = 0; kk < k8; kk += 8) {
+        float w[8];
 #pragma unroll
-          for (int r = 0; r < MV_R; r++)
-            if (r < M) acc[r] = __fadd_rn(acc[r], __fmul_rn(Xs[cur][r][kk], w));
-        }
-      } else {
-        for (int kk = 0; kk < kn; kk++) {
-          const float w = Ws[cur][tid][kk];
+        for (int u = 0; u < 8; u++) w[u] = Ws[cur][kk + u][tid];
 #pragma unroll
-          for (int r = 0; r < MV_R; r++)
-            if (r < M) acc[r] = __fadd_rn(acc[r], __fmul_rn(Xs[cur][r][kk], w));
+        for (int r = 0; r < R; r++) {
+          if (r >= M) break;
+          float pr[8];
+#pragma unroll
+          for (int u = 0; u < 8; u++) pr[u] = __fmul_rn(Xs[cur][r][kk + u], w[u]);
+#pragma unroll
+          for (int u = 0; u < 8; u++) acc[r] = __fadd_rn(acc[r], pr[u]);
         }
+      }
+      for (int kk = k8; kk < kn; kk++) {
+        const float w = Ws[cur][kk][tid];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+          if (r < M) acc[r] = __fadd_rn(acc[r], __fmul_rn(Xs[cur][r][kk], w));
       }
     }
     if (t + 1 < ktiles) store(cur ^ 1);
@@ -354,12 +362,14 @@ template <bool TB> DEV void mv_exact(const weft_cu_mm_args &p) {
   }
   if (tid < MV_OUT && n0 + tid < N) {
 #pragma unroll
-    for (int r = 0; r < MV_R; r++)
+    for (int r = 0; r < R; r++)
       if (r < M) C[(long long)r * p.ldc + n0 + tid] = w_canon(acc[r]);
   }
 }
-extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv_nn(weft_cu_mm_args p) { mv_exact<false>(p); }
-extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv_nt(weft_cu_mm_args p) { mv_exact<true>(p); }
+extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv_nn(weft_cu_mm_args p) { mv_exact<false, MV_R>(p); }
+extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv_nt(weft_cu_mm_args p) { mv_exact<true, MV_R>(p); }
+extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv1_nn(weft_cu_mm_args p) { mv_exact<false, 1>(p); }
+extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv1_nt(weft_cu_mm_args p) { mv_exact<true, 1>(p); }
 
 /* ------------------------------------------------------------------------------------ elementwise */
 

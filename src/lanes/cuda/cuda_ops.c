@@ -94,7 +94,8 @@ static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, u
     for (int64_t p0 = 0; p0 < v->batch; p0 += 65535) {
       int64_t nb = v->batch - p0 < 65535 ? v->batch - p0 : 65535;
       weft_cu_item it;
-      item_kernel(&it, v->tb ? WEFT_CUK_MV_NT : WEFT_CUK_MV_NN, ceil_div((uint64_t)v->n, WEFT_CU_MV_OUT),
+      const int fn = v->rows == 1 ? (v->tb ? WEFT_CUK_MV1_NT : WEFT_CUK_MV1_NN) : (v->tb ? WEFT_CUK_MV_NT : WEFT_CUK_MV_NN);
+      item_kernel(&it, fn, ceil_div((uint64_t)v->n, WEFT_CU_MV_OUT),
                   (uint32_t)nb, WEFT_CU_MV_THREADS);
       it.a.mm = m;
       it.a.mm.a = a + (uint64_t)((v->a_off + p0 * v->sa) * F4);

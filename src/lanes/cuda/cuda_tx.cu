@@ -425,6 +425,22 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd(weft_tx_
   }
 }
 
+/* 0 + v[0] + v[1] + ... + v[n-1], ascending, each add rounded: eight loads at a time ahead of their adds,
+ * so the chain waits on its adds only. */
+DEV float seq_sum(const float *v, long long n) {
+  float s = 0.0f;
+  long long j = 0;
+  for (; j + 8 <= n; j += 8) {
+    float b[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) b[u] = v[j + u];
+#pragma unroll
+    for (int u = 0; u < 8; u++) s = __fadd_rn(s, b[u]);
+  }
+  for (; j < n; j++) s = __fadd_rn(s, v[j]);
+  return s;
+}
+
 /* Layernorm for a few rows (a decode step's one): a block per row. The row goes into shared memory in one
  * pass; thread 0 runs the reference's two chains (the sum, then the squares the block computed in parallel)
  * from there, and the block normalises. Rows up to WEFT_TX_LN_ROW_MAXC columns. */
@@ -442,12 +458,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd_row(weft
     const float *x = X + r * C;
     for (long long c = tid; c < C; c += nt) xs[c] = x[c];
     __syncthreads();
-    if (tid == 0) {
-      float s = 0.0f;
-#pragma unroll 8
-      for (long long c = 0; c < C; c++) s = __fadd_rn(s, xs[c]);
-      st[0] = __fmul_rn(s, invC);
-    }
+    if (tid == 0) st[0] = __fmul_rn(seq_sum(xs, C), invC);
     __syncthreads();
     const float mu = st[0];
     for (long long c = tid; c < C; c += nt) {
@@ -456,9 +467,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd_row(weft
     }
     __syncthreads();
     if (tid == 0) {
-      float v = 0.0f;
-#pragma unroll 8
-      for (long long c = 0; c < C; c++) v = __fadd_rn(v, sq[c]);
+      const float v = seq_sum(sq, C);
       const float rs = w_rsqrtf(__fadd_rn(__fmul_rn(v, invC), p.eps));
       st[1] = rs;
       if (M) M[r] = w_canon(mu);
@@ -872,7 +881,15 @@ extern "C" __global__ void __launch_bounds__(128) weft_tx_attn_cached_blk(weft_t
     for (long long j = tid; j < n; j += nt) {
       const float *k = QKV + (b * T + j) * C3 + C + h * hs;
       float d = 0.0f;
-      for (long long i = 0; i < hs; i++) d = __fadd_rn(d, __fmul_rn(qs[i], k[i]));
+      long long i = 0;
+      for (; i + 8 <= hs; i += 8) { /* eight products ahead of their adds */
+        float pr[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) pr[u] = __fmul_rn(qs[i + u], k[i + u]);
+#pragma unroll
+        for (int u = 0; u < 8; u++) d = __fadd_rn(d, pr[u]);
+      }
+      for (; i < hs; i++) d = __fadd_rn(d, __fmul_rn(qs[i], k[i]));
       zs[j] = __fmul_rn(d, scale);
     }
     __syncthreads();
@@ -885,12 +902,7 @@ extern "C" __global__ void __launch_bounds__(128) weft_tx_attn_cached_blk(weft_t
     const float mx = st[0];
     for (long long j = tid; j < n; j += nt) zs[j] = w_expf(__fsub_rn(zs[j], mx));
     __syncthreads();
-    if (tid == 0) {
-      float sum = 0.0f;
-#pragma unroll 8
-      for (long long j = 0; j < n; j++) sum = __fadd_rn(sum, zs[j]);
-      st[1] = w_recipf(sum);
-    }
+    if (tid == 0) st[1] = w_recipf(seq_sum(zs, n));
     __syncthreads();
     const float inv = st[1];
     float *a = ATT + row * T;
@@ -905,8 +917,15 @@ extern "C" __global__ void __launch_bounds__(128) weft_tx_attn_cached_blk(weft_t
     for (long long i = tid; i < hs; i += nt) {
       float acc = 0.0f;
       const float *v = QKV + b * T * C3 + 2 * C + h * hs + i;
-#pragma unroll 4
-      for (long long j = 0; j < n; j++) acc = __fadd_rn(acc, __fmul_rn(zs[j], v[j * C3]));
+      long long j = 0;
+      for (; j + 8 <= n; j += 8) { /* eight products (their loads in flight together) ahead of their adds */
+        float pr[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) pr[u] = __fmul_rn(zs[j + u], v[(j + u) * C3]);
+#pragma unroll
+        for (int u = 0; u < 8; u++) acc = __fadd_rn(acc, pr[u]);
+      }
+      for (; j < n; j++) acc = __fadd_rn(acc, __fmul_rn(zs[j], v[j * C3]));
       o[i] = w_canon(acc);
     }
     __syncthreads(); /* qs, zs and st are the next row's */

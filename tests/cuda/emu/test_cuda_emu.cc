@@ -228,6 +228,12 @@ static void mv(int M, int N, int K, bool tb, int batch) {
   m.m = M; m.n = N; m.k = K; m.lda = K; m.ldb = tb ? K : N; m.ldc = N; m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
   unsigned gx = (unsigned)((N + WEFT_CU_MV_OUT - 1) / WEFT_CU_MV_OUT);
   emu_launch(gx ? gx : 1, (unsigned)batch, WEFT_CU_MV_THREADS, [&] { if (tb) weft_mv_nt(m); else weft_mv_nn(m); });
+  if (M == 1) {
+    char w1[64]; snprintf(w1, sizeof w1, "mv1 %dx%dx%d %s b%d", M, N, K, tb ? "nt" : "nn", batch);
+    std::vector<float> c3(c.size(), 7.f); m.c = U(c3.data());
+    emu_launch(gx ? gx : 1, (unsigned)batch, WEFT_CU_MV_THREADS, [&] { if (tb) weft_mv1_nt(m); else weft_mv1_nn(m); });
+    cmp(w1, c.data(), c3.data(), c.size());
+  }
   char what[64]; snprintf(what, sizeof what, "mv %dx%dx%d %s b%d", M, N, K, tb ? "nt" : "nn", batch);
   cmp(what, c.data(), c2.data(), c.size());
 }
@@ -248,7 +254,7 @@ static void atc(int64_t B, int64_t Tmax, int64_t C, int64_t NH, int64_t t0, int6
 int main() {
   atc(1, 40, 64, 2, 37, 1); atc(2, 20, 48, 3, 5, 3); atc(1, 300, 32, 1, 0, 1); atc(1, 300, 32, 1, 290, 2);
   mv(1, 37, 130, true, 1); mv(1, 20, 600, true, 1); mv(2, 40, 513, false, 1); mv(3, 16, 64, false, 2); mv(4, 70, 200, true, 1); mv(2, 5, 0, false, 1);
-  mv(1, 33, 1, false, 1);
+  mv(1, 33, 1, false, 1); mv(1, 21, 777, false, 2); mv(1, 50, 1000, true, 1);
   copies();
   softmax(2, 45);
   ln(11, 77, 1); ln(1, 768, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3);
