@@ -366,6 +366,73 @@ template <bool TB, int R> DEV void mv_exact(const weft_cu_mm_args &p) {
       if (r < M) C[(long long)r * p.ldc + n0 + tid] = w_canon(acc[r]);
   }
 }
+/* The same order when a block's whole slice fits shared memory: p.group outputs' entire k runs (and a's
+ * rows) are staged in one pass - every load of the block in flight at once, one wait instead of one per
+ * tile - then each output's chain runs from shared memory. cuda_ops.c picks group so that
+ * group * (k + 1) + R * k <= WEFT_CU_MVF_FLOATS. */
+template <bool TB, int R> DEV void mv_full(const weft_cu_mm_args &p) {
+  __shared__ float S[WEFT_CU_MVF_FLOATS];
+  const float *A = reinterpret_cast<const float *>(p.a) + (long long)blockIdx.y * p.sa;
+  const float *B = reinterpret_cast<const float *>(p.b) + (long long)blockIdx.y * p.sb;
+  float *C = reinterpret_cast<float *>(p.c) + (long long)blockIdx.y * p.sc;
+  const int tid = threadIdx.x, nt = blockDim.x, OUT = p.group, K = p.k, N = p.n, M = R == 1 ? 1 : p.m;
+  const int n0 = blockIdx.x * OUT, ws = K + 1; /* row stride: +1, so the chains' reads hit distinct banks */
+  float *Ws = S, *Xs = S + OUT * ws;
+  const int tot = OUT * K;
+  for (int base = 0; base < tot; base += nt * 8) {
+    float r[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+      const int e = base + u * nt + tid;
+      /* TB: b is [N, K], runs along k; else [K, N], runs of OUT outputs per k */
+      const int j = TB ? e / K : e % OUT, kk = TB ? e - (e / K) * K : e / OUT, col = n0 + j;
+      r[u] = e < tot && col < N ? (TB ? B[(long long)col * p.ldb + kk] : B[(long long)kk * p.ldb + col]) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+      const int e = base + u * nt + tid;
+      const int j = TB ? e / K : e % OUT, kk = TB ? e - (e / K) * K : e / OUT;
+      if (e < tot) Ws[j * ws + kk] = r[u];
+    }
+  }
+  for (int e = tid; e < R * K; e += nt) {
+    const int rr = e / K, kk = e - rr * K;
+    Xs[e] = rr < M ? A[(long long)rr * p.lda + kk] : 0.0f;
+  }
+  __syncthreads();
+  if (tid >= OUT || n0 + tid >= N) return;
+  const float *w = Ws + tid * ws;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r] = 0.0f;
+  const int k8 = K & ~7;
+#pragma unroll 2
+  for (int kk = 0; kk < k8; kk += 8) {
+    float wv[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) wv[u] = w[kk + u];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      if (r >= M) break;
+      float pr[8];
+#pragma unroll
+      for (int u = 0; u < 8; u++) pr[u] = __fmul_rn(Xs[r * K + kk + u], wv[u]);
+#pragma unroll
+      for (int u = 0; u < 8; u++) acc[r] = __fadd_rn(acc[r], pr[u]);
+    }
+  }
+  for (int kk = k8; kk < K; kk++)
+#pragma unroll
+    for (int r = 0; r < R; r++)
+      if (r < M) acc[r] = __fadd_rn(acc[r], __fmul_rn(Xs[r * K + kk], w[kk]));
+#pragma unroll
+  for (int r = 0; r < R; r++)
+    if (r < M) C[(long long)r * p.ldc + n0 + tid] = w_canon(acc[r]);
+}
+extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mvf_nn(weft_cu_mm_args p) { mv_full<false, MV_R>(p); }
+extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mvf_nt(weft_cu_mm_args p) { mv_full<true, MV_R>(p); }
+extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mvf1_nn(weft_cu_mm_args p) { mv_full<false, 1>(p); }
+extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mvf1_nt(weft_cu_mm_args p) { mv_full<true, 1>(p); }
 extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv_nn(weft_cu_mm_args p) { mv_exact<false, MV_R>(p); }
 extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv_nt(weft_cu_mm_args p) { mv_exact<true, MV_R>(p); }
 extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv1_nn(weft_cu_mm_args p) { mv_exact<false, 1>(p); }
