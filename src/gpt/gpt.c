@@ -509,6 +509,8 @@ static int best_lane(weft_gpt *g, uint64_t ops, const home_query *q, size_t nq) 
 
 static weft_status choose_home(weft_gpt *g, int64_t rows) {
   if (g->opts.place != WEFT_GPT_PLACE_AUTO || g->home != -1) return WEFT_OK;
+  /* on measured models, not the built-in priors: a home chosen on a guess holds the weights for the run */
+  if (weft_fabric_lane_count(g->f) > 1) RUN(weft_fabric_calibration_wait(g->f), "measure the lanes");
   const int64_t C = g->cfg.C, V = g->cfg.V;
   const home_query mm[] = {{WEFT_OP_MATMUL, rows, 3 * C, C, 0, 1}, {WEFT_OP_MATMUL, rows, C, C, 0, 1},
                            {WEFT_OP_MATMUL, rows, 4 * C, C, 0, 1}, {WEFT_OP_MATMUL, rows, C, 4 * C, 0, 1},

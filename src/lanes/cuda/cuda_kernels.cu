@@ -379,18 +379,38 @@ template <bool TB, int R> DEV void mv_full(const weft_cu_mm_args &p) {
   const int n0 = blockIdx.x * OUT, ws = K + 1; /* row stride: +1, so the chains' reads hit distinct banks */
   float *Ws = S, *Xs = S + OUT * ws;
   const int tot = OUT * K;
-  for (int base = 0; base < tot; base += nt * 8) {
-    float r[8];
+  /* every load of the block at once (at most WEFT_CU_MVF_FLOATS / nt a thread), then the stores */
+  if (TB && p.vec_b) {
+    constexpr int MAXV = WEFT_CU_MVF_FLOATS / 4 / WEFT_CU_MV_THREADS;
+    const int K4 = K >> 2, tot4 = OUT * K4;
+    float4 r[MAXV];
 #pragma unroll
-    for (int u = 0; u < 8; u++) {
-      const int e = base + u * nt + tid;
+    for (int u = 0; u < MAXV; u++) {
+      const int e = u * nt + tid, j = e / K4, col = n0 + j;
+      r[u] = e < tot4 && col < N ? *reinterpret_cast<const float4 *>(B + (long long)col * p.ldb + 4 * (e - j * K4))
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < MAXV; u++) {
+      const int e = u * nt + tid, j = e / K4;
+      if (e < tot4) {
+        float *d = Ws + j * ws + 4 * (e - j * K4);
+        d[0] = r[u].x, d[1] = r[u].y, d[2] = r[u].z, d[3] = r[u].w;
+      }
+    }
+  } else {
+    constexpr int MAXS = WEFT_CU_MVF_FLOATS / WEFT_CU_MV_THREADS;
+    float r[MAXS];
+#pragma unroll
+    for (int u = 0; u < MAXS; u++) {
+      const int e = u * nt + tid;
       /* TB: b is [N, K], runs along k; else [K, N], runs of OUT outputs per k */
       const int j = TB ? e / K : e % OUT, kk = TB ? e - (e / K) * K : e / OUT, col = n0 + j;
       r[u] = e < tot && col < N ? (TB ? B[(long long)col * p.ldb + kk] : B[(long long)kk * p.ldb + col]) : 0.0f;
     }
 #pragma unroll
-    for (int u = 0; u < 8; u++) {
-      const int e = base + u * nt + tid;
+    for (int u = 0; u < MAXS; u++) {
+      const int e = u * nt + tid;
       const int j = TB ? e / K : e % OUT, kk = TB ? e - (e / K) * K : e / OUT;
       if (e < tot) Ws[j * ws + kk] = r[u];
     }
@@ -405,23 +425,22 @@ template <bool TB, int R> DEV void mv_full(const weft_cu_mm_args &p) {
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; r++) acc[r] = 0.0f;
-  const int k8 = K & ~7;
-#pragma unroll 2
-  for (int kk = 0; kk < k8; kk += 8) {
-    float wv[8];
+  const int k16 = K & ~15;
+  for (int kk = 0; kk < k16; kk += 16) {
+    float wv[16];
 #pragma unroll
-    for (int u = 0; u < 8; u++) wv[u] = w[kk + u];
+    for (int u = 0; u < 16; u++) wv[u] = w[kk + u];
 #pragma unroll
     for (int r = 0; r < R; r++) {
       if (r >= M) break;
-      float pr[8];
+      float pr[16];
 #pragma unroll
-      for (int u = 0; u < 8; u++) pr[u] = __fmul_rn(Xs[r * K + kk + u], wv[u]);
+      for (int u = 0; u < 16; u++) pr[u] = __fmul_rn(Xs[r * K + kk + u], wv[u]);
 #pragma unroll
-      for (int u = 0; u < 8; u++) acc[r] = __fadd_rn(acc[r], pr[u]);
+      for (int u = 0; u < 16; u++) acc[r] = __fadd_rn(acc[r], pr[u]);
     }
   }
-  for (int kk = k8; kk < K; kk++)
+  for (int kk = k16; kk < K; kk++)
 #pragma unroll
     for (int r = 0; r < R; r++)
       if (r < M) acc[r] = __fadd_rn(acc[r], __fmul_rn(Xs[r * K + kk], w[kk]));

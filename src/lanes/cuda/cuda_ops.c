@@ -98,6 +98,7 @@ static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, u
     while (out >= 1 && out * (v->k + 1) + R * v->k > WEFT_CU_MVF_FLOATS) out /= 2;
     const int full = out >= 1 && v->k > 0;
     m.group = full ? out : 0;
+    m.vec_b = v->tb && aligned(b, 0, v->ldb, v->sb, v->batch, 4) && v->k % 4 == 0;
     for (int64_t p0 = 0; p0 < v->batch; p0 += 65535) {
       int64_t nb = v->batch - p0 < 65535 ? v->batch - p0 : 65535;
       weft_cu_item it;
