@@ -373,8 +373,8 @@ static void test_tx_refused_op(const char *plugin, const char *lane, weft_op_kin
   TU_CHECK(strstr(out, want) != NULL, "weft devices with %s does not say '%s':\n%s", plugin, want, out);
 }
 
-/* The OpenCL example plugin: admitted wherever an OpenCL platform is present, and then exact under the
- * suite's edge cases; with no platform, skipped with the reason (never refused at admission). The whole
+/* The OpenCL example plugin: admitted wherever an OpenCL platform is present, with every op, and then exact
+ * under the suite's edge cases; with no platform, skipped with the reason (never refused at admission). The whole
  * suite runs on it in the conformance_opencl test. */
 static void test_opencl(void) {
 #ifdef PLUGIN_OPENCL
@@ -393,6 +393,10 @@ static void test_opencl(void) {
     TU_CHECK(strcmp(li.kind, "opencl") == 0, "kind %s, want opencl", li.kind);
     TU_CHECK(li.contracts == WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT), "opencl contracts 0x%x, want exact only",
              (unsigned)li.contracts);
+    /* every op, the transformer ops included, passed its admission */
+    TU_CHECK(li.ops == WEFT_OPS_ALL, "opencl:0 offers ops 0x%llx, want every op (0x%llx); admission said: %s",
+             (unsigned long long)li.ops, (unsigned long long)WEFT_OPS_ALL,
+             weft_plugin_admission("opencl:0") ? weft_plugin_admission("opencl:0") : "(none)");
     weft_conf_stats s = {0, 0, 0, 0};
     weft_conf_run(f, lane, WEFT_CONTRACT_EXACT, 1, 1, tu_seed(), &s);
     printf("opencl:0 (%s) exact (edge cases): %ld cases, %ld failed\n", li.device, s.cases, s.failed);
