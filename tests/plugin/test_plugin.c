@@ -373,6 +373,20 @@ static void test_tx_refused_op(const char *plugin, const char *lane, weft_op_kin
   TU_CHECK(strstr(out, want) != NULL, "weft devices with %s does not say '%s':\n%s", plugin, want, out);
 }
 
+/* A lane offering an op its plugin does not claim, which its supports slot declines: admitted without it. */
+static void test_declined_op(void) {
+  weft_fabric *f = open_with(PLUGIN_DECLINE);
+  if (!f) return;
+  const int lane = find_lane(f, "reftest_decline:0");
+  TU_CHECK(lane >= 0, "reftest_decline:0 was refused: %s",
+           absent_reason(f, "reftest_decline:0") ? absent_reason(f, "reftest_decline:0") : "-");
+  weft_lane_info li;
+  if (lane >= 0 && weft_fabric_lane_info(f, (size_t)lane, &li) == WEFT_OK)
+    TU_CHECK(li.ops == (WEFT_OPS_ALL & ~WEFT_OP_BIT(WEFT_OP_ATTENTION_CACHED)),
+             "reftest_decline:0 offers 0x%llx, want every op but attention_cached", (unsigned long long)li.ops);
+  weft_fabric_close(f);
+}
+
 /* The OpenCL example plugin: admitted wherever an OpenCL platform is present, with every op, and then exact
  * under the suite's edge cases; with no platform, skipped with the reason (never refused at admission). The whole
  * suite runs on it in the conformance_opencl test. */
@@ -430,6 +444,7 @@ int main(void) {
   check_refused(PLUGIN_CLAIMS, "reftest_claims:0", "reftest_claims:0", "does not claim softmax_xent");
   /* a transformer op wrong: that op refused, the lane admitted */
   test_tx_refused_op(PLUGIN_TX_NAN, "reftest_txnan:0", WEFT_OP_GELU, "every NaN stored must be 0x7fc00000");
+  test_declined_op();
   test_tx_refused_op(PLUGIN_TX_ORDER, "reftest_txorder:0", WEFT_OP_EMBEDDING_BACKWARD, "wrong bits at output dwte");
   test_npu_admission();
   test_npu_probe();

@@ -4,7 +4,7 @@
  * not enforce, a crash while it is being loaded, fused multiply-adds only for k > 2000, an NPU kind that
  * names its accel device and advances (or does not advance) that device's busy counter in a fake sysfs
  * tree (WEFT_SYSFS_ROOT), a transformer op that stores NaNs with their payloads, another that accumulates
- * in the wrong order. Every lane offers every op: the version-1 ops through reference.c, the transformer
+ * in the wrong order, an op it neither claims nor runs (declined by its supports slot). Every lane offers every op: the version-1 ops through reference.c, the transformer
  * ops through reference_tx.c. */
 #include <math.h>
 #include <signal.h>
@@ -33,6 +33,7 @@
 #define FAULT_NPU_STUCK 11   /* kind npu, names accel0, claims a receipt, and leaves the counter alone */
 #define FAULT_TX_NAN 13      /* gelu stores a NaN with its input's payload, not 0x7fc00000 */
 #define FAULT_TX_ORDER 14    /* embedding_backward adds each table row's contributions in descending order */
+#define FAULT_DECLINE 15     /* does not claim attention_cached, and its supports slot declines it (no fault) */
 
 #ifndef PLUGIN_FAULT
 #define PLUGIN_FAULT FAULT_NONE
@@ -218,6 +219,16 @@ static weft_status ref_run(void *self, const weft_op *op) {
   return WEFT_OK;
 }
 
+#if PLUGIN_FAULT == FAULT_DECLINE
+static weft_status ref_supports(void *self, const weft_op *op) {
+  (void)self;
+  return op->kind == WEFT_OP_ATTENTION_CACHED ? WEFT_ERR_UNSUPPORTED : WEFT_OK;
+}
+#define SUPPORTS ref_supports
+#else
+#define SUPPORTS NULL
+#endif
+
 #if PLUGIN_FAULT == FAULT_LOAD
 __attribute__((constructor)) static void crash_on_load(void) { raise(SIGSEGV); }
 #endif
@@ -225,7 +236,7 @@ __attribute__((constructor)) static void crash_on_load(void) { raise(SIGSEGV); }
 static const weft_lane_vtable REF_VTABLE = {
     .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = ref_describe,
     .destroy = ref_destroy, .buffer_alloc = ref_alloc, .buffer_free = ref_free, .upload = ref_upload,
-    .download = ref_download, .run = ref_run,
+    .download = ref_download, .supports = SUPPORTS, .run = ref_run,
 };
 
 static weft_status ref_probe(const weft_probe_args *args, const weft_lane_sink *sink) {
@@ -270,6 +281,8 @@ static const weft_plugin_desc DESC = {
     sizeof(weft_plugin_desc), WEFT_LANE_ABI_VERSION, PLUGIN_NAME, PLUGIN_KIND,
 #if PLUGIN_FAULT == FAULT_CLAIMS
     WEFT_PLUGIN_CLAIM_ALL & ~WEFT_PLUGIN_CLAIM(WEFT_OP_SOFTMAX_XENT),
+#elif PLUGIN_FAULT == FAULT_DECLINE
+    WEFT_PLUGIN_CLAIM_ALL & ~WEFT_PLUGIN_CLAIM(WEFT_OP_ATTENTION_CACHED),
 #else
     WEFT_PLUGIN_CLAIM_ALL,
 #endif
