@@ -70,8 +70,8 @@ typedef struct weft_plugin_desc {
   const char *kind;          /* the lane kind it brings: "opencl", "npu", ...; what the lane filter matches */
   /* Ops its lanes may offer (WEFT_PLUGIN_CLAIM bits). A lane offering an op its plugin does not claim
    * (weft_lane_desc.ops; 0 there is the version-1 set) must have a supports slot that declines it;
-   * admission checks both. (64 bits since the transformer ops: the field's offset and the descriptor's
-   * size are those of the 32-bit field it replaced, which padding followed.) */
+   * admission checks both. (64 bits since the transformer ops; on 64-bit targets the field's offset and
+   * the descriptor's size are those of the 32-bit field it replaced, which padding followed.) */
   uint64_t claims;
   /* Finds the plugin's devices and adds one lane per device to the sink (or an absent entry and WEFT_OK
    * when there is none). Called once in the self-test's child process and once in the caller. */
