@@ -171,8 +171,7 @@ static int run_case(const weft_lane_vtable *vt, void *self, const st_case *sc, u
     } else if (is_in || (out_reads >> o) & 1u) {
       int how = sc->how;
       if (sc->op.kind == WEFT_OP_SOFTMAX_XENT && i == 1) how = FILL_TARGETS;
-      if (!is_in) how = FILL_PLAIN; /* accumulators start finite: the specials come in through the inputs */
-      if (sc->op.kind == WEFT_OP_AXPY && !is_in) how = FILL_PLAIN;
+      if (!is_in) how = FILL_PLAIN; /* accumulators (axpy's y too) start finite: specials come through inputs */
       fill((float *)host[i], n[i], &seed, how);
     } else {
       for (size_t e = 0; e < n[i]; e++) host[i][e] = 0x7fa5a5a5u; /* a NaN the op must overwrite */
