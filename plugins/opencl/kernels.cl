@@ -268,20 +268,6 @@ static float weft_tanhf(float x) {
   return s * t;
 }
 
-/* A scalar probe for the tests: out[6 i + k] = recip, rsqrt, sqrt, tanh, exp, log of x[i] (canonical NaN),
- * so each transcription can be checked against wmath.c on its own. */
-__kernel void weft_tx_wmath_probe(__global const float *x, __global float *out, long n) {
-  const long i = (long)get_global_id(0);
-  if (i >= n) return;
-  const float v = x[i];
-  out[6 * i + 0] = canon(weft_recipf(v));
-  out[6 * i + 1] = canon(weft_rsqrtf(v));
-  out[6 * i + 2] = canon(weft_sqrtf(v));
-  out[6 * i + 3] = canon(weft_tanhf(v));
-  out[6 * i + 4] = canon(weft_expf(v));
-  out[6 * i + 5] = canon(weft_logf(v));
-}
-
 /* ------------------------------------------------------------------------------------------ embedding */
 
 /* EMBEDDING: one work-item per out[bt, c] = wte[tok[bt], c] + wpe[p, c], p = pos[bt] (has_pos) or bt % T. */
