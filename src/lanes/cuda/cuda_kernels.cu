@@ -415,9 +415,20 @@ template <bool TB, int R> DEV void mv_full(const weft_cu_mm_args &p) {
       if (e < tot) Ws[j * ws + kk] = r[u];
     }
   }
-  for (int e = tid; e < R * K; e += nt) {
-    const int rr = e / K, kk = e - rr * K;
-    Xs[e] = rr < M ? A[(long long)rr * p.lda + kk] : 0.0f;
+  {
+    /* a's rows: all loads first, then the stores (a loop of load-store pairs would wait once per pass) */
+    constexpr int MAXS = WEFT_CU_MVF_FLOATS / WEFT_CU_MV_THREADS;
+    float x[MAXS];
+#pragma unroll
+    for (int u = 0; u < MAXS; u++) {
+      const int e = u * nt + tid, rr = e / K;
+      x[u] = e < R * K && rr < M ? A[(long long)rr * p.lda + (e - rr * K)] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < MAXS; u++) {
+      const int e = u * nt + tid;
+      if (e < R * K) Xs[e] = x[u];
+    }
   }
   __syncthreads();
   if (tid >= OUT || n0 + tid >= N) return;
