@@ -796,7 +796,9 @@ static int generate(gopts *o) {
   explainer ex = {.f = f, .out = stderr, .on = o->explain, .limit = from == 1 ? 3 : from + 1, .from = from, .L = cfg.L};
   if (rc == WEFT_CLI_OK && o->explain) {
     weft_gpt_set_op_hook(g, explain_op, &ex);
-    fprintf(stderr, "explain: the prefill, then the first decode step; each op: the lane it ran on, and for a routed op\n"
+    if (from == 1) fprintf(stderr, "explain: the prefill, then the first decode step;");
+    else fprintf(stderr, "explain: decode step %d;", from - 1);
+    fprintf(stderr, " each op: the lane it ran on, and for a routed op\n"
                     "explain: the router's predicted time (ms) there and on the runner-up\n");
   }
   double dec = 0, t0 = weft_cli_now();
