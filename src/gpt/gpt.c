@@ -38,6 +38,7 @@ struct weft_gpt {
   int *pkind;          /* each parameter tensor's kind (K_*) */
   uint64_t rr; /* PLACE_RR: ops placed so far */
   int cur_layer, cur_lane; /* the last op's layer and asked-for lane (D) */
+  int cur_lane_hint;       /* the layer's lane before a matmul's contract moved it (D) */
   weft_op_kind cur_kind;
   weft_gpt_op_hook hook;
   void *hook_ctx;
@@ -141,6 +142,11 @@ static uint64_t lane_ops(weft_fabric *f, int lane) {
   return li.failed ? 0 : (li.ops ? li.ops : WEFT_OPS_V1);
 }
 
+static int lane_honours(weft_fabric *f, int lane, weft_contract c) {
+  weft_lane_info li;
+  return lane >= 0 && weft_fabric_lane_info(f, (size_t)lane, &li) == WEFT_OK && (li.contracts & WEFT_CONTRACT_BIT(c));
+}
+
 static int cpu_lane(weft_fabric *f) {
   size_t i;
   return weft_fabric_lane_find(f, "cpu", &i) == WEFT_OK ? (int)i : WEFT_LANE_AUTO;
@@ -165,8 +171,21 @@ static weft_op_desc D(weft_gpt *g, int l, weft_op_kind k) {
   weft_op_desc d = WEFT_OP_DESC_INIT;
   d.contract = k == WEFT_OP_MATMUL ? g->opts.contract : WEFT_CONTRACT_EXACT;
   const int lane = g->llane[l];
+  g->cur_lane_hint = lane;
   if (g->opts.place == WEFT_GPT_PLACE_RR) d.lane = rr_lane(g, k, d.contract);
   else if (lane >= 0) d.lane = (lane_ops(g->f, lane) & WEFT_OP_BIT(k)) ? lane : cpu_lane(g->f);
+  if (d.lane >= 0 && k == WEFT_OP_MATMUL && !lane_honours(g->f, d.lane, d.contract)) {
+    /* tf32/bf16 on a lane whose matmuls are exact/fp32: its tensor units (cuda:0 -> cuda:0.tensor), or the
+     * router among the lanes that honour the contract */
+    weft_lane_info li;
+    char name[96];
+    size_t t;
+    d.lane = WEFT_LANE_AUTO;
+    if (weft_fabric_lane_info(g->f, (size_t)g->cur_lane_hint, &li) == WEFT_OK) {
+      snprintf(name, sizeof name, "%s.tensor", li.name);
+      if (weft_fabric_lane_find(g->f, name, &t) == WEFT_OK && lane_honours(g->f, (int)t, d.contract)) d.lane = (int)t;
+    }
+  }
   g->cur_layer = l, g->cur_kind = k, g->cur_lane = d.lane;
   return d;
 }
