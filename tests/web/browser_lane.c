@@ -370,6 +370,10 @@ static int v2_chain(weft_fabric *f, int mode, int tab, int cpu, weft_tensor **re
   weft_tensor *cache = MK(3, B, T + 3, C, 0, &r, -1, 1);
   RUN("copy_slice", weft_op_copy_slice(f, &od, x, cache, 1, 2));
   res[nres++] = cache;
+  /* decode: queries at positions 2 .. 4 over qkv as the cache */
+  weft_tensor *cout = MK(3, B, 3, C, 0, &r, 0, 0), *catt = MK(4, B, NH, 3, T, &r, 0, 0);
+  RUN("attention_cached", weft_op_attention_cached(f, &od, qkv, NH, 2, cout, catt));
+  res[nres++] = cout, res[nres++] = catt;
 #undef MK
 #undef RUN
   return nres;
@@ -384,7 +388,7 @@ static void check_ops_v2(weft_fabric *f, int tab, int cpu) {
   int nres[4], nkeep[4] = {0};
   static const char *const modes[4] = {"cpu", "pinned to the tab", "routed", "alternating tab / cpu"};
   for (int mode = 0; mode < 4; mode++) nres[mode] = v2_chain(f, mode, tab, cpu, res[mode], keep[mode], &nkeep[mode]);
-  TU_CHECK(nres[0] == 25 && nres[0] <= V2_RESULTS, "the chain gives its 25 results (%d)", nres[0]);
+  TU_CHECK(nres[0] == 27 && nres[0] <= V2_RESULTS, "the chain gives its 27 results (%d)", nres[0]);
   for (int mode = 1; mode < 4; mode++) {
     int all = nres[mode] == nres[0];
     for (int i = 0; all && i < nres[0]; i++) {

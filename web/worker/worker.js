@@ -29,25 +29,25 @@ const MAX_HANDLES = 4096;
 const OP_HEAD = 20;
 const OP_ENTRY = 44;
 const OP_PARAMS = 96;
-const OP_COUNT = 24; // the op table's kinds (include/weft.h): a kind beyond it is on no allow-list
+const OP_COUNT = 25; // the op table's kinds (include/weft.h): a kind beyond it is on no allow-list
 const CONTRACT_EXACT = 0;
 const CONTRACT_FP32 = 1;
 // The op table's kinds (include/weft.h). This tab offers the version-1 set (0..7) in JavaScript and WebGPU,
-// and, once weft.wasm has loaded, the version-2 ops (8..23) through the wasm build of the C reference
+// and, once weft.wasm has loaded, the version-2 ops (8..24) through the wasm build of the C reference
 // (web/wasm/weft_wasm_ops.c over src/core/reference_tx.c): the LANES entry's mask says which.
 const OPS = ['matmul', 'add', 'relu', 'relu_backward', 'scale', 'axpy', 'sum_rows', 'softmax_xent',
   'embedding', 'embedding_backward', 'layernorm', 'layernorm_backward', 'gelu', 'gelu_backward', 'attention',
   'attention_backward', 'causal_softmax', 'causal_softmax_backward', 'crossentropy', 'crossentropy_backward',
-  'adamw', 'sumsq', 'permute', 'copy_slice'];
+  'adamw', 'sumsq', 'permute', 'copy_slice', 'attention_cached'];
 const V1_COUNT = 8;
 const OPS_V1 = 0xffn;
-const OPS_WASM = 0xffff00n;
+const OPS_WASM = 0x1ffff00n;
 // Each op's inputs and outputs in the table (src/core/optable.c); softmax_xent's outputs are optional.
 const SLOTS = { matmul: [2, 1], add: [2, 1], relu: [1, 1], relu_backward: [2, 1], scale: [1, 1], axpy: [1, 1],
   sum_rows: [1, 1], softmax_xent: [2, 2], embedding: [4, 1], embedding_backward: [3, 2], layernorm: [3, 3],
   layernorm_backward: [5, 3], gelu: [1, 1], gelu_backward: [2, 1], attention: [1, 3], attention_backward: [3, 1],
   causal_softmax: [1, 1], causal_softmax_backward: [2, 1], crossentropy: [2, 1], crossentropy_backward: [3, 1],
-  adamw: [1, 3], sumsq: [1, 1], permute: [1, 1], copy_slice: [1, 1] };
+  adamw: [1, 3], sumsq: [1, 1], permute: [1, 1], copy_slice: [1, 1], attention_cached: [1, 2] };
 const DT_F32 = 0;
 const DT_I32 = 1;
 
@@ -569,6 +569,21 @@ function kernelParams(kind, ins, outs, wire) {
       const [B, T, C] = b3(ins[0], 'dout');
       return big([B, T, C, wire[0]]);
     }
+    case 'attention_cached': {
+      // The cache qkv [B, Tmax, 3C], out [B, Tq, C], att [B, NH, Tq, Tmax]; queries at t0 .. t0+Tq-1.
+      const [B, Tmax, C3] = b3(ins[0], 'qkv');
+      if (C3 % 3) refuse(S.SHAPE, `${name}: qkv [${B}, ${Tmax}, ${C3}] is not a cache [B, Tmax, 3C]`);
+      const C = C3 / 3;
+      const o = op(outs[0], 'out');
+      if (o.dims.length !== 3 || o.dims[0] !== B || o.dims[2] !== C) refuse(S.SHAPE, `${name}: out must be [B, Tq, C] = [${B}, Tq, ${C}]`);
+      const Tq = o.dims[1];
+      const t0 = wire[1];
+      if (t0 < 0n || t0 + BigInt(Tq) > BigInt(Tmax)) refuse(S.SHAPE, `${name}: query positions ${t0} .. ${t0 + BigInt(Tq) - 1n} are not within the cache's ${Tmax}`);
+      const a = outs[1];
+      const want = [B, Number(wire[0]), Tq, Tmax];
+      if (a && (a.dims.length !== 4 || a.dims.some((d, i) => d !== want[i]))) refuse(S.SHAPE, `${name}: att must be [B, NH, Tq, Tmax] = [${want.join(', ')}]`);
+      return big([B, Tmax, C, wire[0], t0, Tq]);
+    }
     case 'causal_softmax':
     case 'causal_softmax_backward': {
       const x = op(ins[0], 'scores');
@@ -660,6 +675,12 @@ function needs(kind, ipBig) {
       const att = cap(B, NH, T, T);
       if (OPS[kind] === 'attention') return { in: [[qkv, 1, F]], out: [[cap(B, T, C), 1, F], [att, 1, F], [att, 0, F]] };
       return { in: [[cap(B, T, C), 1, F], [qkv, 1, F], [att, 1, F]], out: [[qkv, 1, F]] };
+    }
+    case 'attention_cached': {
+      const [B, Tmax, C, NH, t0, Tq] = ip;
+      if (NH < 1 || C % NH) refuse(S.SHAPE, `${OPS[kind]}: C = ${C} is not a multiple of NH = ${NH}`);
+      if (t0 + Tq > Tmax) refuse(S.SHAPE, `${OPS[kind]}: t0 + Tq = ${t0 + Tq} is past the cache's ${Tmax} positions`);
+      return { in: [[cap(B, Tmax, 3 * C), 1, F]], out: [[cap(B, Tq, C), 1, F], [cap(B, NH, Tq, Tmax), 0, F]] };
     }
     case 'causal_softmax': {
       const n = cap(ip[0], ip[1], ip[1]);
