@@ -199,7 +199,7 @@ async function runMatmul(gpu, st, a, b, m, k, n) {
 // sums are sums of multiples of 2^-125 (a float of magnitude >= 2^-102 is one), so a nonzero one is at
 // least 2^-125, and a multiple of 2^-125 below 2^-102 is a float itself; so flushing subnormals to zero and
 // assuming finite values change nothing.
-function gpuCanBeExact(a, b, m, k, n) {
+export function gpuCanBeExact(a, b, m, k, n) {
   const range = (v, count) => {
     let lo = Infinity;
     let hi = 0;
