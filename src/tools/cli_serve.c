@@ -128,6 +128,25 @@ static void check_tab(weft_fabric *f, size_t tab, size_t cpu) {
   fflush(stdout);
 }
 
+/* The counts of a tab's details ("matmul 3 on webgpu, 1 on cpu; gelu 2 on cpu") without those of relu,
+ * the heartbeat this command sends each tab every second, so that only the work of the tab's users makes
+ * a new line. */
+static void ran_key(const char *ran, char *out, size_t cap) {
+  size_t used = 0;
+  out[0] = 0;
+  while (*ran) {
+    size_t n = strcspn(ran, ";");
+    if (strncmp(ran, "relu ", 5) != 0 && used + n + 1 < cap) {
+      memcpy(out + used, ran, n);
+      used += n;
+      out[used++] = ';';
+      out[used] = 0;
+    }
+    ran += n;
+    while (*ran == ';' || *ran == ' ') ran++;
+  }
+}
+
 int weft_cli_serve(int argc, char **argv) {
   static const struct option opts[] = {{"port", required_argument, NULL, 'p'},
                                        {"listen", required_argument, NULL, 'l'},
@@ -224,9 +243,10 @@ int weft_cli_serve(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   int *was_up = calloc(n, sizeof *was_up);
-  char (*said)[1024] = calloc(n, sizeof *said); /* each tab's "ran" counts as last printed */
+  /* Each tab's counts as last printed (without the heartbeats), and as last seen. */
+  char (*said)[1024] = calloc(n, sizeof *said), (*seen)[1024] = calloc(n, sizeof *seen);
   double next_beat = 0, next_ran = 0;
-  while (!stop_requested && was_up && said) {
+  while (!stop_requested && was_up && said && seen) {
     weft_fabric_revive(f, NULL);
     /* A tab that left is noticed by the next op sent to it: a tiny one per second keeps the list true. */
     int beat = weft_cli_now() >= next_beat;
@@ -251,13 +271,16 @@ int weft_cli_serve(int argc, char **argv) {
         weft_fabric_lane_info(f, i, &li);
         if (li.failed) printf("weft serve: the tab of %s left\n", li.name);
       } else if (li.failed && was_up[i]) {
-        printf("weft serve: the tab of %s left\n", li.name);
-        said[i][0] = 0;
+        if (seen[i][0]) printf("weft serve: the tab of %s left; it ran: %s\n", li.name, seen[i]);
+        else printf("weft serve: the tab of %s left\n", li.name);
+        said[i][0] = seen[i][0] = 0;
       }
       const char *ran = li.failed ? NULL : strstr(li.details, "; ran: ");
-      if (ran && ran_due && strncmp(said[i], ran + 7, sizeof said[i] - 1) != 0) {
-        snprintf(said[i], sizeof said[i], "%s", ran + 7);
-        printf("weft serve: %s ran: %s\n", li.name, said[i]);
+      if (ran) snprintf(seen[i], sizeof seen[i], "%s", ran + 7);
+      char key[1024];
+      if (ran && ran_due && (ran_key(seen[i], key, sizeof key), strcmp(said[i], key) != 0)) {
+        snprintf(said[i], sizeof said[i], "%s", key);
+        if (key[0]) printf("weft serve: %s ran: %s\n", li.name, seen[i]);
       }
       was_up[i] = !li.failed;
       fflush(stdout);
@@ -266,6 +289,7 @@ int weft_cli_serve(int argc, char **argv) {
   }
   free(was_up);
   free(said);
+  free(seen);
   printf("weft serve: stopping\n");
   weft_fabric_close(f);
   return WEFT_CLI_OK;
