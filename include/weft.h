@@ -382,7 +382,9 @@ WEFT_API weft_status weft_op_run(weft_fabric *fabric, const weft_op_desc *desc, 
  * tensors are int32 (weft_tensor_create_typed); an index out of range is WEFT_ERR_INVALID_ARGUMENT and
  * nothing is written. Outputs are distinct from inputs unless said otherwise. The CPU lane and cuda:N offer
  * all of them, vulkan:N all but sumsq, remote lanes what their worker's lane offers, browser tabs what their
- * self-test proved (weft_lane_info.ops says which lane offers what; the router goes around the others). */
+ * self-test proved: every op through weft.wasm, and large matmuls, gelus, layernorms and causal softmaxes
+ * (with their backwards) on the tab's WebGPU where its GPU passed the self-test for them (weft_lane_info.ops
+ * says which lane offers what; the router goes around the others). */
 
 /* out[b,t,:] = wte[tok[b,t],:] + wpe[pos[b,t],:]. tok, pos: i32 [B,T]; pos NULL means pos[b,t] = t;
  * wte [V,C]; wpe [P,C]; out [B,T,C]. */
