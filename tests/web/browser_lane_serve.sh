@@ -40,7 +40,8 @@ page=$(sed -n 's/^weft serve: worker page: //p' "$out")
 # The driver reads commands from a pipe we hold open; closing it (EOF) makes it close its browser.
 rm -f serve.fifo
 mkfifo serve.fifo
-"$node" "$driver" --url "$page" <serve.fifo >"$drv" 2>/dev/null &
+# gpu_min=0: the tab's GPU takes every op it has a kernel for (SwiftShader, a fallback adapter, otherwise none).
+"$node" "$driver" --url "$page&gpu_min=0" <serve.fifo >"$drv" 2>/dev/null &
 dpid=$!
 exec 3>serve.fifo
 waitfor "$drv" "^(ready|SKIP|FAIL)" 60

@@ -61,9 +61,11 @@ const DT_I32 = 1;
 const LANE_CPU = 0;
 const LANE_GPU = 1;
 // An op the tab routes itself (lane -1) goes to its GPU from this many elements of work (elementwise and
-// row ops: the elements; matmul: m n k); the page's address may say otherwise (#gpu_min=N).
+// row ops: the elements; matmul: m n k); the page's address may say otherwise (#gpu_min=N). A fallback
+// adapter (a CPU implementation of WebGPU, such as SwiftShader) is never picked unless the address asks:
+// measured beside weft.wasm on the same CPU it is 1.3 to 100 times slower (bench/web/bench_tx_web.mjs).
 const GPU_MIN_DEFAULT = 1 << 18;
-let gpuMin = GPU_MIN_DEFAULT;
+let gpuMin = null; // the page's word, if any
 // The ops this tab's GPU runs (their kernels compiled here), and why the others do not.
 let gpuOps = new Set();
 let gpuWhy = {};
@@ -422,7 +424,8 @@ export class Session {
   // Whether an op of `work` elements goes to the GPU: named lane 1, or lane -1 (the tab picks) and large.
   useGpu(name, lane, work) {
     if (!this.gpuOps.has(name)) return false;
-    return lane === LANE_GPU || (lane === -1 && work > 0 && work >= gpuMin);
+    const min = gpuMin ?? (this.gpu.adapterInfo && this.gpu.adapterInfo.isFallbackAdapter ? Infinity : GPU_MIN_DEFAULT);
+    return lane === LANE_GPU || (lane === -1 && work > 0 && work >= min);
   }
 
   // The GPU lane's ops, as the LANES mask.
@@ -1041,7 +1044,8 @@ export async function startWorker({ url, secret, onStatus, gpuMin: min }) {
     if (gpu) {
       const i = gpu.adapterInfo;
       const words = [i.vendor, i.architecture, i.device, i.description].filter((w) => w).join(' ');
-      status.device = `WebGPU: ${words || 'unnamed adapter'}${i.isFallbackAdapter ? ' (fallback adapter)' : ''}`;
+      status.device = `WebGPU: ${words || 'unnamed adapter'}${i.isFallbackAdapter ? ' (fallback adapter' +
+        `${gpuMin === null ? ': run only when the page\'s address sets gpu_min' : ''})` : ''}`;
       status.cpu = cpu;
       await findGpuOps();
     } else {
