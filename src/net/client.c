@@ -114,6 +114,8 @@ weft_status weft_net_client_drain(weft_net_client *c) {
     c->pending--;
     weft_status st = take_reply(c, WEFT_NET_OP, id);
     if (st == WEFT_OK && c->reply_len != 4) st = weft_net_client_fail(c, "its peer sent a malformed op reply");
+    if (st == WEFT_OK && c->op_ran)
+      c->op_ran(c, (weft_op_kind)c->pending_kind[id % WEFT_NET_CLIENT_MAX_PENDING], (int32_t)weft_net_get32(c->reply));
     /* The caller was told the op ran: a failure now can only take the lane down, so the core computes what
      * the op wrote again elsewhere. */
     if (st != WEFT_OK && st != WEFT_ERR_LANE_FAILED)
@@ -583,7 +585,7 @@ weft_status weft_net_client_run(void *self, const weft_op *op) {
   r.type = WEFT_NET_OP;
   r.op = op->kind;
   r.contract = op->contract;
-  r.lane = c->peer_lane;
+  r.lane = c->peer_routes & WEFT_OP_BIT(op->kind) ? -1 : c->peer_lane;
   r.nin = e->nin;
   r.nout = e->nout;
   if (!op_views(op, &r)) return weft_lane_report(c->host, WEFT_ERR_UNSUPPORTED, "%s: op %s cannot be sent", c->name, e->name);
@@ -619,10 +621,12 @@ weft_status weft_net_client_run(void *self, const weft_op *op) {
     if (st) return st;
     if (!c->pending) c->first_pending_id = id;
     c->pending++;
+    c->pending_kind[id % WEFT_NET_CLIENT_MAX_PENDING] = (uint8_t)op->kind;
     return WEFT_OK;
   }
   weft_status st = weft_net_client_call(c, WEFT_NET_OP, pl, len, NULL, 0);
   if (!st && c->reply_len != 4) st = weft_net_client_fail(c, "its peer sent a malformed op reply");
+  if (!st && c->op_ran) c->op_ran(c, op->kind, (int32_t)weft_net_get32(c->reply));
   return st;
 }
 

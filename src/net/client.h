@@ -34,7 +34,8 @@ typedef struct weft_net_transport {
 
 /* One lane's client state. A lane's own struct starts with it, so the vtable functions below take the
  * lane's `self` directly. */
-typedef struct weft_net_client {
+typedef struct weft_net_client weft_net_client;
+struct weft_net_client {
   const weft_net_transport *tp;
   void *tp_ctx;
   const weft_lane_host *host;
@@ -42,6 +43,10 @@ typedef struct weft_net_client {
   uint32_t next_id;
   uint32_t max_frame;   /* the peer's frame cap, clamped to a sane range */
   int32_t peer_lane;    /* the lane index on the peer that ops are pinned to */
+  uint64_t peer_routes; /* ops sent with lane -1 instead: the peer picks among its lanes (a tab: its GPU
+                         * for a large op); 0 for every other op, and for lanes that never let it */
+  /* Optional: told, from each op's reply, which of the peer's lanes computed it (on the fabric's thread). */
+  void (*op_ran)(weft_net_client *c, weft_op_kind kind, int32_t peer_lane);
   /* Bumped on every new connection: a buffer remembers the session it was created in, so a handle of a
    * closed connection is never sent to the next peer (where it would name nothing, or something else). */
   uint32_t session;
@@ -52,10 +57,11 @@ typedef struct weft_net_client {
   int pipeline;
   uint32_t pending;     /* ops sent whose replies are unread */
   uint32_t first_pending_id;
+  uint8_t pending_kind[WEFT_NET_CLIENT_MAX_PENDING]; /* each pending op's kind, by request id */
   const uint8_t *reply; /* the last reply's payload (the transport's memory) */
   size_t reply_len;
   char why[512];        /* the last failure in words (a dropped connection's reason, or the peer's message) */
-} weft_net_client;
+};
 
 /* What the peer said in its hello reply. */
 typedef struct weft_net_hello {
