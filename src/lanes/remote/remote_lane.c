@@ -22,6 +22,7 @@
 #include <openssl/crypto.h>
 
 #include "net/client.h"
+#include "net/stripe.h"
 #include "net/tls.h"
 #include "weft_lane.h"
 
@@ -40,9 +41,17 @@ typedef struct remote_lane {
   char name[256];
   char device[160];
   char details[400];
+  char details_now[600]; /* details and, once a bulk transfer ran, how many connections it takes */
   uint8_t *scratch; /* the last frame received */
   size_t scratch_cap;
   size_t max_reply; /* the largest reply the last request may get */
+  /* Streams joined to this connection's session for bulk transfers (conns[0] is `conn`'s place: the
+   * session's own connection, copied in for each transfer). Opened on the first bulk transfer, closed
+   * with the connection; a stream the worker closed is dropped. */
+  weft_net_conn *streams; /* [WEFT_NET_MAX_STREAMS]; streams[0] unused */
+  size_t nstreams;        /* connections of the session, its own included (1: no streams) */
+  int streams_asked;      /* STREAMS was sent on this connection */
+  char streams_note[160]; /* how many streams and why not more, for the lane's details */
   /* Reconnection in the background (state guarded by rv_lock): the thread owns fd and the client while it
    * runs; the lane is down meanwhile, so the fabric's thread does not use them. */
   pthread_mutex_t rv_lock;
@@ -104,13 +113,102 @@ broken:
   return WEFT_ERR_LANE_FAILED;
 }
 
+static void streams_close(remote_lane *l) {
+  for (size_t i = 1; i < l->nstreams; i++) weft_net_conn_close(&l->streams[i]);
+  l->nstreams = 1;
+  l->streams_asked = 0;
+}
+
 static void tcp_drop(void *ctx, const char *why) {
   remote_lane *l = ctx;
   (void)why; /* a TCP peer has no place for it */
+  streams_close(l);
   weft_net_conn_close(&l->conn);
 }
 
-static const weft_net_transport TCP_TRANSPORT = {tcp_send, tcp_recv, tcp_drop};
+static int dial(const char *addr, int ms, int *loopback);
+
+/* WEFT_REMOTE_STREAMS: connections a bulk transfer stripes over (1 = none); default from the cores. */
+static uint32_t streams_wanted(void) {
+  const char *e = getenv("WEFT_REMOTE_STREAMS");
+  long v = e && e[0] ? strtol(e, NULL, 10) : 0;
+  if (v >= 1) return v > (long)WEFT_NET_MAX_STREAMS ? WEFT_NET_MAX_STREAMS : (uint32_t)v;
+  return weft_net_default_streams();
+}
+
+/* Asks the worker for streams and joins as many as it grants: each a connection of its own (TLS where the
+ * session has it) whose first frame is JOIN. A refusal at any step leaves the lane with what it has (its
+ * own connection alone at worst), and the lane's details say why. */
+static void streams_open(remote_lane *l) {
+  l->streams_asked = 1;
+  uint32_t want = streams_wanted();
+  if (want < 2) {
+    snprintf(l->streams_note, sizeof l->streams_note, "one connection (WEFT_REMOTE_STREAMS=1)");
+    return;
+  }
+  if (!(l->client.peer_caps & WEFT_NET_CAP_STREAMS)) {
+    snprintf(l->streams_note, sizeof l->streams_note, "one connection (the worker offers no streams)");
+    return;
+  }
+  uint32_t granted = 1;
+  uint64_t session = 0;
+  uint8_t key[WEFT_NET_KEY_BYTES];
+  char identity[WEFT_NET_MAX_IDENTITY + 1] = "";
+  weft_status st = weft_net_client_streams(&l->client, want, &granted, &session, key, identity, sizeof identity);
+  if (st) {
+    snprintf(l->streams_note, sizeof l->streams_note, "one connection (streams refused: %.100s)", l->client.why);
+    return;
+  }
+  char why[256] = "";
+  for (uint32_t i = 1; i < granted; i++) {
+    int loopback = 0;
+    int fd = dial(l->addr, l->timeout_ms, &loopback);
+    weft_net_conn *sc = &l->streams[i];
+    weft_net_conn_init(sc, fd);
+    if (fd < 0) {
+      snprintf(why, sizeof why, "cannot connect: %s", strerror(errno));
+      break;
+    }
+    if ((l->tls && weft_net_conn_connect(sc, l->tls, why, sizeof why)) ||
+        weft_net_stream_join(sc, session, i, key, identity, why, sizeof why)) {
+      weft_net_conn_close(sc);
+      break;
+    }
+    l->nstreams = i + 1;
+  }
+  OPENSSL_cleanse(key, sizeof key);
+  if (l->nstreams == granted)
+    snprintf(l->streams_note, sizeof l->streams_note, "%zu connections per bulk transfer", l->nstreams);
+  else
+    snprintf(l->streams_note, sizeof l->streams_note, "%zu of %u connections granted per bulk transfer (%.80s)",
+             l->nstreams, (unsigned)granted, why);
+}
+
+static weft_status tcp_bulk(void *ctx, const weft_net_bulk *job, uint32_t *next_id, char *why, size_t whylen) {
+  remote_lane *l = ctx;
+  if (l->conn.fd < 0) {
+    snprintf(why, whylen, "the connection is closed");
+    return WEFT_ERR_LANE_FAILED;
+  }
+  if (!l->streams_asked) {
+    streams_open(l);
+    if (!l->client.up || l->conn.fd < 0) {
+      snprintf(why, whylen, "%s", l->client.why);
+      return WEFT_ERR_LANE_FAILED;
+    }
+  }
+  l->streams[0] = l->conn;
+  weft_status st = weft_net_bulk_run(l->streams, l->nstreams, next_id, job, why, whylen);
+  l->conn = l->streams[0];
+  /* Streams the worker closed are gone: keep the ones that are left, in order. */
+  size_t k = 1;
+  for (size_t i = 1; i < l->nstreams; i++)
+    if (l->streams[i].fd >= 0) l->streams[k++] = l->streams[i];
+  l->nstreams = k;
+  return st;
+}
+
+static const weft_net_transport TCP_TRANSPORT = {tcp_send, tcp_recv, tcp_drop, tcp_bulk};
 
 /* Connects; *loopback says whether the address reached is on loopback (127/8, ::1). */
 static int dial(const char *addr, int ms, int *loopback) {
@@ -148,6 +246,7 @@ static int tls_wanted(void) {
 /* Dials the worker, starts TLS where the policy wants it, says hello and runs the mutual proof of the secret.
  * On failure why says what a person can do about it and the connection is closed. */
 static weft_status connect_worker(remote_lane *l, int dial_ms, char *why, size_t whylen) {
+  streams_close(l);
   weft_net_conn_close(&l->conn);
   weft_net_tls_destroy(l->tls);
   l->tls = NULL;
@@ -218,7 +317,12 @@ static void remote_describe(void *self, weft_lane_desc *out) {
   out->kind = "remote";
   out->device = l->device;
   out->driver = "weft wire protocol v2";
-  out->details = l->details;
+  if (l->streams_note[0]) {
+    snprintf(l->details_now, sizeof l->details_now, "%s; %s", l->details, l->streams_note);
+    out->details = l->details_now;
+  } else {
+    out->details = l->details;
+  }
   out->contracts = l->contracts;
   out->ops = l->ops;
   out->flags = 0;
@@ -233,6 +337,8 @@ static void remote_destroy(void *self) {
   pthread_mutex_unlock(&l->rv_lock);
   if (running) pthread_join(l->rv_thread, NULL);
   pthread_mutex_destroy(&l->rv_lock);
+  streams_close(l);
+  free(l->streams);
   weft_net_conn_close(&l->conn);
   weft_net_tls_destroy(l->tls);
   free(l->scratch);
@@ -361,6 +467,12 @@ static remote_lane *lane_open(const weft_probe_args *args, const char *addr, con
   snprintf(l->pinned, sizeof l->pinned, "%s", pinned);
   snprintf(l->name, sizeof l->name, "remote:%s", addr);
   weft_net_conn_init(&l->conn, -1);
+  l->streams = calloc(WEFT_NET_MAX_STREAMS, sizeof *l->streams);
+  l->nstreams = 1;
+  if (!l->streams) {
+    remote_destroy(l);
+    return NULL;
+  }
   if (connect_worker(l, l->timeout_ms, why, whylen)) {
     remote_destroy(l);
     return NULL;
