@@ -1154,11 +1154,12 @@ static void *serve_conn(void *arg) {
     struct pollfd pfd = {c->fd, POLLIN, 0};
     int pr;
     /* Between frames a client may sit idle up to the idle timeout (its fabric holds the lane open);
-     * keepalive finds peers that vanished. Once a frame starts, the io timeout applies. */
+     * keepalive finds peers that vanished. Once a frame starts, the io timeout applies. A stream idles as
+     * long as its session: the session's own connection's timeout ends both. */
     pr = 1;
     /* Bytes TLS already took off the socket and decrypted are invisible to poll: poll only when none wait. */
     if (!weft_net_conn_pending(&c->nc))
-      while ((pr = poll(&pfd, 1, srv->idle_timeout_ms)) < 0 && errno == EINTR) {
+      while ((pr = poll(&pfd, 1, c->stream ? -1 : srv->idle_timeout_ms)) < 0 && errno == EINTR) {
       }
     if (pr <= 0 || !conn_recv_all(c, hb, sizeof hb)) break;
     weft_net_header h;

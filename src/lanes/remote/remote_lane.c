@@ -7,6 +7,7 @@
  * the lane return WEFT_ERR_LANE_FAILED, so the core takes the lane out and re-routes the op. Reconnecting runs
  * on a thread of the lane's own, never on the caller's: revive only starts an attempt or reads its verdict. */
 #include <errno.h>
+#include <stdarg.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <netinet/in.h>
@@ -40,8 +41,8 @@ typedef struct remote_lane {
   char worker_lane_name[128]; /* the lane's name on the worker: a restarted worker must still offer it */
   char name[256];
   char device[160];
-  char details[400];
-  char details_now[600]; /* details and, once a bulk transfer ran, how many connections it takes */
+  char details[600];      /* the core keeps a pointer to it: updated in place once streams are asked for */
+  char details_base[400]; /* what the lane was opened with */
   uint8_t *scratch; /* the last frame received */
   size_t scratch_cap;
   size_t max_reply; /* the largest reply the last request may get */
@@ -51,7 +52,6 @@ typedef struct remote_lane {
   weft_net_conn *streams; /* [WEFT_NET_MAX_STREAMS]; streams[0] unused */
   size_t nstreams;        /* connections of the session, its own included (1: no streams) */
   int streams_asked;      /* STREAMS was sent on this connection */
-  char streams_note[160]; /* how many streams and why not more, for the lane's details */
   /* Reconnection in the background (state guarded by rv_lock): the thread owns fd and the client while it
    * runs; the lane is down meanwhile, so the fabric's thread does not use them. */
   pthread_mutex_t rv_lock;
@@ -139,15 +139,26 @@ static uint32_t streams_wanted(void) {
 /* Asks the worker for streams and joins as many as it grants: each a connection of its own (TLS where the
  * session has it) whose first frame is JOIN. A refusal at any step leaves the lane with what it has (its
  * own connection alone at worst), and the lane's details say why. */
+static void streams_note(remote_lane *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void streams_note(remote_lane *l, const char *fmt, ...) {
+  char note[200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(note, sizeof note, fmt, ap);
+  va_end(ap);
+  if (!l->details_base[0]) snprintf(l->details_base, sizeof l->details_base, "%.399s", l->details);
+  snprintf(l->details, sizeof l->details, "%.399s; %.190s", l->details_base, note);
+}
+
 static void streams_open(remote_lane *l) {
   l->streams_asked = 1;
   uint32_t want = streams_wanted();
   if (want < 2) {
-    snprintf(l->streams_note, sizeof l->streams_note, "one connection (WEFT_REMOTE_STREAMS=1)");
+    streams_note(l, "one connection (WEFT_REMOTE_STREAMS=1)");
     return;
   }
   if (!(l->client.peer_caps & WEFT_NET_CAP_STREAMS)) {
-    snprintf(l->streams_note, sizeof l->streams_note, "one connection (the worker offers no streams)");
+    streams_note(l, "one connection (the worker offers no streams)");
     return;
   }
   uint32_t granted = 1;
@@ -156,7 +167,7 @@ static void streams_open(remote_lane *l) {
   char identity[WEFT_NET_MAX_IDENTITY + 1] = "";
   weft_status st = weft_net_client_streams(&l->client, want, &granted, &session, key, identity, sizeof identity);
   if (st) {
-    snprintf(l->streams_note, sizeof l->streams_note, "one connection (streams refused: %.100s)", l->client.why);
+    streams_note(l, "one connection (streams refused: %.100s)", l->client.why);
     return;
   }
   char why[256] = "";
@@ -178,9 +189,9 @@ static void streams_open(remote_lane *l) {
   }
   OPENSSL_cleanse(key, sizeof key);
   if (l->nstreams == granted)
-    snprintf(l->streams_note, sizeof l->streams_note, "%zu connections per bulk transfer", l->nstreams);
+    streams_note(l, "%zu connections per bulk transfer", l->nstreams);
   else
-    snprintf(l->streams_note, sizeof l->streams_note, "%zu of %u connections granted per bulk transfer (%.80s)",
+    streams_note(l, "%zu of %u connections granted per bulk transfer (%.80s)",
              l->nstreams, (unsigned)granted, why);
 }
 
@@ -317,12 +328,7 @@ static void remote_describe(void *self, weft_lane_desc *out) {
   out->kind = "remote";
   out->device = l->device;
   out->driver = "weft wire protocol v2";
-  if (l->streams_note[0]) {
-    snprintf(l->details_now, sizeof l->details_now, "%s; %s", l->details, l->streams_note);
-    out->details = l->details_now;
-  } else {
-    out->details = l->details;
-  }
+  out->details = l->details;
   out->contracts = l->contracts;
   out->ops = l->ops;
   out->flags = 0;
