@@ -177,6 +177,8 @@ struct weft_net_session {
   uint8_t stream_key[WEFT_NET_KEY_BYTES];
   uint64_t joined[(WEFT_NET_MAX_STREAMS + 63) / 64]; /* indices that joined: each joins once */
   int stream_fd[WEFT_NET_MAX_STREAMS];               /* their sockets while they live, else -1 */
+  int streams_asked;                                 /* STREAMS comes once (the first connection's thread) */
+  uint32_t client_caps;                              /* its hello's */
 };
 
 /* ------------------------------------------------------------------------------------------ replies */
@@ -680,23 +682,22 @@ static weft_status data_check(weft_net_session *s, const weft_net_request *r, sl
  * mutual proof (never sent); without a secret the worker draws it and sends it here. */
 static int grant_streams(weft_net_session *s, const weft_net_header *h, const weft_net_request *r, weft_net_buf *b) {
   weft_net_server *srv = s->srv;
-  if (s->stream_session)
-    return errorf(s, b, h, WEFT_ERR_STATE, "streams were already granted on this connection (session %llu)",
-                  (unsigned long long)s->stream_session);
+  if (!(s->client_caps & WEFT_NET_CAP_STREAMS))
+    return errorf(s, b, h, WEFT_ERR_STATE, "streams were not announced in this connection's hello (capability %u)",
+                  WEFT_NET_CAP_STREAMS);
+  if (s->streams_asked)
+    return errorf(s, b, h, WEFT_ERR_STATE, "streams were asked for already on this connection (granted %u)",
+                  (unsigned)(s->stream_granted ? s->stream_granted : 1));
+  s->streams_asked = 1;
   uint32_t granted = r->streams < srv->max_streams ? r->streams : srv->max_streams;
   uint8_t key[WEFT_NET_KEY_BYTES] = {0};
   uint64_t id = 0;
   if (granted > 1) {
-    uint8_t idb[8];
     weft_status st = WEFT_OK;
-    do {
-      if (RAND_bytes(idb, sizeof idb) != 1) st = WEFT_ERR_INTERNAL;
-      id = weft_net_get64(idb);
-    } while (!st && !id);
-    if (!st && srv->need_auth)
+    if (srv->need_auth)
       st = weft_net_stream_key(srv->secret, srv->secret_len, s->nonce, s->client_nonce, srv->identity,
                                s->stream_key);
-    else if (!st && RAND_bytes(s->stream_key, sizeof s->stream_key) != 1)
+    else if (RAND_bytes(s->stream_key, sizeof s->stream_key) != 1)
       st = WEFT_ERR_INTERNAL;
     if (!st && !srv->need_auth) memcpy(key, s->stream_key, sizeof key);
     pthread_mutex_lock(&srv->reg_lock);
@@ -705,6 +706,14 @@ static int grant_streams(weft_net_session *s, const weft_net_header *h, const we
       weft_net_session **p = realloc(srv->reg, cap * sizeof *p);
       if (p) srv->reg = p, srv->reg_cap = cap;
       else st = WEFT_ERR_OUT_OF_MEMORY;
+    }
+    /* A random id, none other's (and not 0, which means none). */
+    for (int fresh = 0; !st && !fresh;) {
+      uint8_t idb[8];
+      if (RAND_bytes(idb, sizeof idb) != 1) st = WEFT_ERR_INTERNAL;
+      id = weft_net_get64(idb);
+      fresh = id != 0;
+      for (size_t i = 0; fresh && i < srv->nreg; i++) fresh = srv->reg[i]->stream_session != id;
     }
     if (!st) {
       srv->reg[srv->nreg++] = s;
@@ -766,6 +775,7 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
       return 0;
     }
     s->hello = 1;
+    s->client_caps = r.caps;
     uint8_t *p = reply_begin(b, h, WEFT_OK, 12 + WEFT_NET_NONCE_BYTES + 12);
     if (!p) return 0;
     weft_net_put32(p, WEFT_NET_VERSION);

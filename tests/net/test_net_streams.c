@@ -367,6 +367,15 @@ static void test_hostile(const char *weft, const char *path) {
   weft_net_put32(pl4, 4);
   TU_CHECK(conn_call(&S.s[0], WEFT_NET_STREAMS, pl4, 4, NULL, NULL) == WEFT_ERR_STATE, "streams are granted once");
 
+  /* STREAMS on a connection whose hello did not announce them: refused, the connection kept. */
+  int fd = nt_connect(w.port);
+  uint8_t nonce[WEFT_NET_NONCE_BYTES];
+  TU_CHECK(nt_hello(fd, nonce) == 0 && nt_auth(fd, nonce, secret) == 0, "a client that does not announce streams");
+  TU_CHECK(nt_call(fd, WEFT_NET_STREAMS, pl4, 4, NULL, NULL) == WEFT_ERR_STATE &&
+               nt_call(fd, WEFT_NET_LANES, NULL, 0, NULL, NULL) == 0,
+           "streams it did not announce are refused, and the connection keeps serving");
+  close(fd);
+
   /* STREAMS before the proof: refused (the stage reads nothing but the handshake) and closed. */
   TU_CHECK(dial(&c, NULL, w.port), "dial");
   uint8_t hello[8];
