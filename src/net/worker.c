@@ -121,7 +121,7 @@ struct weft_net_server {
   atomic_uint_fast64_t total;
   uint32_t max_streams;  /* connections one session may stripe over (its first included); 1 = none */
   /* Sessions that granted streams, by their stream session id: what a JOIN looks up. Also guards each
-   * session's refs, joined indices, stream sockets and closed flag. */
+   * session's refs, joined indices and stream sockets. */
   pthread_mutex_t reg_lock;
   weft_net_session **reg;
   size_t nreg, reg_cap;
@@ -171,7 +171,6 @@ struct weft_net_session {
    * every other request (which may create, free or retype the slots those use). Under srv->reg_lock: */
   pthread_rwlock_t lock;
   int refs;                 /* the first connection's and each joined stream's */
-  int closed;               /* the first connection closed: no more joins, streams shut down */
   uint64_t stream_session;  /* the id streams join by (0: none granted) */
   uint32_t stream_granted;  /* connections granted, the first included */
   uint8_t stream_key[WEFT_NET_KEY_BYTES];
@@ -398,7 +397,6 @@ void weft_net_session_destroy(weft_net_session *s) {
   if (!s) return;
   weft_net_server *srv = s->srv;
   pthread_mutex_lock(&srv->reg_lock);
-  s->closed = 1;
   for (size_t i = 0; i < srv->nreg; i++)
     if (srv->reg[i] == s) {
       srv->reg[i] = srv->reg[--srv->nreg];
