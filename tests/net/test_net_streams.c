@@ -11,6 +11,8 @@
  *    bad joins (wrong proofs, unknown sessions, headers claiming 64 MiB) without the worker's memory
  *    growing; and the requests that are not a stream's (lanes on a stream) or not a session's (join on the
  *    session's own connection) refused with the connection kept. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +30,7 @@ static uint64_t seed = 77;
 
 static int conn_call(weft_net_conn *c, uint16_t type, const void *payload, uint32_t len, uint8_t **out,
                      uint32_t *out_len) {
-  static uint32_t id = 1;
+  static _Thread_local uint32_t id = 1; /* per thread: a racing stream has its own */
   if (out) *out = NULL;
   uint8_t hb[WEFT_NET_HEADER_BYTES];
   weft_net_header h = {WEFT_NET_MAGIC, type, 0, id, len};
@@ -273,6 +275,38 @@ static int lane_relu_right(const char *addr, char *details, size_t dn) {
   return ok;
 }
 
+typedef struct race_arg {
+  weft_net_conn *c;
+  atomic_int stop;
+  int done, broken;
+  atomic_uint_fast64_t handle;
+} race_arg;
+
+/* Writes then reads 1 MiB at the start of whatever tensor the session has now, until told to stop. */
+static void *race_stream(void *arg) {
+  race_arg *ra = arg;
+  enum { M = 1 << 18 };
+  uint8_t *buf = malloc(24 + (size_t)M * 4), *r = NULL;
+  uint32_t rl = 0;
+  memset(buf, 0x3c, 24 + (size_t)M * 4);
+  while (buf && !atomic_load(&ra->stop)) {
+    uint64_t h = atomic_load(&ra->handle);
+    weft_net_put64(buf, h);
+    weft_net_put64(buf + 8, 0);
+    weft_net_put64(buf + 16, M);
+    int a = conn_call(ra->c, WEFT_NET_WRITE, buf, 24 + M * 4, NULL, NULL);
+    int b = conn_call(ra->c, WEFT_NET_READ, buf, 24, &r, &rl);
+    free(r);
+    if ((a != 0 && a != WEFT_ERR_NOT_FOUND) || (b != 0 && b != WEFT_ERR_NOT_FOUND)) {
+      ra->broken++;
+      break;
+    }
+    ra->done++;
+  }
+  free(buf);
+  return NULL;
+}
+
 static void still_right(nt_worker *w, const char *sec, const char *after) {
   TU_CHECK(nt_alive(w), "the worker died after %s", after);
   TU_CHECK(nt_matmul_right(w->port, sec, 19, 33, 7, seed++), "a matmul after %s is wrong or failed", after);
@@ -416,6 +450,40 @@ static void test_hostile(const char *weft, const char *path) {
   TU_CHECK(striped(&S, 0, h, y, N, why, sizeof why) && memcmp(x, y, (size_t)N * 4) == 0 && S.ns == 2,
            "session S still stripes after the flood (%s)", why);
   still_right(&w, secret, "the join flood");
+
+  /* A client with the secret racing its own requests: a stream writes and reads a tensor while the
+   * session's own connection frees it and creates another, again and again. Every transfer is answered
+   * (done, or NOT_FOUND once the handle is gone) and the worker, under ASan in that build, never touches a
+   * freed tensor. */
+  race_arg ra;
+  memset(&ra, 0, sizeof ra);
+  ra.c = &S.s[1];
+  atomic_init(&ra.stop, 0);
+  atomic_init(&ra.handle, h);
+  pthread_t th;
+  TU_CHECK(pthread_create(&th, NULL, race_stream, &ra) == 0, "a racing stream thread");
+  int created = 0;
+  for (int i = 0; i < 200; i++) {
+    uint8_t fp[8];
+    weft_net_put64(fp, atomic_load(&ra.handle));
+    if (conn_call(&S.s[0], WEFT_NET_FREE, fp, 8, NULL, NULL) != 0) break;
+    uint64_t nh = create(&S.s[0], N);
+    if (!nh) break;
+    atomic_store(&ra.handle, nh);
+    created++;
+  }
+  atomic_store(&ra.stop, 1);
+  pthread_join(th, NULL);
+  printf("net_streams: %d stream transfers raced 200 frees and creates\n", ra.done);
+  TU_CHECK(created == 200, "the session's own connection freed and created 200 tensors under a racing stream (%d)",
+           created);
+  TU_CHECK(ra.broken == 0 && ra.done > 0, "the racing stream got an answer to every transfer (%d done, %d broken)",
+           ra.done, ra.broken);
+  h = atomic_load(&ra.handle);
+  TU_CHECK(striped(&S, 1, h, x, N, why, sizeof why) && striped(&S, 0, h, y, N, why, sizeof why) &&
+               memcmp(x, y, (size_t)N * 4) == 0 && S.ns == 2,
+           "the session stripes bit for bit after the race (%s)", why);
+  still_right(&w, secret, "a stream racing frees");
 
   /* A session that closes: its streams are shut down, and a right proof for it joins nothing. */
   weft_net_conn_close(&S.s[0]);
