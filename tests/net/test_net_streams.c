@@ -10,7 +10,9 @@
  *    session that closed (whose streams the worker shut down), a frame other than the join first; a flood of
  *    bad joins (wrong proofs, unknown sessions, headers claiming 64 MiB) without the worker's memory
  *    growing; and the requests that are not a stream's (lanes on a stream) or not a session's (join on the
- *    session's own connection) refused with the connection kept. */
+ *    session's own connection) refused with the connection kept; a stream writing and reading a tensor while
+ *    the session's own connection frees and creates it again and again (the worker never touches a freed
+ *    tensor: ASan would say so in that build). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
