@@ -46,7 +46,8 @@ void weft_cli_worker_help(FILE *out) {
           "                         (default 3600; 0 = never)\n"
           "  --max-streams N        connections one client may stripe a large write or read over (its own\n"
           "                         included; each joins its session with a proof bound to it and counts\n"
-          "                         against --max-clients); default: this machine's cores, 1 to 8; 1 = none\n"
+          "                         against --max-clients); default: this machine's cores, 1 to 8; 1 = none.\n"
+          "                         Clients ask with WEFT_REMOTE_STREAMS (default: their cores, 1 to 8)\n"
           "\n"
           "Prints 'weft worker: listening on HOST:PORT' once bound (the port actually bound).\n");
 }
