@@ -388,8 +388,10 @@ WEFT_API weft_status weft_op_run(weft_fabric *fabric, const weft_op_desc *desc, 
  * for a fresh gradient); gradients of activations are written. "[..]" is any leading dimensions. Index
  * tensors are int32 (weft_tensor_create_typed); an index out of range is WEFT_ERR_INVALID_ARGUMENT and
  * nothing is written. Outputs are distinct from inputs unless said otherwise. The CPU lane and cuda:N offer
- * all of them, vulkan:N all but sumsq, remote lanes what their worker's lane offers, browser tabs what their
- * self-test proved (weft_lane_info.ops says which lane offers what; the router goes around the others). */
+ * all of them, vulkan:N all but sumsq, the OpenCL plugin's opencl:N all of them (each admitted by its
+ * self-test; a plugin lane offers only the ops that passed), remote lanes what their worker's lane offers,
+ * browser tabs what their self-test proved (weft_lane_info.ops says which lane offers what; the router goes
+ * around the others). */
 
 /* out[b,t,:] = wte[tok[b,t],:] + wpe[pos[b,t],:]. tok, pos: i32 [B,T]; pos NULL means pos[b,t] = t;
  * wte [V,C]; wpe [P,C]; out [B,T,C]. */

@@ -38,6 +38,7 @@ struct weft_gpt {
   int *pkind;          /* each parameter tensor's kind (K_*) */
   uint64_t rr; /* PLACE_RR: ops placed so far */
   int cur_layer, cur_lane; /* the last op's layer and asked-for lane (D) */
+  int cur_lane_hint;       /* the layer's lane before a matmul's contract moved it (D) */
   weft_op_kind cur_kind;
   weft_gpt_op_hook hook;
   void *hook_ctx;
@@ -141,6 +142,11 @@ static uint64_t lane_ops(weft_fabric *f, int lane) {
   return li.failed ? 0 : (li.ops ? li.ops : WEFT_OPS_V1);
 }
 
+static int lane_honours(weft_fabric *f, int lane, weft_contract c) {
+  weft_lane_info li;
+  return lane >= 0 && weft_fabric_lane_info(f, (size_t)lane, &li) == WEFT_OK && (li.contracts & WEFT_CONTRACT_BIT(c));
+}
+
 static int cpu_lane(weft_fabric *f) {
   size_t i;
   return weft_fabric_lane_find(f, "cpu", &i) == WEFT_OK ? (int)i : WEFT_LANE_AUTO;
@@ -165,8 +171,21 @@ static weft_op_desc D(weft_gpt *g, int l, weft_op_kind k) {
   weft_op_desc d = WEFT_OP_DESC_INIT;
   d.contract = k == WEFT_OP_MATMUL ? g->opts.contract : WEFT_CONTRACT_EXACT;
   const int lane = g->llane[l];
+  g->cur_lane_hint = lane;
   if (g->opts.place == WEFT_GPT_PLACE_RR) d.lane = rr_lane(g, k, d.contract);
   else if (lane >= 0) d.lane = (lane_ops(g->f, lane) & WEFT_OP_BIT(k)) ? lane : cpu_lane(g->f);
+  if (d.lane >= 0 && k == WEFT_OP_MATMUL && !lane_honours(g->f, d.lane, d.contract)) {
+    /* tf32/bf16 on a lane whose matmuls are exact/fp32: its tensor units (cuda:0 -> cuda:0.tensor), or the
+     * router among the lanes that honour the contract */
+    weft_lane_info li;
+    char name[96];
+    size_t t;
+    d.lane = WEFT_LANE_AUTO;
+    if (weft_fabric_lane_info(g->f, (size_t)g->cur_lane_hint, &li) == WEFT_OK) {
+      snprintf(name, sizeof name, "%s.tensor", li.name);
+      if (weft_fabric_lane_find(g->f, name, &t) == WEFT_OK && lane_honours(g->f, (int)t, d.contract)) d.lane = (int)t;
+    }
+  }
   g->cur_layer = l, g->cur_kind = k, g->cur_lane = d.lane;
   return d;
 }
@@ -509,6 +528,8 @@ static int best_lane(weft_gpt *g, uint64_t ops, const home_query *q, size_t nq) 
 
 static weft_status choose_home(weft_gpt *g, int64_t rows) {
   if (g->opts.place != WEFT_GPT_PLACE_AUTO || g->home != -1) return WEFT_OK;
+  /* on measured models, not the built-in priors: a home chosen on a guess holds the weights for the run */
+  if (weft_fabric_lane_count(g->f) > 1) RUN(weft_fabric_calibration_wait(g->f), "measure the lanes");
   const int64_t C = g->cfg.C, V = g->cfg.V;
   const home_query mm[] = {{WEFT_OP_MATMUL, rows, 3 * C, C, 0, 1}, {WEFT_OP_MATMUL, rows, C, C, 0, 1},
                            {WEFT_OP_MATMUL, rows, 4 * C, C, 0, 1}, {WEFT_OP_MATMUL, rows, C, 4 * C, 0, 1},
@@ -687,21 +708,26 @@ weft_status weft_gpt_write_moments(weft_gpt *g, const float *m, const float *v, 
 static int32_t sample(const float *logits, int V, float temperature, int top_k, uint64_t *rng, float *prob, int *idx) {
   if (temperature <= 0) {
     int best = 0;
+    float bv = logits[0];
     for (int i = 1; i < V; i++)
-      if (logits[i] > logits[best]) best = i;
+      if (logits[i] > bv) bv = logits[i], best = i;
     return best;
   }
-  /* the top k by selection (ties: the lower index first) */
+  /* the top k, largest first (ties: the lower index first), kept sorted as the logits stream past: one
+   * compare for most of them, not k passes over the vocabulary */
   const int k = top_k > 0 && top_k < V ? top_k : V;
-  for (int i = 0; i < V; i++) idx[i] = i;
-  if (k < V)
-    for (int i = 0; i < k; i++) {
-      int b = i;
-      for (int j = i + 1; j < V; j++)
-        if (logits[idx[j]] > logits[idx[b]]) b = j;
-      const int t = idx[i];
-      idx[i] = idx[b], idx[b] = t;
+  if (k == V) {
+    for (int i = 0; i < V; i++) idx[i] = i; /* every token, in index order */
+  } else {
+    int cnt = 0;
+    for (int i = 0; i < V; i++) {
+      const float v = logits[i];
+      if (cnt == k && !(v > logits[idx[k - 1]])) continue;
+      int j = cnt < k ? cnt++ : k - 1;
+      while (j > 0 && v > logits[idx[j - 1]]) idx[j] = idx[j - 1], j--;
+      idx[j] = i;
     }
+  }
   float mx = logits[idx[0]];
   for (int i = 1; i < k; i++)
     if (logits[idx[i]] > mx) mx = logits[idx[i]];
@@ -780,6 +806,10 @@ weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int nto
   GRUN(weft_tensor_read(g->a.logits, lg, (size_t)n * V), "read the prompt's logits");
   int32_t next = sample(lg + (size_t)(n - 1) * V, V, temperature, top_k, rng, prob, ix);
   out[0] = next;
+  /* an empty scope first: a fabric measures what an op costs inside scopes at its first one (once), which
+   * is not a decode step's time */
+  GRUN(weft_scope_begin(f), "open a scope");
+  GRUN(weft_scope_end(f), "close a scope");
   const double t0 = now_s();
   /* WEFT_GPT_PROFILE=1: where a decode step's time goes, on stderr at the end (a developer's tool) */
   const int prof = getenv("WEFT_GPT_PROFILE") && atoi(getenv("WEFT_GPT_PROFILE")) > 0;

@@ -74,6 +74,8 @@ void weft_cli_gpt_help(FILE *out) {
           "  --explain           for one step (train: the first; generate: the prefill and the first decode\n"
           "                      step), one line per op: where it ran and why, the router's predicted total\n"
           "                      (wait + transfer + alpha + compute) for the chosen lane and the runner-up\n"
+          "  --explain-step N    generate: explain decode step N instead (1 = the first; the models and where\n"
+          "                      the data lives have settled by later steps)\n"
           "  --seed N            the initial weights, the batches, the sampler (default 1)\n"
           "  --lanes LIST        open only these lanes (cpu, vulkan, vulkan:0, ...)\n"
           "  --place P           auto (default): the router picks each op's lane; layers: layer i on the i-th\n"
@@ -81,7 +83,8 @@ void weft_cli_gpt_help(FILE *out) {
           "                      on the i-th lane (in turn) of those that offer it (a placement test); a lane\n"
           "                      name: every op that lane offers pinned to it\n"
           "  --contract C        exact (default), fp32, tf32 or bf16: the matmuls' contract (the other ops are\n"
-          "                      always exact)\n"
+          "                      always exact); with --place LANE, tf32/bf16 matmuls run on LANE's tensor units\n"
+          "                      (cuda:0 -> cuda:0.tensor), else where the router finds a lane that honours it\n"
           "  --cpu-threads N     threads of the CPU lane     --json  the run as JSON\n"
           "\n"
           "Checkpoint file (little-endian): \"WEFTGPT1\", u32 version 1, i32 L, C, NH, V, maxT, i64 step, u64 the\n"
@@ -101,6 +104,7 @@ typedef struct gopts {
   weft_gpt_config cfg;
   weft_contract contract;
   int cpu_threads, json, ckpt_given, heads_given, shape_given, explain;
+  long explain_step;
 } gopts;
 
 static int parse_double(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -116,7 +120,7 @@ static int parse_double(const char *opt, const char *s, double lo, double hi, do
 static int parse_opts(int argc, char **argv, gopts *o) {
   enum { O_DATA = 256, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WARM, O_MINLR, O_WD, O_CLIP, O_VAL, O_CK, O_CKE, O_RES, O_PROMPT,
          O_TOK, O_TEMP, O_TOPK, O_LAYERS, O_CH, O_HEADS, O_CTX, O_SEED, O_LANES, O_PLACE, O_CON, O_THR, O_JSON, O_STOP,
-         O_WEIGHTS, O_INIT, O_ENC, O_VBPE, O_BPE, O_EXPLAIN };
+         O_WEIGHTS, O_INIT, O_ENC, O_VBPE, O_BPE, O_EXPLAIN, O_EXPLAIN_STEP };
   static const struct option longopts[] = {
       {"data", required_argument, NULL, O_DATA}, {"steps", required_argument, NULL, O_STEPS},
       {"batch", required_argument, NULL, O_BATCH}, {"seq", required_argument, NULL, O_SEQ},
@@ -134,7 +138,7 @@ static int parse_opts(int argc, char **argv, gopts *o) {
       {"json", no_argument, NULL, O_JSON}, {"stop-at", required_argument, NULL, O_STOP},
       {"weights", required_argument, NULL, O_WEIGHTS}, {"init-from", required_argument, NULL, O_INIT},
       {"encoder", required_argument, NULL, O_ENC}, {"vocab-bpe", required_argument, NULL, O_VBPE},
-      {"bpe", required_argument, NULL, O_BPE}, {"explain", no_argument, NULL, O_EXPLAIN}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+      {"bpe", required_argument, NULL, O_BPE}, {"explain", no_argument, NULL, O_EXPLAIN}, {"explain-step", required_argument, NULL, O_EXPLAIN_STEP}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
   };
   o->steps = 50, o->batch = 4, o->seq = 64, o->warmup = -1, o->val_every = 10, o->tokens = 64, o->top_k = 40, o->seed = 1;
   o->lr = 1e-3, o->min_lr = 0.1, o->wd = 0.1, o->clip = 1.0, o->temperature = 0.8;
@@ -183,6 +187,9 @@ static int parse_opts(int argc, char **argv, gopts *o) {
     case O_VBPE: o->vocab_bpe = optarg; break;
     case O_BPE: o->bpe_dir = optarg; break;
     case O_EXPLAIN: o->explain = 1; break;
+    case O_EXPLAIN_STEP:
+      if (!(rc = weft_cli_parse_long("gpt", "--explain-step", optarg, 1, 1L << 30, &v))) o->explain_step = v, o->explain = 1;
+      break;
     case O_SEED: rc = weft_cli_parse_long("gpt", "--seed", optarg, 0, 2147483647L, &o->seed); break;
     case O_LANES: o->lanes = optarg; break;
     case O_PLACE: o->place = optarg; break;
@@ -394,6 +401,7 @@ typedef struct explainer {
   weft_fabric *f;
   FILE *out;
   int on, embeddings, limit; /* limit: stop at this many embeddings of the model's input (0: none) */
+  int from;                  /* print from this embedding on (1: the first) */
   int L;
   int ops;
 } explainer;
@@ -405,6 +413,7 @@ static void explain_op(void *ctx, const char *what, int layer, weft_op_kind kind
     e->on = 0;
     return;
   }
+  if (e->embeddings < e->from) return; /* --explain-step: not yet */
   char where[48];
   if (layer < e->L) snprintf(where, sizeof where, "layer %d", layer);
   else snprintf(where, sizeof where, "model");
@@ -621,7 +630,7 @@ static int train(gopts *o) {
   uint64_t before[64] = {0};
   char lanes[512];
   ops_since(f, before, lanes, sizeof lanes, NULL);
-  explainer ex = {.f = f, .out = stderr, .on = o->explain, .L = cfg.L};
+  explainer ex = {.f = f, .out = stderr, .on = o->explain, .from = 1, .L = cfg.L};
   if (o->explain) {
     weft_gpt_set_op_hook(g, explain_op, &ex);
     fprintf(stderr, "explain: step %lld, each op: the lane it ran on, and for a routed op the router's predicted time (ms)\n"
@@ -784,10 +793,13 @@ static int generate(gopts *o) {
     rc = WEFT_CLI_FAILED;
   }
   /* --explain: the prefill (embedding 1) and the first decode step (embedding 2); off at the third */
-  explainer ex = {.f = f, .out = stderr, .on = o->explain, .limit = 3, .L = cfg.L};
+  const int from = o->explain_step > 0 ? (int)o->explain_step + 1 : 1; /* embedding 1 is the prefill's */
+  explainer ex = {.f = f, .out = stderr, .on = o->explain, .limit = from == 1 ? 3 : from + 1, .from = from, .L = cfg.L};
   if (rc == WEFT_CLI_OK && o->explain) {
     weft_gpt_set_op_hook(g, explain_op, &ex);
-    fprintf(stderr, "explain: the prefill, then the first decode step; each op: the lane it ran on, and for a routed op\n"
+    if (from == 1) fprintf(stderr, "explain: the prefill, then the first decode step;");
+    else fprintf(stderr, "explain: decode step %d;", from - 1);
+    fprintf(stderr, " each op: the lane it ran on, and for a routed op\n"
                     "explain: the router's predicted time (ms) there and on the runner-up\n");
   }
   double dec = 0, t0 = weft_cli_now();

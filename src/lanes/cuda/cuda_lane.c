@@ -59,8 +59,6 @@ const char *const weft_cu_kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_TX_COPY_SLICE] = "weft_tx_copy_slice",
     [WEFT_CUK_MV_NN] = "weft_mv_nn",           [WEFT_CUK_MV_NT] = "weft_mv_nt",
     [WEFT_CUK_MV1_NN] = "weft_mv1_nn",         [WEFT_CUK_MV1_NT] = "weft_mv1_nt",
-    [WEFT_CUK_MVF_NN] = "weft_mvf_nn",         [WEFT_CUK_MVF_NT] = "weft_mvf_nt",
-    [WEFT_CUK_MVF1_NN] = "weft_mvf1_nn",       [WEFT_CUK_MVF1_NT] = "weft_mvf1_nt",
     [WEFT_CUK_TX_LN_FWD_ROW] = "weft_tx_layernorm_fwd_row",
     [WEFT_CUK_TX_ATTN_CACHED_BLK] = "weft_tx_attn_cached_blk",
 };

@@ -91,19 +91,11 @@ static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, u
     m.m = (int32_t)v->rows, m.n = (int32_t)v->n, m.k = (int32_t)v->k;
     m.lda = (int32_t)v->lda, m.ldb = (int32_t)v->ldb, m.ldc = (int32_t)v->ldc;
     m.sa = v->sa, m.sb = v->sb, m.sc = v->sc;
-    /* when a block's whole k fits shared memory: the most outputs a block (up to WEFT_CU_MV_OUT, a power of
-     * two) whose k runs and a's rows fit, all staged at once; else tiles of k, double-buffered */
-    const int64_t R = v->rows == 1 ? 1 : WEFT_CU_MV_ROWS;
-    int out = WEFT_CU_MV_OUT;
-    while (out >= 1 && out * (v->k + 1) + R * v->k > WEFT_CU_MVF_FLOATS) out /= 2;
-    const int full = out >= 1 && v->k > 0;
-    m.group = full ? out : 0;
     for (int64_t p0 = 0; p0 < v->batch; p0 += 65535) {
       int64_t nb = v->batch - p0 < 65535 ? v->batch - p0 : 65535;
       weft_cu_item it;
-      const int fn = full ? (v->rows == 1 ? (v->tb ? WEFT_CUK_MVF1_NT : WEFT_CUK_MVF1_NN) : (v->tb ? WEFT_CUK_MVF_NT : WEFT_CUK_MVF_NN))
-                          : (v->rows == 1 ? (v->tb ? WEFT_CUK_MV1_NT : WEFT_CUK_MV1_NN) : (v->tb ? WEFT_CUK_MV_NT : WEFT_CUK_MV_NN));
-      item_kernel(&it, fn, ceil_div((uint64_t)v->n, full ? (uint64_t)out : WEFT_CU_MV_OUT),
+      const int fn = v->rows == 1 ? (v->tb ? WEFT_CUK_MV1_NT : WEFT_CUK_MV1_NN) : (v->tb ? WEFT_CUK_MV_NT : WEFT_CUK_MV_NN);
+      item_kernel(&it, fn, ceil_div((uint64_t)v->n, WEFT_CU_MV_OUT),
                   (uint32_t)nb, WEFT_CU_MV_THREADS);
       it.a.mm = m;
       it.a.mm.a = a + (uint64_t)((v->a_off + p0 * v->sa) * F4);

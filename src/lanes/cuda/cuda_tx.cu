@@ -456,7 +456,16 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd_row(weft
   float *M = reinterpret_cast<float *>(p.mean), *RS = reinterpret_cast<float *>(p.rstd);
   for (long long r = blockIdx.x; r < p.N; r += gridDim.x) {
     const float *x = X + r * C;
-    for (long long c = tid; c < C; c += nt) xs[c] = x[c];
+    {
+      /* the row's loads all in flight, then the stores */
+      constexpr int MAXL = WEFT_TX_LN_ROW_MAXC / 256;
+      float v[MAXL];
+#pragma unroll
+      for (int u = 0; u < MAXL; u++) v[u] = u * nt + tid < C ? x[u * nt + tid] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < MAXL; u++)
+        if (u * nt + tid < C) xs[u * nt + tid] = v[u];
+    }
     __syncthreads();
     if (tid == 0) st[0] = __fmul_rn(seq_sum(xs, C), invC);
     __syncthreads();
@@ -476,9 +485,21 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd_row(weft
     __syncthreads();
     const float rs = st[1];
     float *y = Y + r * C;
-    for (long long c = tid; c < C; c += nt) {
-      const float n = __fmul_rn(__fsub_rn(xs[c], mu), rs);
-      y[c] = w_canon(__fadd_rn(__fmul_rn(n, gamma[c]), beta[c]));
+    {
+      constexpr int MAXL = WEFT_TX_LN_ROW_MAXC / 256;
+      float ga[MAXL], be[MAXL];
+#pragma unroll
+      for (int u = 0; u < MAXL; u++) {
+        const long long c = u * nt + tid;
+        ga[u] = c < C ? gamma[c] : 0.0f, be[u] = c < C ? beta[c] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < MAXL; u++) {
+        const long long c = u * nt + tid;
+        if (c >= C) continue;
+        const float n = __fmul_rn(__fsub_rn(xs[c], mu), rs);
+        y[c] = w_canon(__fadd_rn(__fmul_rn(n, ga[u]), be[u]));
+      }
     }
     __syncthreads(); /* xs and st are the next row's */
   }

@@ -228,17 +228,6 @@ static void mv(int M, int N, int K, bool tb, int batch) {
   m.m = M; m.n = N; m.k = K; m.lda = K; m.ldb = tb ? K : N; m.ldc = N; m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
   unsigned gx = (unsigned)((N + WEFT_CU_MV_OUT - 1) / WEFT_CU_MV_OUT);
   emu_launch(gx ? gx : 1, (unsigned)batch, WEFT_CU_MV_THREADS, [&] { if (tb) weft_mv_nt(m); else weft_mv_nn(m); });
-  int out = WEFT_CU_MV_OUT; const int R = M == 1 ? 1 : WEFT_CU_MV_ROWS;
-  while (out >= 1 && out * (K + 1) + R * K > WEFT_CU_MVF_FLOATS) out /= 2;
-  if (out >= 1 && K > 0) {
-    char wf[64]; snprintf(wf, sizeof wf, "mvf %dx%dx%d %s g%d", M, N, K, tb ? "nt" : "nn", out);
-    std::vector<float> c4(c.size(), 7.f); m.c = U(c4.data()); m.group = out;
-    unsigned gf = (unsigned)((N + out - 1) / out);
-    emu_launch(gf ? gf : 1, (unsigned)batch, WEFT_CU_MV_THREADS, [&] {
-      if (M == 1) { if (tb) weft_mvf1_nt(m); else weft_mvf1_nn(m); } else { if (tb) weft_mvf_nt(m); else weft_mvf_nn(m); } });
-    cmp(wf, c.data(), c4.data(), c.size());
-    m.group = 0;
-  }
   if (M == 1) {
     char w1[64]; snprintf(w1, sizeof w1, "mv1 %dx%dx%d %s b%d", M, N, K, tb ? "nt" : "nn", batch);
     std::vector<float> c3(c.size(), 7.f); m.c = U(c3.data());
@@ -265,7 +254,7 @@ static void atc(int64_t B, int64_t Tmax, int64_t C, int64_t NH, int64_t t0, int6
 int main() {
   atc(1, 40, 64, 2, 37, 1); atc(2, 20, 48, 3, 5, 3); atc(1, 300, 32, 1, 0, 1); atc(1, 300, 32, 1, 290, 2);
   mv(1, 37, 130, true, 1); mv(1, 20, 600, true, 1); mv(2, 40, 513, false, 1); mv(3, 16, 64, false, 2); mv(4, 70, 200, true, 1); mv(2, 5, 0, false, 1);
-  mv(1, 33, 1, false, 1); mv(1, 21, 777, false, 2); mv(1, 50, 1000, true, 1); mv(1, 9, 3072, true, 1); mv(4, 19, 2000, true, 1); mv(3, 17, 700, false, 2);
+  mv(1, 33, 1, false, 1); mv(1, 21, 777, false, 2); mv(1, 50, 1000, true, 1);
   copies();
   softmax(2, 45);
   ln(11, 77, 1); ln(1, 768, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3);
