@@ -139,7 +139,11 @@ weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out) {
   memset(out, 0, sizeof *out);
   uint8_t pl[8];
   weft_net_put32(pl, WEFT_NET_VERSION);
-  weft_net_put32(pl + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | WEFT_NET_CAP_AUTH_MUTUAL);
+  weft_net_put32(pl + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | WEFT_NET_CAP_AUTH_MUTUAL |
+                             (c->tp->bulk ? WEFT_NET_CAP_STREAMS : 0));
+  c->peer_caps = 0;
+  c->have_stream_key = 0;
+  c->proven_identity[0] = 0;
   weft_status st = weft_net_client_call(c, WEFT_NET_HELLO, pl, sizeof pl, NULL, 0);
   /* A peer of protocol 1 refuses version 2 with UNSUPPORTED and its own words: say what to do about it. */
   if (st == WEFT_ERR_UNSUPPORTED)
@@ -156,6 +160,7 @@ weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out) {
   memcpy(out->nonce, c->reply + 12, WEFT_NET_NONCE_BYTES);
   out->max_frame = weft_net_get32(c->reply + 12 + WEFT_NET_NONCE_BYTES);
   out->max_resident = weft_net_get64(c->reply + 16 + WEFT_NET_NONCE_BYTES);
+  c->peer_caps = out->caps;
   if (out->version != WEFT_NET_VERSION)
     return weft_net_client_fail(c, "its peer speaks protocol version %u; this client speaks %u: update the %s",
                                 (unsigned)out->version, (unsigned)WEFT_NET_VERSION,
@@ -239,6 +244,42 @@ weft_status weft_net_client_authenticate(weft_net_client *c, const weft_net_hell
     return st == WEFT_ERR_LANE_FAILED ? st
                                       : weft_net_client_fail(c, "the worker refused this client's proof (%s)", c->why);
   if (identity && identity_cap) printable(identity, identity_cap, id);
+  /* Both ends know the session's stream key now; it never crosses the wire. */
+  c->have_stream_key =
+      weft_net_stream_key(secret, secret_len, hello->nonce, cn, id, c->stream_key) == WEFT_OK;
+  snprintf(c->proven_identity, sizeof c->proven_identity, "%s", id);
+  return WEFT_OK;
+}
+
+weft_status weft_net_client_streams(weft_net_client *c, uint32_t wanted, uint32_t *granted, uint64_t *session,
+                                    uint8_t key[WEFT_NET_KEY_BYTES], char *identity, size_t identity_cap) {
+  *granted = 1;
+  *session = 0;
+  uint8_t pl[4];
+  weft_net_put32(pl, wanted);
+  weft_status st = weft_net_client_call(c, WEFT_NET_STREAMS, pl, sizeof pl, NULL, 0);
+  if (st) return st;
+  const uint8_t *r = c->reply;
+  size_t idlen = c->reply_len >= WEFT_NET_STREAMS_REPLY_BYTES + 2 ? weft_net_get16(r + WEFT_NET_STREAMS_REPLY_BYTES) : 0;
+  if (c->reply_len < WEFT_NET_STREAMS_REPLY_BYTES + 2 || idlen > WEFT_NET_MAX_IDENTITY ||
+      c->reply_len != WEFT_NET_STREAMS_REPLY_BYTES + 2 + idlen || idlen >= identity_cap)
+    return weft_net_client_fail(c, "its peer's streams reply is malformed (%zu bytes)", c->reply_len);
+  uint32_t g = weft_net_get32(r);
+  if (g < 1 || g > wanted) return weft_net_client_fail(c, "its peer granted %u streams of %u asked", (unsigned)g, (unsigned)wanted);
+  memcpy(identity, r + WEFT_NET_STREAMS_REPLY_BYTES + 2, idlen);
+  identity[idlen] = 0;
+  if (g == 1) return WEFT_OK;
+  *session = weft_net_get64(r + 4);
+  if (c->have_stream_key) {
+    /* With a secret the key comes from the proof, and the streams name the identity that was proven. */
+    if (strcmp(identity, c->proven_identity) != 0)
+      return weft_net_client_fail(c, "its peer grants streams as '%.100s' but proved it is '%.100s'", identity,
+                                  c->proven_identity);
+    memcpy(key, c->stream_key, WEFT_NET_KEY_BYTES);
+  } else {
+    memcpy(key, r + 12, WEFT_NET_KEY_BYTES);
+  }
+  *granted = g;
   return WEFT_OK;
 }
 
@@ -372,12 +413,29 @@ static int chunked_next(const client_buffer *b, chunked *k) {
   return 1;
 }
 
+/* A large transfer through the transport's bulk path (striped over the session's streams when it has any,
+ * straight into the destination either way). */
+static weft_status bulk(weft_net_client *c, const client_buffer *b, int write, const chunked *k, uint8_t *data) {
+  weft_status st = weft_net_client_drain(c);
+  if (st) return st;
+  weft_net_bulk job = {write, b->handle, k->first, k->count, data, k->per};
+  char why[512] = "";
+  st = c->tp->bulk(c->tp_ctx, &job, &c->next_id, why, sizeof why);
+  if (st == WEFT_OK) return WEFT_OK;
+  if (st == WEFT_ERR_LANE_FAILED)
+    return weft_net_client_fail(c, "its peer stopped answering a bulk %s (%s)", write ? "write" : "read",
+                                why[0] ? why : "connection lost");
+  snprintf(c->why, sizeof c->why, "it says: %.500s", why);
+  return weft_lane_report(c->host, st, "%s: its peer says: %s", c->name, why);
+}
+
 weft_status weft_net_client_upload(void *self, weft_buffer *buffer, size_t offset, const void *src, size_t bytes) {
   weft_net_client *c = self;
   client_buffer *b = buffer;
   chunked k;
   weft_status st = chunked_start(c, b, offset, bytes, "upload", &k);
   if (st) return st;
+  if (c->tp->bulk && bytes >= WEFT_NET_BULK_MIN_BYTES) return bulk(c, b, 1, &k, (uint8_t *)(uintptr_t)src);
   for (; chunked_next(b, &k); k.done += k.n) {
     size_t done = k.done, n = k.n;
     st = weft_net_client_call(c, WEFT_NET_WRITE, k.pl, sizeof k.pl, (const uint8_t *)src + done * 4, n * 4);
@@ -392,6 +450,7 @@ weft_status weft_net_client_download(void *self, weft_buffer *buffer, size_t off
   chunked k;
   weft_status st = chunked_start(c, b, offset, bytes, "download", &k);
   if (st) return st;
+  if (c->tp->bulk && bytes >= WEFT_NET_BULK_MIN_BYTES) return bulk(c, b, 0, &k, dst);
   for (; chunked_next(b, &k); k.done += k.n) {
     size_t done = k.done, n = k.n;
     st = weft_net_client_call(c, WEFT_NET_READ, k.pl, sizeof k.pl, NULL, 0);

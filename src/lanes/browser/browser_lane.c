@@ -495,7 +495,7 @@ static void tab_drop(void *ctx, const char *why) {
   wake(s->srv);
 }
 
-static const weft_net_transport TAB_TRANSPORT = {tab_send, tab_recv, tab_drop};
+static const weft_net_transport TAB_TRANSPORT = {tab_send, tab_recv, tab_drop, NULL}; /* no bulk: one connection */
 
 /* ------------------------------------------------------------------------------------------- the lane */
 
