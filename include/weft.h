@@ -262,6 +262,9 @@ typedef enum weft_op_kind {
   WEFT_OP_COPY_SLICE = 23,
   /* decode: attention of a few query positions over a KV cache (weft_op_attention_cached) */
   WEFT_OP_ATTENTION_CACHED = 24,
+  /* c += op(a) . op(b), continuing each sum from the value in c (weft_op_matmul_acc): a chained sum split over
+   * k (lanes, MPI ranks) keeps the canonical order */
+  WEFT_OP_MATMUL_ACC = 25,
   WEFT_OP_COUNT
 } weft_op_kind;
 
@@ -319,6 +322,16 @@ typedef struct weft_op_desc {
  * acc = acc + a[i,k]*b[k,j], multiply and add rounded separately. desc may be NULL for defaults. */
 WEFT_API weft_status weft_op_matmul(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *a, int trans_a,
                                     weft_tensor *b, int trans_b, weft_tensor *c);
+/* The accumulating matmul: c[p] += op(a[p]) . op(b[p]), shapes as weft_op_matmul's. Canonical order: for each
+ * c[i,j]: acc = c[i,j] (its value before the op); for k ascending acc = acc + a[i,k]*b[k,j], each multiply and
+ * add rounded separately. So a sum over k cut into consecutive ranges k0 < k1 < ... and run as one matmul
+ * over [0, k1) followed by matmul_acc over [k1, k2), ... gives the bits of one matmul over all of k (from a c
+ * of +0, matmul_acc is matmul): how a weight gradient summed over a batch split across lanes or MPI ranks
+ * stays the gradient of one lane ("chained accumulation", docs/DESIGN.md). c is read and written; it must
+ * not be a or b. Offered by the CPU lane and workers' CPU lanes; lanes without it (vulkan, cuda, browser tabs,
+ * plugins) are not routed it, and an op pinned to one fails with WEFT_ERR_UNSUPPORTED. */
+WEFT_API weft_status weft_op_matmul_acc(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *a, int trans_a,
+                                        weft_tensor *b, int trans_b, weft_tensor *c);
 /* out = x + y, where y has x's shape or is a row [n] / [1,n] broadcast over every row of x (a bias).
  * out may be x. */
 WEFT_API weft_status weft_op_add(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *x, weft_tensor *y,
@@ -348,7 +361,7 @@ WEFT_API weft_status weft_op_softmax_xent(weft_fabric *fabric, const weft_op_des
 /* ------------------------------------------------------------------------------- any op, by its kind */
 
 /* An op's scalar parameters, for weft_op_run. Start from zeros; which entries an op reads:
- *   matmul                        i[0] = trans_a, i[1] = trans_b
+ *   matmul, matmul_acc            i[0] = trans_a, i[1] = trans_b
  *   scale, axpy                   f[0] = alpha
  *   layernorm                     f[0] = eps
  *   attention, attention_backward i[0] = number of heads (NH)

@@ -433,6 +433,7 @@ static int op_views(const weft_op *op, weft_net_request *r) {
   int64_t rows = op->rows, cols = op->cols;
   switch (op->kind) {
   case WEFT_OP_MATMUL:
+  case WEFT_OP_MATMUL_ACC:
     setv(r, IN(0), 3, op->batch, op->trans_a ? op->k : op->m, op->trans_a ? op->m : op->k, 0);
     if (op->b_batched) setv(r, IN(1), 3, op->batch, op->trans_b ? op->n : op->k, op->trans_b ? op->k : op->n, 0);
     else setv(r, IN(1), 2, op->trans_b ? op->n : op->k, op->trans_b ? op->k : op->n, 0, 0);
