@@ -188,7 +188,15 @@ static weft_status v_softmax_xent(weft_fabric *f, weft_op *op, weft_tensor *cons
     return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_softmax_xent: out_grad must not be an input");
   as_rows_cols(logits, &op->rows, &op->cols);
   if (op->rows == 0) return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_softmax_xent: the logits have no rows");
-  op->inv_rows = weft_fpenv_recip(op->rows); /* rounded to nearest whatever the caller's environment */
+  /* The mean may be over a larger batch than these rows (a data-parallel rank's share): i[0] rows. */
+  const int64_t over = p->i[0] ? p->i[0] : op->rows;
+  if (over < op->rows || over > ((int64_t)1 << 40))
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT,
+                     "weft_op_softmax_xent: the mean is over %lld rows (params i[0]); it must be 0 or at least the "
+                     "logits' %lld rows",
+                     (long long)p->i[0], (long long)op->rows);
+  op->iparam[0] = over;
+  op->inv_rows = weft_fpenv_recip(over); /* rounded to nearest whatever the caller's environment */
   return WEFT_OK;
 }
 

@@ -465,6 +465,7 @@ static int op_views(const weft_op *op, weft_net_request *r) {
     set_rows(r, IN(1), rows, cols);
     setv(r, OUT(0), 1, 1, 0, 0, 0);
     set_rows(r, OUT(1), rows, cols);
+    r->params.i[0] = op->iparam[0] != rows ? op->iparam[0] : 0; /* the mean over a larger batch */
     return 1;
   case WEFT_OP_EMBEDDING: /* B, T, C, V, P */
     set_rows(r, IN(0), ip[0], ip[1]);

@@ -560,6 +560,11 @@ static weft_status browser_supports(void *self, const weft_op *op) {
   if ((unsigned)op->kind >= WEFT_OP_COUNT || !(s->tab_ops & WEFT_OP_BIT(op->kind)))
     return weft_lane_report(s->fabric_host, WEFT_ERR_UNSUPPORTED, "%s: the tab does not offer %s", s->name,
                             weft_op_kind_str(op->kind));
+  /* The worker page takes a softmax_xent's mean over its logits' rows: a share of a larger batch goes
+   * elsewhere. */
+  if (op->kind == WEFT_OP_SOFTMAX_XENT && op->iparam[0] != op->rows)
+    return weft_lane_report(s->fabric_host, WEFT_ERR_UNSUPPORTED,
+                            "%s: the tab takes softmax_xent's mean over its logits' rows only", s->name);
   if (!(s->tab_contracts & WEFT_CONTRACT_BIT(op->contract)))
     return weft_lane_report(s->fabric_host, WEFT_ERR_UNSUPPORTED, "%s: the tab does not honour the %s contract",
                             s->name, weft_contract_str(op->contract));
@@ -877,6 +882,7 @@ static int selftest(browser_slot *s, uint64_t ops, char *why, size_t whylen) {
     op.rows = R, op.cols = C;
     op.alpha = op.kind == WEFT_OP_SCALE ? 0.3f : -1.7f;
     op.inv_rows = 1.0f / (float)R;
+    if (op.kind == WEFT_OP_SOFTMAX_XENT) op.iparam[0] = R;
     op.in[0] = x;
     op.out[0] = o;
     size_t in_n[WEFT_OP_MAX_IN] = {R * C, 0}, out_n[WEFT_OP_MAX_OUT] = {R * C, 0};
