@@ -362,11 +362,9 @@ weft_status weft_mpi_grad_op(weft_mpi_grad *g, const weft_op_desc *desc, weft_op
     if (g->chained) {
       /* ... and leaves for the next rank after it, in chunks. */
       const int dest = dest_of(g, e);
-      if (dest >= 0) {
-        st = weft_tensor_read(e->t, e->host, e->n);
-        for (size_t at = 0; at < e->n && st == WEFT_OK; at += CHUNK_FLOATS)
-          st = send_chunk(g, e, dest, at, e->n - at < CHUNK_FLOATS ? e->n - at : CHUNK_FLOATS);
-      }
+      st = weft_tensor_read(e->t, e->host, e->n); /* passed on, or (dest < 0) the final value to broadcast */
+      for (size_t at = 0; dest >= 0 && at < e->n && st == WEFT_OK; at += CHUNK_FLOATS)
+        st = send_chunk(g, e, dest, at, e->n - at < CHUNK_FLOATS ? e->n - at : CHUNK_FLOATS);
     }
     e->done++;
   }
