@@ -47,6 +47,7 @@ struct weft_mpi_grad {
   weft_contract contract;
   int rank, size, timeout_ms;
   int chained; /* exact and more than one rank */
+  int broken;  /* a call failed: the step is abandoned (weft_mpi_grad_end only frees) */
   grad_entry *e;
   size_t ne, cap;
 };
@@ -259,7 +260,7 @@ static weft_status dims2(weft_mpi_grad *g, weft_tensor *t, const char *what, int
   return WEFT_OK;
 }
 
-weft_status weft_mpi_grad_matmul(weft_mpi_grad *g, const weft_op_desc *desc, weft_tensor *a, int trans_a,
+static weft_status grad_matmul(weft_mpi_grad *g, const weft_op_desc *desc, weft_tensor *a, int trans_a,
                                  weft_tensor *b, int trans_b, weft_tensor *c) {
   if (!g || !a || !b || !c) return WEFT_ERR_INVALID_ARGUMENT;
   grad_entry *e = entry_of(g, c);
@@ -295,7 +296,7 @@ weft_status weft_mpi_grad_matmul(weft_mpi_grad *g, const weft_op_desc *desc, wef
   return st;
 }
 
-weft_status weft_mpi_grad_sum_rows(weft_mpi_grad *g, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out) {
+static weft_status grad_sum_rows(weft_mpi_grad *g, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out) {
   if (!g || !x || !out) return WEFT_ERR_INVALID_ARGUMENT;
   grad_entry *e = entry_of(g, out);
   if (!e) return fail(g, WEFT_ERR_OUT_OF_MEMORY, "weft_mpi_grad_sum_rows: out of host memory");
@@ -326,9 +327,8 @@ weft_status weft_mpi_grad_sum_rows(weft_mpi_grad *g, const weft_op_desc *desc, w
   return st;
 }
 
-weft_status weft_mpi_grad_op(weft_mpi_grad *g, const weft_op_desc *desc, weft_op_kind kind, weft_tensor *const *in,
-                             int nin, weft_tensor *const *out, int nout, const weft_op_params *params,
-                             uint32_t chained) {
+static weft_status grad_op(weft_mpi_grad *g, const weft_op_desc *desc, weft_op_kind kind, weft_tensor *const *in,
+                           int nin, weft_tensor *const *out, int nout, const weft_op_params *params, uint32_t chained) {
   if (!g || nout < 0 || nout > WEFT_OP_MAX_OUT || (!out && nout)) return WEFT_ERR_INVALID_ARGUMENT;
   grad_entry *ent[WEFT_OP_MAX_OUT] = {0};
   for (int o = 0; o < nout; o++)
@@ -371,6 +371,34 @@ weft_status weft_mpi_grad_op(weft_mpi_grad *g, const weft_op_desc *desc, weft_op
   return st;
 }
 
+/* The public calls: a failure abandons the step (its messages may be out of step with the other ranks'). */
+weft_status weft_mpi_grad_matmul(weft_mpi_grad *g, const weft_op_desc *desc, weft_tensor *a, int trans_a,
+                                 weft_tensor *b, int trans_b, weft_tensor *c) {
+  if (!g) return WEFT_ERR_INVALID_ARGUMENT;
+  if (g->broken) return WEFT_ERR_STATE;
+  weft_status st = grad_matmul(g, desc, a, trans_a, b, trans_b, c);
+  if (st != WEFT_OK) g->broken = 1;
+  return st;
+}
+
+weft_status weft_mpi_grad_sum_rows(weft_mpi_grad *g, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out) {
+  if (!g) return WEFT_ERR_INVALID_ARGUMENT;
+  if (g->broken) return WEFT_ERR_STATE;
+  weft_status st = grad_sum_rows(g, desc, x, out);
+  if (st != WEFT_OK) g->broken = 1;
+  return st;
+}
+
+weft_status weft_mpi_grad_op(weft_mpi_grad *g, const weft_op_desc *desc, weft_op_kind kind, weft_tensor *const *in,
+                             int nin, weft_tensor *const *out, int nout, const weft_op_params *params,
+                             uint32_t chained) {
+  if (!g) return WEFT_ERR_INVALID_ARGUMENT;
+  if (g->broken) return WEFT_ERR_STATE;
+  weft_status st = grad_op(g, desc, kind, in, nin, out, nout, params, chained);
+  if (st != WEFT_OK) g->broken = 1;
+  return st;
+}
+
 static void grad_free(weft_mpi_grad *g) {
   for (size_t i = 0; i < g->ne; i++) {
     grad_entry *e = &g->e[i];
@@ -388,6 +416,10 @@ static void grad_free(weft_mpi_grad *g) {
 
 weft_status weft_mpi_grad_end(weft_mpi_grad *g) {
   if (!g) return WEFT_OK;
+  if (g->broken) { /* the failure was reported where it happened */
+    grad_free(g);
+    return WEFT_ERR_STATE;
+  }
   weft_status st = WEFT_OK;
   weft_mpi_job *job = weft_mpi_job_get();
   if (g->size > 1) {

@@ -300,6 +300,7 @@ typedef struct mlp {
   unsigned long long next_op; /* round-robin: the lane of the next op, counted without bound */
   const char *failed_op;      /* the op that failed, for the message */
   int rank, ranks;            /* --mpi: this rank's share of each batch; 0 and 1 otherwise */
+  char why[1024];             /* a failed step's message, kept past the scope's end */
 } mlp;
 
 /* Rank r's rows of a batch of `rows`: [lo, hi), the ranks' shares in rank order. */
@@ -917,6 +918,7 @@ int weft_cli_mlp(int argc, char **argv) {
       if ((st = weft_scope_begin(f)) != WEFT_OK) goto op_failed;
       m.next_op++; /* round-robin: a step has as many ops as lanes could divide, so shift by one each step */
       st = train_step(&m, b, rows);
+      if (st != WEFT_OK) snprintf(m.why, sizeof m.why, "%s", weft_fabric_last_error(f));
       weft_status st_end = weft_scope_end(f);
       if (st == WEFT_OK && st_end != WEFT_OK) st = st_end, m.failed_op = "ending the step's scope";
       if (st != WEFT_OK) goto op_failed;
@@ -983,8 +985,8 @@ int weft_cli_mlp(int argc, char **argv) {
   goto done;
 
 op_failed:
-  fprintf(stderr, "weft mlp: %s: %s: %s\n", m.failed_op ? m.failed_op : "training", weft_status_str(st),
-          weft_fabric_last_error(f));
+  fprintf(stderr, "weft mlp: %s%s: %s: %s\n", o.mpi && m.ranks > 1 ? (m.rank ? "a rank other than 0: " : "rank 0: ") : "",
+          m.failed_op ? m.failed_op : "training", weft_status_str(st), m.why[0] ? m.why : weft_fabric_last_error(f));
 done:
   mlp_free(&m);
   free(m.lanes_ok);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #ifdef WEFT_HAVE_MPI
@@ -126,6 +127,12 @@ static int run_under_mpi(const weft_cli_command *c, int argc, char **argv) {
   if (dp && rc == WEFT_CLI_FAILED) {
     fprintf(stderr, "weft: rank %d failed; ending the MPI job\n", rank);
     fflush(stderr);
+    /* Rank 0 speaks for the job: the others give it a moment to report what it saw (it waits on the same
+     * ranks) before the job is ended. */
+    if (rank != 0) {
+      struct timespec ts = {2, 0};
+      nanosleep(&ts, NULL);
+    }
     weft_mpi_abort(rc);
   }
   if (weft_mpi_finalize() != WEFT_OK && rc == WEFT_CLI_OK) {
