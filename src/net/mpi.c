@@ -6,7 +6,6 @@
 #include "net/mpi.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -65,8 +64,9 @@ int weft_mpi_timeout_ms(void) {
 }
 
 /* The waiting policy: poll without sleeping for the first SPIN_S (replies to small requests come within
- * tens of microseconds), yielding the core between polls so an oversubscribed rank does not starve the
- * one it waits for; then sleep, from SLEEP0_NS doubling up to SLEEP_MAX_NS between polls. */
+ * microseconds: measured on 2 loaded cores, a tiny op's round trip was 1.7 us polling and 3.2-4.1 us with a
+ * sched_yield between polls); then sleep, from SLEEP0_NS doubling up to SLEEP_MAX_NS between polls, so a
+ * rank waiting long (an op of its peer's, or nothing to serve) does not burn a core. */
 #define SPIN_S 200e-6
 #define SLEEP0_NS 20000L
 #define SLEEP_MAX_NS 1000000L
@@ -86,10 +86,7 @@ static void waiter_init(waiter *w, int timeout_ms) {
 static int waiter_step(waiter *w) {
   double now = weft_mpi_now();
   if (w->deadline >= 0 && now >= w->deadline) return 1;
-  if (now - w->t0 < SPIN_S) {
-    sched_yield();
-    return 0;
-  }
+  if (now - w->t0 < SPIN_S) return 0; /* poll again at once (yielding the core here doubled a tiny op's time) */
   struct timespec ts = {0, w->sleep_ns};
   nanosleep(&ts, NULL);
   if (w->sleep_ns < SLEEP_MAX_NS) w->sleep_ns *= 2;
