@@ -89,7 +89,8 @@ typedef struct weft_fabric_desc {
    * row-chunking of large tensors can be exercised on small data. */
   uint64_t vulkan_max_binding;
   /* When the cost model is measured: WEFT_CALIBRATION_AUTO (default) reads the on-disk cache and measures
-   * lanes missing from it the first time routing has to choose between lanes; WEFT_CALIBRATION_FORCE measures
+   * lanes missing from it (off the caller's path: weft_fabric_calibration_wait) the first time routing has to
+   * choose between lanes; WEFT_CALIBRATION_FORCE measures
    * every lane at open and rewrites the cache; WEFT_CALIBRATION_OFF uses built-in priors and never touches
    * the disk (tests, or callers who set models with weft_fabric_set_cost_model). */
   int calibration;
@@ -230,6 +231,12 @@ WEFT_API weft_status weft_tensor_reshape(weft_tensor *tensor, int ndim, const in
 /* Where the tensor's current value lives: "host", a lane name, or several joined by ','
  * ("host,vulkan:0"). Valid until the tensor is next used. */
 WEFT_API const char *weft_tensor_location(const weft_tensor *tensor);
+/* Makes the tensor's current value resident on lane `lane` as well (an upload now, once), so ops routed
+ * there find it in place and the router counts no transfer for it: model weights, a cache, anything used
+ * many times on one device. Where it already lives nothing moves; its other copies stay current. A lane
+ * index from weft_fabric_lane_find; WEFT_ERR_INVALID_ARGUMENT for one out of range, WEFT_ERR_LANE_FAILED for
+ * a lane that is down. */
+WEFT_API weft_status weft_tensor_prefetch(weft_tensor *tensor, size_t lane);
 
 /* ----------------------------------------------------------------------------------------------- ops */
 
@@ -396,8 +403,10 @@ WEFT_API weft_status weft_op_run(weft_fabric *fabric, const weft_op_desc *desc, 
  * for a fresh gradient); gradients of activations are written. "[..]" is any leading dimensions. Index
  * tensors are int32 (weft_tensor_create_typed); an index out of range is WEFT_ERR_INVALID_ARGUMENT and
  * nothing is written. Outputs are distinct from inputs unless said otherwise. The CPU lane and cuda:N offer
- * all of them, vulkan:N all but sumsq, remote lanes what their worker's lane offers, browser tabs what their
- * self-test proved (weft_lane_info.ops says which lane offers what; the router goes around the others). */
+ * all of them, vulkan:N all but sumsq, the OpenCL plugin's opencl:N all of them (each admitted by its
+ * self-test; a plugin lane offers only the ops that passed), remote lanes what their worker's lane offers,
+ * browser tabs what their self-test proved (weft_lane_info.ops says which lane offers what; the router goes
+ * around the others). */
 
 /* out[b,t,:] = wte[tok[b,t],:] + wpe[pos[b,t],:]. tok, pos: i32 [B,T]; pos NULL means pos[b,t] = t;
  * wte [V,C]; wpe [P,C]; out [B,T,C]. */
@@ -595,8 +604,18 @@ WEFT_API weft_status weft_fabric_cost_model(const weft_fabric *fabric, size_t la
 WEFT_API weft_status weft_fabric_set_cost_model(weft_fabric *fabric, size_t lane, weft_cost_class cls,
                                                 weft_contract contract, double alpha, double beta);
 /* Measures every live lane now (a short sweep per lane and class, medians of repeats) and writes the cache
- * unless calibration is OFF. Progress lines go to desc.on_note. */
+ * unless calibration is OFF. Progress lines go to desc.on_note. WEFT_ERR_IO (with the path in the message)
+ * when the lanes were measured but the cache could not be written; a lane whose measurement failed returns
+ * that failure (the other lanes are still measured). */
 WEFT_API weft_status weft_fabric_calibrate(weft_fabric *fabric);
+/* Under WEFT_CALIBRATION_AUTO, the first time routing chooses between lanes that have no model, the lanes
+ * are measured by a thread of their own (in a second fabric over the same devices) while ops go on, routed
+ * on built-in estimates; where an op runs changes its speed, never its bits. One note beginning "weft:
+ * measuring" goes to desc.on_note when that starts (nothing is printed without on_note). This waits for
+ * that measurement, and measures on the caller's thread any lane that still has no model, so that routing
+ * from here on uses measured lines; it returns at once when every lane has one or calibration is OFF.
+ * Set WEFT_CALIBRATE_IN_BACKGROUND=0 to measure on the caller's thread at the first choice instead. */
+WEFT_API weft_status weft_fabric_calibration_wait(weft_fabric *fabric);
 /* The cache file weft reads and writes ("$XDG_CACHE_HOME/weft/calibration.json" or "~/.cache/weft/...").
  * Written into out (len bytes); WEFT_ERR_IO when no home or cache directory is known. */
 WEFT_API weft_status weft_cost_cache_path(char *out, size_t len);
@@ -636,6 +655,11 @@ typedef struct weft_route_explanation {
  * source, weft_fabric_cost_model, is WEFT_COST_PRIOR). */
 WEFT_API weft_status weft_route_explain(weft_fabric *fabric, const weft_route_query *query,
                                         weft_route_explanation *out_explanation);
+/* The same for operands whose host memory is registered with the lanes, as a tensor's is once it has crossed
+ * to a device twice: transfers are priced on the registered lines (weft_route_explain: staged, as on a
+ * tensor's first use). `weft bench` predicts its steady-state points with it. */
+WEFT_API weft_status weft_route_explain_registered(weft_fabric *fabric, const weft_route_query *query,
+                                                   weft_route_explanation *out_explanation);
 /* Explains the last op the fabric routed (WEFT_LANE_AUTO): every lane's predicted cost and the choice. */
 WEFT_API weft_status weft_route_last(weft_fabric *fabric, weft_route_explanation *out_explanation);
 

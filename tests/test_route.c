@@ -776,6 +776,77 @@ static void test_failure(void) {
   weft_fabric_close(f);
 }
 
+
+typedef struct bg_notes {
+  int announced, measured_here, adopted;
+} bg_notes;
+
+static void bg_collect(void *ctx, const char *line) {
+  bg_notes *n = ctx;
+  if (strncmp(line, "weft: measuring lanes cpu", 25) == 0 && strstr(line, "in the background")) n->announced++;
+  if (strncmp(line, "calibrate cpu:", 14) == 0) n->measured_here++;
+  if (strncmp(line, "lane cpu measured in the background", 35) == 0) n->adopted++;
+}
+
+/* The first choice between lanes without models: the cpu lane (which a second fabric can open) is measured
+ * by a thread of its own, off the caller's path, with one note saying so; the ops meanwhile have the bits
+ * they have anywhere; calibration_wait hands the measured lines over, and the cache holds them. */
+static void test_background_calibration(void) {
+  char dir[] = "/tmp/weft-bg-test-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  setenv("XDG_CACHE_HOME", dir, 1);
+  bg_notes notes = {0, 0, 0};
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.lanes = "cpu";
+  d.cpu_threads = 1;
+  d.calibration = WEFT_CALIBRATION_AUTO;
+  d.on_note = bg_collect;
+  d.note_ctx = &notes;
+  weft_fabric *f;
+  CHECK(weft_fabric_open(&d, &f) == WEFT_OK, "open");
+  size_t g;
+  CHECK(add_fake(f, "fake-bg", WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT), &g) != NULL, "a second lane");
+  mm_case m = mm_case_make(f, 1, 24, 16, 20, 7);
+  weft_op_desc auto_op = WEFT_OP_DESC_INIT, on_cpu = WEFT_OP_DESC_INIT;
+  on_cpu.lane = 0;
+  float ref[24 * 20], got[24 * 20];
+  CHECK(weft_op_matmul(f, &on_cpu, m.a, 0, m.b, 0, m.c) == WEFT_OK && weft_tensor_read(m.c, ref, 24 * 20) == WEFT_OK,
+        "pinned to the cpu");
+  CHECK(weft_op_matmul(f, &auto_op, m.a, 0, m.b, 0, m.c) == WEFT_OK && weft_tensor_read(m.c, got, 24 * 20) == WEFT_OK,
+        "routed, the first choice between lanes");
+  CHECK(memcmp(ref, got, sizeof ref) == 0, "routed on estimates: the same bits");
+  CHECK(notes.announced == 1, "one note says the lanes are measured in the background (%d)", notes.announced);
+  CHECK(notes.measured_here == 0, "the cpu lane was not measured on the caller's thread (%d progress lines)",
+        notes.measured_here);
+  CHECK(weft_fabric_calibration_wait(f) == WEFT_OK, "calibration_wait");
+  weft_cost_line line;
+  weft_fabric_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, &line);
+  CHECK(line.source == WEFT_COST_MEASURED && line.points >= 3, "the cpu lane's measured line was handed over (source %d)",
+        line.source);
+  CHECK(notes.adopted == 1 && notes.measured_here == 0, "taken from the background (%d), not measured here (%d)",
+        notes.adopted, notes.measured_here);
+  CHECK(weft_op_matmul(f, &auto_op, m.a, 0, m.b, 0, m.c) == WEFT_OK && weft_tensor_read(m.c, got, 24 * 20) == WEFT_OK &&
+            memcmp(ref, got, sizeof ref) == 0,
+        "routed on the measured lines: the same bits");
+  mm_case_free(&m);
+  weft_fabric_close(f);
+  char path[512];
+  CHECK(weft_cost_cache_path(path, sizeof path) == WEFT_OK, "cache path");
+  FILE *fp = fopen(path, "r");
+  char text[1 << 16] = "";
+  size_t n = fp ? fread(text, 1, sizeof text - 1, fp) : 0;
+  if (fp) fclose(fp);
+  text[n] = '\0';
+  CHECK(strstr(text, "\"lane\":\t\"cpu\"") || strstr(text, "\"lane\": \"cpu\""), "the background wrote the cpu lane to the cache");
+  unlink(path);
+  char lock[600], sub[600];
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  unlink(lock);
+  snprintf(sub, sizeof sub, "%s/weft", dir);
+  rmdir(sub);
+  rmdir(dir);
+}
+
 int main(void) {
   test_failure();
   test_split();
@@ -792,6 +863,7 @@ int main(void) {
   test_queue_wait();
   test_refinement_ignores_outlier();
   test_cache();
+  test_background_calibration();
   test_bad_queries();
   printf("route: %d checks, %d failed\n", checks, failures);
   if (checks == 0) fprintf(stderr, "FAIL route: made no checks at all, so it proved nothing\n");

@@ -17,6 +17,7 @@ call holds the fabric's lock (the library wants one thread at a time per fabric)
 
 import collections
 import ctypes
+import sys
 import dataclasses
 import threading
 
@@ -291,7 +292,9 @@ class Fabric:
     cpu_threads: threads the CPU lane may use; 0 = one per online core.
     calibration: "auto" (read the on-disk cache, measure missing lanes when routing first has to choose),
         "force" (measure every lane now and rewrite the cache) or "off" (built-in priors; never touches disk).
-    on_note: a callable taking one str: calibration progress and notes (default: notes go to stderr).
+    on_note: a callable taking one str: calibration progress and notes (default: the notes that begin
+        "weft: " go to stderr, such as the one line saying that lanes are being measured and where the
+        results are kept).
     scratch_bytes: how much memory the scratch tensors for array operands may keep between calls.
     Use as a context manager, or call close(); tensors of a closed fabric are closed with it.
     """
@@ -315,11 +318,15 @@ class Fabric:
             raise InvalidArgumentError(
                 f"unknown calibration {calibration!r}; use one of {', '.join(_lib.CALIBRATION)}")
         desc.calibration = _lib.CALIBRATION[calibration]
-        self._note_fn = None
-        if on_note is not None:
-            # kept on the fabric: the library calls it for as long as the fabric is open
-            self._note_fn = _lib.NOTE_FN(lambda ctx, line: on_note(_lib.text(line)))
-            desc.on_note = self._note_fn
+        if on_note is None:
+            # The notes a person should see ("weft: ..."): that routing started measuring lanes and where
+            # the results are kept (one line), a cache that could not be read or written; progress is silent.
+            def on_note(line):
+                if line.startswith("weft: "):
+                    print(line, file=sys.stderr, flush=True)
+        # kept on the fabric: the library calls it for as long as the fabric is open
+        self._note_fn = _lib.NOTE_FN(lambda ctx, line: on_note(_lib.text(line)))
+        desc.on_note = self._note_fn
         out = ctypes.c_void_p()
         st = lib.weft_fabric_open(ctypes.byref(desc), ctypes.byref(out))
         if st:

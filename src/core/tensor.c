@@ -321,6 +321,19 @@ weft_status weft_tensor_shape(const weft_tensor *t, int *out_ndim, int64_t *out_
 
 size_t weft_tensor_numel(const weft_tensor *t) { return t && t->magic == WEFT_TENSOR_MAGIC ? t->numel : 0; }
 
+weft_status weft_tensor_prefetch(weft_tensor *t, size_t lane) {
+  weft_status st = weft_tensor_check(NULL, t, "weft_tensor_prefetch: tensor");
+  if (st != WEFT_OK) return st;
+  weft_fabric *f = t->fabric;
+  if (lane >= f->nlanes)
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_prefetch: lane %zu is not one of the fabric's %zu lanes",
+                     lane, f->nlanes);
+  if (f->lanes[lane].failed)
+    return weft_fail(f, WEFT_ERR_LANE_FAILED, "weft_tensor_prefetch: lane %s is down", f->lanes[lane].desc.name);
+  if ((st = weft_tensor_make_valid(t, (int)lane)) == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, (int)lane);
+  return st;
+}
+
 const char *weft_tensor_location(const weft_tensor *tc) {
   if (!tc || tc->magic != WEFT_TENSOR_MAGIC) return "";
   weft_tensor *t = (weft_tensor *)tc;

@@ -34,6 +34,8 @@ struct weft_gpt {
   int64_t step;
   acts a;
   int have_acts;
+  int home, home_rest; /* PLACE_AUTO: the lanes the weights were made resident on (-1: not chosen yet) */
+  int *pkind;          /* each parameter tensor's kind (K_*) */
   uint64_t rr; /* PLACE_RR: ops placed so far */
   int cur_layer, cur_lane; /* the last op's layer and asked-for lane (D) */
   weft_op_kind cur_kind;
@@ -228,6 +230,7 @@ weft_status weft_gpt_create(weft_fabric *f, const weft_gpt_config *cfg, const fl
   if (!g) return WEFT_ERR_OUT_OF_MEMORY;
   *out = g; /* the caller reads the error from it, and destroys it */
   g->f = f;
+  g->home = g->home_rest = -1;
   if (!f || !cfg || !params) return fail(g, WEFT_ERR_INVALID_ARGUMENT, "weft_gpt_create: a NULL argument");
   if (!weft_gpt_config_ok(cfg, g->err, sizeof g->err)) return WEFT_ERR_SHAPE;
   g->cfg = *cfg;
@@ -243,8 +246,8 @@ weft_status weft_gpt_create(weft_fabric *f, const weft_gpt_config *cfg, const fl
   g->P = calloc((size_t)g->np, sizeof *g->P), g->G = calloc((size_t)g->np, sizeof *g->G);
   g->M = calloc((size_t)g->np, sizeof *g->M), g->Vm = calloc((size_t)g->np, sizeof *g->Vm);
   g->off = calloc((size_t)g->np, sizeof *g->off), g->cnt = calloc((size_t)g->np, sizeof *g->cnt);
-  g->plane = calloc((size_t)g->np, sizeof *g->plane), g->llane = calloc((size_t)L + 1, sizeof *g->llane);
-  if (!g->P || !g->G || !g->M || !g->Vm || !g->off || !g->cnt || !g->plane || !g->llane)
+  g->plane = calloc((size_t)g->np, sizeof *g->plane), g->pkind = calloc((size_t)g->np, sizeof *g->pkind), g->llane = calloc((size_t)L + 1, sizeof *g->llane);
+  if (!g->P || !g->G || !g->M || !g->Vm || !g->off || !g->cnt || !g->plane || !g->pkind || !g->llane)
     return fail(g, WEFT_ERR_OUT_OF_MEMORY, "out of host memory for the model's tables");
   /* placement */
   if (g->opts.place == WEFT_GPT_PLACE_LAYERS) {
@@ -288,6 +291,7 @@ weft_status weft_gpt_create(weft_fabric *f, const weft_gpt_config *cfg, const fl
       const int nd = d1 ? 2 : 1;
       g->off[p] = at, g->cnt[p] = (size_t)(d0 * (d1 ? d1 : 1));
       g->plane[p] = nlay == 1 ? L : l;
+      g->pkind[p] = k;
       g->P[p] = mk(g, WEFT_DTYPE_F32, nd, d0, d1, 0, 0, params + at);
       g->G[p] = mkf(g, nd, d0, d1, 0, 0), g->M[p] = mkf(g, nd, d0, d1, 0, 0), g->Vm[p] = mkf(g, nd, d0, d1, 0, 0);
       if (!g->P[p] || !g->G[p] || !g->M[p] || !g->Vm[p]) return WEFT_ERR_OUT_OF_MEMORY;
@@ -322,7 +326,7 @@ void weft_gpt_destroy(weft_gpt *g) {
     if (g->M) weft_tensor_destroy(g->M[p]);
     if (g->Vm) weft_tensor_destroy(g->Vm[p]);
   }
-  free(g->P), free(g->G), free(g->M), free(g->Vm), free(g->off), free(g->cnt), free(g->plane), free(g->llane);
+  free(g->P), free(g->G), free(g->M), free(g->Vm), free(g->off), free(g->cnt), free(g->plane), free(g->pkind), free(g->llane);
   free(g);
 }
 
@@ -460,8 +464,80 @@ static weft_status mean_loss(weft_gpt *g, float *out) {
   return WEFT_OK;
 }
 
+/* PLACE_AUTO: the weights' home. Every op is still routed one by one, but weights moved to answer one op
+ * would be moved again and again (a decode step reads all of them), so they live where the cost model puts
+ * a step of this many rows fastest: per lane that runs every op of the model, the predicted dispatch and
+ * compute of the step's matmuls, layernorms, GELU and adds (transfers left out: the weights move once).
+ * The host's lanes need no copy; a device lane gets one now (weft_tensor_prefetch), so the router sees them
+ * resident there and counts no transfer for them. */
+static uint64_t model_ops(void) {
+  static const weft_op_kind k[] = {WEFT_OP_EMBEDDING, WEFT_OP_LAYERNORM, WEFT_OP_MATMUL, WEFT_OP_ADD,
+                                   WEFT_OP_GELU,      WEFT_OP_COPY_SLICE, WEFT_OP_ATTENTION_CACHED};
+  uint64_t m = 0;
+  for (size_t i = 0; i < sizeof k / sizeof *k; i++) m |= WEFT_OP_BIT(k[i]);
+  return m;
+}
+
+/* The lane among those that run every op in `ops` (under the matmul's contract for matmuls) with the least
+ * predicted dispatch + compute for the queries q[] (per_layer: how many of it a layer has; 0: one a step);
+ * -1 when none does. */
+typedef struct home_query {
+  weft_op_kind op;
+  int64_t m, n, k, cols, per_layer;
+} home_query;
+
+static int best_lane(weft_gpt *g, uint64_t ops, const home_query *q, size_t nq) {
+  weft_fabric *f = g->f;
+  const size_t nl = weft_fabric_lane_count(f);
+  double best = 0;
+  int home = -1;
+  for (size_t i = 0; i < nl; i++) {
+    if ((lane_ops(f, (int)i) & ops) != ops) continue;
+    double total = 0;
+    int ok = 1;
+    for (size_t j = 0; j < nq && ok; j++) {
+      weft_route_query rq;
+      memset(&rq, 0, sizeof rq);
+      rq.op = q[j].op, rq.contract = q[j].op == WEFT_OP_MATMUL ? g->opts.contract : WEFT_CONTRACT_EXACT;
+      rq.batch = 1, rq.m = q[j].m, rq.n = q[j].n, rq.k = q[j].k, rq.rows = q[j].m, rq.cols = q[j].cols;
+      weft_route_explanation ex;
+      ok = weft_route_explain(f, &rq, &ex) == WEFT_OK && i < ex.nlanes && ex.lanes[i].eligible;
+      if (ok)
+        total += (ex.lanes[i].alpha + ex.lanes[i].compute) *
+                 (double)(q[j].per_layer ? q[j].per_layer * g->cfg.L : 1);
+    }
+    if (ok && (home < 0 || total < best)) home = (int)i, best = total;
+  }
+  return home;
+}
+
+static weft_status choose_home(weft_gpt *g, int64_t rows) {
+  if (g->opts.place != WEFT_GPT_PLACE_AUTO || g->home != -1) return WEFT_OK;
+  /* on measured models, not the built-in priors: a home chosen on a guess holds the weights for the run */
+  if (weft_fabric_lane_count(g->f) > 1) RUN(weft_fabric_calibration_wait(g->f), "measure the lanes");
+  const int64_t C = g->cfg.C, V = g->cfg.V;
+  const home_query mm[] = {{WEFT_OP_MATMUL, rows, 3 * C, C, 0, 1}, {WEFT_OP_MATMUL, rows, C, C, 0, 1},
+                           {WEFT_OP_MATMUL, rows, 4 * C, C, 0, 1}, {WEFT_OP_MATMUL, rows, C, 4 * C, 0, 1},
+                           {WEFT_OP_MATMUL, rows, V, C, 0, 0}};
+  const home_query rest[] = {{WEFT_OP_LAYERNORM, rows, 0, 0, C, 2}, {WEFT_OP_GELU, rows, 0, 0, 4 * C, 1},
+                             {WEFT_OP_ADD, rows, 0, 0, C, 4}};
+  /* the matmuls' weights where the matmuls go (under tf32/bf16 the tensor lane, which runs only them), the
+   * others' where the other ops go; the token table, which both read, in both places */
+  const int hm = best_lane(g, WEFT_OP_BIT(WEFT_OP_MATMUL), mm, sizeof mm / sizeof *mm);
+  const int hr = best_lane(g, model_ops() & ~WEFT_OP_BIT(WEFT_OP_MATMUL), rest, sizeof rest / sizeof *rest);
+  g->home = hm >= 0 ? hm : -2, g->home_rest = hr;
+  for (int i = 0; i < g->np; i++) {
+    const int k = g->pkind[i];
+    const int mat = k == K_QKVW || k == K_APW || k == K_FCW || k == K_FPW;
+    if ((mat || k == K_WTE) && hm >= 0) RUN(weft_tensor_prefetch(g->P[i], (size_t)hm), "make the weights resident");
+    if (!mat && hr >= 0) RUN(weft_tensor_prefetch(g->P[i], (size_t)hr), "make the weights resident");
+  }
+  return WEFT_OK;
+}
+
 static weft_status load_batch(weft_gpt *g, const int32_t *tok, const int32_t *tgt, int B, int T) {
   weft_status st = check_tokens(g, tok, B, T);
+  if (st == WEFT_OK) st = choose_home(g, (int64_t)B * T);
   if (st == WEFT_OK && tgt) st = check_tokens(g, tgt, B, T);
   if (st != WEFT_OK) return st;
   if ((st = acts_make(g, B, T)) != WEFT_OK) return st;
@@ -728,6 +804,16 @@ weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int nto
       !(x2r = mkf(g, 2, 1, C, 0, 0)) || !(fcr = mkf(g, 2, 1, 4 * C, 0, 0)) || !(fcg = mkf(g, 2, 1, 4 * C, 0, 0)) ||
       !(lgr = mkf(g, 2, 1, V, 0, 0)) || !(mr = mkf(g, 1, 1, 0, 0, 0)) || !(sr = mkf(g, 1, 1, 0, 0, 0)))
     goto oom;
+  /* PLACE_AUTO: the cache and the positions live with the weights, as they do: the router then routes the
+   * step's ops knowing the cache is resident there, not on the host it was made on */
+  if (g->opts.place == WEFT_GPT_PLACE_AUTO && g->home_rest >= 0) {
+    for (int l = 0; l < L && st == WEFT_OK; l++) st = weft_tensor_prefetch(cache[l], (size_t)g->home_rest);
+    for (int64_t t = 0; t < Tc && st == WEFT_OK; t++) st = weft_tensor_prefetch(idx[t], (size_t)g->home_rest);
+    if (st != WEFT_OK) {
+      fail(g, st, "make the cache resident: %s", weft_fabric_last_error(f));
+      goto done;
+    }
+  }
   weft_op_desc d;
 #define GRUN(expr, what)                                                                                  \
   do {                                                                                                    \
@@ -748,10 +834,15 @@ weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int nto
   int32_t next = sample(lg + (size_t)(n - 1) * V, V, temperature, top_k, rng, prob, ix);
   out[0] = next;
   const double t0 = now_s();
+  /* WEFT_GPT_PROFILE=1: where a decode step's time goes, on stderr at the end (a developer's tool) */
+  const int prof = getenv("WEFT_GPT_PROFILE") && atoi(getenv("WEFT_GPT_PROFILE")) > 0;
+  double pt[5] = {0}, pc = 0;
   for (int i = 1; i < ntok; i++) {
     const int64_t t = n + i - 1; /* the position of `next` */
+    if (prof) pc = now_s();
     GRUN(weft_tensor_write_i32(tokT, &next, 1), "write the token");
     GRUN(weft_scope_begin(f), "open the decode step's scope");
+    if (prof) pt[0] += now_s() - pc, pc = now_s();
     reshape(xr, 3, 1, 1, C);
     d = D(g, L, WEFT_OP_EMBEDDING);
     GRUN(weft_op_embedding(f, &d, tokT, idx[t], PP(K_WTE, 0), PP(K_WPE, 0), xr), "embedding");
@@ -796,11 +887,19 @@ weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int nto
     GRUN(weft_op_layernorm(f, &d, xr, PP(K_LNFW, 0), PP(K_LNFB, 0), 1e-5f, lnr, mr, sr), "lnf");
     d = D(g, L, WEFT_OP_MATMUL);
     GRUN(weft_op_matmul(f, &d, lnr, 0, PP(K_WTE, 0), 1, lgr), "logits");
+    if (prof) pt[1] += now_s() - pc, pc = now_s();
     GRUN(weft_scope_end(f), "close the decode step's scope");
+    if (prof) pt[2] += now_s() - pc, pc = now_s();
     GRUN(weft_tensor_read(lgr, lg, (size_t)V), "read the logits");
+    if (prof) pt[3] += now_s() - pc, pc = now_s();
     next = sample(lg, V, temperature, top_k, rng, prob, ix);
     out[i] = next;
+    if (prof) pt[4] += now_s() - pc;
   }
+  if (prof && ntok > 1)
+    fprintf(stderr, "decode step, us each: write token + open scope %.1f, record the ops %.1f, close the scope %.1f, "
+            "read the logits %.1f, sample %.1f\n", 1e6 * pt[0] / (ntok - 1), 1e6 * pt[1] / (ntok - 1),
+            1e6 * pt[2] / (ntok - 1), 1e6 * pt[3] / (ntok - 1), 1e6 * pt[4] / (ntok - 1));
   if (decode_seconds) *decode_seconds = now_s() - t0;
   st = WEFT_OK;
   goto done;

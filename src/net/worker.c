@@ -119,7 +119,20 @@ struct weft_net_server {
   int clients;
   uint64_t max_total;    /* bytes across all connections: tensors and frame buffers */
   atomic_uint_fast64_t total;
+  void (*on_log)(void *ctx, const char *line); /* connection events (weft_net_worker_desc.on_log) */
+  void *log_ctx;
 };
+
+static void wlog(const weft_net_server *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void wlog(const weft_net_server *srv, const char *fmt, ...) {
+  if (!srv->on_log) return;
+  char line[WEFT_NET_MAX_MESSAGE + 160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  srv->on_log(srv->log_ctx, line);
+}
 
 /* Takes n bytes from the worker-wide budget; 0 when they would pass it. */
 static int mem_take(weft_net_server *srv, uint64_t n) {
@@ -307,6 +320,8 @@ weft_status weft_net_server_create(const weft_net_worker_desc *desc, weft_net_se
   srv->io_timeout_ms = desc->io_timeout_ms > 0 ? desc->io_timeout_ms : 30000;
   srv->idle_timeout_ms = desc->idle_timeout_ms > 0 ? desc->idle_timeout_ms : desc->idle_timeout_ms < 0 ? -1 : 3600000;
   srv->handshake_timeout_ms = desc->handshake_timeout_ms > 0 ? desc->handshake_timeout_ms : 5000;
+  srv->on_log = desc->on_log;
+  srv->log_ctx = desc->ctx;
   srv->max_clients = desc->max_clients > 0 ? desc->max_clients : 64;
   srv->max_pending = desc->max_pending > 0 ? desc->max_pending : 64;
   srv->max_total = desc->max_total_resident ? desc->max_total_resident : default_max_total();
@@ -854,6 +869,7 @@ typedef struct conn {
   uint8_t buf[WEFT_NET_HEADER_BYTES + 64]; /* the frame being read (handshake frames are small) */
   size_t have, want;
   weft_net_header h;
+  char peer[80]; /* "host:port" of the peer, for the log */
 } conn;
 
 /* Reads up to n bytes once: the count read, 0 when the peer closed, -1 on an error (a blocking read's
@@ -1028,6 +1044,7 @@ static void *serve_conn(void *arg) {
   free(payload);
   mem_give(srv, payload_cap);
   weft_net_buf_free(&out);
+  wlog(srv, "%s left", c->peer);
   conn_free(c);
   pthread_mutex_lock(&srv->count_lock);
   srv->clients--;
@@ -1175,6 +1192,7 @@ static void drop_oldest(conn **pend, size_t *npend, int max_pending) {
            max_pending);
   weft_net_header h = {WEFT_NET_MAGIC, WEFT_NET_HELLO, 0, 0, 0};
   stage_refuse(c, &h, WEFT_ERR_STATE, msg);
+  wlog(c->srv, "%s %s", c->peer, msg);
   conn_free(c);
 }
 
@@ -1235,10 +1253,17 @@ static weft_status serve(weft_net_server *srv, int lfd, char *err, size_t errlen
         weft_net_header h = {WEFT_NET_MAGIC, c->want > WEFT_NET_HEADER_BYTES ? c->h.type : WEFT_NET_HELLO, 0,
                              c->want > WEFT_NET_HEADER_BYTES ? c->h.request_id : 0, 0};
         stage_refuse(c, &h, WEFT_ERR_STATE, msg);
+        snprintf(c->s->err, sizeof c->s->err, "%s", msg);
         r = STAGE_DROP;
       }
       if (r == STAGE_WAIT) continue;
       pend[i] = pend[--npend];
+      if (r == STAGE_DROP)
+        wlog(srv, "%s refused before its handshake completed: %s", c->peer,
+             c->s->err[0] ? c->s->err : "it closed the connection or broke the protocol");
+      else
+        wlog(srv, "%s joined (%s)", c->peer,
+             srv->need_auth ? "proved the shared secret" : "no secret asked: loopback");
       if (r == STAGE_DROP || !hand_off(c)) conn_free(c);
     }
     if (pr <= 0 || !(pfds[0].revents & POLLIN)) continue;
@@ -1274,6 +1299,14 @@ static weft_status serve(weft_net_server *srv, int lfd, char *err, size_t errlen
       fcntl(cfd, F_SETFL, fcntl(cfd, F_GETFL) | O_NONBLOCK);
       c->srv = srv;
       c->fd = cfd;
+      struct sockaddr_storage ss;
+      socklen_t sl = sizeof ss;
+      char h[64] = "?", pt[16] = "?";
+      if (getpeername(cfd, (struct sockaddr *)&ss, &sl) == 0)
+        getnameinfo((struct sockaddr *)&ss, sl, h, sizeof h, pt, sizeof pt, NI_NUMERICHOST | NI_NUMERICSERV);
+      snprintf(c->peer, sizeof c->peer, "%s%s%s:%s", ss.ss_family == AF_INET6 ? "[" : "", h,
+               ss.ss_family == AF_INET6 ? "]" : "", pt);
+      wlog(srv, "%s connected", c->peer);
       weft_net_conn_init(&c->nc, cfd);
       c->tls_wait = srv->tls != NULL;
       c->s = s;
@@ -1293,8 +1326,14 @@ out:
 weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, size_t errlen) {
   const char *addr = desc->listen ? desc->listen : "127.0.0.1:7070";
   char host[256], port[32];
-  if (!weft_net_split_addr(addr, host, sizeof host, port, sizeof port)) {
-    snprintf(err, errlen, "--listen wants HOST:PORT, got '%s'", addr);
+  char *pend = NULL;
+  long pn = weft_net_split_addr(addr, host, sizeof host, port, sizeof port) ? strtol(port, &pend, 10) : -1;
+  if (pn < 0 || pend == port || *pend) {
+    snprintf(err, errlen, "--listen wants HOST:PORT (e.g. 127.0.0.1:7070), got '%s'", addr);
+    return WEFT_ERR_INVALID_ARGUMENT;
+  }
+  if (pn > 65535) {
+    snprintf(err, errlen, "bad port %ld in '%s': a port is a number from 0 (any free one) to 65535", pn, addr);
     return WEFT_ERR_INVALID_ARGUMENT;
   }
   struct addrinfo hints = {0}, *ai = NULL;

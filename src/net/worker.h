@@ -36,6 +36,10 @@ typedef struct weft_net_worker_desc {
   /* Called once the socket is bound, with the address and the port actually bound. */
   void (*on_listen)(void *ctx, const char *host, int port);
   void *ctx;
+  /* Called (from the worker's threads, with ctx) with one line per connection event: a peer connected,
+   * completed its handshake (authenticated or not), was refused or dropped before that (and why), left.
+   * NULL: silent. */
+  void (*on_log)(void *ctx, const char *line);
 } weft_net_worker_desc;
 
 /* A growing reply buffer. */

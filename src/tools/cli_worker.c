@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "net/worker.h"
@@ -44,6 +45,16 @@ void weft_cli_worker_help(FILE *out) {
           "                         (default 3600; 0 = never)\n"
           "\n"
           "Prints 'weft worker: listening on HOST:PORT' once bound (the port actually bound).\n");
+}
+
+/* Connection events: one line each on stderr, with the time. */
+static void on_log(void *ctx, const char *line) {
+  (void)ctx;
+  time_t now = time(NULL);
+  struct tm tm;
+  char ts[32] = "";
+  if (localtime_r(&now, &tm)) strftime(ts, sizeof ts, "%H:%M:%S", &tm);
+  fprintf(stderr, "weft worker: %s %s\n", ts, line);
 }
 
 static void on_listen(void *ctx, const char *host, int port) {
@@ -132,7 +143,10 @@ int weft_cli_worker(int argc, char **argv) {
   d.handshake_timeout_ms = (int)handshake_ms;
   d.idle_timeout_ms = idle_s ? (int)(idle_s * 1000 > 2000000000 ? 2000000000 : idle_s * 1000) : -1;
   d.on_listen = on_listen;
-  weft_net_worker_run(&d, err, sizeof err);
+  d.on_log = on_log;
+  weft_status st = weft_net_worker_run(&d, err, sizeof err);
+  /* an address that cannot be read or resolved, or options that do not go together: a usage error */
+  if (st == WEFT_ERR_INVALID_ARGUMENT) return weft_cli_usage_error("worker", "%s", err);
   fprintf(stderr, "weft worker: %s\n", err);
   return WEFT_CLI_FAILED;
 }

@@ -36,6 +36,17 @@ static const weft_cli_command *find_command(const char *name) {
   return NULL;
 }
 
+/* "unknown command", with the command it most likely meant. */
+static int unknown_command(const char *name) {
+  const char *names[32];
+  size_t n = 0;
+  for (size_t i = 0; i < command_count && n < 31; i++) names[n++] = commands[i].name;
+  names[n++] = "help";
+  const char *guess = weft_cli_suggest(name, names, n);
+  if (guess) return weft_cli_usage_error(NULL, "unknown command '%s'; did you mean '%s'?", name, guess);
+  return weft_cli_usage_error(NULL, "unknown command '%s'", name);
+}
+
 static void main_help(FILE *out) {
   fprintf(out,
           "weft %s - a heterogeneous compute fabric: it measures every lane of this machine (CPU, GPUs)\n"
@@ -78,7 +89,7 @@ static int help_command(int argc, char **argv) {
       main_help(stdout);
       return WEFT_CLI_OK;
     }
-    return weft_cli_usage_error(NULL, "unknown command '%s'", argv[1]);
+    return unknown_command(argv[1]);
   }
   c->help(stdout);
   return WEFT_CLI_OK;
@@ -156,7 +167,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "help") == 0) return help_command(argc - 1, argv + 1);
   if (cmd[0] == '-') return weft_cli_usage_error(NULL, "unknown option '%s' (options go after the command)", cmd);
   const weft_cli_command *c = find_command(cmd);
-  if (!c) return weft_cli_usage_error(NULL, "unknown command '%s'", cmd);
+  if (!c) return unknown_command(cmd);
   if (weft_mpi_launched()) return run_under_mpi(c, argc, argv);
   return c->run(argc - 1, argv + 1);
 }

@@ -105,6 +105,7 @@ struct browser_server {
   char origins[1024]; /* WEFT_BROWSER_ORIGINS: other pages allowed to connect ("*": any) */
   char tls_cert[1024], tls_key[1024]; /* https and wss when set: browsers give WebGPU to secure pages only */
   struct lws_http_mount mount;
+  struct lws_protocol_vhost_options headers[2]; /* sent with every page: cross-origin isolation */
   struct lws_protocol_vhost_options mime[4];
   struct lws_protocols protocols[2];
   int timeout_ms;
@@ -1085,6 +1086,15 @@ static weft_status server_start(browser_server *srv, long port, char *why, size_
     /* HTTP/1.1 only: every tab's WebSocket is an upgrade of it, and this libwebsockets' HTTP/2 leaks. */
     info.alpn = "http/1.1";
   }
+  /* Cross-origin isolation: the Bench page's clock ticks in microseconds instead of 0.1 ms steps, and the
+   * pages load nothing from elsewhere, so it costs them nothing. */
+  srv->headers[0].next = &srv->headers[1];
+  srv->headers[0].name = "cross-origin-opener-policy:";
+  srv->headers[0].value = "same-origin";
+  srv->headers[1].next = NULL;
+  srv->headers[1].name = "cross-origin-embedder-policy:";
+  srv->headers[1].value = "require-corp";
+  info.headers = &srv->headers[0];
   if (srv->web_dir[0]) {
     srv->mount.mountpoint = "/";
     srv->mount.mountpoint_len = 1;
@@ -1207,8 +1217,9 @@ weft_status weft_browser_probe(const weft_probe_args *args, const weft_lane_sink
     srv->nslots++;
   }
   if (!st) {
-    /* lws is chatty on stderr by default; errors are what a person needs from a library. */
-    lws_set_log_level(LLL_ERR, NULL);
+    /* lws is chatty on stderr, errors included ("ERROR on binding fd ... to port"): a library says
+     * nothing itself, and every failure comes back as this lane's reason (a port in use included). */
+    lws_set_log_level(0, NULL);
     st = server_start(srv, port, why, sizeof why);
   }
   if (st) {

@@ -95,13 +95,31 @@ typedef struct weft_cu_item {
   } a;
 } weft_cu_item;
 
-/* A launch sequence seen before: after its second appearance it is captured and replayed as a graph. */
+/* One kernel launch or cuBLAS call of a recorded sequence, after consecutive small elementwise items were
+ * merged into one batch launch: what a graph holds a node for. */
+typedef struct weft_cu_launch_t {
+  int32_t fn, blas;
+  uint32_t grid[3], block[3];
+  const void *args; /* the kernel's argument block: an item's, or a batch block */
+  size_t args_size;
+  size_t item; /* the (first) item it comes from */
+} weft_cu_launch_t;
+
+/* A launch sequence seen before: after its second appearance it is made a graph and replayed. A sequence
+ * of kernels only is built node by node and keeps its nodes, so a later sequence of the same kernels and
+ * grids whose arguments differ (a decode step's position, a new token's index tensor) updates the nodes
+ * that changed and replays; one with cuBLAS calls is captured from the stream and replayed only when equal. */
 typedef struct weft_cu_graph {
   weft_cu_item *items;
   size_t n;
-  CUgraphExec exec; /* NULL until captured */
-  int no_graph;     /* capture failed once: run it directly */
+  CUgraphExec exec; /* NULL until built */
+  int no_graph;     /* building failed once: run it directly */
   uint64_t used;    /* for eviction */
+  CUgraph graph;    /* kept while nodes are (updates name nodes of it) */
+  CUgraphNode *nodes;
+  weft_cu_launch_t *launches; /* their arguments point into items and ewb */
+  weft_cu_ewb_args *ewb;
+  size_t nlaunch, newb;
 } weft_cu_graph;
 
 typedef struct weft_cu_copier weft_cu_copier;
@@ -159,6 +177,10 @@ typedef struct weft_cu_dev {
   size_t nitems, items_cap;
   weft_cu_graph graphs[WEFT_CU_GRAPHS];
   uint64_t graph_clock;
+  uint64_t graph_updates, graph_replays; /* nodes updated in place, graphs launched (for tests and bench) */
+  weft_cu_launch_t *plan;                  /* a flush's launches, and their batch blocks */
+  weft_cu_ewb_args *plan_ewb;
+  size_t plan_cap;
   int wait_d2h; /* a recorded op writes the buffer being streamed back: the flush must wait for that */
   /* scratch: softmax's per-row losses, attention backward's ds [B,NH,T,T] (each op's use ends with it) */
   CUdeviceptr scratch;
@@ -170,6 +192,16 @@ typedef struct weft_cu_dev {
   /* fault injection for the tests: WEFT_CUDA_FAULT=trap:N makes the Nth run on device 0 launch a trapping
    * kernel (device 0 only: a second GPU stays up, as it would when one device faults) */
   long fault_at, runs;
+  /* WEFT_CUDA_PROFILE=1: every flush runs its launches directly, each timed with events, and the device
+   * prints the time per kernel when it closes (a developer's tool: it serialises the host with the GPU) */
+  int profile;
+  struct {
+    int32_t fn; /* WEFT_CUK_COUNT: cuBLAS */
+    uint32_t gx, gy;
+    double ms;
+    uint64_t n;
+  } prof[128]; /* per kernel and grid */
+  int nprof;
 } weft_cu_dev;
 
 typedef struct weft_cu_lane {
@@ -194,6 +226,10 @@ weft_status weft_cu_emit(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t
 /* Rows of the matmul's output as the lane sees them (batch folded into rows where it can be), and whether
  * rows may be split (one batch entry after folding). */
 int64_t weft_cu_matmul_rows(const weft_op *op, int *out_splittable);
+/* The kernels' names (cuda_lane.c). */
+extern const char *const weft_cu_kernel_names[WEFT_CUK_COUNT];
+/* Frees a remembered sequence and its graph. */
+void weft_cu_graph_clear(weft_cu_dev *d, weft_cu_graph *g);
 /* Runs launches on the compute stream, in order. */
 weft_status weft_cu_launch(weft_cu_dev *d, const weft_cu_item *items, size_t n);
 /* Executes what was recorded (a graph when the same sequence was seen before). */

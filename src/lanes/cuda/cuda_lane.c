@@ -24,7 +24,7 @@
 
 #include "cuda_internal.h"
 
-static const char *const kernel_names[WEFT_CUK_COUNT] = {
+const char *const weft_cu_kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_MM128_NN] = "weft_mm128_nn",     [WEFT_CUK_MM128_NT] = "weft_mm128_nt",
     [WEFT_CUK_MM128_TN] = "weft_mm128_tn",     [WEFT_CUK_MM128_TT] = "weft_mm128_tt",
     [WEFT_CUK_MM64_NN] = "weft_mm64_nn",       [WEFT_CUK_MM64_NT] = "weft_mm64_nt",
@@ -57,6 +57,12 @@ static const char *const kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_TX_SUMSQ_ADD] = "weft_tx_sumsq_add",
     [WEFT_CUK_TX_PERMUTE] = "weft_tx_permute",
     [WEFT_CUK_TX_COPY_SLICE] = "weft_tx_copy_slice",
+    [WEFT_CUK_MV_NN] = "weft_mv_nn",           [WEFT_CUK_MV_NT] = "weft_mv_nt",
+    [WEFT_CUK_MV1_NN] = "weft_mv1_nn",         [WEFT_CUK_MV1_NT] = "weft_mv1_nt",
+    [WEFT_CUK_MVF_NN] = "weft_mvf_nn",         [WEFT_CUK_MVF_NT] = "weft_mvf_nt",
+    [WEFT_CUK_MVF1_NN] = "weft_mvf1_nn",       [WEFT_CUK_MVF1_NT] = "weft_mvf1_nt",
+    [WEFT_CUK_TX_LN_FWD_ROW] = "weft_tx_layernorm_fwd_row",
+    [WEFT_CUK_TX_ATTN_CACHED_BLK] = "weft_tx_attn_cached_blk",
 };
 
 /* ------------------------------------------------------------------------------------------- errors */
@@ -374,16 +380,27 @@ static void cache_clear(weft_cu_dev *d) {
   d->ncache = 0, d->cached_bytes = 0;
 }
 
+static void profile_print(const weft_cu_dev *d) {
+  double total = 0;
+  for (int i = 0; i < d->nprof; i++) total += d->prof[i].ms;
+  fprintf(stderr, "cuda:%d profile: %.3f ms of kernels (each launch timed alone: a few us of it are the timing)\n",
+          d->ordinal, total);
+  for (int i = 0; i < d->nprof; i++)
+    fprintf(stderr, "  %-28s grid %6u x %-5u %9.3f ms %8llu launches %9.2f us each\n",
+            d->prof[i].fn < WEFT_CUK_COUNT ? weft_cu_kernel_names[d->prof[i].fn] : "cublas", d->prof[i].gx,
+            d->prof[i].gy, d->prof[i].ms, (unsigned long long)d->prof[i].n, 1e3 * d->prof[i].ms / (double)d->prof[i].n);
+}
+
 static void dev_release(weft_cu_dev *d) {
   if (--d->refs > 0) return;
   const weft_cuda_api *cu = d->cu;
+  if (d->profile) profile_print(d);
   if (cu->cuCtxSetCurrent(d->ctx) == CUDA_SUCCESS && !d->failed) weft_cu_sync_all(d);
   weft_cu_copier_destroy(d->copier);
-  for (int i = 0; i < WEFT_CU_GRAPHS; i++) {
-    if (d->graphs[i].exec) cu->cuGraphExecDestroy(d->graphs[i].exec);
-    free(d->graphs[i].items);
-  }
+  for (int i = 0; i < WEFT_CU_GRAPHS; i++) weft_cu_graph_clear(d, &d->graphs[i]);
   free(d->items);
+  free(d->plan);
+  free(d->plan_ewb);
   if (d->blas) d->bl->cublasDestroy(d->blas);
   if (d->blas_ws) cu->cuMemFree(d->blas_ws);
   if (d->scratch) cu->cuMemFree(d->scratch);
@@ -801,7 +818,7 @@ static weft_status dev_init(weft_cu_dev *d, char *why, size_t why_len, char *bla
     d->module = NULL;
     return WEFT_ERR_UNSUPPORTED;
   }
-  for (int k = 0; k < WEFT_CUK_COUNT; k++) TRY(cu->cuModuleGetFunction(&d->fn[k], d->module, kernel_names[k]), kernel_names[k]);
+  for (int k = 0; k < WEFT_CUK_COUNT; k++) TRY(cu->cuModuleGetFunction(&d->fn[k], d->module, weft_cu_kernel_names[k]), weft_cu_kernel_names[k]);
   for (int s = 0; s < WEFT_CU_NSTREAMS; s++) {
     TRY(cu->cuStreamCreate(&d->stream[s], CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     TRY(cu->cuEventCreate(&d->ev[s], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
@@ -888,6 +905,7 @@ weft_status weft_cuda_probe(const weft_probe_args *args, const weft_lane_sink *s
     d->ordinal = i;
     d->refs = 1;
     d->fault_at = i == 0 ? env_long("WEFT_CUDA_FAULT", "trap:") : 0;
+    d->profile = getenv("WEFT_CUDA_PROFILE") && atoi(getenv("WEFT_CUDA_PROFILE")) > 0;
     char name[32], why_dev[512] = "", why_blas[768] = "";
     snprintf(name, sizeof name, "cuda:%d", i);
     if (dev_init(d, why_dev, sizeof why_dev, why_blas, sizeof why_blas) != WEFT_OK) {

@@ -112,13 +112,27 @@ static void tcp_drop(void *ctx, const char *why) {
 
 static const weft_net_transport TCP_TRANSPORT = {tcp_send, tcp_recv, tcp_drop};
 
-/* Connects; *loopback says whether the address reached is on loopback (127/8, ::1). */
-static int dial(const char *addr, int ms, int *loopback) {
+/* Connects; *loopback says whether the address reached is on loopback (127/8, ::1). On failure returns -1
+ * with why the address is wrong or what connect said in `why`. */
+static int dial(const char *addr, int ms, int *loopback, char *why, size_t whylen) {
   char host[128], port[16];
-  if (!weft_net_split_addr(addr, host, sizeof host, port, sizeof port)) return -1;
+  if (!weft_net_split_addr(addr, host, sizeof host, port, sizeof port)) {
+    snprintf(why, whylen, "'%s' is not a worker address: write HOST:PORT (e.g. 127.0.0.1:7070)", addr);
+    return -1;
+  }
+  char *end;
+  long pn = strtol(port, &end, 10);
+  if (*end || end == port || pn < 1 || pn > 65535) {
+    snprintf(why, whylen, "bad port '%s' in '%s': a port is a number from 1 to 65535", port, addr);
+    return -1;
+  }
   struct addrinfo hints = {0}, *ai = NULL;
   hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(host, port, &hints, &ai) || !ai) return -1;
+  int gai = getaddrinfo(host, port, &hints, &ai);
+  if (gai || !ai) {
+    snprintf(why, whylen, "cannot resolve the host '%s' of '%s': %s", host, addr, gai ? gai_strerror(gai) : "no address");
+    return -1;
+  }
   *loopback = weft_net_is_loopback(ai->ai_addr);
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd >= 0) {
@@ -129,9 +143,13 @@ static int dial(const char *addr, int ms, int *loopback) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      snprintf(why, whylen, "cannot connect to %s: %s%s", addr, strerror(errno),
+               errno == ECONNREFUSED ? " (is `weft worker` running there?)" : "");
       close(fd);
       fd = -1;
     }
+  } else {
+    snprintf(why, whylen, "cannot connect to %s: %s", addr, strerror(errno));
   }
   freeaddrinfo(ai);
   return fd;
@@ -157,10 +175,9 @@ static weft_status connect_worker(remote_lane *l, int dial_ms, char *why, size_t
   size_t slen = 0;
   if (path && path[0] && weft_net_read_secret(path, secret, sizeof secret, &slen, why, whylen)) return WEFT_ERR_IO;
   int loopback = 0;
-  int fd = dial(l->addr, dial_ms, &loopback);
+  int fd = dial(l->addr, dial_ms, &loopback, why, whylen);
   weft_status st = WEFT_OK;
   if (fd < 0) {
-    snprintf(why, whylen, "cannot connect to %s: %s", l->addr, strerror(errno));
     st = WEFT_ERR_LANE_FAILED;
     goto out;
   }
@@ -429,10 +446,12 @@ weft_status weft_remote_probe(const weft_probe_args *args, const weft_lane_sink 
   const char *pin_all = getenv("WEFT_REMOTE_IDENTITY");
   char addr[128], pinned[WEFT_NET_MAX_IDENTITY + 1];
   const char *p = list;
+  int entries = 0;
   while (*p) {
     while (*p == ' ' || *p == ',') p++;
     size_t n = strcspn(p, ", ");
     if (!n) break;
+    entries++;
     size_t na = strcspn(p, "=, ");
     size_t np = na < n ? n - na - 1 : 0; /* the pin after '=' */
     if (na >= sizeof addr) {
@@ -453,6 +472,12 @@ weft_status weft_remote_probe(const weft_probe_args *args, const weft_lane_sink 
       probe_worker(args, sink, addr, pinned);
     }
     p += n;
+  }
+  if (!entries) {
+    char why[256];
+    snprintf(why, sizeof why, "'%.64s' names no worker: write host:port,... (WEFT_REMOTE or the fabric's `remote`)",
+             list);
+    sink->add_absent(sink->ctx, "remote", why);
   }
   return WEFT_OK;
 }
