@@ -563,7 +563,7 @@ static weft_status browser_supports(void *self, const weft_op *op) {
                             weft_op_kind_str(op->kind));
   /* The worker page takes a softmax_xent's mean over its logits' rows: a share of a larger batch goes
    * elsewhere. */
-  if (op->kind == WEFT_OP_SOFTMAX_XENT && op->iparam[0] != op->rows)
+  if (op->kind == WEFT_OP_SOFTMAX_XENT && op->iparam[0] && op->iparam[0] != op->rows)
     return weft_lane_report(s->fabric_host, WEFT_ERR_UNSUPPORTED,
                             "%s: the tab takes softmax_xent's mean over its logits' rows only", s->name);
   if (!(s->tab_contracts & WEFT_CONTRACT_BIT(op->contract)))
