@@ -20,7 +20,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 # WebGPU on SwiftShader) and Node.js run the browser tests (playwright-core comes from npm, see below);
 # libwebsockets-dev is the server browser tabs join the fabric through (browser lanes, `weft serve`).
 # python3-torch runs tests/gpt/torch_ref.py, the independent GPT-2 the checkpoint loaders are checked against;
-# fortunes is the text `weft gpt train` learns from by default (/usr/share/games/fortunes).
+# fortunes is the text `weft gpt train` learns from by default (/usr/share/games/fortunes). OpenMPI runs weft
+# under mpirun (lanes of other ranks, data-parallel training; optional at build time) and its tests;
+# netpipe-tcp is the TCP ping-pong bench/mpi compares against.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config libcjson-dev zlib1g-dev
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-tools
@@ -30,6 +32,7 @@ PACKAGES=(
   python3-numpy python3-pytest python3-sklearn
   lld chromium nodejs libwebsockets-dev
   python3-torch fortunes
+  openmpi-bin libopenmpi-dev netpipe-tcp
 )
 # Debian's nodejs comes without npm; some other builds of nodejs bundle it (and conflict with Debian's npm).
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)

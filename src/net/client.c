@@ -494,6 +494,7 @@ static int op_views(const weft_op *op, weft_net_request *r) {
   int64_t rows = op->rows, cols = op->cols;
   switch (op->kind) {
   case WEFT_OP_MATMUL:
+  case WEFT_OP_MATMUL_ACC:
     setv(r, IN(0), 3, op->batch, op->trans_a ? op->k : op->m, op->trans_a ? op->m : op->k, 0);
     if (op->b_batched) setv(r, IN(1), 3, op->batch, op->trans_b ? op->n : op->k, op->trans_b ? op->k : op->n, 0);
     else setv(r, IN(1), 2, op->trans_b ? op->n : op->k, op->trans_b ? op->k : op->n, 0, 0);
@@ -525,6 +526,7 @@ static int op_views(const weft_op *op, weft_net_request *r) {
     set_rows(r, IN(1), rows, cols);
     setv(r, OUT(0), 1, 1, 0, 0, 0);
     set_rows(r, OUT(1), rows, cols);
+    r->params.i[0] = op->iparam[0] != rows ? op->iparam[0] : 0; /* the mean over a larger batch */
     return 1;
   case WEFT_OP_EMBEDDING: /* B, T, C, V, P */
     set_rows(r, IN(0), ip[0], ip[1]);

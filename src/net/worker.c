@@ -448,7 +448,7 @@ static int op_query(const weft_net_request *r, const int nd[2], const int64_t *c
   memset(q, 0, sizeof *q);
   q->op = r->op;
   q->contract = r->contract;
-  if (r->op == WEFT_OP_MATMUL) {
+  if (r->op == WEFT_OP_MATMUL || r->op == WEFT_OP_MATMUL_ACC) {
     if (nd[0] < 2 || nd[1] < 2) return 0;
     int ta = r->params.i[0] != 0, tb = r->params.i[1] != 0;
     int64_t am = dims[0][nd[0] - 2], ak = dims[0][nd[0] - 1], bn = dims[1][nd[1] - 1];

@@ -35,6 +35,9 @@
 #include "net/client.h"
 #include "weft_lane.h"
 
+/* The ops a tab can be admitted for: those the self-test below proves (matmul .. attention_cached). An op
+ * added to the table later, before the self-test has a case for it (matmul_acc), is left to other lanes. */
+#define WEFT_OPS_TAB ((WEFT_OP_BIT(WEFT_OP_ATTENTION_CACHED) << 1) - 1)
 #define BROWSER_SLOTS_DEFAULT 4
 #define BROWSER_SLOTS_MAX 64
 #define FRAG_BYTES (256u << 10)    /* a request goes out in WebSocket fragments of this size */
@@ -518,7 +521,7 @@ static void browser_describe(void *self, weft_lane_desc *out) {
   /* What a tab can be admitted for: the ops its self-test verifies (every op of the table: the worker page
    * runs the version-2 ops through weft.wasm). A tab may offer a subset of them; the tab's own set, each op
    * of it proved at join, is checked per op (supports). */
-  out->ops = WEFT_OPS_ALL;
+  out->ops = WEFT_OPS_TAB;
   out->flags = WEFT_LANE_STARTS_DOWN;
 }
 
@@ -571,6 +574,11 @@ static weft_status browser_supports(void *self, const weft_op *op) {
   if ((unsigned)op->kind >= WEFT_OP_COUNT || !(s->tab_ops & WEFT_OP_BIT(op->kind)))
     return weft_lane_report(s->fabric_host, WEFT_ERR_UNSUPPORTED, "%s: the tab does not offer %s", s->name,
                             weft_op_kind_str(op->kind));
+  /* The worker page takes a softmax_xent's mean over its logits' rows: a share of a larger batch goes
+   * elsewhere. */
+  if (op->kind == WEFT_OP_SOFTMAX_XENT && op->iparam[0] && op->iparam[0] != op->rows)
+    return weft_lane_report(s->fabric_host, WEFT_ERR_UNSUPPORTED,
+                            "%s: the tab takes softmax_xent's mean over its logits' rows only", s->name);
   if (!(s->tab_contracts & WEFT_CONTRACT_BIT(op->contract)))
     return weft_lane_report(s->fabric_host, WEFT_ERR_UNSUPPORTED, "%s: the tab does not honour the %s contract",
                             s->name, weft_contract_str(op->contract));
@@ -599,7 +607,7 @@ static void pick_lane(void *ctx, uint32_t index, weft_contract_mask contracts, u
   if (!(contracts & WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT))) return;
   /* A tab offers a subset of the ops; those the admission self-test can prove are taken (an op added to the
    * table later, before the self-test has a case for it, is left to other lanes), and each is proved. */
-  ops &= WEFT_OPS_ALL & ((WEFT_OP_BIT(WEFT_OP_ATTENTION_CACHED) << 1) - 1);
+  ops &= WEFT_OPS_TAB;
   if (!p->found) {
     p->found = 1;
     p->index = index;
@@ -934,6 +942,7 @@ static int selftest_v1(browser_slot *s, int kind, int variant, int32_t lane, uin
     op.rows = R, op.cols = C;
     op.alpha = op.kind == WEFT_OP_SCALE ? 0.3f : -1.7f;
     op.inv_rows = 1.0f / (float)R;
+    if (op.kind == WEFT_OP_SOFTMAX_XENT) op.iparam[0] = R;
     op.in[0] = x;
     op.out[0] = o;
     size_t in_n[WEFT_OP_MAX_IN] = {R * C, 0}, out_n[WEFT_OP_MAX_OUT] = {R * C, 0};

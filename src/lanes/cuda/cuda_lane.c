@@ -352,9 +352,9 @@ static void lane_describe(void *self, weft_lane_desc *out) {
   out->contracts = l->tensor ? WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_BF16)
                              : WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32);
   out->flags = 0;
-  /* cuda:N runs every op (the transformer ops on cuda_tx.cu's kernels); cuda:N.tensor matmul only, which its
-   * supports() says (0: the version-1 set, as before) */
-  out->ops = l->tensor ? 0 : WEFT_OPS_ALL;
+  /* cuda:N runs every op but matmul_acc (the transformer ops on cuda_tx.cu's kernels; no accumulating matmul
+   * kernel yet); cuda:N.tensor matmul only, which its supports() says (0: the version-1 set, as before) */
+  out->ops = l->tensor ? 0 : WEFT_OPS_ALL & ~WEFT_OP_BIT(WEFT_OP_MATMUL_ACC);
 }
 
 /* Finished everything given so far? (Recorded launches not yet started count as unfinished.) */
