@@ -290,6 +290,7 @@ typedef struct {
   int reshaped;        /* t's handle was relabelled for the op; restore to t's own dims */
   int hnd;             /* the handle's shape before a relabel */
   int64_t hd[WEFT_MAX_DIMS];
+  const char *fn, *name; /* for messages */
 } opnd;
 
 static void opnd_release(FabricObject *fo, opnd *o) {
@@ -375,6 +376,7 @@ static int swapped_contiguous(PyArrayObject *a) {
 static int opnd_take(FabricObject *fo, PyObject *x, const char *fn, const char *name, int convert, int copy_ok,
                      int allow_trans, opnd *o) {
   memset(o, 0, sizeof *o);
+  o->fn = fn, o->name = name;
   if (WP_IS_TENSOR(x)) {
     TensorObject *t = (TensorObject *)x;
     if (t->fab != fo) {
@@ -418,6 +420,8 @@ static int opnd_take(FabricObject *fo, PyObject *x, const char *fn, const char *
  * relabelled to it for the op). pos picks the scratch slot. */
 static int opnd_bind(FabricObject *fo, opnd *o, int pos, int nd, const int64_t *dims) {
   if (o->t) {
+    if (!(o->t->base ? o->t->base : o->t)->h)
+      return wp_raise(WEFT_ERR_STATE, "%s: %s is a closed tensor", o->fn, o->name), -1;
     if (o->t->trans && !o->tmp) { /* a view other than matmul's operands: made real on its lane */
       weft_tensor *h = NULL;
       if (wp_tensor_materialize(o->t, &h, &o->tmp)) return -1;
@@ -643,14 +647,9 @@ static PyObject *matmul_locked(FabricObject *fo, PyObject *a, PyObject *b, int c
     if (ta_given || tb_given)
       snprintf(tr, sizeof tr, " (with%s%s%s)", trans_a ? " trans_a" : "", trans_a && trans_b ? " and" : "",
                trans_b ? " trans_b" : (trans_a ? "" : " no transposition"));
-    char ra[160], rb[160];
-    wp_fmt_shape(s1, sizeof s1, A.nd, A.d), wp_fmt_shape(s2, sizeof s2, B.nd, B.d);
-    /* the shapes also as weft writes them, [3,4] */
-    snprintf(ra, sizeof ra, "%s", s1), snprintf(rb, sizeof rb, "%s", s2);
-    for (char *p = ra; *p; p++) *p = *p == '(' ? '[' : *p == ')' ? ']' : *p;
-    for (char *p = rb; *p; p++) *p = *p == '(' ? '[' : *p == ')' ? ']' : *p;
     wp_raise(WEFT_ERR_SHAPE, "%s: the inner dimensions differ: %s is %s and %s is %s%s; %s's last dimension (%lld) "
-             "must equal %s's %s (%lld)", fn, na, ra, nb, rb, tr, na, (long long)k, nb,
+             "must equal %s's %s (%lld)", fn, na, wp_fmt_shape(s1, sizeof s1, A.nd, A.d), nb,
+             wp_fmt_shape(s2, sizeof s2, B.nd, B.d), tr, na, (long long)k, nb,
              b1 ? "only dimension" : "second-to-last", (long long)kb);
     goto done;
   }
@@ -918,6 +917,8 @@ static int ew_bind(FabricObject *fo, opnd *o, int pos) {
   int64_t d[WEFT_MAX_DIMS];
   ew_dims(o, &nd, d);
   if (o->t) {
+    if (!(o->t->base ? o->t->base : o->t)->h)
+      return wp_raise(WEFT_ERR_STATE, "%s: %s is a closed tensor", o->fn, o->name), -1;
     weft_tensor *h0 = wp_tensor_handle(o->t->base ? o->t->base : o->t);
     if (!h0) return -1;
     weft_tensor_shape(h0, &nd, d);
@@ -1439,7 +1440,6 @@ static PyObject *Fabric_close(FabricObject *fo, PyObject *unused) {
 
 static int Fabric_traverse(FabricObject *fo, visitproc visit, void *arg) {
   Py_VISIT(fo->on_note);
-  Py_VISIT(Py_TYPE(fo));
   return 0;
 }
 
@@ -1459,9 +1459,8 @@ static void Fabric_dealloc(FabricObject *fo) {
   Py_CLEAR(fo->on_note);
   Py_CLEAR(fo->lane_names);
   Py_CLEAR(fo->lane_index);
-  PyTypeObject *tp = Py_TYPE(fo);
-  tp->tp_free((PyObject *)fo);
-  if (tp->tp_flags & Py_TPFLAGS_HEAPTYPE) Py_DECREF(tp);
+  /* a Python subclass's instance: subtype_dealloc drops the type's reference after this */
+  Py_TYPE(fo)->tp_free((PyObject *)fo);
 }
 
 /* -------------------------------------------------------------------------- fabric: scopes, lanes, routing */
