@@ -25,8 +25,8 @@ if(_weft_py_missing)
   message(STATUS "weft: Python extension left out: not found: ${_weft_py_missing}")
 else()
   file(GLOB _weft_py_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/csrc/*.c)
-  # src/gpt/gpt.c is GPT-2 on weft's public API (the CLI links it the same way); the module runs it on libweft
-  Python3_add_library(weft_python MODULE ${_weft_py_sources} ${PROJECT_SOURCE_DIR}/src/gpt/gpt.c)
+  # csrc/gpt_model.c compiles src/gpt/gpt.c, GPT-2 on weft's public API (the CLI links it the same way)
+  Python3_add_library(weft_python MODULE ${_weft_py_sources})
   target_include_directories(weft_python PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_include_directories(weft_python SYSTEM PRIVATE ${Python3_NumPy_INCLUDE_DIRS})
   target_link_libraries(weft_python PRIVATE weft Python3::NumPy)
@@ -74,6 +74,13 @@ if(BUILD_TESTING AND WEFT_PYTHON)
     add_test(NAME python COMMAND ${WEFT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/tests/run_tests.py)
   endif()
   set_tests_properties(python PROPERTIES ENVIRONMENT "${_weft_py_env}" SKIP_RETURN_CODE 77 TIMEOUT 900)
+  # `pip install ./python` into a fresh virtual environment, against this build's library (not under the
+  # sanitizers: the module pip builds carries none)
+  if(NOT _weft_py_skip AND NOT WEFT_SANITIZE)
+    add_test(NAME python_pip_install COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/tests/pip_install.sh ${WEFT_PYTHON}
+             $<TARGET_FILE:weft> ${PROJECT_SOURCE_DIR})
+    set_tests_properties(python_pip_install PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+  endif()
   # `out=` naming an input on the remote lanes of a real worker (its CPU and, where there is one, its GPU).
   if(TARGET weft_cli AND NOT _weft_py_skip)
     add_test(NAME python_inplace_remote COMMAND sh ${PROJECT_SOURCE_DIR}/tests/net/with_worker.sh

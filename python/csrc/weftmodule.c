@@ -291,6 +291,7 @@ typedef struct {
   int hnd;             /* the handle's shape before a relabel */
   int64_t hd[WEFT_MAX_DIMS];
   const char *fn, *name; /* for messages */
+  int keep_view;         /* matmul: a .T view goes in as its base, transposed */
 } opnd;
 
 static void opnd_release(FabricObject *fo, opnd *o) {
@@ -377,6 +378,7 @@ static int opnd_take(FabricObject *fo, PyObject *x, const char *fn, const char *
                      int allow_trans, opnd *o) {
   memset(o, 0, sizeof *o);
   o->fn = fn, o->name = name;
+  o->keep_view = allow_trans;
   if (WP_IS_TENSOR(x)) {
     TensorObject *t = (TensorObject *)x;
     if (t->fab != fo) {
@@ -422,7 +424,7 @@ static int opnd_bind(FabricObject *fo, opnd *o, int pos, int nd, const int64_t *
   if (o->t) {
     if (!(o->t->base ? o->t->base : o->t)->h)
       return wp_raise(WEFT_ERR_STATE, "%s: %s is a closed tensor", o->fn, o->name), -1;
-    if (o->t->trans && !o->tmp) { /* a view other than matmul's operands: made real on its lane */
+    if (o->t->trans && !o->tmp && !o->keep_view) { /* a view other than matmul's operands: made real on its lane */
       weft_tensor *h = NULL;
       if (wp_tensor_materialize(o->t, &h, &o->tmp)) return -1;
       o->h = h;
@@ -1669,10 +1671,10 @@ static PyObject *Fabric_bench_c(FabricObject *fo, PyObject *args) {
   const char *what;
   PyObject *x, *y;
   long reps;
-  int contract = 0;
-  if (!PyArg_ParseTuple(args, "sOOl|i", &what, &x, &y, &reps, &contract)) return NULL;
+  int contract = 0, lane = WEFT_LANE_AUTO;
+  if (!PyArg_ParseTuple(args, "sOOl|ii", &what, &x, &y, &reps, &contract, &lane)) return NULL;
   if (wp_check_open(fo)) return NULL;
-  weft_op_desc desc = {(weft_contract)contract, WEFT_LANE_AUTO};
+  weft_op_desc desc = {(weft_contract)contract, lane};
   double best = 1e30;
   weft_status st = WEFT_OK;
   if (strcmp(what, "matmul_host") == 0) {

@@ -37,6 +37,8 @@ typedef struct {
   PyObject_HEAD
   weft_fabric *f; /* NULL once closed */
   PyThread_type_lock lock;
+  unsigned long lock_owner; /* the thread holding lock (a dealloc inside a locked call locks again) */
+  int lock_depth;
   PyObject *on_note;    /* the callable notes go to, or NULL */
   PyObject *lane_names; /* tuple of str, index order */
   PyObject *lane_index; /* dict str -> int */
@@ -77,12 +79,24 @@ extern PyObject *wp_dtype_f32, *wp_dtype_i32;
 
 /* ---- locking: the library wants one thread at a time per fabric; the GIL is dropped while waiting */
 static inline void wp_lock(FabricObject *fo) {
+  unsigned long me = PyThread_get_thread_ident();
+  if (fo->lock_depth && fo->lock_owner == me) {
+    fo->lock_depth++;
+    return;
+  }
   if (!PyThread_acquire_lock(fo->lock, NOWAIT_LOCK)) {
     Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(fo->lock, WAIT_LOCK);
     Py_END_ALLOW_THREADS
   }
+  fo->lock_owner = me;
+  fo->lock_depth = 1;
 }
-static inline void wp_unlock(FabricObject *fo) { PyThread_release_lock(fo->lock); }
+static inline void wp_unlock(FabricObject *fo) {
+  if (--fo->lock_depth == 0) {
+    fo->lock_owner = 0;
+    PyThread_release_lock(fo->lock);
+  }
+}
 
 /* ---- errors */
 PyObject *wp_raise_status(weft_status st, const char *message);
