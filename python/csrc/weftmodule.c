@@ -645,10 +645,11 @@ static PyObject *matmul_locked(FabricObject *fo, PyObject *a, PyObject *b, int c
   if (b1) sb[1] = 1, ndb = 2;
   int64_t m = sa[nda - 2], k = sa[nda - 1], kb = sb[ndb - 2], n = sb[ndb - 1];
   if (k != kb) {
-    char tr[64] = "";
-    if (ta_given || tb_given)
-      snprintf(tr, sizeof tr, " (with%s%s%s)", trans_a ? " trans_a" : "", trans_a && trans_b ? " and" : "",
-               trans_b ? " trans_b" : (trans_a ? "" : " no transposition"));
+    char tr[64] = ""; /* the transpositions asked for, and only those */
+    (void)ta_given, (void)tb_given;
+    if (trans_a || trans_b)
+      snprintf(tr, sizeof tr, " (with %s%s%s)", trans_a ? "trans_a" : "", trans_a && trans_b ? " and " : "",
+               trans_b ? "trans_b" : "");
     wp_raise(WEFT_ERR_SHAPE, "%s: the inner dimensions differ: %s is %s and %s is %s%s; %s's last dimension (%lld) "
              "must equal %s's %s (%lld)", fn, na, wp_fmt_shape(s1, sizeof s1, A.nd, A.d), nb,
              wp_fmt_shape(s2, sizeof s2, B.nd, B.d), tr, na, (long long)k, nb,
@@ -767,6 +768,7 @@ static PyObject *matmul_locked(FabricObject *fo, PyObject *a, PyObject *b, int c
   int wa, wb, wc;
   int eff_ta = (trans_a && A.nd >= 2) ^ A.layout_trans ^ (A.t && A.t->trans);
   int eff_tb = (trans_b && B.nd >= 2) ^ B.layout_trans ^ (B.t && B.t->trans);
+  if (b1) eff_tb = 1; /* a 1-D b as the row [1,k] transposed: the same relabel as a 1-D a (v @ v is one tensor) */
   /* memory rows/cols of each: op(x) = memory or memory^T */
   int64_t ar = eff_ta ? k : m, ac = eff_ta ? m : k, brr = eff_tb ? n : k, bc = eff_tb ? k : n;
   /* batch: a's (stripped) in the plain plan; b's in the flipped one; arrays with more than two batch
