@@ -167,4 +167,4 @@ def test_tensor_operands_follow_the_same_rules(fabric):
         assert ref.same_bits(np.asarray(got), want)
     assert tv.shape == (3,) and ta.shape == (5, 3)  # operands keep their shapes
     with pytest.raises(weft.ShapeError, match="resident tensors"):
-        fabric.matmul(fabric.tensor(rand(rng, 2, 5, 3)), fabric.tensor(rand(rng, 3, 3, 4)))
+        fabric.matmul(fabric.tensor(rand(rng, 2, 1, 5, 3)), fabric.tensor(rand(rng, 3, 3, 4)))
