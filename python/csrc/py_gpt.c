@@ -113,12 +113,18 @@ static void GPT_dealloc(GPTObject *self) {
 }
 
 static PyArrayObject *tokens(PyObject *o, const char *name, int *B, int *T) {
-  PyArrayObject *a = (PyArrayObject *)PyArray_FROM_OTF(o, NPY_INT32, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED);
-  if (!a) return NULL;
-  if (PyArray_DESCR(a)->kind != 'i') {
-    Py_DECREF(a);
-    return PyErr_Format(PyExc_TypeError, "%s: token ids are integers", name), NULL;
+  PyArrayObject *in = (PyArrayObject *)PyArray_FromAny(o, NULL, 0, 0, 0, NULL);
+  if (!in) return NULL;
+  char kind = PyArray_DESCR(in)->kind;
+  if (kind != 'i' && kind != 'u') {
+    Py_DECREF(in);
+    return PyErr_Format(PyExc_TypeError, "%s: token ids are integers (an int array)", name), NULL;
   }
+  /* any integer dtype: ids beyond int32 are out of every vocabulary, and the model says so */
+  PyArrayObject *a = (PyArrayObject *)PyArray_FromAny((PyObject *)in, PyArray_DescrFromType(NPY_INT32), 0, 0,
+                                                      NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST, NULL);
+  Py_DECREF(in);
+  if (!a) return NULL;
   int nd = PyArray_NDIM(a);
   if (nd == 1) *B = 1, *T = (int)PyArray_DIMS(a)[0];
   else if (nd == 2) *B = (int)PyArray_DIMS(a)[0], *T = (int)PyArray_DIMS(a)[1];
