@@ -156,6 +156,7 @@ class RouteExplanation:
     lanes: list
 
     def as_dict(self):
+        """The explanation as plain dicts and lists (for JSON)."""
         return dataclasses.asdict(self)
 
     def __str__(self):
