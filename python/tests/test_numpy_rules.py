@@ -43,10 +43,10 @@ SHAPES = [
 
 
 @pytest.mark.parametrize("sa,sb", SHAPES, ids=[f"{a}@{b}" for a, b in SHAPES])
-def test_shapes_follow_numpy_matmul(fabric, sa, sb):
+def test_shapes_follow_numpy_matmul(fabric, sa, sb, lane):
     rng = np.random.default_rng(len(sa) * 10 + len(sb))
     a, b = rand(rng, *sa), rand(rng, *sb)
-    got = fabric.matmul(a, b)
+    got = fabric.matmul(a, b, lane=lane)
     want = canonical(a, b)
     assert np.shape(got) == want.shape == np.matmul(a, b).shape
     assert ref.same_bits(np.asarray(got, f32), want)
@@ -156,15 +156,17 @@ def test_trans_flags_compose_with_layouts(fabric):
     assert ref.same_bits(fabric.matmul(np.asfortranarray(a), np.asfortranarray(b), trans_a=True, trans_b=True), want)
 
 
-def test_tensor_operands_follow_the_same_rules(fabric):
+def test_tensor_operands_follow_the_same_rules(fabric, lane):
     rng = np.random.default_rng(6)
     a, b, v = rand(rng, 5, 3), rand(rng, 2, 3, 4), rand(rng, 3)
     ta, tb, tv = fabric.tensor(a), fabric.tensor(b), fabric.tensor(v)
-    for x, y, tx, ty in ((a, b, ta, tb), (v, b, tv, tb), (a, v, ta, tv), (v, v, tv, tv)):
-        got = fabric.matmul(tx, ty)
+    for x, y, tx, ty in ((a, b, ta, tb), (v, b, tv, tb), (a, v, ta, tv), (v, v, tv, tv), (a.T, a, ta.T, ta)):
+        got = fabric.matmul(tx, ty, lane=lane)
         want = canonical(x, y)
         assert isinstance(got, weft.Tensor) and got.shape == want.shape
         assert ref.same_bits(np.asarray(got), want)
     assert tv.shape == (3,) and ta.shape == (5, 3)  # operands keep their shapes
+    big = rand(rng, 130, 140)  # large enough to be wrapped rather than copied
+    assert ref.same_bits(fabric.matmul(big, big.T, lane=lane), ref.matmul(big, np.ascontiguousarray(big.T)))
     with pytest.raises(weft.ShapeError, match="resident tensors"):
         fabric.matmul(fabric.tensor(rand(rng, 2, 1, 5, 3)), fabric.tensor(rand(rng, 3, 3, 4)))
