@@ -1,6 +1,8 @@
 /* dlpack.c - DLPack in and out (the unversioned "dltensor" capsule that numpy >= 1.22 and PyTorch speak):
- * a Tensor's host memory handed to numpy or PyTorch without a copy, and their memory wrapped as a Tensor
- * (weft_tensor_wrap) without a copy. The structures are DLPack's own (dlpack.h, v0.8 ABI). */
+ * a Tensor's memory handed to numpy or PyTorch without a copy - its host memory, or a cuda lane's device
+ * memory (weft_tensor_lane_address) for a value that lives there - and their memory wrapped as a Tensor
+ * without a copy (weft_tensor_wrap for host memory, weft_tensor_wrap_lane for CUDA memory). The structures
+ * are DLPack's own (dlpack.h, v0.8 ABI). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,32 +87,77 @@ static int share(TensorObject *o) {
   return 0;
 }
 
+/* The cuda lane index named "cuda:<ordinal>", or -1. */
+static int cuda_lane(FabricObject *fo, int ordinal) {
+  char name[32];
+  snprintf(name, sizeof name, "cuda:%d", ordinal);
+  PyObject *i = PyDict_GetItemString(fo->lane_index, name);
+  return i ? (int)PyLong_AsLong(i) : -1;
+}
+
+/* Where an export hands out memory: the lane (cuda:N) whose copy is shared, or -1 for host memory. A tensor
+ * shares one place: its first export (or its import) decides, and so does a value living on cuda:N alone. */
+static int export_lane(TensorObject *o, int *ordinal) {
+  FabricObject *fo = o->fab;
+  const char *name = NULL;
+  if (o->dev_lane >= 0) name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(fo->lane_names, o->dev_lane));
+  else if (!o->shared && o->h && fo->f) {
+    const char *loc = weft_tensor_location(o->h);
+    if (loc && strncmp(loc, "cuda:", 5) == 0 && !strchr(loc, ',') && !strchr(loc, '.')) name = loc;
+  }
+  if (!name || sscanf(name, "cuda:%d", ordinal) != 1) return -1;
+  return cuda_lane(fo, *ordinal);
+}
+
 PyObject *wp_tensor_dlpack(TensorObject *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   static const char *const names[] = {"stream", "max_version", "dl_device", "copy"};
   PyObject *v[4];
   if (wp_parse("__dlpack__", args, nargs, kwnames, names, v, 4, 0)) return NULL;
+  TensorObject *o = t->base ? t->base : t;
+  FabricObject *fo = t->fab;
+  int ordinal = 0;
+  wp_lock(fo);
+  int lane = export_lane(o, &ordinal);
+  wp_unlock(fo);
   if (v[2] && v[2] != Py_None) {
     int type = -1, id = -1;
     if (!PyArg_ParseTuple(v[2], "ii", &type, &id)) return NULL;
-    if (type != kDLCPU)
-      return PyErr_Format(PyExc_BufferError, "__dlpack__: weft hands out host (CPU) memory; dl_device=(%d, %d) asked "
-                          "for another device", type, id);
+    if (type == kDLCUDA && !o->shared && (lane = cuda_lane(fo, id)) >= 0) {
+      ordinal = id;
+    } else if (type == kDLCPU && o->dev_lane < 0) {
+      lane = -1;
+    } else
+      return PyErr_Format(PyExc_BufferError, "__dlpack__: dl_device=(%d, %d): this tensor shares %s memory", type, id,
+                          o->dev_lane >= 0 ? "CUDA" : o->shared ? "host" : "host or a cuda lane's");
   }
   if (v[3] == Py_True)
     return PyErr_Format(PyExc_BufferError, "__dlpack__: copy=True: take numpy.asarray(t) for a copy; DLPack here "
                         "shares the tensor's memory");
-  TensorObject *o = t->base ? t->base : t;
-  FabricObject *fo = t->fab;
+  void *data = NULL;
   wp_lock(fo);
-  int rc = share(o);
+  int rc = 0;
+  if (lane >= 0) {
+    weft_tensor *h = wp_tensor_handle(o);
+    weft_status st = WEFT_ERR_STATE;
+    if (h) {
+      Py_BEGIN_ALLOW_THREADS st = weft_tensor_lane_address(h, (size_t)lane, &data);
+      Py_END_ALLOW_THREADS
+      if (st) wp_raise_fabric(fo, st);
+      else o->dev_lane = lane;
+    }
+    rc = st ? -1 : 0;
+  } else {
+    rc = share(o);
+    data = o->shared;
+  }
   wp_unlock(fo);
   if (rc) return NULL;
   export_block *b = calloc(1, sizeof *b);
   if (!b) return PyErr_NoMemory();
   DLTensor *dl = &b->m.dl_tensor;
-  dl->data = o->shared;
-  dl->device.device_type = kDLCPU;
-  dl->device.device_id = 0;
+  dl->data = data;
+  dl->device.device_type = lane >= 0 ? kDLCUDA : kDLCPU;
+  dl->device.device_id = lane >= 0 ? ordinal : 0;
   dl->ndim = t->ndim;
   dl->dtype.code = kDLFloat, dl->dtype.bits = 32, dl->dtype.lanes = 1;
   /* the owner's row-major strides, in elements; a .T view swaps the last two */
@@ -137,8 +184,13 @@ PyObject *wp_tensor_dlpack(TensorObject *t, PyObject *const *args, Py_ssize_t na
 }
 
 PyObject *wp_tensor_dlpack_device(TensorObject *t, PyObject *unused) {
-  (void)t, (void)unused;
-  return Py_BuildValue("(ii)", kDLCPU, 0);
+  (void)unused;
+  TensorObject *o = t->base ? t->base : t;
+  int ordinal = 0;
+  wp_lock(t->fab);
+  int lane = export_lane(o, &ordinal);
+  wp_unlock(t->fab);
+  return lane >= 0 ? Py_BuildValue("(ii)", kDLCUDA, ordinal) : Py_BuildValue("(ii)", kDLCPU, 0);
 }
 
 void wp_dlpack_release(void *managed) {
@@ -171,10 +223,16 @@ PyObject *wp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return NULL;
   }
   Py_DECREF(dev);
-  if (dtype != kDLCPU && dtype != kDLCUDAHost)
-    return PyErr_Format(PyExc_BufferError, "from_dlpack: the memory is on DLPack device type %d (%s); weft takes host "
-                        "memory (device type 1) through DLPack in this build", dtype,
-                        dtype == kDLCUDA ? "CUDA" : "not the CPU");
+  int lane = -1;
+  if (dtype == kDLCUDA) {
+    if ((lane = cuda_lane(fo, did)) < 0)
+      return PyErr_Format(PyExc_BufferError, "from_dlpack: the memory is on CUDA device %d, and this fabric has no "
+                          "lane cuda:%d (see weft.devices() for why)", did, did);
+  } else if (dtype != kDLCPU && dtype != kDLCUDAHost)
+    return PyErr_Format(PyExc_BufferError, "from_dlpack: the memory is on DLPack device type %d; weft takes host "
+                        "memory (1) and CUDA memory (2) of a cuda lane's device", dtype);
+  /* CUDA: no stream is named, so the producer orders nothing; the lane waits for the device when it takes
+   * the memory (weft_tensor_wrap_lane) */
   PyObject *cap = PyObject_CallMethod(x, "__dlpack__", NULL);
   if (!cap) return NULL;
   DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
@@ -243,7 +301,12 @@ PyObject *wp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     goto done;
   }
   weft_tensor *h = NULL;
-  weft_status st = weft_tensor_wrap(fo->f, hnd, hd, data, &h);
+  weft_status st;
+  if (lane >= 0) {
+    Py_BEGIN_ALLOW_THREADS st = weft_tensor_wrap_lane(fo->f, (size_t)lane, hnd, hd, data, &h);
+    Py_END_ALLOW_THREADS
+  } else
+    st = weft_tensor_wrap(fo->f, hnd, hd, data, &h);
   wp_unlock(fo);
   if (st) {
     wp_raise_fabric(fo, st);
@@ -258,7 +321,8 @@ PyObject *wp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs
   }
   /* the tensor now owns the producer's memory: the capsule is consumed */
   PyCapsule_SetName(cap, "used_dltensor");
-  t->shared = data;
+  if (lane >= 0) t->dev_lane = lane;
+  else t->shared = data;
   t->dl_managed = m;
   if (trans) {
     ret = PyObject_GetAttrString((PyObject *)t, "mT");

@@ -22,6 +22,7 @@ TensorObject *wp_tensor_new(FabricObject *fo, weft_tensor *h, int ndim, const in
   t->shared_owned = 0;
   t->dl_managed = NULL;
   t->exports = 0;
+  t->dev_lane = -1;
   t->weakreflist = NULL;
   return t;
 }
@@ -43,6 +44,14 @@ weft_tensor *wp_tensor_handle(TensorObject *t) {
 
 int wp_tensor_before_use(TensorObject *t) {
   t = owner(t);
+  if (t->dev_lane >= 0) { /* what the other library wrote on the device is the value */
+    void *addr;
+    weft_status st;
+    Py_BEGIN_ALLOW_THREADS st = weft_tensor_lane_address(t->h, (size_t)t->dev_lane, &addr);
+    Py_END_ALLOW_THREADS
+    if (st) return wp_raise_fabric(t->fab, st), -1;
+    return 0;
+  }
   if (!t->shared) return 0;
   weft_status st = weft_tensor_write(t->h, t->shared, weft_tensor_numel(t->h));
   if (st) return wp_raise_fabric(t->fab, st), -1;
@@ -51,6 +60,7 @@ int wp_tensor_before_use(TensorObject *t) {
 
 int wp_tensor_after_write(TensorObject *t) {
   t = owner(t);
+  if (t->dev_lane >= 0) return wp_tensor_before_use(t); /* the value back on the shared lane, finished */
   if (!t->shared) return 0;
   weft_status st;
   Py_BEGIN_ALLOW_THREADS st = weft_tensor_read(t->h, t->shared, weft_tensor_numel(t->h));
@@ -122,7 +132,9 @@ PyObject *wp_tensor_numpy(TensorObject *t, PyObject *out) {
       Py_DECREF(arr);
       return wp_raise(WEFT_ERR_SHAPE, "numpy(out=...): out holds %zd floats, the tensor %zu", PyArray_SIZE(arr), n);
     }
-    if (o->shared) {
+    if (o->dev_lane >= 0 && wp_tensor_before_use(o)) {
+      st = WEFT_ERR_STATE; /* raised already */
+    } else if (o->shared) {
       /* the memory is the value (no op is pending on it: ops that write it wait) */
       memcpy(PyArray_DATA(arr), o->shared, n * 4);
     } else {
@@ -131,7 +143,7 @@ PyObject *wp_tensor_numpy(TensorObject *t, PyObject *out) {
       Py_END_ALLOW_THREADS
     }
   }
-  if (h && st) wp_raise_fabric(fo, st);
+  if (h && st && !PyErr_Occurred()) wp_raise_fabric(fo, st);
   wp_unlock(fo);
   if (!h || st) {
     Py_DECREF(arr);
@@ -364,7 +376,7 @@ static PyObject *Tensor_repr(TensorObject *t) {
   if (!loc) return NULL;
   PyObject *r = PyUnicode_FromFormat("<weft.Tensor shape=%s float32 lane=%U contract=%s%s%s>", sb, loc,
                                      wp_contract_names[t->contract], t->trans ? " view=.T" : "",
-                                     o->shared ? " shared" : "");
+                                     o->shared || o->dev_lane >= 0 ? " shared" : "");
   Py_DECREF(loc);
   return r;
 }
@@ -549,7 +561,8 @@ static PyMethodDef Tensor_methods[] = {
      "the tensor bring their result home before they return, and ops that read it see what was written\n"
      "through the other side."},
     {"__dlpack_device__", (PyCFunction)wp_tensor_dlpack_device, METH_NOARGS,
-     "__dlpack_device__()\n--\n\n(device type, device id) of the memory __dlpack__ hands out: (1, 0), the CPU."},
+     "__dlpack_device__()\n--\n\n(device type, device id) of the memory __dlpack__ hands out: (2, N) for a value that\n"
+     "lives on cuda:N alone (or came from CUDA memory), else (1, 0), the host."},
     {NULL, NULL, 0, NULL},
 };
 

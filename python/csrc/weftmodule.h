@@ -66,6 +66,10 @@ typedef struct TensorObject {
   int shared_owned;          /* shared was allocated here (freed at dealloc) */
   void *dl_managed;          /* the DLManagedTensor whose memory this wraps (deleter called at dealloc) */
   Py_ssize_t exports;        /* DLPack capsules handed out and not yet released */
+  /* Device memory Python can see (DLPack with a cuda lane): the lane whose copy is the value whenever Python
+   * runs (-1: none). Ops reading the tensor take that copy as current; ops writing it leave the value there
+   * and wait for it. */
+  int dev_lane;
   PyObject *weakreflist;
 } TensorObject;
 
