@@ -131,16 +131,10 @@ int wp_contract(PyObject *o, int *out) {
     }
     PyErr_Clear();
   }
+  PyObject *r = PyObject_Repr(o); /* said as repr() would: 'fast' */
   wp_raise(WEFT_ERR_INVALID_ARGUMENT, "unknown contract %s; weft knows exact, fp32, tf32, bf16",
-           PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : Py_TYPE(o)->tp_name);
-  if (PyUnicode_Check(o)) {
-    /* say it as repr() would */
-    PyErr_Clear();
-    PyObject *r = PyObject_Repr(o);
-    wp_raise(WEFT_ERR_INVALID_ARGUMENT, "unknown contract %s; weft knows exact, fp32, tf32, bf16",
-             r ? PyUnicode_AsUTF8(r) : "?");
-    Py_XDECREF(r);
-  }
+           r ? PyUnicode_AsUTF8(r) : "?");
+  Py_XDECREF(r);
   return -1;
 }
 
