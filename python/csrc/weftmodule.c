@@ -1656,7 +1656,7 @@ static PyObject *Fabric_get_copies(FabricObject *fo, void *c) {
 /* Times `reps` calls of one op straight through weft.h on resident tensors (what a C program pays), for the
  * Python overhead figure: ("relu" | "add" | "matmul" | "matmul_host", x, y, reps). matmul_host is the C
  * program with host arrays: wrap (once) the caller's arrays, then per call write, matmul, read. Returns
- * seconds per call (the best of 5 runs of reps). */
+ * seconds per call (the best of `runs` runs of reps, 5 unless given). */
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1667,8 +1667,8 @@ static PyObject *Fabric_bench_c(FabricObject *fo, PyObject *args) {
   const char *what;
   PyObject *x, *y;
   long reps;
-  int contract = 0, lane = WEFT_LANE_AUTO;
-  if (!PyArg_ParseTuple(args, "sOOl|ii", &what, &x, &y, &reps, &contract, &lane)) return NULL;
+  int contract = 0, lane = WEFT_LANE_AUTO, runs = 5;
+  if (!PyArg_ParseTuple(args, "sOOl|iii", &what, &x, &y, &reps, &contract, &lane, &runs)) return NULL;
   if (wp_check_open(fo)) return NULL;
   weft_op_desc desc = {(weft_contract)contract, lane};
   double best = 1e30;
@@ -1687,7 +1687,7 @@ static PyObject *Fabric_bench_c(FabricObject *fo, PyObject *args) {
     st = weft_tensor_wrap(fo->f, 2, da, PyArray_DATA(A), &ta);
     if (!st) st = weft_tensor_wrap(fo->f, 2, db, PyArray_DATA(B), &tb);
     if (!st) st = c ? weft_tensor_wrap(fo->f, 2, dc, c, &tc) : WEFT_ERR_OUT_OF_MEMORY;
-    for (int r = 0; r < 5 && !st; r++) {
+    for (int r = 0; r < runs && !st; r++) {
       double t0 = now_s();
       for (long i = 0; i < reps && !st; i++) {
         st = weft_tensor_write(ta, PyArray_DATA(A), (size_t)PyArray_SIZE(A));
@@ -1711,7 +1711,7 @@ static PyObject *Fabric_bench_c(FabricObject *fo, PyObject *args) {
   int kind = strcmp(what, "relu") == 0 ? 0 : strcmp(what, "add") == 0 ? 1 : strcmp(what, "matmul") == 0 ? 2 : -1;
   if (kind < 0) return PyErr_Format(PyExc_ValueError, "unknown op %s", what);
   wp_lock(fo);
-  for (int r = 0; r < 5 && !st; r++) {
+  for (int r = 0; r < runs && !st; r++) {
     double t0 = now_s();
     for (long i = 0; i < reps && !st; i++) {
       /* as the Python call does: a new result tensor per op, destroyed when dropped */
