@@ -1305,6 +1305,23 @@ static void note_trampoline(void *ctx, const char *line) {
   PyGILState_Release(g);
 }
 
+/* Without on_note, the notes a person should see (those beginning "weft: ": that routing started measuring
+ * lanes and where the results are kept, a cache that could not be read or written) go to sys.stderr;
+ * progress is silent. */
+static void note_default(void *ctx, const char *line) {
+  (void)ctx;
+  if (!line || strncmp(line, "weft: ", 6) != 0) return;
+  PyGILState_STATE g = PyGILState_Ensure();
+  PySys_FormatStderr("%s\n", line);
+  PyObject *err = PySys_GetObject("stderr");
+  if (err) {
+    PyObject *r = PyObject_CallMethod(err, "flush", NULL);
+    if (!r) PyErr_Clear();
+    Py_XDECREF(r);
+  }
+  PyGILState_Release(g);
+}
+
 static PyObject *Fabric_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
   (void)args, (void)kw;
   FabricObject *fo = (FabricObject *)type->tp_alloc(type, 0);
@@ -1385,6 +1402,8 @@ static int Fabric_init(FabricObject *fo, PyObject *args, PyObject *kw) {
     Py_XSETREF(fo->on_note, on_note);
     desc.on_note = note_trampoline;
     desc.note_ctx = on_note;
+  } else {
+    desc.on_note = note_default;
   }
   fo->scratch_budget = (size_t)scratch;
   weft_fabric *f = NULL;
@@ -1483,6 +1502,10 @@ static PyObject *Fabric_scope_begin(FabricObject *fo, PyObject *u) { (void)u; re
 static PyObject *Fabric_scope_end(FabricObject *fo, PyObject *u) { (void)u; return call_blocking(fo, weft_scope_end); }
 static PyObject *Fabric_sync(FabricObject *fo, PyObject *u) { (void)u; return call_blocking(fo, weft_fabric_sync); }
 static PyObject *Fabric_calibrate(FabricObject *fo, PyObject *u) { (void)u; return call_blocking(fo, weft_fabric_calibrate); }
+static PyObject *Fabric_calibration_wait(FabricObject *fo, PyObject *u) {
+  (void)u;
+  return call_blocking(fo, weft_fabric_calibration_wait);
+}
 
 static PyObject *Fabric_revive(FabricObject *fo, PyObject *u) {
   (void)u;
@@ -1790,6 +1813,10 @@ static PyMethodDef Fabric_methods[] = {
     {"sync", (PyCFunction)Fabric_sync, METH_NOARGS, "sync()\n--\n\nWaits for every lane to finish what it was given."},
     {"calibrate", (PyCFunction)Fabric_calibrate, METH_NOARGS,
      "calibrate()\n--\n\nMeasures every live lane now and writes the cache (unless calibration is 'off')."},
+    {"calibration_wait", (PyCFunction)Fabric_calibration_wait, METH_NOARGS,
+     "calibration_wait()\n--\n\nWaits for the lanes being measured in the background (calibration 'auto': the first\n"
+     "time routing chooses between lanes with no model) and measures any still without one, so routing from\n"
+     "here on uses measured lines. Returns at once when every lane has one or calibration is 'off'."},
     {"revive", (PyCFunction)Fabric_revive, METH_NOARGS,
      "revive()\n--\n\nAsks every down lane that can come back whether it is up now; returns the number of lanes up."},
     {"_lane_infos", (PyCFunction)Fabric_lane_infos, METH_NOARGS, NULL},

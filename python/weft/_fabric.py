@@ -222,7 +222,9 @@ class Fabric(_weft.Fabric):
     cpu_threads: threads the CPU lane may use; 0 = one per core this process may run on.
     calibration: "auto" (read the on-disk cache, measure missing lanes when routing first has to choose),
         "force" (measure every lane now and rewrite the cache) or "off" (built-in priors; never touches disk).
-    on_note: a callable taking one str: calibration progress and notes (default: notes go to stderr).
+    on_note: a callable taking one str: calibration progress and notes (default: the notes that begin
+        "weft: " go to stderr, such as the one line saying that lanes are being measured and where the
+        results are kept).
     scratch_bytes: how much memory the scratch tensors for small array operands may keep between calls.
     plugins, remote, browser: plugin lanes to load, `weft worker`s to join, where browser tabs attach.
     Use as a context manager, or call close(); tensors of a closed fabric are closed with it.
