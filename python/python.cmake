@@ -100,8 +100,15 @@ if(WEFT_INSTALL_PYTHON)
   install(DIRECTORY ${CMAKE_CURRENT_LIST_DIR}/weft DESTINATION ${WEFT_PYTHON_INSTALL_DIR}
           PATTERN __pycache__ EXCLUDE)
   if(TARGET weft_python)
-    # the installed module finds the installed library through its run path
-    set_target_properties(weft_python PROPERTIES INSTALL_RPATH "${CMAKE_INSTALL_FULL_LIBDIR}")
+    # the installed module finds the installed library through its run path: relative to itself when both
+    # folders are under the prefix, so `cmake --install --prefix` elsewhere keeps them together
+    if(IS_ABSOLUTE "${WEFT_PYTHON_INSTALL_DIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+      set(_weft_py_rpath "${CMAKE_INSTALL_FULL_LIBDIR}")
+    else()
+      file(RELATIVE_PATH _weft_py_rel "/p/${WEFT_PYTHON_INSTALL_DIR}/weft" "/p/${CMAKE_INSTALL_LIBDIR}")
+      set(_weft_py_rpath "$ORIGIN/${_weft_py_rel}")
+    endif()
+    set_target_properties(weft_python PROPERTIES INSTALL_RPATH "${_weft_py_rpath}")
     install(TARGETS weft_python LIBRARY DESTINATION ${WEFT_PYTHON_INSTALL_DIR}/weft)
   endif()
 endif()
