@@ -193,6 +193,22 @@ WEFT_API weft_status weft_tensor_create(weft_fabric *fabric, int ndim, const int
  * free it. The same shape rules as weft_tensor_create apply. */
 WEFT_API weft_status weft_tensor_wrap(weft_fabric *fabric, int ndim, const int64_t *dims, float *data,
                                       weft_tensor **out_tensor);
+/* Creates an fp32 tensor over memory of lane `lane` that the caller owns, with no copy: another library's
+ * device allocation (a PyTorch CUDA tensor through DLPack). That memory is the tensor's copy on the lane, and
+ * it holds the value; the host copy is made when something reads it. The lane must offer this (cuda:N
+ * does; weft_lane_vtable.buffer_wrap): WEFT_ERR_UNSUPPORTED names the lane otherwise. Work the other library
+ * queued on the memory is finished first. The memory must stay valid until the tensor is destroyed, which
+ * does not free it. After changing it yourself, call weft_tensor_lane_address again so weft takes the lane's
+ * copy as the value. The shape rules of weft_tensor_create apply. */
+WEFT_API weft_status weft_tensor_wrap_lane(weft_fabric *fabric, size_t lane, int ndim, const int64_t *dims,
+                                           void *address, weft_tensor **out_tensor);
+/* The device address of the tensor's copy on lane `lane` (a CUdeviceptr for cuda:N), for handing it to
+ * another library with no copy: the value is made current there first (from the host or another lane), every
+ * piece of work on the device is finished, and that copy becomes the only current one, so what the caller
+ * writes there is the tensor's value for the next op. Valid until the tensor is destroyed or the lane's copy
+ * is replaced (a write from the host, an op on another lane); call again before each hand-over.
+ * WEFT_ERR_UNSUPPORTED for a lane that cannot hand out its memory (host lanes: use weft_tensor_wrap). */
+WEFT_API weft_status weft_tensor_lane_address(weft_tensor *tensor, size_t lane, void **out_address);
 /* Destroys a tensor and every copy of it on every lane. NULL is ignored. */
 WEFT_API void weft_tensor_destroy(weft_tensor *tensor);
 /* Copies `count` floats (must equal the element count) from host memory into the tensor. */
