@@ -505,12 +505,21 @@ typedef struct home_query {
   int64_t m, n, k, cols, per_layer;
 } home_query;
 
+static int best_lane_cost(weft_gpt *g, uint64_t ops, const home_query *q, size_t nq, int only, double *out_cost);
+
 static int best_lane(weft_gpt *g, uint64_t ops, const home_query *q, size_t nq) {
+  double c;
+  return best_lane_cost(g, ops, q, nq, -1, &c);
+}
+
+/* only >= 0: that lane alone (-1 when it cannot run them); *out_cost: the chosen lane's predicted time */
+static int best_lane_cost(weft_gpt *g, uint64_t ops, const home_query *q, size_t nq, int only, double *out_cost) {
   weft_fabric *f = g->f;
   const size_t nl = weft_fabric_lane_count(f);
   double best = 0;
   int home = -1;
   for (size_t i = 0; i < nl; i++) {
+    if (only >= 0 && (int)i != only) continue;
     if ((lane_ops(f, (int)i) & ops) != ops) continue;
     double total = 0;
     int ok = 1;
@@ -527,6 +536,7 @@ static int best_lane(weft_gpt *g, uint64_t ops, const home_query *q, size_t nq) 
     }
     if (ok && (home < 0 || total < best)) home = (int)i, best = total;
   }
+  *out_cost = best;
   return home;
 }
 
@@ -542,8 +552,13 @@ static weft_status choose_home(weft_gpt *g, int64_t rows) {
                              {WEFT_OP_ADD, rows, 0, 0, C, 4}};
   /* the matmuls' weights where the matmuls go (under tf32/bf16 the tensor lane, which runs only them), the
    * others' where the other ops go; the token table, which both read, in both places */
-  const int hm = best_lane(g, WEFT_OP_BIT(WEFT_OP_MATMUL), mm, sizeof mm / sizeof *mm);
   const int hr = best_lane(g, model_ops() & ~WEFT_OP_BIT(WEFT_OP_MATMUL), rest, sizeof rest / sizeof *rest);
+  double t_best = 0, t_hr = 0;
+  int hm = best_lane_cost(g, WEFT_OP_BIT(WEFT_OP_MATMUL), mm, sizeof mm / sizeof *mm, -1, &t_best);
+  /* one home for both where it costs the matmuls at most 5% more: activations then never cross lanes */
+  if (hm >= 0 && hr >= 0 && hm != hr && best_lane_cost(g, WEFT_OP_BIT(WEFT_OP_MATMUL), mm, sizeof mm / sizeof *mm, hr, &t_hr) == hr &&
+      t_hr <= 1.05 * t_best)
+    hm = hr;
   g->home = hm >= 0 ? hm : -2, g->home_rest = hr;
   for (int i = 0; i < g->np; i++) {
     const int k = g->pkind[i];

@@ -349,8 +349,13 @@ static void lane_describe(void *self, weft_lane_desc *out) {
   out->device = l->dev->name;
   out->driver = l->dev->driver;
   out->details = l->details;
-  out->contracts = l->tensor ? WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_BF16)
-                             : WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32);
+  /* cuda:N also honours tf32/bf16 for its matmuls (cuBLAS on the same tensor units cuda:N.tensor drives), so
+   * work pinned to cuda:N under those contracts keeps its data in one lane's memory instead of crossing to
+   * cuda:N.tensor's through the host at every matmul; its other ops are exact whatever the contract */
+  const weft_contract_mask tc = WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_BF16);
+  out->contracts = l->tensor ? tc
+                             : WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32) |
+                                   (l->dev->bl ? tc : 0);
   out->flags = 0;
   /* cuda:N runs every op but matmul_acc (the transformer ops on cuda_tx.cu's kernels; no accumulating matmul
    * kernel yet); cuda:N.tensor matmul only, which its supports() says (0: the version-1 set, as before) */
