@@ -273,14 +273,22 @@ static weft_status make_host_valid(weft_tensor *t, void *sink, int *out_sunk) {
     if (t->dma_lane && t->dma_lane != (int)i + 1 && (st = weft_tensor_wait_dma(t)) != WEFT_OK) return st;
     weft_tensor_offer_host(t, (int)i);
     const size_t bytes = t->numel * sizeof(float);
-    if (sink && sink != (void *)t->host && t->dma_lane == (int)i + 1 && bytes >= WEFT_PIECED_MIN) {
+    /* (not when the host memory holds the value an in-place op started from: a replay may need it whole) */
+    int keep = 0;
+    for (int k = 0; t->recipe && k < t->recipe->nin + t->recipe->self_read; k++)
+      keep |= t->recipe->in_id[k] == t->id && t->recipe->in_version[k] == t->host_version;
+    if (sink && sink != (void *)t->host && t->dma_lane == (int)i + 1 && bytes >= WEFT_PIECED_MIN && !keep) {
       /* streaming home into the host memory (op->out_host): each piece waits only for its own part */
       const size_t per = piece_bytes(bytes);
-      for (size_t off = 0; off < bytes && st == WEFT_OK; off += per) {
+      size_t off = 0;
+      for (; off < bytes && st == WEFT_OK; off += per) {
         const size_t len = bytes - off < per ? bytes - off : per;
         st = s->vt.download(s->self, t->buf[i], off, (char *)t->host + off, len);
         if (st == WEFT_OK) weft_host_copy(f, (char *)sink + off, (const char *)t->host + off, len);
       }
+      /* pieces of the new value landed before one failed: the host memory holds no whole version now (an
+       * in-place op is not replayed from it) */
+      if (st != WEFT_OK && off > per) t->host_version = 0;
       if (st == WEFT_OK && out_sunk) *out_sunk = 1;
     } else {
       st = s->vt.download(s->self, t->buf[i], 0, t->host, bytes);
