@@ -205,6 +205,10 @@ typedef struct weft_lane_vtable {
    * never blocks. A split polls it while the CPU computes its share, to time each device's share without a
    * thread spinning in a wait on a core the CPU's share needs. */
   int (*idle)(void *self);
+  /* Optional: 1 when the buffer's current value is already on its way into host memory in parts (a result
+   * streamed home as it is computed), so that a download of a part waits only for that part. The core then
+   * brings a large value home in pieces and copies each on to the caller while later ones are still coming. */
+  int (*streaming)(void *self, weft_buffer *buffer);
 } weft_lane_vtable;
 
 /* A lane provider's probe hands each lane it finds to add_lane and each one it cannot open to add_absent.

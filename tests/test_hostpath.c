@@ -224,11 +224,21 @@ static weft_status fk_sync(void *self) {
   (void)self;
   return WEFT_OK;
 }
+static int fk_streaming(void *self, weft_buffer *buffer) {
+  (void)self, (void)buffer;
+  return 1;
+}
 static const weft_lane_vtable FAKE_VT = {
     .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = fk_describe,
     .destroy = fk_destroy, .buffer_alloc = tu_fake_alloc, .buffer_free = tu_fake_free, .upload = fk_upload,
     .download = fk_download, .run = fk_run, .sync = fk_sync, .host_register = fk_register,
     .host_unregister = fk_unregister,
+};
+/* registers nothing, but says its results stream home (as the CUDA lane's matmuls on host data do) */
+static const weft_lane_vtable STREAM_VT = {
+    .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = fk_describe,
+    .destroy = fk_destroy, .buffer_alloc = tu_fake_alloc, .buffer_free = tu_fake_free, .upload = fk_upload,
+    .download = fk_download, .run = fk_run, .sync = fk_sync, .streaming = fk_streaming,
 };
 
 /* scale only: enough to move values through the lane */
@@ -255,12 +265,12 @@ static const int64_t RIG_DIMS[2] = {1531, 2053}; /* 12.6 MB: pieces of 768 KiB a
 
 /* A fabric with the fake lane, and X -> Y = 2X run on it until both tensors are registered there (twice
  * across): the third round is the steady state. */
-static int rig_open(rig *r, int rounds) {
+static int rig_open_vt(rig *r, int rounds, const weft_lane_vtable *vt) {
   memset(r, 0, sizeof *r);
   if (tu_open("cpu", &r->f) != WEFT_OK) return TU_CHECK(0, "open: %s", weft_open_error()), 0;
   r->k = calloc(1, sizeof *r->k);
   snprintf(r->k->name, sizeof r->k->name, "fake:0");
-  if (weft_testing_add_lane(r->f, &FAKE_VT, r->k) != WEFT_OK) return TU_CHECK(0, "add lane"), 0;
+  if (weft_testing_add_lane(r->f, vt, r->k) != WEFT_OK) return TU_CHECK(0, "add lane"), 0;
   size_t i;
   weft_fabric_lane_find(r->f, "fake:0", &i);
   r->lane = (int)i;
@@ -281,6 +291,8 @@ static int rig_open(rig *r, int rounds) {
   }
   return 1;
 }
+
+static int rig_open(rig *r, int rounds) { return rig_open_vt(r, rounds, &FAKE_VT); }
 
 static void rig_close(rig *r) {
   weft_fabric_close(r->f);
@@ -321,6 +333,26 @@ static void test_pieces(void) {
   /* a read in place (the wrapped case's own memory is not involved here): the host copy serves again */
   down0 = r.k->downloads;
   TU_CHECK(y_is_2x(&r) && r.k->downloads == down0, "a second read is served by the host copy");
+  rig_close(&r);
+}
+
+/* A lane that registers nothing but streams its results home: reads come in pieces, writes do not go on. */
+static void test_streaming(void) {
+  rig r;
+  if (!rig_open_vt(&r, 2, &STREAM_VT)) return rig_close(&r);
+  weft_op_desc d = {WEFT_CONTRACT_EXACT, r.lane};
+  fill(r.x, r.n, 651);
+  int up0 = r.k->uploads;
+  TU_STATUS(weft_tensor_write(r.X, r.x, r.n), WEFT_OK, "write");
+  TU_CHECK(r.k->uploads == up0 && strcmp(weft_tensor_location(r.X), "host") == 0,
+           "nothing registered: the write stays on the host (%s, %d uploads)", weft_tensor_location(r.X),
+           r.k->uploads - up0);
+  TU_STATUS(weft_op_scale(r.f, &d, 2.0f, r.X, r.Y), WEFT_OK, "scale");
+  TU_CHECK(r.k->uploads - up0 == 1 && r.k->last_out_host == NULL, "the op uploaded its input whole, no host memory offered");
+  int down0 = r.k->downloads;
+  TU_CHECK(y_is_2x(&r), "2x read back through the pieces");
+  TU_CHECK(r.k->downloads - down0 == 16, "the streamed result came home in 16 pieces (%d downloads)",
+           r.k->downloads - down0);
   rig_close(&r);
 }
 
@@ -394,6 +426,7 @@ int main(void) {
   test_copier();
   test_lanes();
   test_pieces();
+  test_streaming();
   test_write_fails(WEFT_ERR_LANE_FAILED);
   test_write_fails(WEFT_ERR_OUT_OF_MEMORY);
   test_read_fails(WEFT_ERR_LANE_FAILED);

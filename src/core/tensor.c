@@ -253,8 +253,8 @@ weft_status weft_tensor_lane_buffer(weft_tensor *t, int lane, weft_buffer **out_
 /* Makes the host copy current, downloading from a lane that holds the value. A lane that goes down under
  * the download takes its copy with it: the value is then computed again elsewhere, or taken from another
  * lane that holds it. `sink` (may be NULL): where the caller wants the value too; when the lane is
- * streaming it into the host memory directly, each piece is copied there as soon as it has landed, and
- * *out_sunk says so (else the caller copies the host memory itself). */
+ * streaming it home, each piece is copied there as soon as it has landed, and *out_sunk says so (else the
+ * caller copies the host memory itself). */
 static weft_status make_host_valid(weft_tensor *t, void *sink, int *out_sunk) {
   weft_fabric *f = t->fabric;
   if (out_sunk) *out_sunk = 0;
@@ -277,8 +277,11 @@ static weft_status make_host_valid(weft_tensor *t, void *sink, int *out_sunk) {
     int keep = 0;
     for (int k = 0; t->recipe && k < t->recipe->nin + t->recipe->self_read; k++)
       keep |= t->recipe->in_id[k] == t->id && t->recipe->in_version[k] == t->host_version;
-    if (sink && sink != (void *)t->host && t->dma_lane == (int)i + 1 && bytes >= WEFT_PIECED_MIN && !keep) {
-      /* streaming home into the host memory (op->out_host): each piece waits only for its own part */
+    const int streaming =
+        t->dma_lane == (int)i + 1 || (s->vt.streaming && s->vt.streaming(s->self, t->buf[i]));
+    if (sink && sink != (void *)t->host && streaming && bytes >= WEFT_PIECED_MIN && !keep) {
+      /* streaming home (into the host memory itself, op->out_host, or the lane's own): each piece waits only
+       * for its own part */
       const size_t per = piece_bytes(bytes);
       size_t off = 0;
       for (; off < bytes && st == WEFT_OK; off += per) {

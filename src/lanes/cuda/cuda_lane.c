@@ -638,6 +638,14 @@ static weft_status lane_download(void *self, weft_buffer *buffer, size_t offset,
   return to_host(d, dst, b->ptr + offset, bytes);
 }
 
+/* The result of a matmul on fresh host inputs comes home in row blocks as they are computed (run_stream_back):
+ * a download of a part waits for that part alone. */
+static int lane_streaming(void *self, weft_buffer *buffer) {
+  weft_cu_dev *d = ((weft_cu_lane *)self)->dev;
+  const weft_cu_buf *b = buffer;
+  return !d->failed && d->wb_owner == b && b->wb_chunks > 0 && b->wb_gen == b->gen;
+}
+
 static weft_status lane_scope_begin(void *self) {
   weft_cu_lane *l = self;
   weft_status st = weft_cu_enter(l->dev);
@@ -883,7 +891,7 @@ static const weft_lane_vtable CUDA_VTABLE = {
     .destroy = lane_destroy, .buffer_alloc = lane_alloc, .buffer_free = lane_free, .upload = lane_upload,
     .download = lane_download, .supports = lane_supports, .run = lane_run, .scope_begin = lane_scope_begin,
     .scope_end = lane_scope_end, .sync = lane_sync, .flush = lane_flush, .host_register = lane_host_register,
-    .host_unregister = lane_host_unregister, .idle = lane_idle,
+    .host_unregister = lane_host_unregister, .idle = lane_idle, .streaming = lane_streaming,
 };
 
 /* -------------------------------------------------------------------------------------------- probe */
