@@ -187,6 +187,7 @@ typedef struct fake {
   /* the Nth upload (download) from when it is set fails with fail_status (0: none) */
   int fail_upload, fail_download;
   weft_status fail_status;
+  int not_streaming; /* the streaming slot says no */
   void *last_out_host;
 } fake;
 
@@ -225,16 +226,17 @@ static weft_status fk_sync(void *self) {
   return WEFT_OK;
 }
 static int fk_streaming(void *self, weft_buffer *buffer) {
-  (void)self, (void)buffer;
-  return 1;
+  (void)buffer;
+  return !((fake *)self)->not_streaming;
 }
 static const weft_lane_vtable FAKE_VT = {
     .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = fk_describe,
     .destroy = fk_destroy, .buffer_alloc = tu_fake_alloc, .buffer_free = tu_fake_free, .upload = fk_upload,
     .download = fk_download, .run = fk_run, .sync = fk_sync, .host_register = fk_register,
-    .host_unregister = fk_unregister,
+    .host_unregister = fk_unregister, .streaming = fk_streaming,
 };
-/* registers nothing, but says its results stream home (as the CUDA lane's matmuls on host data do) */
+/* registers nothing, but says its results stream home (as the CUDA lane's matmuls on host data do into
+ * memory of its own before the host memory is registered) */
 static const weft_lane_vtable STREAM_VT = {
     .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = fk_describe,
     .destroy = fk_destroy, .buffer_alloc = tu_fake_alloc, .buffer_free = tu_fake_free, .upload = fk_upload,
@@ -330,9 +332,16 @@ static void test_pieces(void) {
   TU_CHECK(y_is_2x(&r), "2x read back through the pieces");
   TU_CHECK(r.k->downloads - down0 == 16, "the read came home in 16 pieces (%d downloads)", r.k->downloads - down0);
   TU_CHECK(strcmp(weft_tensor_location(r.Y), "host,fake:0") == 0, "the result is home: %s", weft_tensor_location(r.Y));
-  /* a read in place (the wrapped case's own memory is not involved here): the host copy serves again */
   down0 = r.k->downloads;
   TU_CHECK(y_is_2x(&r) && r.k->downloads == down0, "a second read is served by the host copy");
+  /* a result that is not streaming home comes in one download */
+  r.k->not_streaming = 1;
+  fill(r.x, r.n, 602);
+  TU_STATUS(weft_tensor_write(r.X, r.x, r.n), WEFT_OK, "write");
+  TU_STATUS(weft_op_scale(r.f, &d, 2.0f, r.X, r.Y), WEFT_OK, "scale");
+  down0 = r.k->downloads;
+  TU_CHECK(y_is_2x(&r), "2x read back whole");
+  TU_CHECK(r.k->downloads - down0 == 1, "not streaming: one download (%d)", r.k->downloads - down0);
   rig_close(&r);
 }
 

@@ -277,11 +277,10 @@ static weft_status make_host_valid(weft_tensor *t, void *sink, int *out_sunk) {
     int keep = 0;
     for (int k = 0; t->recipe && k < t->recipe->nin + t->recipe->self_read; k++)
       keep |= t->recipe->in_id[k] == t->id && t->recipe->in_version[k] == t->host_version;
-    const int streaming =
-        t->dma_lane == (int)i + 1 || (s->vt.streaming && s->vt.streaming(s->self, t->buf[i]));
-    if (sink && sink != (void *)t->host && streaming && bytes >= WEFT_PIECED_MIN && !keep) {
-      /* streaming home (into the host memory itself, op->out_host, or the lane's own): each piece waits only
-       * for its own part */
+    /* streaming home as it is computed (into this host memory itself, op->out_host, or the lane's own): each
+     * piece waits only for its own part, and is copied on while later ones are still coming */
+    if (sink && sink != (void *)t->host && bytes >= WEFT_PIECED_MIN && !keep && s->vt.streaming &&
+        s->vt.streaming(s->self, t->buf[i])) {
       const size_t per = piece_bytes(bytes);
       size_t off = 0;
       for (; off < bytes && st == WEFT_OK; off += per) {
