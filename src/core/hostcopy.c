@@ -21,7 +21,8 @@
 #include <unistd.h>
 
 #define PIECE ((size_t)256 << 10) /* bytes a thread takes at a time */
-#define IDLE_SPIN_NS 200000       /* how long an idle worker polls before it sleeps */
+#define IDLE_SPIN_NS 50000        /* how long an idle worker polls before it sleeps: the gap between two
+                                   * pieces of a transfer, not long enough to crowd a compute pool starting */
 #define MAX_THREADS 64
 
 #define GATE_CLOSED ((uint64_t)1 << 31)
