@@ -641,6 +641,42 @@ static void test_split_stretch(void) {
   weft_fabric_close(p.f);
 }
 
+/* A matmul of one matrix whose k dominates (a weight gradient's shape) is split along k, chained: gpu1 (which
+ * does not offer matmul_acc) sums the first range of k from zero, the cpu continues the sums over the rest
+ * (matmul_acc), pipelined over chunks of c's rows; every run has the bits of one lane. */
+static void test_split_chain(void) {
+  weft_fabric *f = open_cpu();
+  size_t cpu = 0, g1 = 0;
+  fake *l1 = add_fake(f, "gpu1", EXACT_FP32, &g1);
+  /* 2 * 16 * 8 * 4096 = 1 Mflop: 1 ms on either lane alone, about half that shared */
+  weft_fabric_set_cost_model(f, cpu, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 1e9);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 5e-6, 1e9);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_UPLOAD, 0, 1e-6, 1e12);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_DOWNLOAD, 0, 1e-6, 1e12);
+  mm_case m = mm_case_make(f, 1, 16, 4096, 8, 11);
+  int bits_ok = 1;
+  CHECK(mm_step(f, &m, 0, &bits_ok) == -1, "the first run is the split along k");
+  weft_split_report rep;
+  CHECK(weft_split_last(f, &rep) == WEFT_OK && rep.split == 1 && rep.nshares == 2, "two shares of k (%zu)", rep.nshares);
+  if (rep.nshares == 2) {
+    CHECK(strcmp(rep.shares[0].lane, "gpu1") == 0 && rep.shares[0].first == 0,
+          "gpu1, without matmul_acc, starts the sums (first share: %s from %lld)", rep.shares[0].lane,
+          (long long)rep.shares[0].first);
+    CHECK(strcmp(rep.shares[1].lane, "cpu") == 0 && rep.shares[1].first == rep.shares[0].entries &&
+              rep.shares[0].entries + rep.shares[1].entries == 4096,
+          "the cpu continues them over the rest of k (%lld + %lld)", (long long)rep.shares[0].entries,
+          (long long)rep.shares[1].entries);
+  }
+  CHECK(bits_ok, "the chained split has one lane's bits");
+  weft_lane_stats ls;
+  CHECK(weft_fabric_lane_stats(f, cpu, &ls) == WEFT_OK && ls.ops[WEFT_OP_MATMUL_ACC] >= 1 && l1->runs >= 1,
+        "gpu1 ran matmuls (%d), the cpu matmul_acc (%llu)", l1->runs, (unsigned long long)ls.ops[WEFT_OP_MATMUL_ACC]);
+  mm_runs_on(f, &m, 40, 0, 40, -1, &bits_ok);
+  CHECK(bits_ok, "forty runs more (split or on one lane, as measured), each with one lane's bits");
+  mm_case_free(&m);
+  weft_fabric_close(f);
+}
+
 /* One matrix (batch 1) on host data is measured too where the models put two lanes within 3x: the models
  * say h (a host lane) takes 100 us and g1 130, but g1 takes 80 us a run and h 120, so after both are timed
  * g1 runs. (The router alone stays on h: its refinement learns h's 120 us, still under g1's 130, and g1,
@@ -815,6 +851,7 @@ int main(void) {
   test_failure();
   test_split();
   test_split_measured();
+  test_split_chain();
   test_split_retime();
   test_split_warm();
   test_split_stretch();

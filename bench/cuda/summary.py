@@ -55,8 +55,10 @@ def host_table(r):
     for c, tc in (("exact", "fp32"), ("tf32", "tf32")):
         row(f"ordinary path, {c} (C)", f"h2h_ord_{c}_ms", f"torch_{tc}_pinned_nb_ms",
             f"torch {tc}: pinned buffers, non_blocking", "<= 1")
-        row(f"ordinary path, {c} (Python)", f"weft_py_{c}_ms", f"torch_{tc}_pinned_nb_ms",
+        row(f"ordinary path, {c} (Python)", f"weft_py_ord_{c}_ms", f"torch_{tc}_pinned_nb_ms",
             f"torch {tc}: pinned buffers, non_blocking", "<= 1")
+        row(f"arrays wrapped each call, {c} (Python)", f"weft_py_wrap_{c}_ms", f"torch_{tc}_pinned_nb_ms",
+            f"torch {tc}: pinned buffers, non_blocking")
         row(f"ordinary path, {c} (C)", f"h2h_ord_{c}_ms", f"torch_{tc}_pinned_view_ms",
             f"torch {tc}: same, result left pinned")
         row(f"ordinary path, {c} (C)", f"h2h_ord_{c}_ms", f"torch_{tc}_pageable_ms", f"torch {tc}: pageable arrays")

@@ -9,8 +9,10 @@ contested comparison shown several ways. In one process, in alternating turns (m
     torch_pinned_view the same, the result left in the pinned buffer (a view: one copy less than weft does)
     torch_pinned_in   the inputs already in pinned memory, the result into a pinned buffer: the peer of weft's
                       wrapped arrays (weft_tensor_wrap, the caller's memory pinned in place)
-    weft_py           weft's ordinary path driven from Python (Fabric.matmul(a, b, out=...): a write of each
-                      operand and a read of the result per call), the same language driving both
+    weft_py_ord       weft's ordinary path driven from Python (weft_tensor_write a and b, matmul, weft_tensor_read
+                      into the caller's array, tensors made once), the same language driving both
+    weft_py_wrap      the caller's arrays wrapped anew each call (weft_tensor_wrap), as weft's Python package
+                      does with large arrays
   and the first three calls on fresh arrays of torch_pageable and torch_pinned_nb;
   100 tiny ops (add of 256 floats) per op, driven from a Python loop on both sides:
     torch: synchronised each, one synchronisation for all, a CUDA graph of the unfused ops, and
@@ -20,8 +22,10 @@ contested comparison shown several ways. In one process, in alternating turns (m
   The full run adds device-resident fp32 / tf32 / bf16 matmul and the size at which the GPU path from host
   arrays overtakes torch on 16 CPU threads.
 
-weft is loaded from the repository's python/ package and WEFT_LIBRARY (else build/libweft.so); without it
-the weft columns are left out and said so. Prints "RESULT <key> <value>" lines for summary.py.
+weft is driven through ctypes (weft_ctypes.py beside this: WEFT_LIBRARY, else build/libweft.so), which loads
+in any Python (the compiled package must match the Python it was built for) and costs about a microsecond
+more per call than the package; without the library the weft columns are left out and said so. Prints
+"RESULT <key> <value>" lines for summary.py.
 Usage: python3 torch_compare.py [--quick] [--host] [--dry-run]
   --host: the host data path and the tiny ops only; --dry-run: every path of the script on the CPU at a small
   size, to check the script where there is no GPU (its figures mean nothing)
@@ -35,7 +39,7 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, HERE)
 
 
 def result(key, value):
@@ -97,23 +101,88 @@ def sync():
         torch.cuda.synchronize()
 
 
+class WeftC:
+    """weft's C API through ctypes: a fabric on cpu + cuda (calibration off: nothing measured behind the
+    timings), tensors, ops pinned to a lane."""
+
+    def __init__(self):
+        import ctypes
+        import weft_ctypes as W
+        self.c, self.W, lib = ctypes, W, W.lib
+        lib.weft_tensor_wrap.restype = ctypes.c_int
+        lib.weft_tensor_wrap.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+                                         ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_void_p)]
+        self.lib = lib
+        desc = W.FabricDesc()
+        desc.lanes = b"cpu" if DRY else b"cpu,cuda"
+        desc.calibration = W.CALIBRATION["off"]
+        self.f = ctypes.c_void_p()
+        if lib.weft_fabric_open(ctypes.byref(desc), ctypes.byref(self.f)) != 0:
+            raise RuntimeError(f"weft_fabric_open: {W.text(lib.weft_open_error())}")
+        if self.lane(LANES["exact"]) is None:
+            raise RuntimeError(f"no {LANES['exact']} lane in this fabric")
+
+    def lane(self, name):
+        i = self.c.c_size_t()
+        return i.value if self.lib.weft_fabric_lane_find(self.f, name.encode(), self.c.byref(i)) == 0 else None
+
+    def desc(self, contract, lane):
+        d = self.W.OpDesc()
+        d.contract = self.W.CONTRACTS.index(contract)
+        d.lane = self.lane(lane)
+        return self.c.byref(d), d
+
+    def ok(self, st, what):
+        if st != 0:
+            raise RuntimeError(f"{what}: {self.W.text(self.lib.weft_fabric_last_error(self.f))}")
+
+    def ptr(self, arr):
+        return arr.ctypes.data_as(self.c.POINTER(self.c.c_float))
+
+    def create(self, shape, data=None):
+        t = self.c.c_void_p()
+        dims = (self.c.c_int64 * len(shape))(*shape)
+        self.ok(self.lib.weft_tensor_create(self.f, len(shape), dims, None if data is None else self.ptr(data),
+                                            self.c.byref(t)), "create")
+        return t
+
+    def ordinary(self, a, b, out, contract, lane):
+        """weft's ordinary path: tensors made once; each call writes a and b, multiplies, reads into out."""
+        lib, n = self.lib, a.size
+        A, B, C = self.create(a.shape), self.create(b.shape), self.create(out.shape)
+        dp, keep = self.desc(contract, lane)
+        pa, pb, pc = self.ptr(a), self.ptr(b), self.ptr(out)
+
+        def call():
+            self.ok(lib.weft_tensor_write(A, pa, n) or lib.weft_tensor_write(B, pb, n) or
+                    lib.weft_op_matmul(self.f, dp, A, 0, B, 0, C) or lib.weft_tensor_read(C, pc, out.size), "ordinary")
+        call.keep = keep
+        return call
+
+    def wrapped_each_call(self, a, b, out, contract, lane):
+        """the arrays wrapped anew each call, as the Python package does with large arrays."""
+        lib, c = self.lib, self.c
+        dp, keep = self.desc(contract, lane)
+        pa, pb, pc = self.ptr(a), self.ptr(b), self.ptr(out)
+        da, db, dc = ((c.c_int64 * 2)(*x.shape) for x in (a, b, out))
+
+        def call():
+            A, B, C = c.c_void_p(), c.c_void_p(), c.c_void_p()
+            st = lib.weft_tensor_wrap(self.f, 2, da, pa, c.byref(A)) or lib.weft_tensor_wrap(self.f, 2, db, pb, c.byref(B))
+            st = st or lib.weft_tensor_wrap(self.f, 2, dc, pc, c.byref(C))
+            st = st or lib.weft_op_matmul(self.f, dp, A, 0, B, 0, C) or lib.weft_tensor_read(C, pc, out.size)
+            for t in (A, B, C):
+                lib.weft_tensor_destroy(t)
+            self.ok(st, "wrapped")
+        call.keep = keep
+        return call
+
+
 def open_weft():
-    """A weft fabric on cpu + cuda (calibration off: nothing measured behind the timings), or None and why."""
     try:
-        import weft
-        fab = weft.Fabric(lanes="cpu" if DRY else "cpu,cuda", calibration="off")
-        fab.lane_index(LANES["exact"])
-        return fab, None
+        return WeftC(), None
     except Exception as e:  # no library, no GPU lane: the torch figures still stand
         return None, f"{type(e).__name__}: {e}"
-
-
-def lane_present(fab, name):
-    try:
-        fab.lane_index(name)
-        return True
-    except Exception:
-        return False
 
 
 def host_to_host(rng, n, fab):
@@ -157,8 +226,9 @@ def host_to_host(rng, n, fab):
         fns = {f"torch_{tname}_pageable": pageable, f"torch_{tname}_pinned_nb": pinned_nb,
                f"torch_{tname}_pinned_view": pinned_view, f"torch_{tname}_pinned_in": pinned_in}
         lane = LANES[contract]
-        if fab is not None and lane_present(fab, lane) and not (DRY and contract == "tf32"):
-            fns[f"weft_py_{contract}"] = lambda c=contract, l=lane: fab.matmul(a, b, contract=c, lane=l, out=out)
+        if fab is not None and fab.lane(lane) is not None and not (DRY and contract == "tf32"):
+            fns[f"weft_py_ord_{contract}"] = fab.ordinary(a, b, out, contract, lane)
+            fns[f"weft_py_wrap_{contract}"] = fab.wrapped_each_call(a, b, out, contract, lane)
         # torch's first calls on fresh arrays (the pinned buffers, the CUDA context and cuBLAS warm)
         a2, b2 = a + 0.25, b - 0.25
         out2 = np.empty((n, n), np.float32)
@@ -240,29 +310,33 @@ def tiny_graphs(x, y, quick):
 
 
 def weft_tiny(fab):
-    lane = LANES["exact"]
-    tx = fab.tensor(np.zeros(256, np.float32))
-    ty = fab.tensor(np.ones(256, np.float32))
-    add = fab.add
+    lib = fab.lib
+    z = np.zeros(256, np.float32)
+    tx, ty = fab.create((256,), z), fab.create((256,), z + 1)
+    dp, keep = fab.desc("exact", LANES["exact"])
+    add, sync, f = lib.weft_op_add, lib.weft_fabric_sync, fab.f
 
     def w_each():
         for _ in range(100):
-            add(tx, ty, lane=lane, out=tx)
-            fab.sync()
+            add(f, dp, tx, ty, tx)
+            sync(f)
 
     def w_one():
         for _ in range(100):
-            add(tx, ty, lane=lane, out=tx)
-        fab.sync()
+            add(f, dp, tx, ty, tx)
+        sync(f)
 
     def w_scope():
-        with fab.scope():
-            for _ in range(100):
-                add(tx, ty, lane=lane, out=tx)
+        lib.weft_scope_begin(f)
+        for _ in range(100):
+            add(f, dp, tx, ty, tx)
+        lib.weft_scope_end(f)
 
     result("weft_py_tiny_sync_us", timeit(w_each, 7) / 100 * 1e6)
     result("weft_py_tiny_onesync_us", timeit(w_one, 7, warm=2) / 100 * 1e6)
     result("weft_py_tiny_scope_us", timeit(w_scope, 20, warm=3) / 100 * 1e6)
+    fab.ok(sync(f), "tiny ops")
+    del keep
 
 
 def main():
@@ -273,7 +347,7 @@ def main():
     print(f"torch {torch.__version__}, {gpu}, {torch.get_num_threads()} CPU threads")
     fab, why = open_weft()
     if fab is None:
-        print(f"weft (Python) not measured: {why}")
+        print(f"weft (from Python) not measured: {why}")
 
     n = 256 if DRY else 1024 if quick else 4096
     host_to_host(rng, n, fab)

@@ -3,7 +3,7 @@ at GPT-2 small's shapes (B = 4, T = 64 and 1024, C = 768, 12 heads, V = 50,257),
 for each op the two sides take turns (weft, torch, weft, torch, ...), each turn timing `reps` calls and a
 wait for the device, and the table gives the median time per call of each side and weft / torch.
 
-weft is called through ctypes on libweft.so (python/weft/_lib.py finds it: WEFT_LIBRARY, else build/), each
+weft is called through ctypes on libweft.so (weft_ctypes.py beside this finds it: WEFT_LIBRARY, else build/), each
 op pinned to cuda:0, `reps` ops in one scope (so a repeated scope is replayed as a CUDA graph, as a training
 step would be). torch runs the same computation as eager ops with TF32 off (its matmuls in fp32), eager
 launches (what a PyTorch program gets without torch.compile), and the same `reps` calls captured in one CUDA
@@ -21,7 +21,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, HERE)
 
 try:
     import numpy as np
@@ -34,7 +34,7 @@ if not torch.cuda.is_available():
     print("torch_tx: torch sees no CUDA device (skipped)")
     sys.exit(0)
 try:
-    from weft import _lib as W
+    import weft_ctypes as W
 except ImportError as e:
     print(f"torch_tx: the weft library did not load (skipped):\n{e}")
     sys.exit(0)

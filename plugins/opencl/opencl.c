@@ -65,7 +65,7 @@ static void ocl_describe(void *self, weft_lane_desc *out) {
   out->details = l->details;
   out->contracts = WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT);
   out->flags = 0;
-  out->ops = WEFT_OPS_ALL;
+  out->ops = WEFT_OPS_ALL & ~WEFT_OP_BIT(WEFT_OP_MATMUL_ACC); /* no accumulating matmul kernel yet */
 }
 
 static void ocl_destroy(void *self) {

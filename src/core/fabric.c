@@ -331,7 +331,7 @@ static weft_status explain(weft_fabric *f, const weft_route_query *q, weft_route
   memset(&op, 0, sizeof op);
   op.kind = q->op;
   op.contract = q->contract;
-  if (q->op == WEFT_OP_MATMUL) {
+  if (q->op == WEFT_OP_MATMUL || q->op == WEFT_OP_MATMUL_ACC) {
     if (q->batch < 0 || q->m < 1 || q->n < 1 || q->k < 1)
       return weft_fail(f, WEFT_ERR_SHAPE, "weft_route_explain: matmul needs batch >= 0 and m, n, k >= 1");
     op.batch = q->batch, op.m = q->m, op.n = q->n, op.k = q->k;

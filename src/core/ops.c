@@ -330,6 +330,11 @@ weft_status weft_op_matmul(weft_fabric *f, const weft_op_desc *desc, weft_tensor
   weft_op_params p = {{trans_a != 0, trans_b != 0}, {0}};
   RUN(WEFT_OP_MATMUL, L(a, b), L(c), &p);
 }
+weft_status weft_op_matmul_acc(weft_fabric *f, const weft_op_desc *desc, weft_tensor *a, int trans_a, weft_tensor *b,
+                               int trans_b, weft_tensor *c) {
+  weft_op_params p = {{trans_a != 0, trans_b != 0}, {0}};
+  RUN(WEFT_OP_MATMUL_ACC, L(a, b), L(c), &p);
+}
 weft_status weft_op_add(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *y, weft_tensor *out) {
   RUN(WEFT_OP_ADD, L(x, y), L(out), NULL);
 }

@@ -188,6 +188,63 @@ weft_status weft_tensor_wrap(weft_fabric *f, int ndim, const int64_t *dims, floa
   return tensor_new(f, WEFT_DTYPE_F32, ndim, dims, NULL, data, out_tensor);
 }
 
+/* The lane slot for weft_tensor_wrap_lane and weft_tensor_lane_address, or a failure naming why not. */
+static weft_status device_lane(weft_fabric *f, const char *fn, size_t lane, int want_wrap) {
+  if (lane >= f->nlanes)
+    return weft_fail(f, WEFT_ERR_NOT_FOUND, "%s: lane %zu does not exist (the fabric has %zu lanes)", fn, lane, f->nlanes);
+  weft_lane_slot *s = &f->lanes[lane];
+  if (weft_lane_is_host(f, (int)lane))
+    return weft_fail(f, WEFT_ERR_UNSUPPORTED, "%s: %s computes in host memory; weft_tensor_wrap shares host memory", fn,
+                     s->desc.name);
+  if (want_wrap ? !s->vt.buffer_wrap : !s->vt.buffer_address)
+    return weft_fail(f, WEFT_ERR_UNSUPPORTED, "%s: %s cannot %s its device memory", fn, s->desc.name,
+                     want_wrap ? "take another library's memory as" : "hand out");
+  if (s->failed) return weft_fail(f, WEFT_ERR_LANE_FAILED, "%s: %s is down", fn, s->desc.name);
+  return WEFT_OK;
+}
+
+weft_status weft_tensor_wrap_lane(weft_fabric *f, size_t lane, int ndim, const int64_t *dims, void *address,
+                                  weft_tensor **out_tensor) {
+  if (out_tensor) *out_tensor = NULL;
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!address) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_wrap_lane: address is NULL");
+  weft_status st = device_lane(f, "weft_tensor_wrap_lane", lane, 1);
+  if (st != WEFT_OK) return st;
+  weft_tensor *t = NULL;
+  if ((st = tensor_new(f, WEFT_DTYPE_F32, ndim, dims, NULL, NULL, &t)) != WEFT_OK) return st;
+  weft_lane_slot *s = &f->lanes[lane];
+  st = s->vt.buffer_wrap(s->self, address, t->bytes, &t->buf[lane]);
+  if (st != WEFT_OK) {
+    t->buf[lane] = NULL;
+    if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, (int)lane);
+    weft_tensor_destroy(t);
+    return st;
+  }
+  weft_tensor_mark_written(t, (int)lane); /* the lane's copy is the value */
+  *out_tensor = t;
+  return WEFT_OK;
+}
+
+weft_status weft_tensor_lane_address(weft_tensor *t, size_t lane, void **out_address) {
+  if (out_address) *out_address = NULL;
+  weft_status st = weft_tensor_check(NULL, t, "tensor");
+  if (st != WEFT_OK) return st;
+  weft_fabric *f = t->fabric;
+  if (!out_address) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_lane_address: out_address is NULL");
+  if ((st = device_lane(f, "weft_tensor_lane_address", lane, 0)) != WEFT_OK) return st;
+  if ((st = weft_tensor_make_valid(t, (int)lane)) != WEFT_OK) return st;
+  if ((st = weft_tensor_wait_users(t)) != WEFT_OK) return st;
+  if ((st = weft_tensor_failure(t)) != WEFT_OK) return st; /* the op that was to make it failed */
+  weft_lane_slot *s = &f->lanes[lane];
+  void *addr = NULL;
+  st = s->vt.buffer_address(s->self, t->buf[lane], &addr);
+  if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, (int)lane);
+  if (st != WEFT_OK) return st;
+  weft_tensor_mark_written(t, (int)lane); /* the caller may write there: that copy is the value now */
+  *out_address = addr;
+  return WEFT_OK;
+}
+
 void weft_tensor_destroy(weft_tensor *t) {
   if (!t || t->magic != WEFT_TENSOR_MAGIC) return;
   weft_fabric *f = t->fabric;

@@ -42,6 +42,8 @@ struct weft_gpt {
   weft_op_kind cur_kind;
   weft_gpt_op_hook hook;
   void *hook_ctx;
+  int dp_B;          /* data-parallel (weft_gpt_set_data_parallel): the whole batch's rows; 0 = off */
+  weft_mpi_grad *dp; /* the step's reduction across the ranks, during backward */
   char err[512];
 };
 
@@ -385,7 +387,8 @@ static weft_status grads_make(weft_gpt *g) {
   const int64_t C = g->cfg.C, N = (int64_t)a->B * a->T, V = g->cfg.V;
   float *dl = malloc((size_t)N * sizeof(float));
   if (!dl) return fail(g, WEFT_ERR_OUT_OF_MEMORY, "out of host memory");
-  const float inv = weft_recipf((float)N);
+  /* the mean over the whole batch: this rank's rows of it when data-parallel */
+  const float inv = weft_recipf((float)(g->dp_B ? (int64_t)g->dp_B * a->T : N));
   for (int64_t i = 0; i < N; i++) dl[i] = inv;
   a->dloss = mk(g, WEFT_DTYPE_F32, 1, N, 0, 0, 0, dl);
   free(dl);
@@ -475,7 +478,8 @@ static weft_status mean_loss(weft_gpt *g, float *out) {
   double s = 0;
   for (int64_t i = 0; i < N; i++) s += l[i];
   free(l);
-  *out = (float)(s / (double)N);
+  /* data-parallel: this rank's share of the whole batch's mean (the ranks' shares add up to it) */
+  *out = (float)(s / (g->dp_B ? (double)g->dp_B * g->a.T : (double)N));
   return WEFT_OK;
 }
 
@@ -501,12 +505,21 @@ typedef struct home_query {
   int64_t m, n, k, cols, per_layer;
 } home_query;
 
+static int best_lane_cost(weft_gpt *g, uint64_t ops, const home_query *q, size_t nq, int only, double *out_cost);
+
 static int best_lane(weft_gpt *g, uint64_t ops, const home_query *q, size_t nq) {
+  double c;
+  return best_lane_cost(g, ops, q, nq, -1, &c);
+}
+
+/* only >= 0: that lane alone (-1 when it cannot run them); *out_cost: the chosen lane's predicted time */
+static int best_lane_cost(weft_gpt *g, uint64_t ops, const home_query *q, size_t nq, int only, double *out_cost) {
   weft_fabric *f = g->f;
   const size_t nl = weft_fabric_lane_count(f);
   double best = 0;
   int home = -1;
   for (size_t i = 0; i < nl; i++) {
+    if (only >= 0 && (int)i != only) continue;
     if ((lane_ops(f, (int)i) & ops) != ops) continue;
     double total = 0;
     int ok = 1;
@@ -523,6 +536,7 @@ static int best_lane(weft_gpt *g, uint64_t ops, const home_query *q, size_t nq) 
     }
     if (ok && (home < 0 || total < best)) home = (int)i, best = total;
   }
+  *out_cost = best;
   return home;
 }
 
@@ -538,8 +552,13 @@ static weft_status choose_home(weft_gpt *g, int64_t rows) {
                              {WEFT_OP_ADD, rows, 0, 0, C, 4}};
   /* the matmuls' weights where the matmuls go (under tf32/bf16 the tensor lane, which runs only them), the
    * others' where the other ops go; the token table, which both read, in both places */
-  const int hm = best_lane(g, WEFT_OP_BIT(WEFT_OP_MATMUL), mm, sizeof mm / sizeof *mm);
   const int hr = best_lane(g, model_ops() & ~WEFT_OP_BIT(WEFT_OP_MATMUL), rest, sizeof rest / sizeof *rest);
+  double t_best = 0, t_hr = 0;
+  int hm = best_lane_cost(g, WEFT_OP_BIT(WEFT_OP_MATMUL), mm, sizeof mm / sizeof *mm, -1, &t_best);
+  /* one home for both where it costs the matmuls at most 5% more: activations then never cross lanes */
+  if (hm >= 0 && hr >= 0 && hm != hr && best_lane_cost(g, WEFT_OP_BIT(WEFT_OP_MATMUL), mm, sizeof mm / sizeof *mm, hr, &t_hr) == hr &&
+      t_hr <= 1.05 * t_best)
+    hm = hr;
   g->home = hm >= 0 ? hm : -2, g->home_rest = hr;
   for (int i = 0; i < g->np; i++) {
     const int k = g->pkind[i];
@@ -589,7 +608,23 @@ weft_status weft_gpt_logits_all(weft_gpt *g, const int32_t *tok, int B, int T, f
   return st == WEFT_OK ? st : fail(g, st, "read the logits: %s", weft_fabric_last_error(g->f));
 }
 
-static weft_status backward(weft_gpt *g) {
+/* The ops that sum over the batch (weight and bias gradients, layernorm's gains and biases): this rank's
+ * samples alone, or, data-parallel, the whole batch across the ranks (weft_mpi_grad_*: chained under exact,
+ * the bits of one process). */
+#define GRAD_MM(a_, ta_, b_, tb_, c_)                                                                            \
+  (g->dp ? weft_mpi_grad_matmul(g->dp, &d, a_, ta_, b_, tb_, c_) : weft_op_matmul(f, &d, a_, ta_, b_, tb_, c_))
+#define GRAD_SUM(x_, out_) (g->dp ? weft_mpi_grad_sum_rows(g->dp, &d, x_, out_) : weft_op_sum_rows(f, &d, x_, out_))
+#define GRAD_LNB(dy_, x_, m_, r_, gam_, dx_, dg_, db_) (g->dp ? lnb_dp(g, &d, dy_, x_, m_, r_, gam_, dx_, dg_, db_) \
+                                                            : weft_op_layernorm_backward(f, &d, dy_, x_, m_, r_, gam_, dx_, dg_, db_))
+
+static weft_status lnb_dp(weft_gpt *g, const weft_op_desc *d, weft_tensor *dy, weft_tensor *x, weft_tensor *mean,
+                          weft_tensor *rstd, weft_tensor *gamma, weft_tensor *dx, weft_tensor *dgamma,
+                          weft_tensor *dbeta) {
+  weft_tensor *const in[5] = {dy, x, mean, rstd, gamma}, *const out[3] = {dx, dgamma, dbeta};
+  return weft_mpi_grad_op(g->dp, d, WEFT_OP_LAYERNORM_BACKWARD, in, 5, out, 3, NULL, 6u);
+}
+
+static weft_status backward_ops(weft_gpt *g) {
   weft_fabric *f = g->f;
   acts *a = &g->a;
   const int L = g->cfg.L, B = a->B, T = a->T;
@@ -604,33 +639,35 @@ static weft_status backward(weft_gpt *g) {
   RUN(weft_op_crossentropy_backward(f, &d, a->logits, a->tgt, a->dloss, a->dlogits), "crossentropy backward");
   d = D(g, L, WEFT_OP_MATMUL);
   RUN(weft_op_matmul(f, &d, a->dlogits, 0, PP(K_WTE, 0), 0, a->dlnf), "dlnf");
-  RUN(weft_op_matmul(f, &d, a->dlogits, 1, a->lnf, 0, GG(K_WTE, 0)), "dwte (head)");
+  /* the token table's gradient: the head's matmul, then the embedding's backward, each over the batch */
+  if (g->dp) RUN(weft_mpi_grad_passes(g->dp, GG(K_WTE, 0), 2), "dwte (two passes)");
+  RUN(GRAD_MM(a->dlogits, 1, a->lnf, 0, GG(K_WTE, 0)), "dwte (head)");
   d = D(g, L, WEFT_OP_LAYERNORM_BACKWARD);
-  RUN(weft_op_layernorm_backward(f, &d, a->dlnf, a->x[L], a->mf, a->sf, PP(K_LNFW, 0), a->dxa, GG(K_LNFW, 0), GG(K_LNFB, 0)), "lnf backward");
+  RUN(GRAD_LNB(a->dlnf, a->x[L], a->mf, a->sf, PP(K_LNFW, 0), a->dxa, GG(K_LNFW, 0), GG(K_LNFB, 0)), "lnf backward");
   weft_tensor *dx = a->dxa, *dxn = a->dxb;
   for (int l = L - 1; l >= 0; l--) {
     d = D(g, l, WEFT_OP_MATMUL);
-    RUN(weft_op_matmul(f, &d, dx, 1, a->fcg[l], 0, GG(K_FPW, l)), "dw fc proj");
+    RUN(GRAD_MM(dx, 1, a->fcg[l], 0, GG(K_FPW, l)), "dw fc proj");
     d = D(g, l, WEFT_OP_SUM_ROWS);
-    RUN(weft_op_sum_rows(f, &d, dx, GG(K_FPB, l)), "db fc proj");
+    RUN(GRAD_SUM(dx, GG(K_FPB, l)), "db fc proj");
     d = D(g, l, WEFT_OP_MATMUL);
     RUN(weft_op_matmul(f, &d, dx, 0, PP(K_FPW, l), 0, a->dfc), "dgelu");
     d = D(g, l, WEFT_OP_GELU_BACKWARD);
     RUN(weft_op_gelu_backward(f, &d, a->fch[l], a->dfc, a->dfc), "gelu backward");
     d = D(g, l, WEFT_OP_MATMUL);
-    RUN(weft_op_matmul(f, &d, a->dfc, 1, a->ln2[l], 0, GG(K_FCW, l)), "dw fc");
+    RUN(GRAD_MM(a->dfc, 1, a->ln2[l], 0, GG(K_FCW, l)), "dw fc");
     d = D(g, l, WEFT_OP_SUM_ROWS);
-    RUN(weft_op_sum_rows(f, &d, a->dfc, GG(K_FCB, l)), "db fc");
+    RUN(GRAD_SUM(a->dfc, GG(K_FCB, l)), "db fc");
     d = D(g, l, WEFT_OP_MATMUL);
     RUN(weft_op_matmul(f, &d, a->dfc, 0, PP(K_FCW, l), 0, a->dtmp), "dln2");
     d = D(g, l, WEFT_OP_LAYERNORM_BACKWARD);
-    RUN(weft_op_layernorm_backward(f, &d, a->dtmp, a->x2[l], a->m2[l], a->s2[l], PP(K_LN2W, l), a->dtmp, GG(K_LN2W, l), GG(K_LN2B, l)), "ln2 backward");
+    RUN(GRAD_LNB(a->dtmp, a->x2[l], a->m2[l], a->s2[l], PP(K_LN2W, l), a->dtmp, GG(K_LN2W, l), GG(K_LN2B, l)), "ln2 backward");
     d = D(g, l, WEFT_OP_ADD);
     RUN(weft_op_add(f, &d, dx, a->dtmp, a->dx2), "dx2");
     d = D(g, l, WEFT_OP_MATMUL);
-    RUN(weft_op_matmul(f, &d, a->dx2, 1, a->ay[l], 0, GG(K_APW, l)), "dw attn proj");
+    RUN(GRAD_MM(a->dx2, 1, a->ay[l], 0, GG(K_APW, l)), "dw attn proj");
     d = D(g, l, WEFT_OP_SUM_ROWS);
-    RUN(weft_op_sum_rows(f, &d, a->dx2, GG(K_APB, l)), "db attn proj");
+    RUN(GRAD_SUM(a->dx2, GG(K_APB, l)), "db attn proj");
     d = D(g, l, WEFT_OP_MATMUL);
     RUN(weft_op_matmul(f, &d, a->dx2, 0, PP(K_APW, l), 0, a->day), "dattn");
     reshape(a->day, 3, B, T, C), reshape(a->qkv[l], 3, B, T, 3 * C), reshape(a->dqkv, 3, B, T, 3 * C);
@@ -638,13 +675,13 @@ static weft_status backward(weft_gpt *g) {
     RUN(weft_op_attention_backward(f, &d, a->day, a->qkv[l], a->att[l], g->cfg.NH, a->dqkv), "attention backward");
     reshape(a->day, 2, N, C, 0), reshape(a->qkv[l], 2, N, 3 * C, 0), reshape(a->dqkv, 2, N, 3 * C, 0);
     d = D(g, l, WEFT_OP_MATMUL);
-    RUN(weft_op_matmul(f, &d, a->dqkv, 1, a->ln1[l], 0, GG(K_QKVW, l)), "dw qkv");
+    RUN(GRAD_MM(a->dqkv, 1, a->ln1[l], 0, GG(K_QKVW, l)), "dw qkv");
     d = D(g, l, WEFT_OP_SUM_ROWS);
-    RUN(weft_op_sum_rows(f, &d, a->dqkv, GG(K_QKVB, l)), "db qkv");
+    RUN(GRAD_SUM(a->dqkv, GG(K_QKVB, l)), "db qkv");
     d = D(g, l, WEFT_OP_MATMUL);
     RUN(weft_op_matmul(f, &d, a->dqkv, 0, PP(K_QKVW, l), 0, a->dtmp), "dln1");
     d = D(g, l, WEFT_OP_LAYERNORM_BACKWARD);
-    RUN(weft_op_layernorm_backward(f, &d, a->dtmp, a->x[l], a->m1[l], a->s1[l], PP(K_LN1W, l), a->dtmp, GG(K_LN1W, l), GG(K_LN1B, l)), "ln1 backward");
+    RUN(GRAD_LNB(a->dtmp, a->x[l], a->m1[l], a->s1[l], PP(K_LN1W, l), a->dtmp, GG(K_LN1W, l), GG(K_LN1B, l)), "ln1 backward");
     d = D(g, l, WEFT_OP_ADD);
     RUN(weft_op_add(f, &d, a->dx2, a->dtmp, dxn), "dx");
     weft_tensor *t = dx;
@@ -652,9 +689,38 @@ static weft_status backward(weft_gpt *g) {
   }
   reshape(dx, 3, B, T, C);
   d = D(g, L, WEFT_OP_EMBEDDING_BACKWARD);
-  weft_status st = weft_op_embedding_backward(f, &d, dx, a->tok, NULL, GG(K_WTE, 0), GG(K_WPE, 0));
+  weft_status st;
+  if (g->dp) {
+    weft_tensor *const ein[3] = {dx, a->tok, NULL}, *const eout[2] = {GG(K_WTE, 0), GG(K_WPE, 0)};
+    st = weft_mpi_grad_op(g->dp, &d, WEFT_OP_EMBEDDING_BACKWARD, ein, 3, eout, 2, NULL, 3u);
+  } else {
+    st = weft_op_embedding_backward(f, &d, dx, a->tok, NULL, GG(K_WTE, 0), GG(K_WPE, 0));
+  }
   reshape(dx, 2, N, C, 0);
   if (st != WEFT_OK) return fail(g, st, "embedding backward: %s", weft_fabric_last_error(f));
+  return WEFT_OK;
+}
+
+static weft_status backward(weft_gpt *g) {
+  if (!g->dp_B) return backward_ops(g);
+  weft_contract c = g->opts.contract == WEFT_CONTRACT_FP32 ? WEFT_CONTRACT_FP32 : WEFT_CONTRACT_EXACT;
+  weft_status st = weft_mpi_grad_begin(g->f, c, &g->dp);
+  if (st != WEFT_OK) return fail(g, st, "data-parallel gradients: %s", weft_fabric_last_error(g->f));
+  st = backward_ops(g);
+  weft_status end = weft_mpi_grad_end(g->dp);
+  g->dp = NULL;
+  if (st == WEFT_OK && end != WEFT_OK)
+    return fail(g, end, "combining the gradients across the ranks: %s", weft_fabric_last_error(g->f));
+  return st;
+}
+
+weft_status weft_gpt_set_data_parallel(weft_gpt *g, int batch) {
+  if (batch < 0) return fail(g, WEFT_ERR_INVALID_ARGUMENT, "data-parallel batch %d", batch);
+  if (batch && g->opts.contract != WEFT_CONTRACT_EXACT && g->opts.contract != WEFT_CONTRACT_FP32)
+    return fail(g, WEFT_ERR_UNSUPPORTED, "data-parallel training takes the exact or the fp32 contract, not %s",
+                weft_contract_str(g->opts.contract));
+  g->dp_B = batch;
+  if (g->a.dlogits) acts_free(g); /* dloss is made again with the new mean */
   return WEFT_OK;
 }
 

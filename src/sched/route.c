@@ -46,14 +46,15 @@ static double move_cost(weft_fabric *f, const weft_tensor *t, int to, double byt
 
 static double out_bytes(const weft_op *op) {
   switch (op->kind) {
-  case WEFT_OP_MATMUL: return 4.0 * (double)op->batch * (double)op->m * (double)op->n;
+  case WEFT_OP_MATMUL:
+  case WEFT_OP_MATMUL_ACC: return 4.0 * (double)op->batch * (double)op->m * (double)op->n;
   case WEFT_OP_SUM_ROWS: return 4.0 * (double)op->cols;
   default: return 4.0 * (double)op->rows * (double)op->cols;
   }
 }
 
 static double in_bytes(const weft_op *op, int i) {
-  if (op->kind == WEFT_OP_MATMUL)
+  if (op->kind == WEFT_OP_MATMUL || op->kind == WEFT_OP_MATMUL_ACC)
     return i == 0 ? 4.0 * (double)op->batch * (double)op->m * (double)op->k
                   : 4.0 * (double)(op->b_batched ? op->batch : 1) * (double)op->k * (double)op->n;
   if (op->kind == WEFT_OP_ADD && i == 1 && op->y_broadcast) return 4.0 * (double)op->cols;

@@ -35,6 +35,7 @@ typedef struct weft_cu_buf {
   CUdeviceptr ptr;
   size_t bytes;
   size_t cap;         /* bytes allocated at ptr (a cached allocation may be larger) */
+  int foreign;        /* ptr is another library's memory (buffer_wrap): never freed or cached here */
   uint64_t gen;       /* bumped whenever the contents change (an upload, an op writing it) */
   int from_host;      /* the contents came straight from an upload (not from an op) */
   CUdeviceptr bf16;   /* the contents rounded to bf16 for the tensor lane; current when bf16_gen == gen */

@@ -446,12 +446,17 @@ static void lane_describe(void *self, weft_lane_desc *out) {
   out->device = l->dev->name;
   out->driver = l->dev->driver;
   out->details = l->details;
-  out->contracts = l->tensor ? WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_BF16)
-                             : WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32);
+  /* cuda:N also honours tf32/bf16 for its matmuls (cuBLAS on the same tensor units cuda:N.tensor drives), so
+   * work pinned to cuda:N under those contracts keeps its data in one lane's memory instead of crossing to
+   * cuda:N.tensor's through the host at every matmul; its other ops are exact whatever the contract */
+  const weft_contract_mask tc = WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_BF16);
+  out->contracts = l->tensor ? tc
+                             : WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32) |
+                                   (l->dev->bl ? tc : 0);
   out->flags = 0;
-  /* cuda:N runs every op (the transformer ops on cuda_tx.cu's kernels); cuda:N.tensor matmul only, which its
-   * supports() says (0: the version-1 set, as before) */
-  out->ops = l->tensor ? 0 : WEFT_OPS_ALL;
+  /* cuda:N runs every op but matmul_acc (the transformer ops on cuda_tx.cu's kernels; no accumulating matmul
+   * kernel yet); cuda:N.tensor matmul only, which its supports() says (0: the version-1 set, as before) */
+  out->ops = l->tensor ? 0 : WEFT_OPS_ALL & ~WEFT_OP_BIT(WEFT_OP_MATMUL_ACC);
 }
 
 /* Finished everything given so far? (Recorded launches not yet started count as unfinished.) */
@@ -579,7 +584,9 @@ static void lane_free(void *self, weft_buffer *buffer) {
   /* recorded or running work may still use it; a failed device has nothing left to wait for */
   if (!d->failed && weft_cu_enter(d) == WEFT_OK && weft_cu_flush(d) == WEFT_OK) weft_cu_sync_all(d);
   if (!d->failed) {
-    if (b->cap >= WEFT_CU_CACHE_MIN && b->cap <= WEFT_CU_CACHE_MAX) {
+    if (b->foreign) {
+      /* another library's memory: it frees it */
+    } else if (b->cap >= WEFT_CU_CACHE_MIN && b->cap <= WEFT_CU_CACHE_MAX) {
       /* kept for the next allocation of its size; the oldest go first to make room */
       while (d->ncache && (d->ncache == WEFT_CU_CACHE || d->cached_bytes + b->cap > WEFT_CU_CACHE_MAX)) {
         d->cu->cuMemFree(d->cache[0].ptr);
@@ -867,6 +874,44 @@ static weft_status lane_run(void *self, const weft_op *op) {
 
 /* ------------------------------------------------------------------------------------------ supports */
 
+/* Another library's device memory as a buffer (DLPack): what it queued on the memory, on its own streams of
+ * the same (primary) context, is waited for, since weft's streams do not wait for other streams. */
+static weft_status lane_wrap(void *self, void *address, size_t bytes, weft_buffer **out) {
+  weft_cu_lane *l = self;
+  weft_cu_dev *d = l->dev;
+  *out = NULL;
+  weft_status st = weft_cu_enter(d);
+  if (st != WEFT_OK) return st;
+  CUresult r = d->cu->cuCtxSynchronize();
+  if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "waiting for the device before taking another library's memory");
+  weft_cu_buf *b = calloc(1, sizeof *b);
+  if (!b) return weft_lane_report(d->host, WEFT_ERR_OUT_OF_MEMORY, "%s: out of host memory", l->name);
+  b->ptr = (CUdeviceptr)(uintptr_t)address;
+  b->bytes = b->cap = bytes;
+  b->gen = 1;
+  b->foreign = 1;
+  *out = b;
+  return WEFT_OK;
+}
+
+/* A buffer's address for another library: everything on the device finished first (weft's streams and
+ * the other library's), so it may read and write there at once. */
+static weft_status lane_address(void *self, weft_buffer *buffer, void **out) {
+  weft_cu_lane *l = self;
+  weft_cu_dev *d = l->dev;
+  weft_cu_buf *b = buffer;
+  *out = NULL;
+  weft_status st = weft_cu_enter(d);
+  if (st == WEFT_OK) st = weft_cu_flush(d);
+  if (st == WEFT_OK) st = weft_cu_sync_all(d);
+  if (st != WEFT_OK) return st;
+  CUresult r = d->cu->cuCtxSynchronize();
+  if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "waiting for the device before handing out memory");
+  b->gen++; /* the other library may write it: what was derived from it (its bf16 copy) is stale */
+  *out = (void *)(uintptr_t)b->ptr;
+  return WEFT_OK;
+}
+
 static weft_status lane_supports(void *self, const weft_op *op) {
   weft_cu_lane *l = self;
   if (l->tensor && op->kind != WEFT_OP_MATMUL)
@@ -891,7 +936,8 @@ static const weft_lane_vtable CUDA_VTABLE = {
     .destroy = lane_destroy, .buffer_alloc = lane_alloc, .buffer_free = lane_free, .upload = lane_upload,
     .download = lane_download, .supports = lane_supports, .run = lane_run, .scope_begin = lane_scope_begin,
     .scope_end = lane_scope_end, .sync = lane_sync, .flush = lane_flush, .host_register = lane_host_register,
-    .host_unregister = lane_host_unregister, .idle = lane_idle, .streaming = lane_streaming,
+    .host_unregister = lane_host_unregister, .idle = lane_idle, .buffer_wrap = lane_wrap,
+    .buffer_address = lane_address, .streaming = lane_streaming,
 };
 
 /* -------------------------------------------------------------------------------------------- probe */
