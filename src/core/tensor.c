@@ -23,9 +23,11 @@
  * pages for a lane to pin and map). */
 #define WEFT_HOST_HUGE_MIN ((size_t)4 << 20)
 #define WEFT_HUGE ((size_t)2 << 20)
-/* Transfers this large go in pieces, so a lane moves one piece while the next is copied. */
-#define WEFT_PIECED_MIN ((size_t)4 << 20)
+/* Transfers this large go in pieces, so a lane moves one piece while the next is copied: up to 16 pieces,
+ * none under 4 MiB (a piece's copy still runs on every copy thread: hostcopy.h's threshold is 2 MiB). */
+#define WEFT_PIECED_MIN ((size_t)8 << 20)
 #define WEFT_PIECES 16
+#define WEFT_PIECE_MIN ((size_t)4 << 20)
 
 static float *host_alloc(size_t bytes, size_t *out_mapped) {
   *out_mapped = 0;
@@ -66,10 +68,10 @@ void weft_host_copy(weft_fabric *f, void *dst, const void *src, size_t bytes) {
   weft_hostcopy_run(bytes >= WEFT_HOSTCOPY_MIN ? f->copier : NULL, dst, src, bytes);
 }
 
-/* The size of a transfer's pieces: WEFT_PIECES of them, whole 64 KiB each. */
+/* The size of a transfer's pieces: at most WEFT_PIECES of them, none under WEFT_PIECE_MIN, whole 64 KiB each. */
 static size_t piece_bytes(size_t bytes) {
   size_t per = (bytes / WEFT_PIECES + 65535) & ~(size_t)65535;
-  return per ? per : bytes;
+  return per < WEFT_PIECE_MIN ? WEFT_PIECE_MIN : per;
 }
 
 weft_status weft_tensor_check(weft_fabric *f, const weft_tensor *t, const char *what) {
