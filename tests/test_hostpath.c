@@ -3,7 +3,9 @@
  *   - the copier alone: odd sizes, odd offsets, zeroing, two threads copying at once;
  *   - on every lane present: tensors made, written and read from caller arrays at odd offsets and odd
  *     sizes (small, just over the copier's threshold, several pieces with a short tail) keep the bits, ops
- *     on them give the reference's bits, and the caller's memory outside the range is not touched;
+ *     on them give the reference's bits, and the caller's memory outside the range is not touched; on a
+ *     CUDA lane, matmuls whose results stream home (first into the lane's memory, then pinned) keep the CPU
+ *     lane's bits round after round;
  *   - with a device lane that registers host memory (a fake one): a write sends the new value on to the lane
  *     the old one lived on, piece by piece, so the op that follows uploads nothing; a read of a result the
  *     lane streams home comes in pieces; and when a piece fails - the lane going down, or a plain error - the
@@ -159,6 +161,44 @@ static void lane_shapes(weft_fabric *f, int lane, const char *name) {
   free(w), free(x), free(out);
 }
 
+/* Matmuls from host arrays on each CUDA lane (none here without a GPU): the result streams home in row
+ * blocks, first into the lane's own pinned memory, then, once the arrays are pinned, straight into the
+ * result's host copy; a's host copy (over 32 MiB) is pinned by the lane's pinning thread, and from then on a
+ * write of a goes on to the GPU piece by piece. Every round's bits are the CPU lane's. */
+static void gpu_matmuls(weft_fabric *f) {
+  size_t cpu = 0;
+  if (weft_fabric_lane_find(f, "cpu", &cpu) != WEFT_OK) return;
+  const int64_t M = 4096, K = 2100, N = 1024; /* out below holds a (K > N) or c */
+  for (size_t l = 0; l < weft_fabric_lane_count(f); l++) {
+    weft_lane_info li;
+    weft_fabric_lane_info(f, l, &li);
+    if (strcmp(li.kind, "cuda") != 0 || !(li.contracts & WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT))) continue;
+    printf("matmuls on %s\n", li.name);
+    float *a = malloc((size_t)(M * K) * sizeof(float)), *b = malloc((size_t)(K * N) * sizeof(float));
+    float *want = malloc((size_t)(M * N) * sizeof(float)), *out = malloc((size_t)(M * K + 1) * sizeof(float));
+    int64_t da[2] = {M, K}, db[2] = {K, N}, dc[2] = {M, N};
+    weft_tensor *A = NULL, *B = NULL, *C = NULL, *R = NULL;
+    weft_tensor_create(f, 2, da, NULL, &A), weft_tensor_create(f, 2, db, NULL, &B);
+    weft_tensor_create(f, 2, dc, NULL, &C), weft_tensor_create(f, 2, dc, NULL, &R);
+    weft_op_desc on_cpu = {WEFT_CONTRACT_EXACT, (int)cpu}, on_gpu = {WEFT_CONTRACT_EXACT, (int)l};
+    fill(b, (size_t)(K * N), 900);
+    for (int round = 0; round < 6 && A && B && C && R; round++) {
+      fill(a, (size_t)(M * K), 910 + (uint64_t)round);
+      TU_STATUS(weft_tensor_write(A, a, (size_t)(M * K)), WEFT_OK, "write a");
+      TU_STATUS(weft_tensor_write(B, b, (size_t)(K * N)), WEFT_OK, "write b");
+      TU_STATUS(weft_op_matmul(f, &on_cpu, A, 0, B, 0, R), WEFT_OK, "matmul on the CPU");
+      TU_STATUS(weft_tensor_read(R, want, (size_t)(M * N)), WEFT_OK, "read the CPU's");
+      TU_STATUS(weft_op_matmul(f, &on_gpu, A, 0, B, 0, C), WEFT_OK, "matmul on the GPU");
+      TU_STATUS(weft_tensor_read(C, out + 1, (size_t)(M * N)), WEFT_OK, "read the GPU's");
+      TU_CHECK(same(out + 1, want, (size_t)(M * N)), "%s round %d: the CPU lane's bits", li.name, round);
+      TU_STATUS(weft_tensor_read(A, out + 1, (size_t)(M * K)), WEFT_OK, "read a");
+      TU_CHECK(same(out + 1, a, (size_t)(M * K)), "%s round %d: a's host copy is current", li.name, round);
+    }
+    weft_tensor_destroy(A), weft_tensor_destroy(B), weft_tensor_destroy(C), weft_tensor_destroy(R);
+    free(a), free(b), free(want), free(out);
+  }
+}
+
 static void test_lanes(void) {
   weft_fabric *f = NULL;
   if (tu_open(NULL, &f) != WEFT_OK) {
@@ -175,6 +215,7 @@ static void test_lanes(void) {
     printf("lane %s\n", li.name);
     lane_shapes(f, (int)l, li.name);
   }
+  gpu_matmuls(f);
   weft_fabric_close(f);
 }
 
