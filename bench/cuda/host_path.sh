@@ -4,13 +4,16 @@
 # limit of transfers overlapped with compute, the first calls on fresh arrays against the steady state, and
 # tiny ops against PyTorch's loop, CUDA graph and torch.compile - each peer at its best, every ratio one row.
 #
-#   bench/cuda/host_path.sh carry BUILD_DIR OUT_DIR   copy what a run needs from a build (bench_cuda, libweft
-#                                                     and the shared libraries they load that not every system
-#                                                     has) into OUT_DIR, for a machine without the build's
-#                                                     packages (the same C library or a newer one)
+#   bench/cuda/host_path.sh carry BUILD_DIR OUT_DIR   copy what a run needs from a build (bench_cuda, libweft,
+#                                                     test_hostpath and test_cuda, and the shared libraries
+#                                                     they load that not every system has) into OUT_DIR, for
+#                                                     a machine without the build's packages (the same C
+#                                                     library or a newer one)
 #   bench/cuda/host_path.sh run DIR [LOG_DIR]         run it: DIR is a build directory or a carried OUT_DIR;
-#                                                     bench_cuda --host, torch_compare.py --host (needs PyTorch
-#                                                     with CUDA in python3), then summary.py --host
+#                                                     the tests of the host path and the CUDA lane first (the
+#                                                     same bits through every new copy path), then
+#                                                     bench_cuda --host, torch_compare.py --host (needs
+#                                                     PyTorch with CUDA in python3) and summary.py --host
 # From the repository root. Logs go to LOG_DIR (default DIR/host_path_logs).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,10 +23,12 @@ case $cmd in
 carry)
   build=${2:?$usage}
   out=${3:?$usage}
-  mkdir -p "$out/lib" "$out/bench/cuda"
+  mkdir -p "$out/lib" "$out/bench/cuda" "$out/tests/cuda"
   cp "$build/bench/cuda/bench_cuda" "$out/bench/cuda/"
+  cp "$build/tests/test_hostpath" "$out/tests/"
+  cp "$build/tests/cuda/test_cuda" "$out/tests/cuda/"
   cp -P "$build"/libweft.so* "$out/"
-  for bin in "$build/bench/cuda/bench_cuda" "$build/libweft.so"; do
+  for bin in "$build/bench/cuda/bench_cuda" "$build/libweft.so" "$build/tests/test_hostpath"; do
     ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
       case $(basename "$lib") in
       libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | ld-linux*) ;;
@@ -43,6 +48,12 @@ run)
     export LD_LIBRARY_PATH
   fi
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | tee "$logs/gpu.log"
+  for t in tests/test_hostpath tests/cuda/test_cuda; do
+    status=0
+    timeout 180 "$dir/$t" > "$logs/$(basename "$t").log" 2>&1 || status=$?
+    echo "$t: exit $status"
+    grep -E "FAIL|checks," "$logs/$(basename "$t").log" | tail -5 || true
+  done
   status=0
   timeout 300 "$dir/bench/cuda/bench_cuda" --host > "$logs/bench_host.log" 2>&1 || status=$?
   echo "bench_cuda --host: exit $status"
