@@ -211,10 +211,15 @@ WEFT_API weft_status weft_tensor_wrap_lane(weft_fabric *fabric, size_t lane, int
 WEFT_API weft_status weft_tensor_lane_address(weft_tensor *tensor, size_t lane, void **out_address);
 /* Destroys a tensor and every copy of it on every lane. NULL is ignored. */
 WEFT_API void weft_tensor_destroy(weft_tensor *tensor);
-/* Copies `count` floats (must equal the element count) from host memory into the tensor. */
+/* Copies `count` floats (must equal the element count) from host memory into the tensor; `data` may be
+ * reused when this returns. The tensor's host copy holds the value; a large tensor whose old value lived on a
+ * GPU lane that moves its host memory directly is sent there too, piece by piece as it is copied in, so an
+ * op there finds it in place (a lane that refuses a piece just does not get it: the write still succeeds). */
 WEFT_API weft_status weft_tensor_write(weft_tensor *tensor, const float *data, size_t count);
 /* Copies the tensor into host memory; `count` must equal the element count. Waits for pending work and
- * flushes an open scope on the lane that holds the data. */
+ * flushes an open scope on the lane that holds the data; the tensor's host copy is current afterwards. A
+ * large result still streaming home is copied on in pieces as they land; should the lane fail part way and
+ * the value not be computed again, the error is returned and `out_data` may hold part of the value. */
 WEFT_API weft_status weft_tensor_read(weft_tensor *tensor, float *out_data, size_t count);
 /* Rank and dimensions (out_dims needs WEFT_MAX_DIMS entries; unused ones are set to 1). */
 WEFT_API weft_status weft_tensor_shape(const weft_tensor *tensor, int *out_ndim, int64_t *out_dims);

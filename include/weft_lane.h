@@ -213,6 +213,10 @@ typedef struct weft_lane_vtable {
    * the lane's and any other library's, is finished (weft_tensor_lane_address): what is there may then be read
    * and written by another library. */
   weft_status (*buffer_address)(void *self, weft_buffer *buffer, void **out_address);
+  /* Optional: 1 when the buffer's current value is already on its way into host memory in parts (a result
+   * streamed home as it is computed), so that a download of a part waits only for that part. The core then
+   * brings a large value home in pieces and copies each on to the caller while later ones are still coming. */
+  int (*streaming)(void *self, weft_buffer *buffer);
 } weft_lane_vtable;
 
 /* A lane provider's probe hands each lane it finds to add_lane and each one it cannot open to add_absent.

@@ -11,6 +11,7 @@
 #include "../sched/route.h"
 #include "../sched/split.h"
 #include "fpenv.h"
+#include "hostcopy.h"
 #include "internal.h"
 #include "optable.h"
 #include "testing.h"
@@ -265,6 +266,7 @@ void weft_fabric_close(weft_fabric *f) {
   free(f->explain);
   weft_route_memo_free(f);
   weft_split_free(f);
+  weft_hostcopy_release(f->copier);
   free(f->lanes_filter);
   free(f);
 }

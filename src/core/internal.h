@@ -155,6 +155,8 @@ struct weft_fabric {
   weft_split_track *split_tracks; /* WEFT_SPLIT_TRACKS, made by the first split */
   uint32_t lanes_epoch;           /* bumped when a lane joins, fails or comes back: splits measure anew */
   uint64_t split_clock;
+  struct weft_hostcopy *copier;   /* the process's host copier (hostcopy.c), taken at the first large copy */
+  int copier_tried;
   char err[WEFT_ERR_LEN];
 };
 
@@ -181,6 +183,7 @@ struct weft_tensor {
   weft_dtype dtype;    /* f32 or i32: 4 bytes either way, so lanes and transfers see only bytes */
   float *host;         /* host copy; allocated at creation, or the caller's own memory (borrowed) */
   int borrowed;        /* host is the caller's (weft_tensor_wrap): never freed here */
+  size_t mapped;       /* host is pages of its own (mmap) of this many bytes; 0: aligned_alloc */
   int host_valid;      /* the host copy holds the current value */
   weft_buffer **buf;   /* per lane, NULL until used there; host-memory lanes use `host` instead */
   uint8_t *valid;      /* per lane: that lane's copy holds the current value */
@@ -344,6 +347,9 @@ static inline weft_status weft_tensor_wait_users(weft_tensor *t) {
   uint64_t last = t->q_read > t->q_write ? t->q_read : t->q_write;
   return last && weft_hostq_done(t->fabric) < last ? weft_hostq_wait(t->fabric, last) : WEFT_OK;
 }
+
+/* Copies host memory (or zeroes it when src is NULL) on several threads when it is large (hostcopy.c). */
+void weft_host_copy(weft_fabric *f, void *dst, const void *src, size_t bytes);
 
 /* Registered host memory (tensor.c). Offers t's host memory to lane `lane` once it is worth it. */
 void weft_tensor_offer_host(weft_tensor *t, int lane);

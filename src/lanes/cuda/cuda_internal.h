@@ -4,6 +4,7 @@
 #ifndef WEFT_CUDA_INTERNAL_H
 #define WEFT_CUDA_INTERNAL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,7 @@
 #define WEFT_CU_GRAPHS 8                              /* recorded launch sequences kept as graphs */
 #define WEFT_CU_BLAS_WORKSPACE ((size_t)32 << 20)
 #define WEFT_CU_REGS 64                               /* host ranges registered (pinned in place) at once */
+#define WEFT_CU_PIN_AWAY ((size_t)32 << 20)           /* ranges larger than this are pinned off the caller's path */
 #define WEFT_CU_UP_CHUNKS 8                           /* a large upload from registered memory, in parts */
 #define WEFT_CU_UP_EVENTS 32                          /* events marking those parts, reused in turn */
 #define WEFT_CU_CACHE 8                               /* freed device allocations kept for reuse ... */
@@ -51,12 +53,25 @@ typedef struct weft_cu_buf {
   int up_ev[WEFT_CU_UP_CHUNKS];
 } weft_cu_buf;
 
-/* Host memory the core registered (host_register), pinned in place: transfers skip the staging copies. */
+/* A range the device's pinning thread pins (cuMemHostRegister) while the caller goes on. */
+typedef struct weft_cu_pin {
+  void *ptr;
+  size_t bytes;
+  int state;       /* WEFT_CU_PIN_QUEUED, _RUNNING, _DONE (under the device's pin_mu) */
+  CUresult result; /* once done */
+  struct weft_cu_pin *next;
+} weft_cu_pin;
+enum { WEFT_CU_PIN_QUEUED, WEFT_CU_PIN_RUNNING, WEFT_CU_PIN_DONE };
+
+/* Host memory the core registered (host_register), pinned in place: transfers skip the staging copies.
+ * A large range is pinned by the pinning thread: until that is done its transfers are staged as before. */
 typedef struct weft_cu_reg {
   unsigned char *ptr;
   size_t bytes;
   int owned; /* this device pinned it (another GPU's lane may have, first): unpin it when done */
   uint64_t h2d_work; /* the upload stream's work that last read from it (a result streamed in waits for it) */
+  weft_cu_pin *pin;  /* being pinned; NULL: settled */
+  int unpinned;      /* the pinning failed: the range stays on record, its transfers staged */
 } weft_cu_reg;
 
 /* cuBLAS strided-batched gemm, column-major as cuBLAS sees it. */
@@ -123,7 +138,7 @@ typedef struct weft_cu_graph {
   size_t nlaunch, newb;
 } weft_cu_graph;
 
-typedef struct weft_cu_copier weft_cu_copier;
+typedef struct weft_hostcopy weft_hostcopy;
 
 typedef struct weft_cu_dev {
   const weft_cuda_api *cu;
@@ -157,10 +172,16 @@ typedef struct weft_cu_dev {
   size_t wb_bytes;
   weft_cu_buf *wb_owner;
   CUevent wb_ev[WEFT_CU_WB_CHUNKS], chunk_ev[WEFT_CU_WB_CHUNKS];
-  weft_cu_copier *copier;
+  weft_hostcopy *copier; /* the process's host copier (core/hostcopy.c), for the staging copies */
   int copier_tried;
   weft_cu_reg regs[WEFT_CU_REGS];
   int nregs;
+  /* the pinning thread (started by the first large registration) and its queue */
+  pthread_t pin_thread;
+  int pin_started, pin_stop;
+  pthread_mutex_t pin_mu;
+  pthread_cond_t pin_cv;
+  weft_cu_pin *pin_head, *pin_tail;
   /* freed allocations kept for the next of a similar size (cuMemAlloc and cuMemFree take hundreds of
    * microseconds on large ones; a split allocates its slices anew each time), oldest first */
   struct {
@@ -241,12 +262,6 @@ weft_status weft_cu_order(weft_cu_dev *d, int s, int t);
 weft_status weft_cu_sync_all(weft_cu_dev *d);
 /* Appends one item to the recorded list. */
 weft_status weft_cu_push(weft_cu_dev *d, const weft_cu_item *it);
-
-/* Host copies on several threads (cuda_copy.c). NULL copier: plain memcpy. */
-weft_cu_copier *weft_cu_copier_create(void);
-void weft_cu_copier_destroy(weft_cu_copier *c);
-void weft_cu_copy(weft_cu_copier *c, void *dst, const void *src, size_t bytes);
-int weft_cu_copier_threads(const weft_cu_copier *c);
 
 /* The embedded kernels (generated at build time from cuda_kernels.cu). */
 extern const unsigned char weft_cuda_fatbin[];

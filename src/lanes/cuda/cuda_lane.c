@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../core/hostcopy.h"
 #include "cuda_internal.h"
 
 const char *const weft_cu_kernel_names[WEFT_CUK_COUNT] = {
@@ -198,7 +199,7 @@ static void staging_init(weft_cu_dev *d) {
   }
   if (!d->copier_tried) {
     d->copier_tried = 1;
-    d->copier = weft_cu_copier_create();
+    d->copier = weft_hostcopy_acquire();
   }
 }
 
@@ -215,15 +216,111 @@ static weft_status slot_take(weft_cu_dev *d, int *out_slot) {
   return WEFT_OK;
 }
 
-/* The registered host range that holds [p, p + bytes), or NULL. */
+/* ------------------------------------------------------------------------------------------ pinning */
+
+/* Pinning a range takes the driver about as long as copying it: 64 MiB cost the second host-to-host call
+ * on the H200 9 ms more than the first for three arrays. A large range is therefore pinned by a thread of
+ * the device's own while the caller goes on; its transfers are staged as before until it is done. */
+static void *pin_main(void *arg) {
+  weft_cu_dev *d = arg;
+  int have_ctx = d->cu->cuCtxSetCurrent(d->ctx) == CUDA_SUCCESS;
+  pthread_mutex_lock(&d->pin_mu);
+  for (;;) {
+    while (!d->pin_head && !d->pin_stop) pthread_cond_wait(&d->pin_cv, &d->pin_mu);
+    if (!d->pin_head) break;
+    weft_cu_pin *p = d->pin_head;
+    d->pin_head = p->next;
+    if (!d->pin_head) d->pin_tail = NULL;
+    p->state = WEFT_CU_PIN_RUNNING;
+    pthread_mutex_unlock(&d->pin_mu);
+    CUresult r = have_ctx ? d->cu->cuMemHostRegister(p->ptr, p->bytes, CU_MEMHOSTREGISTER_PORTABLE)
+                          : CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&d->pin_mu);
+    p->result = r;
+    p->state = WEFT_CU_PIN_DONE;
+    pthread_cond_broadcast(&d->pin_cv);
+  }
+  pthread_mutex_unlock(&d->pin_mu);
+  return NULL;
+}
+
+/* Hands a range to the pinning thread (started on first use). NULL when there is no thread. */
+static weft_cu_pin *pin_away(weft_cu_dev *d, void *ptr, size_t bytes) {
+  if (!d->pin_started) {
+    pthread_mutex_init(&d->pin_mu, NULL);
+    pthread_cond_init(&d->pin_cv, NULL);
+    d->pin_started = pthread_create(&d->pin_thread, NULL, pin_main, d) == 0 ? 1 : -1;
+  }
+  if (d->pin_started < 0) return NULL;
+  weft_cu_pin *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->ptr = ptr, p->bytes = bytes, p->state = WEFT_CU_PIN_QUEUED;
+  pthread_mutex_lock(&d->pin_mu);
+  if (d->pin_tail) d->pin_tail->next = p;
+  else d->pin_head = p;
+  d->pin_tail = p;
+  pthread_cond_signal(&d->pin_cv);
+  pthread_mutex_unlock(&d->pin_mu);
+  return p;
+}
+
+/* Takes the pinning thread's outcome into the record once it is there (waits for it when `wait`; a range
+ * still queued is then taken off the queue, unpinned). Returns 1 when the record is settled. */
+static int reg_settle(weft_cu_dev *d, weft_cu_reg *g, int wait) {
+  weft_cu_pin *p = g->pin;
+  if (!p) return 1;
+  pthread_mutex_lock(&d->pin_mu);
+  if (wait && p->state == WEFT_CU_PIN_QUEUED) {
+    weft_cu_pin **at = &d->pin_head, *prev = NULL;
+    while (*at && *at != p) prev = *at, at = &(*at)->next;
+    if (*at) *at = p->next;
+    if (d->pin_tail == p) d->pin_tail = prev;
+    p->state = WEFT_CU_PIN_DONE;
+    p->result = CUDA_ERROR_NOT_PERMITTED; /* never pinned */
+  }
+  while (wait && p->state != WEFT_CU_PIN_DONE) pthread_cond_wait(&d->pin_cv, &d->pin_mu);
+  int done = p->state == WEFT_CU_PIN_DONE;
+  pthread_mutex_unlock(&d->pin_mu);
+  if (!done) return 0;
+  g->owned = p->result == CUDA_SUCCESS;
+  g->unpinned = p->result != CUDA_SUCCESS && p->result != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  g->pin = NULL;
+  free(p);
+  return 1;
+}
+
+static void pin_stop(weft_cu_dev *d) {
+  if (d->pin_started <= 0) return;
+  for (int i = 0; i < d->nregs; i++) reg_settle(d, &d->regs[i], 1);
+  pthread_mutex_lock(&d->pin_mu);
+  d->pin_stop = 1;
+  pthread_cond_broadcast(&d->pin_cv);
+  pthread_mutex_unlock(&d->pin_mu);
+  pthread_join(d->pin_thread, NULL);
+  pthread_mutex_destroy(&d->pin_mu);
+  pthread_cond_destroy(&d->pin_cv);
+  d->pin_started = 0;
+}
+
+/* The registered host range that holds [p, p + bytes) and is pinned now, or NULL. */
 static weft_cu_reg *reg_find(weft_cu_dev *d, const void *p, size_t bytes) {
   const unsigned char *c = p;
-  for (int i = 0; i < d->nregs; i++)
-    if (c >= d->regs[i].ptr && c + bytes <= d->regs[i].ptr + d->regs[i].bytes) return &d->regs[i];
+  for (int i = 0; i < d->nregs; i++) {
+    weft_cu_reg *g = &d->regs[i];
+    if (c >= g->ptr && c + bytes <= g->ptr + g->bytes) return reg_settle(d, g, 0) && !g->unpinned ? g : NULL;
+  }
   return NULL;
 }
 
 static int reg_covers(weft_cu_dev *d, const void *p, size_t bytes) { return reg_find(d, p, bytes) != NULL; }
+
+/* Registered (pinned, or being pinned) already? */
+static int reg_known(const weft_cu_dev *d, const void *p, size_t bytes) {
+  const unsigned char *c = p;
+  for (int i = 0; i < d->nregs; i++)
+    if (c >= d->regs[i].ptr && c + bytes <= d->regs[i].ptr + d->regs[i].bytes) return 1;
+  return 0;
+}
 
 /* Host -> device through the slots: each slot is filled (on several threads) while the previous one is on
  * the bus. Returns once `src` has been read; the copies finish on the upload stream. */
@@ -273,7 +370,7 @@ static weft_status to_device(weft_cu_dev *d, weft_cu_buf *b, size_t offset, cons
     int slot;
     if ((st = slot_take(d, &slot)) != WEFT_OK) return st;
     unsigned char *stage = d->ring + (size_t)slot * WEFT_CU_SLOT_BYTES;
-    weft_cu_copy(d->copier, stage, (const char *)src + off, len);
+    weft_hostcopy_run(d->copier, stage, (const char *)src + off, len);
     CUresult r = d->cu->cuMemcpyHtoDAsync(dst + off, stage, len, s);
     if (r == CUDA_SUCCESS) r = d->cu->cuEventRecord(d->slot_ev[slot], s);
     if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "copying to the GPU");
@@ -325,7 +422,7 @@ static weft_status to_host(weft_cu_dev *d, void *dst, CUdeviceptr src, size_t by
     d->slot_busy[slot] = 0;
     size_t off = c * WEFT_CU_SLOT_BYTES;
     size_t len = bytes - off < WEFT_CU_SLOT_BYTES ? bytes - off : WEFT_CU_SLOT_BYTES;
-    weft_cu_copy(d->copier, (char *)dst + off, d->ring + (size_t)slot * WEFT_CU_SLOT_BYTES, len);
+    weft_hostcopy_run(d->copier, (char *)dst + off, d->ring + (size_t)slot * WEFT_CU_SLOT_BYTES, len);
   }
   if (issued == nchunks) d->synced[WEFT_CU_S_D2H] = d->work[WEFT_CU_S_D2H];
   return WEFT_OK;
@@ -399,7 +496,10 @@ static void dev_release(weft_cu_dev *d) {
   const weft_cuda_api *cu = d->cu;
   if (d->profile) profile_print(d);
   if (cu->cuCtxSetCurrent(d->ctx) == CUDA_SUCCESS && !d->failed) weft_cu_sync_all(d);
-  weft_cu_copier_destroy(d->copier);
+  pin_stop(d);
+  for (int i = 0; i < d->nregs; i++) /* left registered (a lane's owner did not unregister): unpinned here */
+    if (d->regs[i].owned && !d->failed) cu->cuMemHostUnregister(d->regs[i].ptr);
+  weft_hostcopy_release(d->copier);
   for (int i = 0; i < WEFT_CU_GRAPHS; i++) weft_cu_graph_clear(d, &d->graphs[i]);
   free(d->items);
   free(d->plan);
@@ -536,13 +636,21 @@ static weft_status lane_download(void *self, weft_buffer *buffer, size_t offset,
         size_t a = lo > offset ? lo : offset, e = hi < offset + bytes ? hi : offset + bytes;
         /* streamed straight into the destination (registered memory): nothing left to copy */
         if ((char *)dst + (a - offset) != (char *)b->wb_dst + a)
-          weft_cu_copy(d->copier, (char *)dst + (a - offset), b->wb_dst + a, e - a);
+          weft_hostcopy_run(d->copier, (char *)dst + (a - offset), b->wb_dst + a, e - a);
       }
       lo = hi;
     }
     return WEFT_OK;
   }
   return to_host(d, dst, b->ptr + offset, bytes);
+}
+
+/* The result of a matmul on fresh host inputs comes home in row blocks as they are computed (run_stream_back):
+ * a download of a part waits for that part alone. */
+static int lane_streaming(void *self, weft_buffer *buffer) {
+  weft_cu_dev *d = ((weft_cu_lane *)self)->dev;
+  const weft_cu_buf *b = buffer;
+  return !d->failed && d->wb_owner == b && b->wb_chunks > 0 && b->wb_gen == b->gen;
 }
 
 static weft_status lane_scope_begin(void *self) {
@@ -580,16 +688,22 @@ static weft_status lane_host_register(void *self, void *ptr, size_t bytes) {
   weft_cu_dev *d = l->dev;
   weft_status st = weft_cu_enter(d);
   if (st != WEFT_OK) return st;
-  if (reg_covers(d, ptr, bytes)) return WEFT_OK; /* the other lane of this GPU took it already */
+  if (reg_known(d, ptr, bytes)) return WEFT_OK; /* the other lane of this GPU took it already */
   if (d->nregs == WEFT_CU_REGS) return WEFT_ERR_UNSUPPORTED;
+  weft_cu_reg *g = &d->regs[d->nregs];
+  memset(g, 0, sizeof *g);
+  g->ptr = ptr;
+  g->bytes = bytes;
+  /* large: pinned off the caller's path, staged meanwhile */
+  if (bytes > WEFT_CU_PIN_AWAY && (g->pin = pin_away(d, ptr, bytes)) != NULL) {
+    d->nregs++;
+    return WEFT_OK;
+  }
   /* portable: pinned for every context, so each GPU of the process moves it directly */
   CUresult r = d->cu->cuMemHostRegister(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE);
-  int owned = r == CUDA_SUCCESS;
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
     return WEFT_ERR_UNSUPPORTED; /* e.g. memory the driver cannot pin: stage it */
-  d->regs[d->nregs].ptr = ptr;
-  d->regs[d->nregs].bytes = bytes;
-  d->regs[d->nregs].owned = owned;
+  g->owned = r == CUDA_SUCCESS;
   d->nregs++;
   return WEFT_OK;
 }
@@ -600,6 +714,7 @@ static void lane_host_unregister(void *self, void *ptr, size_t bytes) {
   (void)bytes;
   for (int i = 0; i < d->nregs; i++) {
     if (d->regs[i].ptr != ptr) continue;
+    reg_settle(d, &d->regs[i], 1); /* still being pinned: wait for that (taken off the queue if not begun) */
     /* transfers may still use it; a failed device has nothing left to wait for */
     if (!d->failed && weft_cu_enter(d) == WEFT_OK) {
       if (weft_cu_flush(d) == WEFT_OK) weft_cu_sync_all(d);
@@ -822,7 +937,7 @@ static const weft_lane_vtable CUDA_VTABLE = {
     .download = lane_download, .supports = lane_supports, .run = lane_run, .scope_begin = lane_scope_begin,
     .scope_end = lane_scope_end, .sync = lane_sync, .flush = lane_flush, .host_register = lane_host_register,
     .host_unregister = lane_host_unregister, .idle = lane_idle, .buffer_wrap = lane_wrap,
-    .buffer_address = lane_address,
+    .buffer_address = lane_address, .streaming = lane_streaming,
 };
 
 /* -------------------------------------------------------------------------------------------- probe */

@@ -567,6 +567,10 @@ static int m_idle(void *s) {
   masked_lane *m = s;
   return m->vt.idle(m->self);
 }
+static int m_streaming(void *s, weft_buffer *buffer) {
+  masked_lane *m = s;
+  return m->vt.streaming(m->self, buffer);
+}
 
 /* Hands the lane to the sink offering only `ops`; the sink takes the wrapper (or destroys it). */
 static weft_status add_masked(const weft_lane_sink *real, const weft_lane_vtable *vt, void *self, uint64_t ops) {
@@ -594,6 +598,7 @@ static weft_status add_masked(const weft_lane_sink *real, const weft_lane_vtable
   w.host_register = m->vt.host_register ? m_host_register : NULL;
   w.host_unregister = m->vt.host_unregister ? m_host_unregister : NULL;
   w.idle = m->vt.idle ? m_idle : NULL;
+  w.streaming = m->vt.streaming ? m_streaming : NULL;
   return real->add_lane(real->ctx, &w, m);
 }
 
