@@ -15,21 +15,25 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 # so the Vulkan lane is built and tested even on a machine without a GPU); BLAS libraries bench/ compares
 # against; the OpenCL headers and ICD loader for the OpenCL example plugin and PoCL (OpenCL on the CPU) to
 # run it; libssl-dev (HMAC-SHA256 for `weft worker`'s authentication) and clang (libFuzzer, for the
-# protocol fuzzer); numpy, pytest and scikit-learn (the digits) for the Python package's tests and `weft mlp`, which
-# reads them through zlib. lld (wasm-ld) links weft.wasm for the Bench page; Chromium (headless, with its
-# WebGPU on SwiftShader) and Node.js run the browser tests (playwright-core comes from npm, see below);
+# protocol fuzzer); Python's headers (python3-dev) and numpy for the Python package's compiled module, pytest,
+# venv and pip for its tests (pip install ./python is checked in a virtual environment), scikit-learn (the
+# digits) for its tests and `weft mlp`, which reads them through zlib. lld (wasm-ld) links weft.wasm for the
+# Bench page; Chromium (headless, with its WebGPU on SwiftShader) and Node.js run the browser tests (playwright-core comes from npm, see below);
 # libwebsockets-dev is the server browser tabs join the fabric through (browser lanes, `weft serve`).
 # python3-torch runs tests/gpt/torch_ref.py, the independent GPT-2 the checkpoint loaders are checked against;
-# fortunes is the text `weft gpt train` learns from by default (/usr/share/games/fortunes).
+# fortunes is the text `weft gpt train` learns from by default (/usr/share/games/fortunes). OpenMPI runs weft
+# under mpirun (lanes of other ranks, data-parallel training; optional at build time) and its tests;
+# netpipe-tcp is the TCP ping-pong bench/mpi compares against.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config libcjson-dev zlib1g-dev
   libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-tools
   libopenblas-dev libdnnl-dev
   opencl-headers ocl-icd-opencl-dev pocl-opencl-icd
   libssl-dev clang
-  python3-numpy python3-pytest python3-sklearn
+  python3-dev python3-numpy python3-pytest python3-sklearn python3-venv python3-pip
   lld chromium nodejs libwebsockets-dev
   python3-torch fortunes
+  openmpi-bin libopenmpi-dev netpipe-tcp
 )
 # Debian's nodejs comes without npm; some other builds of nodejs bundle it (and conflict with Debian's npm).
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)

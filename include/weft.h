@@ -89,7 +89,8 @@ typedef struct weft_fabric_desc {
    * row-chunking of large tensors can be exercised on small data. */
   uint64_t vulkan_max_binding;
   /* When the cost model is measured: WEFT_CALIBRATION_AUTO (default) reads the on-disk cache and measures
-   * lanes missing from it the first time routing has to choose between lanes; WEFT_CALIBRATION_FORCE measures
+   * lanes missing from it (off the caller's path: weft_fabric_calibration_wait) the first time routing has to
+   * choose between lanes; WEFT_CALIBRATION_FORCE measures
    * every lane at open and rewrites the cache; WEFT_CALIBRATION_OFF uses built-in priors and never touches
    * the disk (tests, or callers who set models with weft_fabric_set_cost_model). */
   int calibration;
@@ -192,12 +193,33 @@ WEFT_API weft_status weft_tensor_create(weft_fabric *fabric, int ndim, const int
  * free it. The same shape rules as weft_tensor_create apply. */
 WEFT_API weft_status weft_tensor_wrap(weft_fabric *fabric, int ndim, const int64_t *dims, float *data,
                                       weft_tensor **out_tensor);
+/* Creates an fp32 tensor over memory of lane `lane` that the caller owns, with no copy: another library's
+ * device allocation (a PyTorch CUDA tensor through DLPack). That memory is the tensor's copy on the lane, and
+ * it holds the value; the host copy is made when something reads it. The lane must offer this (cuda:N
+ * does; weft_lane_vtable.buffer_wrap): WEFT_ERR_UNSUPPORTED names the lane otherwise. Work the other library
+ * queued on the memory is finished first. The memory must stay valid until the tensor is destroyed, which
+ * does not free it. After changing it yourself, call weft_tensor_lane_address again so weft takes the lane's
+ * copy as the value. The shape rules of weft_tensor_create apply. */
+WEFT_API weft_status weft_tensor_wrap_lane(weft_fabric *fabric, size_t lane, int ndim, const int64_t *dims,
+                                           void *address, weft_tensor **out_tensor);
+/* The device address of the tensor's copy on lane `lane` (a CUdeviceptr for cuda:N), for handing it to
+ * another library with no copy: the value is made current there first (from the host or another lane), every
+ * piece of work on the device is finished, and that copy becomes the only current one, so what the caller
+ * writes there is the tensor's value for the next op. Valid until the tensor is destroyed or the lane's copy
+ * is replaced (a write from the host, an op on another lane); call again before each hand-over.
+ * WEFT_ERR_UNSUPPORTED for a lane that cannot hand out its memory (host lanes: use weft_tensor_wrap). */
+WEFT_API weft_status weft_tensor_lane_address(weft_tensor *tensor, size_t lane, void **out_address);
 /* Destroys a tensor and every copy of it on every lane. NULL is ignored. */
 WEFT_API void weft_tensor_destroy(weft_tensor *tensor);
-/* Copies `count` floats (must equal the element count) from host memory into the tensor. */
+/* Copies `count` floats (must equal the element count) from host memory into the tensor; `data` may be
+ * reused when this returns. The tensor's host copy holds the value; a large tensor whose old value lived on a
+ * GPU lane that moves its host memory directly is sent there too, piece by piece as it is copied in, so an
+ * op there finds it in place (a lane that refuses a piece just does not get it: the write still succeeds). */
 WEFT_API weft_status weft_tensor_write(weft_tensor *tensor, const float *data, size_t count);
 /* Copies the tensor into host memory; `count` must equal the element count. Waits for pending work and
- * flushes an open scope on the lane that holds the data. */
+ * flushes an open scope on the lane that holds the data; the tensor's host copy is current afterwards. A
+ * large result still streaming home is copied on in pieces as they land; should the lane fail part way and
+ * the value not be computed again, the error is returned and `out_data` may hold part of the value. */
 WEFT_API weft_status weft_tensor_read(weft_tensor *tensor, float *out_data, size_t count);
 /* Rank and dimensions (out_dims needs WEFT_MAX_DIMS entries; unused ones are set to 1). */
 WEFT_API weft_status weft_tensor_shape(const weft_tensor *tensor, int *out_ndim, int64_t *out_dims);
@@ -230,6 +252,12 @@ WEFT_API weft_status weft_tensor_reshape(weft_tensor *tensor, int ndim, const in
 /* Where the tensor's current value lives: "host", a lane name, or several joined by ','
  * ("host,vulkan:0"). Valid until the tensor is next used. */
 WEFT_API const char *weft_tensor_location(const weft_tensor *tensor);
+/* Makes the tensor's current value resident on lane `lane` as well (an upload now, once), so ops routed
+ * there find it in place and the router counts no transfer for it: model weights, a cache, anything used
+ * many times on one device. Where it already lives nothing moves; its other copies stay current. A lane
+ * index from weft_fabric_lane_find; WEFT_ERR_INVALID_ARGUMENT for one out of range, WEFT_ERR_LANE_FAILED for
+ * a lane that is down. */
+WEFT_API weft_status weft_tensor_prefetch(weft_tensor *tensor, size_t lane);
 
 /* ----------------------------------------------------------------------------------------------- ops */
 
@@ -262,6 +290,9 @@ typedef enum weft_op_kind {
   WEFT_OP_COPY_SLICE = 23,
   /* decode: attention of a few query positions over a KV cache (weft_op_attention_cached) */
   WEFT_OP_ATTENTION_CACHED = 24,
+  /* c += op(a) . op(b), continuing each sum from the value in c (weft_op_matmul_acc): a chained sum split over
+   * k (lanes, MPI ranks) keeps the canonical order */
+  WEFT_OP_MATMUL_ACC = 25,
   WEFT_OP_COUNT
 } weft_op_kind;
 
@@ -319,6 +350,16 @@ typedef struct weft_op_desc {
  * acc = acc + a[i,k]*b[k,j], multiply and add rounded separately. desc may be NULL for defaults. */
 WEFT_API weft_status weft_op_matmul(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *a, int trans_a,
                                     weft_tensor *b, int trans_b, weft_tensor *c);
+/* The accumulating matmul: c[p] += op(a[p]) . op(b[p]), shapes as weft_op_matmul's. Canonical order: for each
+ * c[i,j]: acc = c[i,j] (its value before the op); for k ascending acc = acc + a[i,k]*b[k,j], each multiply and
+ * add rounded separately. So a sum over k cut into consecutive ranges k0 < k1 < ... and run as one matmul
+ * over [0, k1) followed by matmul_acc over [k1, k2), ... gives the bits of one matmul over all of k (from a c
+ * of +0, matmul_acc is matmul): how a weight gradient summed over a batch split across lanes or MPI ranks
+ * stays the gradient of one lane ("chained accumulation", docs/DESIGN.md). c is read and written; it must
+ * not be a or b. Offered by the CPU lane and workers' CPU lanes; lanes without it (vulkan, cuda, browser tabs,
+ * plugins) are not routed it, and an op pinned to one fails with WEFT_ERR_UNSUPPORTED. */
+WEFT_API weft_status weft_op_matmul_acc(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *a, int trans_a,
+                                        weft_tensor *b, int trans_b, weft_tensor *c);
 /* out = x + y, where y has x's shape or is a row [n] / [1,n] broadcast over every row of x (a bias).
  * out may be x. */
 WEFT_API weft_status weft_op_add(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *x, weft_tensor *y,
@@ -348,7 +389,9 @@ WEFT_API weft_status weft_op_softmax_xent(weft_fabric *fabric, const weft_op_des
 /* ------------------------------------------------------------------------------- any op, by its kind */
 
 /* An op's scalar parameters, for weft_op_run. Start from zeros; which entries an op reads:
- *   matmul                        i[0] = trans_a, i[1] = trans_b
+ *   matmul, matmul_acc            i[0] = trans_a, i[1] = trans_b
+ *   softmax_xent                  i[0] = the rows the mean is over, when the logits are one share of a
+ *                                 larger batch (data-parallel ranks); 0 = the logits' rows
  *   scale, axpy                   f[0] = alpha
  *   layernorm                     f[0] = eps
  *   attention, attention_backward i[0] = number of heads (NH)
@@ -381,8 +424,11 @@ WEFT_API weft_status weft_op_run(weft_fabric *fabric, const weft_op_desc *desc, 
  * for a fresh gradient); gradients of activations are written. "[..]" is any leading dimensions. Index
  * tensors are int32 (weft_tensor_create_typed); an index out of range is WEFT_ERR_INVALID_ARGUMENT and
  * nothing is written. Outputs are distinct from inputs unless said otherwise. The CPU lane and cuda:N offer
- * all of them, vulkan:N all but sumsq, remote lanes what their worker's lane offers, browser tabs what their
- * self-test proved (weft_lane_info.ops says which lane offers what; the router goes around the others). */
+ * all of them, vulkan:N all but sumsq, the OpenCL plugin's opencl:N all of them (each admitted by its
+ * self-test; a plugin lane offers only the ops that passed), remote lanes what their worker's lane offers,
+ * browser tabs what their self-test proved: every op through weft.wasm, and large matmuls, gelus,
+ * layernorms and causal softmaxes (with their backwards) on the tab's WebGPU where its GPU passed the
+ * self-test for them (weft_lane_info.ops says which lane offers what; the router goes around the others). */
 
 /* out[b,t,:] = wte[tok[b,t],:] + wpe[pos[b,t],:]. tok, pos: i32 [B,T]; pos NULL means pos[b,t] = t;
  * wte [V,C]; wpe [P,C]; out [B,T,C]. */
@@ -580,8 +626,18 @@ WEFT_API weft_status weft_fabric_cost_model(const weft_fabric *fabric, size_t la
 WEFT_API weft_status weft_fabric_set_cost_model(weft_fabric *fabric, size_t lane, weft_cost_class cls,
                                                 weft_contract contract, double alpha, double beta);
 /* Measures every live lane now (a short sweep per lane and class, medians of repeats) and writes the cache
- * unless calibration is OFF. Progress lines go to desc.on_note. */
+ * unless calibration is OFF. Progress lines go to desc.on_note. WEFT_ERR_IO (with the path in the message)
+ * when the lanes were measured but the cache could not be written; a lane whose measurement failed returns
+ * that failure (the other lanes are still measured). */
 WEFT_API weft_status weft_fabric_calibrate(weft_fabric *fabric);
+/* Under WEFT_CALIBRATION_AUTO, the first time routing chooses between lanes that have no model, the lanes
+ * are measured by a thread of their own (in a second fabric over the same devices) while ops go on, routed
+ * on built-in estimates; where an op runs changes its speed, never its bits. One note beginning "weft:
+ * measuring" goes to desc.on_note when that starts (nothing is printed without on_note). This waits for
+ * that measurement, and measures on the caller's thread any lane that still has no model, so that routing
+ * from here on uses measured lines; it returns at once when every lane has one or calibration is OFF.
+ * Set WEFT_CALIBRATE_IN_BACKGROUND=0 to measure on the caller's thread at the first choice instead. */
+WEFT_API weft_status weft_fabric_calibration_wait(weft_fabric *fabric);
 /* The cache file weft reads and writes ("$XDG_CACHE_HOME/weft/calibration.json" or "~/.cache/weft/...").
  * Written into out (len bytes); WEFT_ERR_IO when no home or cache directory is known. */
 WEFT_API weft_status weft_cost_cache_path(char *out, size_t len);
@@ -621,8 +677,92 @@ typedef struct weft_route_explanation {
  * source, weft_fabric_cost_model, is WEFT_COST_PRIOR). */
 WEFT_API weft_status weft_route_explain(weft_fabric *fabric, const weft_route_query *query,
                                         weft_route_explanation *out_explanation);
+/* The same for operands whose host memory is registered with the lanes, as a tensor's is once it has crossed
+ * to a device twice: transfers are priced on the registered lines (weft_route_explain: staged, as on a
+ * tensor's first use). `weft bench` predicts its steady-state points with it. */
+WEFT_API weft_status weft_route_explain_registered(weft_fabric *fabric, const weft_route_query *query,
+                                                   weft_route_explanation *out_explanation);
 /* Explains the last op the fabric routed (WEFT_LANE_AUTO): every lane's predicted cost and the choice. */
 WEFT_API weft_status weft_route_last(weft_fabric *fabric, weft_route_explanation *out_explanation);
+
+/* ---------------------------------------------------------------------------------------------- MPI */
+
+/* Beyond one machine on MPI (built with -DWEFT_MPI=AUTO|ON and an MPI library such as Debian's OpenMPI;
+ * without it weft_mpi_built() is 0 and the calls below return WEFT_ERR_UNSUPPORTED). Two ways to use a job
+ * that mpirun started:
+ *   WEFT_MPI_LANES          rank 0 runs the program; every other rank serves its lanes (weft_cli: `weft`
+ *                           does it by itself) and rank 0's fabrics get them as mpi:<rank>/<lane>, carried
+ *                           by the wire protocol's frames (docs/PROTOCOL.md) over MPI point-to-point
+ *                           messages, until rank 0 calls weft_mpi_finalize.
+ *   WEFT_MPI_DATA_PARALLEL  every rank runs the program on its share of each batch; weft_mpi_grad_* combine
+ *                           the gradients (under the exact contract with the bits of one process).
+ * MPI has no authentication: every process of the job is trusted with everything. Reach machines you do not
+ * manage through `weft worker` (a shared secret, mutual proof, TLS), never through MPI. */
+typedef enum weft_mpi_mode { WEFT_MPI_LANES = 0, WEFT_MPI_DATA_PARALLEL = 1 } weft_mpi_mode;
+
+/* 1 when weft was built with MPI. */
+WEFT_API int weft_mpi_built(void);
+/* 1 when this process was started by an MPI launcher (mpirun's environment: OMPI_COMM_WORLD_SIZE,
+ * PMI_SIZE or PMIX_RANK), whether or not weft was built with MPI. */
+WEFT_API int weft_mpi_launched(void);
+/* Initializes MPI (MPI_Init_thread, asking for MPI_THREAD_MULTIPLE) with errors returned rather than fatal,
+ * for `mode`. argc and argv may be NULL. Once per process. */
+WEFT_API weft_status weft_mpi_init(weft_mpi_mode mode, int *argc, char ***argv);
+/* This process's rank and the job's size (0 and 1 before weft_mpi_init or without MPI). */
+WEFT_API int weft_mpi_rank(void);
+WEFT_API int weft_mpi_size(void);
+/* The last MPI failure in words (a rank that stopped answering, a message out of step); "" if none. */
+WEFT_API const char *weft_mpi_last_error(void);
+/* WEFT_MPI_LANES, rank 0: tells the serving ranks to stop. Then MPI_Finalize. NULL-safe to call when
+ * weft_mpi_init was not. */
+WEFT_API weft_status weft_mpi_finalize(void);
+/* Ends the whole job now (MPI_Abort): after a failure one rank cannot recover from (a rank that died leaves
+ * the others waiting on it). */
+WEFT_API void weft_mpi_abort(int code);
+/* Adds n doubles over the ranks in rank order (each rank's values in, the sums out on every rank): the same
+ * result for a given job size, for progress reports (losses, counts). */
+WEFT_API weft_status weft_mpi_sum_ordered(double *values, int n);
+/* How long a rank waits for another before it reports it dead (WEFT_MPI_TIMEOUT_MS, default 60000). */
+WEFT_API int weft_mpi_timeout_ms(void);
+
+/* Data-parallel gradients for one training step (WEFT_MPI_DATA_PARALLEL). Every rank calls the same
+ * sequence, each with its own share of the batch: rank r the samples after rank r-1's, in batch order.
+ *
+ * Under the exact contract the reduction is chained, not an all-reduce: a weight gradient is a sum over the
+ * batch's samples in ascending order, so rank r continues rank r-1's running sum over its own samples
+ * (matmul_acc, which continues from the value in its output), passes it on to rank r+1 in chunks of rows
+ * as each is done (the chain costs bandwidth, not latency), and the last rank broadcasts the results at
+ * weft_mpi_grad_end: every rank then holds, bit for bit, the gradient one process computes over the whole
+ * batch, whatever the number of ranks. Under fp32 each rank sums its own samples and weft_mpi_grad_end
+ * adds the ranks' sums with MPI_Allreduce, whose order depends on the number of ranks: the weights then
+ * differ in their last bits between jobs of different sizes (and from one process).
+ *
+ * Every wait is bounded by weft_mpi_timeout_ms(): a rank that died or hangs is reported (naming it), never
+ * waited on forever; the caller then ends the job (weft_mpi_abort). */
+typedef struct weft_mpi_grad weft_mpi_grad;
+/* Starts a step's reduction over the fabric's ops under `contract` (exact or fp32). */
+WEFT_API weft_status weft_mpi_grad_begin(weft_fabric *fabric, weft_contract contract, weft_mpi_grad **out_grad);
+/* c is accumulated by `passes` ops this step, each over the whole batch (GPT-2's tied token table: the
+ * head's matmul, then the embedding's backward): its running sum goes along the ranks once per op (the last
+ * rank hands it back to rank 0 between passes). Default 1. Call before c's first op. */
+WEFT_API weft_status weft_mpi_grad_passes(weft_mpi_grad *grad, weft_tensor *c, int passes);
+/* c = op(a) . op(b) summed over the job's samples, k = this rank's samples (a weight gradient, e.g.
+ * x^T . dy: a = x with trans_a). Shapes as weft_op_matmul's, rank 2. */
+WEFT_API weft_status weft_mpi_grad_matmul(weft_mpi_grad *grad, const weft_op_desc *desc, weft_tensor *a,
+                                          int trans_a, weft_tensor *b, int trans_b, weft_tensor *c);
+/* out = the sum over the job's rows of x (weft_op_sum_rows over the whole batch: a bias gradient). */
+WEFT_API weft_status weft_mpi_grad_sum_rows(weft_mpi_grad *grad, const weft_op_desc *desc, weft_tensor *x,
+                                            weft_tensor *out);
+/* An op that accumulates into outputs it reads and writes (layernorm_backward's dgamma and dbeta,
+ * embedding_backward's tables): bit o of `chained` marks out[o] as a running sum over the batch, which
+ * arrives from the rank before the op and leaves for the next after it. The other outputs are this rank's
+ * own (layernorm_backward's dx). */
+WEFT_API weft_status weft_mpi_grad_op(weft_mpi_grad *grad, const weft_op_desc *desc, weft_op_kind kind,
+                                      weft_tensor *const *in, int nin, weft_tensor *const *out, int nout,
+                                      const weft_op_params *params, uint32_t chained);
+/* Ends the step: every gradient named above holds the whole batch's sum on every rank. Frees grad (also on
+ * failure); NULL is ignored. */
+WEFT_API weft_status weft_mpi_grad_end(weft_mpi_grad *grad);
 
 /* --------------------------------------------------------------------------- reference and exact math */
 

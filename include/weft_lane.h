@@ -205,6 +205,18 @@ typedef struct weft_lane_vtable {
    * never blocks. A split polls it while the CPU computes its share, to time each device's share without a
    * thread spinning in a wait on a core the CPU's share needs. */
   int (*idle)(void *self);
+  /* Optional: a buffer over `bytes` of this device's memory at `address` that another library allocated (a
+   * PyTorch CUDA tensor handed over through DLPack; weft_tensor_wrap_lane). Work the other library queued on
+   * it is finished before this returns. buffer_free releases the record, never the memory. */
+  weft_status (*buffer_wrap)(void *self, void *address, size_t bytes, weft_buffer **out_buffer);
+  /* Optional: the device address of a buffer (a CUdeviceptr for CUDA), once every piece of work on the device,
+   * the lane's and any other library's, is finished (weft_tensor_lane_address): what is there may then be read
+   * and written by another library. */
+  weft_status (*buffer_address)(void *self, weft_buffer *buffer, void **out_address);
+  /* Optional: 1 when the buffer's current value is already on its way into host memory in parts (a result
+   * streamed home as it is computed), so that a download of a part waits only for that part. The core then
+   * brings a large value home in pieces and copies each on to the caller while later ones are still coming. */
+  int (*streaming)(void *self, weft_buffer *buffer);
 } weft_lane_vtable;
 
 /* A lane provider's probe hands each lane it finds to add_lane and each one it cannot open to add_absent.

@@ -6,10 +6,19 @@
  * plugins named in weft_fabric_desc.plugins or WEFT_PLUGIN_PATH (':'-separated files, or directories whose
  * *.so files are all loaded).
  *
- * Admission: a plugin lane serves no work until it has passed a self-test of every op it claims, run by
+ * Admission: a plugin lane serves no work until it has passed a self-test of every op it offers, run by
  * the helper executable weft-plugin-check in a process of its own (spawned, never forked from the caller;
  * a crash or a hang there cannot take the caller down): exact-contract cases compared bit for bit with
- * weft's reference, small shapes in every form of each op and matmuls with k up to 4099 and odd m, n, k.
+ * weft's reference (every NaN must be the canonical 0x7fc00000), small shapes in every form of each op and
+ * matmuls with k up to 4099 and odd m, n, k; for the transformer ops, cases with NaNs of several payloads,
+ * +-inf, -0 and subnormals among the inputs, int32 index operands (token ids, positions, targets) and int32
+ * data (permute, copy_slice), odd widths, and sumsq over several chunks.
+ *
+ * Which ops: a lane offers its weft_lane_desc.ops (0: the version-1 set); every op it offers must be one
+ * its plugin claims (desc.claims) or one its supports slot declines (then it is taken out of the set), or
+ * the lane is refused. A lane that gets one of the version-1 ops wrong is refused as a whole; one that gets
+ * a transformer op wrong is admitted without that op (the router never sends it there) and `weft devices`
+ * names the op and why (its `admission` line); a lane left with no op is refused.
  * weft copies the plugin file once into a sealed private copy, hashes it (SHA-256), tests that copy and
  * loads that same copy: what runs is byte for byte what passed, and a verdict is kept per content hash.
  * (A plugin is therefore loaded from /proc/self/fd/N: an $ORIGIN in its run path does not find files
@@ -46,11 +55,12 @@ extern "C" {
 /* Version 2 came with lane ABI version 2 (weft_lane.h): a plugin of version 1 is refused, naming both. */
 #define WEFT_PLUGIN_ABI_VERSION 2
 
-/* Bit for op kind k in weft_plugin_desc.claims. */
-#define WEFT_PLUGIN_CLAIM(k) ((uint32_t)1u << (k))
-/* Every op the self-test can check: the version-1 ops (the transformer ops are not yet admitted from
- * plugins: a plugin lane offers at most these, whatever its desc.ops says). */
-#define WEFT_PLUGIN_CLAIM_ALL (((uint32_t)1u << WEFT_OP_V1_COUNT) - 1u)
+/* Bit for op kind k in weft_plugin_desc.claims (WEFT_OP_BIT(k)). */
+#define WEFT_PLUGIN_CLAIM(k) WEFT_OP_BIT(k)
+/* The version-1 ops (matmul .. softmax_xent). */
+#define WEFT_PLUGIN_CLAIM_V1 WEFT_OPS_V1
+/* Every op the self-test can check: all of them. */
+#define WEFT_PLUGIN_CLAIM_ALL WEFT_OPS_ALL
 
 typedef struct weft_plugin_desc {
   uint32_t abi_version;      /* WEFT_PLUGIN_ABI_VERSION the plugin was built against */
@@ -58,9 +68,11 @@ typedef struct weft_plugin_desc {
   uint32_t lane_abi_version; /* WEFT_LANE_ABI_VERSION of the vtables its probe hands out */
   const char *name;          /* the plugin's name ("opencl"); absent entries are named "plugin:<name>" */
   const char *kind;          /* the lane kind it brings: "opencl", "npu", ...; what the lane filter matches */
-  /* Ops its lanes claim (WEFT_PLUGIN_CLAIM bits). A lane claiming fewer than all ops must have a supports
-   * slot that declines the others; admission checks both. */
-  uint32_t claims;
+  /* Ops its lanes may offer (WEFT_PLUGIN_CLAIM bits). A lane offering an op its plugin does not claim
+   * (weft_lane_desc.ops; 0 there is the version-1 set) must have a supports slot that declines it;
+   * admission checks both. (64 bits since the transformer ops; on 64-bit targets the field's offset and
+   * the descriptor's size are those of the 32-bit field it replaced, which padding followed.) */
+  uint64_t claims;
   /* Finds the plugin's devices and adds one lane per device to the sink (or an absent entry and WEFT_OK
    * when there is none). Called once in the self-test's child process and once in the caller. */
   weft_lane_probe_fn probe;

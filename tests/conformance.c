@@ -276,6 +276,7 @@ static int op_ok(ctx *c, weft_status st, const char *fn) {
 }
 
 static uint64_t lane_ops(ctx *c);
+static void compare_bits(ctx *c, const char *name, const tens *out, const float *want);
 
 /* op_ok for an op a lane may refuse by its size limits. A lane can decline an op it offers when the case
  * does not fit it (the Vulkan lane: an operand that must fit one storage binding, as with the 4 KiB
@@ -369,6 +370,8 @@ typedef struct mm_case {
   int ta, tb;
   int b_batched; /* b carries a's batch dimensions; otherwise b is one [k,n] shared by the batch */
   int fill_a, fill_b;
+  int acc;       /* matmul_acc: c starts with fill_c's values and each sum continues from them */
+  int fill_c;
 } mm_case;
 
 static void mm_run(ctx *c, const mm_case *mc) {
@@ -387,12 +390,17 @@ static void mm_run(ctx *c, const mm_case *mc) {
   tens A, B, C;
   memset(&A, 0, sizeof A), memset(&B, 0, sizeof B), memset(&C, 0, sizeof C);
   char sa[64], sb[64], sc[64];
-  begin_case(c, "matmul a%s%s . b%s%s -> c%s", dims_str(sa, sizeof sa, an, ad), mc->ta ? "^T" : "",
-             dims_str(sb, sizeof sb, bn, bdm), mc->tb ? "^T" : "", dims_str(sc, sizeof sc, cn, cd));
+  begin_case(c, "%s a%s%s . b%s%s -> c%s", mc->acc ? "matmul_acc" : "matmul", dims_str(sa, sizeof sa, an, ad),
+             mc->ta ? "^T" : "", dims_str(sb, sizeof sb, bn, bdm), mc->tb ? "^T" : "", dims_str(sc, sizeof sc, cn, cd));
   if (!tens_new(c, &A, an, ad, mc->fill_a) || !tens_new(c, &B, bn, bdm, mc->fill_b) ||
-      !tens_new(c, &C, cn, cd, FILL_SENTINEL))
+      !tens_new(c, &C, cn, cd, mc->acc ? mc->fill_c : FILL_SENTINEL))
     goto done;
-  if (!op_ok(c, weft_op_matmul(c->f, &c->desc, A.t, mc->ta, B.t, mc->tb, C.t), "weft_op_matmul")) goto done;
+  if (mc->acc) {
+    if (!op_ran(c, weft_op_matmul_acc(c->f, &c->desc, A.t, mc->ta, B.t, mc->tb, C.t), WEFT_OP_MATMUL_ACC,
+                "weft_op_matmul_acc"))
+      goto done;
+  } else if (!op_ok(c, weft_op_matmul(c->f, &c->desc, A.t, mc->ta, B.t, mc->tb, C.t), "weft_op_matmul"))
+    goto done;
   check_written_location(c, &C, "c");
   float *got = tens_read(c, &C, "c");
   float *want = c->exact ? malloc((C.n ? C.n : 1) * sizeof(float)) : NULL;
@@ -401,9 +409,10 @@ static void mm_run(ctx *c, const mm_case *mc) {
     if (want) {
       weft_op op;
       memset(&op, 0, sizeof op);
-      op.kind = WEFT_OP_MATMUL;
+      op.kind = mc->acc ? WEFT_OP_MATMUL_ACC : WEFT_OP_MATMUL;
       op.contract = WEFT_CONTRACT_EXACT;
       op.in[0] = A.h, op.in[1] = B.h, op.out[0] = want;
+      if (mc->acc) memcpy(want, C.h, C.n * sizeof(float));
       op.batch = (int64_t)batch, op.m = m, op.n = n, op.k = k;
       op.trans_a = mc->ta, op.trans_b = mc->tb, op.b_batched = mc->b_batched;
       weft_reference_run(&op);
@@ -412,14 +421,14 @@ static void mm_run(ctx *c, const mm_case *mc) {
       const float *a = A.h + p * (size_t)(m * k), *b = B.h + (mc->b_batched ? p * (size_t)(k * n) : 0);
       for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
-          double s = 0, sa_ = 0;
+          size_t e = p * (size_t)(m * n) + (size_t)(i * n + j);
+          double s = mc->acc ? C.h[e] : 0, sa_ = fabs(s);
           for (int64_t q = 0; q < k; q++) {
             double av = mc->ta ? a[q * m + i] : a[i * k + q];
             double bv = mc->tb ? b[j * k + q] : b[q * n + j];
             s += av * bv;
             sa_ += fabs(av * bv);
           }
-          size_t e = p * (size_t)(m * n) + (size_t)(i * n + j);
           ref[e] = s;
           bound[e] = 2.0 * (double)(k + 1) * U24 * sa_ + (double)(2 * k + 2) * TINY;
         }
@@ -543,6 +552,90 @@ static void cases_matmul_large_k(ctx *c) {
   mm_case_init(&mc, 0, 1, 1, 3, 4099, 2, 0, 1);
   mc.fill_a = mc.fill_b = FILL_SPARSE;
   mm_run(c, &mc);
+}
+
+/* The accumulating matmul: c += a.b from c's values (every form and transpose, specials in c and in the
+ * products, k = 0, large k); then, under exact, the chain: one matmul over k cut into consecutive ranges, run
+ * as matmul over the first and matmul_acc over each next, must give one matmul's bits (what a gradient split
+ * over a batch across lanes or MPI ranks relies on). */
+static void cases_matmul_acc(ctx *c) {
+  mm_case mc;
+  static const int64_t fixed[][3] = {{1, 1, 1}, {3, 1, 5}, {7, 13, 5}, {17, 31, 23}}; /* m, k, n */
+  for (size_t s = 0; s < sizeof fixed / sizeof fixed[0]; s++)
+    for (int t = 0; t < 4; t++) {
+      mm_case_init(&mc, 0, 1, 1, fixed[s][0], fixed[s][1], fixed[s][2], t & 1, t >> 1);
+      mc.acc = 1, mc.fill_c = s == 3 ? FILL_SPECIAL : FILL_UNIFORM;
+      mm_run(c, &mc);
+    }
+  /* an empty batch: nothing to add, nothing written */
+  mm_case_init(&mc, 1, 0, 1, 4, 6, 5, 0, 0);
+  mc.acc = 1, mc.fill_c = FILL_UNIFORM;
+  mm_run(c, &mc);
+  for (int form = 1; form < MM_NFORMS; form++)
+    for (int t = 0; t < 4; t += 3) {
+      mm_case_init(&mc, form, 3, 2, 5, 7, 3, t & 1, t >> 1);
+      mc.acc = 1, mc.fill_c = FILL_UNIFORM;
+      mm_run(c, &mc);
+    }
+  /* -0 in c plus -0 products stays -0 (a lane that restarts from +0 gives +0); NaNs, infinities and
+   * subnormals in c travel on. */
+  mm_case_init(&mc, 0, 1, 1, 3, 4, 5, 0, 0);
+  mc.acc = 1, mc.fill_a = FILL_NEGZERO, mc.fill_c = FILL_NEGZERO;
+  mm_run(c, &mc);
+  mm_case_init(&mc, 0, 1, 1, 9, 17, 11, 1, 0);
+  mc.acc = 1, mc.fill_c = FILL_SPECIAL, mc.fill_a = FILL_SPARSE;
+  mm_run(c, &mc);
+  mm_case_init(&mc, 0, 1, 1, 6, 19, 7, 0, 1);
+  mc.acc = 1, mc.fill_a = FILL_TINY, mc.fill_c = FILL_TINY;
+  mm_run(c, &mc);
+  if (!c->quick) {
+    /* past the CPU lane's k block, and large enough to take its threaded paths */
+    mm_case_init(&mc, 0, 1, 1, 97, 600, 129, 1, 0);
+    mc.acc = 1, mc.fill_c = FILL_UNIFORM;
+    mm_run(c, &mc);
+    mm_case_init(&mc, 0, 1, 1, 3, 4099, 5, 0, 0);
+    mc.acc = 1, mc.fill_c = FILL_UNIFORM;
+    mm_run(c, &mc);
+  }
+  if (!c->exact) return;
+  /* The chain: dW = X^T . dY over k samples, cut at cuts[], bit for bit one matmul. */
+  static const int64_t shapes[][3] = {{5, 40, 7}, {33, 700, 20}, {64, 257, 10}}; /* m, k, n */
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !(c->quick && s > 0); s++) {
+    const int64_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
+    const int64_t cuts[] = {0, k / 3, k / 3 + 1, k - 1, k};
+    const int64_t xd[2] = {k, m}, yd[2] = {k, n}, cd[2] = {m, n};
+    tens X, Y, C;
+    memset(&X, 0, sizeof X), memset(&Y, 0, sizeof Y), memset(&C, 0, sizeof C);
+    begin_case(c, "chained matmul over k = %lld cut in 4 ([%lld,%lld] x^T . [%lld,%lld])", (long long)k, (long long)k,
+               (long long)m, (long long)k, (long long)n);
+    if (tens_new(c, &X, 2, xd, FILL_UNIFORM) && tens_new(c, &Y, 2, yd, FILL_UNIFORM) &&
+        tens_new(c, &C, 2, cd, FILL_SENTINEL)) {
+      int ok = 1;
+      for (int part = 0; part < 4 && ok; part++) {
+        const int64_t k0 = cuts[part], k1 = cuts[part + 1], pxd[2] = {k1 - k0, m}, pyd[2] = {k1 - k0, n};
+        weft_tensor *px = NULL, *py = NULL;
+        ok = weft_tensor_create(c->f, 2, pxd, X.h + k0 * m, &px) == WEFT_OK &&
+             weft_tensor_create(c->f, 2, pyd, Y.h + k0 * n, &py) == WEFT_OK;
+        if (ok) ok = part == 0 ? op_ok(c, weft_op_matmul(c->f, &c->desc, px, 1, py, 0, C.t), "weft_op_matmul")
+                               : op_ran(c, weft_op_matmul_acc(c->f, &c->desc, px, 1, py, 0, C.t), WEFT_OP_MATMUL_ACC,
+                                        "weft_op_matmul_acc");
+        weft_tensor_destroy(px), weft_tensor_destroy(py);
+      }
+      float *got = ok ? tens_read(c, &C, "c") : NULL, *want = malloc(C.n * sizeof(float));
+      if (got && want) {
+        weft_op op;
+        memset(&op, 0, sizeof op);
+        op.kind = WEFT_OP_MATMUL, op.contract = WEFT_CONTRACT_EXACT;
+        op.in[0] = X.h, op.in[1] = Y.h, op.out[0] = want;
+        op.batch = 1, op.m = m, op.n = n, op.k = k, op.trans_a = 1;
+        weft_reference_run(&op);
+        compare_bits(c, "c", &C, want);
+      }
+      free(got), free(want);
+    }
+    end_case(c);
+    tens_free(&X), tens_free(&Y), tens_free(&C);
+  }
 }
 
 /* ------------------------------------------------------------------------------------- elementwise */
@@ -1694,6 +1787,23 @@ void weft_conf_run(weft_fabric *f, int lane, weft_contract contract, int slow, i
   if (!quick) {
     c.rng.s = family_seed(seed, "matmul_large_k");
     cases_matmul_large_k(&c);
+  }
+  c.rng.s = family_seed(seed, "matmul_acc");
+  if (lane_ops(&c) & WEFT_OP_BIT(WEFT_OP_MATMUL_ACC)) cases_matmul_acc(&c);
+  else if (lane != WEFT_LANE_AUTO) {
+    /* Pinned to a lane that does not offer it: refused, and c unchanged. */
+    const int64_t d[2] = {2, 2};
+    tens A, C;
+    memset(&A, 0, sizeof A), memset(&C, 0, sizeof C);
+    begin_case(&c, "matmul_acc pinned to %s, which does not offer it", c.lane_name);
+    if (tens_new(&c, &A, 2, d, FILL_UNIFORM) && tens_new(&c, &C, 2, d, FILL_UNIFORM)) {
+      weft_status st = weft_op_matmul_acc(f, &c.desc, A.t, 0, A.t, 0, C.t);
+      case_check(&c, st == WEFT_ERR_UNSUPPORTED, "matmul_acc pinned to a lane without it: got %s, want unsupported",
+                 weft_status_str(st));
+      check_unchanged(&c, &C, "c");
+    }
+    end_case(&c);
+    tens_free(&A), tens_free(&C);
   }
   static const weft_op_kind ew[] = {WEFT_OP_ADD, WEFT_OP_RELU, WEFT_OP_RELU_BACKWARD, WEFT_OP_SCALE, WEFT_OP_AXPY};
   for (size_t i = 0; i < sizeof ew / sizeof ew[0]; i++) {

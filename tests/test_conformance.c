@@ -29,20 +29,7 @@ int main(void) {
   }
   /* A run for one lane kind (WEFT_TEST_LANES=cpu,opencl) whose lane is not here tested nothing of it: it
    * says so and exits 77 (CTest: Skipped) after the lanes that are here passed, never Passed. */
-  const char *want = getenv("WEFT_TEST_LANES");
-  for (const char *p = want; p && *p;) {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    char item[64];
-    snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item ? len : sizeof item - 1), p);
-    int found = 0;
-    for (size_t i = 0; i < weft_fabric_lane_count(f) && !found; i++) {
-      weft_lane_info li;
-      found = weft_fabric_lane_info(f, i, &li) == WEFT_OK && (strcmp(li.kind, item) == 0 || strcmp(li.name, item) == 0);
-    }
-    if (item[0] && !found) tu_skip("WEFT_TEST_LANES names '%s' and this fabric has no such lane", item);
-    p = end ? end + 1 : p + len;
-  }
+  tu_require_lanes(f, getenv("WEFT_TEST_LANES"));
   weft_conf_stats total = {0, 0, 0, 0};
   weft_conf_run_all(f, seed, &total);
   int has_vulkan = 0;

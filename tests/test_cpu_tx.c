@@ -91,7 +91,8 @@ static void test_embedding(weft_cpu_pool *pool, int64_t B, int64_t T) {
   fill(wte, (size_t)(V * C), -1, 1, 1);
   fill(wpe, (size_t)(P * C), -1, 1, 1);
   fill(dout, (size_t)(B * T * C), -1, 1, 1);
-  for (int i = 0; i < B * T; i++) tok[i] = (int32_t)tu_rng_int(&rng, 0, 20), pos[i] = (int32_t)tu_rng_int(&rng, 0, P - 1);
+  for (int i = 0; i < B * T; i++)
+    tok[i] = (int32_t)tu_rng_int(&rng, 0, 20), pos[i] = (int32_t)tu_rng_int(&rng, 0, P - 1);
   for (int with_pos = 0; with_pos < 2; with_pos++) {
     const int32_t *ps = with_pos ? pos : NULL;
     TU_STATUS(weft_ref_embedding_forward(o1, tok, ps, wte, wpe, B, T, C, V, P), WEFT_OK, "ref embedding fwd");
@@ -314,9 +315,9 @@ static void test_crossentropy(weft_cpu_pool *pool, int64_t N, int64_t V, int non
   free(z), free(l1), free(l2), free(dl), free(g1), free(g2), free(tg);
 }
 
-/* The matmul's skinny kernels (gemm.c's m <= 4 case): c = a . B, B stored [n, k] (nt) or [k, n] (nn), against
- * the canonical loop (acc = acc + a*b, k ascending from +0; this file is built without contraction), with
- * specials in exact mode; ragged n and k so every vector and row-group tail runs. */
+/* The matmul's skinny kernels (gemm.c's m <= 4 case): c = a . B and c += a . B (MATMUL_ACC), B stored [n, k]
+ * (nt) or [k, n] (nn), against the canonical loop (acc = acc + a*b, k ascending from +0 or from c; this file
+ * is built without contraction), with specials in exact mode; ragged n and k so every tail runs. */
 static void test_gemv(void) {
   const weft_cpu_tx_kernels *k = K ? K : weft_cpu_tx_select();
   static const int64_t shapes[][3] = {{1, 1, 1}, {1, 37, 29}, {2, 64, 48}, {3, 100, 771}, {4, 33, 17}, {5, 768, 130},
@@ -327,21 +328,23 @@ static void test_gemv(void) {
     float *c1 = fbuf((size_t)(m * n)), *c2 = fbuf((size_t)(m * n));
     fill(a, (size_t)(m * kk), -1, 1, 1);
     fill(b, (size_t)(kk * n), -1, 1, 1);
-    for (int nt = 0; nt < 2; nt++) {
+    for (int form = 0; form < 4; form++) {
+      const int nt = form & 1, from_c = form >> 1; /* from_c: MATMUL_ACC, the sums start from c's values */
+      for (size_t e = 0; e < (size_t)(m * n); e++) c2[e] = c1[e] = from_c ? special_or(-1, 1, 1) : 0.0f;
       for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
-          float acc = 0.0f;
+          float acc = from_c ? c1[i * n + j] : 0.0f;
           for (int64_t q = 0; q < kk; q++) {
             const float pr = a[i * kk + q] * (nt ? b[j * kk + q] : b[q * n + j]);
             acc = acc + pr;
           }
           c1[i * n + j] = acc != acc ? tu_float(0x7fc00000u) : acc;
         }
-      if (nt) k->gemv_nt(c2, n, a, m, b, kk, n, kk);
-      else k->gemv_nn(c2, n, a, m, b, n, n, kk);
+      if (nt) k->gemv_nt(c2, n, a, m, b, kk, n, kk, from_c);
+      else k->gemv_nn(c2, n, a, m, b, n, n, kk, from_c);
       char what[96];
-      snprintf(what, sizeof what, "gemv_%s m=%lld k=%lld n=%lld", nt ? "nt" : "nn", (long long)m, (long long)kk,
-               (long long)n);
+      snprintf(what, sizeof what, "gemv_%s%s m=%lld k=%lld n=%lld", nt ? "nt" : "nn", from_c ? " (c +=)" : "",
+               (long long)m, (long long)kk, (long long)n);
       same(what, c1, c2, (size_t)(m * n));
     }
     free(a), free(b), free(c1), free(c2);

@@ -5,6 +5,12 @@
  * placed on lanes, and round robin (op i on the i-th lane offering it); a checkpoint saved mid-run and resumed ends where an uninterrupted run ends; a
  * truncated, corrupted or foreign checkpoint is refused with a message that says which.
  *
+ * Every run's logits over the generated sequence (weft_gpt_logits_all) must have the cpu's bits too.
+ *
+ * WEFT_TEST_LANES restricts the lanes the pinned, routed, layer and round-robin runs use ("cpu,opencl", with
+ * WEFT_PLUGIN_PATH naming the OpenCL plugin: the gpt_opencl test); a lane it names that is not here makes the
+ * test end Skipped after the others passed.
+ *
  * test_gpt --remote (under tests/net/with_worker.sh, WEFT_REMOTE naming a loopback worker): the same
  * fingerprint and tokens as the cpu with every remote lane pinned, and round robin over the cpu and them. */
 #include <stdio.h>
@@ -28,10 +34,13 @@ static void batch(int step, int32_t *tok, int32_t *tgt) {
   }
 }
 
+enum { NLOGITS = (4 + GEN - 1) * 256 };
+
 typedef struct outcome {
   uint64_t fp;
   float first, last;
   int32_t greedy[GEN], sampled[GEN];
+  float logits[NLOGITS]; /* every position's logits over the prompt and the greedy tokens */
   int ok;
 } outcome;
 
@@ -83,6 +92,7 @@ static void finish(weft_gpt *g, outcome *o) {
   float *all = malloc((size_t)(4 + GEN - 1) * 256 * sizeof(float));
   TU_CHECK(weft_gpt_logits_all(g, seq, 1, 4 + GEN - 1, all) == WEFT_OK, "logits_all: %s", weft_gpt_last_error(g));
   TU_CHECK(memcmp(all + (size_t)(4 + GEN - 2) * 256, lg, sizeof lg) == 0, "logits_all's last row differs from weft_gpt_logits");
+  memcpy(o->logits, all, sizeof o->logits);
   free(all);
   rng = 42;
   TU_CHECK(weft_gpt_generate(g, prompt, 4, GEN, 0.8f, 20, &rng, o->sampled, NULL) == WEFT_OK, "sampled: %s", weft_gpt_last_error(g));
@@ -141,6 +151,11 @@ static void same(const char *what, const outcome *a, const outcome *b) {
   TU_CHECK(a->fp == b->fp, "%s: weights fingerprint %016llx, cpu %016llx", what, (unsigned long long)b->fp, (unsigned long long)a->fp);
   TU_CHECK(memcmp(a->greedy, b->greedy, sizeof a->greedy) == 0, "%s: greedy tokens differ from the cpu's", what);
   TU_CHECK(memcmp(a->sampled, b->sampled, sizeof a->sampled) == 0, "%s: sampled tokens differ from the cpu's", what);
+  size_t bad = 0, first = 0;
+  for (size_t e = 0; e < NLOGITS; e++)
+    if (tu_bits(a->logits[e]) != tu_bits(b->logits[e]) && bad++ == 0) first = e;
+  TU_CHECK(bad == 0, "%s: %zu of %d logits differ from the cpu's bits; first [%zu][%zu] 0x%08x, cpu 0x%08x", what, bad,
+           NLOGITS, first / 256, first % 256, bad ? tu_bits(b->logits[first]) : 0u, bad ? tu_bits(a->logits[first]) : 0u);
   printf("%-28s fingerprint %016llx loss %.4f -> %.4f\n", what, (unsigned long long)b->fp, b->first, b->last);
 }
 
@@ -212,9 +227,9 @@ static void checkpoints(const outcome *whole) {
   weft_fabric_close(f);
 }
 
-/* lanes of kind `kind` offering the transformer ops under exact, into names */
-static int lanes_of(const char *kind, int not, char (*names)[64], int max) {
-  weft_fabric *f = open_fabric(NULL, 0);
+/* lanes of kind `kind` offering the transformer ops under exact, into names (among those `filter` lets in) */
+static int lanes_of(const char *filter, const char *kind, int not, char (*names)[64], int max) {
+  weft_fabric *f = open_fabric(filter, 0);
   int nn = 0;
   for (size_t i = 0; f && i < weft_fabric_lane_count(f) && nn < max; i++) {
     weft_lane_info li;
@@ -234,7 +249,7 @@ static int remote(void) {
     return tu_finish("gpt --remote", start);
   }
   char names[16][64], lanes[1100] = "cpu";
-  const int nn = lanes_of("remote", 0, names, 16);
+  const int nn = lanes_of(NULL, "remote", 0, names, 16);
   TU_CHECK(nn > 0, "WEFT_REMOTE=%s: no remote lane offers the transformer ops", getenv("WEFT_REMOTE"));
   outcome base = run("cpu", 1, WEFT_GPT_PLACE_AUTO, NULL, STEPS);
   for (int i = 0; i < nn; i++) {
@@ -252,6 +267,19 @@ static int remote(void) {
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--remote") == 0) return remote();
   const double start = tu_now();
+  const char *filter = getenv("WEFT_TEST_LANES");
+  if (filter && !*filter) filter = NULL;
+  if (filter) {
+    weft_fabric *f = open_fabric(filter, 0);
+    TU_CHECK(f != NULL, "open %s: %s", filter, weft_open_error());
+    for (size_t i = 0; f && i < weft_fabric_absent_count(f); i++) {
+      const char *name, *reason;
+      if (weft_fabric_absent_info(f, i, &name, &reason) == WEFT_OK && !tu_contains(reason, "not requested"))
+        printf("absent %s: %s\n", name, reason);
+    }
+    if (f) tu_require_lanes(f, filter);
+    weft_fabric_close(f);
+  }
   /* the loss goes down */
   outcome longrun = run("cpu", 0, WEFT_GPT_PLACE_AUTO, NULL, 30);
   TU_CHECK(longrun.ok && longrun.last < 0.6f * longrun.first, "30 steps: loss %.4f -> %.4f", longrun.first, longrun.last);
@@ -263,7 +291,7 @@ int main(int argc, char **argv) {
   same("cpu, 3 threads", &base, &o);
   /* every other lane that offers the transformer ops, pinned; then routed and layers over all lanes */
   char names[16][64];
-  const int nn = lanes_of("cpu", 1, names, 16);
+  const int nn = lanes_of(filter, "cpu", 1, names, 16);
   for (int i = 0; i < nn; i++) {
     char lanes[1100], what[1100];
     snprintf(lanes, sizeof lanes, "cpu,%s", names[i]);
@@ -272,11 +300,11 @@ int main(int argc, char **argv) {
     same(what, &base, &o);
   }
   if (!nn) printf("no lane but the cpu offers the transformer ops: pinned runs skipped\n");
-  o = run(NULL, 0, WEFT_GPT_PLACE_AUTO, NULL, STEPS);
+  o = run(filter, 0, WEFT_GPT_PLACE_AUTO, NULL, STEPS);
   same("routed", &base, &o);
-  o = run(NULL, 0, WEFT_GPT_PLACE_LAYERS, NULL, STEPS);
+  o = run(filter, 0, WEFT_GPT_PLACE_LAYERS, NULL, STEPS);
   same("layers", &base, &o);
-  o = run(NULL, 0, WEFT_GPT_PLACE_RR, NULL, STEPS);
+  o = run(filter, 0, WEFT_GPT_PLACE_RR, NULL, STEPS);
   same("round robin", &base, &o);
   checkpoints(&base);
   return tu_finish("gpt", start);

@@ -16,7 +16,9 @@
  * where it was pinned (weft_fabric_last_lane). Then a float64 central finite difference of the mean loss
  * checks the gradient of a few parameters (loose tolerance: the forward is fp32).
  *
- * Environment: WEFT_TEST_LANES restricts the fabric; WEFT_TEST_SEED changes the values. */
+ * Environment: WEFT_TEST_LANES restricts the fabric (a lane it names that is not here: Skipped after the
+ * others passed; "cpu,opencl" with WEFT_PLUGIN_PATH naming the OpenCL plugin is the gpt_block_opencl test);
+ * WEFT_TEST_SEED changes the values. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -417,6 +419,12 @@ int main(void) {
     fprintf(stderr, "FAIL: weft_fabric_open: %s: %s\n", weft_status_str(st), weft_open_error());
     return 1;
   }
+  for (size_t i = 0; i < weft_fabric_absent_count(r->f); i++) {
+    const char *name, *reason;
+    if (weft_fabric_absent_info(r->f, i, &name, &reason) == WEFT_OK && !tu_contains(reason, "not requested"))
+      printf("absent %s: %s\n", name, reason);
+  }
+  tu_require_lanes(r->f, getenv("WEFT_TEST_LANES"));
   r->cpu = -1;
   for (size_t i = 0; i < weft_fabric_lane_count(r->f) && r->nlanes < 16; i++) {
     weft_lane_info li;

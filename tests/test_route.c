@@ -641,6 +641,42 @@ static void test_split_stretch(void) {
   weft_fabric_close(p.f);
 }
 
+/* A matmul of one matrix whose k dominates (a weight gradient's shape) is split along k, chained: gpu1 (which
+ * does not offer matmul_acc) sums the first range of k from zero, the cpu continues the sums over the rest
+ * (matmul_acc), pipelined over chunks of c's rows; every run has the bits of one lane. */
+static void test_split_chain(void) {
+  weft_fabric *f = open_cpu();
+  size_t cpu = 0, g1 = 0;
+  fake *l1 = add_fake(f, "gpu1", EXACT_FP32, &g1);
+  /* 2 * 16 * 8 * 4096 = 1 Mflop: 1 ms on either lane alone, about half that shared */
+  weft_fabric_set_cost_model(f, cpu, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 1e-6, 1e9);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, 5e-6, 1e9);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_UPLOAD, 0, 1e-6, 1e12);
+  weft_fabric_set_cost_model(f, g1, WEFT_COST_DOWNLOAD, 0, 1e-6, 1e12);
+  mm_case m = mm_case_make(f, 1, 16, 4096, 8, 11);
+  int bits_ok = 1;
+  CHECK(mm_step(f, &m, 0, &bits_ok) == -1, "the first run is the split along k");
+  weft_split_report rep;
+  CHECK(weft_split_last(f, &rep) == WEFT_OK && rep.split == 1 && rep.nshares == 2, "two shares of k (%zu)", rep.nshares);
+  if (rep.nshares == 2) {
+    CHECK(strcmp(rep.shares[0].lane, "gpu1") == 0 && rep.shares[0].first == 0,
+          "gpu1, without matmul_acc, starts the sums (first share: %s from %lld)", rep.shares[0].lane,
+          (long long)rep.shares[0].first);
+    CHECK(strcmp(rep.shares[1].lane, "cpu") == 0 && rep.shares[1].first == rep.shares[0].entries &&
+              rep.shares[0].entries + rep.shares[1].entries == 4096,
+          "the cpu continues them over the rest of k (%lld + %lld)", (long long)rep.shares[0].entries,
+          (long long)rep.shares[1].entries);
+  }
+  CHECK(bits_ok, "the chained split has one lane's bits");
+  weft_lane_stats ls;
+  CHECK(weft_fabric_lane_stats(f, cpu, &ls) == WEFT_OK && ls.ops[WEFT_OP_MATMUL_ACC] >= 1 && l1->runs >= 1,
+        "gpu1 ran matmuls (%d), the cpu matmul_acc (%llu)", l1->runs, (unsigned long long)ls.ops[WEFT_OP_MATMUL_ACC]);
+  mm_runs_on(f, &m, 40, 0, 40, -1, &bits_ok);
+  CHECK(bits_ok, "forty runs more (split or on one lane, as measured), each with one lane's bits");
+  mm_case_free(&m);
+  weft_fabric_close(f);
+}
+
 /* One matrix (batch 1) on host data is measured too where the models put two lanes within 3x: the models
  * say h (a host lane) takes 100 us and g1 130, but g1 takes 80 us a run and h 120, so after both are timed
  * g1 runs. (The router alone stays on h: its refinement learns h's 120 us, still under g1's 130, and g1,
@@ -740,10 +776,82 @@ static void test_failure(void) {
   weft_fabric_close(f);
 }
 
+
+typedef struct bg_notes {
+  int announced, measured_here, adopted;
+} bg_notes;
+
+static void bg_collect(void *ctx, const char *line) {
+  bg_notes *n = ctx;
+  if (strncmp(line, "weft: measuring lanes cpu", 25) == 0 && strstr(line, "in the background")) n->announced++;
+  if (strncmp(line, "calibrate cpu:", 14) == 0) n->measured_here++;
+  if (strncmp(line, "lane cpu measured in the background", 35) == 0) n->adopted++;
+}
+
+/* The first choice between lanes without models: the cpu lane (which a second fabric can open) is measured
+ * by a thread of its own, off the caller's path, with one note saying so; the ops meanwhile have the bits
+ * they have anywhere; calibration_wait hands the measured lines over, and the cache holds them. */
+static void test_background_calibration(void) {
+  char dir[] = "/tmp/weft-bg-test-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  setenv("XDG_CACHE_HOME", dir, 1);
+  bg_notes notes = {0, 0, 0};
+  weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
+  d.lanes = "cpu";
+  d.cpu_threads = 1;
+  d.calibration = WEFT_CALIBRATION_AUTO;
+  d.on_note = bg_collect;
+  d.note_ctx = &notes;
+  weft_fabric *f;
+  CHECK(weft_fabric_open(&d, &f) == WEFT_OK, "open");
+  size_t g;
+  CHECK(add_fake(f, "fake-bg", WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT), &g) != NULL, "a second lane");
+  mm_case m = mm_case_make(f, 1, 24, 16, 20, 7);
+  weft_op_desc auto_op = WEFT_OP_DESC_INIT, on_cpu = WEFT_OP_DESC_INIT;
+  on_cpu.lane = 0;
+  float ref[24 * 20], got[24 * 20];
+  CHECK(weft_op_matmul(f, &on_cpu, m.a, 0, m.b, 0, m.c) == WEFT_OK && weft_tensor_read(m.c, ref, 24 * 20) == WEFT_OK,
+        "pinned to the cpu");
+  CHECK(weft_op_matmul(f, &auto_op, m.a, 0, m.b, 0, m.c) == WEFT_OK && weft_tensor_read(m.c, got, 24 * 20) == WEFT_OK,
+        "routed, the first choice between lanes");
+  CHECK(memcmp(ref, got, sizeof ref) == 0, "routed on estimates: the same bits");
+  CHECK(notes.announced == 1, "one note says the lanes are measured in the background (%d)", notes.announced);
+  CHECK(notes.measured_here == 0, "the cpu lane was not measured on the caller's thread (%d progress lines)",
+        notes.measured_here);
+  CHECK(weft_fabric_calibration_wait(f) == WEFT_OK, "calibration_wait");
+  weft_cost_line line;
+  weft_fabric_cost_model(f, 0, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, &line);
+  CHECK(line.source == WEFT_COST_MEASURED && line.points >= 3, "the cpu lane's measured line was handed over (source %d)",
+        line.source);
+  CHECK(notes.adopted == 1 && notes.measured_here == 0, "taken from the background (%d), not measured here (%d)",
+        notes.adopted, notes.measured_here);
+  CHECK(weft_op_matmul(f, &auto_op, m.a, 0, m.b, 0, m.c) == WEFT_OK && weft_tensor_read(m.c, got, 24 * 20) == WEFT_OK &&
+            memcmp(ref, got, sizeof ref) == 0,
+        "routed on the measured lines: the same bits");
+  mm_case_free(&m);
+  weft_fabric_close(f);
+  char path[512];
+  CHECK(weft_cost_cache_path(path, sizeof path) == WEFT_OK, "cache path");
+  FILE *fp = fopen(path, "r");
+  char text[1 << 16] = "";
+  size_t n = fp ? fread(text, 1, sizeof text - 1, fp) : 0;
+  if (fp) fclose(fp);
+  text[n] = '\0';
+  CHECK(strstr(text, "\"lane\":\t\"cpu\"") || strstr(text, "\"lane\": \"cpu\""), "the background wrote the cpu lane to the cache");
+  unlink(path);
+  char lock[600], sub[600];
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  unlink(lock);
+  snprintf(sub, sizeof sub, "%s/weft", dir);
+  rmdir(sub);
+  rmdir(dir);
+}
+
 int main(void) {
   test_failure();
   test_split();
   test_split_measured();
+  test_split_chain();
   test_split_retime();
   test_split_warm();
   test_split_stretch();
@@ -755,6 +863,7 @@ int main(void) {
   test_queue_wait();
   test_refinement_ignores_outlier();
   test_cache();
+  test_background_calibration();
   test_bad_queries();
   printf("route: %d checks, %d failed\n", checks, failures);
   if (checks == 0) fprintf(stderr, "FAIL route: made no checks at all, so it proved nothing\n");

@@ -65,6 +65,25 @@ int main(void) {
   int64_t bad[2] = {0, 4};
   TU_CHECK(weft_tensor_wrap(f, 2, (int64_t[]){2, 2}, NULL, &t) == WEFT_ERR_INVALID_ARGUMENT && !t, "NULL data refused");
   TU_CHECK(weft_tensor_wrap(f, 2, bad, ha, &t) == WEFT_ERR_SHAPE && !t, "shape rules apply");
+  /* Device memory of another library (weft_tensor_wrap_lane, weft_tensor_lane_address): lanes that cannot take
+   * or hand out theirs say so, by name; the cuda lanes can (python/tests/test_dlpack.py, with PyTorch). */
+  size_t nl = weft_fabric_lane_count(f);
+  for (size_t i = 0; i < nl; i++) {
+    weft_lane_info li;
+    weft_fabric_lane_info(f, i, &li);
+    if (strncmp(li.name, "cuda:", 5) == 0) continue;
+    t = (weft_tensor *)1;
+    TU_CHECK(weft_tensor_wrap_lane(f, i, 2, (int64_t[]){2, 2}, ha, &t) == WEFT_ERR_UNSUPPORTED && !t &&
+                 strstr(weft_fabric_last_error(f), li.name),
+             "%s refuses another library's memory: %s", li.name, weft_fabric_last_error(f));
+    weft_tensor *u = NULL;
+    void *addr = (void *)1;
+    TU_CHECK(weft_tensor_create(f, 1, (int64_t[]){4}, NULL, &u) == WEFT_OK, "create");
+    TU_CHECK(weft_tensor_lane_address(u, i, &addr) == WEFT_ERR_UNSUPPORTED && !addr, "%s hands out no address: %s",
+             li.name, weft_fabric_last_error(f));
+    weft_tensor_destroy(u);
+  }
+  TU_CHECK(weft_tensor_wrap_lane(f, nl, 1, (int64_t[]){4}, ha, &t) == WEFT_ERR_NOT_FOUND, "a lane that does not exist");
   weft_fabric_close(f);
   free(ha), free(hb), free(hc), free(want);
   return tu_finish("wrap", start);

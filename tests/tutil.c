@@ -85,6 +85,22 @@ weft_status tu_open(const char *lanes, weft_fabric **out_fabric) {
   return weft_fabric_open(&d, out_fabric);
 }
 
+void tu_require_lanes(weft_fabric *f, const char *filter) {
+  for (const char *p = filter; p && *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char item[64];
+    snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item ? len : sizeof item - 1), p);
+    int found = 0;
+    for (size_t i = 0; i < weft_fabric_lane_count(f) && !found; i++) {
+      weft_lane_info li;
+      found = weft_fabric_lane_info(f, i, &li) == WEFT_OK && (strcmp(li.kind, item) == 0 || strcmp(li.name, item) == 0);
+    }
+    if (item[0] && !found) tu_skip("WEFT_TEST_LANES names '%s' and this fabric has no such lane", item);
+    p = end ? end + 1 : p + len;
+  }
+}
+
 int tu_contains(const char *haystack, const char *needle) {
   if (!haystack || !needle) return 0;
   size_t n = strlen(needle);

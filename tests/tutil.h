@@ -79,6 +79,11 @@ void tu_skip(const char *fmt, ...)
 #endif
     ;
 
+/* For each item of a lane filter (WEFT_TEST_LANES: "cpu,opencl") that no lane of `fabric` matches by kind
+ * or name, tu_skip saying so: a run for a lane that is not here tested nothing of it (it ends Skipped
+ * after the lanes that are here passed, never Passed). NULL or "" names nothing. */
+void tu_require_lanes(weft_fabric *fabric, const char *filter);
+
 /* Prints "<name>: N checks, M failed (S s)" and returns the process exit code: 1 when a check failed,
  * TU_SKIP_EXIT when the test skipped (tu_skip), 1 when it made no check at all (a test that checked
  * nothing cannot have passed), else 0. */

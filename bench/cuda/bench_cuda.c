@@ -1,12 +1,17 @@
 /* bench_cuda.c - the CUDA lanes' figures, each next to what it is measured against in the same run:
  *   1. device-resident exact matmul (cuda:0) at n = 1024, 2048, 4096, and cuda:0's fp32 (cuBLAS sgemm);
  *   2. cuda:0.tensor tf32 and bf16 against cuBLAS called directly (opened with dlopen, as the lane does);
- *   3. host arrays -> host result through the public API (write, matmul, read), n = 4096, exact and tf32;
+ *   3. host arrays -> host result through the public API, n = 4096, exact and tf32: the ordinary path
+ *      (weft_tensor_create once, then write a and b, matmul, read c, each call) and the caller's arrays
+ *      wrapped (weft_tensor_wrap), in the steady state and in the first three calls on fresh arrays (and the
+ *      first call of the process); the limits they are held to, from the bus's pinned copy rate and the
+ *      resident matmul measured in the same run;
  *   4. 100 tiny ops in one scope against launch + synchronise per op;
  *   5. the CPU / GPU crossover from host arrays, measured and as the calibrated router predicts it.
  * Every figure is also printed as "RESULT <key> <value>" for bench/cuda/summary.py.
- * Usage: bench_cuda [--quick | --exact]   (--quick: smaller sizes, for a machine without a fast GPU; --exact:
- * only the resident exact matmul, to compare kernel variants) */
+ * Usage: bench_cuda [--quick | --exact | --host]   (--quick: smaller sizes, for a machine without a fast GPU;
+ * --exact: only the resident exact matmul, to compare kernel variants; --host: only the host data path and
+ * the tiny ops, for bench/cuda/host_path.sh) */
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <dlfcn.h>
@@ -95,6 +100,9 @@ typedef struct raw {
   CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
+  CUresult (*cuMemFreeHost)(void *);
   CUresult (*cuCtxSynchronize)(void);
   cublasStatus_t (*create)(cublasHandle_t *);
   cublasStatus_t (*destroy)(cublasHandle_t);
@@ -108,7 +116,7 @@ static int raw_open(raw *r) {
   r->cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so",
                                       "/usr/local/cuda/lib64/libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.12"};
-  for (size_t i = 0; i < sizeof names / sizeof names[0] && !r->blas; i++) {
+  for (size_t i = 0; i < sizeof names / sizeof names[0] && !r->blas && r->cuda; i++) {
     if (strchr(names[i], '/')) {
       char lt[128];
       snprintf(lt, sizeof lt, "/usr/local/cuda/lib64/libcublasLt.so%s", strrchr(names[i], '.'));
@@ -116,7 +124,7 @@ static int raw_open(raw *r) {
     }
     r->blas = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
   }
-  if (!r->cuda || !r->blas) return 0;
+  if (!r->cuda) return 0;
   *(void **)&r->cuInit = dlsym(r->cuda, "cuInit");
   *(void **)&r->cuDeviceGet = dlsym(r->cuda, "cuDeviceGet");
   *(void **)&r->cuDevicePrimaryCtxRetain = dlsym(r->cuda, "cuDevicePrimaryCtxRetain");
@@ -124,14 +132,21 @@ static int raw_open(raw *r) {
   *(void **)&r->cuMemAlloc = dlsym(r->cuda, "cuMemAlloc_v2");
   *(void **)&r->cuMemFree = dlsym(r->cuda, "cuMemFree_v2");
   *(void **)&r->cuMemcpyHtoD = dlsym(r->cuda, "cuMemcpyHtoD_v2");
+  *(void **)&r->cuMemcpyDtoH = dlsym(r->cuda, "cuMemcpyDtoH_v2");
+  *(void **)&r->cuMemHostAlloc = dlsym(r->cuda, "cuMemHostAlloc");
+  *(void **)&r->cuMemFreeHost = dlsym(r->cuda, "cuMemFreeHost");
   *(void **)&r->cuCtxSynchronize = dlsym(r->cuda, "cuCtxSynchronize");
-  *(void **)&r->create = dlsym(r->blas, "cublasCreate_v2");
-  *(void **)&r->destroy = dlsym(r->blas, "cublasDestroy_v2");
-  *(void **)&r->gemmEx = dlsym(r->blas, "cublasGemmEx");
+  if (r->blas) {
+    *(void **)&r->create = dlsym(r->blas, "cublasCreate_v2");
+    *(void **)&r->destroy = dlsym(r->blas, "cublasDestroy_v2");
+    *(void **)&r->gemmEx = dlsym(r->blas, "cublasGemmEx");
+  }
   CUdevice dev;
   CUcontext ctx;
-  return r->cuInit && r->gemmEx && r->create && r->cuInit(0) == CUDA_SUCCESS && r->cuDeviceGet(&dev, 0) == CUDA_SUCCESS &&
-         r->cuDevicePrimaryCtxRetain(&ctx, dev) == CUDA_SUCCESS && r->cuCtxSetCurrent(ctx) == CUDA_SUCCESS;
+  int ok = r->cuInit && r->cuInit(0) == CUDA_SUCCESS && r->cuDeviceGet(&dev, 0) == CUDA_SUCCESS &&
+           r->cuDevicePrimaryCtxRetain(&ctx, dev) == CUDA_SUCCESS && r->cuCtxSetCurrent(ctx) == CUDA_SUCCESS;
+  if (!ok) return 0;
+  return r->blas && r->gemmEx && r->create ? 2 : 1; /* 1: the driver only (no cuBLAS) */
 }
 
 static unsigned short to_bf16(float f) {
@@ -186,37 +201,179 @@ typedef struct h2h {
   double total, write, op, read;
 } h2h;
 
-/* write a, write b, matmul, read c: the median of `reps` after one warm-up, and its parts. */
-static h2h host_to_host(int lane, weft_contract c, int64_t n, int reps) {
+/* One call from host arrays to a host result: write a, write b, matmul, read c (the times of each part).
+ * `make` first makes the tensors (and the time counts as the writes'): wrapped over the arrays when `wrap`,
+ * else made with weft_tensor_create. */
+static h2h call_once(int lane, weft_contract c, int64_t n, int wrap, int make, weft_tensor **T, float *a, float *b,
+                     float *out) {
+  size_t count = (size_t)(n * n);
+  int64_t dims[2] = {n, n};
+  weft_op_desc d = {c, lane};
+  double t0 = now();
+  if (make) {
+    if (wrap) {
+      must(weft_tensor_wrap(F, 2, dims, a, &T[0]), "wrap");
+      must(weft_tensor_wrap(F, 2, dims, b, &T[1]), "wrap");
+      must(weft_tensor_wrap(F, 2, dims, out, &T[2]), "wrap");
+    } else {
+      for (int i = 0; i < 3; i++) must(weft_tensor_create(F, 2, dims, NULL, &T[i]), "tensor_create");
+    }
+  }
+  must(weft_tensor_write(T[0], a, count), "write");
+  must(weft_tensor_write(T[1], b, count), "write");
+  double t1 = now();
+  must(weft_op_matmul(F, &d, T[0], 0, T[1], 0, T[2]), "matmul");
+  double t2 = now();
+  must(weft_tensor_read(T[2], out, count), "read");
+  double t3 = now();
+  h2h r = {t3 - t0, t1 - t0, t2 - t1, t3 - t2};
+  return r;
+}
+
+/* The steady state: the median of `reps` calls after `warm` (registration of the host memory with the lane
+ * happens at the second and finishes off the caller's path), with new values in a each call. */
+static h2h host_to_host(int lane, weft_contract c, int64_t n, int wrap, int warm, int reps) {
   size_t count = (size_t)(n * n);
   float *a = malloc(count * 4), *b = malloc(count * 4), *out = malloc(count * 4);
   fill(a, count, 7), fill(b, count, 8);
-  /* the caller's arrays are the tensors' host copies (weft_tensor_wrap): the writes and the read below copy
-   * nothing in the core, so what is timed is the lane's own host-to-host path */
-  int64_t dims[2] = {n, n};
-  weft_tensor *A = NULL, *B = NULL, *C = NULL;
-  must(weft_tensor_wrap(F, 2, dims, a, &A), "wrap");
-  must(weft_tensor_wrap(F, 2, dims, b, &B), "wrap");
-  must(weft_tensor_wrap(F, 2, dims, out, &C), "wrap");
-  weft_op_desc d = {c, lane};
+  weft_tensor *T[3] = {0};
   double tt[16], tw[16], to[16], tr[16];
   if (reps > 15) reps = 15;
-  for (int r = -1; r < reps; r++) {
-    a[r + 1] += 1.0f; /* new data every time */
-    double t0 = now();
-    must(weft_tensor_write(A, a, count), "write");
-    must(weft_tensor_write(B, b, count), "write");
-    double t1 = now();
-    must(weft_op_matmul(F, &d, A, 0, B, 0, C), "matmul");
-    double t2 = now();
-    must(weft_tensor_read(C, out, count), "read");
-    double t3 = now();
-    if (r >= 0) tt[r] = t3 - t0, tw[r] = t1 - t0, to[r] = t2 - t1, tr[r] = t3 - t2;
+  for (int r = -warm; r < reps; r++) {
+    a[r + warm] += 1.0f; /* new data every time */
+    h2h x = call_once(lane, c, n, wrap, r == -warm, T, a, b, out);
+    if (r >= 0) tt[r] = x.total, tw[r] = x.write, to[r] = x.op, tr[r] = x.read;
   }
   h2h res = {median(tt, reps), median(tw, reps), median(to, reps), median(tr, reps)};
-  weft_tensor_destroy(A), weft_tensor_destroy(B), weft_tensor_destroy(C);
+  for (int i = 0; i < 3; i++) weft_tensor_destroy(T[i]);
   free(a), free(b), free(out);
   return res;
+}
+
+/* The first three calls on fresh arrays (the caller's a and b filled, its result array not yet touched) in
+ * a fabric that has run before; for the ordinary path the tensors are new too (made in the first call). */
+static void first_calls(int lane, weft_contract c, int64_t n, int wrap, h2h out3[3]) {
+  size_t count = (size_t)(n * n);
+  float *a = malloc(count * 4), *b = malloc(count * 4), *out = malloc(count * 4);
+  fill(a, count, 17), fill(b, count, 18);
+  weft_tensor *T[3] = {0};
+  for (int i = 0; i < 3; i++) {
+    a[i] += 1.0f;
+    out3[i] = call_once(lane, c, n, wrap, i == 0, T, a, b, out);
+  }
+  for (int i = 0; i < 3; i++) weft_tensor_destroy(T[i]);
+  free(a), free(b), free(out);
+}
+
+/* The bus's rate with pinned host memory, measured with the driver directly: 64 MiB each way, median of 5. */
+static int pcie(int64_t n, double *out_up, double *out_down) {
+  raw r;
+  size_t bytes = (size_t)(n * n) * 4;
+  void *host = NULL;
+  CUdeviceptr dev = 0;
+  if (!raw_open(&r) || !r.cuMemHostAlloc || r.cuMemHostAlloc(&host, bytes, 0) != CUDA_SUCCESS) return 0;
+  if (r.cuMemAlloc(&dev, bytes) != CUDA_SUCCESS) {
+    r.cuMemFreeHost(host);
+    return 0;
+  }
+  memset(host, 1, bytes);
+  double tu[6], td[6];
+  for (int i = 0; i < 6; i++) {
+    double t0 = now();
+    r.cuMemcpyHtoD(dev, host, bytes);
+    double t1 = now();
+    r.cuMemcpyDtoH(host, dev, bytes);
+    tu[i] = t1 - t0, td[i] = now() - t1;
+  }
+  *out_up = median(tu + 1, 5), *out_down = median(td + 1, 5);
+  r.cuMemFree(dev);
+  r.cuMemFreeHost(host);
+  return 1;
+}
+
+/* Prints a call's time and parts, and RESULT <base>_ms, <base>_write_ms, <base>_op_ms, <base>_read_ms. */
+static void print_h2h(const char *what, const char *base, h2h x) {
+  printf("  %-44s %7.2f ms  (writes %.2f, matmul call %.2f, read %.2f)\n", what, x.total * 1e3, x.write * 1e3,
+         x.op * 1e3, x.read * 1e3);
+  static const char *const part[] = {"", "_write", "_op", "_read"};
+  const double v[] = {x.total, x.write, x.op, x.read};
+  for (int i = 0; i < 4; i++) {
+    char k[128];
+    snprintf(k, sizeof k, "%s%s_ms", base, part[i]);
+    result(k, v[i] * 1e3);
+  }
+}
+
+/* Section 3: the host data path at n (4096 unless quick) on cuda:0 (exact) and cuda:0.tensor (tf32). */
+static void host_path(int64_t n, const h2h *cold) {
+  printf("\nhost arrays -> host result, n = %lld (write a, write b, matmul, read c), ms:\n", (long long)n);
+  for (int i = 0; cold && i < 3; i++) {
+    char what[96], key[96];
+    snprintf(what, sizeof what, "call %d of the process (wrapped, exact)", i + 1);
+    snprintf(key, sizeof key, "h2h_cold%d_wrap_exact", i + 1);
+    print_h2h(what, key, cold[i]);
+  }
+  double up = 0, down = 0;
+  if (pcie(n, &up, &down)) {
+    printf("  bus, pinned memory, %lld MiB: up %.3f ms (%.1f GB/s), down %.3f ms (%.1f GB/s)\n",
+           (long long)(n * n * 4 >> 20), up * 1e3, (double)(n * n * 4) / up * 1e-9, down * 1e3,
+           (double)(n * n * 4) / down * 1e-9);
+    result("pcie_up_ms", up * 1e3);
+    result("pcie_down_ms", down * 1e3);
+  }
+  for (int t = 0; t < 2; t++) {
+    int lane = t ? lane_cut : lane_cu;
+    if (lane < 0) continue;
+    weft_contract c = t ? WEFT_CONTRACT_TF32 : WEFT_CONTRACT_EXACT;
+    const char *cn = t ? "tf32" : "exact";
+    char key[96], what[96];
+    double comp = resident_mm(lane, c, n, 5);
+    printf(" %s on %s: resident matmul %.3f ms\n", cn, t ? "cuda:0.tensor" : "cuda:0", comp * 1e3);
+    snprintf(key, sizeof key, "resident_%s_ms", cn);
+    result(key, comp * 1e3);
+    if (up > 0) {
+      /* the limit the issue sets: a, b up and c down at the bus's rate, overlapped with the compute; and the
+       * floor of the lane's row-block pipeline: all of b (all of a too on the tensor lane, which converts a
+       * whole) before the first block, one block's part of c after the last */
+      double xfer = 2 * up + down, limit = xfer > comp ? xfer : comp, floor = (t ? 2 : 1) * up + comp + down / 8;
+      printf("   limit (transfers %.3f ms overlapped with the compute) %.3f ms; pipeline floor %.3f ms\n",
+             xfer * 1e3, limit * 1e3, floor * 1e3);
+      snprintf(key, sizeof key, "limit_%s_ms", cn);
+      result(key, limit * 1e3);
+      snprintf(key, sizeof key, "floor_%s_ms", cn);
+      result(key, floor * 1e3);
+    }
+    for (int wrap = 0; wrap < 2; wrap++) {
+      const char *pn = wrap ? "wrap" : "ord";
+      h2h f3[3];
+      first_calls(lane, c, n, wrap, f3);
+      for (int i = 0; i < 3; i++) {
+        snprintf(what, sizeof what, "%s, call %d on fresh arrays", wrap ? "wrapped" : "ordinary", i + 1);
+        snprintf(key, sizeof key, "h2h_first%d_%s_%s", i + 1, pn, cn);
+        print_h2h(what, key, f3[i]);
+      }
+      h2h st = host_to_host(lane, c, n, wrap, 4, 9);
+      snprintf(what, sizeof what, "%s, steady state (median of 9)", wrap ? "wrapped" : "ordinary");
+      snprintf(key, sizeof key, "h2h_%s_%s", pn, cn);
+      print_h2h(what, key, st);
+    }
+  }
+  /* for scale: one plain memcpy of an operand on this host (what one thread moves) */
+  size_t count = (size_t)(n * n);
+  float *p = malloc(count * 4), *q = malloc(count * 4);
+  fill(p, count, 9);
+  memcpy(q, p, count * 4);
+  double ts[5];
+  for (int s = 0; s < 5; s++) {
+    double t1 = now();
+    memcpy(q, p, count * 4);
+    ts[s] = now() - t1;
+  }
+  double mc = median(ts, 5);
+  printf("  (for scale: one single-threaded memcpy of %zu MiB on this host takes %.2f ms)\n", count * 4 >> 20,
+         mc * 1e3);
+  result("memcpy_64mib_ms", mc * 1e3);
+  free(p), free(q);
 }
 
 /* ------------------------------------------------------------------------------------ tiny ops */
@@ -281,10 +438,10 @@ static void crossover(int quick) {
   for (int i = 0; i < nsizes; i++) {
     int64_t n = sizes[i];
     int reps = n <= 512 ? 9 : 5;
-    double tc = host_to_host(lane_cpu, WEFT_CONTRACT_EXACT, n, reps).total;
-    double tg = host_to_host(lane_cu, WEFT_CONTRACT_EXACT, n, reps).total;
-    double tf = host_to_host(lane_cu, WEFT_CONTRACT_FP32, n, reps).total;
-    double tt = lane_cut >= 0 ? host_to_host(lane_cut, WEFT_CONTRACT_TF32, n, reps).total : 0;
+    double tc = host_to_host(lane_cpu, WEFT_CONTRACT_EXACT, n, 1, 1, reps).total;
+    double tg = host_to_host(lane_cu, WEFT_CONTRACT_EXACT, n, 1, 1, reps).total;
+    double tf = host_to_host(lane_cu, WEFT_CONTRACT_FP32, n, 1, 1, reps).total;
+    double tt = lane_cut >= 0 ? host_to_host(lane_cut, WEFT_CONTRACT_TF32, n, 1, 1, reps).total : 0;
     printf("%6lld %10.3f %10.3f %10.3f %10.3f\n", (long long)n, tc * 1e3, tg * 1e3, tf * 1e3, tt * 1e3);
     if (!cross_exact && tg < tc) cross_exact = n;
     if (!cross_tf32 && lane_cut >= 0 && tt < tc) cross_tf32 = n;
@@ -345,6 +502,7 @@ static void crossover(int quick) {
 int main(int argc, char **argv) {
   int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
   int exact_only = argc > 1 && strcmp(argv[1], "--exact") == 0;
+  int host_only = argc > 1 && strcmp(argv[1], "--host") == 0;
   weft_fabric_desc desc = WEFT_FABRIC_DESC_INIT;
   desc.lanes = "cpu,cuda";
   desc.calibration = WEFT_CALIBRATION_OFF;
@@ -374,6 +532,18 @@ int main(int argc, char **argv) {
     return 0;
   }
 
+  /* the process's first call from host arrays, before the lanes have moved anything (pinned staging,
+   * copy threads and device memory are made on first use) */
+  int64_t hn = quick ? 1024 : 4096;
+  h2h cold[3];
+  first_calls(lane_cu, WEFT_CONTRACT_EXACT, hn, 1, cold);
+  if (host_only) {
+    host_path(hn, cold);
+    tiny_ops();
+    weft_fabric_close(F);
+    return 0;
+  }
+
   /* 1. resident exact */
   printf("\ndevice-resident matmul, cuda:0:\n");
   static const int64_t ns[] = {1024, 2048, 4096};
@@ -399,7 +569,7 @@ int main(int argc, char **argv) {
   /* 2. tensor lane against cuBLAS directly */
   if (lane_cut >= 0) {
     raw r;
-    int have_raw = raw_open(&r);
+    int have_raw = raw_open(&r) == 2;
     printf("\ntensor lane against cuBLAS called directly (same run):\n");
     static const int64_t tn[] = {4096, 8192};
     for (int i = 0; i < 2; i++) {
@@ -439,46 +609,7 @@ int main(int argc, char **argv) {
   }
 
   /* 3. host to host */
-  printf("\nhost arrays -> host result (wrapped arrays: write a, write b, matmul, read c in place), median ms:\n");
-  int64_t hn = quick ? 1024 : 4096;
-  h2h e = host_to_host(lane_cu, WEFT_CONTRACT_EXACT, hn, 7);
-  printf("  exact cuda:0        n=%lld total %7.2f  (writes %.2f, matmul call %.2f, read %.2f)\n", (long long)hn,
-         e.total * 1e3, e.write * 1e3, e.op * 1e3, e.read * 1e3);
-  result("h2h_exact_ms", e.total * 1e3);
-  result("h2h_exact_write_ms", e.write * 1e3);
-  result("h2h_exact_op_ms", e.op * 1e3);
-  result("h2h_exact_read_ms", e.read * 1e3);
-  double t_tf32 = 0;
-  if (lane_cut >= 0) {
-    h2h t = host_to_host(lane_cut, WEFT_CONTRACT_TF32, hn, 7);
-    t_tf32 = t.total;
-    printf("  tf32  cuda:0.tensor n=%lld total %7.2f  (writes %.2f, matmul call %.2f, read %.2f)\n", (long long)hn,
-           t.total * 1e3, t.write * 1e3, t.op * 1e3, t.read * 1e3);
-    result("h2h_tf32_ms", t.total * 1e3);
-    result("h2h_tf32_write_ms", t.write * 1e3);
-    result("h2h_tf32_op_ms", t.op * 1e3);
-    result("h2h_tf32_read_ms", t.read * 1e3);
-  }
-  /* for scale: one plain memcpy of an operand on this host (the arrays are wrapped, so the core itself
-   * copies nothing; the lane stages through pinned memory) */
-  {
-    size_t count = (size_t)(hn * hn);
-    float *p = malloc(count * 4), *q = malloc(count * 4);
-    fill(p, count, 9);
-    memcpy(q, p, count * 4);
-    double ts[5];
-    for (int s = 0; s < 5; s++) {
-      double t1 = now();
-      memcpy(q, p, count * 4);
-      ts[s] = now() - t1;
-    }
-    double mc = median(ts, 5);
-    printf("  (for scale: one single-threaded memcpy of %zu MiB on this host takes %.2f ms)\n", count * 4 >> 20,
-           mc * 1e3);
-    result("memcpy_64mib_ms", mc * 1e3);
-    (void)t_tf32;
-    free(p), free(q);
-  }
+  host_path(hn, cold);
 
   /* 4. tiny ops */
   tiny_ops();

@@ -1,7 +1,8 @@
 #!/bin/sh
 # run_all.sh - every CUDA check and figure in one go, for a machine with an NVIDIA GPU: the test suite
 # (CUDA tests, conformance on every lane), bench_cuda, torch_compare.py (when PyTorch is there) and the
-# side-by-side summary. Logs go to LOG_DIR.
+# side-by-side summary: first the short table of the host data path and tiny ops against PyTorch's variants
+# (the one host_path.sh prints alone), then the kernels against cuBLAS. Logs go to LOG_DIR.
 # Usage: bench/cuda/run_all.sh BUILD_DIR LOG_DIR    (from the repository root)
 set -u
 build=${1:?usage: run_all.sh BUILD_DIR LOG_DIR}
@@ -31,7 +32,8 @@ echo "weft bench: exit $?"; cat "$logs/weft_bench.log"
 
 echo "== torch_compare"
 if python3 -c 'import torch' 2>/dev/null; then
-  PYTHONUNBUFFERED=1 timeout 300 python3 "$here/torch_compare.py" > "$logs/torch_compare.log" 2>&1
+  WEFT_LIBRARY="$(cd "$build" && pwd)/libweft.so" PYTHONUNBUFFERED=1 timeout 300 python3 "$here/torch_compare.py" \
+    > "$logs/torch_compare.log" 2>&1
   echo "torch_compare: exit $?"; grep -v '^RESULT' "$logs/torch_compare.log"
 else
   echo "no PyTorch here: skipped"

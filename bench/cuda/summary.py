@@ -1,7 +1,10 @@
 """summary.py - reads the RESULT lines of bench_cuda and torch_compare.py (files given as arguments) and prints
-weft's CUDA figures next to cuBLAS's and PyTorch's, with the ratios and the targets.
+weft's CUDA figures next to their peers', with the ratios and the goals.
 
-Usage: python3 summary.py bench_cuda.log torch_compare.log
+Two tables: the host data path and tiny ops against PyTorch's variants (every ratio is weft's time over the
+peer's: below 1 weft is faster), then (unless --host) the kernels against cuBLAS and PyTorch.
+
+Usage: python3 summary.py [--host] bench_cuda.log torch_compare.log
 """
 import sys
 
@@ -20,14 +23,69 @@ def load(paths):
     return r
 
 
-def main():
-    r = load(sys.argv[1:])
+def fmt(v, unit=""):
+    return "-" if v is None else f"{v:.3g}{unit}"
 
+
+def table(rows, head):
+    w = [max(len(str(row[i])) for row in rows + [head]) for i in range(len(head))]
+    print("  ".join(head[i].ljust(w[i]) for i in range(len(head))).rstrip())
+    for row in rows:
+        print("  ".join(str(row[i]).ljust(w[i]) for i in range(len(head))).rstrip())
+
+
+def host_table(r):
+    g = r.get
+    rows = []
+
+    def row(what, wks, pk, peer, goal=""):
+        """wks: one key, or several (calls 1, 2, 3) shown as a / b / c against the same peer."""
+        wks = [wks] if isinstance(wks, str) else wks
+        p = g(pk)
+        ws = [g(k) for k in wks]
+        rts = [None if w is None or p is None or p == 0 else w / p for w in ws]
+        verdict = ""
+        if goal and all(x is not None for x in rts):
+            verdict = " met" if max(rts) <= float(goal.split()[-1]) else " NOT met"
+        rows.append((what, " / ".join(fmt(w) for w in ws), fmt(p), peer,
+                     " / ".join("-" if x is None else f"{x:.2f}" for x in rts), goal + verdict))
+
+    print("Host arrays -> host result, n = 4096 (ms), and tiny ops (us per op).")
+    print("ratio = weft's time / the peer's (below 1: weft is faster); a/b/c = calls 1, 2, 3 on fresh arrays.")
+    for c, tc in (("exact", "fp32"), ("tf32", "tf32")):
+        row(f"ordinary path, {c} (C)", f"h2h_ord_{c}_ms", f"torch_{tc}_pinned_nb_ms",
+            f"torch {tc}: pinned buffers, non_blocking", "<= 1")
+        row(f"ordinary path, {c} (Python)", f"weft_py_ord_{c}_ms", f"torch_{tc}_pinned_nb_ms",
+            f"torch {tc}: pinned buffers, non_blocking", "<= 1")
+        row(f"arrays wrapped each call, {c} (Python)", f"weft_py_wrap_{c}_ms", f"torch_{tc}_pinned_nb_ms",
+            f"torch {tc}: pinned buffers, non_blocking")
+        row(f"ordinary path, {c} (C)", f"h2h_ord_{c}_ms", f"torch_{tc}_pinned_view_ms",
+            f"torch {tc}: same, result left pinned")
+        row(f"ordinary path, {c} (C)", f"h2h_ord_{c}_ms", f"torch_{tc}_pageable_ms", f"torch {tc}: pageable arrays")
+        row(f"wrapped arrays, {c}", f"h2h_wrap_{c}_ms", f"limit_{c}_ms", "limit: bus || resident matmul",
+            "<= 1.1")
+        row(f"wrapped arrays, {c}", f"h2h_wrap_{c}_ms", f"floor_{c}_ms", "floor: b up + matmul + c block down")
+        row(f"wrapped arrays, {c}", f"h2h_wrap_{c}_ms", f"torch_{tc}_pinned_in_ms", f"torch {tc}: inputs pinned")
+        for path, pn in (("wrapped", "wrap"), ("ordinary", "ord")):
+            row(f"{path}, {c}: first calls", [f"h2h_first{i}_{pn}_{c}_ms" for i in (1, 2, 3)], f"h2h_{pn}_{c}_ms",
+                "its steady state", "<= 2")
+        row(f"torch {tc} pinned: first calls", [f"torch_{tc}_pinned_nb_first{i}_ms" for i in (1, 2, 3)],
+            f"torch_{tc}_pinned_nb_ms", "its steady state")
+    row("wrapped, exact: process's calls", [f"h2h_cold{i}_wrap_exact_ms" for i in (1, 2, 3)], "h2h_wrap_exact_ms",
+        "its steady state")
+    row("100 adds in a scope (C loop)", "tiny_scope_us", "torch_tiny_graph_us", "torch CUDA graph, unfused")
+    row("100 adds in a scope (C loop)", "tiny_scope_us", "torch_tiny_compiled_us", "torch.compile, fused, graph")
+    row("100 adds in a scope (Python)", "weft_py_tiny_scope_us", "torch_tiny_graph_us", "torch CUDA graph, unfused")
+    row("100 adds in a scope (Python)", "weft_py_tiny_scope_us", "torch_tiny_compiled_us",
+        "torch.compile, fused, graph")
+    row("100 adds, one sync (Python)", "weft_py_tiny_onesync_us", "torch_tiny_onesync_us", "torch loop, one sync")
+    row("add, sync each (Python)", "weft_py_tiny_sync_us", "torch_tiny_sync_us", "torch loop, sync each")
+    table(rows, ("figure", "weft", "peer", "peer is", "ratio", "goal"))
+
+
+def full_table(r):
     def g(k):
         return r.get(k)
-
-    def fmt(v, unit=""):
-        return "-" if v is None else f"{v:.3g}{unit}"
 
     def ratio(a, b):
         return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
@@ -48,32 +106,24 @@ def main():
                          ratio(g(f"{c}_tflops_{n}"), g(f"{c}_cublas_tflops_{n}")), ">= 0.9x cuBLAS"))
             rows.append((f"  torch {c} n={n}", fmt(g(f"torch_{c}_tflops_{n}"), " TF/s"), "", "", ""))
     rows += [
-        ("host->host exact n=4096", fmt(g("h2h_exact_ms"), " ms"), fmt(g("torch_h2h_fp32_ms"), " ms (torch fp32)"),
-         ratio(g("torch_h2h_fp32_ms"), g("h2h_exact_ms")) + " faster", "<= 8 ms"),
-        ("  of which: 2 writes / matmul call / read", "/".join(fmt(g(k)) for k in ("h2h_exact_write_ms", "h2h_exact_op_ms",
-                                                                                  "h2h_exact_read_ms")) + " ms",
-         fmt(g("memcpy_64mib_ms"), " ms per 64 MiB memcpy"), "", ""),
-        ("host->host tf32 n=4096", fmt(g("h2h_tf32_ms"), " ms"), fmt(g("torch_h2h_tf32_ms"), " ms (torch tf32)"),
-         ratio(g("torch_h2h_tf32_ms"), g("h2h_tf32_ms")) + " faster", "<= 5 ms"),
-        ("  of which: 2 writes / matmul call / read", "/".join(fmt(g(k)) for k in ("h2h_tf32_write_ms", "h2h_tf32_op_ms",
-                                                                                  "h2h_tf32_read_ms")) + " ms", "", "", ""),
-        ("100 tiny ops in a scope, per op", fmt(g("tiny_scope_us"), " us"), fmt(g("torch_tiny_graph_us"), " us (torch graph)"),
-         ratio(g("tiny_scope_us"), g("torch_tiny_graph_us")), "<= 1 us"),
-        ("tiny op, launch + sync each", fmt(g("tiny_sync_us"), " us"), fmt(g("torch_tiny_sync_us"), " us (torch)"),
-         ratio(g("tiny_sync_us"), g("torch_tiny_sync_us")), ""),
-        ("tiny op, one sync for 100", fmt(g("tiny_onesync_us"), " us"), "", "", ""),
+        ("tiny op, one sync for 100 (C loop)", fmt(g("tiny_onesync_us"), " us"), "", "", ""),
         ("CPU/GPU crossover, measured (exact)", fmt(g("crossover_measured_exact")), fmt(g("torch_crossover_fp32"), " (torch fp32)"),
          "", ""),
         ("CPU/GPU crossover, measured (tf32)", fmt(g("crossover_measured_tf32")), "", "", ""),
         ("CPU/GPU crossover, router (exact)", fmt(g("crossover_router_exact")), "", "", ""),
         ("SIMT/tensor crossover, resident (tf32 vs fp32)", fmt(g("crossover_simt_tensor")), "", "", ""),
     ]
-    w = [max(len(row[i]) for row in rows) for i in range(5)]
-    head = ("figure", "weft", "against", "ratio", "target")
-    w = [max(w[i], len(head[i])) for i in range(5)]
-    print("  ".join(head[i].ljust(w[i]) for i in range(5)))
-    for row in rows:
-        print("  ".join(row[i].ljust(w[i]) for i in range(5)))
+    print()
+    print("Kernels (ratio: weft's speed / the peer's):")
+    table([list(x) for x in rows], ("figure", "weft", "against", "ratio", "target"))
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    r = load(args)
+    host_table(r)
+    if "--host" not in sys.argv:
+        full_table(r)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,13 @@ at GPT-2 small's shapes (B = 4, T = 64 and 1024, C = 768, 12 heads, V = 50,257),
 for each op the two sides take turns (weft, torch, weft, torch, ...), each turn timing `reps` calls and a
 wait for the device, and the table gives the median time per call of each side and weft / torch.
 
-weft is called through ctypes on libweft.so (python/weft/_lib.py finds it: WEFT_LIBRARY, else build/), each
+weft is called through ctypes on libweft.so (weft_ctypes.py beside this finds it: WEFT_LIBRARY, else build/), each
 op pinned to cuda:0, `reps` ops in one scope (so a repeated scope is replayed as a CUDA graph, as a training
 step would be). torch runs the same computation as eager ops with TF32 off (its matmuls in fp32), eager
-launches, no graphs: what a PyTorch program gets without torch.compile. weft's results are exact (the
-canonical order, the CPU lane's bits); torch's are fp32 in cuBLAS's and its kernels' orders.
+launches (what a PyTorch program gets without torch.compile), and the same `reps` calls captured in one CUDA
+graph and replayed, which is what weft's scope gets (ops whose calls cannot be captured say why). weft's
+results are exact (the canonical order, the CPU lane's bits); torch's are fp32 in cuBLAS's and its kernels'
+orders.
 
 Usage: python3 bench/cuda/torch_tx.py [--quick]   (--quick: T = 64 only, fewer turns)
 Without torch, without a GPU, or without weft's cuda:0 it says so and exits 0.
@@ -19,7 +21,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, HERE)
 
 try:
     import numpy as np
@@ -32,7 +34,7 @@ if not torch.cuda.is_available():
     print("torch_tx: torch sees no CUDA device (skipped)")
     sys.exit(0)
 try:
-    from weft import _lib as W
+    import weft_ctypes as W
 except ImportError as e:
     print(f"torch_tx: the weft library did not load (skipped):\n{e}")
     sys.exit(0)
@@ -140,15 +142,52 @@ def time_torch(call, reps):
     return (time.perf_counter() - t0) / reps
 
 
+def torch_graph(call, reps):
+    """torch's `reps` calls captured in one CUDA graph, as weft's scope replays its ops (None, and why, when
+    they cannot be captured)."""
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                call()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(reps):
+                call()
+        torch.cuda.synchronize()
+        return g, None
+    except Exception as e:  # an op that synchronises or allocates on the host cannot be captured
+        torch.cuda.synchronize()
+        return None, f"{type(e).__name__}"
+
+
+def time_graph(g, reps):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    g.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / reps
+
+
 def compare(label, B, T, wcall, tcall, reps, turns):
     time_weft(wcall, reps), time_torch(tcall, reps)  # warm-up (first scope runs direct, then graphs)
     time_weft(wcall, reps)
-    ws, ts = [], []
+    g, why = torch_graph(tcall, reps)
+    if g is not None:
+        time_graph(g, reps)
+    ws, ts, gs = [], [], []
     for _ in range(turns):
         ws.append(time_weft(wcall, reps))
         ts.append(time_torch(tcall, reps))
+        if g is not None:
+            gs.append(time_graph(g, reps))
     w, t = statistics.median(ws), statistics.median(ts)
-    print(f"| {label} | {B} | {T} | {w * 1e3:.3f} | {t * 1e3:.3f} | {w / t:.2f} |", flush=True)
+    gcol, gratio = (f"{statistics.median(gs) * 1e3:.3f}", f"{w / statistics.median(gs):.2f}") if gs else (
+        f"- ({why})", "-")
+    print(f"| {label} | {B} | {T} | {w * 1e3:.3f} | {t * 1e3:.3f} | {gcol} | {w / t:.2f} | {gratio} |", flush=True)
+    del g
 
 
 def run(B, T, turns):
@@ -297,8 +336,10 @@ def run(B, T, turns):
 def main():
     quick = "--quick" in sys.argv
     print(f"weft {W.version} ({W.path}) against torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
-    print("weft: exact contract, pinned to cuda:0, repeated in a scope; torch: fp32 eager, TF32 off")
-    print("\n| op | B | T | weft ms | torch ms | weft / torch |\n| --- | --- | --- | --- | --- | --- |")
+    print("weft: exact contract, pinned to cuda:0, repeated in a scope (replayed as a CUDA graph); torch: fp32,")
+    print("TF32 off, eager launches and the same calls captured in one CUDA graph (weft's scope's advantage)")
+    print("\n| op | B | T | weft ms | torch eager ms | torch graph ms | weft / eager | weft / graph |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for T in (64,) if quick else (64, 1024):
         run(4, T, 3 if quick else 7)
     lib.weft_fabric_close(fab)

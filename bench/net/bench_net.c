@@ -1,15 +1,21 @@
 /* bench_net.c - figures for remote lanes on loopback (not a test): a tiny op's round trip through a real
  * `weft worker`, the same round trip with 500 idle and trickling connections held open in the worker's
  * handshake stage against none (alternating blocks, one run), a large upload against raw loopback TCP
- * measured in the same run, the same upload inside TLS 1.3 (a second worker with --tls) alternating with
- * plain TCP (with the CPU each side spent per GB moved), and 8 concurrent clients x 1000 ops with 10%
- * malformed frames mixed in (wrong results and crashes counted).
+ * measured in the same run, bulk transfers (upload and download, 16 to 256 MiB) inside TLS 1.3 striped over
+ * several connections against plain TCP at its best (one connection and striped, weft's frames and raw
+ * sockets), alternating in one run, with the CPU each side spent per GB moved, and 8 concurrent clients x
+ * 1000 ops with 10% malformed frames mixed in (wrong results and crashes counted).
  *
- *   bench_net /path/to/weft [tls]   (tls: only the TLS against plain TCP upload) */
+ *   bench_net /path/to/weft [bulk [STREAMS [ROUNDS [SIZES_MIB]]]]
+ *
+ * bulk: only the bulk transfers; STREAMS connections per striped transfer (default: this machine's cores, 2
+ * to 8), ROUNDS per figure (default 5, medians), SIZES_MIB a comma-separated list (default 16,64,256). "tls"
+ * is read as "bulk". */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdatomic.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -24,6 +30,7 @@
 #include <unistd.h>
 
 #include "net/protocol.h"
+#include "net/stripe.h"
 #include "net/tls.h"
 
 static double now(void) {
@@ -128,10 +135,11 @@ static int start_worker(const char *weft, const char *tls_secret_file) {
     if (tls_secret_file)
       execl(weft, weft, "worker", "--listen", "127.0.0.1:0", "--lanes", "cpu", "--max-frame-mib", "64",
             "--max-resident-mib", "2048", "--max-pending", "1024", "--handshake-timeout-ms", "600000",
-            "--secret-file", tls_secret_file, "--tls", (char *)NULL);
+            "--max-streams", "64", "--secret-file", tls_secret_file, "--tls", (char *)NULL);
     else
       execl(weft, weft, "worker", "--listen", "127.0.0.1:0", "--lanes", "cpu", "--max-frame-mib", "64",
-            "--max-resident-mib", "2048", "--max-pending", "1024", "--handshake-timeout-ms", "600000", (char *)NULL);
+            "--max-resident-mib", "2048", "--max-pending", "1024", "--handshake-timeout-ms", "600000",
+            "--max-streams", "64", (char *)NULL);
     _exit(127);
   }
   close(p[1]);
@@ -167,11 +175,12 @@ static int conn_call(weft_net_conn *c, uint16_t type, const void *a, size_t al, 
   return weft_net_get16(hb + 6);
 }
 
-/* Hello and, given a secret, the mutual proof (the worker's proof is not checked here: a bench). */
-static int conn_login(weft_net_conn *c, const char *secret, uint8_t **buf, size_t *cap) {
+/* Hello and, given a secret, the mutual proof (the worker's proof is not checked here: a bench); key gets the
+ * session's stream key. */
+static int conn_login(weft_net_conn *c, const char *secret, uint8_t **buf, size_t *cap, uint8_t key[WEFT_NET_KEY_BYTES]) {
   uint8_t pl[8], wn[WEFT_NET_NONCE_BYTES], cn[WEFT_NET_NONCE_BYTES], mac[WEFT_NET_MAC_BYTES];
   weft_net_put32(pl, WEFT_NET_VERSION);
-  weft_net_put32(pl + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | WEFT_NET_CAP_AUTH_MUTUAL);
+  weft_net_put32(pl + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | WEFT_NET_CAP_AUTH_MUTUAL | WEFT_NET_CAP_STREAMS);
   if (conn_call(c, WEFT_NET_HELLO, pl, 8, NULL, 0, buf, cap) != 0) return 0;
   if (!secret) return 1;
   memcpy(wn, *buf + 12, sizeof wn);
@@ -182,7 +191,8 @@ static int conn_login(weft_net_conn *c, const char *secret, uint8_t **buf, size_
   memcpy(id, *buf + WEFT_NET_MAC_BYTES + 2, il);
   id[il] = 0;
   weft_net_auth_proof(WEFT_NET_PROOF_CLIENT, (const uint8_t *)secret, strlen(secret), wn, cn, id, mac);
-  return conn_call(c, WEFT_NET_AUTH_FINISH, mac, sizeof mac, NULL, 0, buf, cap) == 0;
+  return conn_call(c, WEFT_NET_AUTH_FINISH, mac, sizeof mac, NULL, 0, buf, cap) == 0 &&
+         weft_net_stream_key((const uint8_t *)secret, strlen(secret), wn, cn, id, key) == WEFT_OK;
 }
 
 /* CPU seconds a process has used, all its threads (/proc/PID/task/TID/schedstat: nanoseconds on a CPU). */
@@ -211,32 +221,17 @@ static double self_cpu_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* GB/s of one upload of `bytes` in `per`-byte WRITE frames into handle h. */
-static double conn_upload(weft_net_conn *c, uint64_t h, const uint8_t *data, size_t bytes, size_t per, uint8_t **buf,
-                          size_t *cap) {
-  double t0 = now();
-  for (size_t off = 0; off < bytes; off += per) {
-    uint8_t p[24];
-    weft_net_put64(p, h);
-    weft_net_put64(p + 8, off / 4);
-    weft_net_put64(p + 16, per / 4);
-    if (conn_call(c, WEFT_NET_WRITE, p, 24, data + off, per, buf, cap) != 0) return 0;
-  }
-  return (double)bytes / (now() - t0) * 1e-9;
-}
-
 /* ------------------------------------------------------------------------------------- raw TCP sink */
 
 static void *sink_thread(void *arg) {
   int lfd = *(int *)arg;
   int fd = accept(lfd, NULL, NULL);
-  static uint8_t b[1 << 20];
+  uint8_t *b = malloc(1 << 20); /* one per sink: striped sinks run at once */
   for (;;) {
-    ssize_t k = recv(fd, b, sizeof b, 0);
+    ssize_t k = b ? recv(fd, b, 1 << 20, 0) : -1;
     if (k <= 0) break;
   }
-  uint8_t ack = 1;
-  (void)ack;
+  free(b);
   close(fd);
   return NULL;
 }
@@ -268,6 +263,280 @@ static double raw_tcp_gbps(const uint8_t *data, size_t bytes) {
   close(fd);
   close(lfd);
   return (double)bytes / t * 1e-9;
+}
+
+/* ------------------------------------------------------------------------------------ bulk transfers */
+
+/* Raw TCP striped: `n` socket pairs on loopback, a sender and a sink thread each, every pair moving its share
+ * of the bytes; the figure runs from the first byte sent to the last received. */
+typedef struct raw_pair {
+  int lfd, fd, port;
+  const uint8_t *p;
+  size_t n;
+  pthread_t sink, sender;
+} raw_pair;
+
+static void *raw_sender(void *arg) {
+  raw_pair *r = arg;
+  io(r->fd, (void *)r->p, r->n, 0);
+  shutdown(r->fd, SHUT_WR);
+  return NULL;
+}
+
+static double raw_striped_gbps(const uint8_t *data, size_t bytes, int n) {
+  if (n <= 1) return raw_tcp_gbps(data, bytes);
+  raw_pair *r = calloc((size_t)n, sizeof *r);
+  size_t per = (bytes / (size_t)n + 4095) / 4096 * 4096;
+  for (int i = 0; i < n; i++) {
+    r[i].lfd = listen_loopback(&r[i].port);
+    pthread_create(&r[i].sink, NULL, sink_thread, &r[i].lfd);
+    r[i].fd = dial(r[i].port);
+    size_t off = per * (size_t)i;
+    r[i].p = data + (off < bytes ? off : bytes);
+    r[i].n = off >= bytes ? 0 : bytes - off < per ? bytes - off : per;
+  }
+  double t0 = now();
+  for (int i = 0; i < n; i++) pthread_create(&r[i].sender, NULL, raw_sender, &r[i]);
+  for (int i = 0; i < n; i++) pthread_join(r[i].sender, NULL);
+  for (int i = 0; i < n; i++) pthread_join(r[i].sink, NULL);
+  double t = now() - t0;
+  for (int i = 0; i < n; i++) {
+    close(r[i].fd);
+    close(r[i].lfd);
+  }
+  free(r);
+  return (double)bytes / t * 1e-9;
+}
+
+/* One session on a worker with `n` connections (the session's own and n-1 streams joined to it). */
+typedef struct bulk_sess {
+  weft_net_conn c[WEFT_NET_MAX_STREAMS];
+  size_t n;
+  uint32_t next_id;
+  uint64_t h; /* a tensor of the current size */
+  pid_t worker;
+} bulk_sess;
+
+static int bulk_open(bulk_sess *s, weft_net_tls *t, int port, pid_t worker, const char *secret, uint32_t want,
+                     uint8_t **buf, size_t *cap) {
+  memset(s, 0, sizeof *s);
+  s->worker = worker;
+  s->next_id = 1u << 20;
+  char err[256] = "";
+  uint8_t key[WEFT_NET_KEY_BYTES];
+  weft_net_conn_init(&s->c[0], dial(port));
+  if (s->c[0].fd < 0 || (t && weft_net_conn_connect(&s->c[0], t, err, sizeof err)) ||
+      !conn_login(&s->c[0], secret, buf, cap, key)) {
+    fprintf(stderr, "bench_net: login failed: %s\n", err);
+    return 0;
+  }
+  s->n = 1;
+  if (want < 2) return 1;
+  uint8_t pl[4];
+  weft_net_put32(pl, want);
+  if (conn_call(&s->c[0], WEFT_NET_STREAMS, pl, 4, NULL, 0, buf, cap) != 0) return 0;
+  uint32_t granted = weft_net_get32(*buf);
+  uint64_t session = weft_net_get64(*buf + 4);
+  if (!secret) memcpy(key, *buf + 12, sizeof key);
+  char id[WEFT_NET_MAX_IDENTITY + 1];
+  size_t il = weft_net_get16(*buf + WEFT_NET_STREAMS_REPLY_BYTES);
+  memcpy(id, *buf + WEFT_NET_STREAMS_REPLY_BYTES + 2, il);
+  id[il] = 0;
+  for (uint32_t i = 1; i < granted; i++) {
+    weft_net_conn_init(&s->c[i], dial(port));
+    if (s->c[i].fd < 0 || (t && weft_net_conn_connect(&s->c[i], t, err, sizeof err)) ||
+        weft_net_stream_join(&s->c[i], session, i, key, id, err, sizeof err)) {
+      fprintf(stderr, "bench_net: stream %u did not join: %s\n", (unsigned)i, err);
+      return 0;
+    }
+    s->n = i + 1;
+  }
+  return s->n == want;
+}
+
+static void bulk_close(bulk_sess *s) {
+  for (size_t i = 0; i < s->n; i++) weft_net_conn_close(&s->c[i]);
+}
+
+static int bulk_tensor(bulk_sess *s, size_t bytes, uint8_t **buf, size_t *cap) {
+  uint8_t pl[16];
+  if (s->h) {
+    weft_net_put64(pl, s->h);
+    conn_call(&s->c[0], WEFT_NET_FREE, pl, 8, NULL, 0, buf, cap);
+  }
+  weft_net_put32(pl, WEFT_DTYPE_F32);
+  weft_net_put32(pl + 4, 1);
+  weft_net_put64(pl + 8, bytes / 4);
+  s->h = conn_call(&s->c[0], WEFT_NET_CREATE, pl, 16, NULL, 0, buf, cap) == 0 ? weft_net_get64(*buf) : 0;
+  return s->h != 0;
+}
+
+/* GB/s of one transfer; the CPU seconds this process and the worker spent on it are added to cpu[0..1]. */
+static double bulk_gbps(bulk_sess *s, int write, uint8_t *data, size_t bytes, double cpu[2]) {
+  weft_net_bulk job = {write, s->h, 0, bytes / 4, data, ((64u << 20) - 64) / 4};
+  char why[512] = "";
+  double c0 = self_cpu_s(), w0 = proc_cpu_s(s->worker), t0 = now();
+  weft_status st = weft_net_bulk_run(s->c, s->n, &s->next_id, &job, why, sizeof why);
+  double t = now() - t0;
+  cpu[0] += self_cpu_s() - c0;
+  cpu[1] += proc_cpu_s(s->worker) - w0;
+  if (st) {
+    fprintf(stderr, "bench_net: a bulk %s failed: %s\n", write ? "write" : "read", why);
+    exit(1);
+  }
+  return (double)bytes / t * 1e-9;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof v[0], cmp_d);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Whether this kernel can do TLS records itself (kTLS): the "tls" upper-layer protocol on a connected TCP
+ * socket. OpenSSL uses it only where it is there (SSL_OP_ENABLE_KTLS in src/net/tls.c). */
+static const char *ktls_kernel(char *buf, size_t n) {
+  int port = 0, lfd = listen_loopback(&port), fd = dial(port);
+  int afd = accept(lfd, NULL, NULL);
+  int r = fd >= 0 ? setsockopt(fd, IPPROTO_TCP, 31 /* TCP_ULP */, "tls", sizeof "tls") : -1;
+  int e = errno;
+  snprintf(buf, n, "%s", r == 0 ? "the kernel offers the tls upper-layer protocol (kTLS)"
+                   : e == ENOENT ? "the kernel has no kTLS (no tls upper-layer protocol: CONFIG_TLS off or the "
+                                   "tls module not loaded)"
+                                 : strerror(e));
+  if (afd >= 0) close(afd);
+  if (fd >= 0) close(fd);
+  close(lfd);
+  return buf;
+}
+
+enum { B_PLAIN1, B_PLAINN, B_TLS1, B_TLSN, B_RAW1, B_RAWN, B_KINDS };
+static const char *const B_NAME[B_KINDS] = {"plain 1", "plain N", "TLS 1", "TLS N", "raw 1", "raw N"};
+
+/* The bulk figures: for each size, upload and download through weft's frames in plain TCP and in TLS, over
+ * one connection and striped over `streams`, and raw loopback TCP over one socket and `streams`, in an order
+ * that rotates every round. */
+static int bulk_section(const char *weft, pid_t plain_pid, int plain_port, int streams, int rounds, const char *sizes) {
+  static const char tls_secret[] = "bench-secret-0123456789abcdef";
+  char spath[] = "/tmp/weft-bench-secret-XXXXXX";
+  int sfd = mkstemp(spath);
+  if (sfd < 0 || write(sfd, tls_secret, strlen(tls_secret)) != (ssize_t)strlen(tls_secret)) return 1;
+  close(sfd);
+  pid_t keep_pid = worker_pid;
+  int keep_port = worker_port;
+  if (!start_worker(weft, spath)) {
+    fprintf(stderr, "bench_net: the TLS worker did not start\n");
+    return 1;
+  }
+  pid_t tls_pid = worker_pid;
+  int tls_port = worker_port;
+  worker_pid = keep_pid, worker_port = keep_port;
+  weft_net_tls *t = NULL;
+  char err[256] = "";
+  if (weft_net_tls_create(0, (const uint8_t *)tls_secret, strlen(tls_secret), &t, err, sizeof err)) {
+    fprintf(stderr, "bench_net: %s\n", err);
+    return 1;
+  }
+  uint8_t *buf = NULL;
+  size_t cap = 0;
+  static bulk_sess S[4];
+  if (!bulk_open(&S[B_PLAIN1], NULL, plain_port, plain_pid, NULL, 1, &buf, &cap) ||
+      !bulk_open(&S[B_PLAINN], NULL, plain_port, plain_pid, NULL, (uint32_t)streams, &buf, &cap) ||
+      !bulk_open(&S[B_TLS1], t, tls_port, tls_pid, tls_secret, 1, &buf, &cap) ||
+      !bulk_open(&S[B_TLSN], t, tls_port, tls_pid, tls_secret, (uint32_t)streams, &buf, &cap)) {
+    fprintf(stderr, "bench_net: the bulk sessions did not open\n");
+    return 1;
+  }
+  char desc[160], kt[200];
+  double load[3] = {0};
+  if (getloadavg(load, 3) < 1) load[0] = -1;
+  printf("bulk transfers on loopback, %d connections striped (N), %ld cores online, load average %.2f at the start; "
+         "%s; %s; medians of %d rounds, the kinds alternating\n",
+         streams, sysconf(_SC_NPROCESSORS_ONLN), load[0], weft_net_conn_describe(&S[B_TLS1].c[0], desc, sizeof desc),
+         ktls_kernel(kt, sizeof kt), rounds);
+  printf("%-8s %-8s %8s %8s %8s %8s %8s %8s  %-10s %-10s %-8s %-8s\n", "size", "", "plain 1", "plain N", "TLS 1",
+         "TLS N", "raw 1", "raw N", "TLS N/best", "TLS N/best", "TLS N/", "TLS 1/");
+  printf("%-8s %-8s %8s %8s %8s %8s %8s %8s  %-10s %-10s %-8s %-8s\n", "", "", "GB/s", "GB/s", "GB/s", "GB/s", "GB/s",
+         "GB/s", "weft plain", "any plain", "plain 1", "plain 1");
+  int worst = 0;
+  double worst_ratio = 1e9, worst_one = 1e9;
+  char list[256];
+  snprintf(list, sizeof list, "%s", sizes);
+  for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+    size_t mib = (size_t)strtoul(tok, NULL, 10);
+    if (!mib) continue;
+    size_t bytes = mib << 20;
+    uint8_t *src = malloc(bytes), *dst = malloc(bytes);
+    if (!src || !dst) return 1;
+    for (size_t i = 0; i < bytes; i++) src[i] = (uint8_t)(i * 131 + (i >> 20));
+    memset(dst, 0, bytes);
+    double cpu_dummy[2] = {0};
+    for (int k = 0; k < 4; k++) {
+      if (!bulk_tensor(&S[k], bytes, &buf, &cap)) {
+        fprintf(stderr, "bench_net: no tensor of %zu MiB on the worker\n", mib);
+        return 1;
+      }
+      /* Warm: the worker's pages faulted in, and the bits checked once each way. */
+      bulk_gbps(&S[k], 1, src, bytes, cpu_dummy);
+      bulk_gbps(&S[k], 0, dst, bytes, cpu_dummy);
+      if (memcmp(src, dst, bytes) != 0) {
+        fprintf(stderr, "bench_net: %s read back other bits than it wrote\n", B_NAME[k]);
+        return 1;
+      }
+    }
+    double *g[2][B_KINDS];
+    double cpu[2][4][2];
+    memset(cpu, 0, sizeof cpu);
+    for (int d = 0; d < 2; d++)
+      for (int k = 0; k < B_KINDS; k++) g[d][k] = calloc((size_t)rounds, sizeof(double));
+    for (int r = 0; r < rounds; r++) {
+      for (int j = 0; j < B_KINDS; j++) {
+        int k = (j + r) % B_KINDS;
+        if (k == B_RAW1 || k == B_RAWN) {
+          /* Raw sockets move bytes one way; the figure stands for both directions. */
+          g[0][k][r] = g[1][k][r] = raw_striped_gbps(src, bytes, k == B_RAW1 ? 1 : streams);
+          continue;
+        }
+        g[0][k][r] = bulk_gbps(&S[k], 1, src, bytes, cpu[0][k]);
+        g[1][k][r] = bulk_gbps(&S[k], 0, dst, bytes, cpu[1][k]);
+      }
+    }
+    for (int d = 0; d < 2; d++) {
+      double m[B_KINDS];
+      for (int k = 0; k < B_KINDS; k++) m[k] = median(g[d][k], rounds);
+      double best_weft = m[B_PLAIN1] > m[B_PLAINN] ? m[B_PLAIN1] : m[B_PLAINN];
+      double best_any = best_weft;
+      for (int k = B_RAW1; k <= B_RAWN; k++)
+        if (m[k] > best_any) best_any = m[k];
+      char sz[32];
+      snprintf(sz, sizeof sz, "%zu MiB", mib);
+      printf("%-8s %-8s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f  %-10.2f %-10.2f %-8.2f %-8.2f\n", d ? "" : sz,
+             d ? "download" : "upload", m[B_PLAIN1], m[B_PLAINN], m[B_TLS1], m[B_TLSN], m[B_RAW1], m[B_RAWN],
+             m[B_TLSN] / best_weft, m[B_TLSN] / best_any, m[B_TLSN] / m[B_PLAIN1], m[B_TLS1] / m[B_PLAIN1]);
+      if (m[B_TLSN] / best_weft < worst_ratio) worst_ratio = m[B_TLSN] / best_weft;
+      if (m[B_TLSN] / m[B_PLAIN1] < worst_one) worst_one = m[B_TLSN] / m[B_PLAIN1];
+    }
+    double gb = (double)bytes * rounds * 1e-9;
+    printf("%-8s CPU s/GB (client, worker): upload plain 1 %.2f, %.2f; TLS 1 %.2f, %.2f; TLS N %.2f, %.2f; "
+           "download plain 1 %.2f, %.2f; TLS N %.2f, %.2f\n",
+           "", cpu[0][B_PLAIN1][0] / gb, cpu[0][B_PLAIN1][1] / gb, cpu[0][B_TLS1][0] / gb, cpu[0][B_TLS1][1] / gb,
+           cpu[0][B_TLSN][0] / gb, cpu[0][B_TLSN][1] / gb, cpu[1][B_PLAIN1][0] / gb, cpu[1][B_PLAIN1][1] / gb,
+           cpu[1][B_TLSN][0] / gb, cpu[1][B_TLSN][1] / gb);
+    for (int d = 0; d < 2; d++)
+      for (int k = 0; k < B_KINDS; k++) free(g[d][k]);
+    free(src);
+    free(dst);
+    worst++;
+  }
+  printf("TLS striped over %d, worst over %d sizes x 2 directions: %.2f of weft's plain TCP at its best (one "
+         "connection or striped), %.2f of one plain connection (target >= 0.8)\n",
+         streams, worst, worst_ratio, worst_one);
+  for (int k = 0; k < 4; k++) bulk_close(&S[k]);
+  weft_net_tls_destroy(t);
+  free(buf);
+  kill(tls_pid, SIGKILL);
+  waitpid(tls_pid, NULL, 0);
+  unlink(spath);
+  return 0;
 }
 
 /* The floor under any round trip: a thread that echoes a 20-byte answer to each op-sized message. */
@@ -397,10 +666,15 @@ static void *client(void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: bench_net /path/to/weft [tls]   (tls: only the TLS against plain TCP upload)\n");
+    fprintf(stderr, "usage: bench_net /path/to/weft [bulk [STREAMS [ROUNDS [SIZES_MIB]]]]\n");
     return 2;
   }
-  int only_tls = argc > 2 && strcmp(argv[2], "tls") == 0;
+  int only_tls = argc > 2 && (strcmp(argv[2], "bulk") == 0 || strcmp(argv[2], "tls") == 0);
+  int streams = argc > 3 ? atoi(argv[3]) : (int)weft_net_default_streams();
+  if (streams < 2) streams = 2;
+  if (streams > (int)WEFT_NET_MAX_STREAMS) streams = (int)WEFT_NET_MAX_STREAMS;
+  int rounds = argc > 4 && atoi(argv[4]) > 0 ? atoi(argv[4]) : 5;
+  const char *sizes = argc > 5 ? argv[5] : "16,64,256";
   signal(SIGPIPE, SIG_IGN);
   struct rlimit rl; /* HOSTILE sockets and more: as many descriptors as the hard limit allows */
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -489,78 +763,9 @@ int main(int argc, char **argv) {
   printf("large upload (256 MiB, 32 MiB frames): %.2f GB/s; raw loopback TCP %.2f GB/s; ratio %.2f (target >= 0.8)\n",
          best_up, best_raw, best_up / best_raw);
 
-  /* 2b. The same bulk upload inside TLS 1.3 (a second worker, --tls) against plain TCP (the first worker),
-   * alternating: 64 MiB tensors written in 32 MiB frames, medians of 7 rounds each. */
-tls: {
-    static const char tls_secret[] = "bench-secret-0123456789abcdef";
-    char spath[] = "/tmp/weft-bench-secret-XXXXXX";
-    int sfd = mkstemp(spath);
-    if (sfd < 0 || write(sfd, tls_secret, strlen(tls_secret)) != (ssize_t)strlen(tls_secret)) return 1;
-    close(sfd);
-    pid_t plain_pid = worker_pid;
-    int plain_port = worker_port;
-    if (!start_worker(argv[1], spath)) {
-      fprintf(stderr, "bench_net: the TLS worker did not start\n");
-      return 1;
-    }
-    pid_t tls_pid = worker_pid;
-    int tls_port = worker_port;
-    worker_pid = plain_pid;
-    worker_port = plain_port;
-    weft_net_tls *t = NULL;
-    char err[256] = "";
-    weft_net_conn pc, tc;
-    weft_net_conn_init(&pc, dial(plain_port));
-    weft_net_conn_init(&tc, dial(tls_port));
-    if (weft_net_tls_create(0, (const uint8_t *)tls_secret, strlen(tls_secret), &t, err, sizeof err) ||
-        weft_net_conn_connect(&tc, t, err, sizeof err) || !conn_login(&tc, tls_secret, &buf, &cap) ||
-        !conn_login(&pc, NULL, &buf, &cap)) {
-      fprintf(stderr, "bench_net: TLS setup failed: %s %s\n", err, buf ? (char *)buf : "");
-      return 1;
-    }
-    char desc[160];
-    weft_net_conn_describe(&tc, desc, sizeof desc);
-    size_t tb = (size_t)64 << 20, tper = (size_t)32 << 20;
-    uint8_t cp[16];
-    weft_net_put32(cp, WEFT_DTYPE_F32);
-    weft_net_put32(cp + 4, 1);
-    weft_net_put64(cp + 8, tb / 4);
-    uint64_t hp = conn_call(&pc, WEFT_NET_CREATE, cp, 16, NULL, 0, &buf, &cap) == 0 ? weft_net_get64(buf) : 0;
-    uint64_t ht = conn_call(&tc, WEFT_NET_CREATE, cp, 16, NULL, 0, &buf, &cap) == 0 ? weft_net_get64(buf) : 0;
-    enum { ROUNDS = 7 };
-    double gp[ROUNDS], gt[ROUNDS], gr[ROUNDS];
-    conn_upload(&pc, hp, data, tb, tper, &buf, &cap); /* warm both: pages faulted in on each worker */
-    conn_upload(&tc, ht, data, tb, tper, &buf, &cap);
-    /* CPU seconds per side (this client, the worker) for each kind of upload, summed over the rounds. */
-    double cpu_pc = 0, cpu_pw = 0, cpu_tc = 0, cpu_tw = 0;
-    for (int r = 0; r < ROUNDS; r++) {
-      double c0 = self_cpu_s(), w0 = proc_cpu_s(plain_pid);
-      gp[r] = conn_upload(&pc, hp, data, tb, tper, &buf, &cap);
-      double c1 = self_cpu_s(), w1 = proc_cpu_s(plain_pid), w2 = proc_cpu_s(tls_pid);
-      gt[r] = conn_upload(&tc, ht, data, tb, tper, &buf, &cap);
-      double c2 = self_cpu_s(), w3 = proc_cpu_s(tls_pid);
-      cpu_pc += c1 - c0, cpu_pw += w1 - w0, cpu_tc += c2 - c1, cpu_tw += w3 - w2;
-      gr[r] = raw_tcp_gbps(data, tb);
-    }
-    double gb = (double)tb * ROUNDS * 1e-9;
-    qsort(gp, ROUNDS, sizeof gp[0], cmp_d);
-    qsort(gt, ROUNDS, sizeof gt[0], cmp_d);
-    qsort(gr, ROUNDS, sizeof gr[0], cmp_d);
-    printf("bulk upload, 64 MiB tensors in 32 MiB frames, alternating, median of %d: %s %.2f GB/s; plain TCP "
-           "%.2f GB/s; raw loopback TCP %.2f GB/s; TLS/plain %.2f, TLS/raw %.2f (target >= 0.8)\n",
-           ROUNDS, desc, gt[ROUNDS / 2], gp[ROUNDS / 2], gr[ROUNDS / 2], gt[ROUNDS / 2] / gp[ROUNDS / 2],
-           gt[ROUNDS / 2] / gr[ROUNDS / 2]);
-    printf("  CPU per GB moved: TLS client %.3f s, worker %.3f s; plain client %.3f s, worker %.3f s (the busier "
-           "side bounds the rate on 2 cores: TLS %.2f GB/s, plain %.2f GB/s)\n",
-           cpu_tc / gb, cpu_tw / gb, cpu_pc / gb, cpu_pw / gb, gb / (cpu_tc > cpu_tw ? cpu_tc : cpu_tw),
-           gb / (cpu_pc > cpu_pw ? cpu_pc : cpu_pw));
-    weft_net_conn_close(&tc);
-    weft_net_conn_close(&pc);
-    weft_net_tls_destroy(t);
-    kill(tls_pid, SIGKILL);
-    waitpid(tls_pid, NULL, 0);
-    unlink(spath);
-  }
+  /* 2b. Bulk transfers: TLS striped against plain TCP at its best. */
+tls:
+  if (bulk_section(argv[1], worker_pid, worker_port, streams, rounds, sizes)) return 1;
   free(data);
   close(fd);
   if (only_tls) {

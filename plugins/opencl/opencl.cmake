@@ -27,8 +27,13 @@ install(TARGETS weft_opencl LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/weft/plu
 set(WEFT_OPENCL_PLUGIN ON)
 
 if(BUILD_TESTING)
-  # The whole conformance suite on the OpenCL lane(s) next to the CPU lane.
-  add_test(NAME conformance_opencl COMMAND test_conformance)
-  set_tests_properties(conformance_opencl PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
-    ENVIRONMENT "WEFT_PLUGIN_PATH=$<TARGET_FILE:weft_opencl>;WEFT_TEST_LANES=cpu,opencl;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+  # The whole conformance suite on the OpenCL lane(s) next to the CPU lane (every op, the transformer ops
+  # included, bit for bit); the GPT-2-shaped block (forward, backward, clip, AdamW) pinned to it, routed,
+  # round robin and pipelined with the CPU; and the small GPT model's trained weights, tokens and logits on
+  # it against the CPU's. Each ends Skipped (77) when no OpenCL lane is here.
+  foreach(t conformance gpt_block gpt)
+    add_test(NAME ${t}_opencl COMMAND test_${t})
+    set_tests_properties(${t}_opencl PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
+      ENVIRONMENT "WEFT_PLUGIN_PATH=$<TARGET_FILE:weft_opencl>;WEFT_TEST_LANES=cpu,opencl;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+  endforeach()
 endif()

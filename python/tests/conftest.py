@@ -28,7 +28,7 @@ def fabric():
 
 def _exact_lanes():
     with weft.Fabric(calibration="off") as f:
-        return [d["name"] for d in f.devices() if d["present"] and "exact" in d["contracts"]]
+        return [lane.name for lane in f.devices() if "exact" in lane.contracts]
 
 
 EXACT_LANES = _exact_lanes()

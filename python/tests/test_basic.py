@@ -17,40 +17,28 @@ def _import_with(env_changes):
                           capture_output=True, text=True)
 
 
-def test_missing_library_says_what_was_tried():
-    r = _import_with({"WEFT_LIBRARY": "/nonexistent/libweft.so"})
+def test_missing_extension_says_what_was_tried():
+    r = _import_with({"WEFT_PYTHON_EXT": "/nonexistent/_weft.so"})
     assert r.returncode != 0
-    assert "ImportError" in r.stderr and "WEFT_LIBRARY: /nonexistent/libweft.so: no such file" in r.stderr
+    assert "ImportError" in r.stderr and "WEFT_PYTHON_EXT: /nonexistent/_weft.so: no such file" in r.stderr
     assert "Build it" in r.stderr
 
 
-def test_a_file_that_is_not_weft_is_refused():
-    libc = "libc.so.6" if sys.platform.startswith("linux") else None
-    if libc:
-        r = _import_with({"WEFT_LIBRARY": libc})
-        assert r.returncode != 0 and "not a weft library" in r.stderr
-
-
-def test_weft_library_is_what_loads():
-    r = _import_with({"WEFT_LIBRARY": weft.library_path})
-    assert r.returncode == 0 and r.stdout.strip() == weft.library_path
+def test_the_extension_runs_on_the_weft_library():
+    assert os.path.basename(weft.library_path).startswith("libweft")
+    assert weft.library_version == "0.1.0"
+    assert type(weft.Tensor).__name__ == "type" and weft.Tensor.__module__ == "weft"
+    assert "ctypes" not in sys.modules or not any(
+        getattr(m, "__name__", "").startswith("weft.") and "ctypes" in vars(m) for m in list(sys.modules.values()))
 
 
 def test_surface():
     for name in weft.__all__:
         assert hasattr(weft, name), name
     assert weft.CONTRACTS == ("exact", "fp32", "tf32", "bf16")
-    assert set(weft.OPS) == {"matmul", "add", "relu", "relu_backward", "scale", "axpy", "sum_rows", "softmax_xent"}
+    assert weft.OPS[:8] == ("matmul", "add", "relu", "relu_backward", "scale", "axpy", "sum_rows", "softmax_xent")
+    assert "attention" in weft.OPS
     assert issubclass(weft.ShapeError, weft.WeftError) and issubclass(weft.ShapeError, ValueError)
-
-
-def test_as_float32_rule():
-    a = np.ones((2, 2), np.float32)
-    assert weft.as_float32(a) is a  # no copy for float32 C-contiguous
-    assert weft.as_float32(np.ones((2, 2))).dtype == np.float32
-    assert weft.as_float32(np.ones((2, 2), ">f4")).dtype.isnative
-    assert weft.as_float32(a.T).flags.c_contiguous
-    assert weft.as_float32(np.array(2**24 + 1)).item() == 2**24  # integers beyond 2^24 round
 
 
 def test_set_default_fabric():

@@ -39,3 +39,4 @@ def test_every_exact_lane_trains_the_same_bits(capsys):
     for lane, r in runs.items():
         assert r["epoch_losses"] == first["epoch_losses"], lane
         assert all(ref.same_bits(w, v) for w, v in zip(r["weights"], first["weights"])), lane
+

@@ -10,20 +10,24 @@ import weft
 f32 = np.float32
 
 
-def test_devices_lists_present_and_absent_lanes():
-    rows = weft.devices()
-    keys = {"name", "kind", "device", "driver", "details", "contracts", "failed", "revivable", "present", "reason"}
-    assert rows and all(set(r) == keys for r in rows)
-    present = [r for r in rows if r["present"]]
-    assert any(r["kind"] == "cpu" for r in present)
-    for r in present:
-        assert r["name"] and r["contracts"] and set(r["contracts"]) <= set(weft.CONTRACTS) and not r["reason"]
-    for r in rows:
-        if not r["present"]:
-            assert r["reason"], r
+def test_devices_keeps_absent_lanes_apart():
+    d = weft.devices()
+    assert isinstance(d, weft.Devices) and len(d) == len(d.lanes) and list(d) == d.lanes
+    assert any(lane.kind == "cpu" for lane in d)
+    for lane in d:
+        assert isinstance(lane, weft.Lane) and lane.name and lane.contracts
+        assert set(lane.contracts) <= set(weft.CONTRACTS) and set(lane.ops) <= set(weft.OPS)
+    for a in d.absent:
+        assert isinstance(a, weft.AbsentLane) and a.reason and a.name not in d
+    assert d["cpu"].kind == "cpu" and "cpu" in d.names
     cpu_only = weft.devices(lanes="cpu")
-    assert [r["name"] for r in cpu_only if r["present"]] == ["cpu"]
-    assert all(r["reason"] for r in cpu_only if not r["present"])
+    assert cpu_only.names == ["cpu"]
+    assert cpu_only.absent and all(a.reason for a in cpu_only.absent)
+    text = str(cpu_only)
+    assert text.startswith("lanes:") and "absent:" in text and text.index("absent:") > text.index("cpu")
+    if cpu_only.absent:
+        with pytest.raises(KeyError, match="absent"):
+            cpu_only[cpu_only.absent[0].name]
 
 
 def test_fabric_lanes_and_version(fabric):
@@ -75,7 +79,7 @@ def test_route_explain_errors(fabric):
     with pytest.raises(weft.ShapeError, match="m, n, k >= 1"):
         fabric.route_explain("matmul", m=0, n=1, k=1)
     e = fabric.route_explain("matmul", (4, 4), (4, 4), contract="tf32")
-    tf32 = [d["name"] for d in fabric.devices() if d["present"] and "tf32" in d["contracts"]]
+    tf32 = [lane.name for lane in fabric.devices() if "tf32" in lane.contracts]
     assert [c.lane for c in e.lanes if c.eligible] == tf32
     if not tf32:
         assert e.chosen is None and e.chosen_index == -1

@@ -81,7 +81,7 @@ def test_closed_tensor_and_closed_fabric(fabric):
     with pytest.raises(weft.StateError, match="closed tensor"):
         fabric.relu(t)
     f = weft.Fabric(calibration="off")
-    u = f.tensor([1.0, 2.0])
+    u = f.tensor([1.0, 2.0], dtype=f32)  # Python floats are float64: converted only when asked
     f.close()
     assert f.closed
     with pytest.raises(weft.StateError, match="fabric is closed"):

@@ -21,15 +21,8 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     if args.command == "devices":
-        rows = devices(args.lanes)
         print(f"weft {library_version} ({library_path})")
-        for r in rows:
-            if r["present"]:
-                print(f"  {r['name']:<12} {r['device']}; contracts {', '.join(r['contracts'])}"
-                      f"{'; FAILED' if r['failed'] else ''}\n  {'':<12} {r['details']}")
-        for r in rows:
-            if not r["present"]:
-                print(f"  {r['name']:<12} absent: {r['reason']}")
+        print(devices(args.lanes))
         return 0
     sizes = [int(s) for s in args.sizes.split(",") if s]
     with Fabric(lanes=args.lanes, calibration="off") as f:

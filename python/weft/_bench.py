@@ -61,8 +61,8 @@ def bench(sizes=DEFAULT_SIZES, contract="exact", lanes=None, repeats=5, max_seco
         exact = contract == "exact"
         lanes_to_run = []
         for d in fabric.devices():
-            if d["present"] and not d["failed"] and contract in d["contracts"]:
-                lanes_to_run.append(d["name"])
+            if not d.failed and contract in d.contracts:
+                lanes_to_run.append(d.name)
         if numpy:
             lanes_to_run.append("numpy")
         rng = np.random.default_rng(seed)

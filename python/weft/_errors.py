@@ -2,7 +2,6 @@
 built-in exception a Python caller would expect (a shape error is a ValueError, running out of memory a
 MemoryError), so both `except weft.ShapeError` and `except ValueError` catch it."""
 
-from . import _lib
 
 
 class WeftError(Exception):
@@ -19,7 +18,9 @@ class WeftError(Exception):
 
     @property
     def status_name(self):
-        return _lib.status_name(self.status) if self.status is not None else "unknown"
+        from ._native import load
+
+        return load().status_str(self.status) if self.status is not None else "unknown"
 
 
 class InvalidArgumentError(WeftError, ValueError):
@@ -85,7 +86,9 @@ _BY_STATUS = {cls.status: cls for cls in (
 def error_for(status, message):
     """The exception for a weft_status, carrying `message` (weft's, or the status description if empty)."""
     if not message:
-        message = _lib.status_name(status)
+        from ._native import load
+
+        message = load().status_str(status)
     cls = _BY_STATUS.get(status)
     if cls is None:
         return WeftError(message, status)

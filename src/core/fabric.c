@@ -11,6 +11,7 @@
 #include "../sched/route.h"
 #include "../sched/split.h"
 #include "fpenv.h"
+#include "hostcopy.h"
 #include "internal.h"
 #include "optable.h"
 #include "testing.h"
@@ -139,6 +140,8 @@ static weft_status add_lane_checked(weft_fabric *f, const weft_lane_vtable *vt, 
     return WEFT_ERR_OUT_OF_MEMORY;
   }
   weft_cost_init_lane(&slot);
+  /* a second fabric opens the same lane for measuring it in the background; a browser slot is one tab's */
+  slot.reopenable = apply_filter && strcmp(slot.desc.kind, "browser") != 0;
   if (slot.desc.flags & WEFT_LANE_STARTS_DOWN) {
     /* a slot waiting for its device (a browser tab): routed once revive says it is there */
     slot.failed = 1;
@@ -251,6 +254,7 @@ static weft_status fabric_open(const weft_fabric_desc *desc, weft_fabric **out_f
 
 void weft_fabric_close(weft_fabric *f) {
   if (!f) return;
+  weft_cost_background_finish(f, 1); /* lanes it finished are in the cache already */
   weft_hostq_finish(f);
   weft_hostq_stop(f);
   while (f->tensors) weft_tensor_destroy(f->tensors);
@@ -262,6 +266,7 @@ void weft_fabric_close(weft_fabric *f) {
   free(f->explain);
   weft_route_memo_free(f);
   weft_split_free(f);
+  weft_hostcopy_release(f->copier);
   free(f->lanes_filter);
   free(f);
 }
@@ -305,7 +310,17 @@ weft_status weft_fabric_set_cost_model(weft_fabric *f, size_t lane, weft_cost_cl
   return WEFT_OK;
 }
 
+static weft_status explain(weft_fabric *f, const weft_route_query *q, weft_route_explanation *out, int xfer);
+
 weft_status weft_route_explain(weft_fabric *f, const weft_route_query *q, weft_route_explanation *out) {
+  return explain(f, q, out, WEFT_XFER_STAGED);
+}
+
+weft_status weft_route_explain_registered(weft_fabric *f, const weft_route_query *q, weft_route_explanation *out) {
+  return explain(f, q, out, WEFT_XFER_PINNED);
+}
+
+static weft_status explain(weft_fabric *f, const weft_route_query *q, weft_route_explanation *out, int xfer) {
   if (out) memset(out, 0, sizeof *out);
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
   if (!q || !out) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_route_explain: query or out is NULL");
@@ -316,7 +331,7 @@ weft_status weft_route_explain(weft_fabric *f, const weft_route_query *q, weft_r
   memset(&op, 0, sizeof op);
   op.kind = q->op;
   op.contract = q->contract;
-  if (q->op == WEFT_OP_MATMUL) {
+  if (q->op == WEFT_OP_MATMUL || q->op == WEFT_OP_MATMUL_ACC) {
     if (q->batch < 0 || q->m < 1 || q->n < 1 || q->k < 1)
       return weft_fail(f, WEFT_ERR_SHAPE, "weft_route_explain: matmul needs batch >= 0 and m, n, k >= 1");
     op.batch = q->batch, op.m = q->m, op.n = q->n, op.k = q->k;
@@ -326,7 +341,9 @@ weft_status weft_route_explain(weft_fabric *f, const weft_route_query *q, weft_r
     op.rows = q->rows, op.cols = q->cols;
     op.inv_rows = weft_fpenv_recip(q->rows);
   }
+  f->explain_xfer = xfer;
   int lane = weft_route_pick(f, &op, NULL, 0, f->explain);
+  f->explain_xfer = WEFT_XFER_STAGED;
   out->op = op.kind;
   out->contract = op.contract;
   weft_cost_op_work(&op, &out->work);
@@ -500,6 +517,7 @@ weft_status weft_scope_begin(weft_fabric *f) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
   if (f->in_scope) return weft_fail(f, WEFT_ERR_STATE, "weft_scope_begin: a scope is already open (scopes do not nest)");
   f->err[0] = '\0';
+  if (!f->scope_measured) weft_cost_measure_scopes(f); /* once: what an op costs inside a scope, per lane */
   weft_status st = each_lane(f, offsetof(weft_lane_vtable, scope_begin), "scope_begin");
   if (st == WEFT_OK) f->in_scope = 1;
   return st;

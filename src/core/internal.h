@@ -93,9 +93,15 @@ typedef struct weft_lane_slot {
   /* [class][contract]; only matmul uses the contract index, the other classes live at [cls][0]. */
   weft_cost_state cost[WEFT_COST_CLASS_COUNT][WEFT_CONTRACT_COUNT];
   int calib_tried;    /* calibration ran (or was attempted) for this lane */
+  int calib_pending;  /* being measured in the background (cost/background.c); routed on priors meanwhile */
+  int calib_refused;  /* the background could not open it: measured on the caller's thread */
+  int reopenable;     /* a provider's lane that a second fabric can open (not a browser slot, not a test's) */
   unsigned observe_tick; /* counts ops, for sampling the observations of tiny ones */
   weft_lane_stats stats;
   double busy_until; /* predicted time (fabric clock) at which work already given to the lane is done */
+  /* What one more op costs a lane that batches a scope's ops into one submission (measured at the first
+   * scope: cost/scope.c); 0 for lanes that do not (their alpha stands inside scopes too). */
+  double scope_alpha;
 } weft_lane_slot;
 
 typedef struct weft_absent {
@@ -113,14 +119,20 @@ struct weft_fabric {
   size_t nabsent;
   weft_tensor *tensors; /* every live tensor, so close can free them */
   int in_scope;
+  int scope_measured; /* the lanes' scope_alpha were measured (at the first scope) */
   int last_lane;
   int calibrating;                /* set while calibration runs ops of its own */
   int models_ready;               /* every lane measured, cached or given up on: routing asks no more */
+  struct weft_calib_bg *calib_bg; /* lanes measured off the caller's path (cost/background.c); NULL: none */
+  const atomic_int *calib_stop;   /* set in a background measuring fabric: its owner asks it to stop */
+  char cache_path[1024];          /* "": the cache of the environment now; else this file (a background
+                                   * fabric saves where its owner's cache was when it started) */
   double (*clock)(void *ctx);     /* seconds; monotonic unless a test injects its own */
   void *clock_ctx;
   weft_route_cost *route;         /* per lane: the last routing decision's costs (weft_route_last) */
   weft_route_explanation last_route;
   weft_route_cost *explain;       /* per lane: scratch for weft_route_explain */
+  int explain_xfer;               /* the transfer line explain prices host operands on (weft_route_query) */
   /* Routing decisions are remembered per op signature (shape, contract, where the inputs live) while
    * nothing that feeds them changes; anything that does (a cost line set, measured or refined by more than
    * a few percent, a lane failing or joining) bumps the epoch and forgets them all. */
@@ -143,6 +155,8 @@ struct weft_fabric {
   weft_split_track *split_tracks; /* WEFT_SPLIT_TRACKS, made by the first split */
   uint32_t lanes_epoch;           /* bumped when a lane joins, fails or comes back: splits measure anew */
   uint64_t split_clock;
+  struct weft_hostcopy *copier;   /* the process's host copier (hostcopy.c), taken at the first large copy */
+  int copier_tried;
   char err[WEFT_ERR_LEN];
 };
 
@@ -169,6 +183,7 @@ struct weft_tensor {
   weft_dtype dtype;    /* f32 or i32: 4 bytes either way, so lanes and transfers see only bytes */
   float *host;         /* host copy; allocated at creation, or the caller's own memory (borrowed) */
   int borrowed;        /* host is the caller's (weft_tensor_wrap): never freed here */
+  size_t mapped;       /* host is pages of its own (mmap) of this many bytes; 0: aligned_alloc */
   int host_valid;      /* the host copy holds the current value */
   weft_buffer **buf;   /* per lane, NULL until used there; host-memory lanes use `host` instead */
   uint8_t *valid;      /* per lane: that lane's copy holds the current value */
@@ -332,6 +347,9 @@ static inline weft_status weft_tensor_wait_users(weft_tensor *t) {
   uint64_t last = t->q_read > t->q_write ? t->q_read : t->q_write;
   return last && weft_hostq_done(t->fabric) < last ? weft_hostq_wait(t->fabric, last) : WEFT_OK;
 }
+
+/* Copies host memory (or zeroes it when src is NULL) on several threads when it is large (hostcopy.c). */
+void weft_host_copy(weft_fabric *f, void *dst, const void *src, size_t bytes);
 
 /* Registered host memory (tensor.c). Offers t's host memory to lane `lane` once it is worth it. */
 void weft_tensor_offer_host(weft_tensor *t, int lane);

@@ -15,6 +15,9 @@ weft_status weft_remote_probe(const weft_probe_args *args, const weft_lane_sink 
 #ifdef WEFT_HAVE_BROWSER
 weft_status weft_browser_probe(const weft_probe_args *args, const weft_lane_sink *sink);
 #endif
+#ifdef WEFT_HAVE_MPI
+weft_status weft_mpi_lanes_probe(const weft_probe_args *args, const weft_lane_sink *sink);
+#endif
 weft_status weft_plugin_probe(const weft_probe_args *args, const weft_lane_sink *sink);
 
 const weft_lane_provider weft_lane_providers[] = {
@@ -40,6 +43,11 @@ const weft_lane_provider weft_lane_providers[] = {
     {"browser", NULL,
      "weft was built without browser lanes (no libwebsockets, Debian libwebsockets-dev, at build time, or "
      "WEFT_BROWSER_LANES=OFF)"},
+#endif
+#ifdef WEFT_HAVE_MPI
+    {"mpi", weft_mpi_lanes_probe, NULL},
+#else
+    {"mpi", NULL, "weft was built without MPI (Debian: openmpi-bin libopenmpi-dev at build time, or WEFT_MPI=OFF)"},
 #endif
     /* Last: plugin lanes are admitted after a self-test, and a built-in lane keeps its name. */
     {"plugin", weft_plugin_probe, NULL},

@@ -145,7 +145,13 @@ static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_
     if (!host && weft_lane_bit(out[o]->reg_mask | out[o]->cover_mask, (size_t)lane) && home)
       op->out_host[o] = out[o]->host;
   }
-  const double pred = weft_cost_predict(cs, work);
+  double pred = weft_cost_predict(cs, work);
+  if (f->in_scope && !host) {
+    /* recorded into the scope's one submission: the lane's in-scope cost per op, not its dispatch */
+    const double a = cs->line.alpha * cs->line.refine, sa = weft_cost_scope_alpha(f, s, a);
+    if (sa < a) pred -= a - sa;
+    if (pred < sa) pred = sa;
+  }
   /* ops predicted under 10 us are sampled one in eight: at that size the bookkeeping would cost a
    * noticeable share of the op, and a median over a sample is as robust as over them all */
   const int observe = host && !f->calibrating && ((++s->observe_tick & 7) == 0 || pred >= 10e-6);
@@ -323,6 +329,11 @@ weft_status weft_op_matmul(weft_fabric *f, const weft_op_desc *desc, weft_tensor
                            int trans_b, weft_tensor *c) {
   weft_op_params p = {{trans_a != 0, trans_b != 0}, {0}};
   RUN(WEFT_OP_MATMUL, L(a, b), L(c), &p);
+}
+weft_status weft_op_matmul_acc(weft_fabric *f, const weft_op_desc *desc, weft_tensor *a, int trans_a, weft_tensor *b,
+                               int trans_b, weft_tensor *c) {
+  weft_op_params p = {{trans_a != 0, trans_b != 0}, {0}};
+  RUN(WEFT_OP_MATMUL_ACC, L(a, b), L(c), &p);
 }
 weft_status weft_op_add(weft_fabric *f, const weft_op_desc *desc, weft_tensor *x, weft_tensor *y, weft_tensor *out) {
   RUN(WEFT_OP_ADD, L(x, y), L(out), NULL);

@@ -80,7 +80,9 @@ static weft_status v_matmul(weft_fabric *f, weft_op *op, weft_tensor *const *in,
                             const weft_op_params *p) {
   weft_tensor *a = in[0], *b = in[1], *c = out[0];
   const int trans_a = p->i[0] != 0, trans_b = p->i[1] != 0;
-  if (c == a || c == b) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "matmul: c must not be a or b (no in-place matmul)");
+  if (c == a || c == b)
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "%s: c must not be a or b (no in-place matmul)",
+                     weft_optable[op->kind].name);
   if (a->ndim < 2 || b->ndim < 2 || c->ndim < 2)
     return weft_fail(f, WEFT_ERR_SHAPE, "matmul: a %s, b %s and c %s must each have rank 2 to 4", SH(a), SH(b), SH(c));
   int64_t am = a->dims[a->ndim - 2], ak = a->dims[a->ndim - 1];
@@ -186,7 +188,15 @@ static weft_status v_softmax_xent(weft_fabric *f, weft_op *op, weft_tensor *cons
     return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_softmax_xent: out_grad must not be an input");
   as_rows_cols(logits, &op->rows, &op->cols);
   if (op->rows == 0) return weft_fail(f, WEFT_ERR_SHAPE, "weft_op_softmax_xent: the logits have no rows");
-  op->inv_rows = weft_fpenv_recip(op->rows); /* rounded to nearest whatever the caller's environment */
+  /* The mean may be over a larger batch than these rows (a data-parallel rank's share): i[0] rows. */
+  const int64_t over = p->i[0] ? p->i[0] : op->rows;
+  if (over < op->rows || over > ((int64_t)1 << 40))
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT,
+                     "weft_op_softmax_xent: the mean is over %lld rows (params i[0]); it must be 0 or at least the "
+                     "logits' %lld rows",
+                     (long long)p->i[0], (long long)op->rows);
+  op->iparam[0] = over;
+  op->inv_rows = weft_fpenv_recip(over); /* rounded to nearest whatever the caller's environment */
   return WEFT_OK;
 }
 
@@ -554,6 +564,11 @@ static weft_status h_permute(const weft_op *op) {
   weft_ref_permute((uint32_t *)op->out[0], (const uint32_t *)op->in[0], op->iparam + 1, perm);
   return WEFT_OK;
 }
+/* MATMUL_ACC: c += op(a) . op(b), each sum continuing from c's value (reference.c's weft_ref_matmul). */
+static weft_status h_matmul_acc(const weft_op *op) {
+  for (int64_t p = 0; p < op->batch; p++) weft_ref_matmul(op, p, 0, op->m);
+  return WEFT_OK;
+}
 /* COPY_SLICE: dst[o, offset + i, r] = src[o, i, r]; the rest of dst unchanged. */
 static weft_status h_copy_slice(const weft_op *op) {
   const int64_t *ip = op->iparam;
@@ -631,4 +646,6 @@ const weft_optable_entry weft_optable[WEFT_OP_COUNT] = {
                             v_copy_slice, EW, elems, h_copy_slice, 0},
     [WEFT_OP_ATTENTION_CACHED] = {"attention_cached", 1, 2, 0, 2, 0, FF, FO, {"qkv"}, {"out", "att"}, 0, {0},
                                   v_attention_cached, EW, work_attention_cached, h_attention_cached, 0},
+    [WEFT_OP_MATMUL_ACC] = {"matmul_acc", 2, 1, 0, 0, 0, FF, FO, {"a", "b"}, {"c"}, 1, {0}, v_matmul, WEFT_COST_MATMUL,
+                            work_matmul, h_matmul_acc, 0},
 };

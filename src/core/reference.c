@@ -10,7 +10,8 @@
 /* Element (r, c) of a row-major matrix with `ld` columns. */
 #define AT(p, r, c, ld) ((p)[(size_t)(r) * (size_t)(ld) + (size_t)(c)])
 
-/* MATMUL. For every c[i,j]: acc = 0; for k ascending: acc = acc + a[i,k] * b[k,j]. */
+/* MATMUL. For every c[i,j]: acc = 0; for k ascending: acc = acc + a[i,k] * b[k,j].
+ * MATMUL_ACC: the same from acc = c[i,j], the value c holds before the op. */
 void weft_ref_matmul(const weft_op *op, int64_t p, int64_t i0, int64_t i1) {
   weft_fpenv env;
   weft_fpenv_enter(&env);
@@ -18,9 +19,10 @@ void weft_ref_matmul(const weft_op *op, int64_t p, int64_t i0, int64_t i1) {
   const float *a = (const float *)op->in[0] + (size_t)p * (size_t)(m * k);
   const float *b = (const float *)op->in[1] + (op->b_batched ? (size_t)p * (size_t)(k * n) : 0);
   float *c = (float *)op->out[0] + (size_t)p * (size_t)(m * n);
+  const int chained = op->kind == WEFT_OP_MATMUL_ACC;
   for (int64_t i = i0; i < i1; i++) {
     for (int64_t j = 0; j < n; j++) {
-      float acc = 0.0f;
+      float acc = chained ? AT(c, i, j, n) : 0.0f;
       for (int64_t q = 0; q < k; q++) {
         float av = op->trans_a ? AT(a, q, i, m) : AT(a, i, q, k);
         float bv = op->trans_b ? AT(b, j, q, k) : AT(b, q, j, n);
@@ -72,6 +74,7 @@ void weft_reference_run(const weft_op *op) {
   weft_fpenv_enter(&env);
   switch (op->kind) {
   case WEFT_OP_MATMUL:
+  case WEFT_OP_MATMUL_ACC:
     for (int64_t p = 0; p < op->batch; p++) weft_ref_matmul(op, p, 0, op->m);
     break;
   case WEFT_OP_ADD: /* out = x + y; y broadcast as one row when y_broadcast */

@@ -1,11 +1,78 @@
-/* tensor.c - tensors: shape checks, the host copy, the per-lane copies and which of them is current. */
+/* tensor.c - tensors: shape checks, the host copy, the per-lane copies and which of them is current.
+ *
+ * Large host copies move on several threads (hostcopy.c), and in pieces where a lane moves the same memory
+ * directly (registered with it): a write sends each piece to the lane the value lived on as soon as it is
+ * copied in, and a read copies out each piece of a result streaming home as soon as it has landed, so the
+ * copies a caller's own arrays need overlap the bus instead of adding to it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "../sched/route.h"
+#include "hostcopy.h"
 #include "internal.h"
 #include "optable.h"
+
+/* Host copies this large are pages of their own (mmap): zero until touched, so a tensor made without data
+ * costs no memset and the first writer's threads fault its pages in together; and never sharing a page
+ * with other memory, so registering it with a lane pins nothing else. */
+#define WEFT_HOST_MAP_MIN ((size_t)1 << 20)
+/* ... and from this size on, aligned to 2 MiB and offered to the kernel as huge pages (fewer faults, fewer
+ * pages for a lane to pin and map). */
+#define WEFT_HOST_HUGE_MIN ((size_t)4 << 20)
+#define WEFT_HUGE ((size_t)2 << 20)
+/* Transfers this large go in pieces, so a lane moves one piece while the next is copied: up to 16 pieces,
+ * none under 4 MiB (a piece's copy still runs on every copy thread: hostcopy.h's threshold is 2 MiB). */
+#define WEFT_PIECED_MIN ((size_t)8 << 20)
+#define WEFT_PIECES 16
+#define WEFT_PIECE_MIN ((size_t)4 << 20)
+
+static float *host_alloc(size_t bytes, size_t *out_mapped) {
+  *out_mapped = 0;
+  if (bytes >= WEFT_HOST_MAP_MIN) {
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = pg > 0 ? (size_t)pg : 4096;
+    size_t len = (bytes + page - 1) & ~(page - 1);
+    int huge = bytes >= WEFT_HOST_HUGE_MIN && page <= WEFT_HUGE;
+    size_t extra = huge ? WEFT_HUGE : 0;
+    char *p = mmap(NULL, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) {
+      if (huge) { /* keep the 2 MiB-aligned part */
+        char *a = (char *)(((uintptr_t)p + WEFT_HUGE - 1) & ~(uintptr_t)(WEFT_HUGE - 1));
+        if (a > p) munmap(p, (size_t)(a - p));
+        if (a + len < p + len + extra) munmap(a + len, (size_t)(p + len + extra - (a + len)));
+        p = a;
+#ifdef MADV_HUGEPAGE
+        madvise(p, len, MADV_HUGEPAGE); /* advice: refused (THP off) changes nothing */
+#endif
+      }
+      *out_mapped = len;
+      return (float *)(void *)p;
+    }
+  }
+  return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+}
+
+static void host_free(float *p, size_t mapped) {
+  if (mapped) munmap(p, mapped);
+  else free(p);
+}
+
+void weft_host_copy(weft_fabric *f, void *dst, const void *src, size_t bytes) {
+  if (bytes >= WEFT_HOSTCOPY_MIN && !f->copier_tried) {
+    f->copier_tried = 1;
+    f->copier = weft_hostcopy_acquire();
+  }
+  weft_hostcopy_run(bytes >= WEFT_HOSTCOPY_MIN ? f->copier : NULL, dst, src, bytes);
+}
+
+/* The size of a transfer's pieces: at most WEFT_PIECES of them, none under WEFT_PIECE_MIN, whole 64 KiB each. */
+static size_t piece_bytes(size_t bytes) {
+  size_t per = (bytes / WEFT_PIECES + 65535) & ~(size_t)65535;
+  return per < WEFT_PIECE_MIN ? WEFT_PIECE_MIN : per;
+}
 
 weft_status weft_tensor_check(weft_fabric *f, const weft_tensor *t, const char *what) {
   if (!t) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "%s is NULL", what);
@@ -57,18 +124,18 @@ static weft_status tensor_new(weft_fabric *f, weft_dtype dtype, int ndim, const 
   t->dtype = dtype;
   t->bytes = (numel ? numel : 1) * sizeof(float);
   t->borrowed = wrap != NULL;
-  t->host = wrap ? wrap : aligned_alloc(64, (t->bytes + 63) & ~(size_t)63);
+  t->host = wrap ? wrap : host_alloc(t->bytes, &t->mapped);
   t->buf = calloc(f->nlanes ? f->nlanes : 1, sizeof *t->buf);
   t->valid = calloc(f->nlanes ? f->nlanes : 1, 1);
   if (!t->host || !t->buf || !t->valid) {
-    if (!t->borrowed) free(t->host);
+    if (!t->borrowed && t->host) host_free(t->host, t->mapped);
     free(t->buf), free(t->valid), free(t);
     return weft_fail(f, WEFT_ERR_OUT_OF_MEMORY, "weft_tensor_create: out of host memory for %zu floats", numel);
   }
   if (wrap) {
     /* the caller's memory is the value */
-  } else if (data) memcpy(t->host, data, numel * 4);
-  else memset(t->host, 0, t->bytes);
+  } else if (data) weft_host_copy(f, t->host, data, numel * 4);
+  else if (!t->mapped) memset(t->host, 0, t->bytes); /* mapped pages are zero until written */
   t->magic = WEFT_TENSOR_MAGIC;
   t->fabric = f;
   t->ndim = ndim;
@@ -123,6 +190,63 @@ weft_status weft_tensor_wrap(weft_fabric *f, int ndim, const int64_t *dims, floa
   return tensor_new(f, WEFT_DTYPE_F32, ndim, dims, NULL, data, out_tensor);
 }
 
+/* The lane slot for weft_tensor_wrap_lane and weft_tensor_lane_address, or a failure naming why not. */
+static weft_status device_lane(weft_fabric *f, const char *fn, size_t lane, int want_wrap) {
+  if (lane >= f->nlanes)
+    return weft_fail(f, WEFT_ERR_NOT_FOUND, "%s: lane %zu does not exist (the fabric has %zu lanes)", fn, lane, f->nlanes);
+  weft_lane_slot *s = &f->lanes[lane];
+  if (weft_lane_is_host(f, (int)lane))
+    return weft_fail(f, WEFT_ERR_UNSUPPORTED, "%s: %s computes in host memory; weft_tensor_wrap shares host memory", fn,
+                     s->desc.name);
+  if (want_wrap ? !s->vt.buffer_wrap : !s->vt.buffer_address)
+    return weft_fail(f, WEFT_ERR_UNSUPPORTED, "%s: %s cannot %s its device memory", fn, s->desc.name,
+                     want_wrap ? "take another library's memory as" : "hand out");
+  if (s->failed) return weft_fail(f, WEFT_ERR_LANE_FAILED, "%s: %s is down", fn, s->desc.name);
+  return WEFT_OK;
+}
+
+weft_status weft_tensor_wrap_lane(weft_fabric *f, size_t lane, int ndim, const int64_t *dims, void *address,
+                                  weft_tensor **out_tensor) {
+  if (out_tensor) *out_tensor = NULL;
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!address) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_wrap_lane: address is NULL");
+  weft_status st = device_lane(f, "weft_tensor_wrap_lane", lane, 1);
+  if (st != WEFT_OK) return st;
+  weft_tensor *t = NULL;
+  if ((st = tensor_new(f, WEFT_DTYPE_F32, ndim, dims, NULL, NULL, &t)) != WEFT_OK) return st;
+  weft_lane_slot *s = &f->lanes[lane];
+  st = s->vt.buffer_wrap(s->self, address, t->bytes, &t->buf[lane]);
+  if (st != WEFT_OK) {
+    t->buf[lane] = NULL;
+    if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, (int)lane);
+    weft_tensor_destroy(t);
+    return st;
+  }
+  weft_tensor_mark_written(t, (int)lane); /* the lane's copy is the value */
+  *out_tensor = t;
+  return WEFT_OK;
+}
+
+weft_status weft_tensor_lane_address(weft_tensor *t, size_t lane, void **out_address) {
+  if (out_address) *out_address = NULL;
+  weft_status st = weft_tensor_check(NULL, t, "tensor");
+  if (st != WEFT_OK) return st;
+  weft_fabric *f = t->fabric;
+  if (!out_address) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_lane_address: out_address is NULL");
+  if ((st = device_lane(f, "weft_tensor_lane_address", lane, 0)) != WEFT_OK) return st;
+  if ((st = weft_tensor_make_valid(t, (int)lane)) != WEFT_OK) return st;
+  if ((st = weft_tensor_wait_users(t)) != WEFT_OK) return st;
+  if ((st = weft_tensor_failure(t)) != WEFT_OK) return st; /* the op that was to make it failed */
+  weft_lane_slot *s = &f->lanes[lane];
+  void *addr = NULL;
+  st = s->vt.buffer_address(s->self, t->buf[lane], &addr);
+  if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, (int)lane);
+  if (st != WEFT_OK) return st;
+  weft_tensor_mark_written(t, (int)lane); /* the caller may write there: that copy is the value now */
+  *out_address = addr;
+  return WEFT_OK;
+}
+
 void weft_tensor_destroy(weft_tensor *t) {
   if (!t || t->magic != WEFT_TENSOR_MAGIC) return;
   weft_fabric *f = t->fabric;
@@ -145,7 +269,7 @@ void weft_tensor_destroy(weft_tensor *t) {
   else f->tensors = t->next;
   if (t->next) t->next->prev = t->prev;
   t->magic = 0;
-  if (!t->borrowed) free(t->host);
+  if (!t->borrowed) host_free(t->host, t->mapped);
   free(t->recipe);
   free(t->errmsg);
   free(t->buf), free(t->valid), free(t);
@@ -187,9 +311,12 @@ weft_status weft_tensor_lane_buffer(weft_tensor *t, int lane, weft_buffer **out_
 
 /* Makes the host copy current, downloading from a lane that holds the value. A lane that goes down under
  * the download takes its copy with it: the value is then computed again elsewhere, or taken from another
- * lane that holds it. */
-static weft_status make_host_valid(weft_tensor *t) {
+ * lane that holds it. `sink` (may be NULL): where the caller wants the value too; when the lane is
+ * streaming it home, each piece is copied there as soon as it has landed, and *out_sunk says so (else the
+ * caller copies the host memory itself). */
+static weft_status make_host_valid(weft_tensor *t, void *sink, int *out_sunk) {
   weft_fabric *f = t->fabric;
+  if (out_sunk) *out_sunk = 0;
   for (size_t attempt = 0;; attempt++) {
     if (t->host_valid) return WEFT_OK;
     weft_status st;
@@ -204,14 +331,37 @@ static weft_status make_host_valid(weft_tensor *t) {
     if ((st = weft_tensor_wait_users(t)) != WEFT_OK) return st; /* queued host work still uses the memory */
     if (t->dma_lane && t->dma_lane != (int)i + 1 && (st = weft_tensor_wait_dma(t)) != WEFT_OK) return st;
     weft_tensor_offer_host(t, (int)i);
-    st = s->vt.download(s->self, t->buf[i], 0, t->host, t->numel * sizeof(float));
+    const size_t bytes = t->numel * sizeof(float);
+    /* (not when the host memory holds the value an in-place op started from: a replay may need it whole) */
+    int keep = 0;
+    for (int k = 0; t->recipe && k < t->recipe->nin + t->recipe->self_read; k++)
+      keep |= t->recipe->in_id[k] == t->id && t->recipe->in_version[k] == t->host_version;
+    /* streaming home as it is computed (into this host memory itself, op->out_host, or the lane's own): each
+     * piece waits only for its own part, and is copied on while later ones are still coming */
+    if (sink && sink != (void *)t->host && bytes >= WEFT_PIECED_MIN && !keep && s->vt.streaming &&
+        s->vt.streaming(s->self, t->buf[i])) {
+      const size_t per = piece_bytes(bytes);
+      size_t off = 0;
+      for (; off < bytes && st == WEFT_OK; off += per) {
+        const size_t len = bytes - off < per ? bytes - off : per;
+        st = s->vt.download(s->self, t->buf[i], off, (char *)t->host + off, len);
+        if (st == WEFT_OK) weft_host_copy(f, (char *)sink + off, (const char *)t->host + off, len);
+      }
+      /* pieces of the new value landed before one failed: the host memory holds no whole version now (an
+       * in-place op is not replayed from it) */
+      if (st != WEFT_OK && off > per) t->host_version = 0;
+      if (st == WEFT_OK && out_sunk) *out_sunk = 1;
+    } else {
+      st = s->vt.download(s->self, t->buf[i], 0, t->host, bytes);
+    }
     if (st == WEFT_ERR_LANE_FAILED) {
       weft_lane_mark_failed(f, (int)i);
+      if (out_sunk) *out_sunk = 0;
       if (attempt <= f->nlanes) continue;
     }
     if (st != WEFT_OK) return st;
     weft_lane_caught_up(f, (int)i); /* a lane works in order: what it was given before is done too */
-    s->stats.bytes_down += t->numel * sizeof(float);
+    s->stats.bytes_down += bytes;
     t->host_valid = 1;
     t->host_version = t->version;
     t->where |= 1;
@@ -223,9 +373,9 @@ static weft_status make_host_valid(weft_tensor *t) {
 weft_status weft_tensor_make_valid(weft_tensor *t, int lane) {
   weft_fabric *f = t->fabric;
   weft_status st = WEFT_OK;
-  if (weft_lane_is_host(f, lane)) return make_host_valid(t);
+  if (weft_lane_is_host(f, lane)) return make_host_valid(t, NULL, NULL);
   if (t->valid[lane]) return WEFT_OK;
-  if ((st = make_host_valid(t)) != WEFT_OK) return st;
+  if ((st = make_host_valid(t, NULL, NULL)) != WEFT_OK) return st;
   weft_buffer *b;
   if ((st = weft_tensor_lane_buffer(t, lane, &b)) != WEFT_OK) return st;
   weft_lane_slot *s = &f->lanes[lane];
@@ -259,6 +409,40 @@ void weft_tensor_mark_written(weft_tensor *t, int lane) {
   }
 }
 
+/* The device lane a write should send the new value to as it copies it in: one the old value lived on and
+ * that moves this host memory directly (registered there), so each piece's transfer is the bus's work
+ * alone and overlaps the copy of the next. -1: none (the value stays on the host until an op needs it). */
+static int write_through_lane(const weft_tensor *t) {
+  const weft_fabric *f = t->fabric;
+  if (t->bytes < WEFT_PIECED_MIN || !t->reg_mask) return -1;
+  for (size_t i = 0; i < f->nlanes && i < WEFT_LANE_BITS; i++)
+    if (t->valid[i] && t->buf[i] && weft_lane_bit(t->reg_mask, i) && !f->lanes[i].failed &&
+        !weft_lane_is_host(f, (int)i))
+      return (int)i;
+  return -1;
+}
+
+/* Copies `data` into the host memory in pieces, each sent on to lane `lane` once it is in place. Returns 1
+ * when the lane received all of it. A lane that refuses a piece gets no more; the host copy is complete
+ * either way, and a lane that went down under it is marked down (its message stays its own: the write
+ * itself succeeds). */
+static int write_through(weft_tensor *t, const void *data, int lane) {
+  weft_fabric *f = t->fabric;
+  weft_lane_slot *s = &f->lanes[lane];
+  const size_t bytes = t->numel * sizeof(float), per = piece_bytes(bytes);
+  weft_status st = WEFT_OK;
+  char saved[WEFT_ERR_LEN];
+  memcpy(saved, f->err, sizeof saved);
+  for (size_t off = 0; off < bytes; off += per) {
+    const size_t len = bytes - off < per ? bytes - off : per;
+    weft_host_copy(f, (char *)t->host + off, (const char *)data + off, len);
+    if (st == WEFT_OK) st = s->vt.upload(s->self, t->buf[lane], off, (const char *)t->host + off, len);
+  }
+  if (st == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, lane);
+  memcpy(f->err, saved, sizeof saved);
+  return st == WEFT_OK;
+}
+
 static weft_status tensor_write(weft_tensor *t, weft_dtype dtype, const void *data, size_t count) {
   weft_status st = weft_tensor_check(NULL, t, "tensor");
   if (st != WEFT_OK) return st;
@@ -273,8 +457,19 @@ static weft_status tensor_write(weft_tensor *t, weft_dtype dtype, const void *da
   if (f->lost) weft_fabric_recover_all(f); /* a lost value may have been made from the old one */
   if ((st = weft_tensor_wait_users(t)) != WEFT_OK) return st;
   if ((st = weft_tensor_wait_dma(t)) != WEFT_OK) return st;
-  if (data != (const void *)t->host) memcpy(t->host, data, count * 4); /* a wrapped tensor's own memory: no copy */
+  int through = -1;
+  if (data != (const void *)t->host) { /* a wrapped tensor's own memory: no copy */
+    const int lane = write_through_lane(t);
+    if (lane < 0) weft_host_copy(f, t->host, data, count * 4);
+    else if (write_through(t, data, lane)) through = lane;
+  }
   weft_tensor_mark_written(t, -1);
+  if (through >= 0) { /* the lane holds the new value too, and may still be reading the host memory */
+    t->valid[through] = 1;
+    if (through < 63) t->where |= (uint64_t)1 << (through + 1);
+    t->dma_lane = through + 1;
+    f->lanes[through].stats.bytes_up += count * 4;
+  }
   return WEFT_OK;
 }
 
@@ -290,11 +485,17 @@ static weft_status tensor_read(weft_tensor *t, weft_dtype dtype, void *out_data,
   if (count != t->numel)
     return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_read: room for %zu floats given, the tensor holds %zu", count,
                      t->numel);
-  if ((st = make_host_valid(t)) != WEFT_OK) return st;
+  int sunk = 0;
+  if (!t->host_valid && !t->lost) {
+    /* a value made on a device lane: its failure, if any, is known before anything reaches out_data */
+    if ((st = weft_tensor_wait_writer(t)) != WEFT_OK) return st;
+    if ((st = weft_tensor_failure(t)) != WEFT_OK) return st;
+  }
+  if ((st = make_host_valid(t, out_data, &sunk)) != WEFT_OK) return st;
   if ((st = weft_tensor_wait_writer(t)) != WEFT_OK) return st;
   /* the op that was to make this value failed: its failure, and nothing copied */
   if ((st = weft_tensor_failure(t)) != WEFT_OK) return st;
-  if (out_data != (void *)t->host) memcpy(out_data, t->host, count * 4);
+  if (!sunk && out_data != (void *)t->host) weft_host_copy(f, out_data, t->host, count * 4);
   return WEFT_OK;
 }
 
@@ -320,6 +521,19 @@ weft_status weft_tensor_shape(const weft_tensor *t, int *out_ndim, int64_t *out_
 }
 
 size_t weft_tensor_numel(const weft_tensor *t) { return t && t->magic == WEFT_TENSOR_MAGIC ? t->numel : 0; }
+
+weft_status weft_tensor_prefetch(weft_tensor *t, size_t lane) {
+  weft_status st = weft_tensor_check(NULL, t, "weft_tensor_prefetch: tensor");
+  if (st != WEFT_OK) return st;
+  weft_fabric *f = t->fabric;
+  if (lane >= f->nlanes)
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_prefetch: lane %zu is not one of the fabric's %zu lanes",
+                     lane, f->nlanes);
+  if (f->lanes[lane].failed)
+    return weft_fail(f, WEFT_ERR_LANE_FAILED, "weft_tensor_prefetch: lane %s is down", f->lanes[lane].desc.name);
+  if ((st = weft_tensor_make_valid(t, (int)lane)) == WEFT_ERR_LANE_FAILED) weft_lane_mark_failed(f, (int)lane);
+  return st;
+}
 
 const char *weft_tensor_location(const weft_tensor *tc) {
   if (!tc || tc->magic != WEFT_TENSOR_MAGIC) return "";

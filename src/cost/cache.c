@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -16,6 +17,9 @@
 #include "cost.h"
 
 #define CACHE_FORMAT 3 /* 2: lines carry their measured points; 3: and transfers of registered memory */
+/* Entries kept at most. Lanes come and go (a worker on a fresh ephemeral port is a new lane name each
+ * run): past this many, the entries saved longest ago leave first, so the file cannot grow forever. */
+#define CACHE_MAX_ENTRIES 64
 
 weft_status weft_cost_cache_path(char *out, size_t len) {
   if (!out || len == 0) return WEFT_ERR_INVALID_ARGUMENT;
@@ -179,7 +183,8 @@ static weft_status cache_merge_write(weft_fabric *f, const char *path, char *tmp
  * lost to another's, and a reader sees either the old file or the new one, never a partial write. */
 weft_status weft_cost_cache_save(weft_fabric *f) {
   char path[1024], tmp[1100], lockpath[1100];
-  if (weft_cost_cache_path(path, sizeof path) != WEFT_OK) return WEFT_ERR_IO;
+  if (f->cache_path[0]) snprintf(path, sizeof path, "%s", f->cache_path);
+  else if (weft_cost_cache_path(path, sizeof path) != WEFT_OK) return WEFT_ERR_IO;
   snprintf(lockpath, sizeof lockpath, "%s.lock", path);
   int lockfd = -1;
   if (mkdir_parents(path) == 0) lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -242,8 +247,20 @@ static weft_status cache_merge_write(weft_fabric *f, const char *path, char *tmp
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "key", key);
     cJSON_AddStringToObject(e, "lane", s->desc.name);
+    cJSON_AddNumberToObject(e, "saved", (double)time(NULL));
     cJSON_AddItemToObject(e, "lines", lines);
     cJSON_AddItemToArray(lanes, e);
+  }
+  /* over the cap: the entries saved longest ago go (those of this save are the newest) */
+  while (cJSON_GetArraySize(lanes) > CACHE_MAX_ENTRIES) {
+    int oldest = 0;
+    double t_old = 0;
+    for (int k = 0; k < cJSON_GetArraySize(lanes); k++) {
+      const cJSON *sv = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(lanes, k), "saved");
+      double t = cJSON_IsNumber(sv) ? sv->valuedouble : 0;
+      if (k == 0 || t < t_old) oldest = k, t_old = t;
+    }
+    cJSON_DeleteItemFromArray(lanes, oldest);
   }
   char *text = cJSON_Print(doc);
   cJSON_Delete(doc);

@@ -40,13 +40,18 @@ typedef struct sweep {
 /* Times `run` (which must leave the lane idle when it returns) as the median of repeats after a warm-up. */
 typedef weft_status (*run_fn)(void *ctx);
 
+/* A background measurement whose owner asked it to stop: each point ends the sweep early (its line is
+ * then not handed over). */
+static int stopped(const weft_fabric *f) { return f->calib_stop && atomic_load(f->calib_stop); }
+
 static weft_status time_point(weft_fabric *f, run_fn run, void *ctx, double *out_median) {
+  if (stopped(f)) return WEFT_ERR_STATE;
   weft_status st = run(ctx); /* warm-up: first-use uploads, pipeline creation, page faults */
   if (st != WEFT_OK) return st;
   double t[7];
   int reps = 0;
   double first = 0;
-  for (; reps < 7; reps++) {
+  for (; reps < 7 && !stopped(f); reps++) {
     double t0 = weft_monotonic_seconds(NULL);
     if ((st = run(ctx)) != WEFT_OK) return st;
     t[reps] = weft_monotonic_seconds(NULL) - t0;
@@ -57,7 +62,7 @@ static weft_status time_point(weft_fabric *f, run_fn run, void *ctx, double *out
       break;
     }
   }
-  (void)f;
+  if (reps == 0) return WEFT_ERR_STATE;
   *out_median = median(t, reps);
   return WEFT_OK;
 }
@@ -192,14 +197,22 @@ static weft_status time_transfer(weft_fabric *f, int lane, size_t bytes, int reg
   weft_status st = slot->vt.buffer_alloc(slot->self, bytes, &buf);
   double tu[5], td[5];
   int reps = 0;
+  /* An op's inputs are uploaded back to back and submitted with the op, whose own line already pays the
+   * submission and the wait; so an upload costs what one more upload adds before the sync: two uploads
+   * and a sync, less one upload and a sync. (Timed as one upload and a sync, each input was charged a
+   * whole round trip, and a device lane looked slower than it is on small host data.) */
   for (; st == WEFT_OK && reps < 5; reps++) {
     double t0 = weft_monotonic_seconds(NULL);
     st = slot->vt.upload(slot->self, buf, 0, host, bytes);
     if (st == WEFT_OK && slot->vt.sync) st = slot->vt.sync(slot->self);
     double t1 = weft_monotonic_seconds(NULL);
-    if (st == WEFT_OK) st = slot->vt.download(slot->self, buf, 0, host, bytes);
+    for (int k = 0; k < 2 && st == WEFT_OK; k++) st = slot->vt.upload(slot->self, buf, 0, host, bytes);
+    if (st == WEFT_OK && slot->vt.sync) st = slot->vt.sync(slot->self);
     double t2 = weft_monotonic_seconds(NULL);
-    tu[reps] = t1 - t0, td[reps] = t2 - t1;
+    if (st == WEFT_OK) st = slot->vt.download(slot->self, buf, 0, host, bytes);
+    double t3 = weft_monotonic_seconds(NULL);
+    double marginal = (t2 - t1) - (t1 - t0);
+    tu[reps] = marginal > 1e-9 ? marginal : 1e-9, td[reps] = t3 - t2;
   }
   if (buf) slot->vt.buffer_free(slot->self, buf);
   if (registered) slot->vt.host_unregister(slot->self, host, bytes);
@@ -223,7 +236,7 @@ static weft_status sweep_transfers(weft_fabric *f, int lane, double budget) {
   double deadline = weft_monotonic_seconds(NULL) + budget;
   weft_status st = WEFT_OK;
   int declined = 0;
-  for (size_t i = 0; i < sizeof bytes / sizeof bytes[0] && st == WEFT_OK; i++) {
+  for (size_t i = 0; i < sizeof bytes / sizeof bytes[0] && st == WEFT_OK && !stopped(f); i++) {
     st = time_transfer(f, lane, bytes[i], 0, &up, &down, &declined);
     if (weft_monotonic_seconds(NULL) > deadline && up.n >= 3) break;
   }
@@ -259,6 +272,7 @@ weft_status weft_cost_calibrate_lane(weft_fabric *f, int lane, double budget) {
   if (st == WEFT_OK && !host) st = sweep_transfers(f, lane, share);
   f->calibrating = was;
   weft_route_forget(f);
+  if (stopped(f)) return WEFT_ERR_STATE;
   if (st != WEFT_OK)
     weft_note(f, 1, "weft: calibrating lane %s failed (%s: %s); it keeps its prior cost model", slot->desc.name,
               weft_status_str(st), f->err);
@@ -266,7 +280,8 @@ weft_status weft_cost_calibrate_lane(weft_fabric *f, int lane, double budget) {
 }
 
 static int lane_needs_measuring(const weft_lane_slot *s) {
-  if (s->failed || s->calib_tried) return 0; /* a lane whose measurement failed keeps priors: no retry per op */
+  /* a lane whose measurement failed keeps priors (no retry per op); one measured in the background waits */
+  if (s->failed || s->calib_tried || s->calib_pending) return 0;
   for (int c = 0; c < WEFT_CONTRACT_COUNT; c++)
     if ((s->desc.contracts & WEFT_CONTRACT_BIT(c)) && s->cost[WEFT_COST_MATMUL][c].line.source == WEFT_COST_PRIOR)
       return 1;
@@ -279,33 +294,87 @@ static double lane_budget(const weft_fabric *f) { return f->nlanes > 1 ? 1.5 / (
 weft_status weft_fabric_calibrate(weft_fabric *f) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
   if (f->in_scope) return weft_fail(f, WEFT_ERR_STATE, "weft_fabric_calibrate: close the open scope first");
+  weft_cost_background_finish(f, 1); /* measuring everything now: a background sweep would only disturb it */
   weft_status first = WEFT_OK;
+  char why[WEFT_ERR_LEN] = "";
   for (size_t i = 0; i < f->nlanes; i++) {
     weft_note(f, 0, "calibrating %s (%s)", f->lanes[i].desc.name, f->lanes[i].desc.device);
     weft_status st = weft_cost_calibrate_lane(f, (int)i, lane_budget(f));
-    if (st != WEFT_OK && first == WEFT_OK) first = st;
+    if (st != WEFT_OK && first == WEFT_OK) first = st, memcpy(why, f->err, sizeof why);
   }
-  if (f->desc.calibration != WEFT_CALIBRATION_OFF) weft_cost_cache_save(f);
-  return first;
+  if (f->desc.calibration != WEFT_CALIBRATION_OFF && weft_cost_cache_save(f) != WEFT_OK && first == WEFT_OK) {
+    char path[1024] = "";
+    weft_cost_cache_path(path, sizeof path);
+    return weft_fail(f, WEFT_ERR_IO, "weft_fabric_calibrate: the lanes were measured, but the cache %s could not be "
+                     "written; they will be measured again next time", *path ? path : "(no $HOME or $XDG_CACHE_HOME)");
+  }
+  if (first != WEFT_OK) return weft_fail(f, first, "%s", why);
+  return WEFT_OK;
+}
+
+/* Says once, through on_note, which lanes are being measured and where their lines will be kept. */
+static void announce(weft_fabric *f, const int *lanes, size_t n, int background) {
+  char names[512] = "", path[1024] = "";
+  for (size_t i = 0; i < n; i++) {
+    size_t used = strlen(names);
+    snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", f->lanes[lanes[i]].desc.name);
+  }
+  if (weft_cost_cache_path(path, sizeof path) != WEFT_OK) snprintf(path, sizeof path, "nowhere (no $HOME)");
+  if (background)
+    weft_note(f, 0, "weft: measuring lanes %s in the background for the router (ops run meanwhile, routed on "
+              "estimates); the results are kept in %s", names, path);
+  else
+    weft_note(f, 0, "weft: measuring lanes %s for the router (a second or two, once); the results are kept in %s",
+              names, path);
+}
+
+/* Measures, on the caller's thread, the lanes that still need it and the background cannot take. */
+static void measure_here(weft_fabric *f) {
+  int *todo = malloc((f->nlanes ? f->nlanes : 1) * sizeof *todo);
+  size_t n = 0;
+  for (size_t i = 0; todo && i < f->nlanes; i++)
+    if (lane_needs_measuring(&f->lanes[i])) todo[n++] = (int)i;
+  if (n) announce(f, todo, n, 0);
+  for (size_t k = 0; k < n; k++) {
+    int i = todo[k];
+    char saved[WEFT_ERR_LEN];
+    memcpy(saved, f->err, sizeof saved);
+    weft_note(f, 0, "calibrating %s (%s)", f->lanes[i].desc.name, f->lanes[i].desc.device);
+    weft_cost_calibrate_lane(f, i, lane_budget(f));
+    memcpy(f->err, saved, sizeof saved);
+  }
+  if (n) weft_cost_cache_save(f);
+  free(todo);
 }
 
 void weft_cost_ensure(weft_fabric *f) {
-  if (f->calibrating || f->in_scope) return; /* not now: a scope's recording must not be flushed by a sweep */
+  if (f->calibrating) return;
   if (f->desc.calibration != WEFT_CALIBRATION_AUTO) {
     f->models_ready = 1;
     return;
   }
-  int measured = 0;
-  for (size_t i = 0; i < f->nlanes; i++) {
-    if (!lane_needs_measuring(&f->lanes[i])) continue;
-    char saved[WEFT_ERR_LEN];
-    memcpy(saved, f->err, sizeof saved);
-    weft_note(f, 0, "calibrating %s (%s)", f->lanes[i].desc.name, f->lanes[i].desc.device);
-    weft_cost_calibrate_lane(f, (int)i, lane_budget(f));
-    memcpy(f->err, saved, sizeof saved);
-    measured = 1;
+  /* 1. lanes a second fabric can open: measured by a thread of their own while the caller's ops go on */
+  if (!f->calib_bg && weft_cost_background_allowed()) {
+    int *todo = malloc((f->nlanes ? f->nlanes : 1) * sizeof *todo);
+    size_t n = 0;
+    for (size_t i = 0; todo && i < f->nlanes; i++)
+      if (f->lanes[i].reopenable && !f->lanes[i].calib_refused && lane_needs_measuring(&f->lanes[i])) todo[n++] = (int)i;
+    if (n && weft_cost_background_start(f, todo, n) == WEFT_OK) announce(f, todo, n, 1);
+    free(todo);
   }
-  if (measured) weft_cost_cache_save(f);
+  /* 2. the rest, here; not inside a scope, whose recording a sweep's ops would flush */
+  if (f->in_scope) return;
+  measure_here(f);
   f->models_ready = 1;
   weft_route_forget(f);
+}
+
+weft_status weft_fabric_calibration_wait(weft_fabric *f) {
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (f->in_scope) return weft_fail(f, WEFT_ERR_STATE, "weft_fabric_calibration_wait: close the open scope first");
+  weft_cost_background_finish(f, 0);
+  if (f->desc.calibration == WEFT_CALIBRATION_AUTO) measure_here(f);
+  f->models_ready = 1;
+  weft_route_forget(f);
+  return WEFT_OK;
 }

@@ -36,11 +36,16 @@ struct weft_gpt {
   int64_t step;
   acts a;
   int have_acts;
+  int home, home_rest; /* PLACE_AUTO: the lanes the weights were made resident on (-1: not chosen yet) */
+  int *pkind;          /* each parameter tensor's kind (K_*) */
   uint64_t rr; /* PLACE_RR: ops placed so far */
   int cur_layer, cur_lane; /* the last op's layer and asked-for lane (D) */
+  int cur_lane_hint;       /* the layer's lane before a matmul's contract moved it (D) */
   weft_op_kind cur_kind;
   weft_gpt_op_hook hook;
   void *hook_ctx;
+  int dp_B;          /* data-parallel (weft_gpt_set_data_parallel): the whole batch's rows; 0 = off */
+  weft_mpi_grad *dp; /* the step's reduction across the ranks, during backward */
   char err[512];
 };
 
@@ -141,6 +146,11 @@ static uint64_t lane_ops(weft_fabric *f, int lane) {
   return li.failed ? 0 : (li.ops ? li.ops : WEFT_OPS_V1);
 }
 
+static int lane_honours(weft_fabric *f, int lane, weft_contract c) {
+  weft_lane_info li;
+  return lane >= 0 && weft_fabric_lane_info(f, (size_t)lane, &li) == WEFT_OK && (li.contracts & WEFT_CONTRACT_BIT(c));
+}
+
 static int cpu_lane(weft_fabric *f) {
   size_t i;
   return weft_fabric_lane_find(f, "cpu", &i) == WEFT_OK ? (int)i : WEFT_LANE_AUTO;
@@ -169,8 +179,25 @@ static weft_op_desc D(weft_gpt *g, int l, weft_op_kind k) {
                : g->opts.contract == WEFT_CONTRACT_EXACT ? WEFT_CONTRACT_EXACT
                                                          : WEFT_CONTRACT_FP32;
   const int lane = g->llane[l];
+  g->cur_lane_hint = lane;
   if (g->opts.place == WEFT_GPT_PLACE_RR) d.lane = rr_lane(g, k, d.contract);
   else if (lane >= 0) d.lane = (lane_ops(g->f, lane) & WEFT_OP_BIT(k)) ? lane : cpu_lane(g->f);
+  if (d.lane >= 0 && k == WEFT_OP_MATMUL && !lane_honours(g->f, d.lane, d.contract)) {
+    /* tf32/bf16 on a lane whose matmuls are exact/fp32: its tensor units (cuda:0 -> cuda:0.tensor), or the
+     * router among the lanes that honour the contract */
+    weft_lane_info li;
+    char name[96];
+    size_t t;
+    d.lane = WEFT_LANE_AUTO;
+    if (weft_fabric_lane_info(g->f, (size_t)g->cur_lane_hint, &li) == WEFT_OK) {
+      snprintf(name, sizeof name, "%s.tensor", li.name);
+      if (weft_fabric_lane_find(g->f, name, &t) == WEFT_OK && lane_honours(g->f, (int)t, d.contract)) d.lane = (int)t;
+    }
+  }
+  /* fp32 asks for less than exact: a lane placed by layer or by name that honours only exact runs the op
+   * exact */
+  if (k != WEFT_OP_MATMUL && d.contract == WEFT_CONTRACT_FP32 && d.lane >= 0 && !lane_honours(g->f, d.lane, d.contract))
+    d.contract = WEFT_CONTRACT_EXACT;
   g->cur_layer = l, g->cur_kind = k, g->cur_lane = d.lane;
   return d;
 }
@@ -232,6 +259,7 @@ weft_status weft_gpt_create(weft_fabric *f, const weft_gpt_config *cfg, const fl
   if (!g) return WEFT_ERR_OUT_OF_MEMORY;
   *out = g; /* the caller reads the error from it, and destroys it */
   g->f = f;
+  g->home = g->home_rest = -1;
   if (!f || !cfg || !params) return fail(g, WEFT_ERR_INVALID_ARGUMENT, "weft_gpt_create: a NULL argument");
   if (!weft_gpt_config_ok(cfg, g->err, sizeof g->err)) return WEFT_ERR_SHAPE;
   g->cfg = *cfg;
@@ -247,9 +275,9 @@ weft_status weft_gpt_create(weft_fabric *f, const weft_gpt_config *cfg, const fl
   g->P = calloc((size_t)g->np, sizeof *g->P), g->G = calloc((size_t)g->np, sizeof *g->G);
   g->M = calloc((size_t)g->np, sizeof *g->M), g->Vm = calloc((size_t)g->np, sizeof *g->Vm);
   g->off = calloc((size_t)g->np, sizeof *g->off), g->cnt = calloc((size_t)g->np, sizeof *g->cnt);
-  g->dims = calloc((size_t)g->np, sizeof *g->dims);
+  g->dims = calloc((size_t)g->np, sizeof *g->dims), g->pkind = calloc((size_t)g->np, sizeof *g->pkind);
   g->plane = calloc((size_t)g->np, sizeof *g->plane), g->llane = calloc((size_t)L + 1, sizeof *g->llane);
-  if (!g->P || !g->G || !g->M || !g->Vm || !g->off || !g->cnt || !g->dims || !g->plane || !g->llane)
+  if (!g->P || !g->G || !g->M || !g->Vm || !g->off || !g->cnt || !g->dims || !g->plane || !g->pkind || !g->llane)
     return fail(g, WEFT_ERR_OUT_OF_MEMORY, "out of host memory for the model's tables");
   /* placement */
   if (g->opts.place == WEFT_GPT_PLACE_LAYERS) {
@@ -294,6 +322,7 @@ weft_status weft_gpt_create(weft_fabric *f, const weft_gpt_config *cfg, const fl
       g->off[p] = at, g->cnt[p] = (size_t)(d0 * (d1 ? d1 : 1));
       g->dims[p][0] = d0, g->dims[p][1] = d1;
       g->plane[p] = nlay == 1 ? L : l;
+      g->pkind[p] = k;
       g->P[p] = mk(g, WEFT_DTYPE_F32, nd, d0, d1, 0, 0, params + at);
       if (!g->P[p]) return WEFT_ERR_OUT_OF_MEMORY;
       at += g->cnt[p];
@@ -328,7 +357,7 @@ void weft_gpt_destroy(weft_gpt *g) {
     if (g->Vm) weft_tensor_destroy(g->Vm[p]);
   }
   free(g->P), free(g->G), free(g->M), free(g->Vm), free(g->off), free(g->cnt), free(g->dims), free(g->plane);
-  free(g->llane);
+  free(g->pkind), free(g->llane);
   free(g);
 }
 
@@ -387,7 +416,8 @@ static weft_status grads_make(weft_gpt *g) {
   const int64_t C = g->cfg.C, N = (int64_t)a->B * a->T, V = g->cfg.V;
   float *dl = malloc((size_t)N * sizeof(float));
   if (!dl) return fail(g, WEFT_ERR_OUT_OF_MEMORY, "out of host memory");
-  const float inv = weft_recipf((float)N);
+  /* the mean over the whole batch: this rank's rows of it when data-parallel */
+  const float inv = weft_recipf((float)(g->dp_B ? (int64_t)g->dp_B * a->T : N));
   for (int64_t i = 0; i < N; i++) dl[i] = inv;
   a->dloss = mk(g, WEFT_DTYPE_F32, 1, N, 0, 0, 0, dl);
   free(dl);
@@ -477,12 +507,100 @@ static weft_status mean_loss(weft_gpt *g, float *out) {
   double s = 0;
   for (int64_t i = 0; i < N; i++) s += l[i];
   free(l);
-  *out = (float)(s / (double)N);
+  /* data-parallel: this rank's share of the whole batch's mean (the ranks' shares add up to it) */
+  *out = (float)(s / (g->dp_B ? (double)g->dp_B * g->a.T : (double)N));
+  return WEFT_OK;
+}
+
+/* PLACE_AUTO: the weights' home. Every op is still routed one by one, but weights moved to answer one op
+ * would be moved again and again (a decode step reads all of them), so they live where the cost model puts
+ * a step of this many rows fastest: per lane that runs every op of the model, the predicted dispatch and
+ * compute of the step's matmuls, layernorms, GELU and adds (transfers left out: the weights move once).
+ * The host's lanes need no copy; a device lane gets one now (weft_tensor_prefetch), so the router sees them
+ * resident there and counts no transfer for them. */
+static uint64_t model_ops(void) {
+  static const weft_op_kind k[] = {WEFT_OP_EMBEDDING, WEFT_OP_LAYERNORM, WEFT_OP_MATMUL, WEFT_OP_ADD,
+                                   WEFT_OP_GELU,      WEFT_OP_COPY_SLICE, WEFT_OP_ATTENTION_CACHED};
+  uint64_t m = 0;
+  for (size_t i = 0; i < sizeof k / sizeof *k; i++) m |= WEFT_OP_BIT(k[i]);
+  return m;
+}
+
+/* The lane among those that run every op in `ops` (under the matmul's contract for matmuls) with the least
+ * predicted dispatch + compute for the queries q[] (per_layer: how many of it a layer has; 0: one a step);
+ * -1 when none does. */
+typedef struct home_query {
+  weft_op_kind op;
+  int64_t m, n, k, cols, per_layer;
+} home_query;
+
+static int best_lane_cost(weft_gpt *g, uint64_t ops, const home_query *q, size_t nq, int only, double *out_cost);
+
+static int best_lane(weft_gpt *g, uint64_t ops, const home_query *q, size_t nq) {
+  double c;
+  return best_lane_cost(g, ops, q, nq, -1, &c);
+}
+
+/* only >= 0: that lane alone (-1 when it cannot run them); *out_cost: the chosen lane's predicted time */
+static int best_lane_cost(weft_gpt *g, uint64_t ops, const home_query *q, size_t nq, int only, double *out_cost) {
+  weft_fabric *f = g->f;
+  const size_t nl = weft_fabric_lane_count(f);
+  double best = 0;
+  int home = -1;
+  for (size_t i = 0; i < nl; i++) {
+    if (only >= 0 && (int)i != only) continue;
+    if ((lane_ops(f, (int)i) & ops) != ops) continue;
+    double total = 0;
+    int ok = 1;
+    for (size_t j = 0; j < nq && ok; j++) {
+      weft_route_query rq;
+      memset(&rq, 0, sizeof rq);
+      rq.op = q[j].op, rq.contract = q[j].op == WEFT_OP_MATMUL ? g->opts.contract : WEFT_CONTRACT_EXACT;
+      rq.batch = 1, rq.m = q[j].m, rq.n = q[j].n, rq.k = q[j].k, rq.rows = q[j].m, rq.cols = q[j].cols;
+      weft_route_explanation ex;
+      ok = weft_route_explain(f, &rq, &ex) == WEFT_OK && i < ex.nlanes && ex.lanes[i].eligible;
+      if (ok)
+        total += (ex.lanes[i].alpha + ex.lanes[i].compute) *
+                 (double)(q[j].per_layer ? q[j].per_layer * g->cfg.L : 1);
+    }
+    if (ok && (home < 0 || total < best)) home = (int)i, best = total;
+  }
+  *out_cost = best;
+  return home;
+}
+
+static weft_status choose_home(weft_gpt *g, int64_t rows) {
+  if (g->opts.place != WEFT_GPT_PLACE_AUTO || g->home != -1) return WEFT_OK;
+  /* on measured models, not the built-in priors: a home chosen on a guess holds the weights for the run */
+  if (weft_fabric_lane_count(g->f) > 1) RUN(weft_fabric_calibration_wait(g->f), "measure the lanes");
+  const int64_t C = g->cfg.C, V = g->cfg.V;
+  const home_query mm[] = {{WEFT_OP_MATMUL, rows, 3 * C, C, 0, 1}, {WEFT_OP_MATMUL, rows, C, C, 0, 1},
+                           {WEFT_OP_MATMUL, rows, 4 * C, C, 0, 1}, {WEFT_OP_MATMUL, rows, C, 4 * C, 0, 1},
+                           {WEFT_OP_MATMUL, rows, V, C, 0, 0}};
+  const home_query rest[] = {{WEFT_OP_LAYERNORM, rows, 0, 0, C, 2}, {WEFT_OP_GELU, rows, 0, 0, 4 * C, 1},
+                             {WEFT_OP_ADD, rows, 0, 0, C, 4}};
+  /* the matmuls' weights where the matmuls go (under tf32/bf16 the tensor lane, which runs only them), the
+   * others' where the other ops go; the token table, which both read, in both places */
+  const int hr = best_lane(g, model_ops() & ~WEFT_OP_BIT(WEFT_OP_MATMUL), rest, sizeof rest / sizeof *rest);
+  double t_best = 0, t_hr = 0;
+  int hm = best_lane_cost(g, WEFT_OP_BIT(WEFT_OP_MATMUL), mm, sizeof mm / sizeof *mm, -1, &t_best);
+  /* one home for both where it costs the matmuls at most 5% more: activations then never cross lanes */
+  if (hm >= 0 && hr >= 0 && hm != hr && best_lane_cost(g, WEFT_OP_BIT(WEFT_OP_MATMUL), mm, sizeof mm / sizeof *mm, hr, &t_hr) == hr &&
+      t_hr <= 1.05 * t_best)
+    hm = hr;
+  g->home = hm >= 0 ? hm : -2, g->home_rest = hr;
+  for (int i = 0; i < g->np; i++) {
+    const int k = g->pkind[i];
+    const int mat = k == K_QKVW || k == K_APW || k == K_FCW || k == K_FPW;
+    if ((mat || k == K_WTE) && hm >= 0) RUN(weft_tensor_prefetch(g->P[i], (size_t)hm), "make the weights resident");
+    if (!mat && hr >= 0) RUN(weft_tensor_prefetch(g->P[i], (size_t)hr), "make the weights resident");
+  }
   return WEFT_OK;
 }
 
 static weft_status load_batch(weft_gpt *g, const int32_t *tok, const int32_t *tgt, int B, int T) {
   weft_status st = check_tokens(g, tok, B, T);
+  if (st == WEFT_OK) st = choose_home(g, (int64_t)B * T);
   if (st == WEFT_OK && tgt) st = check_tokens(g, tgt, B, T);
   if (st != WEFT_OK) return st;
   if ((st = acts_make(g, B, T)) != WEFT_OK) return st;
@@ -519,7 +637,23 @@ weft_status weft_gpt_logits_all(weft_gpt *g, const int32_t *tok, int B, int T, f
   return st == WEFT_OK ? st : fail(g, st, "read the logits: %s", weft_fabric_last_error(g->f));
 }
 
-static weft_status backward(weft_gpt *g) {
+/* The ops that sum over the batch (weight and bias gradients, layernorm's gains and biases): this rank's
+ * samples alone, or, data-parallel, the whole batch across the ranks (weft_mpi_grad_*: chained under exact,
+ * the bits of one process). */
+#define GRAD_MM(a_, ta_, b_, tb_, c_)                                                                            \
+  (g->dp ? weft_mpi_grad_matmul(g->dp, &d, a_, ta_, b_, tb_, c_) : weft_op_matmul(f, &d, a_, ta_, b_, tb_, c_))
+#define GRAD_SUM(x_, out_) (g->dp ? weft_mpi_grad_sum_rows(g->dp, &d, x_, out_) : weft_op_sum_rows(f, &d, x_, out_))
+#define GRAD_LNB(dy_, x_, m_, r_, gam_, dx_, dg_, db_) (g->dp ? lnb_dp(g, &d, dy_, x_, m_, r_, gam_, dx_, dg_, db_) \
+                                                            : weft_op_layernorm_backward(f, &d, dy_, x_, m_, r_, gam_, dx_, dg_, db_))
+
+static weft_status lnb_dp(weft_gpt *g, const weft_op_desc *d, weft_tensor *dy, weft_tensor *x, weft_tensor *mean,
+                          weft_tensor *rstd, weft_tensor *gamma, weft_tensor *dx, weft_tensor *dgamma,
+                          weft_tensor *dbeta) {
+  weft_tensor *const in[5] = {dy, x, mean, rstd, gamma}, *const out[3] = {dx, dgamma, dbeta};
+  return weft_mpi_grad_op(g->dp, d, WEFT_OP_LAYERNORM_BACKWARD, in, 5, out, 3, NULL, 6u);
+}
+
+static weft_status backward_ops(weft_gpt *g) {
   weft_fabric *f = g->f;
   acts *a = &g->a;
   const int L = g->cfg.L, B = a->B, T = a->T;
@@ -534,33 +668,35 @@ static weft_status backward(weft_gpt *g) {
   RUN(weft_op_crossentropy_backward(f, &d, a->logits, a->tgt, a->dloss, a->dlogits), "crossentropy backward");
   d = D(g, L, WEFT_OP_MATMUL);
   RUN(weft_op_matmul(f, &d, a->dlogits, 0, PP(K_WTE, 0), 0, a->dlnf), "dlnf");
-  RUN(weft_op_matmul(f, &d, a->dlogits, 1, a->lnf, 0, GG(K_WTE, 0)), "dwte (head)");
+  /* the token table's gradient: the head's matmul, then the embedding's backward, each over the batch */
+  if (g->dp) RUN(weft_mpi_grad_passes(g->dp, GG(K_WTE, 0), 2), "dwte (two passes)");
+  RUN(GRAD_MM(a->dlogits, 1, a->lnf, 0, GG(K_WTE, 0)), "dwte (head)");
   d = D(g, L, WEFT_OP_LAYERNORM_BACKWARD);
-  RUN(weft_op_layernorm_backward(f, &d, a->dlnf, a->x[L], a->mf, a->sf, PP(K_LNFW, 0), a->dxa, GG(K_LNFW, 0), GG(K_LNFB, 0)), "lnf backward");
+  RUN(GRAD_LNB(a->dlnf, a->x[L], a->mf, a->sf, PP(K_LNFW, 0), a->dxa, GG(K_LNFW, 0), GG(K_LNFB, 0)), "lnf backward");
   weft_tensor *dx = a->dxa, *dxn = a->dxb;
   for (int l = L - 1; l >= 0; l--) {
     d = D(g, l, WEFT_OP_MATMUL);
-    RUN(weft_op_matmul(f, &d, dx, 1, a->fcg[l], 0, GG(K_FPW, l)), "dw fc proj");
+    RUN(GRAD_MM(dx, 1, a->fcg[l], 0, GG(K_FPW, l)), "dw fc proj");
     d = D(g, l, WEFT_OP_SUM_ROWS);
-    RUN(weft_op_sum_rows(f, &d, dx, GG(K_FPB, l)), "db fc proj");
+    RUN(GRAD_SUM(dx, GG(K_FPB, l)), "db fc proj");
     d = D(g, l, WEFT_OP_MATMUL);
     RUN(weft_op_matmul(f, &d, dx, 0, PP(K_FPW, l), 0, a->dfc), "dgelu");
     d = D(g, l, WEFT_OP_GELU_BACKWARD);
     RUN(weft_op_gelu_backward(f, &d, a->fch[l], a->dfc, a->dfc), "gelu backward");
     d = D(g, l, WEFT_OP_MATMUL);
-    RUN(weft_op_matmul(f, &d, a->dfc, 1, a->ln2[l], 0, GG(K_FCW, l)), "dw fc");
+    RUN(GRAD_MM(a->dfc, 1, a->ln2[l], 0, GG(K_FCW, l)), "dw fc");
     d = D(g, l, WEFT_OP_SUM_ROWS);
-    RUN(weft_op_sum_rows(f, &d, a->dfc, GG(K_FCB, l)), "db fc");
+    RUN(GRAD_SUM(a->dfc, GG(K_FCB, l)), "db fc");
     d = D(g, l, WEFT_OP_MATMUL);
     RUN(weft_op_matmul(f, &d, a->dfc, 0, PP(K_FCW, l), 0, a->dtmp), "dln2");
     d = D(g, l, WEFT_OP_LAYERNORM_BACKWARD);
-    RUN(weft_op_layernorm_backward(f, &d, a->dtmp, a->x2[l], a->m2[l], a->s2[l], PP(K_LN2W, l), a->dtmp, GG(K_LN2W, l), GG(K_LN2B, l)), "ln2 backward");
+    RUN(GRAD_LNB(a->dtmp, a->x2[l], a->m2[l], a->s2[l], PP(K_LN2W, l), a->dtmp, GG(K_LN2W, l), GG(K_LN2B, l)), "ln2 backward");
     d = D(g, l, WEFT_OP_ADD);
     RUN(weft_op_add(f, &d, dx, a->dtmp, a->dx2), "dx2");
     d = D(g, l, WEFT_OP_MATMUL);
-    RUN(weft_op_matmul(f, &d, a->dx2, 1, a->ay[l], 0, GG(K_APW, l)), "dw attn proj");
+    RUN(GRAD_MM(a->dx2, 1, a->ay[l], 0, GG(K_APW, l)), "dw attn proj");
     d = D(g, l, WEFT_OP_SUM_ROWS);
-    RUN(weft_op_sum_rows(f, &d, a->dx2, GG(K_APB, l)), "db attn proj");
+    RUN(GRAD_SUM(a->dx2, GG(K_APB, l)), "db attn proj");
     d = D(g, l, WEFT_OP_MATMUL);
     RUN(weft_op_matmul(f, &d, a->dx2, 0, PP(K_APW, l), 0, a->day), "dattn");
     reshape(a->day, 3, B, T, C), reshape(a->qkv[l], 3, B, T, 3 * C), reshape(a->dqkv, 3, B, T, 3 * C);
@@ -568,13 +704,13 @@ static weft_status backward(weft_gpt *g) {
     RUN(weft_op_attention_backward(f, &d, a->day, a->qkv[l], a->att[l], g->cfg.NH, a->dqkv), "attention backward");
     reshape(a->day, 2, N, C, 0), reshape(a->qkv[l], 2, N, 3 * C, 0), reshape(a->dqkv, 2, N, 3 * C, 0);
     d = D(g, l, WEFT_OP_MATMUL);
-    RUN(weft_op_matmul(f, &d, a->dqkv, 1, a->ln1[l], 0, GG(K_QKVW, l)), "dw qkv");
+    RUN(GRAD_MM(a->dqkv, 1, a->ln1[l], 0, GG(K_QKVW, l)), "dw qkv");
     d = D(g, l, WEFT_OP_SUM_ROWS);
-    RUN(weft_op_sum_rows(f, &d, a->dqkv, GG(K_QKVB, l)), "db qkv");
+    RUN(GRAD_SUM(a->dqkv, GG(K_QKVB, l)), "db qkv");
     d = D(g, l, WEFT_OP_MATMUL);
     RUN(weft_op_matmul(f, &d, a->dqkv, 0, PP(K_QKVW, l), 0, a->dtmp), "dln1");
     d = D(g, l, WEFT_OP_LAYERNORM_BACKWARD);
-    RUN(weft_op_layernorm_backward(f, &d, a->dtmp, a->x[l], a->m1[l], a->s1[l], PP(K_LN1W, l), a->dtmp, GG(K_LN1W, l), GG(K_LN1B, l)), "ln1 backward");
+    RUN(GRAD_LNB(a->dtmp, a->x[l], a->m1[l], a->s1[l], PP(K_LN1W, l), a->dtmp, GG(K_LN1W, l), GG(K_LN1B, l)), "ln1 backward");
     d = D(g, l, WEFT_OP_ADD);
     RUN(weft_op_add(f, &d, a->dx2, a->dtmp, dxn), "dx");
     weft_tensor *t = dx;
@@ -582,9 +718,38 @@ static weft_status backward(weft_gpt *g) {
   }
   reshape(dx, 3, B, T, C);
   d = D(g, L, WEFT_OP_EMBEDDING_BACKWARD);
-  weft_status st = weft_op_embedding_backward(f, &d, dx, a->tok, NULL, GG(K_WTE, 0), GG(K_WPE, 0));
+  weft_status st;
+  if (g->dp) {
+    weft_tensor *const ein[3] = {dx, a->tok, NULL}, *const eout[2] = {GG(K_WTE, 0), GG(K_WPE, 0)};
+    st = weft_mpi_grad_op(g->dp, &d, WEFT_OP_EMBEDDING_BACKWARD, ein, 3, eout, 2, NULL, 3u);
+  } else {
+    st = weft_op_embedding_backward(f, &d, dx, a->tok, NULL, GG(K_WTE, 0), GG(K_WPE, 0));
+  }
   reshape(dx, 2, N, C, 0);
   if (st != WEFT_OK) return fail(g, st, "embedding backward: %s", weft_fabric_last_error(f));
+  return WEFT_OK;
+}
+
+static weft_status backward(weft_gpt *g) {
+  if (!g->dp_B) return backward_ops(g);
+  weft_contract c = g->opts.contract == WEFT_CONTRACT_FP32 ? WEFT_CONTRACT_FP32 : WEFT_CONTRACT_EXACT;
+  weft_status st = weft_mpi_grad_begin(g->f, c, &g->dp);
+  if (st != WEFT_OK) return fail(g, st, "data-parallel gradients: %s", weft_fabric_last_error(g->f));
+  st = backward_ops(g);
+  weft_status end = weft_mpi_grad_end(g->dp);
+  g->dp = NULL;
+  if (st == WEFT_OK && end != WEFT_OK)
+    return fail(g, end, "combining the gradients across the ranks: %s", weft_fabric_last_error(g->f));
+  return st;
+}
+
+weft_status weft_gpt_set_data_parallel(weft_gpt *g, int batch) {
+  if (batch < 0) return fail(g, WEFT_ERR_INVALID_ARGUMENT, "data-parallel batch %d", batch);
+  if (batch && g->opts.contract != WEFT_CONTRACT_EXACT && g->opts.contract != WEFT_CONTRACT_FP32)
+    return fail(g, WEFT_ERR_UNSUPPORTED, "data-parallel training takes the exact or the fp32 contract, not %s",
+                weft_contract_str(g->opts.contract));
+  g->dp_B = batch;
+  if (g->a.dlogits) acts_free(g); /* dloss is made again with the new mean */
   return WEFT_OK;
 }
 
@@ -643,21 +808,26 @@ weft_status weft_gpt_write_moments(weft_gpt *g, const float *m, const float *v, 
 static int32_t sample(const float *logits, int V, float temperature, int top_k, uint64_t *rng, float *prob, int *idx) {
   if (temperature <= 0) {
     int best = 0;
+    float bv = logits[0];
     for (int i = 1; i < V; i++)
-      if (logits[i] > logits[best]) best = i;
+      if (logits[i] > bv) bv = logits[i], best = i;
     return best;
   }
-  /* the top k by selection (ties: the lower index first) */
+  /* the top k, largest first (ties: the lower index first), kept sorted as the logits stream past: one
+   * compare for most of them, not k passes over the vocabulary */
   const int k = top_k > 0 && top_k < V ? top_k : V;
-  for (int i = 0; i < V; i++) idx[i] = i;
-  if (k < V)
-    for (int i = 0; i < k; i++) {
-      int b = i;
-      for (int j = i + 1; j < V; j++)
-        if (logits[idx[j]] > logits[idx[b]]) b = j;
-      const int t = idx[i];
-      idx[i] = idx[b], idx[b] = t;
+  if (k == V) {
+    for (int i = 0; i < V; i++) idx[i] = i; /* every token, in index order */
+  } else {
+    int cnt = 0;
+    for (int i = 0; i < V; i++) {
+      const float v = logits[i];
+      if (cnt == k && !(v > logits[idx[k - 1]])) continue;
+      int j = cnt < k ? cnt++ : k - 1;
+      while (j > 0 && v > logits[idx[j - 1]]) idx[j] = idx[j - 1], j--;
+      idx[j] = i;
     }
+  }
   float mx = logits[idx[0]];
   for (int i = 1; i < k; i++)
     if (logits[idx[i]] > mx) mx = logits[idx[i]];
@@ -707,6 +877,16 @@ weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int nto
       !(x2r = mkf(g, 2, 1, C, 0, 0)) || !(fcr = mkf(g, 2, 1, 4 * C, 0, 0)) || !(fcg = mkf(g, 2, 1, 4 * C, 0, 0)) ||
       !(lgr = mkf(g, 2, 1, V, 0, 0)) || !(mr = mkf(g, 1, 1, 0, 0, 0)) || !(sr = mkf(g, 1, 1, 0, 0, 0)))
     goto oom;
+  /* PLACE_AUTO: the cache and the positions live with the weights, as they do: the router then routes the
+   * step's ops knowing the cache is resident there, not on the host it was made on */
+  if (g->opts.place == WEFT_GPT_PLACE_AUTO && g->home_rest >= 0) {
+    for (int l = 0; l < L && st == WEFT_OK; l++) st = weft_tensor_prefetch(cache[l], (size_t)g->home_rest);
+    for (int64_t t = 0; t < Tc && st == WEFT_OK; t++) st = weft_tensor_prefetch(idx[t], (size_t)g->home_rest);
+    if (st != WEFT_OK) {
+      fail(g, st, "make the cache resident: %s", weft_fabric_last_error(f));
+      goto done;
+    }
+  }
   weft_op_desc d;
 #define GRUN(expr, what)                                                                                  \
   do {                                                                                                    \
@@ -726,11 +906,20 @@ weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int nto
   GRUN(weft_tensor_read(g->a.logits, lg, (size_t)n * V), "read the prompt's logits");
   int32_t next = sample(lg + (size_t)(n - 1) * V, V, temperature, top_k, rng, prob, ix);
   out[0] = next;
+  /* an empty scope first: a fabric measures what an op costs inside scopes at its first one (once), which
+   * is not a decode step's time */
+  GRUN(weft_scope_begin(f), "open a scope");
+  GRUN(weft_scope_end(f), "close a scope");
   const double t0 = now_s();
+  /* WEFT_GPT_PROFILE=1: where a decode step's time goes, on stderr at the end (a developer's tool) */
+  const int prof = getenv("WEFT_GPT_PROFILE") && atoi(getenv("WEFT_GPT_PROFILE")) > 0;
+  double pt[5] = {0}, pc = 0;
   for (int i = 1; i < ntok; i++) {
     const int64_t t = n + i - 1; /* the position of `next` */
+    if (prof) pc = now_s();
     GRUN(weft_tensor_write_i32(tokT, &next, 1), "write the token");
     GRUN(weft_scope_begin(f), "open the decode step's scope");
+    if (prof) pt[0] += now_s() - pc, pc = now_s();
     reshape(xr, 3, 1, 1, C);
     d = D(g, L, WEFT_OP_EMBEDDING);
     GRUN(weft_op_embedding(f, &d, tokT, idx[t], PP(K_WTE, 0), PP(K_WPE, 0), xr), "embedding");
@@ -775,11 +964,19 @@ weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int nto
     GRUN(weft_op_layernorm(f, &d, xr, PP(K_LNFW, 0), PP(K_LNFB, 0), 1e-5f, lnr, mr, sr), "lnf");
     d = D(g, L, WEFT_OP_MATMUL);
     GRUN(weft_op_matmul(f, &d, lnr, 0, PP(K_WTE, 0), 1, lgr), "logits");
+    if (prof) pt[1] += now_s() - pc, pc = now_s();
     GRUN(weft_scope_end(f), "close the decode step's scope");
+    if (prof) pt[2] += now_s() - pc, pc = now_s();
     GRUN(weft_tensor_read(lgr, lg, (size_t)V), "read the logits");
+    if (prof) pt[3] += now_s() - pc, pc = now_s();
     next = sample(lg, V, temperature, top_k, rng, prob, ix);
     out[i] = next;
+    if (prof) pt[4] += now_s() - pc;
   }
+  if (prof && ntok > 1)
+    fprintf(stderr, "decode step, us each: write token + open scope %.1f, record the ops %.1f, close the scope %.1f, "
+            "read the logits %.1f, sample %.1f\n", 1e6 * pt[0] / (ntok - 1), 1e6 * pt[1] / (ntok - 1),
+            1e6 * pt[2] / (ntok - 1), 1e6 * pt[3] / (ntok - 1), 1e6 * pt[4] / (ntok - 1));
   if (decode_seconds) *decode_seconds = now_s() - t0;
   st = WEFT_OK;
   goto done;

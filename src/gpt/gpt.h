@@ -62,6 +62,12 @@ weft_status weft_gpt_loss(weft_gpt *g, const int32_t *tok, const int32_t *tgt, i
  * eps 1e-8, weight decay on the matrices and embeddings) at lr. The step counter advances. */
 weft_status weft_gpt_train_step(weft_gpt *g, const int32_t *tok, const int32_t *tgt, int B, int T, float lr,
                                 float weight_decay, float max_norm, float *out_loss, float *out_norm);
+/* Data-parallel training across the ranks of an MPI job (weft_mpi_init(WEFT_MPI_DATA_PARALLEL)): each rank
+ * calls weft_gpt_train_step with its share of every batch of `batch` sequences (rank r the sequences after
+ * rank r-1's); the loss is the mean over the whole batch (out_loss: this rank's share of it) and every
+ * gradient is summed over the whole batch across the ranks (weft_mpi_grad_*: under exact chained, so the
+ * weights are those of one process bit for bit; under fp32 MPI_Allreduce). 0 turns it off. */
+weft_status weft_gpt_set_data_parallel(weft_gpt *g, int batch);
 /* Logits of the last position of tok[0..T-1] (batch 1) into out (V floats). */
 weft_status weft_gpt_logits(weft_gpt *g, const int32_t *tok, int T, float *out);
 /* Logits of every position: tok B*T int32, out B*T*V floats ([B,T,V], row-major). */

@@ -114,6 +114,8 @@ weft_status weft_net_client_drain(weft_net_client *c) {
     c->pending--;
     weft_status st = take_reply(c, WEFT_NET_OP, id);
     if (st == WEFT_OK && c->reply_len != 4) st = weft_net_client_fail(c, "its peer sent a malformed op reply");
+    if (st == WEFT_OK && c->op_ran)
+      c->op_ran(c, (weft_op_kind)c->pending_kind[id % WEFT_NET_CLIENT_MAX_PENDING], (int32_t)weft_net_get32(c->reply));
     /* The caller was told the op ran: a failure now can only take the lane down, so the core computes what
      * the op wrote again elsewhere. */
     if (st != WEFT_OK && st != WEFT_ERR_LANE_FAILED)
@@ -137,7 +139,11 @@ weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out) {
   memset(out, 0, sizeof *out);
   uint8_t pl[8];
   weft_net_put32(pl, WEFT_NET_VERSION);
-  weft_net_put32(pl + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | WEFT_NET_CAP_AUTH_MUTUAL);
+  weft_net_put32(pl + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | WEFT_NET_CAP_AUTH_MUTUAL |
+                             (c->tp->bulk ? WEFT_NET_CAP_STREAMS : 0));
+  c->peer_caps = 0;
+  c->have_stream_key = 0;
+  c->proven_identity[0] = 0;
   weft_status st = weft_net_client_call(c, WEFT_NET_HELLO, pl, sizeof pl, NULL, 0);
   /* A peer of protocol 1 refuses version 2 with UNSUPPORTED and its own words: say what to do about it. */
   if (st == WEFT_ERR_UNSUPPORTED)
@@ -154,6 +160,7 @@ weft_status weft_net_client_hello(weft_net_client *c, weft_net_hello *out) {
   memcpy(out->nonce, c->reply + 12, WEFT_NET_NONCE_BYTES);
   out->max_frame = weft_net_get32(c->reply + 12 + WEFT_NET_NONCE_BYTES);
   out->max_resident = weft_net_get64(c->reply + 16 + WEFT_NET_NONCE_BYTES);
+  c->peer_caps = out->caps;
   if (out->version != WEFT_NET_VERSION)
     return weft_net_client_fail(c, "its peer speaks protocol version %u; this client speaks %u: update the %s",
                                 (unsigned)out->version, (unsigned)WEFT_NET_VERSION,
@@ -237,6 +244,42 @@ weft_status weft_net_client_authenticate(weft_net_client *c, const weft_net_hell
     return st == WEFT_ERR_LANE_FAILED ? st
                                       : weft_net_client_fail(c, "the worker refused this client's proof (%s)", c->why);
   if (identity && identity_cap) printable(identity, identity_cap, id);
+  /* Both ends know the session's stream key now; it never crosses the wire. */
+  c->have_stream_key =
+      weft_net_stream_key(secret, secret_len, hello->nonce, cn, id, c->stream_key) == WEFT_OK;
+  snprintf(c->proven_identity, sizeof c->proven_identity, "%s", id);
+  return WEFT_OK;
+}
+
+weft_status weft_net_client_streams(weft_net_client *c, uint32_t wanted, uint32_t *granted, uint64_t *session,
+                                    uint8_t key[WEFT_NET_KEY_BYTES], char *identity, size_t identity_cap) {
+  *granted = 1;
+  *session = 0;
+  uint8_t pl[4];
+  weft_net_put32(pl, wanted);
+  weft_status st = weft_net_client_call(c, WEFT_NET_STREAMS, pl, sizeof pl, NULL, 0);
+  if (st) return st;
+  const uint8_t *r = c->reply;
+  size_t idlen = c->reply_len >= WEFT_NET_STREAMS_REPLY_BYTES + 2 ? weft_net_get16(r + WEFT_NET_STREAMS_REPLY_BYTES) : 0;
+  if (c->reply_len < WEFT_NET_STREAMS_REPLY_BYTES + 2 || idlen > WEFT_NET_MAX_IDENTITY ||
+      c->reply_len != WEFT_NET_STREAMS_REPLY_BYTES + 2 + idlen || idlen >= identity_cap)
+    return weft_net_client_fail(c, "its peer's streams reply is malformed (%zu bytes)", c->reply_len);
+  uint32_t g = weft_net_get32(r);
+  if (g < 1 || g > wanted) return weft_net_client_fail(c, "its peer granted %u streams of %u asked", (unsigned)g, (unsigned)wanted);
+  memcpy(identity, r + WEFT_NET_STREAMS_REPLY_BYTES + 2, idlen);
+  identity[idlen] = 0;
+  if (g == 1) return WEFT_OK;
+  *session = weft_net_get64(r + 4);
+  if (c->have_stream_key) {
+    /* With a secret the key comes from the proof, and the streams name the identity that was proven. */
+    if (strcmp(identity, c->proven_identity) != 0)
+      return weft_net_client_fail(c, "its peer grants streams as '%.100s' but proved it is '%.100s'", identity,
+                                  c->proven_identity);
+    memcpy(key, c->stream_key, WEFT_NET_KEY_BYTES);
+  } else {
+    memcpy(key, r + 12, WEFT_NET_KEY_BYTES);
+  }
+  *granted = g;
   return WEFT_OK;
 }
 
@@ -370,12 +413,29 @@ static int chunked_next(const client_buffer *b, chunked *k) {
   return 1;
 }
 
+/* A large transfer through the transport's bulk path (striped over the session's streams when it has any,
+ * straight into the destination either way). */
+static weft_status bulk(weft_net_client *c, const client_buffer *b, int write, const chunked *k, uint8_t *data) {
+  weft_status st = weft_net_client_drain(c);
+  if (st) return st;
+  weft_net_bulk job = {write, b->handle, k->first, k->count, data, k->per};
+  char why[512] = "";
+  st = c->tp->bulk(c->tp_ctx, &job, &c->next_id, why, sizeof why);
+  if (st == WEFT_OK) return WEFT_OK;
+  if (st == WEFT_ERR_LANE_FAILED)
+    return weft_net_client_fail(c, "its peer stopped answering a bulk %s (%s)", write ? "write" : "read",
+                                why[0] ? why : "connection lost");
+  snprintf(c->why, sizeof c->why, "it says: %.500s", why);
+  return weft_lane_report(c->host, st, "%s: its peer says: %s", c->name, why);
+}
+
 weft_status weft_net_client_upload(void *self, weft_buffer *buffer, size_t offset, const void *src, size_t bytes) {
   weft_net_client *c = self;
   client_buffer *b = buffer;
   chunked k;
   weft_status st = chunked_start(c, b, offset, bytes, "upload", &k);
   if (st) return st;
+  if (c->tp->bulk && bytes >= WEFT_NET_BULK_MIN_BYTES) return bulk(c, b, 1, &k, (uint8_t *)(uintptr_t)src);
   for (; chunked_next(b, &k); k.done += k.n) {
     size_t done = k.done, n = k.n;
     st = weft_net_client_call(c, WEFT_NET_WRITE, k.pl, sizeof k.pl, (const uint8_t *)src + done * 4, n * 4);
@@ -390,6 +450,7 @@ weft_status weft_net_client_download(void *self, weft_buffer *buffer, size_t off
   chunked k;
   weft_status st = chunked_start(c, b, offset, bytes, "download", &k);
   if (st) return st;
+  if (c->tp->bulk && bytes >= WEFT_NET_BULK_MIN_BYTES) return bulk(c, b, 0, &k, dst);
   for (; chunked_next(b, &k); k.done += k.n) {
     size_t done = k.done, n = k.n;
     st = weft_net_client_call(c, WEFT_NET_READ, k.pl, sizeof k.pl, NULL, 0);
@@ -433,6 +494,7 @@ static int op_views(const weft_op *op, weft_net_request *r) {
   int64_t rows = op->rows, cols = op->cols;
   switch (op->kind) {
   case WEFT_OP_MATMUL:
+  case WEFT_OP_MATMUL_ACC:
     setv(r, IN(0), 3, op->batch, op->trans_a ? op->k : op->m, op->trans_a ? op->m : op->k, 0);
     if (op->b_batched) setv(r, IN(1), 3, op->batch, op->trans_b ? op->n : op->k, op->trans_b ? op->k : op->n, 0);
     else setv(r, IN(1), 2, op->trans_b ? op->n : op->k, op->trans_b ? op->k : op->n, 0, 0);
@@ -464,6 +526,7 @@ static int op_views(const weft_op *op, weft_net_request *r) {
     set_rows(r, IN(1), rows, cols);
     setv(r, OUT(0), 1, 1, 0, 0, 0);
     set_rows(r, OUT(1), rows, cols);
+    r->params.i[0] = op->iparam[0] != rows ? op->iparam[0] : 0; /* the mean over a larger batch */
     return 1;
   case WEFT_OP_EMBEDDING: /* B, T, C, V, P */
     set_rows(r, IN(0), ip[0], ip[1]);
@@ -583,7 +646,7 @@ weft_status weft_net_client_run(void *self, const weft_op *op) {
   r.type = WEFT_NET_OP;
   r.op = op->kind;
   r.contract = op->contract;
-  r.lane = c->peer_lane;
+  r.lane = c->peer_routes & WEFT_OP_BIT(op->kind) ? -1 : c->peer_lane;
   r.nin = e->nin;
   r.nout = e->nout;
   if (!op_views(op, &r)) return weft_lane_report(c->host, WEFT_ERR_UNSUPPORTED, "%s: op %s cannot be sent", c->name, e->name);
@@ -619,10 +682,12 @@ weft_status weft_net_client_run(void *self, const weft_op *op) {
     if (st) return st;
     if (!c->pending) c->first_pending_id = id;
     c->pending++;
+    c->pending_kind[id % WEFT_NET_CLIENT_MAX_PENDING] = (uint8_t)op->kind;
     return WEFT_OK;
   }
   weft_status st = weft_net_client_call(c, WEFT_NET_OP, pl, len, NULL, 0);
   if (!st && c->reply_len != 4) st = weft_net_client_fail(c, "its peer sent a malformed op reply");
+  if (!st && c->op_ran) c->op_ran(c, op->kind, (int32_t)weft_net_get32(c->reply));
   return st;
 }
 

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "net/protocol.h"
+#include "net/stripe.h"
 #include "weft_lane.h"
 
 /* How frames travel. Called from the fabric's thread only. Replies come back in the order of the requests,
@@ -27,6 +28,12 @@ typedef struct weft_net_transport {
   /* Drops the connection (after a failure or a protocol violation), telling the peer `why` where the
    * transport can; later calls fail at once. */
   void (*drop)(void *ctx, const char *why);
+  /* Optional (NULL: none). A bulk transfer of at least WEFT_NET_BULK_MIN_BYTES (net/stripe.h) done by the
+   * transport itself over the session's connection and any streams it joined to the session, no reply
+   * pending; request ids on the session's connection come from *next_id. WEFT_OK; WEFT_ERR_LANE_FAILED
+   * with why when the connection broke (the client fails the lane); or the peer's status, its message in
+   * why. A client whose transport has it announces WEFT_NET_CAP_STREAMS in its hello. */
+  weft_status (*bulk)(void *ctx, const weft_net_bulk *job, uint32_t *next_id, char *why, size_t whylen);
 } weft_net_transport;
 
 /* Ops a pipelined client may have on the wire before it waits for the first of their replies. */
@@ -34,7 +41,8 @@ typedef struct weft_net_transport {
 
 /* One lane's client state. A lane's own struct starts with it, so the vtable functions below take the
  * lane's `self` directly. */
-typedef struct weft_net_client {
+typedef struct weft_net_client weft_net_client;
+struct weft_net_client {
   const weft_net_transport *tp;
   void *tp_ctx;
   const weft_lane_host *host;
@@ -42,6 +50,10 @@ typedef struct weft_net_client {
   uint32_t next_id;
   uint32_t max_frame;   /* the peer's frame cap, clamped to a sane range */
   int32_t peer_lane;    /* the lane index on the peer that ops are pinned to */
+  uint64_t peer_routes; /* ops sent with lane -1 instead: the peer picks among its lanes (a tab: its GPU
+                         * for a large op); 0 for every other op, and for lanes that never let it */
+  /* Optional: told, from each op's reply, which of the peer's lanes computed it (on the fabric's thread). */
+  void (*op_ran)(weft_net_client *c, weft_op_kind kind, int32_t peer_lane);
   /* Bumped on every new connection: a buffer remembers the session it was created in, so a handle of a
    * closed connection is never sent to the next peer (where it would name nothing, or something else). */
   uint32_t session;
@@ -52,10 +64,16 @@ typedef struct weft_net_client {
   int pipeline;
   uint32_t pending;     /* ops sent whose replies are unread */
   uint32_t first_pending_id;
+  uint8_t pending_kind[WEFT_NET_CLIENT_MAX_PENDING]; /* each pending op's kind, by request id */
+  uint32_t peer_caps;   /* the capability bits of the peer's hello */
+  /* After the mutual proof: the session's stream key (weft_net_stream_key) and the identity proven. */
+  int have_stream_key;
+  uint8_t stream_key[WEFT_NET_KEY_BYTES];
+  char proven_identity[WEFT_NET_MAX_IDENTITY + 1];
   const uint8_t *reply; /* the last reply's payload (the transport's memory) */
   size_t reply_len;
   char why[512];        /* the last failure in words (a dropped connection's reason, or the peer's message) */
-} weft_net_client;
+};
 
 /* What the peer said in its hello reply. */
 typedef struct weft_net_hello {
@@ -100,6 +118,13 @@ weft_status weft_net_client_lanes(weft_net_client *c,
                                                uint64_t ops, const char *name, const char *kind,
                                                const char *device),
                                   void *ctx);
+/* STREAMS (only to a peer whose hello offered WEFT_NET_CAP_STREAMS): asks for `wanted` connections (2..255,
+ * this one included). On WEFT_OK *granted (1 .. wanted: 1 is none) and, when more than 1, the session id
+ * streams join by, the key their proofs take (the stream key from the mutual proof, or the key the peer
+ * sent when there was no secret) and the identity they name. A peer that refuses is an error of the call
+ * (the connection stays); a malformed reply fails the lane. */
+weft_status weft_net_client_streams(weft_net_client *c, uint32_t wanted, uint32_t *granted, uint64_t *session,
+                                    uint8_t key[WEFT_NET_KEY_BYTES], char *identity, size_t identity_cap);
 /* Fails the lane now: drops the connection and reports `why`. */
 weft_status weft_net_client_fail(weft_net_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -115,6 +116,19 @@ weft_status weft_net_request_decode(uint16_t type, const uint8_t *payload, size_
     out->nonce = payload;
     return WEFT_OK;
   case WEFT_NET_LANES: return want_len(len, 0, "lanes", err, errlen);
+  case WEFT_NET_STREAMS:
+    if ((st = want_len(len, 4, "streams", err, errlen))) return st;
+    out->streams = weft_net_get32(payload);
+    if (out->streams < 2 || out->streams > 255)
+      return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "streams asks for %u connections; 2 to 255",
+                  (unsigned)out->streams);
+    return WEFT_OK;
+  case WEFT_NET_JOIN:
+    if ((st = want_len(len, WEFT_NET_JOIN_BYTES, "join", err, errlen))) return st;
+    out->session = weft_net_get64(payload);
+    out->streams = weft_net_get32(payload + 8);
+    out->mac = payload + 12;
+    return WEFT_OK;
   case WEFT_NET_CREATE: {
     if (len < 8) return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "create payload of %zu bytes is truncated", len);
     uint32_t dtype = weft_net_get32(payload), ndim = weft_net_get32(payload + 4);
@@ -257,6 +271,7 @@ long weft_net_handshake_len(uint16_t type) {
   case WEFT_NET_HELLO: return 8;
   case WEFT_NET_AUTH_START: return WEFT_NET_NONCE_BYTES;
   case WEFT_NET_AUTH_FINISH: return WEFT_NET_MAC_BYTES;
+  case WEFT_NET_JOIN: return WEFT_NET_JOIN_BYTES;
   default: return -1;
   }
 }
@@ -297,6 +312,44 @@ weft_status weft_net_auth_proof(weft_net_proof which, const uint8_t *secret, siz
   if (!HMAC(EVP_sha256(), secret, (int)secret_len, msg, n, out, &mlen) || mlen != WEFT_NET_MAC_BYTES)
     return WEFT_ERR_INTERNAL;
   return WEFT_OK;
+}
+
+/* label (with its NUL) || body || u16 len || identity, MACed with key. */
+static weft_status labelled_mac(const uint8_t *key, size_t key_len, const char *label, size_t label_size,
+                                const uint8_t *body, size_t body_len, const char *identity, uint8_t out[32]) {
+  size_t idlen = identity ? strnlen(identity, WEFT_NET_MAX_IDENTITY + 1) : 0;
+  if (idlen > WEFT_NET_MAX_IDENTITY || label_size + body_len > 96) return WEFT_ERR_INVALID_ARGUMENT;
+  uint8_t msg[96 + 2 + WEFT_NET_MAX_IDENTITY];
+  memcpy(msg, label, label_size);
+  memcpy(msg + label_size, body, body_len);
+  size_t n = label_size + body_len;
+  weft_net_put16(msg + n, (uint16_t)idlen);
+  if (idlen) memcpy(msg + n + 2, identity, idlen);
+  n += 2 + idlen;
+  unsigned int mlen = 0;
+  if (!HMAC(EVP_sha256(), key, (int)key_len, msg, n, out, &mlen) || mlen != WEFT_NET_MAC_BYTES)
+    return WEFT_ERR_INTERNAL;
+  return WEFT_OK;
+}
+
+weft_status weft_net_stream_key(const uint8_t *secret, size_t secret_len,
+                                const uint8_t worker_nonce[WEFT_NET_NONCE_BYTES],
+                                const uint8_t client_nonce[WEFT_NET_NONCE_BYTES], const char *identity,
+                                uint8_t out[WEFT_NET_KEY_BYTES]) {
+  static const char label[] = WEFT_NET_LABEL_STREAM_KEY;
+  uint8_t body[2 * WEFT_NET_NONCE_BYTES];
+  memcpy(body, worker_nonce, WEFT_NET_NONCE_BYTES);
+  memcpy(body + WEFT_NET_NONCE_BYTES, client_nonce, WEFT_NET_NONCE_BYTES);
+  return labelled_mac(secret, secret_len, label, sizeof label, body, sizeof body, identity, out);
+}
+
+weft_status weft_net_join_proof(const uint8_t key[WEFT_NET_KEY_BYTES], uint64_t session, uint32_t index,
+                                const char *identity, uint8_t out[WEFT_NET_MAC_BYTES]) {
+  static const char label[] = WEFT_NET_LABEL_STREAM_JOIN;
+  uint8_t body[12];
+  weft_net_put64(body, session);
+  weft_net_put32(body + 8, index);
+  return labelled_mac(key, WEFT_NET_KEY_BYTES, label, sizeof label, body, sizeof body, identity, out);
 }
 
 weft_status weft_net_tab_mac(const uint8_t *secret, size_t secret_len, const uint8_t nonce[WEFT_NET_NONCE_BYTES],
@@ -352,6 +405,11 @@ int weft_net_recv_all(int fd, uint8_t *p, size_t n) {
     n -= (size_t)k;
   }
   return 1;
+}
+
+uint32_t weft_net_default_streams(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1u : n > 8 ? 8u : (uint32_t)n;
 }
 
 int weft_net_split_addr(const char *addr, char *host, size_t hl, char *port, size_t pl) {

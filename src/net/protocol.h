@@ -33,6 +33,10 @@
 /* Mutual authentication (AUTH_START, AUTH_FINISH below): a worker that requires a secret sets it in its
  * hello reply; a client that holds a secret refuses a worker without it (or one that asks for no auth). */
 #define WEFT_NET_CAP_AUTH_MUTUAL 2u
+/* Striped bulk transfers (STREAMS, JOIN below): a client sets it in its hello when it may ask for streams; a
+ * worker sets it in its reply when it grants them. A client sends STREAMS only to a worker that set it (a
+ * worker without it would refuse the type), and a worker grants streams only to a client that set it. */
+#define WEFT_NET_CAP_STREAMS 4u
 
 /* Authentication domains. Every MAC made with the shared secret carries a label naming its role and
  * direction (NUL-terminated, so no label is a prefix of another), and what it binds, so a MAC made for one
@@ -44,6 +48,12 @@
  *                                 worker_nonce[32] || u16 len || worker identity)       AUTH_START's reply
  *   TLS 1.3 PSK       HKDF-SHA256(secret, salt "weft-v1 tls13 psk", info "weft-v1 tls13 external psk")
  *                     (src/net/tls.c)
+ *   stream key        HMAC-SHA256(secret, "weft-v1 stream key" 0x00 || worker_nonce[32] || client_nonce[32] ||
+ *                                 u16 len || worker identity): a session's key for joining streams, known to
+ *                     both ends after the mutual proof and never sent (without a secret: 32 random bytes the
+ *                     worker sends in the STREAMS reply)
+ *   stream join       HMAC-SHA256(stream key, "weft-v1 stream join" 0x00 || u64 session || u32 index ||
+ *                                 u16 len || worker identity)                           JOIN
  *   tab -> fabric     a browser tab's PROVE answer: the browser lane's own label (src/lanes/browser,
  *                     web/worker/worker.js); never any of the above
  *
@@ -51,7 +61,13 @@
  * tab's PROVE, so a tab holding the secret could sign a worker login: `weft worker` no longer accepts it. */
 #define WEFT_NET_LABEL_CLIENT_PROOF "weft-v1 client->worker"
 #define WEFT_NET_LABEL_WORKER_PROOF "weft-v1 worker->client"
+#define WEFT_NET_LABEL_STREAM_KEY "weft-v1 stream key"
+#define WEFT_NET_LABEL_STREAM_JOIN "weft-v1 stream join"
 #define WEFT_NET_MAX_IDENTITY 255u
+#define WEFT_NET_KEY_BYTES 32u
+#define WEFT_NET_JOIN_BYTES (8u + 4u + WEFT_NET_MAC_BYTES)
+#define WEFT_NET_STREAMS_REPLY_BYTES (4u + 8u + WEFT_NET_KEY_BYTES) /* then u16 len, identity */
+#define WEFT_NET_MAX_STREAMS 64u /* connections of one session, its first included */
 
 typedef enum weft_net_type {
   WEFT_NET_HELLO = 1,  /* u32 version, u32 caps -> u32 version, u32 caps, u32 auth_required, nonce[32],
@@ -74,6 +90,13 @@ typedef enum weft_net_type {
   WEFT_NET_AUTH_FINISH = 11, /* mac[32] (the client's proof) -> empty */
   WEFT_NET_RETYPE = 12,      /* u64 handle, u32 dtype -> empty: the handle's elements are now of that dtype
                               * (bits unchanged; a client lane's buffers are untyped until an op says) */
+  WEFT_NET_STREAMS = 13,     /* u32 wanted (2..255 connections, this one included) -> u32 granted (1..wanted),
+                              * u64 session, key[32] (zeros when the key comes from the secret), u16 len,
+                              * identity (the worker's, which JOIN proofs name): other connections may now
+                              * JOIN this session as streams 1 .. granted-1 */
+  WEFT_NET_JOIN = 14,        /* u64 session, u32 index, proof[32]: the first frame of a stream connection (in
+                              * place of HELLO) -> empty; the connection then carries WRITE and READ of the
+                              * session's handles, on a thread of its own */
   WEFT_NET_TYPE_END
 } weft_net_type;
 
@@ -110,6 +133,8 @@ typedef struct weft_net_request {
   uint32_t version, caps;         /* HELLO */
   const uint8_t *mac;             /* AUTH, AUTH_FINISH */
   const uint8_t *nonce;           /* AUTH_START: the client's nonce */
+  uint32_t streams;               /* STREAMS: connections wanted; JOIN: the stream's index */
+  uint64_t session;               /* JOIN */
   weft_dtype dtype;               /* CREATE, RETYPE */
   int ndim;                       /* CREATE */
   int64_t dims[WEFT_NET_MAX_RANK];
@@ -168,7 +193,7 @@ weft_status weft_net_shape_check(int ndim, const int64_t *dims, uint64_t *out_nu
  * out (WEFT_NET_OP_MAX_BYTES at least); returns its size. */
 size_t weft_net_op_encode(const weft_net_request *r, uint8_t *out);
 
-/* The fixed payload size of a handshake frame (HELLO 8, AUTH_START 32, AUTH_FINISH 32): before the handshake
+/* The fixed payload size of a handshake frame (HELLO 8, AUTH_START 32, AUTH_FINISH 32, JOIN 44): before the handshake
  * completes a worker reads only those types, and only at exactly these sizes; -1 for every other type (the
  * old single-sided AUTH included: the stage refuses it with UNSUPPORTED without reading its payload). */
 long weft_net_handshake_len(uint16_t type);
@@ -184,6 +209,17 @@ weft_status weft_net_auth_proof(weft_net_proof which, const uint8_t *secret, siz
                                 const uint8_t worker_nonce[WEFT_NET_NONCE_BYTES],
                                 const uint8_t client_nonce[WEFT_NET_NONCE_BYTES], const char *identity,
                                 uint8_t out[WEFT_NET_MAC_BYTES]);
+/* The stream key of a session (the domains above) from the handshake's nonces: both ends compute it after the
+ * mutual proof; it never crosses the wire. */
+weft_status weft_net_stream_key(const uint8_t *secret, size_t secret_len,
+                                const uint8_t worker_nonce[WEFT_NET_NONCE_BYTES],
+                                const uint8_t client_nonce[WEFT_NET_NONCE_BYTES], const char *identity,
+                                uint8_t out[WEFT_NET_KEY_BYTES]);
+/* The proof a JOIN carries for stream `index` of `session`, keyed by the session's stream key: it names the
+ * session, the index and the worker, so it joins nothing else and a copy of it joins nothing at all once its
+ * index has joined (each index joins once). */
+weft_status weft_net_join_proof(const uint8_t key[WEFT_NET_KEY_BYTES], uint64_t session, uint32_t index,
+                                const char *identity, uint8_t out[WEFT_NET_MAC_BYTES]);
 /* HMAC-SHA256(secret, "weft-v1 tab->fabric" || nonce || server): a browser tab's answer to PROVE, where
  * `server` is the host:port the tab dialled (the page's view, as in its Host header). Its own label keeps it
  * from ever being a valid AUTH proof (or the reverse), and the server's name in it makes a proof given to
@@ -193,6 +229,9 @@ weft_status weft_net_tab_mac(const uint8_t *secret, size_t secret_len, const uin
 /* Reads a secret file (at most 4096 bytes, trailing newline dropped, at least 16 bytes left). */
 weft_status weft_net_read_secret(const char *path, uint8_t *out, size_t cap, size_t *out_len, char *err,
                                  size_t errlen);
+
+/* Connections a bulk transfer stripes over by default, on either end: this machine's online cores, 1 to 8. */
+uint32_t weft_net_default_streams(void);
 
 /* Splits "host:port" ("[v6]:port" too) into its parts; 0 when it is not of that form or does not fit. */
 int weft_net_split_addr(const char *addr, char *host, size_t hl, char *port, size_t pl);

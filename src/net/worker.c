@@ -119,7 +119,26 @@ struct weft_net_server {
   int clients;
   uint64_t max_total;    /* bytes across all connections: tensors and frame buffers */
   atomic_uint_fast64_t total;
+  uint32_t max_streams;  /* connections one session may stripe over (its first included); 1 = none */
+  /* Sessions that granted streams, by their stream session id: what a JOIN looks up. Also guards each
+   * session's refs, joined indices and stream sockets. */
+  pthread_mutex_t reg_lock;
+  weft_net_session **reg;
+  size_t nreg, reg_cap;
+  void (*on_log)(void *ctx, const char *line); /* connection events (weft_net_worker_desc.on_log) */
+  void *log_ctx;
 };
+
+static void wlog(const weft_net_server *srv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void wlog(const weft_net_server *srv, const char *fmt, ...) {
+  if (!srv->on_log) return;
+  char line[WEFT_NET_MAX_MESSAGE + 160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  srv->on_log(srv->log_ctx, line);
+}
 
 /* Takes n bytes from the worker-wide budget; 0 when they would pass it. */
 static int mem_take(weft_net_server *srv, uint64_t n) {
@@ -159,7 +178,19 @@ struct weft_net_session {
   slot *slots;
   size_t nslots;
   uint64_t next_id, resident;
-  char err[WEFT_NET_MAX_MESSAGE];
+  char err[WEFT_NET_MAX_MESSAGE]; /* the first connection's: streams keep their own */
+  /* Streams (STREAMS, JOIN): connections joined to this session carry WRITE and READ of its handles, each on
+   * a thread of its own. `lock` is held shared while a WRITE or READ moves a tensor's bytes and exclusive by
+   * every other request (which may create, free or retype the slots those use). Under srv->reg_lock: */
+  pthread_rwlock_t lock;
+  int refs;                 /* the first connection's and each joined stream's */
+  uint64_t stream_session;  /* the id streams join by (0: none granted) */
+  uint32_t stream_granted;  /* connections granted, the first included */
+  uint8_t stream_key[WEFT_NET_KEY_BYTES];
+  uint64_t joined[(WEFT_NET_MAX_STREAMS + 63) / 64]; /* indices that joined: each joins once */
+  int stream_fd[WEFT_NET_MAX_STREAMS];               /* their sockets while they live, else -1 */
+  int streams_asked;                                 /* STREAMS comes once (the first connection's thread) */
+  uint32_t client_caps;                              /* its hello's */
 };
 
 /* ------------------------------------------------------------------------------------------ replies */
@@ -307,12 +338,17 @@ weft_status weft_net_server_create(const weft_net_worker_desc *desc, weft_net_se
   srv->io_timeout_ms = desc->io_timeout_ms > 0 ? desc->io_timeout_ms : 30000;
   srv->idle_timeout_ms = desc->idle_timeout_ms > 0 ? desc->idle_timeout_ms : desc->idle_timeout_ms < 0 ? -1 : 3600000;
   srv->handshake_timeout_ms = desc->handshake_timeout_ms > 0 ? desc->handshake_timeout_ms : 5000;
+  srv->on_log = desc->on_log;
+  srv->log_ctx = desc->ctx;
   srv->max_clients = desc->max_clients > 0 ? desc->max_clients : 64;
   srv->max_pending = desc->max_pending > 0 ? desc->max_pending : 64;
   srv->max_total = desc->max_total_resident ? desc->max_total_resident : default_max_total();
   atomic_init(&srv->total, 0);
+  srv->max_streams = desc->max_streams > 0 ? (uint32_t)desc->max_streams : weft_net_default_streams();
+  if (srv->max_streams > WEFT_NET_MAX_STREAMS) srv->max_streams = WEFT_NET_MAX_STREAMS;
   pthread_mutex_init(&srv->pend_lock, NULL);
   pthread_mutex_init(&srv->count_lock, NULL);
+  pthread_mutex_init(&srv->reg_lock, NULL);
   weft_status st = open_lanes(srv, desc, err, errlen);
   if (st) {
     weft_net_server_destroy(srv);
@@ -333,6 +369,8 @@ void weft_net_server_destroy(weft_net_server *srv) {
   weft_net_tls_destroy(srv->tls);
   pthread_mutex_destroy(&srv->pend_lock);
   pthread_mutex_destroy(&srv->count_lock);
+  pthread_mutex_destroy(&srv->reg_lock);
+  free(srv->reg);
   OPENSSL_cleanse(srv->secret, sizeof srv->secret);
   free(srv);
 }
@@ -342,21 +380,47 @@ weft_net_session *weft_net_session_create(weft_net_server *srv) {
   if (!s) return NULL;
   s->srv = srv;
   s->next_id = 1;
+  s->refs = 1;
+  for (size_t i = 0; i < WEFT_NET_MAX_STREAMS; i++) s->stream_fd[i] = -1;
   /* The handle table comes with the first CREATE: a connection still in the handshake costs little. */
-  if (RAND_bytes(s->nonce, sizeof s->nonce) != 1) {
+  if (RAND_bytes(s->nonce, sizeof s->nonce) != 1 || pthread_rwlock_init(&s->lock, NULL) != 0) {
     free(s);
     return NULL;
   }
   return s;
 }
 
-void weft_net_session_destroy(weft_net_session *s) {
-  if (!s) return;
+/* Drops one reference (the first connection's, or a stream's); the last frees the tensors. */
+static void session_unref(weft_net_session *s) {
+  weft_net_server *srv = s->srv;
+  pthread_mutex_lock(&srv->reg_lock);
+  int last = --s->refs == 0;
+  pthread_mutex_unlock(&srv->reg_lock);
+  if (!last) return;
   /* No fabric tensor outlives an op (each is wrapped and destroyed inside it): the floats are all. */
   for (size_t i = 0; i < s->nslots; i++) free(s->slots[i].data);
-  mem_give(s->srv, s->resident);
+  mem_give(srv, s->resident);
   free(s->slots);
+  pthread_rwlock_destroy(&s->lock);
+  OPENSSL_cleanse(s->stream_key, sizeof s->stream_key);
   free(s);
+}
+
+/* Its first connection closed: no stream may join it any more, and those joined are shut down (their
+ * threads see the connection end and drop their references). */
+void weft_net_session_destroy(weft_net_session *s) {
+  if (!s) return;
+  weft_net_server *srv = s->srv;
+  pthread_mutex_lock(&srv->reg_lock);
+  for (size_t i = 0; i < srv->nreg; i++)
+    if (srv->reg[i] == s) {
+      srv->reg[i] = srv->reg[--srv->nreg];
+      break;
+    }
+  for (size_t i = 0; i < WEFT_NET_MAX_STREAMS; i++)
+    if (s->stream_fd[i] >= 0) shutdown(s->stream_fd[i], SHUT_RDWR);
+  pthread_mutex_unlock(&srv->reg_lock);
+  session_unref(s);
 }
 
 /* Handles are ids this session issued; anything else (0, an id freed or never issued, another session's)
@@ -384,7 +448,7 @@ static int op_query(const weft_net_request *r, const int nd[2], const int64_t *c
   memset(q, 0, sizeof *q);
   q->op = r->op;
   q->contract = r->contract;
-  if (r->op == WEFT_OP_MATMUL) {
+  if (r->op == WEFT_OP_MATMUL || r->op == WEFT_OP_MATMUL_ACC) {
     if (nd[0] < 2 || nd[1] < 2) return 0;
     int ta = r->params.i[0] != 0, tb = r->params.i[1] != 0;
     int64_t am = dims[0][nd[0] - 2], ak = dims[0][nd[0] - 1], bn = dims[1][nd[1] - 1];
@@ -607,6 +671,90 @@ retry:;
 
 /* -------------------------------------------------------------------------------------------- frames */
 
+/* A WRITE's or READ's target: a handle of this session, the range within its tensor. The caller holds the
+ * session's lock (shared or exclusive). */
+static weft_status data_check(weft_net_session *s, const weft_net_request *r, slot **out, char *err, size_t errlen) {
+  slot *sl = find(s, r->handle);
+  *out = sl;
+  if (!sl) {
+    snprintf(err, errlen, "handle %llu refers to no tensor of this connection", (unsigned long long)r->handle);
+    return WEFT_ERR_NOT_FOUND;
+  }
+  /* Both are at most 2^28 (the decoder's caps), so the sum cannot wrap. */
+  if (r->offset + r->numel > sl->numel) {
+    snprintf(err, errlen, "%s of %llu elements at %llu runs past a tensor of %llu",
+             r->type == WEFT_NET_WRITE ? "write" : "read", (unsigned long long)r->numel,
+             (unsigned long long)r->offset, (unsigned long long)sl->numel);
+    return WEFT_ERR_SHAPE;
+  }
+  return WEFT_OK;
+}
+
+/* STREAMS: grants up to the worker's --max-streams connections (this one included) and registers the
+ * session so that other connections may JOIN it. The join key comes from the secret and both nonces of the
+ * mutual proof (never sent); without a secret the worker draws it and sends it here. */
+static int grant_streams(weft_net_session *s, const weft_net_header *h, const weft_net_request *r, weft_net_buf *b) {
+  weft_net_server *srv = s->srv;
+  if (!(s->client_caps & WEFT_NET_CAP_STREAMS))
+    return errorf(s, b, h, WEFT_ERR_STATE, "streams were not announced in this connection's hello (capability %u)",
+                  WEFT_NET_CAP_STREAMS);
+  if (s->streams_asked)
+    return errorf(s, b, h, WEFT_ERR_STATE, "streams were asked for already on this connection (granted %u)",
+                  (unsigned)(s->stream_granted ? s->stream_granted : 1));
+  s->streams_asked = 1;
+  uint32_t granted = r->streams < srv->max_streams ? r->streams : srv->max_streams;
+  uint8_t key[WEFT_NET_KEY_BYTES] = {0};
+  uint64_t id = 0;
+  if (granted > 1) {
+    weft_status st = WEFT_OK;
+    if (srv->need_auth)
+      st = weft_net_stream_key(srv->secret, srv->secret_len, s->nonce, s->client_nonce, srv->identity,
+                               s->stream_key);
+    else if (RAND_bytes(s->stream_key, sizeof s->stream_key) != 1)
+      st = WEFT_ERR_INTERNAL;
+    if (!st && !srv->need_auth) memcpy(key, s->stream_key, sizeof key);
+    pthread_mutex_lock(&srv->reg_lock);
+    if (!st && srv->nreg == srv->reg_cap) {
+      size_t cap = srv->reg_cap ? 2 * srv->reg_cap : 16;
+      weft_net_session **p = realloc(srv->reg, cap * sizeof *p);
+      if (p) srv->reg = p, srv->reg_cap = cap;
+      else st = WEFT_ERR_OUT_OF_MEMORY;
+    }
+    /* A random id, none other's (and not 0, which means none). */
+    for (int fresh = 0; !st && !fresh;) {
+      uint8_t idb[8];
+      if (RAND_bytes(idb, sizeof idb) != 1) st = WEFT_ERR_INTERNAL;
+      id = weft_net_get64(idb);
+      fresh = id != 0;
+      for (size_t i = 0; fresh && i < srv->nreg; i++) fresh = srv->reg[i]->stream_session != id;
+    }
+    if (!st) {
+      srv->reg[srv->nreg++] = s;
+      s->stream_session = id;
+      s->stream_granted = granted;
+    }
+    pthread_mutex_unlock(&srv->reg_lock);
+    if (st) {
+      OPENSSL_cleanse(key, sizeof key);
+      return errorf(s, b, h, st, "cannot grant streams now (out of memory or randomness); this connection alone "
+                    "carries the transfers");
+    }
+  } else {
+    granted = 1;
+  }
+  size_t idlen = strlen(srv->identity);
+  uint8_t *p = reply_begin(b, h, WEFT_OK, WEFT_NET_STREAMS_REPLY_BYTES + 2 + idlen);
+  if (p) {
+    weft_net_put32(p, granted);
+    weft_net_put64(p + 4, id);
+    memcpy(p + 12, key, WEFT_NET_KEY_BYTES);
+    weft_net_put16(p + WEFT_NET_STREAMS_REPLY_BYTES, (uint16_t)idlen);
+    memcpy(p + WEFT_NET_STREAMS_REPLY_BYTES + 2, srv->identity, idlen);
+  }
+  OPENSSL_cleanse(key, sizeof key);
+  return 1;
+}
+
 int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const uint8_t *payload,
                             weft_net_buf *b) {
   weft_net_server *srv = s->srv;
@@ -640,10 +788,12 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
       return 0;
     }
     s->hello = 1;
+    s->client_caps = r.caps;
     uint8_t *p = reply_begin(b, h, WEFT_OK, 12 + WEFT_NET_NONCE_BYTES + 12);
     if (!p) return 0;
     weft_net_put32(p, WEFT_NET_VERSION);
-    weft_net_put32(p + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | (srv->need_auth ? WEFT_NET_CAP_AUTH_MUTUAL : 0));
+    weft_net_put32(p + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | (srv->need_auth ? WEFT_NET_CAP_AUTH_MUTUAL : 0) |
+                              (srv->max_streams > 1 ? WEFT_NET_CAP_STREAMS : 0));
     weft_net_put32(p + 8, (uint32_t)srv->need_auth);
     memcpy(p + 12, s->nonce, WEFT_NET_NONCE_BYTES);
     weft_net_put32(p + 12 + WEFT_NET_NONCE_BYTES, srv->limits.max_frame);
@@ -773,15 +923,12 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
   }
   case WEFT_NET_WRITE:
   case WEFT_NET_READ: {
-    slot *sl = find(s, r.handle);
-    if (!sl)
-      return errorf(s, b, h, WEFT_ERR_NOT_FOUND, "handle %llu refers to no tensor of this connection",
-                    (unsigned long long)r.handle);
-    /* Both are at most 2^28 (the decoder's caps), so the sum cannot wrap. */
-    if (r.offset + r.numel > sl->numel)
-      return errorf(s, b, h, WEFT_ERR_SHAPE, "%s of %llu elements at %llu runs past a tensor of %llu",
-                    r.type == WEFT_NET_WRITE ? "write" : "read", (unsigned long long)r.numel,
-                    (unsigned long long)r.offset, (unsigned long long)sl->numel);
+    slot *sl = NULL;
+    weft_status dst = data_check(s, &r, &sl, s->err, sizeof s->err);
+    if (dst) {
+      reply_error(b, h, dst, s->err);
+      return 1;
+    }
     if (r.type == WEFT_NET_WRITE) {
       memcpy(sl->data + r.offset, r.data, r.numel * 4);
       reply_begin(b, h, WEFT_OK, 0);
@@ -816,6 +963,10 @@ int weft_net_session_handle(weft_net_session *s, const weft_net_header *h, const
     return 1;
   }
   case WEFT_NET_OP: return run_op(s, h, &r, b);
+  case WEFT_NET_STREAMS: return grant_streams(s, h, &r, b);
+  case WEFT_NET_JOIN:
+    return errorf(s, b, h, WEFT_ERR_STATE,
+                  "join is the first frame of a stream connection, never a request on a session's own connection");
   default: return errorf(s, b, h, WEFT_ERR_INVALID_ARGUMENT, "unknown request type %u", (unsigned)h->type);
   }
 }
@@ -848,12 +999,15 @@ typedef struct conn {
   int tls_wait;     /* TLS's handshake is not done: nothing can be said to the peer yet */
   int tls_out;      /* that handshake waits to write */
   weft_net_session *s;
+  uint32_t stream; /* 0: the session's own connection; k > 0: stream k joined to it (WRITE and READ only) */
+  char err[WEFT_NET_MAX_MESSAGE]; /* this connection's messages (a stream shares its session, not this) */
   /* While in the handshake stage: */
   double deadline; /* monotonic seconds by which the handshake must be complete */
   uint64_t seq;    /* accept order: the oldest is dropped first when the stage is full */
   uint8_t buf[WEFT_NET_HEADER_BYTES + 64]; /* the frame being read (handshake frames are small) */
   size_t have, want;
   weft_net_header h;
+  char peer[80]; /* "host:port" of the peer, for the log */
 } conn;
 
 /* Reads up to n bytes once: the count read, 0 when the peer closed, -1 on an error (a blocking read's
@@ -926,8 +1080,18 @@ static void set_timeout(int fd, int ms) {
 }
 
 static void conn_free(conn *c) {
-  weft_net_session_destroy(c->s);
-  weft_net_conn_close(&c->nc); /* closes fd */
+  if (c->stream) {
+    /* A stream: its session lives on with its first connection (and the other streams). */
+    weft_net_server *srv = c->srv;
+    pthread_mutex_lock(&srv->reg_lock);
+    if (c->s->stream_fd[c->stream] == c->fd) c->s->stream_fd[c->stream] = -1;
+    pthread_mutex_unlock(&srv->reg_lock);
+    weft_net_conn_close(&c->nc);
+    session_unref(c->s);
+  } else {
+    weft_net_session_destroy(c->s);
+    weft_net_conn_close(&c->nc); /* closes fd */
+  }
   free(c);
 }
 
@@ -948,6 +1112,57 @@ static int payload_grow(weft_net_server *srv, uint8_t **payload, size_t *cap, si
 
 /* An authenticated connection, on a thread of its own: frames until the peer closes, breaks the stream or
  * stays silent past the idle timeout. */
+/* A READ answered straight from the tensor: the header, the count and the elements where they lie (no staging
+ * copy; through TLS they are encrypted from there), under the session's lock shared. A READ that is not
+ * valid is answered with its error in `out`. 0 when the connection broke. */
+static int answer_read(conn *c, const weft_net_header *h, const uint8_t *payload, weft_net_buf *out) {
+  weft_net_session *s = c->s;
+  weft_net_request r;
+  slot *sl = NULL;
+  weft_status st = weft_net_request_decode(WEFT_NET_READ, payload, h->length, &c->srv->limits, &r, c->err,
+                                           sizeof c->err);
+  if (st) {
+    reply_error(out, h, st, c->err);
+    return 1;
+  }
+  pthread_rwlock_rdlock(&s->lock);
+  st = data_check(s, &r, &sl, c->err, sizeof c->err);
+  int ok = 1;
+  if (!st) {
+    uint8_t head[WEFT_NET_HEADER_BYTES + 8];
+    weft_net_header rh = {WEFT_NET_MAGIC, (uint16_t)(WEFT_NET_READ | WEFT_NET_REPLY), 0, h->request_id,
+                          (uint32_t)(8 + r.numel * 4)};
+    weft_net_header_encode(&rh, head);
+    weft_net_put64(head + WEFT_NET_HEADER_BYTES, r.numel);
+    const uint8_t *piece[3] = {head, (const uint8_t *)(sl->data + r.offset), NULL};
+    const size_t len[3] = {sizeof head, (size_t)r.numel * 4, 0};
+    ok = weft_net_conn_send3(&c->nc, piece, len);
+  }
+  pthread_rwlock_unlock(&s->lock);
+  if (st) reply_error(out, h, st, c->err);
+  return ok;
+}
+
+/* A stream's WRITE that the zero-copy path did not take: answered with its error (a valid one, which only a
+ * race with the session's own connection could bring here, is copied in). */
+static void answer_stream_write(conn *c, const weft_net_header *h, const uint8_t *payload, weft_net_buf *out) {
+  weft_net_session *s = c->s;
+  weft_net_request r;
+  slot *sl = NULL;
+  weft_status st = weft_net_request_decode(WEFT_NET_WRITE, payload, h->length, &c->srv->limits, &r, c->err,
+                                           sizeof c->err);
+  if (!st) {
+    pthread_rwlock_rdlock(&s->lock);
+    st = data_check(s, &r, &sl, c->err, sizeof c->err);
+    if (!st) memcpy(sl->data + r.offset, r.data, r.numel * 4);
+    pthread_rwlock_unlock(&s->lock);
+  }
+  if (st) reply_error(out, h, st, c->err);
+  else reply_begin(out, h, WEFT_OK, 0);
+}
+
+/* An authenticated connection (a session's own, or a stream joined to one), on a thread of its own: frames
+ * until the peer closes, breaks the stream or stays silent past the idle timeout. */
 static void *serve_conn(void *arg) {
   conn *c = arg;
   weft_net_server *srv = c->srv;
@@ -963,22 +1178,32 @@ static void *serve_conn(void *arg) {
     struct pollfd pfd = {c->fd, POLLIN, 0};
     int pr;
     /* Between frames a client may sit idle up to the idle timeout (its fabric holds the lane open);
-     * keepalive finds peers that vanished. Once a frame starts, the io timeout applies. */
+     * keepalive finds peers that vanished. Once a frame starts, the io timeout applies. A stream idles as
+     * long as its session: the session's own connection's timeout ends both. */
     pr = 1;
     /* Bytes TLS already took off the socket and decrypted are invisible to poll: poll only when none wait. */
     if (!weft_net_conn_pending(&c->nc))
-      while ((pr = poll(&pfd, 1, srv->idle_timeout_ms)) < 0 && errno == EINTR) {
+      while ((pr = poll(&pfd, 1, c->stream ? -1 : srv->idle_timeout_ms)) < 0 && errno == EINTR) {
       }
     if (pr <= 0 || !conn_recv_all(c, hb, sizeof hb)) break;
     weft_net_header h;
     out.len = 0;
-    weft_status st = weft_net_header_decode(hb, &srv->limits, &h, s->err, sizeof s->err);
+    weft_status st = weft_net_header_decode(hb, &srv->limits, &h, c->err, sizeof c->err);
     if (st) {
       /* The stream cannot be resynchronised after a bad header: say why, then close. Nothing is read or
        * allocated on the strength of the peer's length. */
-      reply_error(&out, &h, st, s->err);
+      reply_error(&out, &h, st, c->err);
       conn_send_all(c, out.data, out.len);
       break;
+    }
+    if (c->stream && h.type != WEFT_NET_WRITE && h.type != WEFT_NET_READ) {
+      /* A stream moves bytes; everything else belongs to the session's own connection. */
+      if (!conn_discard(c, h.length)) break;
+      snprintf(c->err, sizeof c->err, "a stream connection carries only write and read (type %u refused); send "
+               "other requests on the session's own connection", (unsigned)h.type);
+      reply_error(&out, &h, WEFT_ERR_INVALID_ARGUMENT, c->err);
+      if (!conn_send_all(c, out.data, out.len)) break;
+      continue;
     }
     /* The length is capped by max_frame above. The buffer is kept between frames (large uploads would
      * otherwise fault in fresh pages every frame), grows only to what a frame actually needs, and counts
@@ -986,12 +1211,16 @@ static void *serve_conn(void *arg) {
     size_t skip = 0;
     int grown = 1;
     if (h.type == WEFT_NET_WRITE && h.length >= 24) {
-      /* Large uploads land straight in the tensor once the prefix says where, and is valid. */
+      /* Large uploads land straight in the tensor once the prefix says where, and is valid; streams of the
+       * session write theirs at once (the lock is shared), nothing may free the tensor meanwhile. */
       uint8_t prefix[24];
       if (!conn_recv_all(c, prefix, sizeof prefix)) break;
+      pthread_rwlock_rdlock(&s->lock);
       float *dst = session_write_target(s, &h, prefix);
+      int ok = !dst || conn_recv_all(c, (uint8_t *)dst, h.length - 24u);
+      pthread_rwlock_unlock(&s->lock);
+      if (!ok) break;
       if (dst) {
-        if (!conn_recv_all(c, (uint8_t *)dst, h.length - 24u)) break;
         reply_begin(&out, &h, WEFT_OK, 0);
         if (!conn_send_all(c, out.data, out.len)) break;
         continue;
@@ -1012,22 +1241,29 @@ static void *serve_conn(void *arg) {
     int keep = 1;
     if (!grown) {
       if (!conn_discard(c, skip)) break;
-      snprintf(s->err, sizeof s->err,
+      snprintf(c->err, sizeof c->err,
                "a frame of %u bytes would pass the worker's memory cap across all connections (%llu of %llu bytes "
                "held)",
                (unsigned)h.length, (unsigned long long)atomic_load(&srv->total), (unsigned long long)srv->max_total);
-      reply_error(&out, &h, WEFT_ERR_OUT_OF_MEMORY, s->err);
+      reply_error(&out, &h, WEFT_ERR_OUT_OF_MEMORY, c->err);
+    } else if (h.type == WEFT_NET_READ) {
+      if (!answer_read(c, &h, payload, &out)) break;
+    } else if (c->stream) {
+      answer_stream_write(c, &h, payload, &out);
     } else {
+      pthread_rwlock_wrlock(&s->lock);
       keep = weft_net_session_handle(s, &h, payload, &out);
+      pthread_rwlock_unlock(&s->lock);
     }
     if (out.len && !conn_send_all(c, out.data, out.len)) break;
     if (!keep) break;
-    /* A large reply (a READ) is transient: its buffer is not kept between frames. */
+    /* A large reply is transient: its buffer is not kept between frames. */
     if (out.cap > ((size_t)1 << 20)) weft_net_buf_free(&out);
   }
   free(payload);
   mem_give(srv, payload_cap);
   weft_net_buf_free(&out);
+  wlog(srv, "%s left", c->peer);
   conn_free(c);
   pthread_mutex_lock(&srv->count_lock);
   srv->clients--;
@@ -1070,7 +1306,67 @@ static uint16_t stage_expect(const weft_net_session *s) {
 }
 
 static const char *type_word(uint16_t t) {
-  return t == WEFT_NET_HELLO ? "hello" : t == WEFT_NET_AUTH_START ? "auth_start" : "auth_finish";
+  return t == WEFT_NET_HELLO        ? "hello"
+         : t == WEFT_NET_AUTH_START ? "auth_start"
+         : t == WEFT_NET_JOIN       ? "join"
+                                    : "auth_finish";
+}
+
+/* JOIN, a stream connection's first frame: the session it names is looked up, checked and joined under the
+ * registry's lock. The session must be open and have granted streams, the index must be one it granted and
+ * that has not joined yet (each joins once, so a copy of a join joins nothing), and the proof, keyed by the
+ * session's stream key and naming the session, the index and this worker, must be right (constant time).
+ * Anything else is refused and closed. The connection then serves the session's WRITE and READ. */
+static int stage_join(conn *c) {
+  weft_net_server *srv = c->srv;
+  weft_net_request r;
+  weft_status st = weft_net_request_decode(WEFT_NET_JOIN, c->buf + WEFT_NET_HEADER_BYTES, c->h.length, &srv->limits,
+                                           &r, c->s->err, sizeof c->s->err);
+  if (st) {
+    stage_refuse(c, &c->h, st, c->s->err);
+    return STAGE_DROP;
+  }
+  weft_net_session *target = NULL;
+  uint8_t want[WEFT_NET_MAC_BYTES];
+  st = WEFT_ERR_STATE;
+  pthread_mutex_lock(&srv->reg_lock);
+  for (size_t i = 0; i < srv->nreg && !target; i++)
+    if (srv->reg[i]->stream_session == r.session) target = srv->reg[i];
+  uint32_t ix = r.streams;
+  if (!target)
+    snprintf(c->err, sizeof c->err, "no session takes streams under id %llu (it closed, or never asked for streams)",
+             (unsigned long long)r.session);
+  else if (ix < 1 || ix >= target->stream_granted)
+    snprintf(c->err, sizeof c->err, "stream %u was not granted: the session has streams 1 to %u", (unsigned)ix,
+             (unsigned)target->stream_granted - 1);
+  else if (target->joined[ix / 64] >> (ix % 64) & 1)
+    snprintf(c->err, sizeof c->err, "stream %u of this session has joined already (each joins once)", (unsigned)ix);
+  else if (weft_net_join_proof(target->stream_key, r.session, ix, srv->identity, want) != WEFT_OK ||
+           CRYPTO_memcmp(want, r.mac, WEFT_NET_MAC_BYTES) != 0) {
+    st = WEFT_ERR_INVALID_ARGUMENT;
+    snprintf(c->err, sizeof c->err, "wrong join proof for stream %u of session %llu (worker '%s')", (unsigned)ix,
+             (unsigned long long)r.session, srv->identity);
+  } else {
+    st = WEFT_OK;
+    target->joined[ix / 64] |= (uint64_t)1 << (ix % 64);
+    target->refs++;
+    target->stream_fd[ix] = c->fd;
+  }
+  pthread_mutex_unlock(&srv->reg_lock);
+  OPENSSL_cleanse(want, sizeof want);
+  if (st) {
+    stage_refuse(c, &c->h, st, c->err);
+    snprintf(c->s->err, sizeof c->s->err, "%s", c->err); /* for the connection log */
+    return STAGE_DROP;
+  }
+  weft_net_session_destroy(c->s); /* the fresh one it was accepted with: it holds nothing */
+  c->s = target;
+  c->stream = ix;
+  weft_net_buf b = {0};
+  reply_begin(&b, &c->h, WEFT_OK, 0);
+  int sent = stage_send(c, &b);
+  weft_net_buf_free(&b);
+  return sent ? STAGE_READY : STAGE_DROP;
 }
 
 /* Reads what the peer sent (at most the rest of the current frame, so nothing past the handshake is taken
@@ -1099,6 +1395,8 @@ static int stage_step(conn *c) {
     /* Before the handshake completes only its own frames are read, each at its fixed size: anything else
      * is refused and the connection closed before a byte of its payload is read or allocated. */
     uint16_t expect = stage_expect(s);
+    /* A stream connection joins a session in place of its hello. */
+    if (expect == WEFT_NET_HELLO && c->h.type == WEFT_NET_JOIN) expect = WEFT_NET_JOIN;
     long fixed = weft_net_handshake_len(expect);
     if (c->h.type == WEFT_NET_AUTH && expect == WEFT_NET_AUTH_START) {
       stage_refuse(c, &c->h, WEFT_ERR_UNSUPPORTED,
@@ -1108,7 +1406,7 @@ static int stage_step(conn *c) {
     }
     if (c->h.type != expect) {
       stage_refuse(c, &c->h, WEFT_ERR_STATE,
-                   !s->hello ? "the first frame must be hello"
+                   !s->hello ? "the first frame must be hello (or join, on a stream connection)"
                    : expect == WEFT_NET_AUTH_START
                        ? "this worker requires authentication (auth_start, auth_finish) before any request"
                        : "auth_finish must follow auth_start");
@@ -1124,7 +1422,7 @@ static int stage_step(conn *c) {
     if (c->have < c->want) return STAGE_WAIT;
   }
   /* A whole frame. The one that would complete the handshake is refused while the client cap is full. */
-  if (c->h.type == WEFT_NET_AUTH_FINISH || !srv->need_auth) {
+  if (c->h.type == WEFT_NET_AUTH_FINISH || c->h.type == WEFT_NET_JOIN || !srv->need_auth) {
     pthread_mutex_lock(&srv->count_lock);
     int full = srv->clients >= srv->max_clients;
     pthread_mutex_unlock(&srv->count_lock);
@@ -1133,6 +1431,7 @@ static int stage_step(conn *c) {
       return STAGE_DROP;
     }
   }
+  if (c->h.type == WEFT_NET_JOIN) return stage_join(c);
   weft_net_buf b = {0};
   int keep = weft_net_session_handle(s, &c->h, c->buf + WEFT_NET_HEADER_BYTES, &b);
   int sent = stage_send(c, &b);
@@ -1175,6 +1474,7 @@ static void drop_oldest(conn **pend, size_t *npend, int max_pending) {
            max_pending);
   weft_net_header h = {WEFT_NET_MAGIC, WEFT_NET_HELLO, 0, 0, 0};
   stage_refuse(c, &h, WEFT_ERR_STATE, msg);
+  wlog(c->srv, "%s %s", c->peer, msg);
   conn_free(c);
 }
 
@@ -1235,10 +1535,19 @@ static weft_status serve(weft_net_server *srv, int lfd, char *err, size_t errlen
         weft_net_header h = {WEFT_NET_MAGIC, c->want > WEFT_NET_HEADER_BYTES ? c->h.type : WEFT_NET_HELLO, 0,
                              c->want > WEFT_NET_HEADER_BYTES ? c->h.request_id : 0, 0};
         stage_refuse(c, &h, WEFT_ERR_STATE, msg);
+        snprintf(c->s->err, sizeof c->s->err, "%s", msg);
         r = STAGE_DROP;
       }
       if (r == STAGE_WAIT) continue;
       pend[i] = pend[--npend];
+      if (r == STAGE_DROP)
+        wlog(srv, "%s refused before its handshake completed: %s", c->peer,
+             c->s->err[0] ? c->s->err : "it closed the connection or broke the protocol");
+      else if (c->stream)
+        wlog(srv, "%s joined a session as its stream %u", c->peer, (unsigned)c->stream);
+      else
+        wlog(srv, "%s joined (%s)", c->peer,
+             srv->need_auth ? "proved the shared secret" : "no secret asked: loopback");
       if (r == STAGE_DROP || !hand_off(c)) conn_free(c);
     }
     if (pr <= 0 || !(pfds[0].revents & POLLIN)) continue;
@@ -1274,6 +1583,14 @@ static weft_status serve(weft_net_server *srv, int lfd, char *err, size_t errlen
       fcntl(cfd, F_SETFL, fcntl(cfd, F_GETFL) | O_NONBLOCK);
       c->srv = srv;
       c->fd = cfd;
+      struct sockaddr_storage ss;
+      socklen_t sl = sizeof ss;
+      char h[64] = "?", pt[16] = "?";
+      if (getpeername(cfd, (struct sockaddr *)&ss, &sl) == 0)
+        getnameinfo((struct sockaddr *)&ss, sl, h, sizeof h, pt, sizeof pt, NI_NUMERICHOST | NI_NUMERICSERV);
+      snprintf(c->peer, sizeof c->peer, "%s%s%s:%s", ss.ss_family == AF_INET6 ? "[" : "", h,
+               ss.ss_family == AF_INET6 ? "]" : "", pt);
+      wlog(srv, "%s connected", c->peer);
       weft_net_conn_init(&c->nc, cfd);
       c->tls_wait = srv->tls != NULL;
       c->s = s;
@@ -1293,8 +1610,14 @@ out:
 weft_status weft_net_worker_run(const weft_net_worker_desc *desc, char *err, size_t errlen) {
   const char *addr = desc->listen ? desc->listen : "127.0.0.1:7070";
   char host[256], port[32];
-  if (!weft_net_split_addr(addr, host, sizeof host, port, sizeof port)) {
-    snprintf(err, errlen, "--listen wants HOST:PORT, got '%s'", addr);
+  char *pend = NULL;
+  long pn = weft_net_split_addr(addr, host, sizeof host, port, sizeof port) ? strtol(port, &pend, 10) : -1;
+  if (pn < 0 || pend == port || *pend) {
+    snprintf(err, errlen, "--listen wants HOST:PORT (e.g. 127.0.0.1:7070), got '%s'", addr);
+    return WEFT_ERR_INVALID_ARGUMENT;
+  }
+  if (pn > 65535) {
+    snprintf(err, errlen, "bad port %ld in '%s': a port is a number from 0 (any free one) to 65535", pn, addr);
     return WEFT_ERR_INVALID_ARGUMENT;
   }
   struct addrinfo hints = {0}, *ai = NULL;

@@ -33,9 +33,15 @@ typedef struct weft_net_worker_desc {
                             * hour, < 0 = never */
   uint64_t max_total_resident; /* tensor and frame-buffer bytes across all connections; 0 = half the
                                 * machine's physical memory */
+  int max_streams;         /* connections one session may stripe its bulk transfers over (STREAMS, its first
+                            * included); 0 = weft_net_default_streams(), 1 = no streams */
   /* Called once the socket is bound, with the address and the port actually bound. */
   void (*on_listen)(void *ctx, const char *host, int port);
   void *ctx;
+  /* Called (from the worker's threads, with ctx) with one line per connection event: a peer connected,
+   * completed its handshake (authenticated or not), was refused or dropped before that (and why), left.
+   * NULL: silent. */
+  void (*on_log)(void *ctx, const char *line);
 } weft_net_worker_desc;
 
 /* A growing reply buffer. */

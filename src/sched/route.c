@@ -38,20 +38,23 @@ static double move_cost(weft_fabric *f, const weft_tensor *t, int to, double byt
         break;
       }
   }
-  if (!dst_host) cost += weft_cost_predict(&dst->cost[WEFT_COST_UPLOAD][weft_route_xfer(t, to)], bytes);
+  /* no tensor (explain): the line the query asked for */
+  int x = t ? weft_route_xfer(t, to) : f->explain_xfer;
+  if (!dst_host) cost += weft_cost_predict(&dst->cost[WEFT_COST_UPLOAD][x], bytes);
   return cost;
 }
 
 static double out_bytes(const weft_op *op) {
   switch (op->kind) {
-  case WEFT_OP_MATMUL: return 4.0 * (double)op->batch * (double)op->m * (double)op->n;
+  case WEFT_OP_MATMUL:
+  case WEFT_OP_MATMUL_ACC: return 4.0 * (double)op->batch * (double)op->m * (double)op->n;
   case WEFT_OP_SUM_ROWS: return 4.0 * (double)op->cols;
   default: return 4.0 * (double)op->rows * (double)op->cols;
   }
 }
 
 static double in_bytes(const weft_op *op, int i) {
-  if (op->kind == WEFT_OP_MATMUL)
+  if (op->kind == WEFT_OP_MATMUL || op->kind == WEFT_OP_MATMUL_ACC)
     return i == 0 ? 4.0 * (double)op->batch * (double)op->m * (double)op->k
                   : 4.0 * (double)(op->b_batched ? op->batch : 1) * (double)op->k * (double)op->n;
   if (op->kind == WEFT_OP_ADD && i == 1 && op->y_broadcast) return 4.0 * (double)op->cols;
@@ -65,6 +68,7 @@ int weft_route_pick(weft_fabric *f, const weft_op *op, weft_tensor *const *input
                     weft_route_cost *costs) {
   double work;
   weft_cost_class cls = weft_cost_op_work(op, &work);
+  weft_cost_background_poll(f); /* lanes measured in the background since: explained with their lines */
   /* a query: it explains with the models as they are, and never measures (or writes the cache) */
   return pick(f, op, cls, work, weft_fabric_now(f), inputs, ninputs, costs, 0);
 }
@@ -99,20 +103,32 @@ static int pick(weft_fabric *f, const weft_op *op, weft_cost_class cls, double w
     c->wait = s->busy_until > now ? s->busy_until - now : 0.0;
     /* explain passes no tensors: count the op's operands, all on the host (axpy reads x and y) */
     int n_in = inputs ? ninputs : weft_optable[op->kind].nin + (op->kind == WEFT_OP_AXPY);
+    const int dst_host = (s->desc.flags & WEFT_LANE_HOST_MEMORY) != 0;
     for (int k = 0; k < n_in; k++) {
       const weft_tensor *t = inputs && k < ninputs ? inputs[k] : NULL;
+      /* an operand that lives only on another lane can leave it once that lane has made it: the op waits
+       * for that lane as well (a device's queued work, a scope's recorded ops) */
+      if (t && !t->host_valid && !(dst_host ? 0 : t->valid[i]))
+        for (size_t j = 0; j < f->nlanes; j++)
+          if (t->valid[j]) {
+            const double ready = f->lanes[j].busy_until - now;
+            if (ready > c->wait) c->wait = ready;
+            break;
+          }
       /* the version-2 ops: the operand's own size where it is known, else one of rows*cols */
       const double bytes = op->kind < WEFT_OP_V1_COUNT ? in_bytes(op, k) : t ? 4.0 * (double)t->numel : out_bytes(op);
       c->transfer += move_cost(f, t, (int)i, bytes);
     }
     if (from_host && !(s->desc.flags & WEFT_LANE_HOST_MEMORY)) {
       /* the result goes home the way its operands came: registered with this lane, or staged */
-      int x = inputs && ninputs > 0 && inputs[0] ? weft_route_xfer(inputs[0], (int)i) : WEFT_XFER_STAGED;
+      int x = inputs && ninputs > 0 && inputs[0] ? weft_route_xfer(inputs[0], (int)i) : f->explain_xfer;
       c->transfer += weft_cost_predict(&s->cost[WEFT_COST_DOWNLOAD][x], out_bytes(op));
     }
     /* alpha is the line's; compute is the rest of the prediction (the measured curve where it reaches) */
     c->alpha = cs->line.alpha * refine;
     c->compute = weft_cost_base(cs, work) * refine - c->alpha;
+    /* inside a scope a batching lane pays its dispatch once for the scope: one more op costs less */
+    c->alpha = weft_cost_scope_alpha(f, s, c->alpha);
     if (c->compute < 0) c->compute = 0;
     c->total = c->wait + c->transfer + c->alpha + c->compute;
     if (best < 0 || c->total < best_total) best = (int)i, best_total = c->total;
@@ -155,6 +171,7 @@ int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, do
                       weft_tensor *const *inputs, int ninputs) {
   /* Decisions are only remembered while every lane is idle (the wait term is then zero) and the fabric is
    * small enough for a bit per lane. This is the op path: keep it to a few dozen instructions. */
+  weft_cost_background_poll(f); /* one pointer test while nothing is being measured */
   int memo_ok = f->nlanes < 63 && ninputs <= 3 && f->busy_max <= now;
   if (memo_ok && !f->memo) f->memo = calloc(WEFT_ROUTE_MEMO, sizeof *f->memo);
   weft_route_memo *slot = NULL;

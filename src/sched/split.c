@@ -16,7 +16,15 @@
  * never split: the router's refinement corrects only the lane that ran.
  * Pass 3, the run: device lanes get their slices first (uploaded, dispatched, flushed so they start), the
  * host lane computes its slice on the caller's thread meanwhile, then the device slices come home into
- * the result. Every entry is computed by an exact kernel, so the bits are those of any single lane. */
+ * the result. Every entry is computed by an exact kernel, so the bits are those of any single lane.
+ *
+ * A matmul of one matrix whose k dominates (a weight gradient, x^T . dy over a batch of samples: chain_shape)
+ * is shared out along k instead, chained: lane 0 sums its range of k from zero, each next lane continues the
+ * running sums over its range (matmul_acc), so every element is summed in ascending k - the canonical
+ * order, the bits of one lane. It is pipelined over chunks of c's rows, dispatched as a wavefront (lane l's
+ * chunk j after lane l-1's chunk j+1), so the lanes work at once on different chunks. Lanes that do not
+ * offer matmul_acc can only start the sums: the best of them may go first. Planned per unit of k by the same
+ * water-filling, decided and measured as the batch split is (it is "the split" of such a shape). */
 #include "split.h"
 
 #include <math.h>
@@ -448,6 +456,139 @@ static weft_status run_shares(weft_fabric *f, const weft_op *op, weft_tensor *a,
   return WEFT_OK;
 }
 
+/* ---------------------------------------------------------------------------------- chained over k */
+
+static int chain_shape(const weft_op *op) {
+  const int64_t big = op->m > op->n ? op->m : op->n;
+  return op->batch == 1 && op->k >= 256 && op->k >= 8 * big;
+}
+
+/* Pass 1 of a chain: per lane a fixed cost (alpha; on a device lane its transfers' alphas and the running
+ * sums crossing both ways) and a cost per unit of k (compute, and on a device lane a row of a and of b
+ * going up). Every lane that offers matmul_acc, and the best one that does not (it can only start the
+ * sums), in that order: the latter first. */
+static int plan_chain(weft_fabric *f, const weft_op *op, const weft_split_track *tr, lane_plan *plan) {
+  int n = 0, starter = -1;
+  double starter_t = 0;
+  const double K = (double)op->k, flops = 2.0 * (double)op->m * (double)op->n * K;
+  const double c_bytes = 4.0 * (double)op->m * (double)op->n, unit_bytes = 4.0 * (double)(op->m + op->n);
+  const double now = weft_fabric_now(f);
+  weft_op acc = *op;
+  acc.kind = WEFT_OP_MATMUL_ACC;
+  lane_plan cand[64];
+  int nc = 0;
+  for (size_t i = 0; i < f->nlanes && nc < 64; i++) {
+    const int can_acc = weft_route_lane_can_run(f, (int)i, &acc, NULL);
+    if (!can_acc && !weft_route_lane_can_run(f, (int)i, op, NULL)) continue;
+    weft_lane_slot *s = &f->lanes[i];
+    const weft_cost_state *mm = weft_cost_state_of(s, WEFT_COST_MATMUL, op->contract);
+    lane_plan *q = &cand[nc++];
+    memset(q, 0, sizeof *q);
+    q->lane = (int)i;
+    q->exact = can_acc; /* borrowed while planning: 1 offers matmul_acc */
+    q->c = mm->line.alpha * mm->line.refine;
+    q->r = (weft_cost_predict(mm, flops) - q->c) / K;
+    if (!weft_lane_is_host(f, (int)i)) {
+      const weft_cost_line *up = &s->cost[WEFT_COST_UPLOAD][WEFT_XFER_STAGED].line;
+      const weft_cost_line *down = &s->cost[WEFT_COST_DOWNLOAD][WEFT_XFER_STAGED].line;
+      q->c += up->alpha + down->alpha + (up->beta > 0 ? c_bytes / up->beta : 0) + (down->beta > 0 ? c_bytes / down->beta : 0);
+      q->r += up->beta > 0 ? unit_bytes / up->beta : 0;
+    }
+    if (q->r <= 0) q->r = 1e-12;
+    q->c0 = q->c, q->r0 = q->r;
+    const double k = tr && i < 64 && tr->k[i] > 0 ? tr->k[i] : 1.0;
+    q->c *= k, q->r *= k;
+    q->c += s->busy_until > now ? s->busy_until - now : 0.0;
+    if (!can_acc && (starter < 0 || q->c + K * q->r < starter_t)) starter = nc - 1, starter_t = q->c + K * q->r;
+  }
+  if (starter >= 0) plan[n++] = cand[starter];
+  for (int i = 0; i < nc; i++)
+    if (cand[i].exact) plan[n++] = cand[i];
+  for (int i = 0; i < n; i++) plan[i].exact = 0;
+  return n;
+}
+
+/* Pass 3 of a chain: lane plan[0]'s range of k first, each next lane's after it. */
+static weft_status chain_run(weft_fabric *f, const weft_op *op, weft_tensor *a, weft_tensor *b, weft_tensor *c,
+                             lane_plan *plan, int n) {
+  weft_status st = weft_hostq_finish(f);
+  if (st == WEFT_OK && (weft_tensor_failure(a) != WEFT_OK || weft_tensor_failure(b) != WEFT_OK)) st = WEFT_ERR_STATE;
+  if (st == WEFT_OK) st = weft_tensor_wait_dma(c);
+  if (st != WEFT_OK) return st;
+  const int64_t m = op->m, nn = op->n, k = op->k;
+  int L = 0, li[64];
+  int64_t k0[65];
+  k0[0] = 0;
+  for (int i = 0; i < n; i++)
+    if (plan[i].share > 0) li[L] = i, k0[L + 1] = k0[L] + plan[i].share, L++;
+  if (L < 2 || k0[L] != k) return WEFT_ERR_STATE;
+  /* Each lane's rows of op(a) over its range of k, packed contiguous (and of op(b) when b is transposed):
+   * copies, the bits unchanged. */
+  const int nch = (int)(m < 4 * L ? m : 4 * L);
+  const int64_t per = (m + nch - 1) / nch;
+  float *ap = malloc(sizeof(float) * (size_t)(m * k)), *bp = op->trans_b ? malloc(sizeof(float) * (size_t)(k * nn)) : NULL;
+  weft_tensor **ta = calloc((size_t)(L * nch), sizeof *ta), **tb = calloc((size_t)L, sizeof *tb);
+  weft_tensor **tc = calloc((size_t)nch, sizeof *tc);
+  if (!ap || (op->trans_b && !bp) || !ta || !tb || !tc) st = weft_fail(f, WEFT_ERR_OUT_OF_MEMORY, "out of host memory");
+  for (int l = 0; l < L && st == WEFT_OK; l++) {
+    const int64_t kl = k0[l + 1] - k0[l];
+    float *al = ap + (size_t)(m * k0[l]);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t q = 0; q < kl; q++)
+        al[i * kl + q] = op->trans_a ? a->host[(size_t)((k0[l] + q) * m + i)] : a->host[(size_t)(i * k + k0[l] + q)];
+    float *bl = b->host + (size_t)(k0[l] * nn);
+    if (op->trans_b) {
+      bl = bp + (size_t)(k0[l] * nn);
+      for (int64_t q = 0; q < kl; q++)
+        for (int64_t j = 0; j < nn; j++) bl[q * nn + j] = b->host[(size_t)(j * k + k0[l] + q)];
+    }
+    const int64_t db[2] = {kl, nn};
+    st = weft_tensor_wrap(f, 2, db, bl, &tb[l]);
+    for (int j = 0; j < nch && st == WEFT_OK; j++) {
+      const int64_t i0 = j * per, rows = m - i0 < per ? m - i0 : per, da[2] = {rows, kl};
+      if (rows > 0) st = weft_tensor_wrap(f, 2, da, al + (size_t)(i0 * kl), &ta[l * nch + j]);
+    }
+  }
+  for (int j = 0; j < nch && st == WEFT_OK; j++) {
+    const int64_t i0 = j * per, rows = m - i0 < per ? m - i0 : per, dc[2] = {rows, nn};
+    if (rows > 0) st = weft_tensor_wrap(f, 2, dc, c->host + (size_t)(i0 * nn), &tc[j]);
+  }
+  const double t_start = weft_fabric_now(f);
+  /* The wavefront: step s runs chunk s - l on lane l, the later lanes first, so that lane l-1 is already
+   * given chunk j+1 when lane l waits for chunk j to reach it. */
+  for (int s = 0; s < nch + L - 1 && st == WEFT_OK; s++) {
+    for (int l = L - 1; l >= 0 && st == WEFT_OK; l--) {
+      const int j = s - l;
+      if (j < 0 || j >= nch || !tc[j]) continue;
+      const int lane = plan[li[l]].lane;
+      weft_op_desc d = {op->contract, lane};
+      st = l == 0 ? weft_op_matmul(f, &d, ta[l * nch + j], 0, tb[l], 0, tc[j])
+                  : weft_op_matmul_acc(f, &d, ta[l * nch + j], 0, tb[l], 0, tc[j]);
+      weft_lane_slot *sl = &f->lanes[lane];
+      if (st == WEFT_OK && sl->vt.flush) st = sl->vt.flush(sl->self);
+    }
+  }
+  for (int j = 0; j < nch && st == WEFT_OK; j++) {
+    const int64_t i0 = j * per, rows = m - i0 < per ? m - i0 : per;
+    if (tc[j]) st = weft_tensor_read(tc[j], c->host + (size_t)(i0 * nn), (size_t)(rows * nn));
+  }
+  for (int i = 0; ta && i < L * nch; i++) weft_tensor_destroy(ta[i]);
+  for (int i = 0; tb && i < L; i++) weft_tensor_destroy(tb[i]);
+  for (int i = 0; tc && i < nch; i++) weft_tensor_destroy(tc[i]);
+  free(ta), free(tb), free(tc), free(ap), free(bp);
+  for (int l = 0; l < L; l++) {
+    weft_split_share *sh = &f->split_shares[f->split.nshares++];
+    lane_plan *q = &plan[li[l]];
+    sh->lane = f->lanes[q->lane].desc.name, sh->first = k0[l], sh->entries = q->share;
+    sh->predicted = q->c + (double)q->share * q->r, sh->seconds = 0; /* the lanes overlap: only the whole is timed */
+  }
+  if (st != WEFT_OK) return st;
+  weft_tensor_mark_written(c, -1);
+  f->split.seconds = weft_fabric_now(f) - t_start;
+  f->split.split = 1;
+  return WEFT_OK;
+}
+
 /* Candidate `pick` of the track (one lane) timed: the op dispatched there, as it runs unsplit, and its
  * result brought home, as the caller will read it. */
 static weft_status probe_lane(weft_fabric *f, const weft_op *op, weft_split_track *tr, int pick, weft_tensor *a,
@@ -600,18 +741,28 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   if (!shares) return WEFT_OK; /* no room to report a split: run it whole */
   f->split_shares = shares;
   f->split.shares = shares;
-  n = plan_lanes(f, op, a, b, tr, plan);
+  /* a chain's units are k's steps; a batch split's, the batch's entries */
+  const int chained = chain_shape(op);
+  const int64_t U = chained ? op->k : B;
+  n = chained ? plan_chain(f, op, tr, plan) : plan_lanes(f, op, a, b, tr, plan);
   if (n < 2) return WEFT_OK;
   int order[64];
   for (int i = 0; i < n; i++) {
     int j = i;
-    double ti = plan[i].c + (double)B * plan[i].r;
-    while (j > 0 && plan[order[j - 1]].c + (double)B * plan[order[j - 1]].r > ti) order[j] = order[j - 1], j--;
+    double ti = plan[i].c + (double)U * plan[i].r;
+    while (j > 0 && plan[order[j - 1]].c + (double)U * plan[order[j - 1]].r > ti) order[j] = order[j - 1], j--;
     order[j] = i;
   }
   const int single = order[0];
-  const double single_t = plan[single].c + (double)B * plan[single].r;
-  const double makespan = plan_shares(plan, n, B);
+  const double single_t = plan[single].c + (double)U * plan[single].r;
+  double makespan = plan_shares(plan, n, U);
+  if (chained) {
+    /* the pipeline's fill and drain: each lane after the first waits for the first chunk (a quarter of a
+     * lane's time, with 4 chunks a lane) */
+    int used_lanes = 0;
+    for (int i = 0; i < n; i++) used_lanes += plan[i].share > 0;
+    makespan *= 1.0 + 0.25 * (used_lanes > 1 ? used_lanes - 1 : 0) / (double)(used_lanes > 0 ? used_lanes : 1);
+  }
   int used = 0;
   for (int i = 0; i < n; i++) used += plan[i].share > 0;
   f->split.predicted = makespan;
@@ -631,7 +782,7 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
     memset(cands, 0, sizeof cands);
     if (used >= 2 && makespan <= 0.9 * single_t) cands[nc++].lane = -1;
     for (int i = 0; i < n && nc < WEFT_SPLIT_CANDS; i++) {
-      const double t = plan[order[i]].c + (double)B * plan[order[i]].r;
+      const double t = plan[order[i]].c + (double)U * plan[order[i]].r;
       if (t <= 3.0 * single_t || (B >= 2 && t <= single_t + 1e-3 && t <= 100.0 * single_t)) {
         cands[nc].lane = plan[order[i]].lane;
         cands[nc++].host = weft_lane_is_host(f, plan[order[i]].lane);
@@ -656,7 +807,7 @@ weft_status weft_split_matmul(weft_fabric *f, weft_op *op, weft_tensor *a, weft_
   }
   /* Pass 3: the split, timed. */
   const double t0 = weft_fabric_now(f);
-  weft_status st = split_run(f, op, a, b, c, plan, n, tr);
+  weft_status st = chained ? chain_run(f, op, a, b, c, plan, n) : split_run(f, op, a, b, c, plan, n, tr);
   if (st != WEFT_OK) return st;
   ran(tr, pick, t0);
   track_note(tr, pick, f->split.seconds);

@@ -55,6 +55,8 @@ int weft_cli_usage_error(const char *cmd, const char *fmt, ...)
 /* Turns a getopt_long error return ('?' unknown option, ':' missing value) into a usage error. `argv` and
  * the global optind/optopt are getopt's. */
 int weft_cli_option_error(const char *cmd, int ret, char **argv);
+/* The candidate a mistyped word most likely meant (one or two edits away), or NULL. */
+const char *weft_cli_suggest(const char *word, const char *const *candidates, size_t count);
 /* Parses a whole number in [min, max]; on failure prints a usage error naming `opt` and returns
  * WEFT_CLI_USAGE, else WEFT_CLI_OK. */
 int weft_cli_parse_long(const char *cmd, const char *opt, const char *s, long min, long max, long *out);

@@ -8,6 +8,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -40,16 +42,17 @@ void weft_cli_bench_help(FILE *out) {
           "                     where one run is predicted (from its last point, by the work) to take longer\n"
           "  --cpu-threads N    threads the CPU lane may use (default: one per online core)\n"
           "  --no-route         do not time the routed op (lanes only; no calibration)\n"
-          "  --plot FILE.svg    also draw time against size, log-log: a line per lane, the router's picks\n"
-          "                     marked, crossovers labelled\n"
+          "  --plot FILE.svg    also draw time against size as SVG, log-log: a line per lane, the router's\n"
+          "                     picks ringed, crossovers measured (dashed) and predicted (dotted)\n"
           "  --json             print the results as JSON instead of a table\n"
           "  --csv              print the results as CSV, one row per size and lane ('routed' rows: the pick)\n"
           "  -h, --help         show this help\n"
           "\n"
-          "Routing: each size also runs with the lane left to the router (the fabric's cost model: lanes are\n"
-          "calibrated first if the cache has no model for them). The table shows its pick and time, the\n"
-          "measured best lane and the ratio routed/best; below it the geometric mean of that ratio, each pair\n"
-          "of lanes' crossover size and the cost of one routing decision.\n",
+          "Routing (with two lanes or more): lanes the calibration cache has no model for are measured first,\n"
+          "before the table. Each size then also runs with the lane left to the router, in alternation with\n"
+          "the best lane of that size, and the table shows the pick, both times of that pairing and their\n"
+          "ratio routed/best; below it the geometric mean of that ratio, each pair of lanes' crossover size\n"
+          "(measured, and predicted by the cost model) and the cost of one routing decision.\n",
           DEFAULT_REPEATS, DEFAULT_MAX_SECONDS);
 }
 
@@ -95,10 +98,11 @@ typedef struct bench_cell {
 typedef struct routed_cell {
   int ran;
   weft_cli_point point;
+  weft_cli_point best_point; /* the best lane's time, measured in alternation with the routed runs */
   int picked;  /* index into bench_run.lanes of the lane it went to, or -1 (a lane not benched) */
   char picked_name[64];
   int best;    /* index into bench_run.lanes of the fastest lane at this size, -1 if none ran */
-  double ratio; /* routed median / best median */
+  double ratio; /* point.median_s / best_point.median_s: the two times printed beside it */
 } routed_cell;
 
 /* Where two lanes' times cross. */
@@ -111,6 +115,7 @@ typedef struct crossover {
 
 typedef struct bench_run {
   bench_opts o;
+  int route;         /* time the routed op: routing asked for and two lanes or more to choose between */
   weft_fabric *f;
   bench_lane *lanes;
   size_t nlanes;
@@ -124,6 +129,7 @@ typedef struct bench_run {
   size_t ncross;
   double geomean;       /* of routed/best over the sizes where both ran; 0 if none */
   double decision_us;   /* one routing decision (weft_route_explain), microseconds */
+  double *predicted;    /* [size][lane]: the cost model's time for the point, seconds (0: none) */
 } bench_run;
 
 static bench_cell *cell(bench_run *r, size_t s, size_t l) { return &r->cells[s * r->nlanes + l]; }
@@ -186,14 +192,15 @@ static void table_header(const bench_run *r) {
   if (r->nlanes > 1)
     printf("check: each lane's result against %s's (%s)\n", r->lanes[0].info.name,
            r->o.contract == WEFT_CONTRACT_EXACT ? "the same bits" : "within the fp32 error bound");
-  if (!r->o.no_route)
-    printf("routed: the same op with the lane left to the router; best: the fastest lane measured at that size\n");
+  if (r->route)
+    printf("routed: the same op with the lane left to the router, timed in alternation with the fastest lane of\n"
+           "that size (best); ratio = routed ms / best ms of that pairing\n");
   printf("\n%6s", "n");
   for (size_t l = 0; l < r->nlanes; l++) printf(" | %*s", lane_width(&r->lanes[l]), r->lanes[l].info.name);
-  if (!r->o.no_route) printf(" | %27s | %12s | %6s", "routed", "best", "ratio");
+  if (r->route) printf(" | %27s | %27s | %6s", "routed", "best", "ratio");
   printf(" | check\n%6s", "");
   for (size_t l = 0; l < r->nlanes; l++) printf(" | %*s", lane_width(&r->lanes[l]), "ms   GFLOP/s");
-  if (!r->o.no_route) printf(" | %27s | %12s | %6s", "ms  (pick)", "", "");
+  if (r->route) printf(" | %27s | %27s | %6s", "ms  (pick)", "ms  (lane)", "");
   printf(" |\n");
   fflush(stdout);
 }
@@ -217,17 +224,21 @@ static void table_row(bench_run *r, size_t s) {
     ran++;
     differs += c->check == CHECK_DIFFERS;
   }
-  if (!r->o.no_route) {
+  if (r->route) {
     const routed_cell *rc = &r->routed[s];
     if (rc->ran) {
-      char buf[96], rbuf[16];
+      char buf[96], bbuf[96] = "-", rbuf[16] = "-";
       double ms = rc->point.median_s * 1e3;
-      snprintf(buf, sizeof buf, "%.*f  (%s)", ms < 0.1 ? 4 : 3, ms, rc->picked_name);
-      snprintf(rbuf, sizeof rbuf, "%.3f", rc->ratio);
-      printf(" | %27s | %12s | %6s", buf, rc->best >= 0 ? r->lanes[rc->best].info.name : "-",
-             rc->best >= 0 ? rbuf : "-");
+      /* four significant digits: the ratio beside them can be checked from them */
+      snprintf(buf, sizeof buf, "%.4g  (%s)", ms, rc->picked_name);
+      if (rc->best >= 0) {
+        double bms = rc->best_point.median_s * 1e3;
+        snprintf(bbuf, sizeof bbuf, "%.4g  (%s)", bms, r->lanes[rc->best].info.name);
+        snprintf(rbuf, sizeof rbuf, "%.3f", rc->ratio);
+      }
+      printf(" | %27s | %27s | %6s", buf, bbuf, rbuf);
     } else {
-      printf(" | %27s | %12s | %6s", "-", "-", "-");
+      printf(" | %27s | %27s | %6s", "-", "-", "-");
     }
   }
   if (differs) {
@@ -252,7 +263,9 @@ static void table_notes(const bench_run *r) {
     if (b->failed) printf("%s%s: FAILED, dropped: %s\n", any++ ? "" : "\n", b->info.name, b->error);
   }
   for (size_t i = 0; i < r->nskipped; i++) printf("%snot benched: %s\n", any++ ? "" : "\n", r->skipped[i]);
-  if (!r->o.no_route) {
+  if (!r->o.no_route && !r->route && r->nlanes == 1)
+    printf("%srouted: not timed, with one lane there is nothing to choose\n", any++ ? "" : "\n");
+  if (r->route) {
     printf("\nrouted/best, geometric mean over the sizes: ");
     if (r->geomean > 0) printf("%.3f\n", r->geomean);
     else printf("- (no size with both)\n");
@@ -333,10 +346,13 @@ static cJSON *build_json(bench_run *r) {
           !cJSON_AddNumberToObject(p, "min_ms", c->point.min_s * 1e3) ||
           !cJSON_AddNumberToObject(p, "gflops", gflops(r->o.sizes[s], c->point.median_s)) ||
           !cJSON_AddNumberToObject(p, "repeats", c->point.repeats) ||
-          !cJSON_AddStringToObject(p, "check", check_name(c->check)))
+          !cJSON_AddStringToObject(p, "check", check_name(c->check)) ||
+          !(r->predicted && r->predicted[s * r->nlanes + l] > 0
+                ? cJSON_AddNumberToObject(p, "predicted_ms", r->predicted[s * r->nlanes + l] * 1e3)
+                : cJSON_AddNullToObject(p, "predicted_ms")))
         goto oom;
     }
-  if (!r->o.no_route) {
+  if (r->route) {
     cJSON *routed = cJSON_AddArrayToObject(root, "routed");
     if (!routed) goto oom;
     for (size_t s = 0; s < r->o.nsizes; s++) {
@@ -351,6 +367,8 @@ static cJSON *build_json(bench_run *r) {
           !cJSON_AddNumberToObject(p, "ms", rc->point.median_s * 1e3) ||
           !(rc->best >= 0 ? cJSON_AddStringToObject(p, "best_lane", r->lanes[rc->best].info.name)
                           : cJSON_AddNullToObject(p, "best_lane")) ||
+          !(rc->best >= 0 ? cJSON_AddNumberToObject(p, "best_ms", rc->best_point.median_s * 1e3)
+                          : cJSON_AddNullToObject(p, "best_ms")) ||
           !(rc->best >= 0 ? cJSON_AddNumberToObject(p, "ratio", rc->ratio) : cJSON_AddNullToObject(p, "ratio")))
         goto oom;
     }
@@ -403,23 +421,33 @@ static void csv_field(const char *s) {
 }
 
 static void print_csv(bench_run *r) {
-  printf("n,lane,ms,min_ms,gflops,repeats,check,picked\n");
+  /* a 'routed' row: ms is the routed time, best_ms the best lane's (best_lane) in the same alternation,
+   * ratio = ms / best_ms; a lane's row: predicted_ms is the cost model's time for that point */
+  printf("n,lane,ms,min_ms,gflops,repeats,check,picked,best_lane,best_ms,ratio,predicted_ms\n");
   for (size_t s = 0; s < r->o.nsizes; s++)
     for (size_t l = 0; l < r->nlanes; l++) {
       const bench_cell *c = cell(r, s, l);
       if (!c->ran) continue;
       printf("%lld,", (long long)r->o.sizes[s]);
       csv_field(r->lanes[l].info.name);
-      printf(",%.6f,%.6f,%.4f,%d,%s,\n", c->point.median_s * 1e3, c->point.min_s * 1e3,
+      printf(",%.6f,%.6f,%.4f,%d,%s,,,,,", c->point.median_s * 1e3, c->point.min_s * 1e3,
              gflops(r->o.sizes[s], c->point.median_s), c->point.repeats, check_name(c->check));
+      if (r->predicted && r->predicted[s * r->nlanes + l] > 0) printf("%.6f", r->predicted[s * r->nlanes + l] * 1e3);
+      printf("\n");
     }
-  for (size_t s = 0; !r->o.no_route && s < r->o.nsizes; s++) {
+  for (size_t s = 0; r->route && s < r->o.nsizes; s++) {
     const routed_cell *rc = &r->routed[s];
     if (!rc->ran) continue;
     printf("%lld,routed,%.6f,%.6f,%.4f,%d,,", (long long)r->o.sizes[s], rc->point.median_s * 1e3,
            rc->point.min_s * 1e3, gflops(r->o.sizes[s], rc->point.median_s), rc->point.repeats);
     csv_field(rc->picked_name);
-    printf("\n");
+    if (rc->best >= 0) {
+      putchar(',');
+      csv_field(r->lanes[rc->best].info.name);
+      printf(",%.6f,%.6f,\n", rc->best_point.median_s * 1e3, rc->ratio);
+    } else {
+      printf(",,,,\n");
+    }
   }
 }
 
@@ -574,7 +602,7 @@ static int bench_size(bench_run *r, size_t s) {
                  c->point.elapsed_s);
     }
   }
-  if (!r->o.no_route) {
+  if (r->route) {
     /* The router's turn: the same op, lane left to the fabric, timed in alternation with the best lane so
      * the ratio between them is not the machine's mood; its result is checked like a lane's. */
     routed_cell *rc = &r->routed[s];
@@ -585,9 +613,8 @@ static int bench_size(bench_run *r, size_t s) {
         rc->best = (int)l;
     }
     weft_cli_point_desc d = {WEFT_LANE_AUTO, r->o.contract, n, n, n, r->o.repeats, r->o.max_seconds};
-    weft_cli_point best_again;
     weft_status st = rc->best >= 0 ? weft_cli_measure_matmul_pair(r->f, &d, r->lanes[rc->best].index, a, b,
-                                                                  have_ref ? got : ref, &rc->point, &best_again)
+                                                                  have_ref ? got : ref, &rc->point, &rc->best_point)
                                    : weft_cli_measure_matmul(r->f, &d, a, b, have_ref ? got : ref, &rc->point);
     if (st != WEFT_OK) {
       fprintf(stderr, "weft bench: the routed op failed at n = %lld: %s: %s\n", (long long)n, weft_status_str(st),
@@ -605,7 +632,7 @@ static int bench_size(bench_run *r, size_t s) {
                 (long long)n, (double)diff);
         r->mismatches++;
       }
-      if (rc->best >= 0) rc->ratio = rc->point.median_s / best_again.median_s;
+      if (rc->best >= 0) rc->ratio = rc->point.median_s / rc->best_point.median_s;
     }
   }
   /* A lone result has nothing to be checked against. */
@@ -647,14 +674,15 @@ static void predicted_crossover(bench_run *r, crossover *x) {
   for (int64_t n = 1; n <= 65536; n = n < 4 ? n + 1 : n + n / 4) {
     weft_route_query q = {WEFT_OP_MATMUL, r->o.contract, 1, n, n, n, 0, 0};
     weft_route_explanation e;
-    if (weft_route_explain(r->f, &q, &e) != WEFT_OK || !e.lanes[fa].eligible || !e.lanes[fb].eligible) return;
+    /* bench's points are steady states, whose tensors' memory is registered with the lanes by then */
+    if (weft_route_explain_registered(r->f, &q, &e) != WEFT_OK || !e.lanes[fa].eligible || !e.lanes[fb].eligible) return;
     double d = e.lanes[fa].total - e.lanes[fb].total;
     if (prev_n && (d > 0) != (prev > 0)) {
       int64_t lo = prev_n, hi = n;
       while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
         weft_route_query qm = {WEFT_OP_MATMUL, r->o.contract, 1, mid, mid, mid, 0, 0};
-        weft_route_explain(r->f, &qm, &e);
+        weft_route_explain_registered(r->f, &qm, &e);
         double dm = e.lanes[fa].total - e.lanes[fb].total;
         if ((dm > 0) == (prev > 0)) lo = mid;
         else hi = mid;
@@ -668,6 +696,17 @@ static void predicted_crossover(bench_run *r, crossover *x) {
 
 /* The routing summary: the geometric mean of routed/best, every pair's crossovers, one decision's cost. */
 static int summarize(bench_run *r) {
+  r->predicted = calloc(r->o.nsizes * r->nlanes, sizeof *r->predicted);
+  if (!r->predicted) return WEFT_CLI_FAILED;
+  for (size_t s = 0; s < r->o.nsizes; s++) {
+    int64_t n = r->o.sizes[s];
+    weft_route_query q = {WEFT_OP_MATMUL, r->o.contract, 1, n, n, n, 0, 0};
+    weft_route_explanation e;
+    if (weft_route_explain_registered(r->f, &q, &e) != WEFT_OK) continue;
+    for (size_t l = 0; l < r->nlanes; l++)
+      if (cell(r, s, l)->ran && e.lanes[r->lanes[l].index].eligible)
+        r->predicted[s * r->nlanes + l] = e.lanes[r->lanes[l].index].total;
+  }
   double logsum = 0;
   int count = 0;
   for (size_t s = 0; s < r->o.nsizes; s++)
@@ -701,16 +740,26 @@ static int summarize(bench_run *r) {
 /* ------------------------------------------------------------------------------------------ the plot */
 
 static const char *const PALETTE[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2"};
+#define NPALETTE (sizeof PALETTE / sizeof PALETTE[0])
 
-/* time against size, log-log: a line per lane, the router's picks as rings in the picked lane's colour on
- * the routed times, crossovers as labelled dashed verticals. Plain SVG, readable without any viewer. */
-static int write_plot(bench_run *r) {
-  FILE *fp = fopen(r->o.plot, "w");
-  if (!fp) {
-    fprintf(stderr, "weft bench: cannot write the plot to %s: %s\n", r->o.plot, strerror(errno));
-    return WEFT_CLI_FAILED;
-  }
-  const double W = 940, H = 560, L = 90, R = 240, T = 60, B = 70;
+/* --plot FILE: an SVG, so a name that promises another format is refused before anything runs, and the
+ * file is opened then (a path that cannot be written fails at once, not after the whole bench). */
+static int plot_open(bench_run *r, FILE **out) {
+  static const char *const other[] = {".png", ".jpg", ".jpeg", ".gif", ".pdf", ".webp", ".bmp", ".tif", ".tiff"};
+  const char *dot = strrchr(r->o.plot, '.');
+  for (size_t i = 0; dot && i < sizeof other / sizeof other[0]; i++)
+    if (strcasecmp(dot, other[i]) == 0)
+      return weft_cli_usage_error("bench", "--plot writes SVG, not %s: name the file .svg (e.g. bench.svg)", dot + 1);
+  *out = fopen(r->o.plot, "w");
+  if (!*out) return weft_cli_usage_error("bench", "--plot: cannot write %s: %s", r->o.plot, strerror(errno));
+  return WEFT_CLI_OK;
+}
+
+/* time against size, log-log: a line per lane with a dot per measured point, ticks at the sizes measured;
+ * the router's picks as rings (in the picked lane's colour) drawn under the lanes' points so they hide
+ * none; crossovers measured (dashed) and predicted by the cost model (dotted). Plain SVG. */
+static int write_plot(bench_run *r, FILE *fp) {
+  const double W = 980, H = 580, L = 90, R = 270, T = 60, B = 70;
   double nmin = 1e300, nmax = 0, tmin = 1e300, tmax = 0;
   for (size_t s = 0; s < r->o.nsizes; s++) {
     for (size_t l = 0; l < r->nlanes; l++) {
@@ -720,7 +769,7 @@ static int write_plot(bench_run *r) {
       nmin = n < nmin ? n : nmin, nmax = n > nmax ? n : nmax;
       tmin = t < tmin ? t : tmin, tmax = t > tmax ? t : tmax;
     }
-    if (r->routed && r->routed[s].ran) {
+    if (r->route && r->routed[s].ran) {
       double t = r->routed[s].point.median_s;
       tmin = t < tmin ? t : tmin, tmax = t > tmax ? t : tmax;
     }
@@ -730,8 +779,7 @@ static int write_plot(bench_run *r) {
     fprintf(stderr, "weft bench: nothing was measured, so there is no plot\n");
     return WEFT_CLI_FAILED;
   }
-  double lx0 = floor(log10(nmin)), lx1 = ceil(log10(nmax)), ly0 = floor(log10(tmin)), ly1 = ceil(log10(tmax));
-  if (lx1 <= lx0) lx1 = lx0 + 1;
+  double lx0 = log10(nmin) - 0.08, lx1 = log10(nmax) + 0.08, ly0 = floor(log10(tmin)), ly1 = ceil(log10(tmax));
   if (ly1 <= ly0) ly1 = ly0 + 1;
 #define PX(n) (L + (log10(n) - lx0) / (lx1 - lx0) * (W - L - R))
 #define PY(t) (H - B - (log10(t) - ly0) / (ly1 - ly0) * (H - T - B))
@@ -741,83 +789,164 @@ static int write_plot(bench_run *r) {
   fprintf(fp, "<text x=\"%.0f\" y=\"28\" font-size=\"17\" font-weight=\"bold\">weft bench: matmul n x n x n, %s "
               "contract, host data in and out</text>\n",
           L, weft_contract_str(r->o.contract));
-  /* grid and axes: decades */
-  for (double d = lx0; d <= lx1 + 1e-9; d++) {
-    double x = PX(pow(10, d));
-    fprintf(fp, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#ddd\"/>\n", x, T, x, H - B);
-    fprintf(fp, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%g</text>\n", x, H - B + 18, pow(10, d));
+  /* x: a tick at every size measured */
+  for (size_t s = 0; s < r->o.nsizes; s++) {
+    int any = 0;
+    for (size_t l = 0; l < r->nlanes; l++) any |= cell(r, s, l)->ran;
+    if (!any) continue;
+    double x = PX((double)r->o.sizes[s]);
+    fprintf(fp, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#e4e4e4\"/>\n", x, T, x, H - B);
+    fprintf(fp, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#333\"/>\n", x, H - B, x, H - B + 5);
+    fprintf(fp, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%lld</text>\n", x, H - B + 19,
+            (long long)r->o.sizes[s]);
   }
+  /* y: decades */
   for (double d = ly0; d <= ly1 + 1e-9; d++) {
     double y = PY(pow(10, d));
     const char *label[] = {"1 ns", "10 ns", "100 ns", "1 us", "10 us", "100 us", "1 ms", "10 ms", "100 ms", "1 s", "10 s",
                            "100 s"};
     int li = (int)d + 9;
-    fprintf(fp, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, W - R, y);
+    fprintf(fp, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", L, y, W - R, y);
     if (li >= 0 && li < 12) fprintf(fp, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", L - 8, y + 4, label[li]);
   }
   fprintf(fp, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#333\"/>\n", L, T,
           W - L - R, H - T - B);
-  fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">matrix size n (log)</text>\n", (L + W - R) / 2, H - 25);
-  fprintf(fp, "<text transform=\"translate(22,%.0f) rotate(-90)\" text-anchor=\"middle\">time per matmul (log)</text>\n",
+  fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">matrix size n (log scale)</text>\n", (L + W - R) / 2,
+          H - 25);
+  fprintf(fp, "<text transform=\"translate(22,%.0f) rotate(-90)\" text-anchor=\"middle\">time per matmul (log scale)</text>\n",
           (T + H - B) / 2);
-  /* crossovers */
+  /* crossovers: measured dashed, predicted dotted, each labelled */
+  int label_row = 0;
   for (size_t i = 0; i < r->ncross; i++) {
     const crossover *x = &r->cross[i];
-    if (x->measured_n <= 0) continue;
-    double px = PX(x->measured_n);
-    fprintf(fp, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#555\" stroke-dasharray=\"5,4\"/>\n", px,
-            T, px, H - B);
-    fprintf(fp, "<text x=\"%.1f\" y=\"%.0f\" font-size=\"12\" fill=\"#333\">%s/%s n&#8776;%.0f</text>\n", px + 4,
-            T + 16 + 15.0 * (double)i, r->lanes[x->a].info.name, r->lanes[x->b].info.name, x->measured_n);
+    for (int kind = 0; kind < 2; kind++) {
+      double n = kind ? x->predicted_n : x->measured_n;
+      if (n <= 0 || log10(n) < lx0 || log10(n) > lx1) continue;
+      double px = PX(n);
+      fprintf(fp, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"%s\" stroke-dasharray=\"%s\"/>\n", px,
+              T, px, H - B, kind ? "#999" : "#444", kind ? "2,3" : "6,4");
+      fprintf(fp, "<text x=\"%.1f\" y=\"%.0f\" font-size=\"12\" fill=\"%s\">%s/%s %s n&#8776;%.0f</text>\n", px + 4,
+              T + 16 + 15.0 * label_row++, kind ? "#777" : "#333", r->lanes[x->a].info.name, r->lanes[x->b].info.name,
+              kind ? "predicted" : "measured", n);
+    }
   }
-  /* a line per lane */
+  /* the router's picks first, as rings, so the lanes' points stay visible inside them */
+  if (r->route)
+    for (size_t s = 0; s < r->o.nsizes; s++) {
+      const routed_cell *rc = &r->routed[s];
+      if (!rc->ran) continue;
+      const char *col = rc->picked >= 0 ? PALETTE[(size_t)rc->picked % NPALETTE] : "#999";
+      fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"8\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\">"
+                  "<title>n=%lld routed to %s: %.4g ms</title></circle>\n",
+              PX((double)r->o.sizes[s]), PY(rc->point.median_s), col, (long long)r->o.sizes[s], rc->picked_name,
+              rc->point.median_s * 1e3);
+    }
+  /* a line per lane, a dot per point */
   for (size_t l = 0; l < r->nlanes; l++) {
-    const char *col = PALETTE[l % (sizeof PALETTE / sizeof PALETTE[0])];
+    const char *col = PALETTE[l % NPALETTE];
     fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
     for (size_t s = 0; s < r->o.nsizes; s++)
       if (cell(r, s, l)->ran) fprintf(fp, "%.1f,%.1f ", PX((double)r->o.sizes[s]), PY(cell(r, s, l)->point.median_s));
     fprintf(fp, "\"/>\n");
     for (size_t s = 0; s < r->o.nsizes; s++)
       if (cell(r, s, l)->ran)
-        fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX((double)r->o.sizes[s]),
-                PY(cell(r, s, l)->point.median_s), col);
+        fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%s n=%lld: %.4g ms</title></circle>\n",
+                PX((double)r->o.sizes[s]), PY(cell(r, s, l)->point.median_s), col, r->lanes[l].info.name,
+                (long long)r->o.sizes[s], cell(r, s, l)->point.median_s * 1e3);
     double ly = T + 10 + 22.0 * (double)l;
     fprintf(fp, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"/>\n", W - R + 15,
             ly, W - R + 40, ly, col);
     fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", W - R + 46, ly + 4, r->lanes[l].info.name);
   }
-  /* the router's picks: a black ring at the routed time, filled with the picked lane's colour */
-  if (r->routed) {
-    for (size_t s = 0; s < r->o.nsizes; s++) {
-      const routed_cell *rc = &r->routed[s];
-      if (!rc->ran) continue;
-      const char *col = rc->picked >= 0 ? PALETTE[(size_t)rc->picked % (sizeof PALETTE / sizeof PALETTE[0])] : "#999";
-      fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"7\" fill=\"%s\" fill-opacity=\"0.35\" stroke=\"black\" "
-                  "stroke-width=\"1.5\"><title>n=%lld routed to %s: %.4g ms</title></circle>\n",
-              PX((double)r->o.sizes[s]), PY(rc->point.median_s), col, (long long)r->o.sizes[s], rc->picked_name,
-              rc->point.median_s * 1e3);
-    }
-    double ly = T + 10 + 22.0 * (double)r->nlanes;
-    fprintf(fp, "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"7\" fill=\"#bbb\" stroke=\"black\" stroke-width=\"1.5\"/>\n",
+  double ly = T + 10 + 22.0 * (double)r->nlanes;
+  if (r->route) {
+    fprintf(fp, "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"8\" fill=\"none\" stroke=\"#555\" stroke-width=\"2\"/>\n",
             W - R + 27, ly);
-    fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\">routed (fill: pick)</text>\n", W - R + 46, ly + 4);
+    fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\">routed (ring: the pick's colour)</text>\n", W - R + 46, ly + 4);
+    ly += 22;
     if (r->geomean > 0)
-      fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\">routed/best: %.3f (geo. mean)</text>\n", W - R + 15,
-              ly + 30, r->geomean);
+      fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\">routed/best: %.3f (geometric mean)</text>\n", W - R + 15,
+              ly + 4, r->geomean);
+    ly += 22;
+  }
+  if (r->ncross) {
+    fprintf(fp, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#444\" stroke-dasharray=\"6,4\"/>\n",
+            W - R + 15, ly, W - R + 40, ly);
+    fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\">crossover, measured</text>\n", W - R + 46, ly + 4);
+    ly += 22;
+    fprintf(fp, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#999\" stroke-dasharray=\"2,3\"/>\n",
+            W - R + 15, ly, W - R + 40, ly);
+    fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\">crossover, predicted</text>\n", W - R + 46, ly + 4);
   }
 #undef PX
 #undef PY
   fprintf(fp, "</svg>\n");
-  if (fclose(fp) != 0) {
+  if (ferror(fp) | (fclose(fp) != 0)) {
     fprintf(stderr, "weft bench: writing the plot %s failed\n", r->o.plot);
     return WEFT_CLI_FAILED;
   }
+  fprintf(stderr, "weft bench: wrote the plot to %s\n", r->o.plot);
   return WEFT_CLI_OK;
 }
 
-static void note_to_stderr(void *ctx, const char *line) {
-  (void)ctx;
-  fprintf(stderr, "  %s\n", line);
+/* ----------------------------------------------------------------------------------------- progress */
+
+/* Notes from the fabric: while the lanes are measured before the table, one line overwritten in place on
+ * a terminal, or a line per lane in a pipe; after that, each note on a line of its own. */
+typedef struct progress {
+  int tty, measuring, shown;
+  char cache_note[1200];
+} progress;
+
+static void on_note(void *ctx, const char *line) {
+  progress *p = ctx;
+  if (strncmp(line, "no calibration cache at ", 24) == 0) {
+    snprintf(p->cache_note, sizeof p->cache_note, "%s", line);
+    return;
+  }
+  if (!p->measuring) {
+    fprintf(stderr, "%s\n", line);
+    return;
+  }
+  if (strncmp(line, "weft: measuring", 15) == 0) return; /* bench says it its own way */
+  if (p->tty) {
+    fprintf(stderr, "\r\033[Kweft bench: measuring the lanes for the router: %.90s", line);
+    p->shown = 1;
+  } else if (strncmp(line, "calibrating ", 12) == 0) {
+    fprintf(stderr, "weft bench: %s\n", line);
+  }
+  fflush(stderr);
+}
+
+/* 1 when a lane being benched still routes on a built-in prior for the contract. */
+static int any_prior(bench_run *r) {
+  for (size_t l = 0; l < r->nlanes; l++) {
+    weft_cost_line line;
+    if (weft_fabric_cost_model(r->f, (size_t)r->lanes[l].index, WEFT_COST_MATMUL, r->o.contract, &line) == WEFT_OK &&
+        line.source == WEFT_COST_PRIOR)
+      return 1;
+  }
+  return 0;
+}
+
+/* Before the table: the lanes the cache has no model for are measured now, so no timed point pays for it. */
+static void calibrate_first(bench_run *r, progress *p) {
+  if (!any_prior(r)) return;
+  char path[1024] = "";
+  weft_cost_cache_path(path, sizeof path);
+  if (p->cache_note[0]) fprintf(stderr, "weft bench: no calibration cache yet (%s): measuring the lanes first\n", path);
+  else fprintf(stderr, "weft bench: measuring the lanes the calibration cache (%s) has no model for\n", path);
+  fflush(stderr);
+  p->measuring = 1;
+  double t0 = weft_cli_now();
+  weft_status st = weft_fabric_calibration_wait(r->f);
+  p->measuring = 0;
+  if (p->tty && p->shown) fprintf(stderr, "\r\033[K");
+  if (st != WEFT_OK)
+    fprintf(stderr, "weft bench: measuring the lanes failed (%s: %s); routing uses estimates\n", weft_status_str(st),
+            weft_fabric_last_error(r->f));
+  else fprintf(stderr, "weft bench: lanes measured in %.1f s\n", weft_cli_now() - t0);
+  fflush(stderr);
 }
 
 int weft_cli_bench(int argc, char **argv) {
@@ -831,15 +960,23 @@ int weft_cli_bench(int argc, char **argv) {
     free(r.o.sizes);
     return rc < 0 ? WEFT_CLI_OK : rc; /* -1: --help was printed */
   }
+  FILE *plot = NULL;
+  if (r.o.plot && (rc = plot_open(&r, &plot)) != WEFT_CLI_OK) {
+    free(r.o.sizes);
+    return rc;
+  }
+  progress prog = {isatty(2), 0, 0, ""};
   weft_fabric_desc desc = WEFT_FABRIC_DESC_INIT;
   desc.lanes = r.o.lanes;
   desc.cpu_threads = r.o.cpu_threads;
-  /* The routed runs need the cost model: lanes the cache lacks are measured on the first routed op, with
+  /* The routed runs need the cost model: lanes the cache lacks are measured before the table, with
    * progress on stderr. --no-route pins every op, so nothing is measured or written. */
   desc.calibration = r.o.no_route ? WEFT_CALIBRATION_OFF : WEFT_CALIBRATION_AUTO;
-  if (r.o.format == OUT_TABLE) desc.on_note = note_to_stderr;
+  desc.on_note = on_note;
+  desc.note_ctx = &prog;
   r.f = weft_cli_open("bench", &desc);
   if (!r.f) {
+    if (plot) fclose(plot), unlink(r.o.plot);
     free(r.o.sizes);
     return WEFT_CLI_FAILED;
   }
@@ -857,6 +994,8 @@ int weft_cli_bench(int argc, char **argv) {
       rc = WEFT_CLI_FAILED;
     }
   }
+  r.route = !r.o.no_route && r.nlanes > 1;
+  if (rc == WEFT_CLI_OK && r.route) calibrate_first(&r, &prog);
   if (rc == WEFT_CLI_OK) {
     if (r.o.format == OUT_TABLE) table_header(&r);
     for (size_t s = 0; s < r.o.nsizes && rc == WEFT_CLI_OK; s++) {
@@ -864,8 +1003,11 @@ int weft_cli_bench(int argc, char **argv) {
       if (rc == WEFT_CLI_OK && r.o.format == OUT_TABLE) table_row(&r, s);
     }
   }
-  if (rc == WEFT_CLI_OK && !r.o.no_route) rc = summarize(&r);
-  if (rc == WEFT_CLI_OK && r.o.plot) rc = write_plot(&r);
+  if (rc == WEFT_CLI_OK && r.route) rc = summarize(&r);
+  if (plot) {
+    if (rc == WEFT_CLI_OK) rc = write_plot(&r, plot);
+    else fclose(plot), unlink(r.o.plot);
+  }
   if (rc == WEFT_CLI_OK) {
     if (r.o.format == OUT_TABLE) table_notes(&r);
     else if (r.o.format == OUT_JSON) rc = weft_cli_print_json(build_json(&r));
@@ -876,6 +1018,7 @@ int weft_cli_bench(int argc, char **argv) {
   free(r.cells);
   free(r.routed);
   free(r.cross);
+  free(r.predicted);
   free(r.lanes);
   free(r.skipped);
   free(r.o.sizes);

@@ -54,6 +54,12 @@ void weft_cli_gpt_help(FILE *out) {
           "  --stop-at N         stop after step N, as if interrupted (the schedule still plans --steps)\n"
           "  --init-from FILE    start from GPT-2 weights: a Hugging Face model.safetensors (a config.json beside\n"
           "                      it gives the heads) or an llm.c .bin, the format read from the file\n"
+          "  --mpi               data-parallel across the ranks of an MPI job (mpirun -np N weft gpt train --mpi):\n"
+          "                      rank r trains on its share of every batch's windows (those after rank r-1's);\n"
+          "                      under exact the gradients are chained across the ranks, so the weights are one\n"
+          "                      process's bit for bit whatever N; under fp32 added by MPI_Allreduce (not\n"
+          "                      bit-stable across N). Rank 0 prints, validates and writes the checkpoints; a rank\n"
+          "                      that dies or hangs ends the job with an error naming it (WEFT_MPI_TIMEOUT_MS)\n"
           "generate: prefill the prompt with batched ops, then decode one token at a time with a KV cache, each\n"
           "decode step recorded in one scope (one submission per token on GPU lanes); prints the text, tokens/s\n"
           "and where the ops ran.\n"
@@ -74,6 +80,8 @@ void weft_cli_gpt_help(FILE *out) {
           "  --explain           for one step (train: the first; generate: the prefill and the first decode\n"
           "                      step), one line per op: where it ran and why, the router's predicted total\n"
           "                      (wait + transfer + alpha + compute) for the chosen lane and the runner-up\n"
+          "  --explain-step N    generate: explain decode step N instead (1 = the first; the models and where\n"
+          "                      the data lives have settled by later steps)\n"
           "  --seed N            the initial weights, the batches, the sampler (default 1)\n"
           "  --lanes LIST        open only these lanes (cpu, vulkan, vulkan:0, ...)\n"
           "  --place P           auto (default): the router picks each op's lane; layers: layer i on the i-th\n"
@@ -81,7 +89,9 @@ void weft_cli_gpt_help(FILE *out) {
           "                      on the i-th lane (in turn) of those that offer it (a placement test); a lane\n"
           "                      name: every op that lane offers pinned to it\n"
           "  --contract C        exact (default), fp32, tf32 or bf16: the matmuls' contract; the other ops run\n"
-          "                      exact under exact and fp32 (fused, reordered) under the other three\n"
+          "                      exact under exact and fp32 (fused, reordered) under the other three; with\n"
+          "                      --place LANE, tf32/bf16 matmuls run on LANE's tensor units (cuda:0 ->\n"
+          "                      cuda:0.tensor), else where the router finds a lane that honours it\n"
           "  --cpu-threads N     threads of the CPU lane     --json  the run as JSON\n"
           "\n"
           "Checkpoint file (little-endian): \"WEFTGPT1\", u32 version 1, i32 L, C, NH, V, maxT, i64 step, u64 the\n"
@@ -101,6 +111,8 @@ typedef struct gopts {
   weft_gpt_config cfg;
   weft_contract contract;
   int cpu_threads, json, ckpt_given, heads_given, shape_given, explain;
+  long explain_step;
+  int mpi; /* --mpi: data-parallel over the ranks of the MPI job */
 } gopts;
 
 static int parse_double(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -116,7 +128,7 @@ static int parse_double(const char *opt, const char *s, double lo, double hi, do
 static int parse_opts(int argc, char **argv, gopts *o) {
   enum { O_DATA = 256, O_STEPS, O_BATCH, O_SEQ, O_LR, O_WARM, O_MINLR, O_WD, O_CLIP, O_VAL, O_CK, O_CKE, O_RES, O_PROMPT,
          O_TOK, O_TEMP, O_TOPK, O_LAYERS, O_CH, O_HEADS, O_CTX, O_SEED, O_LANES, O_PLACE, O_CON, O_THR, O_JSON, O_STOP,
-         O_WEIGHTS, O_INIT, O_ENC, O_VBPE, O_BPE, O_EXPLAIN };
+         O_WEIGHTS, O_INIT, O_ENC, O_VBPE, O_BPE, O_EXPLAIN, O_EXPLAIN_STEP, O_MPI };
   static const struct option longopts[] = {
       {"data", required_argument, NULL, O_DATA}, {"steps", required_argument, NULL, O_STEPS},
       {"batch", required_argument, NULL, O_BATCH}, {"seq", required_argument, NULL, O_SEQ},
@@ -134,7 +146,7 @@ static int parse_opts(int argc, char **argv, gopts *o) {
       {"json", no_argument, NULL, O_JSON}, {"stop-at", required_argument, NULL, O_STOP},
       {"weights", required_argument, NULL, O_WEIGHTS}, {"init-from", required_argument, NULL, O_INIT},
       {"encoder", required_argument, NULL, O_ENC}, {"vocab-bpe", required_argument, NULL, O_VBPE},
-      {"bpe", required_argument, NULL, O_BPE}, {"explain", no_argument, NULL, O_EXPLAIN}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+      {"bpe", required_argument, NULL, O_BPE}, {"explain", no_argument, NULL, O_EXPLAIN}, {"explain-step", required_argument, NULL, O_EXPLAIN_STEP}, {"mpi", no_argument, NULL, O_MPI}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
   };
   o->steps = 50, o->batch = 4, o->seq = 64, o->warmup = -1, o->val_every = 10, o->tokens = 64, o->top_k = 40, o->seed = 1;
   o->lr = 1e-3, o->min_lr = 0.1, o->wd = 0.1, o->clip = 1.0, o->temperature = 0.8;
@@ -183,12 +195,16 @@ static int parse_opts(int argc, char **argv, gopts *o) {
     case O_VBPE: o->vocab_bpe = optarg; break;
     case O_BPE: o->bpe_dir = optarg; break;
     case O_EXPLAIN: o->explain = 1; break;
+    case O_EXPLAIN_STEP:
+      if (!(rc = weft_cli_parse_long("gpt", "--explain-step", optarg, 1, 1L << 30, &v))) o->explain_step = v, o->explain = 1;
+      break;
     case O_SEED: rc = weft_cli_parse_long("gpt", "--seed", optarg, 0, 2147483647L, &o->seed); break;
     case O_LANES: o->lanes = optarg; break;
     case O_PLACE: o->place = optarg; break;
     case O_CON: rc = weft_cli_parse_contract("gpt", "--contract", optarg, &o->contract); break;
     case O_THR: if (!(rc = weft_cli_parse_long("gpt", "--cpu-threads", optarg, 1, 4096, &v))) o->cpu_threads = (int)v; break;
     case O_JSON: o->json = 1; break;
+    case O_MPI: o->mpi = 1; break;
     case O_STOP: rc = weft_cli_parse_long("gpt", "--stop-at", optarg, 1, 100000000L, &o->stop_at); break;
     case 'h': weft_cli_gpt_help(stdout); return -1;
     default: return weft_cli_option_error("gpt", c, argv);
@@ -207,6 +223,18 @@ static int parse_opts(int argc, char **argv, gopts *o) {
   char err[256];
   if (!weft_gpt_config_ok(&o->cfg, err, sizeof err)) return weft_cli_usage_error("gpt", "%s", err);
   if (o->warmup < 0) o->warmup = o->steps / 10;
+  if (o->mpi && !o->train) return weft_cli_usage_error("gpt", "--mpi is for train");
+  if (o->mpi && !weft_mpi_built()) return weft_cli_usage_error("gpt", "--mpi: %s", weft_mpi_last_error());
+  if (o->mpi && weft_mpi_size() == 1 && !weft_mpi_launched())
+    return weft_cli_usage_error("gpt", "--mpi trains across the ranks of an MPI job: run it under mpirun "
+                                       "(mpirun -np 4 weft gpt train --mpi ...)");
+  if (o->mpi && strcmp(o->place, "auto") != 0)
+    return weft_cli_usage_error("gpt", "--mpi goes with --place auto (each rank routes its own ops)");
+  if (o->mpi && o->contract != WEFT_CONTRACT_EXACT && o->contract != WEFT_CONTRACT_FP32)
+    return weft_cli_usage_error("gpt", "--mpi takes --contract exact (the bits of one process) or fp32");
+  if (o->mpi && o->batch < weft_mpi_size())
+    return weft_cli_usage_error("gpt", "--mpi over %d ranks needs --batch %d or more (a window per rank at least)",
+                                weft_mpi_size(), weft_mpi_size());
   return WEFT_CLI_OK;
 }
 
@@ -394,6 +422,7 @@ typedef struct explainer {
   weft_fabric *f;
   FILE *out;
   int on, embeddings, limit; /* limit: stop at this many embeddings of the model's input (0: none) */
+  int from;                  /* print from this embedding on (1: the first) */
   int L;
   int ops;
 } explainer;
@@ -405,6 +434,7 @@ static void explain_op(void *ctx, const char *what, int layer, weft_op_kind kind
     e->on = 0;
     return;
   }
+  if (e->embeddings < e->from) return; /* --explain-step: not yet */
   char where[48];
   if (layer < e->L) snprintf(where, sizeof where, "layer %d", layer);
   else snprintf(where, sizeof where, "model");
@@ -582,6 +612,13 @@ static int train(gopts *o) {
     fprintf(stderr, "weft gpt train: %s\n", weft_gpt_last_error(g));
     rc = WEFT_CLI_FAILED;
   }
+  const int rank = o->mpi ? weft_mpi_rank() : 0, ranks = o->mpi ? weft_mpi_size() : 1;
+  /* --mpi: this rank's windows of every batch, [lo, hi) */
+  const int lo = B * rank / ranks, hi = B * (rank + 1) / ranks;
+  if (rc == WEFT_CLI_OK && o->mpi && weft_gpt_set_data_parallel(g, B) != WEFT_OK) {
+    fprintf(stderr, "weft gpt train: %s\n", weft_gpt_last_error(g));
+    rc = WEFT_CLI_FAILED;
+  }
   if (rc == WEFT_CLI_OK && M && weft_gpt_write_moments(g, M, V, np) != WEFT_OK) {
     fprintf(stderr, "weft gpt train: %s\n", weft_gpt_last_error(g));
     rc = WEFT_CLI_FAILED;
@@ -616,12 +653,14 @@ static int train(gopts *o) {
   struct sigaction sa, old;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sigint;
-  sigaction(SIGINT, &sa, &old);
+  /* --mpi: Ctrl-C reaches mpirun, which ends every rank (a rank stopping alone would leave the others
+   * waiting for it) */
+  if (!o->mpi) sigaction(SIGINT, &sa, &old);
   interrupted = 0;
   uint64_t before[64] = {0};
   char lanes[512];
   ops_since(f, before, lanes, sizeof lanes, NULL);
-  explainer ex = {.f = f, .out = stderr, .on = o->explain, .L = cfg.L};
+  explainer ex = {.f = f, .out = stderr, .on = o->explain, .from = 1, .L = cfg.L};
   if (o->explain) {
     weft_gpt_set_op_hook(g, explain_op, &ex);
     fprintf(stderr, "explain: step %lld, each op: the lane it ran on, and for a routed op the router's predicted time (ms)\n"
@@ -635,15 +674,28 @@ static int train(gopts *o) {
     const float lr = lr_at(o, s);
     float loss = 0, norm = 0, val = NAN;
     const double t0 = weft_cli_now();
-    if (weft_gpt_train_step(g, tok, tgt, B, T, lr, (float)o->wd, (float)o->clip, &loss, &norm) != WEFT_OK) {
-      fprintf(stderr, "weft gpt train: step %lld: %s\n", (long long)s + 1, weft_gpt_last_error(g));
+    if (weft_gpt_train_step(g, tok + (size_t)lo * T, tgt + (size_t)lo * T, hi - lo, T, lr, (float)o->wd,
+                            (float)o->clip, &loss, &norm) != WEFT_OK) {
+      fprintf(stderr, "weft gpt train: %sstep %lld: %s\n", o->mpi ? (rank ? "a rank other than 0: " : "rank 0: ") : "",
+              (long long)s + 1, weft_gpt_last_error(g));
       rc = WEFT_CLI_FAILED;
       break;
+    }
+    if (o->mpi) {
+      /* the ranks' shares of the batch's mean loss, added in rank order (a report) */
+      double l = loss;
+      if (weft_mpi_sum_ordered(&l, 1) != WEFT_OK) {
+        fprintf(stderr, "weft gpt train: step %lld: %s\n", (long long)s + 1, weft_mpi_last_error());
+        rc = WEFT_CLI_FAILED;
+        break;
+      }
+      loss = (float)l;
     }
     const double ms = 1e3 * (weft_cli_now() - t0);
     if (ex.on) weft_gpt_set_op_hook(g, NULL, NULL), ex.on = 0;
     const int64_t done = weft_gpt_step(g);
-    if ((o->val_every && done % o->val_every == 0) || done == last) {
+    /* --mpi: rank 0 alone validates (every rank holds the same weights) */
+    if (((o->val_every && done % o->val_every == 0) || done == last) && rank == 0) {
       uint64_t vr = (uint64_t)o->seed ^ 0x7a1da7a1da7a1dull; /* the same windows every time */
       double acc = 0;
       for (int k = 0; k < 4; k++) {
@@ -677,7 +729,7 @@ static int train(gopts *o) {
       fflush(stdout);
     }
     if (rc != WEFT_CLI_OK) break;
-    if (o->ckpt_every && done % o->ckpt_every == 0 && done != o->steps) {
+    if (o->ckpt_every && done % o->ckpt_every == 0 && done != o->steps && rank == 0) { /* written once */
       if (weft_gpt_checkpoint_save(g, o->ckpt, rng, err, sizeof err) != WEFT_OK) {
         fprintf(stderr, "weft gpt train: %s\n", err);
         rc = WEFT_CLI_FAILED;
@@ -686,8 +738,8 @@ static int train(gopts *o) {
     }
   }
   const double train_s = weft_cli_now() - t_start;
-  sigaction(SIGINT, &old, NULL);
-  if (rc == WEFT_CLI_OK) {
+  if (!o->mpi) sigaction(SIGINT, &old, NULL);
+  if (rc == WEFT_CLI_OK && rank == 0) {
     if (weft_gpt_checkpoint_save(g, o->ckpt, rng, err, sizeof err) != WEFT_OK) {
       fprintf(stderr, "weft gpt train: %s\n", err);
       rc = WEFT_CLI_FAILED;
@@ -784,10 +836,13 @@ static int generate(gopts *o) {
     rc = WEFT_CLI_FAILED;
   }
   /* --explain: the prefill (embedding 1) and the first decode step (embedding 2); off at the third */
-  explainer ex = {.f = f, .out = stderr, .on = o->explain, .limit = 3, .L = cfg.L};
+  const int from = o->explain_step > 0 ? (int)o->explain_step + 1 : 1; /* embedding 1 is the prefill's */
+  explainer ex = {.f = f, .out = stderr, .on = o->explain, .limit = from == 1 ? 3 : from + 1, .from = from, .L = cfg.L};
   if (rc == WEFT_CLI_OK && o->explain) {
     weft_gpt_set_op_hook(g, explain_op, &ex);
-    fprintf(stderr, "explain: the prefill, then the first decode step; each op: the lane it ran on, and for a routed op\n"
+    if (from == 1) fprintf(stderr, "explain: the prefill, then the first decode step;");
+    else fprintf(stderr, "explain: decode step %d;", from - 1);
+    fprintf(stderr, " each op: the lane it ran on, and for a routed op\n"
                     "explain: the router's predicted time (ms) there and on the runner-up\n");
   }
   double dec = 0, t0 = weft_cli_now();

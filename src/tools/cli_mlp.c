@@ -32,7 +32,7 @@ void weft_cli_mlp_help(FILE *out) {
   fprintf(out,
           "Usage: weft mlp [--data FILE] [--hidden N] [--epochs N] [--batch N] [--lr X] [--seed N] [--limit N]\n"
           "                [--contract C] [--lanes LIST] [--place auto|round-robin|layers|layers-rr]\n"
-          "                [--cpu-threads N] [--json]\n"
+          "                [--cpu-threads N] [--mpi] [--json]\n"
           "\n"
           "Trains a 64-N-10 multilayer perceptron (relu hidden layer, softmax cross-entropy) on scikit-learn's\n"
           "handwritten digits (8x8 images, 1797 of them; Debian package python3-sklearn) with minibatch SGD.\n"
@@ -66,6 +66,13 @@ void weft_cli_mlp_help(FILE *out) {
           "                     activations cross lanes through the host. A trace shows where each layer\n"
           "                     ran and for how long\n"
           "  --cpu-threads N    threads the CPU lane may use (default: one per online core)\n"
+          "  --mpi              data-parallel across the ranks of an MPI job (mpirun -np N weft mlp --mpi): each\n"
+          "                     rank trains on its share of every batch (rank r the rows after rank r-1's) and\n"
+          "                     the gradients are combined; under exact by a chained sum, so the weights are\n"
+          "                     those of one process bit for bit whatever N (the fingerprint is the same);\n"
+          "                     under fp32 by MPI_Allreduce, whose order depends on N. Rank 0 prints. Every\n"
+          "                     batch (the last, short one too) needs at least N rows. A rank that dies or\n"
+          "                     hangs ends the job with an error naming it (WEFT_MPI_TIMEOUT_MS, default 60 s)\n"
           "  --json             print the run as JSON instead of text\n"
           "  -h, --help         show this help\n"
           "\n"
@@ -87,6 +94,7 @@ typedef struct mlp_opts {
   int layers;      /* --place layers (cost-based) or layers-rr: a lane per layer, a pipeline */
   int layers_rr;
   int json;
+  int mpi; /* --mpi: data-parallel over the ranks of the MPI job */
 } mlp_opts;
 
 /* ------------------------------------------------------------------------------------------- data */
@@ -291,7 +299,15 @@ typedef struct mlp {
   size_t nlanes;
   unsigned long long next_op; /* round-robin: the lane of the next op, counted without bound */
   const char *failed_op;      /* the op that failed, for the message */
+  int rank, ranks;            /* --mpi: this rank's share of each batch; 0 and 1 otherwise */
+  char why[1024];             /* a failed step's message, kept past the scope's end */
 } mlp;
+
+/* Rank r's rows of a batch of `rows`: [lo, hi), the ranks' shares in rank order. */
+static void share_of(const mlp *m, int64_t rows, int64_t *lo, int64_t *hi) {
+  *lo = rows * m->rank / m->ranks;
+  *hi = rows * (m->rank + 1) / m->ranks;
+}
 
 static const char *place_name(const mlp_opts *o) {
   return o->round_robin ? "round-robin" : o->layers_rr ? "layers-rr" : o->layers ? "layers" : "auto";
@@ -393,11 +409,46 @@ static weft_status forward(mlp *m, mlp_batch *b) {
   return WEFT_OK;
 }
 
-/* One SGD step on the batch already written into b->x and b->t: the loss and the logits are left in b. */
-static weft_status train_step(mlp *m, mlp_batch *b) {
+/* The backward pass of --mpi: this rank's rows of a batch of `rows`; each weight and bias gradient summed
+ * over the whole batch across the ranks (weft_mpi_grad_*: chained under exact, so the bits of one process). */
+static weft_status backward_mpi(mlp *m, mlp_batch *b, int64_t rows) {
+  weft_fabric *f = m->f;
+  weft_mpi_grad *g = NULL;
+  weft_op_params sx = {{rows}, {0}}; /* the mean over the whole batch, not this rank's rows */
+  weft_tensor *const sx_in[2] = {b->z, b->t}, *const sx_out[2] = {b->loss, b->dz};
+  TRY(weft_op_run(f, &d_, WEFT_OP_SOFTMAX_XENT, sx_in, 2, sx_out, 2, &sx), "softmax_xent");
+  m->failed_op = "starting the gradients' reduction";
+  weft_status st = weft_mpi_grad_begin(f, m->o->contract, &g);
+  if (st != WEFT_OK) return st;
+#define GTRY(call, what)                                                                                           \
+  if (st == WEFT_OK) {                                                                                             \
+    weft_op_desc d_ = next_desc(m, what);                                                                          \
+    st = (call);                                                                                                   \
+  }
+  GTRY(weft_mpi_grad_matmul(g, &d_, b->h, 1, b->dz, 0, m->dw2), "matmul h^T.dz (across the ranks)");
+  GTRY(weft_mpi_grad_sum_rows(g, &d_, b->dz, m->db2), "sum_rows dz (across the ranks)");
+  GTRY(weft_op_matmul(f, &d_, b->dz, 0, m->w2, 1, b->dh), "matmul dz.W2^T");
+  m->layer = 0;
+  GTRY(weft_op_relu_backward(f, &d_, b->dh, b->hpre, b->dh), "relu_backward");
+  GTRY(weft_mpi_grad_matmul(g, &d_, b->x, 1, b->dh, 0, m->dw1), "matmul x^T.dh (across the ranks)");
+  GTRY(weft_mpi_grad_sum_rows(g, &d_, b->dh, m->db1), "sum_rows dh (across the ranks)");
+#undef GTRY
+  weft_status end = weft_mpi_grad_end(g);
+  if (st == WEFT_OK && end != WEFT_OK) st = end, m->failed_op = "combining the gradients across the ranks";
+  return st;
+}
+
+/* One SGD step on the batch already written into b->x and b->t: the loss and the logits are left in b.
+ * --mpi: b holds this rank's share of a batch of `rows`. */
+static weft_status train_step(mlp *m, mlp_batch *b, int64_t rows) {
   weft_fabric *f = m->f;
   weft_status st = forward(m, b);
   if (st != WEFT_OK) return st;
+  if (m->o->mpi) {
+    if ((st = backward_mpi(m, b, rows)) != WEFT_OK) return st;
+    m->layer = 0;
+    goto update;
+  }
   /* dz = (softmax(z) - t) / rows: the gradient of the batch's mean loss */
   TRY(weft_op_softmax_xent(f, &d_, b->z, b->t, b->loss, b->dz), "softmax_xent");
   TRY(weft_op_matmul(f, &d_, b->h, 1, b->dz, 0, m->dw2), "matmul h^T.dz");
@@ -407,6 +458,7 @@ static weft_status train_step(mlp *m, mlp_batch *b) {
   TRY(weft_op_relu_backward(f, &d_, b->dh, b->hpre, b->dh), "relu_backward");
   TRY(weft_op_matmul(f, &d_, b->x, 1, b->dh, 0, m->dw1), "matmul x^T.dh");
   TRY(weft_op_sum_rows(f, &d_, b->dh, m->db1), "sum_rows dh");
+update:;
   const float step = -(float)m->o->lr;
   TRY(weft_op_axpy(f, &d_, step, m->dw1, m->w1), "axpy W1");
   TRY(weft_op_axpy(f, &d_, step, m->db1, m->b1), "axpy b1");
@@ -546,6 +598,7 @@ static int parse_opts(int argc, char **argv, mlp_opts *o) {
       {"limit", required_argument, NULL, 'n'},    {"contract", required_argument, NULL, 'c'},
       {"lanes", required_argument, NULL, 'l'},    {"place", required_argument, NULL, 'p'},
       {"cpu-threads", required_argument, NULL, 't'}, {"json", no_argument, NULL, 'j'},
+      {"mpi", no_argument, NULL, 'M'},
       {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
   };
   memset(o, 0, sizeof *o);
@@ -594,12 +647,20 @@ static int parse_opts(int argc, char **argv, mlp_opts *o) {
       if (!(rc = weft_cli_parse_long("mlp", "--cpu-threads", optarg, 1, 4096, &v))) o->cpu_threads = (int)v;
       break;
     case 'j': o->json = 1; break;
+    case 'M': o->mpi = 1; break;
     case 'h': weft_cli_mlp_help(stdout); return -1;
     default: return weft_cli_option_error("mlp", c, argv);
     }
     if (rc) return rc;
   }
   if (optind < argc) return weft_cli_usage_error("mlp", "takes no arguments, got '%s'", argv[optind]);
+  if (o->mpi && !weft_mpi_built())
+    return weft_cli_usage_error("mlp", "--mpi: %s", weft_mpi_last_error());
+  if (o->mpi && weft_mpi_size() == 1 && !weft_mpi_launched())
+    return weft_cli_usage_error("mlp", "--mpi trains across the ranks of an MPI job: run it under mpirun "
+                                       "(mpirun -np 4 weft mlp --mpi)");
+  if (o->mpi && (o->round_robin || o->layers))
+    return weft_cli_usage_error("mlp", "--mpi goes with --place auto (each rank routes its own ops)");
   return WEFT_CLI_OK;
 }
 
@@ -777,9 +838,21 @@ int weft_cli_mlp(int argc, char **argv) {
     goto done;
   }
   const int64_t rest_rows = (int64_t)(ntrain % (size_t)o.batch);
+  m.rank = o.mpi ? weft_mpi_rank() : 0;
+  m.ranks = o.mpi ? weft_mpi_size() : 1;
+  if (o.mpi && (o.batch < m.ranks || (rest_rows && rest_rows < m.ranks))) {
+    fprintf(stderr, "weft mlp: --mpi over %d ranks needs at least %d rows in every batch: --batch %d leaves a last "
+            "batch of %lld of the %zu training rows (change --batch or --limit)\n", m.ranks, m.ranks, o.batch,
+            (long long)rest_rows, ntrain);
+    rc = WEFT_CLI_USAGE;
+    goto done;
+  }
+  int64_t lo, hi, rest_lo, rest_hi;
+  share_of(&m, o.batch, &lo, &hi);
+  share_of(&m, rest_rows, &rest_lo, &rest_hi);
   weft_status st = mlp_init(&m);
-  if (st == WEFT_OK && ntrain >= (size_t)o.batch) st = batch_init(f, &m.full, o.batch, o.hidden);
-  if (st == WEFT_OK && rest_rows) st = batch_init(f, &m.rest, rest_rows, o.hidden);
+  if (st == WEFT_OK && ntrain >= (size_t)o.batch) st = batch_init(f, &m.full, hi - lo, o.hidden);
+  if (st == WEFT_OK && rest_rows) st = batch_init(f, &m.rest, rest_hi - rest_lo, o.hidden);
   if (st == WEFT_OK) st = batch_init(f, &m.eval, (int64_t)ntest, o.hidden);
   if (st != WEFT_OK) {
     fprintf(stderr, "weft mlp: cannot set up the model: %s: %s\n", weft_status_str(st), weft_fabric_last_error(f));
@@ -798,6 +871,10 @@ int weft_cli_mlp(int argc, char **argv) {
     printf("model: %d-%d-%d relu MLP, batch %d, lr %g, %d epoch%s, contract %s; ops %s over", DIGITS_PIXELS, o.hidden,
            DIGITS_CLASSES, o.batch, o.lr, o.epochs, o.epochs == 1 ? "" : "s", weft_contract_str(o.contract),
            o.round_robin ? "pinned round-robin" : o.layers ? "pinned a lane per layer" : "routed");
+    if (o.mpi)
+      printf(" (rank 0 of %d data-parallel ranks, %s; the table below is rank 0's)", m.ranks,
+             o.contract == WEFT_CONTRACT_EXACT ? "gradients chained across the ranks: the bits of one process"
+                                               : "gradients added by MPI_Allreduce: not bit-stable across rank counts");
     for (size_t i = 0; i < m.nlanes; i++) {
       weft_lane_info li;
       weft_fabric_lane_info(f, i, &li);
@@ -830,15 +907,18 @@ int weft_cli_mlp(int argc, char **argv) {
     size_t correct = 0;
     shuffle(&shuffle_rng, train_idx, ntrain);
     for (size_t at = 0; at < ntrain;) {
-      mlp_batch *b = ntrain - at >= (size_t)o.batch ? &m.full : &m.rest;
-      stage(b, &d, train_idx + at);
+      const int64_t rows = ntrain - at >= (size_t)o.batch ? o.batch : rest_rows;
+      mlp_batch *b = rows == o.batch ? &m.full : &m.rest;
+      const size_t mine = at + (size_t)(rows == o.batch ? lo : rest_lo); /* --mpi: this rank's share */
+      stage(b, &d, train_idx + mine);
       m.failed_op = "writing the batch";
       if ((st = weft_tensor_write(b->x, b->xh, (size_t)b->rows * DIGITS_PIXELS)) != WEFT_OK ||
           (st = weft_tensor_write(b->t, b->th, (size_t)b->rows * DIGITS_CLASSES)) != WEFT_OK)
         goto op_failed;
       if ((st = weft_scope_begin(f)) != WEFT_OK) goto op_failed;
       m.next_op++; /* round-robin: a step has as many ops as lanes could divide, so shift by one each step */
-      st = train_step(&m, b);
+      st = train_step(&m, b, rows);
+      if (st != WEFT_OK) snprintf(m.why, sizeof m.why, "%s", weft_fabric_last_error(f));
       weft_status st_end = weft_scope_end(f);
       if (st == WEFT_OK && st_end != WEFT_OK) st = st_end, m.failed_op = "ending the step's scope";
       if (st != WEFT_OK) goto op_failed;
@@ -847,9 +927,19 @@ int weft_cli_mlp(int argc, char **argv) {
       if ((st = weft_tensor_read(b->loss, &loss, 1)) != WEFT_OK ||
           (st = weft_tensor_read(b->z, b->zh, (size_t)b->rows * DIGITS_CLASSES)) != WEFT_OK)
         goto op_failed;
-      loss_sum += (double)loss * (double)b->rows;
-      correct += count_correct(b, &d, train_idx + at);
-      at += (size_t)b->rows;
+      loss_sum += (double)loss * (double)rows; /* --mpi: this rank's share of the batch's mean */
+      correct += count_correct(b, &d, train_idx + mine);
+      at += (size_t)rows;
+    }
+    if (o.mpi) {
+      /* the ranks' shares, added in rank order (a report: the weights do not depend on it) */
+      double v[2] = {loss_sum, (double)correct};
+      m.failed_op = "adding the ranks' losses";
+      if ((st = weft_mpi_sum_ordered(v, 2)) != WEFT_OK) {
+        fprintf(stderr, "weft mlp: %s: %s\n", m.failed_op, weft_mpi_last_error());
+        goto done;
+      }
+      loss_sum = v[0], correct = (size_t)v[1];
     }
     double t1 = weft_cli_now();
     if ((st = weft_scope_begin(f)) != WEFT_OK) goto op_failed;
@@ -895,8 +985,8 @@ int weft_cli_mlp(int argc, char **argv) {
   goto done;
 
 op_failed:
-  fprintf(stderr, "weft mlp: %s: %s: %s\n", m.failed_op ? m.failed_op : "training", weft_status_str(st),
-          weft_fabric_last_error(f));
+  fprintf(stderr, "weft mlp: %s%s: %s: %s\n", o.mpi && m.ranks > 1 ? (m.rank ? "a rank other than 0: " : "rank 0: ") : "",
+          m.failed_op ? m.failed_op : "training", weft_status_str(st), m.why[0] ? m.why : weft_fabric_last_error(f));
 done:
   mlp_free(&m);
   free(m.lanes_ok);

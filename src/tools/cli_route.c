@@ -140,17 +140,20 @@ static void print_explanation(weft_fabric *f, const weft_route_explanation *e, c
   else
     printf("%s [%lld,%lld], contract %s, inputs on the host\n\n", weft_op_kind_str(e->op), (long long)q->rows,
            (long long)q->cols, weft_contract_str(e->contract));
-  printf("  %-16s %12s %12s %12s %12s %12s\n", "lane", "wait", "transfer", "alpha", "compute", "total");
+  /* the lane column as wide as the longest name: remote:<host:port>/<lane> names run long */
+  int w = 16;
+  for (size_t i = 0; i < e->nlanes; i++) w = (int)strlen(e->lanes[i].lane) > w ? (int)strlen(e->lanes[i].lane) : w;
+  printf("  %-*s %12s %12s %12s %12s %12s\n", w, "lane", "wait", "transfer", "alpha", "compute", "total");
   for (size_t i = 0; i < e->nlanes; i++) {
     const weft_route_cost *c = &e->lanes[i];
     if (!c->eligible) {
-      printf("  %-16s %s\n", c->lane, c->why_not);
+      printf("  %-*s %s\n", w, c->lane, c->why_not);
       continue;
     }
     weft_cost_line l;
     int prior = weft_fabric_cost_model(f, i, e->op == WEFT_OP_MATMUL ? WEFT_COST_MATMUL : WEFT_COST_ELEMENTWISE,
                                        e->contract, &l) == WEFT_OK && l.source == WEFT_COST_PRIOR;
-    printf("  %-16s %12s %12s %12s %12s %12s%s%s\n", c->lane, fmt_time(c->wait, b1, sizeof b1),
+    printf("  %-*s %12s %12s %12s %12s %12s%s%s\n", w, c->lane, fmt_time(c->wait, b1, sizeof b1),
            fmt_time(c->transfer, b2, sizeof b2), fmt_time(c->alpha, b3, sizeof b3), fmt_time(c->compute, b4, sizeof b4),
            fmt_time(c->total, b5, sizeof b5), (int)i == e->chosen ? "   <- chosen" : "",
            prior ? "   (not measured: built-in prior)" : "");
@@ -177,7 +180,7 @@ static void print_explanation(weft_fabric *f, const weft_route_explanation *e, c
     weft_fabric_cost_model(f, i, cls, e->contract, &l);
     weft_fabric_cost_model(f, i, WEFT_COST_UPLOAD, e->contract, &up);
     weft_fabric_cost_model(f, i, WEFT_COST_DOWNLOAD, e->contract, &down);
-    printf("  %-16s %s: alpha %s, beta %s, x%.2f refinement (%s)", e->lanes[i].lane, weft_cost_class_str(cls),
+    printf("  %-*s %s: alpha %s, beta %s, x%.2f refinement (%s)", w, e->lanes[i].lane, weft_cost_class_str(cls),
            fmt_time(l.alpha, b1, sizeof b1), fmt_rate(cls, l.beta, b2, sizeof b2), l.refine, source_name(l.source));
     if (up.beta > 0)
       printf("; upload %s + %s, download %s + %s", fmt_time(up.alpha, b3, sizeof b3),
@@ -243,7 +246,7 @@ int weft_cli_route(int argc, char **argv) {
   /* weft_route_explain is a query that measures nothing: the tool measures the lanes without a model
    * first, as routing would at its first choice between lanes */
   if (desc.calibration == WEFT_CALIBRATION_AUTO && weft_fabric_lane_count(f) > 1 && any_prior(f, q.contract))
-    weft_fabric_calibrate(f);
+    weft_fabric_calibration_wait(f); /* only the lanes the cache has no model for */
   weft_route_explanation e;
   weft_status st = weft_route_explain(f, &q, &e);
   int rc = WEFT_CLI_OK;
@@ -357,7 +360,8 @@ int weft_cli_calibrate(int argc, char **argv) {
     if (weft_cli_print_json(root) != WEFT_CLI_OK) rc = WEFT_CLI_FAILED;
   } else {
     printf("\ncalibrated %zu lane%s in %.2f s; cache: %s\n", weft_fabric_lane_count(f),
-           weft_fabric_lane_count(f) == 1 ? "" : "s", took, *path ? path : "(none: no home directory)");
+           weft_fabric_lane_count(f) == 1 ? "" : "s", took,
+           st == WEFT_ERR_IO ? "NOT WRITTEN (below)" : *path ? path : "(none: no home directory)");
     if (st != WEFT_OK) fprintf(stderr, "weft calibrate: %s: %s\n", weft_status_str(st), weft_fabric_last_error(f));
   }
   weft_fabric_close(f);

@@ -1,6 +1,7 @@
 /* cli_serve.c - `weft serve`: a fabric whose browser lanes wait for tabs, and the web pages (the Bench page,
  * the worker page) served from the same port. Says when a tab joins (checking its first matmul against the
- * CPU lane bit for bit) and when it leaves, until interrupted. */
+ * CPU lane bit for bit), which ops each tab ran on which of its lanes (its GPU or its CPU) as that changes,
+ * and when it leaves, until interrupted. */
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -18,10 +19,18 @@ void weft_cli_serve_help(FILE *out) {
           "\n"
           "Opens a fabric whose lanes browser:0 .. browser:N-1 are browser tabs: open the worker page at the\n"
           "address it prints (http://HOST:P/worker/#token=..., the token is new each run) in a browser with\n"
-          "WebGPU and the tab joins as a lane, computing exact matmuls on its GPU with the CPU lane's bits,\n"
-          "once it passed a bit-exact self-test. The Bench page is served at http://HOST:P/bench/.\n"
-          "Prints a line when a tab joins (with a check of its first matmul), is refused, or leaves; runs\n"
-          "until Ctrl-C. Tabs must dial this server by a name of its own (the address bound; localhost and\n"
+          "WebGPU and the tab joins as a lane once it passed a bit-exact self-test, computing every op of\n"
+          "weft's table with the CPU lane's bits (the exact contract): large matmuls, gelus, layernorms and\n"
+          "causal softmaxes on its GPU, the rest through weft.wasm. Add &gpu_min=N to the page's address\n"
+          "to set the elements of work from which the tab uses its GPU (default 262144; 0: always; a\n"
+          "fallback adapter, a CPU implementation of WebGPU such as SwiftShader, only when it is set).\n"
+          "The Bench page is served at http://HOST:P/bench/.\n"
+          "Prints a line when a tab joins (with a check of its first matmul, and the ops it runs on its GPU\n"
+          "when they are large: matmul, gelu, layernorm, the causal softmax and their backwards, each\n"
+          "once it passed the self-test there; the others run through WebAssembly), is refused, or leaves,\n"
+          "and every few seconds, while it changes, how many ops of each kind each tab ran on which of its\n"
+          "lanes (webgpu, or cpu: JavaScript and WebAssembly); runs until Ctrl-C.\n"
+          "Tabs must dial this server by a name of its own (the address bound; localhost and\n"
           "127.0.0.1 on loopback; --public-name), with the token and from a page of this server.\n"
           "\n"
           "Options:\n"
@@ -120,6 +129,25 @@ static void check_tab(weft_fabric *f, size_t tab, size_t cpu) {
   fflush(stdout);
 }
 
+/* The counts of a tab's details ("matmul 3 on webgpu, 1 on cpu; gelu 2 on cpu") without those of relu,
+ * the heartbeat this command sends each tab every second, so that only the work of the tab's users makes
+ * a new line. */
+static void ran_key(const char *ran, char *out, size_t cap) {
+  size_t used = 0;
+  out[0] = 0;
+  while (*ran) {
+    size_t n = strcspn(ran, ";");
+    if (strncmp(ran, "relu ", 5) != 0 && used + n + 1 < cap) {
+      memcpy(out + used, ran, n);
+      used += n;
+      out[used++] = ';';
+      out[used] = 0;
+    }
+    ran += n;
+    while (*ran == ';' || *ran == ' ') ran++;
+  }
+}
+
 int weft_cli_serve(int argc, char **argv) {
   static const struct option opts[] = {{"port", required_argument, NULL, 'p'},
                                        {"listen", required_argument, NULL, 'l'},
@@ -216,12 +244,17 @@ int weft_cli_serve(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   int *was_up = calloc(n, sizeof *was_up);
-  double next_beat = 0;
-  while (!stop_requested && was_up) {
+  /* Each tab's counts as last printed (without the heartbeats), and as last seen. */
+  char (*said)[1024] = calloc(n, sizeof *said), (*seen)[1024] = calloc(n, sizeof *seen);
+  double next_beat = 0, next_ran = 0;
+  while (!stop_requested && was_up && said && seen) {
     weft_fabric_revive(f, NULL);
     /* A tab that left is noticed by the next op sent to it: a tiny one per second keeps the list true. */
     int beat = weft_cli_now() >= next_beat;
     if (beat) next_beat = weft_cli_now() + 1.0;
+    /* Which lane of each tab computed its ops (the lane's details end with the counts): said as it changes. */
+    int ran_due = weft_cli_now() >= next_ran;
+    if (ran_due) next_ran = weft_cli_now() + 5.0;
     for (size_t i = first; i < n; i++) {
       if (weft_fabric_lane_info(f, i, &li) || strcmp(li.kind, "browser") != 0) continue;
       if (!li.failed && beat && was_up[i]) {
@@ -239,7 +272,16 @@ int weft_cli_serve(int argc, char **argv) {
         weft_fabric_lane_info(f, i, &li);
         if (li.failed) printf("weft serve: the tab of %s left\n", li.name);
       } else if (li.failed && was_up[i]) {
-        printf("weft serve: the tab of %s left\n", li.name);
+        if (seen[i][0]) printf("weft serve: the tab of %s left; it ran: %s\n", li.name, seen[i]);
+        else printf("weft serve: the tab of %s left\n", li.name);
+        said[i][0] = seen[i][0] = 0;
+      }
+      const char *ran = li.failed ? NULL : strstr(li.details, "; ran: ");
+      if (ran) snprintf(seen[i], sizeof seen[i], "%s", ran + 7);
+      char key[1024];
+      if (ran && ran_due && (ran_key(seen[i], key, sizeof key), strcmp(said[i], key) != 0)) {
+        snprintf(said[i], sizeof said[i], "%s", key);
+        if (key[0]) printf("weft serve: %s ran: %s\n", li.name, seen[i]);
       }
       was_up[i] = !li.failed;
       fflush(stdout);
@@ -247,6 +289,8 @@ int weft_cli_serve(int argc, char **argv) {
     usleep(100000);
   }
   free(was_up);
+  free(said);
+  free(seen);
   printf("weft serve: stopping\n");
   weft_fabric_close(f);
   return WEFT_CLI_OK;

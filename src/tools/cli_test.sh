@@ -68,7 +68,7 @@ expect 0 devices --lanes cpu && has "$out" "not requested" "devices --lanes cpu 
 
 # bench: small sizes, every format; odd sizes exercise the kernels' edges. Exit 0 also means no lane differs.
 expect 0 bench --sizes 8,33 --repeats 1 && has "$out" "^ +33 \|" "bench table row"
-expect 0 bench --sizes 8,33 --repeats 1 --csv && has "$out" "^n,lane,ms,min_ms,gflops,repeats,check,picked$" "bench --csv header" &&
+expect 0 bench --sizes 8,33 --repeats 1 --csv && has "$out" "^n,lane,ms,min_ms,gflops,repeats,check,picked,best_lane,best_ms,ratio,predicted_ms$" "bench --csv header" &&
   has "$out" "^33,cpu," "bench --csv row"
 expect 0 bench --sizes 17 --repeats 2 --json && has "$out" "\"mismatches\":[[:space:]]*0" "bench --json mismatches" &&
   has "$out" "\"lane\":[[:space:]]*\"cpu\"" "bench --json cpu point"
@@ -76,13 +76,9 @@ expect 0 bench --sizes 24 --repeats 1 --contract fp32 --lanes cpu && has "$out" 
 # A budget far below one run still measures the first point, then skips the larger ones and says so.
 expect 0 bench --sizes 64,128 --repeats 1 --max-seconds 0.000001 --lanes cpu && has "$out" "cpu: 1 size skipped: the n = 64 point took" "bench budget"
 
-# routing: bench shows the pick, the ratio, crossovers and the decision's cost; the plot is an SVG.
-expect 0 bench --sizes 4,16 --repeats 1 --lanes cpu --plot "$plot" && has "$out" "routed/best, geometric mean" "bench routed summary" &&
-  has "$out" "routing decision: [0-9.]+ us per op" "bench decision cost" && has "$plot" "^<svg " "bench --plot writes SVG" &&
-  has "$plot" "routed \\(fill: pick\\)" "bench --plot marks the router's picks"
-expect 0 bench --sizes 8 --repeats 1 --lanes cpu --json && has "$out" "\"geomean_ratio\":" "bench --json routed summary" &&
-  has "$out" "\"picked\":[[:space:]]*\"cpu\"" "bench --json routed pick"
-expect 0 bench --sizes 8 --repeats 1 --lanes cpu --csv && has "$out" "^8,routed,.*,cpu$" "bench --csv routed row"
+# routing with one lane: nothing to choose, so no routed column (cli_ux_test.sh checks two lanes).
+expect 0 bench --sizes 8 --repeats 1 --lanes cpu && ! grep -q "routed/best" "$out" && has "$out" "with one lane there is nothing to choose" "bench: one lane, no routed column" ||
+  fail "bench with one lane shows a routed column"
 expect 0 bench --sizes 8 --repeats 1 --lanes cpu --no-route && ! grep -q "routed" "$out" || fail "bench --no-route still routes"
 
 # calibrate: progress on stderr, the fitted lines, the cache written where XDG_CACHE_HOME says.

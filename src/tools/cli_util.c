@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cli.h"
@@ -37,9 +38,42 @@ int weft_cli_usage_error(const char *cmd, const char *fmt, ...) {
   return WEFT_CLI_USAGE;
 }
 
+/* Edit distance (insertions, deletions, substitutions, adjacent swaps), capped: enough to catch typos. */
+static size_t distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 63 || lb > 63) return 64;
+  size_t d[64][64];
+  for (size_t i = 0; i <= la; i++) d[i][0] = i;
+  for (size_t j = 0; j <= lb; j++) d[0][j] = j;
+  for (size_t i = 1; i <= la; i++)
+    for (size_t j = 1; j <= lb; j++) {
+      size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
+    }
+  return d[la][lb];
+}
+
+const char *weft_cli_suggest(const char *word, const char *const *candidates, size_t count) {
+  const char *best = NULL;
+  size_t best_d = 3, len = strlen(word);
+  for (size_t i = 0; i < count; i++) {
+    size_t d = distance(word, candidates[i]);
+    /* a short word is allowed one edit, a longer one two */
+    if (d < best_d && d <= (len <= 4 ? 1u : 2u)) best = candidates[i], best_d = d;
+  }
+  return best;
+}
+
 int weft_cli_option_error(const char *cmd, int ret, char **argv) {
   const char *arg = optind > 0 ? argv[optind - 1] : "?";
   if (ret == ':') return weft_cli_usage_error(cmd, "option '%s' needs a value", arg);
+  /* "-5": a negative number where a size or count was meant, not an option */
+  if (arg[0] == '-' && (arg[1] >= '0' && arg[1] <= '9'))
+    return weft_cli_usage_error(cmd, "'%s' is a negative number; sizes and counts are whole numbers >= 1", arg);
   if (optopt) return weft_cli_usage_error(cmd, "unknown option '-%c'", optopt);
   return weft_cli_usage_error(cmd, "unknown option '%s'", arg);
 }
@@ -105,12 +139,67 @@ int weft_cli_parse_contract(const char *cmd, const char *opt, const char *s, wef
   return weft_cli_usage_error(cmd, "%s wants one of %s, got '%s'", opt, names, s);
 }
 
-weft_fabric *weft_cli_open(const char *cmd, const weft_fabric_desc *desc) {
+/* After a lane filter that matched nothing: the lanes there are, and the one each unknown word most
+ * likely meant. */
+static void list_lanes(const char *cmd, const weft_fabric_desc *asked) {
+  weft_fabric_desc d = *asked;
+  d.lanes = NULL;
+  d.calibration = WEFT_CALIBRATION_OFF;
+  d.on_note = NULL;
   weft_fabric *f = NULL;
+  if (weft_fabric_open(&d, &f) != WEFT_OK) return;
+  size_t n = weft_fabric_lane_count(f);
+  const char **names = calloc(2 * n + 1, sizeof *names);
+  size_t nn = 0;
+  fprintf(stderr, "weft %s: the lanes here are:", cmd);
+  for (size_t i = 0; i < n; i++) {
+    weft_lane_info li;
+    if (weft_fabric_lane_info(f, i, &li) != WEFT_OK) continue;
+    fprintf(stderr, "%s %s", i ? "," : "", li.name);
+    if (names) {
+      names[nn++] = li.name;
+      int dup = 0;
+      for (size_t k = 0; k < nn; k++) dup |= strcmp(names[k], li.kind) == 0;
+      if (!dup) names[nn++] = li.kind;
+    }
+  }
+  fprintf(stderr, " (--lanes takes kinds or names, comma-separated; 'weft devices' says more)\n");
+  for (const char *p = asked->lanes; names && *p;) {
+    size_t len = strcspn(p, ",");
+    char word[64];
+    if (len && len < sizeof word) {
+      memcpy(word, p, len);
+      word[len] = '\0';
+      const char *guess = weft_cli_suggest(word, names, nn);
+      if (strcasecmp(word, "gpu") == 0)
+        fprintf(stderr, "weft %s: 'gpu': GPUs are the lanes of the kinds vulkan (vulkan:N) and cuda (cuda:N)\n", cmd);
+      else if (guess && strcmp(guess, word) != 0) fprintf(stderr, "weft %s: '%s': did you mean '%s'?\n", cmd, word, guess);
+    }
+    p += len;
+    if (*p) p++;
+  }
+  free(names);
+  weft_fabric_close(f);
+}
+
+/* A command that takes no notes of its own still says what a person should know: lines beginning "weft: "
+ * (lanes being measured for the router and where the results are kept, a cache that could not be read or
+ * written); calibration progress stays silent. */
+static void person_notes(void *ctx, const char *line) {
+  (void)ctx;
+  if (strncmp(line, "weft: ", 6) == 0) fprintf(stderr, "%s\n", line);
+}
+
+weft_fabric *weft_cli_open(const char *cmd, const weft_fabric_desc *asked) {
+  weft_fabric *f = NULL;
+  weft_fabric_desc d = *asked;
+  if (!d.on_note) d.on_note = person_notes;
+  const weft_fabric_desc *desc = &d;
   weft_status st = weft_fabric_open(desc, &f);
   if (st != WEFT_OK) {
     const char *why = weft_open_error();
     fprintf(stderr, "weft %s: cannot open the fabric: %s%s%s\n", cmd, weft_status_str(st), *why ? ": " : "", why);
+    if (st == WEFT_ERR_NOT_FOUND && desc && desc->lanes && *desc->lanes) list_lanes(cmd, desc);
     return NULL;
   }
   return f;

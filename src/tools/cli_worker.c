@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "net/worker.h"
@@ -12,6 +13,7 @@ void weft_cli_worker_help(FILE *out) {
           "Usage: weft worker [--listen HOST:PORT] [--lanes LIST] [--secret-file F] [--tls] [--identity NAME]\n"
           "                   [--max-frame-mib N] [--max-resident-mib N] [--max-total-mib N] [--max-clients N]\n"
           "                   [--max-pending N] [--handshake-timeout-ms N] [--idle-timeout-s N]\n"
+          "                   [--max-streams N]\n"
           "\n"
           "Serves this machine's lanes to remote fabrics (lanes remote:<host:port>/<lane> on the client).\n"
           "Tensors stay resident here between ops, so weights travel once. Runs until killed.\n"
@@ -42,8 +44,22 @@ void weft_cli_worker_help(FILE *out) {
           "                         connection that takes longer is dropped (default 5000)\n"
           "  --idle-timeout-s N     an authenticated client silent this long between frames is dropped\n"
           "                         (default 3600; 0 = never)\n"
+          "  --max-streams N        connections one client may stripe a large write or read over (its own\n"
+          "                         included; each joins its session with a proof bound to it and counts\n"
+          "                         against --max-clients); default: this machine's cores, 1 to 8; 1 = none.\n"
+          "                         Clients ask with WEFT_REMOTE_STREAMS (default: their cores, 1 to 8)\n"
           "\n"
           "Prints 'weft worker: listening on HOST:PORT' once bound (the port actually bound).\n");
+}
+
+/* Connection events: one line each on stderr, with the time. */
+static void on_log(void *ctx, const char *line) {
+  (void)ctx;
+  time_t now = time(NULL);
+  struct tm tm;
+  char ts[32] = "";
+  if (localtime_r(&now, &tm)) strftime(ts, sizeof ts, "%H:%M:%S", &tm);
+  fprintf(stderr, "weft worker: %s %s\n", ts, line);
 }
 
 static void on_listen(void *ctx, const char *host, int port) {
@@ -65,12 +81,13 @@ int weft_cli_worker(int argc, char **argv) {
                                        {"max-pending", required_argument, NULL, 'P'},
                                        {"handshake-timeout-ms", required_argument, NULL, 'H'},
                                        {"idle-timeout-s", required_argument, NULL, 'I'},
+                                       {"max-streams", required_argument, NULL, 'S'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   weft_net_worker_desc d = {0};
   const char *secret_file = NULL;
   long frame_mib = 64, resident_mib = 1024, total_mib = 0, clients = 64, pending = 64, handshake_ms = 5000,
-       idle_s = 3600;
+       idle_s = 3600, streams = 0;
   optind = 1;
   opterr = 0;
   int c;
@@ -108,6 +125,10 @@ int weft_cli_worker(int argc, char **argv) {
     case 'I':
       if (weft_cli_parse_long("worker", "--idle-timeout-s", optarg, 0, 1L << 20, &idle_s)) return WEFT_CLI_USAGE;
       break;
+    case 'S':
+      if (weft_cli_parse_long("worker", "--max-streams", optarg, 1, WEFT_NET_MAX_STREAMS, &streams))
+        return WEFT_CLI_USAGE;
+      break;
     case 'h': weft_cli_worker_help(stdout); return WEFT_CLI_OK;
     default: return weft_cli_option_error("worker", c, argv);
     }
@@ -129,10 +150,14 @@ int weft_cli_worker(int argc, char **argv) {
   d.max_total_resident = (uint64_t)total_mib << 20; /* 0: the default, from the machine's memory */
   d.max_clients = (int)clients;
   d.max_pending = (int)pending;
+  d.max_streams = (int)streams; /* 0: the default, from this machine's cores */
   d.handshake_timeout_ms = (int)handshake_ms;
   d.idle_timeout_ms = idle_s ? (int)(idle_s * 1000 > 2000000000 ? 2000000000 : idle_s * 1000) : -1;
   d.on_listen = on_listen;
-  weft_net_worker_run(&d, err, sizeof err);
+  d.on_log = on_log;
+  weft_status st = weft_net_worker_run(&d, err, sizeof err);
+  /* an address that cannot be read or resolved, or options that do not go together: a usage error */
+  if (st == WEFT_ERR_INVALID_ARGUMENT) return weft_cli_usage_error("worker", "%s", err);
   fprintf(stderr, "weft worker: %s\n", err);
   return WEFT_CLI_FAILED;
 }

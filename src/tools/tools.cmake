@@ -33,6 +33,10 @@ set_target_properties(weft_cli PROPERTIES OUTPUT_NAME weft)
 # and a short bench agrees across lanes.
 if(BUILD_TESTING)
   add_test(NAME cli COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/src/tools/cli_test.sh $<TARGET_FILE:weft_cli>)
+  # What a first run meets, with a loopback worker as a second lane: bench's calibration lines, paired
+  # times and plot checks, calibrate's exit status, the worker's log, messages (cli_ux_test.sh).
+  add_test(NAME cli_first_run COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/src/tools/cli_ux_test.sh $<TARGET_FILE:weft_cli>)
+  set_tests_properties(cli_first_run PROPERTIES TIMEOUT 240)
   # `weft mlp`: the same weights bit for bit on the CPU, on Vulkan and routed; >= 95% held out; a missing
   # data file is a clear failure. Skipped (77) where scikit-learn's digits are not installed.
   add_test(NAME mlp COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/src/tools/mlp_test.sh $<TARGET_FILE:weft_cli>)

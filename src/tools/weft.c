@@ -1,9 +1,14 @@
 /* weft.c - the `weft` command-line tool: the command table, top-level help and version, and dispatch to
  * the subcommands (cli_<name>.c). A new subcommand is one line in `commands` plus its run and help. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
+#ifdef WEFT_HAVE_MPI
+#include "net/mpi.h"
+#endif
 
 static const weft_cli_command commands[] = {
     {"devices", "list the lanes found on this machine, the contracts they honour, and why others are absent",
@@ -31,6 +36,17 @@ static const weft_cli_command *find_command(const char *name) {
   return NULL;
 }
 
+/* "unknown command", with the command it most likely meant. */
+static int unknown_command(const char *name) {
+  const char *names[32];
+  size_t n = 0;
+  for (size_t i = 0; i < command_count && n < 31; i++) names[n++] = commands[i].name;
+  names[n++] = "help";
+  const char *guess = weft_cli_suggest(name, names, n);
+  if (guess) return weft_cli_usage_error(NULL, "unknown command '%s'; did you mean '%s'?", name, guess);
+  return weft_cli_usage_error(NULL, "unknown command '%s'", name);
+}
+
 static void main_help(FILE *out) {
   fprintf(out,
           "weft %s - a heterogeneous compute fabric: it measures every lane of this machine (CPU, GPUs)\n"
@@ -45,7 +61,13 @@ static void main_help(FILE *out) {
   for (size_t i = 0; i < command_count; i++) fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
   fprintf(out, "  %-9s %s\n", "help", "show this help, or a command's");
   fprintf(out, "\nRun 'weft <command> --help' for a command's options.\n"
-               "Exit status: 0 success, 1 the command ran and failed, 2 usage error.\n");
+               "Exit status: 0 success, 1 the command ran and failed, 2 usage error.\n"
+               "\n"
+               "Under mpirun (mpirun -np N weft <command> ...), rank 0 runs the command and every other rank serves\n"
+               "its lanes to it as mpi:<rank>/<lane> (WEFT_MPI_LANES=cpu,... picks them) until it ends; with\n"
+               "`weft mlp --mpi` and `weft gpt train --mpi` every rank trains on its share of each batch instead\n"
+               "(the same weights as one process under the exact contract). MPI has no authentication: reach\n"
+               "machines you do not manage with `weft worker`.\n");
 }
 
 static int print_version(void) {
@@ -67,10 +89,68 @@ static int help_command(int argc, char **argv) {
       main_help(stdout);
       return WEFT_CLI_OK;
     }
-    return weft_cli_usage_error(NULL, "unknown command '%s'", argv[1]);
+    return unknown_command(argv[1]);
   }
   c->help(stdout);
   return WEFT_CLI_OK;
+}
+
+/* Data-parallel training asks for it (--mpi): every rank runs the command. */
+static int wants_data_parallel(const weft_cli_command *c, int argc, char **argv) {
+  int trains = strcmp(c->name, "mlp") == 0 || (strcmp(c->name, "gpt") == 0 && argc > 2 && strcmp(argv[2], "train") == 0);
+  for (int i = 2; trains && i < argc; i++)
+    if (strcmp(argv[i], "--mpi") == 0) return 1;
+  return 0;
+}
+
+/* Started by mpirun: MPI comes up, and either rank 0 runs the command while the others serve their lanes to
+ * it, or (data-parallel training) every rank runs it, rank 0 alone printing. A rank that fails in a
+ * data-parallel job ends the job (MPI_Abort): the others would otherwise wait for it until their timeout. */
+static int run_under_mpi(const weft_cli_command *c, int argc, char **argv) {
+  const int dp = wants_data_parallel(c, argc, argv);
+  if (!weft_mpi_built()) {
+    if (!dp)
+      fprintf(stderr, "weft: started by an MPI launcher, but this weft was built without MPI: every rank runs "
+                      "'%s' on its own\n", c->name);
+    return c->run(argc - 1, argv + 1); /* --mpi then says what is missing */
+  }
+  if (weft_mpi_init(dp ? WEFT_MPI_DATA_PARALLEL : WEFT_MPI_LANES, &argc, &argv) != WEFT_OK) {
+    fprintf(stderr, "weft: %s\n", weft_mpi_last_error());
+    return WEFT_CLI_FAILED;
+  }
+  const int rank = weft_mpi_rank();
+  int rc;
+#ifdef WEFT_HAVE_MPI
+  if (!dp && rank != 0) {
+    char err[512] = "";
+    if (weft_net_mpi_serve(getenv("WEFT_MPI_LANES"), err, sizeof err) != WEFT_OK) {
+      fprintf(stderr, "weft: rank %d cannot serve its lanes: %s\n", rank, err);
+      weft_mpi_abort(WEFT_CLI_FAILED);
+      return WEFT_CLI_FAILED;
+    }
+    weft_mpi_finalize();
+    return WEFT_CLI_OK;
+  }
+#endif
+  /* Rank 0 speaks for the job; the others' words would only repeat it. Their errors still show. */
+  if (dp && rank != 0 && !freopen("/dev/null", "w", stdout)) fclose(stdout);
+  rc = c->run(argc - 1, argv + 1);
+  if (dp && rc == WEFT_CLI_FAILED) {
+    fprintf(stderr, "weft: rank %d failed; ending the MPI job\n", rank);
+    fflush(stderr);
+    /* Rank 0 speaks for the job: the others give it a moment to report what it saw (it waits on the same
+     * ranks) before the job is ended. */
+    if (rank != 0) {
+      struct timespec ts = {2, 0};
+      nanosleep(&ts, NULL);
+    }
+    weft_mpi_abort(rc);
+  }
+  if (weft_mpi_finalize() != WEFT_OK && rc == WEFT_CLI_OK) {
+    fprintf(stderr, "weft: %s\n", weft_mpi_last_error());
+    rc = WEFT_CLI_FAILED;
+  }
+  return rc;
 }
 
 int main(int argc, char **argv) {
@@ -87,6 +167,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "help") == 0) return help_command(argc - 1, argv + 1);
   if (cmd[0] == '-') return weft_cli_usage_error(NULL, "unknown option '%s' (options go after the command)", cmd);
   const weft_cli_command *c = find_command(cmd);
-  if (!c) return weft_cli_usage_error(NULL, "unknown command '%s'", cmd);
+  if (!c) return unknown_command(cmd);
+  if (weft_mpi_launched()) return run_under_mpi(c, argc, argv);
   return c->run(argc - 1, argv + 1);
 }

@@ -454,8 +454,12 @@ int main(void) {
   weft_lane_info info;
   weft_fabric_lane_info(f, (size_t)cu, &info);
   printf("cuda:0: %s | %s | %s\n", info.device, info.driver, info.details);
-  TU_CHECK(info.contracts == (WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32)),
-           "cuda:0 honours exact and fp32 (contracts 0x%x)", info.contracts);
+  /* with cuBLAS (which the tensor lane's presence shows) cuda:0's matmuls honour tf32 and bf16 as well */
+  const int have_tensor = cut >= 0;
+  const weft_contract_mask tc = WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_BF16);
+  TU_CHECK(info.contracts == (WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32) |
+                              (have_tensor ? tc : 0)),
+           "cuda:0 honours exact and fp32%s (contracts 0x%x)", have_tensor ? ", tf32 and bf16" : "", info.contracts);
   if (cut >= 0) {
     weft_fabric_lane_info(f, (size_t)cut, &info);
     TU_CHECK(info.contracts == (WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_BF16)),

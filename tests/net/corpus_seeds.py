@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """corpus_seeds.py - writes the protocol-2 seeds of the fuzzer's corpus (tests/net/corpus) that exercise the
-transformer ops: each a whole client session as a byte stream (hello, creates of f32 and i32 tensors, writes,
+transformer ops (and one that asks for streams): each a whole client session as a byte stream (hello, creates of f32 and i32 tensors, writes,
 an op of the table with its operands, views and parameters, reads), so the fuzzer starts from frames that
 reach the op table's validators and kernels. Run it from the repository root after changing the frames."""
 import os
 import struct
 
 MAGIC = 0x54464557
-HELLO, LANES, CREATE, WRITE, READ, FREE, OP, RETYPE = 1, 3, 4, 5, 6, 7, 8, 12
+HELLO, LANES, CREATE, WRITE, READ, FREE, OP, RETYPE, STREAMS, JOIN = 1, 3, 4, 5, 6, 7, 8, 12, 13, 14
 F32, I32 = 0, 1
 
 
@@ -95,6 +95,17 @@ def seeds():
     s.op(22, [(logits, [2, 2, 5])], [(py, [2, 2, 5])], ip=[1, 0, 2])
     s.read(py, 20)
     out['v2_retype_permute'] = s.b
+
+    s = Stream()  # streams granted (registered, then unregistered when the session ends), a join refused
+    s.frame(HELLO, struct.pack('<II', 2, 4))
+    s.frame(STREAMS, struct.pack('<I', 4))
+    s.frame(JOIN, struct.pack('<QI', 1, 1) + bytes(32))
+    s.frame(STREAMS, struct.pack('<I', 3))
+    x = s.create(F32, [6], floats(6))
+    s.read(x, 6)
+    if len(s.b) % 2:  # even: the fuzz target's worker without a secret
+        s.frame(LANES, b'')
+    out['streams'] = s.b
     return out
 
 

@@ -352,7 +352,7 @@ int main(int argc, char **argv) {
   TU_CHECK(!fk.got_client_proof && !fk.got_other, "nothing sent to a protocol-1 peer after its hello");
   unsetenv("WEFT_REMOTE_SECRET_FILE");
 
-  /* Off loopback without a secret: the worker refuses to start (exit 1, says why). */
+  /* Off loopback without a secret: the worker refuses to start (exit 2, says why). */
   pid_t pid = fork();
   if (pid == 0) {
     execl(argv[1], argv[1], "worker", "--listen", "0.0.0.0:0", "--lanes", "cpu", (char *)NULL);
@@ -360,7 +360,8 @@ int main(int argc, char **argv) {
   }
   int status = 0;
   waitpid(pid, &status, 0);
-  TU_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "non-loopback without a secret refused (status %d)",
+  /* a combination of options it refuses to run with: a usage error, exit 2 */
+  TU_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2, "non-loopback without a secret refused (status %d)",
            status);
   /* TLS needs the secret its key comes from. */
   pid = fork();
@@ -369,7 +370,7 @@ int main(int argc, char **argv) {
     _exit(127);
   }
   waitpid(pid, &status, 0);
-  TU_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "--tls without a secret refused (status %d)", status);
+  TU_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2, "--tls without a secret refused (status %d)", status);
   unlink(path);
   return tu_finish("net_auth", start);
 }

@@ -143,6 +143,9 @@ static tcase *cases(int *count) {
                     {F(0, 1, 3, B, 2, C), F(0, 1, 4, B, NH, 2, T + 3)}, {.i = {NH, T - 2}}};
   cs[n++] = (tcase){"attention_cached (no att)", WEFT_OP_ATTENTION_CACHED, 1, 2, {F(-2, 2, 3, B, T + 3, 3 * C)},
                     {F(0, 1, 3, B, 1, C), NONE}, {.i = {NH, 0}}};
+  /* c (rw) += a^T . b, continuing from c's values */
+  cs[n++] = (tcase){"matmul_acc", WEFT_OP_MATMUL_ACC, 2, 1, {F(-1, 1, 2, B * T, C), F(-1, 1, 2, B * T, 5)},
+                    {F(-3, 3, 2, C, 5)}, {.i = {1, 0}}};
   *count = n;
   return cs;
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "conformance.h"
+#include "core/reference_tx.h"
 #include "tutil.h"
 #include "weft_plugin.h"
 
@@ -72,6 +73,12 @@ static void test_good(void) {
     weft_lane_info li;
     TU_STATUS(weft_fabric_lane_info(f, (size_t)lane, &li), WEFT_OK, "lane info");
     TU_CHECK(strcmp(li.kind, "reftest") == 0, "kind %s, want reftest", li.kind);
+    TU_CHECK(li.ops == WEFT_OPS_ALL, "reftest:0 offers ops 0x%llx, want every op (0x%llx): it passed them all",
+             (unsigned long long)li.ops, (unsigned long long)WEFT_OPS_ALL);
+    const char *note = weft_plugin_admission("reftest:0");
+    TU_CHECK(note && tu_contains(note, "of 26 ops") && tu_contains(note, "transformer ops with NaN") &&
+                 !tu_contains(note, "refused"),
+             "reftest:0 admission note: '%s'", note ? note : "(none)");
     weft_conf_stats s = {0, 0, 0, 0};
     weft_conf_run(f, lane, WEFT_CONTRACT_EXACT, 1, 1, tu_seed(), &s);
     printf("reftest:0 exact (edge cases): %ld cases, %ld failed\n", s.cases, s.failed);
@@ -308,8 +315,80 @@ static void test_npu_probe(void) {
   unsetenv("WEFT_SYSFS_ROOT");
 }
 
-/* The OpenCL example plugin: admitted wherever an OpenCL platform is present, and then exact under the
- * suite's edge cases; with no platform, skipped with the reason (never refused at admission). The whole
+/* A plugin lane that gets one transformer op wrong is admitted without that op: it is not in the lane's
+ * op set, an op pinned there is refused, the router runs it elsewhere with the reference's bits, and the
+ * admission note (and `weft devices`) names the op and why. */
+static void test_tx_refused_op(const char *plugin, const char *lane, weft_op_kind bad, const char *why) {
+  weft_fabric *f = open_with(plugin);
+  if (!f) return;
+  const int li_ = find_lane(f, lane);
+  TU_CHECK(li_ >= 0, "%s: lane %s was refused as a whole (%s); want it admitted without %s", plugin, lane,
+           absent_reason(f, lane) ? absent_reason(f, lane) : "-", weft_op_kind_str(bad));
+  if (li_ < 0) {
+    weft_fabric_close(f);
+    return;
+  }
+  weft_lane_info li;
+  TU_STATUS(weft_fabric_lane_info(f, (size_t)li_, &li), WEFT_OK, "lane info");
+  TU_CHECK(li.ops == (WEFT_OPS_ALL & ~WEFT_OP_BIT(bad)), "%s offers 0x%llx, want every op but %s", lane,
+           (unsigned long long)li.ops, weft_op_kind_str(bad));
+  const char *note = weft_plugin_admission(lane);
+  char want[96];
+  snprintf(want, sizeof want, "refused ops: %s (", weft_op_kind_str(bad));
+  TU_CHECK(note && tu_contains(note, want) && tu_contains(note, why), "%s admission note: '%s', want '%s' and '%s'",
+           lane, note ? note : "(none)", want, why);
+  if (note) printf("admitted without %s: %s: %s\n", weft_op_kind_str(bad), lane, note);
+  /* The other ops serve: the suite's edge cases on the lane (the refused op's family is skipped). */
+  weft_conf_stats s = {0, 0, 0, 0};
+  weft_conf_run(f, li_, WEFT_CONTRACT_EXACT, 1, 1, tu_seed(), &s);
+  TU_CHECK(s.cases > 0 && s.failed == 0, "conformance on %s: %ld of %ld cases failed", lane, s.failed, s.cases);
+  if (bad == WEFT_OP_GELU) {
+    /* pinned there: refused, naming the op; routed: the cpu's bits */
+    const int64_t d[1] = {4};
+    const float x[4] = {-1.5f, 0.25f, 3.0f, -0.0f};
+    float got[4], want_y[4];
+    weft_tensor *tx = NULL, *ty = NULL;
+    TU_STATUS(weft_tensor_create(f, 1, d, x, &tx), WEFT_OK, "create x");
+    TU_STATUS(weft_tensor_create(f, 1, d, NULL, &ty), WEFT_OK, "create y");
+    weft_op_desc pin = {WEFT_CONTRACT_EXACT, li_};
+    TU_STATUS(weft_op_gelu(f, &pin, tx, ty), WEFT_ERR_UNSUPPORTED, "gelu pinned to a lane admitted without it");
+    TU_CHECK(tu_contains(weft_fabric_last_error(f), "gelu"), "the refusal does not name the op: '%s'",
+             weft_fabric_last_error(f));
+    TU_STATUS(weft_op_gelu(f, NULL, tx, ty), WEFT_OK, "gelu routed");
+    TU_STATUS(weft_tensor_read(ty, got, 4), WEFT_OK, "read y");
+    weft_ref_gelu_forward(want_y, x, 4);
+    TU_CHECK(memcmp(got, want_y, sizeof got) == 0, "routed gelu differs from the reference");
+    weft_tensor_destroy(tx), weft_tensor_destroy(ty);
+  }
+  weft_fabric_close(f);
+  /* `weft devices` says so */
+  char env[1400], out[16384];
+  snprintf(env, sizeof env, "WEFT_PLUGIN_PATH='%s'", plugin);
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "%s '%s' devices --lanes cpu,reftest 2>&1", env, WEFT_CLI);
+  FILE *p = popen(cmd, "r");
+  size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+  out[n] = '\0';
+  if (p) pclose(p);
+  TU_CHECK(strstr(out, want) != NULL, "weft devices with %s does not say '%s':\n%s", plugin, want, out);
+}
+
+/* A lane offering an op its plugin does not claim, which its supports slot declines: admitted without it. */
+static void test_declined_op(void) {
+  weft_fabric *f = open_with(PLUGIN_DECLINE);
+  if (!f) return;
+  const int lane = find_lane(f, "reftest_decline:0");
+  TU_CHECK(lane >= 0, "reftest_decline:0 was refused: %s",
+           absent_reason(f, "reftest_decline:0") ? absent_reason(f, "reftest_decline:0") : "-");
+  weft_lane_info li;
+  if (lane >= 0 && weft_fabric_lane_info(f, (size_t)lane, &li) == WEFT_OK)
+    TU_CHECK(li.ops == (WEFT_OPS_ALL & ~WEFT_OP_BIT(WEFT_OP_ATTENTION_CACHED)),
+             "reftest_decline:0 offers 0x%llx, want every op but attention_cached", (unsigned long long)li.ops);
+  weft_fabric_close(f);
+}
+
+/* The OpenCL example plugin: admitted wherever an OpenCL platform is present, with every op, and then exact
+ * under the suite's edge cases; with no platform, skipped with the reason (never refused at admission). The whole
  * suite runs on it in the conformance_opencl test. */
 static void test_opencl(void) {
 #ifdef PLUGIN_OPENCL
@@ -328,6 +407,12 @@ static void test_opencl(void) {
     TU_CHECK(strcmp(li.kind, "opencl") == 0, "kind %s, want opencl", li.kind);
     TU_CHECK(li.contracts == WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT), "opencl contracts 0x%x, want exact only",
              (unsigned)li.contracts);
+    /* every op, the transformer ops included, passed its admission */
+    /* every op but matmul_acc, which the plugin does not offer (no accumulating kernel yet) */
+    const uint64_t want = WEFT_OPS_ALL & ~WEFT_OP_BIT(WEFT_OP_MATMUL_ACC);
+    TU_CHECK(li.ops == want, "opencl:0 offers ops 0x%llx, want every op but matmul_acc (0x%llx); admission said: %s",
+             (unsigned long long)li.ops, (unsigned long long)want,
+             weft_plugin_admission("opencl:0") ? weft_plugin_admission("opencl:0") : "(none)");
     weft_conf_stats s = {0, 0, 0, 0};
     weft_conf_run(f, lane, WEFT_CONTRACT_EXACT, 1, 1, tu_seed(), &s);
     printf("opencl:0 (%s) exact (edge cases): %ld cases, %ld failed\n", li.device, s.cases, s.failed);
@@ -359,6 +444,10 @@ int main(void) {
   /* The caller never loads a plugin before its self-test passed, so not even a crashing constructor reaches it. */
   check_refused(PLUGIN_LOAD, "reftest_load:0", "plugin:reftest_load.so", "crashed");
   check_refused(PLUGIN_CLAIMS, "reftest_claims:0", "reftest_claims:0", "does not claim softmax_xent");
+  /* a transformer op wrong: that op refused, the lane admitted */
+  test_tx_refused_op(PLUGIN_TX_NAN, "reftest_txnan:0", WEFT_OP_GELU, "every NaN stored must be 0x7fc00000");
+  test_declined_op();
+  test_tx_refused_op(PLUGIN_TX_ORDER, "reftest_txorder:0", WEFT_OP_EMBEDDING_BACKWARD, "wrong bits at output dwte");
   test_npu_admission();
   test_npu_probe();
   test_opencl();

@@ -3,15 +3,19 @@
  * a crash or a hang in its self-test, an NPU kind with or without an evidence slot, a partial claim it does
  * not enforce, a crash while it is being loaded, fused multiply-adds only for k > 2000, an NPU kind that
  * names its accel device and advances (or does not advance) that device's busy counter in a fake sysfs
- * tree (WEFT_SYSFS_ROOT). */
+ * tree (WEFT_SYSFS_ROOT), a transformer op that stores NaNs with their payloads, another that accumulates
+ * in the wrong order, an op it neither claims nor runs (declined by its supports slot). Every lane offers every op: the version-1 ops through reference.c, the transformer
+ * ops through reference_tx.c. */
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../../src/core/reference.h"
+#include "../../src/core/reference_tx.h"
 #include "weft_plugin.h"
 
 #define FAULT_NONE 0
@@ -27,6 +31,9 @@
 #define FAULT_FMA_LARGE_K 9 /* exact on small k; fuses multiply-adds for k > 2000 */
 #define FAULT_NPU_COUNTER 10 /* kind npu, names accel0 and advances its npu_busy_time_us as it runs */
 #define FAULT_NPU_STUCK 11   /* kind npu, names accel0, claims a receipt, and leaves the counter alone */
+#define FAULT_TX_NAN 13      /* gelu stores a NaN with its input's payload, not 0x7fc00000 */
+#define FAULT_TX_ORDER 14    /* embedding_backward adds each table row's contributions in descending order */
+#define FAULT_DECLINE 15     /* does not claim attention_cached, and its supports slot declines it (no fault) */
 
 #ifndef PLUGIN_FAULT
 #define PLUGIN_FAULT FAULT_NONE
@@ -57,6 +64,7 @@ static void ref_describe(void *self, weft_lane_desc *out) {
   out->details = "built for the plugin tests";
   out->contracts = WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT);
   out->flags = WEFT_LANE_HOST_MEMORY;
+  out->ops = WEFT_OPS_ALL;
 }
 
 static void ref_destroy(void *self) { free(self); }
@@ -84,6 +92,76 @@ static weft_status ref_download(void *self, weft_buffer *b, size_t off, void *ds
   return WEFT_OK;
 }
 
+#define F(i) ((float *)op->in[i])
+#define CF(i) ((const float *)op->in[i])
+#define CI(i) ((const int32_t *)op->in[i])
+#define O(i) ((float *)op->out[i])
+
+/* The transformer ops on host arrays, through reference_tx.c (what optable.c's host kernels do). */
+static weft_status ref_run_tx(const weft_op *op) {
+  const int64_t *ip = op->iparam;
+  const float *fp = op->fparam;
+  switch (op->kind) {
+  case WEFT_OP_EMBEDDING: return weft_ref_embedding_forward(O(0), CI(0), CI(1), CF(2), CF(3), ip[0], ip[1], ip[2], ip[3], ip[4]);
+  case WEFT_OP_EMBEDDING_BACKWARD:
+#if PLUGIN_FAULT == FAULT_TX_ORDER
+    /* (b, t) descending: every table row gets its contributions in the reverse of the canonical order */
+    for (int64_t bt = ip[0] * ip[1] - 1; bt >= 0; bt--) {
+      const int32_t *tok = CI(1), *pos = CI(2);
+      if (O(0)) weft_ref_embedding_backward(O(0), NULL, CF(0) + bt * ip[2], tok + bt, NULL, 1, 1, ip[2], ip[3], ip[4]);
+      if (O(1)) {
+        const int32_t p = pos ? pos[bt] : (int32_t)(bt % ip[1]);
+        weft_ref_embedding_backward(O(1), NULL, CF(0) + bt * ip[2], &p, NULL, 1, 1, ip[2], ip[4], ip[4]);
+      }
+    }
+    return WEFT_OK;
+#else
+    return weft_ref_embedding_backward(O(0), O(1), CF(0), CI(1), CI(2), ip[0], ip[1], ip[2], ip[3], ip[4]);
+#endif
+  case WEFT_OP_LAYERNORM: weft_ref_layernorm_forward(O(0), O(1), O(2), CF(0), CF(1), CF(2), ip[0], ip[1], fp[0]); return WEFT_OK;
+  case WEFT_OP_LAYERNORM_BACKWARD:
+    weft_ref_layernorm_backward(O(0), O(1), O(2), CF(0), CF(1), CF(2), CF(3), CF(4), ip[0], ip[1]);
+    return WEFT_OK;
+  case WEFT_OP_GELU:
+    weft_ref_gelu_forward(O(0), CF(0), ip[0]);
+#if PLUGIN_FAULT == FAULT_TX_NAN
+    for (int64_t i = 0; i < ip[0]; i++) /* y = x where x is a NaN: its payload kept, as hardware may */
+      if (CF(0)[i] != CF(0)[i]) memcpy(&O(0)[i], &CF(0)[i], sizeof(float));
+#endif
+    return WEFT_OK;
+  case WEFT_OP_GELU_BACKWARD: weft_ref_gelu_backward(O(0), CF(0), CF(1), ip[0]); return WEFT_OK;
+  case WEFT_OP_ATTENTION: return weft_ref_attention_forward(O(0), O(2), O(1), CF(0), ip[0], ip[1], ip[2], ip[3]);
+  case WEFT_OP_ATTENTION_BACKWARD: return weft_ref_attention_backward(O(0), CF(0), CF(1), CF(2), ip[0], ip[1], ip[2], ip[3]);
+  case WEFT_OP_ATTENTION_CACHED: return weft_ref_attention_cached(O(0), O(1), CF(0), ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]);
+  case WEFT_OP_CAUSAL_SOFTMAX: weft_ref_causal_softmax_forward(O(0), CF(0), ip[0], ip[1], fp[0]); return WEFT_OK;
+  case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD: weft_ref_causal_softmax_backward(O(0), CF(0), CF(1), ip[0], ip[1], fp[0]); return WEFT_OK;
+  case WEFT_OP_CROSSENTROPY: return weft_ref_crossentropy_forward(O(0), CF(0), CI(1), ip[0], ip[1]);
+  case WEFT_OP_CROSSENTROPY_BACKWARD: return weft_ref_crossentropy_backward(O(0), CF(0), CI(1), CF(2), ip[0], ip[1]);
+  case WEFT_OP_ADAMW: weft_ref_adamw(O(0), CF(0), O(1), O(2), ip[0], fp[0], fp[1], fp[2], fp[3], fp[4], fp[5], fp[6]); return WEFT_OK;
+  case WEFT_OP_SUMSQ: O(0)[0] = weft_ref_sumsq(CF(0), ip[0], O(0)[0]); return WEFT_OK;
+  case WEFT_OP_PERMUTE: {
+    int perm[4];
+    for (int a = 0; a < 4; a++) perm[a] = (int)((ip[5] >> (2 * a)) & 3);
+    weft_ref_permute((uint32_t *)op->out[0], (const uint32_t *)op->in[0], ip + 1, perm);
+    return WEFT_OK;
+  }
+  case WEFT_OP_COPY_SLICE: weft_ref_copy_slice(op->out[0], op->in[0], ip[0], ip[1], ip[2], ip[3], ip[4]); return WEFT_OK;
+  case WEFT_OP_MATMUL_ACC:
+    for (int64_t p = 0; p < op->batch; p++) weft_ref_matmul(op, p, 0, op->m);
+    return WEFT_OK;
+  default: return WEFT_ERR_UNSUPPORTED;
+  }
+}
+
+/* A plugin links nothing of weft: errors go through the host's report slot. */
+static weft_status report(ref_lane *l, weft_status st, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  l->host->report(l->host->ctx, st, fmt, args);
+  va_end(args);
+  return st;
+}
+
 static weft_status ref_run(void *self, const weft_op *op) {
   ref_lane *l = self;
 #if PLUGIN_FAULT == FAULT_CRASH
@@ -91,7 +169,12 @@ static weft_status ref_run(void *self, const weft_op *op) {
 #elif PLUGIN_FAULT == FAULT_HANG
   for (;;) pause();
 #endif
-  weft_reference_run(op);
+  if (op->kind >= WEFT_OP_V1_COUNT) {
+    weft_status st = ref_run_tx(op);
+    if (st != WEFT_OK) return report(l, st, "reftest: the reference refused op %d", (int)op->kind);
+  } else {
+    weft_reference_run(op);
+  }
 #if PLUGIN_FAULT == FAULT_WRONG_BITS
   if (op->kind == WEFT_OP_MATMUL && op->batch * op->m * op->n > 0) {
     uint32_t u;
@@ -140,6 +223,16 @@ static weft_status ref_run(void *self, const weft_op *op) {
   return WEFT_OK;
 }
 
+#if PLUGIN_FAULT == FAULT_DECLINE
+static weft_status ref_supports(void *self, const weft_op *op) {
+  (void)self;
+  return op->kind == WEFT_OP_ATTENTION_CACHED ? WEFT_ERR_UNSUPPORTED : WEFT_OK;
+}
+#define SUPPORTS ref_supports
+#else
+#define SUPPORTS NULL
+#endif
+
 #if PLUGIN_FAULT == FAULT_LOAD
 __attribute__((constructor)) static void crash_on_load(void) { raise(SIGSEGV); }
 #endif
@@ -147,7 +240,7 @@ __attribute__((constructor)) static void crash_on_load(void) { raise(SIGSEGV); }
 static const weft_lane_vtable REF_VTABLE = {
     .abi_version = WEFT_LANE_ABI_VERSION, .size = sizeof(weft_lane_vtable), .describe = ref_describe,
     .destroy = ref_destroy, .buffer_alloc = ref_alloc, .buffer_free = ref_free, .upload = ref_upload,
-    .download = ref_download, .run = ref_run,
+    .download = ref_download, .supports = SUPPORTS, .run = ref_run,
 };
 
 static weft_status ref_probe(const weft_probe_args *args, const weft_lane_sink *sink) {
@@ -192,6 +285,8 @@ static const weft_plugin_desc DESC = {
     sizeof(weft_plugin_desc), WEFT_LANE_ABI_VERSION, PLUGIN_NAME, PLUGIN_KIND,
 #if PLUGIN_FAULT == FAULT_CLAIMS
     WEFT_PLUGIN_CLAIM_ALL & ~WEFT_PLUGIN_CLAIM(WEFT_OP_SOFTMAX_XENT),
+#elif PLUGIN_FAULT == FAULT_DECLINE
+    WEFT_PLUGIN_CLAIM_ALL & ~WEFT_PLUGIN_CLAIM(WEFT_OP_ATTENTION_CACHED),
 #else
     WEFT_PLUGIN_CLAIM_ALL,
 #endif

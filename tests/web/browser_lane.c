@@ -108,6 +108,16 @@ static weft_tensor *tensor(weft_fabric *f, int ndim, const int64_t *dims, tu_rng
   return t;
 }
 
+/* Sets the first n elements of a float tensor (the rest keep their values). */
+static void poke(weft_tensor *t, const float *v, size_t n) {
+  size_t numel = weft_tensor_numel(t);
+  float *x = malloc((numel ? numel : 1) * sizeof *x);
+  TU_STATUS(weft_tensor_read(t, x, numel), WEFT_OK, "read a tensor to change some of its elements");
+  memcpy(x, v, n * sizeof *x);
+  TU_STATUS(weft_tensor_write(t, x, numel), WEFT_OK, "write it back");
+  free(x);
+}
+
 /* 1 when two tensors hold the same bits, NaNs included (every exact lane stores the canonical 0x7fc00000);
  * names the first difference otherwise. */
 static int same(weft_tensor *a, weft_tensor *b, const char *what) {
@@ -316,7 +326,7 @@ static int v2_chain(weft_fabric *f, int mode, int tab, int cpu, weft_tensor **re
   weft_tensor_write_i32(ttgt, tgt, N);
   weft_tensor *wte = MK(2, V, C, 0, 0, &r, -1, 1), *wpe = MK(2, T, C, 0, 0, &r, -1, 1);
   float sp[8] = {-0.0f, 1e-40f, -1e-40f, 0.0f, 1e30f, 1e-45f, -3e38f, 2.5f};
-  weft_tensor_write(wte, sp, 8);
+  poke(wte, sp, 8);
   weft_tensor *x = MK(3, B, T, C, 0, &r, 0, 0);
   RUN("embedding", weft_op_embedding(f, &od, ttok, NULL, wte, wpe, x));
   res[nres++] = x;
@@ -370,6 +380,10 @@ static int v2_chain(weft_fabric *f, int mode, int tab, int cpu, weft_tensor **re
   weft_tensor *cache = MK(3, B, T + 3, C, 0, &r, -1, 1);
   RUN("copy_slice", weft_op_copy_slice(f, &od, x, cache, 1, 2));
   res[nres++] = cache;
+  /* decode: queries at positions 2 .. 4 over qkv as the cache */
+  weft_tensor *cout = MK(3, B, 3, C, 0, &r, 0, 0), *catt = MK(4, B, NH, 3, T, &r, 0, 0);
+  RUN("attention_cached", weft_op_attention_cached(f, &od, qkv, NH, 2, cout, catt));
+  res[nres++] = cout, res[nres++] = catt;
 #undef MK
 #undef RUN
   return nres;
@@ -378,13 +392,14 @@ static int v2_chain(weft_fabric *f, int mode, int tab, int cpu, weft_tensor **re
 static void check_ops_v2(weft_fabric *f, int tab, int cpu) {
   weft_lane_info li;
   weft_fabric_lane_info(f, (size_t)tab, &li);
-  TU_CHECK((li.ops & WEFT_OPS_ALL) == WEFT_OPS_ALL, "the tab offers every op of the table (ops 0x%llx)",
+  const uint64_t tab_ops = (WEFT_OP_BIT(WEFT_OP_ATTENTION_CACHED) << 1) - 1; /* all but matmul_acc */
+  TU_CHECK((li.ops & WEFT_OPS_ALL) == tab_ops, "the tab offers every op of the table but matmul_acc (ops 0x%llx)",
            (unsigned long long)li.ops);
   weft_tensor *res[4][V2_RESULTS], *keep[4][96];
   int nres[4], nkeep[4] = {0};
   static const char *const modes[4] = {"cpu", "pinned to the tab", "routed", "alternating tab / cpu"};
   for (int mode = 0; mode < 4; mode++) nres[mode] = v2_chain(f, mode, tab, cpu, res[mode], keep[mode], &nkeep[mode]);
-  TU_CHECK(nres[0] == 25 && nres[0] <= V2_RESULTS, "the chain gives its 25 results (%d)", nres[0]);
+  TU_CHECK(nres[0] == 27 && nres[0] <= V2_RESULTS, "the chain gives its 27 results (%d)", nres[0]);
   for (int mode = 1; mode < 4; mode++) {
     int all = nres[mode] == nres[0];
     for (int i = 0; all && i < nres[0]; i++) {
@@ -539,7 +554,7 @@ static void check_two_tabs(weft_fabric *f, driver *d, size_t tab0, size_t tab1, 
   char line[512];
   driver_say(d, "open");
   TU_CHECK(driver_line(d, line, sizeof line) && strncmp(line, "ready", 5) == 0, "a second tab opened (%s)", line);
-  TU_CHECK(wait_up(f, tab1, 30), "browser:1 comes up with the second tab");
+  TU_CHECK(wait_up(f, tab1, 60), "browser:1 comes up with the second tab");
   /* Compute that dominates fixed costs and transfers, so sharing the batch halves the predicted time. */
   for (int c = 0; c < WEFT_COST_CLASS_COUNT; c++) {
     double beta = c == WEFT_COST_MATMUL ? 1e7 : 1e12;
@@ -730,7 +745,7 @@ static void check_secret(const char *node, const char *driver_js, fakes fk) {
   char line[512];
   if (driver_start(&d, node, driver_js, withsecret) && driver_line(&d, line, sizeof line) &&
       strncmp(line, "ready", 5) == 0) {
-    TU_CHECK(wait_up(f, tab, 30), "the worker page that knows the secret comes up");
+    TU_CHECK(wait_up(f, tab, 60), "the worker page that knows the secret comes up");
     tab_matmul_matches(f, tab, cpu, 24, 24, 1, 11, "the authenticated tab");
   } else {
     TU_CHECK(0, "the worker page started for the secret fabric (%s)", line);
@@ -765,7 +780,7 @@ static void check_tls(const char *node, const char *driver_js) {
   char line[512] = "";
   char *argv[] = {(char *)node, (char *)driver_js, "--url", url, "--insecure", NULL};
   if (driver_spawn(&d, argv) && driver_line(&d, line, sizeof line) && strncmp(line, "ready", 5) == 0) {
-    TU_CHECK(wait_up(f, tab, 30), "the worker page served over https comes up over wss");
+    TU_CHECK(wait_up(f, tab, 60), "the worker page served over https comes up over wss");
     tab_matmul_matches(f, tab, cpu, 20, 12, 0, 13, "the https tab");
   } else {
     TU_CHECK(0, "the worker page started over https (%s)", line);
@@ -774,6 +789,168 @@ static void check_tls(const char *node, const char *driver_js) {
   weft_fabric_close(f);
   unlink("weft-browser-cert.pem");
   unlink("weft-browser-key.pem");
+  setenv("WEFT_BROWSER_SLOTS", "2", 1);
+}
+
+/* ------------------------------------------------------------------------------- the tab's two lanes */
+
+/* How many ops of kind `op` the tab's lane `lane` ("webgpu", "cpu") computed, from the details' counts
+ * ("...; ran: matmul 3 on webgpu, 1 on cpu; gelu 2 on cpu"); 0 when none. */
+static unsigned long long ran_count(weft_fabric *f, size_t tab, const char *op, const char *lane) {
+  weft_lane_info li;
+  if (weft_fabric_lane_info(f, tab, &li)) return 0;
+  const char *ran = strstr(li.details, "; ran: ");
+  if (!ran) return 0;
+  char key[64];
+  snprintf(key, sizeof key, " %s ", op); /* the op's name between a separator and its first count */
+  for (const char *p = ran + 6; (p = strstr(p, key)) != NULL; p++) {
+    if (p[-1] != ':' && p[-1] != ';') continue;
+    const char *end = strchr(p + 1, ';');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char seg[256];
+    snprintf(seg, sizeof seg, "%.*s", (int)(len < sizeof seg ? len : sizeof seg - 1), p);
+    /* " matmul 3 on webgpu, 1 on cpu" */
+    for (char *q = seg + strlen(key); *q;) {
+      unsigned long long n = strtoull(q, &q, 10);
+      char name[64] = "";
+      if (sscanf(q, " on %63[^,;]", name) == 1 && strcmp(name, lane) == 0) return n;
+      q = strchr(q, ',');
+      if (!q) break;
+      q++;
+    }
+    return 0;
+  }
+  return 0;
+}
+
+/* The ops the tab's GPU runs, each pinned to the tab on ordinary values of a few workgroups' size: the CPU
+ * lane's bits, counted on its webgpu lane; then with a subnormal among the inputs: the GPU hands the op to
+ * the tab's CPU lane, which gives the same bits, counted there. `wrong` names the ops whose GPU kernel the
+ * tab was given wrong: those must have been refused on the GPU at join, and run on its CPU lane. */
+static void check_gpu_ops(weft_fabric *f, size_t tab, size_t cpu, const char *const *wrong, int nwrong) {
+  tu_rng r = {tu_seed() + 5};
+  weft_op_desc on_tab = WEFT_OP_DESC_INIT, on_cpu = WEFT_OP_DESC_INIT;
+  on_tab.lane = (int)tab;
+  on_cpu.lane = (int)cpu;
+  enum { N = 24, C = 80, R = 2, T = 40 };
+  int64_t nc[2] = {N, C}, cd[1] = {C}, nd[1] = {N}, sd[3] = {R, T, T}, md[2] = {70, 90}, ad[2] = {70, 130},
+          bd[2] = {130, 90};
+  static const char *const ops[] = {"matmul", "gelu", "gelu_backward", "layernorm", "layernorm_backward",
+                                    "causal_softmax", "causal_softmax_backward"};
+  for (int edge = 0; edge < 2; edge++) {
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+      const char *op = ops[k];
+      int refused = 0;
+      for (int w = 0; w < nwrong; w++) refused |= strcmp(wrong[w], op) == 0;
+      /* Inputs: x and y of [N, C], gamma positive, mean and rstd from a layernorm on the CPU. */
+      weft_tensor *x = tensor(f, 2, nc, &r, -3, 3), *y = tensor(f, 2, nc, &r, -1, 1), *g = tensor(f, 1, cd, &r, 0.5f, 1.5f);
+      weft_tensor *b = tensor(f, 1, cd, &r, -0.5f, 0.5f), *s = tensor(f, 3, sd, &r, -4, 4), *ds = tensor(f, 3, sd, &r, -1, 1);
+      weft_tensor *a = tensor(f, 2, ad, &r, -2, 2), *bb = tensor(f, 2, bd, &r, -2, 2);
+      weft_tensor *mean = tensor(f, 1, nd, &r, 0, 0), *rstd = tensor(f, 1, nd, &r, 0, 0), *tmp = tensor(f, 2, nc, &r, 0, 0);
+      TU_STATUS(weft_op_layernorm(f, &on_cpu, x, g, b, 1e-5f, tmp, mean, rstd), WEFT_OK, "the forward's mean and rstd");
+      weft_tensor *probs = tensor(f, 3, sd, &r, 0, 0);
+      TU_STATUS(weft_op_causal_softmax(f, &on_cpu, s, 0.25f, probs), WEFT_OK, "probabilities for the backward");
+      if (edge) { /* a subnormal where each op reads first */
+        float sub = 1e-40f;
+        weft_tensor *first = k == 0 ? a : k == 2 ? y : k == 4 ? y : k == 6 ? ds : k == 5 ? s : x;
+        poke(first, &sub, 1);
+      }
+      weft_tensor *o[2][3] = {{NULL}};
+      weft_fabric_sync(f); /* every earlier reply counted */
+      unsigned long long gpu0 = ran_count(f, tab, op, "webgpu"), cpu0 = ran_count(f, tab, op, "cpu");
+      for (int l = 0; l < 2; l++) {
+        const weft_op_desc *od = l ? &on_cpu : &on_tab;
+        weft_status st = WEFT_OK;
+        switch (k) {
+        case 0:
+          o[l][0] = tensor(f, 2, md, &r, 0, 0);
+          st = weft_op_matmul(f, od, a, 0, bb, 0, o[l][0]);
+          break;
+        case 1:
+          o[l][0] = tensor(f, 2, nc, &r, 0, 0);
+          st = weft_op_gelu(f, od, x, o[l][0]);
+          break;
+        case 2:
+          o[l][0] = tensor(f, 2, nc, &r, 0, 0);
+          st = weft_op_gelu_backward(f, od, x, y, o[l][0]);
+          break;
+        case 3:
+          o[l][0] = tensor(f, 2, nc, &r, 0, 0), o[l][1] = tensor(f, 1, nd, &r, 0, 0), o[l][2] = tensor(f, 1, nd, &r, 0, 0);
+          st = weft_op_layernorm(f, od, x, g, b, 1e-5f, o[l][0], o[l][1], o[l][2]);
+          break;
+        case 4: {
+          o[l][0] = tensor(f, 2, nc, &r, 0, 0), o[l][1] = tensor(f, 1, cd, &r, 0, 0), o[l][2] = tensor(f, 1, cd, &r, 0, 0);
+          float init[C];
+          for (int i = 0; i < C; i++) init[i] = 0.01f * (float)i - 0.3f;
+          weft_tensor_write(o[l][1], init, C); /* gradients accumulate into what is there */
+          weft_tensor_write(o[l][2], init, C);
+          st = weft_op_layernorm_backward(f, od, y, x, mean, rstd, g, o[l][0], o[l][1], o[l][2]);
+          break;
+        }
+        case 5:
+          o[l][0] = tensor(f, 3, sd, &r, 0, 0);
+          st = weft_op_causal_softmax(f, od, s, 0.25f, o[l][0]);
+          break;
+        default:
+          o[l][0] = tensor(f, 3, sd, &r, 0, 0);
+          st = weft_op_causal_softmax_backward(f, od, probs, ds, 0.25f, o[l][0]);
+          break;
+        }
+        TU_STATUS(st, WEFT_OK, op);
+      }
+      char what[96];
+      snprintf(what, sizeof what, "%s on the tab, %s", op, edge ? "a subnormal among its inputs" : "ordinary values");
+      int all = 1;
+      for (int i = 0; i < 3; i++)
+        if (o[0][i]) all &= same(o[0][i], o[1][i], what);
+      TU_CHECK(all, "%s: the CPU lane's bits", what);
+      /* The counts come with the replies: reading the results above has waited for them. */
+      unsigned long long dg = ran_count(f, tab, op, "webgpu") - gpu0, dc = ran_count(f, tab, op, "cpu") - cpu0;
+      int on_gpu = !edge && !refused;
+      TU_CHECK(dg == (unsigned long long)on_gpu && dc == (unsigned long long)!on_gpu,
+               "%s: the tab says its %s lane computed it (+%llu on webgpu, +%llu on cpu)", what,
+               on_gpu ? "webgpu" : "cpu", dg, dc);
+      weft_tensor *all_t[] = {x, y, g, b, s, ds, a, bb, mean, rstd, tmp, probs, o[0][0], o[0][1], o[0][2], o[1][0],
+                              o[1][1], o[1][2]};
+      for (size_t i = 0; i < sizeof all_t / sizeof all_t[0]; i++) weft_tensor_destroy(all_t[i]);
+    }
+  }
+}
+
+/* A tab whose GPU computes gelu and matmul wrong (the driver changes those kernels as the page loads them)
+ * is admitted, but its GPU is refused for them at join, named, and they run on its CPU lane with the CPU
+ * lane's bits; its other GPU ops still run on its GPU. */
+static void check_gpu_wrong(const char *node, const char *driver_js) {
+  size_t tab = 0, cpu = 0;
+  weft_fabric *f = open_one_tab(&tab, &cpu);
+  if (!f) {
+    TU_CHECK(0, "a fabric for the tab with wrong GPU kernels opens");
+    return;
+  }
+  char url[300], page[340];
+  lane_url(f, tab, url, sizeof url, NULL);
+  snprintf(page, sizeof page, "%s&gpu_min=0", url);
+  driver d;
+  char line[512] = "";
+  char *argv[] = {(char *)node, (char *)driver_js, "--url", page, "--corrupt-wgsl", "gelu_exact.wgsl,matmul_exact.wgsl",
+                  NULL};
+  if (driver_spawn(&d, argv) && driver_line(&d, line, sizeof line) && strncmp(line, "ready", 5) == 0 &&
+      wait_up(f, tab, 60)) {
+    weft_lane_info li;
+    weft_fabric_lane_info(f, tab, &li);
+    printf("tab with wrong GPU kernels: %s\n", li.details);
+    TU_CHECK(tu_contains(li.details, "webgpu lane is not used for matmul, gelu, gelu_backward (wrong bits in its "
+                                     "self-test: matmul"),
+             "its GPU is refused for matmul, gelu and gelu_backward, with the first wrong bits named");
+    TU_CHECK(tu_contains(li.details, "when large: layernorm, layernorm_backward, causal_softmax, causal_softmax_backward;"),
+             "its GPU still runs layernorm and the causal softmax");
+    static const char *const wrong[] = {"matmul", "gelu", "gelu_backward"};
+    check_gpu_ops(f, tab, cpu, wrong, 3);
+  } else {
+    TU_CHECK(0, "the tab with wrong GPU kernels came up (%s)", line);
+  }
+  driver_stop(&d);
+  weft_fabric_close(f);
   setenv("WEFT_BROWSER_SLOTS", "2", 1);
 }
 
@@ -792,7 +969,7 @@ static void check_no_webgpu(const char *node, const char *driver_js) {
   char line[512] = "";
   char *argv[] = {(char *)node, (char *)driver_js, "--url", url, "--no-webgpu", NULL};
   if (driver_spawn(&d, argv) && driver_line(&d, line, sizeof line) && strncmp(line, "ready", 5) == 0 &&
-      wait_up(f, tab, 30)) {
+      wait_up(f, tab, 60)) {
     weft_lane_info li;
     weft_fabric_lane_info(f, tab, &li);
     printf("tab without WebGPU: %s\n", li.device);
@@ -847,6 +1024,10 @@ int main(int argc, char **argv) {
   char urlbuf[256];
   fakes fk = {node, argv[3], ""};
   lane_url(f, tab, urlbuf, sizeof urlbuf, &fk);
+  /* The tab runs every op it has a GPU kernel for on its GPU, however small (its CPU lane is tested by the
+   * tab without WebGPU below, and by the self-test). */
+  char gpubuf[300];
+  snprintf(gpubuf, sizeof gpubuf, "%s&gpu_min=0", urlbuf);
   TU_CHECK(strncmp(urlbuf, "http://127.0.0.1:", 17) == 0 && tu_contains(urlbuf, "/worker/#token="),
            "the lane says where to open the worker page, with the token (%s)", li.details);
 
@@ -878,7 +1059,7 @@ int main(int argc, char **argv) {
     printf("scripted tabs skipped: %s\n", line[0] ? line : "this node has no WebSocket client");
   }
 
-  if (!driver_start(&d, node, driver_js, urlbuf) || !driver_line(&d, line, sizeof line)) {
+  if (!driver_start(&d, node, driver_js, gpubuf) || !driver_line(&d, line, sizeof line)) {
     printf("FAIL: the tab driver did not start\n");
     driver_stop(&d);
     weft_fabric_close(f);
@@ -891,7 +1072,7 @@ int main(int argc, char **argv) {
     return tu_failures ? tu_finish("browser_lane", start) : 77;
   }
   TU_CHECK(strncmp(line, "ready", 5) == 0, "the worker page started (%s)", line);
-  TU_CHECK(wait_up(f, tab, 30), "browser:0 comes up once the tab is there");
+  TU_CHECK(wait_up(f, tab, 60), "browser:0 comes up once the tab is there");
   /* A page of another site dialling the fabric is refused (it would see the tensors and answer wrong bits). */
   char cmd[256];
   snprintf(cmd, sizeof cmd, "foreign %s", fk.ws);
@@ -904,7 +1085,15 @@ int main(int argc, char **argv) {
   TU_CHECK(weft_fabric_lane_find(f, "browser:1", &tab1) == WEFT_OK && !lane_up(f, tab1),
            "browser:1 is still waiting (one tab, two slots)");
   if (lane_up(f, tab)) {
+    TU_CHECK(tu_contains(li.details, "its lanes cpu (wasm) and webgpu (webgpu)") &&
+             tu_contains(li.details, "on its webgpu lane when large: matmul, layernorm, layernorm_backward, gelu, "
+                                     "gelu_backward, causal_softmax, causal_softmax_backward"),
+             "the tab's GPU passed the self-test for every op it has a kernel for");
     check_ops(f, (int)tab, (int)cpu);
+    check_ops_v2(f, (int)tab, (int)cpu);
+    check_gpu_ops(f, tab, cpu, NULL, 0);
+    TU_CHECK(ran_count(f, tab, "matmul", "webgpu") > 0 && ran_count(f, tab, "embedding", "cpu") > 0,
+             "the tab counts matmuls on its webgpu lane and embeddings on its cpu lane");
     if (bench_weft) {
       double p10, p90, streamed, med = tiny_op_us(f, (int)tab, &p10, &p90, &streamed);
       printf("tiny op round trip, browser lane (Chromium tab over loopback WebSocket): median %.1f us, p10 %.1f, "
@@ -915,7 +1104,7 @@ int main(int argc, char **argv) {
     /* A new tab takes the free slot and the lane comes back. */
     driver_say(&d, "open");
     TU_CHECK(driver_line(&d, line, sizeof line) && strncmp(line, "ready", 5) == 0, "a second tab opened (%s)", line);
-    TU_CHECK(wait_up(f, tab, 30), "browser:0 comes back with the new tab");
+    TU_CHECK(wait_up(f, tab, 60), "browser:0 comes back with the new tab");
     tu_rng r = {7};
     int64_t dd[2] = {16, 16};
     weft_tensor *a = tensor(f, 2, dd, &r, -1, 1), *c1 = tensor(f, 2, dd, &r, 0, 0), *c2 = tensor(f, 2, dd, &r, 0, 0);
@@ -934,5 +1123,6 @@ int main(int argc, char **argv) {
   if (have_fakes) check_secret(node, driver_js, fk);
   check_tls(node, driver_js);
   check_no_webgpu(node, driver_js);
+  check_gpu_wrong(node, driver_js);
   return tu_finish("browser_lane", start);
 }

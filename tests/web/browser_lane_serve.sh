@@ -1,7 +1,7 @@
 #!/bin/sh
 # browser_lane_serve.sh - `weft serve` end to end: it says where it listens, serves the worker page, says
-# when a tab joins (and that the tab's matmul has the CPU lane's bits) and when it leaves, refuses bad
-# options, and stops cleanly on SIGINT. Exits 77 (skip) when the tab driver cannot run a browser.
+# when a tab joins (and that the tab's matmul has the CPU lane's bits, and which ops its GPU runs), which of
+# the tab's lanes ran its ops, and when it leaves, refuses bad options, and stops cleanly on SIGINT. Exits 77 (skip) when the tab driver cannot run a browser.
 # Usage: browser_lane_serve.sh WEFT NODE DRIVER WEB_DIR
 weft=${1:?usage: browser_lane_serve.sh WEFT NODE DRIVER WEB_DIR} node=$2 driver=$3 web=$4
 out=serve.out drv=serve-driver.out
@@ -40,7 +40,8 @@ page=$(sed -n 's/^weft serve: worker page: //p' "$out")
 # The driver reads commands from a pipe we hold open; closing it (EOF) makes it close its browser.
 rm -f serve.fifo
 mkfifo serve.fifo
-"$node" "$driver" --url "$page" <serve.fifo >"$drv" 2>/dev/null &
+# gpu_min=0: the tab's GPU takes every op it has a kernel for (SwiftShader, a fallback adapter, otherwise none).
+"$node" "$driver" --url "$page&gpu_min=0" <serve.fifo >"$drv" 2>/dev/null &
 dpid=$!
 exec 3>serve.fifo
 waitfor "$drv" "^(ready|SKIP|FAIL)" 60
@@ -54,10 +55,16 @@ if grep -q "^SKIP" "$drv"; then
 fi
 waitfor "$out" "^weft serve: a tab joined as browser:0: " 30 || fail "serve says a tab joined"
 waitfor "$out" "bit-identical to the CPU lane" 30 || fail "the tab's check matmul has the CPU lane's bits"
+# SwiftShader where there is no GPU: the tab's GPU lane passed the self-test for its kernels.
+grep -q "^weft serve: a tab joined as browser:0: .*on its webgpu lane when large: matmul, layernorm" "$out" ||
+  fail "serve says which ops the tab's GPU runs"
+# The check matmul (64 x 64 x 64, at the tab's default gpu_min) ran on the tab's GPU, and serve says so.
+waitfor "$out" "^weft serve: browser:0 ran: matmul 1 on webgpu" 20 || fail "serve says the tab's GPU ran the matmul"
 exec 3>&-
 wait "$dpid"
 rm -f serve.fifo
-waitfor "$out" "^weft serve: the tab of browser:0 left$" 20 || fail "serve says the tab left"
+waitfor "$out" "^weft serve: the tab of browser:0 left; it ran: matmul 1 on webgpu; relu [0-9]+ on cpu$" 20 ||
+  fail "serve says the tab left, and what it ran"
 kill -INT "$pid"
 wait "$pid"
 rc=$?

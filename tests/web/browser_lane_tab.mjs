@@ -4,7 +4,10 @@
 //
 //   node browser_lane_tab.mjs --url http://127.0.0.1:PORT/worker/ [--chromium PATH] [--insecure]
 //   (--insecure: accept the server's self-signed certificate, for a test fabric serving https;
-//    --no-webgpu: a browser without WebGPU, whose tab computes in JavaScript)
+//    --no-webgpu: a browser without WebGPU, whose tab computes in JavaScript;
+//    --corrupt-wgsl FILE[,FILE]: the page gets these kernels of web/gpu changed so that they compute wrong
+//    bits - gelu_exact.wgsl (0.5 x made 0.50000006 x) or matmul_exact.wgsl (every product's last bit
+//    flipped) - as a GPU whose compiler got them wrong would)
 //   -> "ready <device>"  once the page is connected and serving (or "SKIP <why>" and exit 77)
 //   close [ms]           closes the page after ms milliseconds (default 0)      -> "closed"
 //   open                 opens the worker page again in a new tab               -> "ready <device>"
@@ -46,6 +49,23 @@ const browser = await chromium.launch({
     '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
 });
 const context = await browser.newContext({ ignoreHTTPSErrors: process.argv.includes('--insecure') });
+const CORRUPT = { 'gelu_exact.wgsl': [['weft_mul(0.5, x)', 'weft_mul(0.50000006, x)']],
+  'matmul_exact.wgsl': [['^ dims.keep', '^ (dims.keep | 1u)']] };
+for (const file of (arg('corrupt-wgsl', '') || '').split(',').filter((x) => x)) {
+  if (!CORRUPT[file]) {
+    say(`FAIL --corrupt-wgsl: no rule for ${file} (${Object.keys(CORRUPT).join(', ')})`);
+    process.exit(1);
+  }
+  await context.route(`**/gpu/${file}`, async (route) => {
+    const resp = await route.fetch();
+    let text = await resp.text();
+    for (const [from, to] of CORRUPT[file]) {
+      if (!text.includes(from)) process.stderr.write(`[driver] ${file} has no '${from}' to corrupt\n`);
+      text = text.split(from).join(to);
+    }
+    await route.fulfill({ response: resp, body: text });
+  });
+}
 let page = null;
 
 async function open() {

@@ -108,7 +108,7 @@ const wasm = await loadWasm(fs.readFileSync(path.join(web, 'wasm', 'weft.wasm'))
 check(!!wasm, 'weft.wasm loads');
 const s = new Session(null, '', '', wasm);
 await hello(s);
-check((await lanesMask(s)) === 0xffffffn, 'with weft.wasm the page offers ops 0..23');
+check((await lanesMask(s)) === 0x1ffffffn, 'with weft.wasm the page offers ops 0..24');
 
 // gelu: right, then a view larger than its tensor, then an output too small for the input.
 const x = await create(s, [8]);
@@ -166,6 +166,30 @@ r = await op(s, 14, [[qkv, [1, 2, 12]]], [[ao, [1, 2, 4]], [att, [1, 3, 2, 2]]],
 check(r.st === S.SHAPE, `3 heads of C = 4 are refused (${r.st} ${r.text})`);
 r = await op(s, 14, [[qkv, [1, 2, 12]]], [[ao, [1, 2, 4]], [0n, []]], [2]);
 check(r.st === S.INVALID_ARGUMENT, `attention without att is refused (${r.st} ${r.text})`);
+
+// attention_cached: query positions past the cache, heads that do not divide C, an att of the wrong shape;
+// then one that fits, without att (the kernel's own row of scratch), against the fused attention's rows.
+const cache = await create(s, [1, 3, 12]);
+const co = await create(s, [1, 2, 4]);
+const catt = await create(s, [1, 2, 2, 3]);
+const cells = Array.from({ length: 36 }, (_, i) => ((i * 7) % 11) / 4 - 1.25);
+await write(s, cache, cells);
+r = await op(s, 24, [[cache, [1, 3, 12]]], [[co, [1, 2, 4]], [catt, [1, 2, 2, 3]]], [2, 2]);
+check(r.st === S.SHAPE, `attention_cached with t0 + Tq past the cache is refused (${r.st} ${r.text})`);
+r = await op(s, 24, [[cache, [1, 3, 12]]], [[co, [1, 2, 4]], [0n, []]], [3, 1]);
+check(r.st === S.SHAPE, `attention_cached with 3 heads of C = 4 is refused (${r.st} ${r.text})`);
+r = await op(s, 24, [[cache, [1, 3, 12]]], [[co, [1, 2, 4]], [catt, [1, 2, 3, 2]]], [2, 1]);
+check(r.st === S.SHAPE, `attention_cached with att [1,2,3,2] is refused (${r.st} ${r.text})`);
+r = await op(s, 24, [[cache, [1, 3, 12]]], [[co, [1, 2, 4]], [0n, []]], [2, 1]);
+check(r.st === S.OK, `attention_cached over the cache runs (${r.text})`);
+const cached = await read(s, co, 8);
+const full = await create(s, [1, 3, 4]);
+const fatt = await create(s, [1, 2, 3, 3]);
+r = await op(s, 14, [[cache, [1, 3, 12]]], [[full, [1, 3, 4]], [fatt, [1, 2, 3, 3]]], [2]);
+check(r.st === S.OK, `attention over the same cache runs (${r.text})`);
+const rows = await read(s, full, 12);
+const bits = (a) => Array.from(new Uint32Array(a.buffer, a.byteOffset, a.length));
+check(bits(cached).join() === bits(rows.subarray(4)).join(), 'attention_cached rows 1..2 are the fused attention\'s bits');
 
 console.log(`worker_wasm: ${checks} checks, ${failures} failed`);
 process.exit(failures ? 1 : 0);

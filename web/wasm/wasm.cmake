@@ -97,6 +97,13 @@ foreach(sub bench gpu worker)
     list(APPEND _weft_web_outputs ${WEFT_WEB_DIR}/${sub}/${name})
   endforeach()
 endforeach()
+# the index at / (links to the two pages)
+add_custom_command(
+  OUTPUT ${WEFT_WEB_DIR}/index.html
+  COMMAND ${CMAKE_COMMAND} -E copy_if_different ${_weft_root}/web/index.html ${WEFT_WEB_DIR}/index.html
+  DEPENDS ${_weft_root}/web/index.html
+  VERBATIM)
+list(APPEND _weft_web_outputs ${WEFT_WEB_DIR}/index.html)
 add_custom_target(weft_web ALL DEPENDS ${_weft_web_outputs})
 # `weft serve` serves this folder; installed, it finds it at <prefix>/share/weft/web.
 install(DIRECTORY ${WEFT_WEB_DIR}/ DESTINATION ${CMAKE_INSTALL_DATADIR}/weft/web)

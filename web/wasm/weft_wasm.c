@@ -66,6 +66,8 @@ const char *weft_contract_str(weft_contract contract) { return contract == WEFT_
 
 /* The page measures both lanes itself before it routes, so the lines are never missing. */
 void weft_cost_ensure(weft_fabric *f) { f->models_ready = 1; }
+/* never set here: the page's router is given its lines, it measures nothing in the background */
+void weft_cost_background_adopt(weft_fabric *f) { f->calib_bg = 0; }
 
 /* ---------------------------------------------------------------------------------- the CPU lane */
 

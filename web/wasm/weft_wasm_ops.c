@@ -1,4 +1,4 @@
-/* weft_wasm_ops.c - the op table's version-2 ops (kinds 8..23) in weft.wasm, for the worker page: the same
+/* weft_wasm_ops.c - the op table's version-2 ops (kinds 8..24) in weft.wasm, for the worker page: the same
  * reference functions the native library defines them by (src/core/reference_tx.c over src/core/wmath.c),
  * compiled with -ffp-contract=off and no fast-math, so a tab returns the reference's bits. The slot and
  * parameter conventions are the op table's (src/core/optable.c's host kernels): in[6], out[4] are byte
@@ -26,7 +26,7 @@ EXPORT(weft_wasm_op_fparam) float *weft_wasm_op_fparam(void) { return op_fp; }
 #define CI(i) ((const int32_t *)P(op_in[i]))
 #define O(i) ((float *)P(op_out[i]))
 
-/* Runs op `kind` (8..23) on the operands set above; returns a weft_status (0 = WEFT_OK). The page has
+/* Runs op `kind` (8..24) on the operands set above; returns a weft_status (0 = WEFT_OK). The page has
  * checked the shapes and the index operands' range, as the host does before any lane runs an op. */
 EXPORT(weft_wasm_run) int weft_wasm_run(int kind) {
   const int64_t *ip = op_ip;
@@ -57,6 +57,7 @@ EXPORT(weft_wasm_run) int weft_wasm_run(int kind) {
     return 0;
   }
   case WEFT_OP_COPY_SLICE: weft_ref_copy_slice(P(op_out[0]), P(op_in[0]), ip[0], ip[1], ip[2], ip[3], ip[4]); return 0;
+  case WEFT_OP_ATTENTION_CACHED: return weft_ref_attention_cached(O(0), O(1), F(0), ip[0], ip[1], ip[2], ip[3], ip[4], ip[5]);
   default: return WEFT_ERR_UNSUPPORTED;
   }
 }

@@ -1,17 +1,24 @@
 // worker.js - makes this tab a lane of a weft fabric: it connects to the fabric's WebSocket, answers the
 // wire protocol (version 2) of docs/PROTOCOL.md as the worker (one frame per binary message), and runs the
-// ops it offers - the version-1 ops, a subset of the op table, which its LANES entry announces - under the
-// exact contract: matmul on the tab's GPU through WebGPU (../gpu/gpu.js), the
-// elementwise ops and matmuls the GPU cannot bind in JavaScript, each multiply and add rounded to fp32 on
-// its own (Math.fround) in the canonical order of src/core/reference.c, so the bits equal weft's CPU lane.
-// Requests are validated as `weft worker` does: exact payload sizes, shapes and counts against the caps,
-// handles of this connection only.
+// ops it offers under the exact contract, with the bits of weft's CPU lane. It lists two lanes:
+//   0 "cpu": every op it offers on the CPU - the version-1 ops in JavaScript, each multiply and add rounded
+//     to fp32 on its own (Math.fround) in the canonical order of src/core/reference.c (matmul through
+//     weft.wasm's gemm when loaded), and the transformer ops (8..24) through weft.wasm, the C reference
+//     compiled to WebAssembly;
+//   1 "webgpu" (when the tab has WebGPU): the ops it has exact WGSL kernels for (../gpu/gpu.js: matmul,
+//     gelu, layernorm, the causal softmax and their backwards) whose kernels compiled here.
+// An OP names lane 0 or 1, or -1: then this tab picks, its GPU for a GPU op of at least GPU_MIN elements of
+// work (gpu_min in the page's address) and the CPU otherwise. A GPU kernel that meets a value it cannot be
+// exact on (a subnormal, an infinity: gpu.js says which) hands the op back, and the CPU computes it. The
+// reply names the lane that computed the result; the page counts both per op. Requests are validated as
+// `weft worker` does: exact payload sizes, shapes and counts against the caps, handles of this connection.
 //
 // It runs in a dedicated Worker started by page.js (so a long JavaScript op never freezes the page), or on
 // the page itself through startWorker() where module workers are missing. Started in a Worker, it waits for the page's message
-// {url, secret}; later {secret} messages replace the secret for the next connection; it posts its status.
+// {url, secret, gpuMin}; later {secret} messages replace the secret for the next connection; it posts its
+// status.
 
-import { openGpu, matmulExact, matmulCanonical, noGpuReason } from '../gpu/gpu.js';
+import { openGpu, matmulGpu, matmulCanonical, gpuCanBeExact, prepareTx, txGpu, TX_GPU_OPS, noGpuReason } from '../gpu/gpu.js';
 
 const MAGIC = 0x54464557;
 const VERSION = 2;
@@ -29,27 +36,39 @@ const MAX_HANDLES = 4096;
 const OP_HEAD = 20;
 const OP_ENTRY = 44;
 const OP_PARAMS = 96;
-const OP_COUNT = 24; // the op table's kinds (include/weft.h): a kind beyond it is on no allow-list
+const OP_COUNT = 25; // the op table's kinds (include/weft.h): a kind beyond it is on no allow-list
 const CONTRACT_EXACT = 0;
 const CONTRACT_FP32 = 1;
 // The op table's kinds (include/weft.h). This tab offers the version-1 set (0..7) in JavaScript and WebGPU,
-// and, once weft.wasm has loaded, the version-2 ops (8..23) through the wasm build of the C reference
+// and, once weft.wasm has loaded, the version-2 ops (8..24) through the wasm build of the C reference
 // (web/wasm/weft_wasm_ops.c over src/core/reference_tx.c): the LANES entry's mask says which.
 const OPS = ['matmul', 'add', 'relu', 'relu_backward', 'scale', 'axpy', 'sum_rows', 'softmax_xent',
   'embedding', 'embedding_backward', 'layernorm', 'layernorm_backward', 'gelu', 'gelu_backward', 'attention',
   'attention_backward', 'causal_softmax', 'causal_softmax_backward', 'crossentropy', 'crossentropy_backward',
-  'adamw', 'sumsq', 'permute', 'copy_slice'];
+  'adamw', 'sumsq', 'permute', 'copy_slice', 'attention_cached'];
 const V1_COUNT = 8;
 const OPS_V1 = 0xffn;
-const OPS_WASM = 0xffff00n;
+const OPS_WASM = 0x1ffff00n;
 // Each op's inputs and outputs in the table (src/core/optable.c); softmax_xent's outputs are optional.
 const SLOTS = { matmul: [2, 1], add: [2, 1], relu: [1, 1], relu_backward: [2, 1], scale: [1, 1], axpy: [1, 1],
   sum_rows: [1, 1], softmax_xent: [2, 2], embedding: [4, 1], embedding_backward: [3, 2], layernorm: [3, 3],
   layernorm_backward: [5, 3], gelu: [1, 1], gelu_backward: [2, 1], attention: [1, 3], attention_backward: [3, 1],
   causal_softmax: [1, 1], causal_softmax_backward: [2, 1], crossentropy: [2, 1], crossentropy_backward: [3, 1],
-  adamw: [1, 3], sumsq: [1, 1], permute: [1, 1], copy_slice: [1, 1] };
+  adamw: [1, 3], sumsq: [1, 1], permute: [1, 1], copy_slice: [1, 1], attention_cached: [1, 2] };
 const DT_F32 = 0;
 const DT_I32 = 1;
+// The lanes this tab lists: the CPU (every op it offers) and, with WebGPU, its GPU (the ops it has kernels for).
+const LANE_CPU = 0;
+const LANE_GPU = 1;
+// An op the tab routes itself (lane -1) goes to its GPU from this many elements of work (elementwise and
+// row ops: the elements; matmul: m n k); the page's address may say otherwise (#gpu_min=N). A fallback
+// adapter (a CPU implementation of WebGPU, such as SwiftShader) is never picked unless the address asks:
+// measured beside weft.wasm on the same CPU it is 1.3 to 100 times slower (bench/web/bench_tx_web.mjs).
+const GPU_MIN_DEFAULT = 1 << 18;
+let gpuMin = null; // the page's word, if any
+// The ops this tab's GPU runs (their kernels compiled here), and why the others do not.
+let gpuOps = new Set();
+let gpuWhy = {};
 
 // weft.wasm's exports once loaded (loadWasm): the version-2 ops run there.
 let sharedWasm = null;
@@ -76,7 +95,12 @@ export async function loadWasm(source) {
 }
 
 const f = Math.fround;
-const status = { state: 'starting', ops: 0, device: '', lane: '', server: '', closeReason: '', error: '' };
+// ran: per op name [on the CPU, on the GPU], what the page shows and the fabric hears in each reply.
+const status = { state: 'starting', ops: 0, ran: {}, device: '', cpu: '', server: '', closeReason: '', error: '' };
+const count = (name, lane) => {
+  status.ops++;
+  (status.ran[name] ||= [0, 0])[lane]++;
+};
 let report = () => {}; // tells the page what status holds now
 let currentSecret = () => '';
 
@@ -170,6 +194,7 @@ export class Session {
   // `server`: the host:port this tab dialled (its WebSocket URL's), which its proof of the secret names.
   constructor(gpu, secret, server = '', wasm = sharedWasm) {
     this.gpu = gpu;
+    this.gpuOps = gpu ? gpuOps : new Set();
     this.wasm = wasm;
     this.secret = secret;
     this.server = server;
@@ -248,17 +273,23 @@ export class Session {
       case T.LANES: {
         want(0, 'lanes');
         const enc = new TextEncoder();
-        const strs = [status.lane, status.lane, status.device].map((s) => enc.encode(s).subarray(0, 255));
-        const out = new Uint8Array(4 + 4 + 8 + strs.reduce((n, s) => n + 2 + s.length, 0));
+        // Lane 0, the CPU, with every op the tab offers; lane 1, its GPU, with the ops it has kernels for.
+        const lanes = [{ ops: this.offered(), strs: ['cpu', this.wasm ? 'wasm' : 'js', status.cpu || 'JavaScript on the CPU'] }];
+        if (this.gpuOps.size) lanes.push({ ops: this.gpuMask(), strs: ['webgpu', 'webgpu', status.device] });
+        const parts = lanes.map((l) => ({ ops: l.ops, strs: l.strs.map((x) => enc.encode(x).subarray(0, 255)) }));
+        const out = new Uint8Array(4 + parts.reduce((n, l) => n + 12 + l.strs.reduce((m, x) => m + 2 + x.length, 0), 0));
         const o = new DataView(out.buffer);
-        o.setUint32(0, 1, true);
-        o.setUint32(4, (1 << CONTRACT_EXACT) | (1 << CONTRACT_FP32), true);
-        o.setBigUint64(8, this.offered(), true); // the ops it offers: a subset of the table
-        let at = 16;
-        for (const s of strs) {
-          o.setUint16(at, s.length, true);
-          out.set(s, at + 2);
-          at += 2 + s.length;
+        o.setUint32(0, parts.length, true);
+        let at = 4;
+        for (const l of parts) {
+          o.setUint32(at, (1 << CONTRACT_EXACT) | (1 << CONTRACT_FP32), true);
+          o.setBigUint64(at + 4, l.ops, true); // the ops it offers: a subset of the table
+          at += 12;
+          for (const x of l.strs) {
+            o.setUint16(at, x.length, true);
+            out.set(x, at + 2);
+            at += 2 + x.length;
+          }
         }
         return out;
       }
@@ -342,21 +373,23 @@ export class Session {
     if (contract !== CONTRACT_EXACT && contract !== CONTRACT_FP32) refuse(S.UNSUPPORTED, 'this tab honours the exact and fp32 contracts only');
     if (flags !== 0) refuse(S.INVALID_ARGUMENT, `op flags 0x${flags.toString(16)}: no flag is defined`);
     if (dv.getUint16(18, true) !== 0) refuse(S.INVALID_ARGUMENT, 'op bytes 18-19 are reserved and must be 0');
-    if (lane !== -1 && lane !== 0) refuse(S.NOT_FOUND, `lane ${lane}: this tab has one lane (0)`);
+    const lanes = this.gpuOps.size ? 2 : 1;
+    if (lane < -1 || lane >= lanes) refuse(S.NOT_FOUND, `lane ${lane}: this tab has ${lanes === 2 ? 'lanes 0 (cpu) and 1 (webgpu)' : 'one lane (0)'}`);
     const name = OPS[kind];
+    if (lane === LANE_GPU && !this.gpuOps.has(name)) refuse(S.UNSUPPORTED, `${name}: this tab's GPU lane does not offer it (${gpuWhy[name] || 'no WebGPU kernel'})`);
     const [tin, tout] = SLOTS[name];
     if (nin > tin || nout > tout) refuse(S.INVALID_ARGUMENT, `${name} takes ${tin} inputs and ${tout} outputs; the op names ${nin} and ${nout}`);
     want(OP_HEAD + (nin + nout) * OP_ENTRY + OP_PARAMS, 'op');
     const at0 = OP_HEAD + (nin + nout) * OP_ENTRY;
     const ip = (i) => dv.getBigInt64(at0 + 8 * i, true);
     const fp = (i) => dv.getFloat32(at0 + 64 + 4 * i, true);
-    if (kind >= V1_COUNT) {
-      this.opWasm(kind, dv, nin, nout, at0);
-      status.ops++;
+    const ranOn = (on) => {
+      count(name, on);
       const out = new Uint8Array(4);
-      new DataView(out.buffer).setInt32(0, 0, true);
+      new DataView(out.buffer).setInt32(0, on, true); // the lane that computed the result
       return out;
-    }
+    };
+    if (kind >= V1_COUNT) return ranOn(await this.opV2(kind, dv, nin, nout, at0, lane));
     // The version-1 ops' operands as slots 0, 1 (inputs) and 2, 3 (outputs), as the kernels below take them.
     const required = { matmul: 7, add: 7, relu_backward: 7, relu: 5, scale: 5, axpy: 5, sum_rows: 5, softmax_xent: 3 }[name];
     const v = [null, null, null, null]; // per slot: {t, dims, numel} or null
@@ -383,12 +416,23 @@ export class Session {
     const tb = name === 'matmul' && ip(1) !== 0n;
     const alpha = fp(0);
     if (name === 'softmax_xent' && !v[2] && !v[3]) refuse(S.INVALID_ARGUMENT, 'softmax_xent needs a loss or a grad output');
-    if (name === 'matmul') await this.matmul(v, ta, tb);
-    else elementwise(name, v, alpha);
-    status.ops++;
-    const out = new Uint8Array(4);
-    new DataView(out.buffer).setInt32(0, 0, true);
-    return out;
+    if (name === 'matmul') return ranOn(await this.matmul(v, ta, tb, lane));
+    elementwise(name, v, alpha);
+    return ranOn(LANE_CPU);
+  }
+
+  // Whether an op of `work` elements goes to the GPU: named lane 1, or lane -1 (the tab picks) and large.
+  useGpu(name, lane, work) {
+    if (!this.gpuOps.has(name)) return false;
+    const min = gpuMin ?? (this.gpu.adapterInfo && this.gpu.adapterInfo.isFallbackAdapter ? Infinity : GPU_MIN_DEFAULT);
+    return lane === LANE_GPU || (lane === -1 && work > 0 && work >= min);
+  }
+
+  // The GPU lane's ops, as the LANES mask.
+  gpuMask() {
+    let m = 0n;
+    for (const n of this.gpuOps) m |= 1n << BigInt(OPS.indexOf(n));
+    return m;
   }
 
   // The ops this tab offers (the LANES mask): the version-1 set, and the version-2 ops when weft.wasm is here.
@@ -410,9 +454,11 @@ export class Session {
     return { t, dims: nd ? vd : t.dims, numel: nd ? vn : t.numel };
   }
 
-  // A version-2 op through weft.wasm: each operand's elements are copied into the module's memory, the C
-  // reference runs on them, and the outputs (read and written ones included) are copied back, bit for bit.
-  opWasm(kind, dv, nin, nout, at0) {
+  // A version-2 op: on the GPU (see useGpu) when it has a kernel for it and the values allow, else through
+  // weft.wasm: each operand's elements are copied into the module's memory, the C reference runs on them,
+  // and the outputs (read and written ones included) are copied back, bit for bit. Returns the lane that
+  // computed the result.
+  async opV2(kind, dv, nin, nout, at0, lane) {
     const name = OPS[kind];
     const wire = [];
     for (let i = 0; i < 8; i++) wire.push(dv.getBigInt64(at0 + 8 * i, true));
@@ -441,6 +487,14 @@ export class Session {
     };
     check(ins, need.in, 'input');
     check(outs, need.out, 'output');
+    const bitsOf = (o) => new Uint32Array(o.t.data.buffer, o.t.data.byteOffset, o.n);
+    if (TX_GPU_OPS[name] && this.useGpu(name, lane, gpuWork(name, ip))) {
+      const r = await this.txOnGpu(name, ins.map((o) => o && bitsOf(o)), outs.map((o) => o && bitsOf(o)), ip, fpBits);
+      if (r) {
+        r.forEach((cells, k) => cells && outs[k] && bitsOf(outs[k]).set(cells));
+        return LANE_GPU;
+      }
+    }
     const w = this.wasm;
     const ptrs = [];
     const alloc = (o) => {
@@ -456,7 +510,6 @@ export class Session {
       // Views of the memory after every allocation (growing it detaches the old buffer).
       const mem = w.memory.buffer;
       const cells = (p, n) => new Uint32Array(mem, p, n);
-      const bitsOf = (o) => new Uint32Array(o.t.data.buffer, o.t.data.byteOffset, o.n);
       ins.forEach((o, k) => o && cells(pin[k], o.n).set(bitsOf(o)));
       outs.forEach((o, k) => o && cells(pout[k], o.n).set(bitsOf(o)));
       const inA = new Uint32Array(mem, w.weft_wasm_op_in(), 6);
@@ -473,9 +526,46 @@ export class Session {
     } finally {
       for (const p of ptrs) w.weft_wasm_free(p);
     }
+    return LANE_CPU;
   }
 
-  async matmul(v, ta, tb) {
+  // A transformer op on the GPU: its outputs' cells (per output slot, null where absent), or null when the
+  // GPU cannot be exact on these values or bind them (the CPU computes it then). A GPU that failed fails
+  // the lane: the fabric takes it out and runs the op elsewhere.
+  async txOnGpu(name, ins, outs, ip, fpBits) {
+    const [N, C] = [ip[0], ip[1]].map(Number);
+    let args;
+    switch (name) {
+      case 'gelu': args = { x: ins[0], n: N }; break;
+      case 'gelu_backward': args = { x: ins[0], dy: ins[1], n: N }; break;
+      case 'layernorm': args = { x: ins[0], gamma: ins[1], beta: ins[2], N, C, eps: fpBits[0] }; break;
+      case 'layernorm_backward':
+        args = { dy: ins[0], x: ins[1], mean: ins[2], rstd: ins[3], gamma: ins[4], dgamma: outs[1], dbeta: outs[2], N, C };
+        break;
+      case 'causal_softmax': args = { scores: ins[0], R: N, T: C, scale: fpBits[0] }; break;
+      case 'causal_softmax_backward': args = { probs: ins[0], dprobs: ins[1], R: N, T: C, scale: fpBits[0] }; break;
+      default: return null;
+    }
+    let r;
+    try {
+      r = await txGpu(this.gpu, name, args);
+    } catch (e) {
+      if (e instanceof RangeError) return null;
+      refuse(S.LANE_FAILED, `WebGPU failed: ${e && e.message ? e.message : e}`);
+    }
+    if (!r) return null;
+    switch (name) {
+      case 'gelu': return [r.y];
+      case 'gelu_backward': return [r.dx];
+      case 'layernorm': return [r.y, r.mean, r.rstd];
+      case 'layernorm_backward': return [r.dx, r.dgamma, r.dbeta];
+      case 'causal_softmax': return [r.probs];
+      default: return [r.dscores];
+    }
+  }
+
+  // Returns the lane that computed the product.
+  async matmul(v, ta, tb, lane) {
     const [a, b, c] = v;
     if (a.dims.length < 2 || b.dims.length < 2 || c.dims.length < 2) refuse(S.SHAPE, 'matmul operands need rank >= 2');
     const last2 = (x) => [x.dims[x.dims.length - 2], x.dims[x.dims.length - 1]];
@@ -494,27 +584,56 @@ export class Session {
     if (cm !== m || cn !== n || c.numel !== batch * m * n) refuse(S.SHAPE, 'matmul: c is not [batch, m, n]');
     const A = a.t.data;
     const B = b.t.data;
+    const aOf = (p) => orient(A.subarray(p * m * k, (p + 1) * m * k), ta, m, k);
+    const bOf = (p) => orient(bBatched ? B.subarray(p * k * n, (p + 1) * k * n) : B.subarray(0, k * n), tb, k, n);
     const out = new Float32Array(batch * m * n);
+    // On the GPU only when every entry of the batch can be exact there, so one lane computed the result.
+    let on = this.useGpu('matmul', lane, batch * m * k * n) ? LANE_GPU : LANE_CPU;
+    if (on === LANE_GPU) {
+      for (let p = 0; on === LANE_GPU && p < batch; p++) if (!gpuCanBeExact(aOf(p), bOf(p), m, k, n)) on = LANE_CPU;
+    }
     for (let p = 0; p < batch; p++) {
-      const ap = orient(A.subarray(p * m * k, (p + 1) * m * k), ta, m, k);
-      const bp = orient(bBatched ? B.subarray(p * k * n, (p + 1) * k * n) : B.subarray(0, k * n), tb, k, n);
-      out.set(await this.matmulOne(ap, bp, m, k, n), p * m * n);
+      const ap = aOf(p);
+      const bp = bOf(p);
+      let r = null;
+      if (on === LANE_GPU) {
+        try {
+          r = await matmulGpu(this.gpu, ap, bp, m, k, n);
+        } catch (e) {
+          // Too large for the GPU's bindings: the CPU computes it. A lost device is the lane's failure: the
+          // fabric takes the lane out and runs the op elsewhere.
+          if (!(e instanceof RangeError)) refuse(S.LANE_FAILED, `WebGPU failed: ${e && e.message ? e.message : e}`);
+        }
+        if (!r) {
+          on = LANE_CPU;
+          for (let q = 0; q < p; q++) out.set(this.matmulCpu(aOf(q), bOf(q), m, k, n), q * m * n);
+        }
+      }
+      out.set(r || this.matmulCpu(ap, bp, m, k, n), p * m * n);
     }
     canonicalNaN(out, out.length);
     c.t.data.set(out);
+    return on;
   }
 
-  async matmulOne(a, b, m, k, n) {
-    if (this.gpu && !this.gpuOff) {
-      try {
-        return await matmulExact(this.gpu, a, b, m, k, n);
-      } catch (e) {
-        // Too large for the GPU's bindings: the same bits come from the JavaScript loop. A lost device is
-        // the lane's failure: the fabric takes the lane out and runs the op elsewhere.
-        if (!(e instanceof RangeError)) refuse(S.LANE_FAILED, `WebGPU failed: ${e && e.message ? e.message : e}`);
-      }
+  // One m x k x n matmul on the CPU: weft.wasm's gemm (the native CPU lane's code, exact) when it is here,
+  // else the canonical loop in JavaScript.
+  matmulCpu(a, b, m, k, n) {
+    const w = this.wasm;
+    if (!w || typeof w.weft_wasm_matmul !== 'function' || !m || !n) return matmulCanonical(a, b, m, k, n);
+    const pa = w.weft_wasm_alloc(Math.max(4, m * k * 4));
+    const pb = pa && w.weft_wasm_alloc(Math.max(4, k * n * 4));
+    const pc = pb && w.weft_wasm_alloc(m * n * 4);
+    try {
+      if (!pc) return matmulCanonical(a, b, m, k, n);
+      const mem = w.memory.buffer;
+      new Float32Array(mem, pa, m * k).set(a.subarray(0, m * k));
+      new Float32Array(mem, pb, k * n).set(b.subarray(0, k * n));
+      if (w.weft_wasm_matmul(pa, pb, pc, m, k, n) !== 0) return matmulCanonical(a, b, m, k, n);
+      return new Float32Array(w.memory.buffer, pc, m * n).slice();
+    } finally {
+      for (const ptr of [pa, pb, pc]) if (ptr) w.weft_wasm_free(ptr);
     }
-    return matmulCanonical(a, b, m, k, n);
   }
 }
 
@@ -568,6 +687,21 @@ function kernelParams(kind, ins, outs, wire) {
     case 'attention_backward': {
       const [B, T, C] = b3(ins[0], 'dout');
       return big([B, T, C, wire[0]]);
+    }
+    case 'attention_cached': {
+      // The cache qkv [B, Tmax, 3C], out [B, Tq, C], att [B, NH, Tq, Tmax]; queries at t0 .. t0+Tq-1.
+      const [B, Tmax, C3] = b3(ins[0], 'qkv');
+      if (C3 % 3) refuse(S.SHAPE, `${name}: qkv [${B}, ${Tmax}, ${C3}] is not a cache [B, Tmax, 3C]`);
+      const C = C3 / 3;
+      const o = op(outs[0], 'out');
+      if (o.dims.length !== 3 || o.dims[0] !== B || o.dims[2] !== C) refuse(S.SHAPE, `${name}: out must be [B, Tq, C] = [${B}, Tq, ${C}]`);
+      const Tq = o.dims[1];
+      const t0 = wire[1];
+      if (t0 < 0n || t0 + BigInt(Tq) > BigInt(Tmax)) refuse(S.SHAPE, `${name}: query positions ${t0} .. ${t0 + BigInt(Tq) - 1n} are not within the cache's ${Tmax}`);
+      const a = outs[1];
+      const want = [B, Number(wire[0]), Tq, Tmax];
+      if (a && (a.dims.length !== 4 || a.dims.some((d, i) => d !== want[i]))) refuse(S.SHAPE, `${name}: att must be [B, NH, Tq, Tmax] = [${want.join(', ')}]`);
+      return big([B, Tmax, C, wire[0], t0, Tq]);
     }
     case 'causal_softmax':
     case 'causal_softmax_backward': {
@@ -661,6 +795,12 @@ function needs(kind, ipBig) {
       if (OPS[kind] === 'attention') return { in: [[qkv, 1, F]], out: [[cap(B, T, C), 1, F], [att, 1, F], [att, 0, F]] };
       return { in: [[cap(B, T, C), 1, F], [qkv, 1, F], [att, 1, F]], out: [[qkv, 1, F]] };
     }
+    case 'attention_cached': {
+      const [B, Tmax, C, NH, t0, Tq] = ip;
+      if (NH < 1 || C % NH) refuse(S.SHAPE, `${OPS[kind]}: C = ${C} is not a multiple of NH = ${NH}`);
+      if (t0 + Tq > Tmax) refuse(S.SHAPE, `${OPS[kind]}: t0 + Tq = ${t0 + Tq} is past the cache's ${Tmax} positions`);
+      return { in: [[cap(B, Tmax, 3 * C), 1, F]], out: [[cap(B, Tq, C), 1, F], [cap(B, NH, Tq, Tmax), 0, F]] };
+    }
     case 'causal_softmax': {
       const n = cap(ip[0], ip[1], ip[1]);
       return { in: [[n, 1, F]], out: [[n, 1, F]] };
@@ -702,6 +842,14 @@ function needs(kind, ipBig) {
     default:
       return refuse(S.UNSUPPORTED, `op kind ${kind} is not implemented here`);
   }
+}
+
+// An op's work in elements, for the tab's choice of lane: what its GPU kernels touch.
+function gpuWork(name, ip) {
+  const [a, b] = [Number(ip[0]), Number(ip[1])];
+  if (name === 'gelu' || name === 'gelu_backward') return a;
+  if (name === 'layernorm' || name === 'layernorm_backward') return a * b;
+  return a * b * b; // the causal softmax: R blocks of T x T
 }
 
 // A (rows x cols) operand, given as stored: transposed ones are copied into row-major order first.
@@ -884,21 +1032,25 @@ function connect(url) {
 
 // Opens the GPU and connects to the fabric at `url`; `secret()` gives the shared secret (or '') at each
 // connection, `onStatus(status)` hears every change of state.
-export async function startWorker({ url, secret, onStatus }) {
+export async function startWorker({ url, secret, onStatus, gpuMin: min }) {
   currentSecret = secret;
-  report = () => onStatus({ ...status });
+  if (Number.isFinite(min) && min >= 0) gpuMin = min;
+  report = () => onStatus({ ...status, ran: JSON.parse(JSON.stringify(status.ran)) });
   try {
     // The version-2 ops' C reference, built for the browser; without it the tab offers the version-1 ops.
     await loadWasm(new URL('../wasm/weft.wasm', import.meta.url));
     gpu = await openGpu();
+    const cpu = `JavaScript${sharedWasm ? ' and WebAssembly' : ''} on the CPU`;
     if (gpu) {
       const i = gpu.adapterInfo;
       const words = [i.vendor, i.architecture, i.device, i.description].filter((w) => w).join(' ');
-      status.device = `WebGPU: ${words || 'unnamed adapter'}${i.isFallbackAdapter ? ' (fallback adapter)' : ''}`;
-      status.lane = 'webgpu';
+      status.device = `WebGPU: ${words || 'unnamed adapter'}${i.isFallbackAdapter ? ' (fallback adapter' +
+        `${gpuMin === null ? ': run only when the page\'s address sets gpu_min' : ''})` : ''}`;
+      status.cpu = cpu;
+      await findGpuOps();
     } else {
-      status.device = `JavaScript on the CPU (no WebGPU: ${noGpuReason})`;
-      status.lane = 'js';
+      status.device = `${cpu} (no WebGPU: ${noGpuReason})`;
+      status.cpu = status.device;
     }
     connect(url);
     // The ops counter, twice a second rather than per op: a tiny op's round trip is a few hundred us.
@@ -910,6 +1062,30 @@ export async function startWorker({ url, secret, onStatus }) {
   }
 }
 
+// Which ops this tab's GPU runs: each kernel compiled here (a tiny matmul builds matmul's); the others are
+// left to the CPU lane, and status.error says why.
+async function findGpuOps() {
+  const ops = new Set();
+  const why = {};
+  try {
+    await matmulGpu(gpu, new Float32Array([1, 2, 3, 4]), new Float32Array([1, 0, 0, 1]), 2, 2, 2);
+    ops.add('matmul');
+  } catch (e) {
+    why.matmul = e && e.message ? e.message : String(e);
+  }
+  try {
+    const ready = await prepareTx(gpu);
+    for (const op of ready.ops) ops.add(op);
+    Object.assign(why, ready.why);
+  } catch (e) {
+    for (const op of Object.keys(TX_GPU_OPS)) why[op] = e && e.message ? e.message : String(e);
+  }
+  gpuOps = ops;
+  gpuWhy = why;
+  const left = Object.entries(why);
+  if (left.length) status.error = `not on WebGPU here: ${left.map(([op, w]) => `${op} (${w})`).join('; ')}`;
+}
+
 // In a dedicated Worker: wait for the page to say where the fabric is.
 if (typeof WorkerGlobalScope !== 'undefined' && self instanceof WorkerGlobalScope) {
   let secret = '';
@@ -919,7 +1095,7 @@ if (typeof WorkerGlobalScope !== 'undefined' && self instanceof WorkerGlobalScop
     if (typeof m.secret === 'string') secret = m.secret;
     if (m.url && !started) {
       started = true;
-      startWorker({ url: m.url, secret: () => secret, onStatus: (st) => self.postMessage(st) });
+      startWorker({ url: m.url, secret: () => secret, gpuMin: m.gpuMin, onStatus: (st) => self.postMessage(st) });
     }
   };
 }

@@ -6,7 +6,10 @@
  * handshake (hello, the proof of the secret when one is set, its lanes) and a bit-exact self-test of every
  * op against the reference; only then does the slot say it is ready, and the fabric's next op brings the
  * lane up through a revive that only reads that flag. A tab that fails any of it is told why and dropped,
- * and its slot is free for the next. A tab that closes, hangs past the timeout or breaks the protocol later
+ * and its slot is free for the next. A tab lists its CPU lane first (every op it offers) and may list its
+ * GPU second (the ops it has WebGPU kernels for): each of those is tested again on the GPU lane, and those
+ * that pass are sent with lane -1, so that the tab runs a large one on its GPU; one that fails is sent to
+ * the CPU lane only. Each reply names the lane that computed the op, which the lane's details count. A tab that closes, hangs past the timeout or breaks the protocol later
  * fails its lane, so the core re-routes the op. The endpoint takes a tab only with the server's token, a
  * Host that names this server and an Origin (DNS rebinding, pages of other sites). The same server serves
  * the worker page (and the rest of a web folder) as static files. */
@@ -32,6 +35,9 @@
 #include "net/client.h"
 #include "weft_lane.h"
 
+/* The ops a tab can be admitted for: those the self-test below proves (matmul .. attention_cached). An op
+ * added to the table later, before the self-test has a case for it (matmul_acc), is left to other lanes. */
+#define WEFT_OPS_TAB ((WEFT_OP_BIT(WEFT_OP_ATTENTION_CACHED) << 1) - 1)
 #define BROWSER_SLOTS_DEFAULT 4
 #define BROWSER_SLOTS_MAX 64
 #define FRAG_BYTES (256u << 10)    /* a request goes out in WebSocket fragments of this size */
@@ -46,9 +52,16 @@ typedef struct browser_slot {
   int alive;              /* 0 once the fabric destroyed the lane: no tab attaches here any more */
   char name[32];
   char device[256];
-  char details[768];
+  char details[2048];
   weft_contract_mask tab_contracts; /* what the attached tab said it honours */
   uint64_t tab_ops;                 /* the ops the attached tab offers that its self-test verified */
+  /* The tab's lanes: ops go to its CPU lane (client.peer_lane), or with lane -1 for the ops its GPU lane
+   * passed the self-test on (client.peer_routes). ran[k][0] counts ops of kind k its CPU lane computed,
+   * ran[k][1] those its GPU lane did, from the replies (fabric's thread; reset when a tab is admitted). */
+  int32_t gpu_lane; /* the tab's GPU lane index, or -1 */
+  char lane_name[2][64];
+  uint64_t ran[WEFT_OP_COUNT][2];
+  size_t details_fixed; /* details' length before the counts */
   pthread_cond_t cond;
   /* The connection, guarded by srv->lock. `conn` counts attachments; `bound` is the attachment the
    * client's session was handshaken with, so a new tab in the slot never receives the old one's requests. */
@@ -69,7 +82,10 @@ typedef struct browser_slot {
   const weft_lane_host *fabric_host;
   char adm_err[400];
   char refusal[560]; /* why the last tab was refused, kept after it left */
-  char adm_device[256], adm_details[768];
+  char adm_device[256], adm_details[1024];
+  int32_t adm_gpu_lane;
+  uint64_t adm_gpu_ops;
+  char adm_lane_name[2][64];
   /* Frames both ways, guarded by srv->lock. Requests are copied into `out` (the fabric's thread appends, the
    * service thread sends and frees them); replies the tab owes (`owed`) are assembled in `in` and queued in
    * `replies` until the fabric's thread takes them; `cur` is the reply it holds now. */
@@ -102,6 +118,7 @@ struct browser_server {
   char origins[1024]; /* WEFT_BROWSER_ORIGINS: other pages allowed to connect ("*": any) */
   char tls_cert[1024], tls_key[1024]; /* https and wss when set: browsers give WebGPU to secure pages only */
   struct lws_http_mount mount;
+  struct lws_protocol_vhost_options headers[2]; /* sent with every page: cross-origin isolation */
   struct lws_protocol_vhost_options mime[4];
   struct lws_protocols protocols[2];
   int timeout_ms;
@@ -481,7 +498,7 @@ static void tab_drop(void *ctx, const char *why) {
   wake(s->srv);
 }
 
-static const weft_net_transport TAB_TRANSPORT = {tab_send, tab_recv, tab_drop};
+static const weft_net_transport TAB_TRANSPORT = {tab_send, tab_recv, tab_drop, NULL}; /* no bulk: one connection */
 
 /* ------------------------------------------------------------------------------------------- the lane */
 
@@ -504,7 +521,7 @@ static void browser_describe(void *self, weft_lane_desc *out) {
   /* What a tab can be admitted for: the ops its self-test verifies (every op of the table: the worker page
    * runs the version-2 ops through weft.wasm). A tab may offer a subset of them; the tab's own set, each op
    * of it proved at join, is checked per op (supports). */
-  out->ops = WEFT_OPS_ALL;
+  out->ops = WEFT_OPS_TAB;
   out->flags = WEFT_LANE_STARTS_DOWN;
 }
 
@@ -557,6 +574,11 @@ static weft_status browser_supports(void *self, const weft_op *op) {
   if ((unsigned)op->kind >= WEFT_OP_COUNT || !(s->tab_ops & WEFT_OP_BIT(op->kind)))
     return weft_lane_report(s->fabric_host, WEFT_ERR_UNSUPPORTED, "%s: the tab does not offer %s", s->name,
                             weft_op_kind_str(op->kind));
+  /* The worker page takes a softmax_xent's mean over its logits' rows: a share of a larger batch goes
+   * elsewhere. */
+  if (op->kind == WEFT_OP_SOFTMAX_XENT && op->iparam[0] && op->iparam[0] != op->rows)
+    return weft_lane_report(s->fabric_host, WEFT_ERR_UNSUPPORTED,
+                            "%s: the tab takes softmax_xent's mean over its logits' rows only", s->name);
   if (!(s->tab_contracts & WEFT_CONTRACT_BIT(op->contract)))
     return weft_lane_report(s->fabric_host, WEFT_ERR_UNSUPPORTED, "%s: the tab does not honour the %s contract",
                             s->name, weft_contract_str(op->contract));
@@ -569,22 +591,39 @@ typedef struct lanes_pick {
   weft_contract_mask contracts;
   uint64_t ops;
   char name[256], kind[256], device[256];
+  /* The tab's GPU: its next lane with the exact contract, for ops its first lane offers too. */
+  int gpu_found;
+  uint32_t gpu_index;
+  uint64_t gpu_ops;
+  char gpu_name[256], gpu_kind[256], gpu_device[256];
 } lanes_pick;
 
-/* The tab's first lane that honours the exact contract is the one this slot serves. */
+/* The tab's first lane that honours the exact contract is the one this slot serves (its CPU: every op the
+ * tab offers); the next such lane, if any, is the tab's GPU, which may run the ops of its set that the
+ * first lane offers too (the fabric sends those with lane -1 once they pass the self-test there). */
 static void pick_lane(void *ctx, uint32_t index, weft_contract_mask contracts, uint64_t ops, const char *name,
                       const char *kind, const char *device) {
   lanes_pick *p = ctx;
-  if (p->found || !(contracts & WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT))) return;
-  p->found = 1;
-  p->index = index;
-  p->contracts = contracts;
+  if (!(contracts & WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT))) return;
   /* A tab offers a subset of the ops; those the admission self-test can prove are taken (an op added to the
    * table later, before the self-test has a case for it, is left to other lanes), and each is proved. */
-  p->ops = ops & WEFT_OPS_ALL & ((WEFT_OP_BIT(WEFT_OP_ATTENTION_CACHED) << 1) - 1);
-  snprintf(p->name, sizeof p->name, "%s", name);
-  snprintf(p->kind, sizeof p->kind, "%s", kind);
-  snprintf(p->device, sizeof p->device, "%s", device);
+  ops &= WEFT_OPS_TAB;
+  if (!p->found) {
+    p->found = 1;
+    p->index = index;
+    p->contracts = contracts;
+    p->ops = ops;
+    snprintf(p->name, sizeof p->name, "%s", name);
+    snprintf(p->kind, sizeof p->kind, "%s", kind);
+    snprintf(p->device, sizeof p->device, "%s", device);
+  } else if (!p->gpu_found) {
+    p->gpu_found = 1;
+    p->gpu_index = index;
+    p->gpu_ops = (contracts & p->contracts) == p->contracts ? ops & p->ops : 0; /* it must honour what the first does */
+    snprintf(p->gpu_name, sizeof p->gpu_name, "%s", name);
+    snprintf(p->gpu_kind, sizeof p->gpu_kind, "%s", kind);
+    snprintf(p->gpu_device, sizeof p->gpu_device, "%s", device);
+  }
 }
 
 /* The handshake with a newly attached tab: hello, the proof of the shared secret when one is set (bound to
@@ -630,10 +669,18 @@ static void fill(float *x, size_t n, uint32_t *seed, float lo, float hi) {
 /* The bits of a and b agree (any NaN matches any NaN: NaN payloads are another matter). */
 static int same_bits(float a, float b) { return (a != a && b != b) || memcmp(&a, &b, 4) == 0; }
 
-/* One op on the tab and in the reference: its inputs and outputs are host arrays of in_n/out_n floats
- * (outputs hold their initial values). 1 when every output bit agrees; else 0 and why. */
+/* The two kinds of self-test case: EDGE, the join's own (small shapes whose inputs hold signed zeros,
+ * subnormals, huge values and infinities: any lane of the tab may compute them, one of its GPU handing them
+ * to its CPU included); GPU, larger shapes of ordinary values, which a tab's GPU lane must compute itself
+ * (they are within the ground where its WebGPU kernels are exact), so that its kernels are what is tested. */
+enum { CASE_EDGE = 0, CASE_GPU = 1 };
+
+/* One op on the tab's lane `lane` and in the reference: its inputs and outputs are host arrays of
+ * in_n/out_n floats (outputs hold their initial values). With must_there, the tab's reply must say that
+ * lane computed it. 1 when it did and every output bit agrees; else 0 and why. */
 static int selftest_op(browser_slot *s, weft_op *ref, const size_t in_n[WEFT_OP_MAX_IN],
-                       const size_t out_n[WEFT_OP_MAX_OUT], const char *what, char *why, size_t whylen) {
+                       const size_t out_n[WEFT_OP_MAX_OUT], const char *what, int32_t lane, int must_there, char *why,
+                       size_t whylen) {
   weft_net_client *c = &s->client;
   weft_buffer *bi[WEFT_OP_MAX_IN] = {NULL}, *bo[WEFT_OP_MAX_OUT] = {NULL};
   float *got[WEFT_OP_MAX_OUT] = {NULL};
@@ -651,11 +698,22 @@ static int selftest_op(browser_slot *s, weft_op *ref, const size_t in_n[WEFT_OP_
     if (!st) st = weft_net_client_upload(c, bo[o], 0, ref->out[o], out_n[o] * 4);
     op.out[o] = bo[o];
   }
+  /* Not pipelined here: the reply is read at once, and names the lane that computed the op. */
+  int32_t keep_lane = c->peer_lane;
+  uint64_t keep_routes = c->peer_routes;
+  c->peer_lane = lane, c->peer_routes = 0;
   if (!st) st = weft_net_client_run(c, &op);
+  c->peer_lane = keep_lane, c->peer_routes = keep_routes;
   int ok = !st;
+  int32_t ran = ok && c->reply_len == 4 ? (int32_t)weft_net_get32(c->reply) : -1;
+  if (ok && must_there && ran != lane) {
+    snprintf(why, whylen, "its self-test: lane %d of the tab computed %s, not lane %d, though its values are ordinary",
+             (int)ran, what, (int)lane);
+    ok = -1;
+  }
   /* The reference: reference.c for the version-1 ops, the op table's host kernels (reference_tx.c) after. */
-  if (ok && ref->kind < WEFT_OP_V1_COUNT) weft_reference_run(ref);
-  if (ok && ref->kind >= WEFT_OP_V1_COUNT && weft_optable_host_run(ref, &s->adm_host) != WEFT_OK) {
+  if (ok == 1 && ref->kind < WEFT_OP_V1_COUNT) weft_reference_run(ref);
+  if (ok == 1 && ref->kind >= WEFT_OP_V1_COUNT && weft_optable_host_run(ref, &s->adm_host) != WEFT_OK) {
     snprintf(why, whylen, "its self-test's reference failed: %.60s: %.200s", what, s->adm_err);
     ok = -1;
   }
@@ -688,9 +746,6 @@ static int selftest_op(browser_slot *s, weft_op *ref, const size_t in_n[WEFT_OP_
   return ok == 1;
 }
 
-/* The version-2 ops a tab offers, each once on small shapes (B 2, T 3, C 8, 2 heads, a vocabulary of 5)
- * whose first float input holds zeros of both signs, subnormals, a huge value and an infinity, bit for bit
- * against the op table's host kernels (the reference). */
 /* Index operands: n int32 in [0, lim), in the float array's cells. */
 static void idx_fill(float *cells, int n, int lim) {
   for (int e = 0; e < n; e++) {
@@ -699,17 +754,24 @@ static void idx_fill(float *cells, int n, int lim) {
   }
 }
 
-static int selftest_v2(browser_slot *s, uint64_t ops, uint32_t *seed, char *why, size_t whylen) {
-  enum { B = 2, T = 3, C = 8, NH = 2, V = 5, P = 4, N = B * T, CAP = 160 };
-  float (*in)[CAP] = malloc(sizeof(float[WEFT_OP_MAX_IN][CAP])), (*out)[CAP] = malloc(sizeof(float[WEFT_OP_MAX_OUT][CAP]));
-  int pass = in && out;
+/* A version-2 op, once, bit for bit against the op table's host kernels (the reference). EDGE: B 2, T 3, C 8,
+ * 2 heads, a vocabulary of 5, the first float input holding zeros of both signs, subnormals, a huge value and
+ * an infinity; GPU: B 4, T 24, C 40, 4 heads, ordinary values. */
+static int selftest_v2(browser_slot *s, int kind, int variant, int32_t lane, uint32_t *seed, char *why, size_t whylen) {
+  const int edge = variant == CASE_EDGE;
+  const int B = edge ? 2 : 4, T = edge ? 3 : 24, C = edge ? 8 : 40, NH = edge ? 2 : 4, V = 5, P = edge ? 4 : 24;
+  const int N = B * T, SR = 3, ST = edge ? 4 : 24; /* the causal softmax: SR blocks of ST x ST */
+  const size_t CAP = edge ? 160 : (size_t)N * 3 * C;
+  float *in[WEFT_OP_MAX_IN] = {NULL}, *out[WEFT_OP_MAX_OUT] = {NULL};
+  int pass = 1;
+  for (int i = 0; i < WEFT_OP_MAX_IN; i++) pass = pass && (in[i] = malloc(CAP * sizeof(float)));
+  for (int o = 0; o < WEFT_OP_MAX_OUT; o++) pass = pass && (out[o] = malloc(CAP * sizeof(float)));
   if (!pass) snprintf(why, whylen, "out of host memory for its self-test");
-  for (int kind = WEFT_OP_V1_COUNT; pass && kind < WEFT_OP_COUNT; kind++) {
-    if (!(ops & WEFT_OP_BIT(kind))) continue;
+  if (pass) {
     for (int i = 0; i < WEFT_OP_MAX_IN; i++) fill(in[i], CAP, seed, -4, 4);
     for (int o = 0; o < WEFT_OP_MAX_OUT; o++) fill(out[o], CAP, seed, -1, 1);
     float *x = in[0];
-    x[0] = -0.0f, x[1] = 1e-40f, x[2] = -1e-40f, x[3] = 0.0f, x[4] = 1e30f, x[5] = -INFINITY, x[6] = 1e-45f;
+    if (edge) x[0] = -0.0f, x[1] = 1e-40f, x[2] = -1e-40f, x[3] = 0.0f, x[4] = 1e30f, x[5] = -INFINITY, x[6] = 1e-45f;
     weft_op op;
     memset(&op, 0, sizeof op);
     op.kind = (weft_op_kind)kind;
@@ -724,7 +786,7 @@ static int selftest_v2(browser_slot *s, uint64_t ops, uint32_t *seed, char *why,
     case WEFT_OP_EMBEDDING:
       ip[0] = B, ip[1] = T, ip[2] = C, ip[3] = V, ip[4] = P;
       IDX(0, N, V), IDX(1, N, P), IN(2, V * C), IN(3, P * C), OUT(0, N * C);
-      in[2][0] = -0.0f, in[2][1] = 1e-40f, in[3][1] = -1e-40f, in[3][2] = INFINITY;
+      if (edge) in[2][0] = -0.0f, in[2][1] = 1e-40f, in[3][1] = -1e-40f, in[3][2] = INFINITY;
       break;
     case WEFT_OP_EMBEDDING_BACKWARD:
       ip[0] = B, ip[1] = T, ip[2] = C, ip[3] = V, ip[4] = P;
@@ -732,8 +794,7 @@ static int selftest_v2(browser_slot *s, uint64_t ops, uint32_t *seed, char *why,
       break;
     case WEFT_OP_LAYERNORM:
       ip[0] = N, ip[1] = C, fp[0] = 1e-5f;
-      in[0][C + 1] = 1e30f; /* a row with a huge value next to an ordinary one */
-      x[5] = 2.5f;
+      if (edge) in[0][C + 1] = 1e30f, x[5] = 2.5f; /* a row with a huge value next to an ordinary one */
       IN(0, N * C), IN(1, C), IN(2, C), OUT(0, N * C), OUT(1, N), OUT(2, N);
       break;
     case WEFT_OP_LAYERNORM_BACKWARD:
@@ -743,50 +804,51 @@ static int selftest_v2(browser_slot *s, uint64_t ops, uint32_t *seed, char *why,
       break;
     case WEFT_OP_GELU:
       ip[0] = N * C, IN(0, N * C), OUT(0, N * C);
-      x[7] = 20.0f, x[8] = -20.0f, x[9] = INFINITY, x[10] = 1e-20f;
+      if (edge) x[7] = 20.0f, x[8] = -20.0f, x[9] = INFINITY, x[10] = 1e-20f;
       break;
     case WEFT_OP_GELU_BACKWARD:
       ip[0] = N * C, IN(0, N * C), IN(1, N * C), OUT(0, N * C);
-      x[7] = 20.0f, x[8] = -20.0f;
+      if (edge) x[7] = 20.0f, x[8] = -20.0f;
       break;
     case WEFT_OP_ATTENTION:
       ip[0] = B, ip[1] = T, ip[2] = C, ip[3] = NH;
-      x[4] = 1e3f, x[5] = -1e3f;
+      if (edge) x[4] = 1e3f, x[5] = -1e3f;
       IN(0, N * 3 * C), OUT(0, N * C), OUT(1, B * NH * T * T), OUT(2, B * NH * T * T);
       break;
     case WEFT_OP_ATTENTION_BACKWARD:
       ip[0] = B, ip[1] = T, ip[2] = C, ip[3] = NH;
-      x[5] = 3.0f;
+      if (edge) x[5] = 3.0f;
       IN(0, N * C), IN(1, N * 3 * C), IN(2, B * NH * T * T), OUT(0, N * 3 * C);
       break;
     case WEFT_OP_CAUSAL_SOFTMAX:
-      ip[0] = 3, ip[1] = 4, fp[0] = 0.35f;
-      x[5] = 80.0f;
-      IN(0, 48), OUT(0, 48);
+      ip[0] = SR, ip[1] = ST, fp[0] = 0.35f;
+      if (edge) x[5] = 80.0f;
+      IN(0, SR * ST * ST), OUT(0, SR * ST * ST);
       break;
     case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD:
-      ip[0] = 3, ip[1] = 4, fp[0] = 0.35f;
-      IN(0, 48), IN(1, 48), OUT(0, 48);
+      ip[0] = SR, ip[1] = ST, fp[0] = 0.35f;
+      IN(0, SR * ST * ST), IN(1, SR * ST * ST), OUT(0, SR * ST * ST);
       break;
     case WEFT_OP_CROSSENTROPY:
       ip[0] = N, ip[1] = V;
-      x[5] = 90.0f;
+      if (edge) x[5] = 90.0f;
       IN(0, N * V), IDX(1, N, V), OUT(0, N);
       break;
     case WEFT_OP_CROSSENTROPY_BACKWARD:
       ip[0] = N, ip[1] = V;
-      x[5] = 90.0f;
+      if (edge) x[5] = 90.0f;
       IN(0, N * V), IDX(1, N, V), IN(2, N), OUT(0, N * V);
       break;
     case WEFT_OP_ADAMW:
       ip[0] = N * C;
       fp[0] = 1e-3f, fp[1] = 0.9f, fp[2] = 0.999f, fp[3] = 1e-8f, fp[4] = 0.01f, fp[5] = 0.19f, fp[6] = 0.002f;
-      x[5] = 1e-3f;
+      if (edge) x[5] = 1e-3f;
       for (int e = 0; e < N * C; e++) out[2][e] = out[2][e] < 0 ? -out[2][e] : out[2][e];
       IN(0, N * C), OUT(0, N * C), OUT(1, N * C), OUT(2, N * C);
       break;
     case WEFT_OP_SUMSQ:
-      ip[0] = N * C, x[5] = 3.0f, x[4] = 1e15f;
+      ip[0] = N * C;
+      if (edge) x[5] = 3.0f, x[4] = 1e15f;
       IN(0, N * C), OUT(0, 1);
       break;
     case WEFT_OP_PERMUTE: /* [2,3,4,5] to [2,4,3,5] */
@@ -797,113 +859,164 @@ static int selftest_v2(browser_slot *s, uint64_t ops, uint32_t *seed, char *why,
       ip[0] = 2, ip[1] = 3, ip[2] = 5, ip[3] = 4, ip[4] = 1;
       IN(0, 24), OUT(0, 40);
       break;
-    case WEFT_OP_ATTENTION_CACHED: /* a cache of 3 positions, queries at 1 and 2 */
+    case WEFT_OP_ATTENTION_CACHED: /* a cache of T positions, queries at 1 and 2 */
       ip[0] = B, ip[1] = T, ip[2] = C, ip[3] = NH, ip[4] = 1, ip[5] = 2;
-      x[4] = 1e3f, x[5] = -1e3f;
+      if (edge) x[4] = 1e3f, x[5] = -1e3f;
       IN(0, N * 3 * C), OUT(0, B * 2 * C), OUT(1, B * NH * 2 * T);
       break;
     default:
       /* An op this self-test has no case for is not admitted on the tab's word: it leaves the tab's set. */
       snprintf(why, whylen, "offers %s, which weft's tab self-test cannot check yet", weft_optable[kind].name);
       pass = 0;
-      continue;
+      break;
     }
 #undef IN
 #undef OUT
 #undef IDX
     op.rows = 1, op.cols = (int64_t)out_n[0];
-    pass = selftest_op(s, &op, in_n, out_n, weft_optable[kind].name, why, whylen);
+    if (pass) pass = selftest_op(s, &op, in_n, out_n, weft_optable[kind].name, lane, !edge, why, whylen);
   }
-  free(in), free(out);
+  for (int i = 0; i < WEFT_OP_MAX_IN; i++) free(in[i]);
+  for (int o = 0; o < WEFT_OP_MAX_OUT; o++) free(out[o]);
   return pass;
 }
 
-/* Every op of the allow-list on the tab, bit for bit against the reference: matmuls of odd shapes, one with
- * a k of 1531 and one batched with both operands transposed, and the elementwise ops over zeros of both
- * signs, subnormals and a wide range. A tab that computes any bit differently stays out. */
-static int selftest(browser_slot *s, uint64_t ops, char *why, size_t whylen) {
-  enum { M = 5, K = 1531, N = 7, R = 7, C = 13 };
+/* The matmuls: EDGE, one with a k of 1531 and odd m and n and one batched with both operands transposed;
+ * GPU, one of several tiles each way with k not a multiple of a tile, and the batched transposed one. */
+static int selftest_matmul(browser_slot *s, int variant, int32_t lane, uint32_t *seed, char *why, size_t whylen) {
   static const struct {
     int64_t batch, m, k, n;
     int ta, tb, bb;
-  } mm[] = {{1, M, K, N, 0, 0, 0}, {2, 3, 33, 5, 1, 1, 1}};
-  uint32_t seed = 0x9e3779b9u;
+  } cases[2][2] = {{{1, 5, 1531, 7, 0, 0, 0}, {2, 3, 33, 5, 1, 1, 1}}, {{1, 70, 300, 90, 0, 0, 0}, {2, 33, 47, 29, 1, 1, 1}}};
   int pass = 1;
-  for (size_t i = 0; pass && (ops & WEFT_OP_BIT(WEFT_OP_MATMUL)) && i < sizeof mm / sizeof mm[0]; i++) {
-    size_t na = (size_t)(mm[i].batch * mm[i].m * mm[i].k), nb = (size_t)((mm[i].bb ? mm[i].batch : 1) * mm[i].k * mm[i].n);
-    size_t nc = (size_t)(mm[i].batch * mm[i].m * mm[i].n);
+  for (size_t i = 0; pass && i < 2; i++) {
+    const int64_t batch = cases[variant][i].batch, m = cases[variant][i].m, k = cases[variant][i].k,
+                  n = cases[variant][i].n;
+    const int bb = cases[variant][i].bb;
+    size_t na = (size_t)(batch * m * k), nb = (size_t)((bb ? batch : 1) * k * n), nc = (size_t)(batch * m * n);
     float *a = malloc(na * 4), *b = malloc(nb * 4), *c = calloc(nc, 4);
     if (!a || !b || !c) {
       snprintf(why, whylen, "out of host memory for its self-test");
       pass = 0;
     } else {
-      fill(a, na, &seed, -2, 2);
-      fill(b, nb, &seed, -2, 2);
+      fill(a, na, seed, -2, 2);
+      fill(b, nb, seed, -2, 2);
       weft_op op;
       memset(&op, 0, sizeof op);
       op.kind = WEFT_OP_MATMUL;
       op.contract = WEFT_CONTRACT_EXACT;
       op.in[0] = a, op.in[1] = b, op.out[0] = c;
-      op.batch = mm[i].batch, op.m = mm[i].m, op.k = mm[i].k, op.n = mm[i].n;
-      op.trans_a = mm[i].ta, op.trans_b = mm[i].tb, op.b_batched = mm[i].bb;
+      op.batch = batch, op.m = m, op.k = k, op.n = n;
+      op.trans_a = cases[variant][i].ta, op.trans_b = cases[variant][i].tb, op.b_batched = bb;
       char what[80];
-      snprintf(what, sizeof what, "matmul %lldx[%lldx%lld].[%lldx%lld]%s", (long long)op.batch, (long long)op.m,
-               (long long)op.k, (long long)op.k, (long long)op.n, op.trans_a ? " transposed" : "");
+      snprintf(what, sizeof what, "matmul %lldx[%lldx%lld].[%lldx%lld]%s", (long long)batch, (long long)m,
+               (long long)k, (long long)k, (long long)n, op.trans_a ? " transposed" : "");
       size_t in_n[WEFT_OP_MAX_IN] = {na, nb}, out_n[WEFT_OP_MAX_OUT] = {nc, 0};
-      pass = selftest_op(s, &op, in_n, out_n, what, why, whylen);
+      pass = selftest_op(s, &op, in_n, out_n, what, lane, variant == CASE_GPU, why, whylen);
     }
     free(a), free(b), free(c);
   }
+  return pass;
+}
+
+/* The elementwise version-1 ops over 7 x 13 values of a wide range; EDGE adds signed zeros, subnormals and
+ * the largest floats (add runs twice: plain, then with a row broadcast). */
+static int selftest_v1(browser_slot *s, int kind, int variant, int32_t lane, uint32_t *seed, char *why, size_t whylen) {
+  enum { R = 7, C = 13 };
   float x[R * C], y[R * C], t[R * C], o[R * C], g[R * C], row[C], loss[1];
-  static const weft_op_kind kinds[] = {WEFT_OP_ADD, WEFT_OP_ADD, WEFT_OP_RELU, WEFT_OP_RELU_BACKWARD, WEFT_OP_SCALE,
-                                       WEFT_OP_AXPY, WEFT_OP_SUM_ROWS, WEFT_OP_SOFTMAX_XENT};
-  for (size_t i = 0; pass && i < sizeof kinds / sizeof kinds[0]; i++) {
-    if (!(ops & WEFT_OP_BIT(kinds[i]))) continue; /* a tab tested for what it offers; the rest never reach it */
-    fill(x, R * C, &seed, -30, 30);
-    fill(y, R * C, &seed, -3, 3);
-    fill(t, R * C, &seed, 0, 1);
-    fill(o, R * C, &seed, -1, 1);
-    fill(row, C, &seed, -1, 1);
-    x[0] = -0.0f, x[1] = 1e-40f, x[2] = -1e-40f, x[3] = 0.0f, x[4] = 3e38f, y[4] = 3e38f, y[5] = 1e-45f;
+  int pass = 1;
+  for (int bcast = 0; pass && bcast <= (kind == WEFT_OP_ADD); bcast++) {
+    fill(x, R * C, seed, -30, 30);
+    fill(y, R * C, seed, -3, 3);
+    fill(t, R * C, seed, 0, 1);
+    fill(o, R * C, seed, -1, 1);
+    fill(row, C, seed, -1, 1);
+    if (variant == CASE_EDGE)
+      x[0] = -0.0f, x[1] = 1e-40f, x[2] = -1e-40f, x[3] = 0.0f, x[4] = 3e38f, y[4] = 3e38f, y[5] = 1e-45f;
     memset(g, 0, sizeof g);
     loss[0] = 0;
     weft_op op;
     memset(&op, 0, sizeof op);
-    op.kind = kinds[i];
+    op.kind = (weft_op_kind)kind;
     op.contract = WEFT_CONTRACT_EXACT;
     op.rows = R, op.cols = C;
     op.alpha = op.kind == WEFT_OP_SCALE ? 0.3f : -1.7f;
     op.inv_rows = 1.0f / (float)R;
+    if (op.kind == WEFT_OP_SOFTMAX_XENT) op.iparam[0] = R;
     op.in[0] = x;
     op.out[0] = o;
     size_t in_n[WEFT_OP_MAX_IN] = {R * C, 0}, out_n[WEFT_OP_MAX_OUT] = {R * C, 0};
-    const char *what = "add";
     switch (op.kind) {
     case WEFT_OP_ADD:
-      op.y_broadcast = i == 1;
-      op.in[1] = i == 1 ? row : y;
-      in_n[1] = i == 1 ? C : R * C;
-      what = i == 1 ? "add (a row broadcast)" : "add";
+      op.y_broadcast = bcast;
+      op.in[1] = bcast ? row : y;
+      in_n[1] = bcast ? C : R * C;
       break;
-    case WEFT_OP_RELU: what = "relu"; break;
-    case WEFT_OP_RELU_BACKWARD:
-      op.in[0] = y, op.in[1] = x, in_n[1] = R * C;
-      what = "relu_backward";
-      break;
-    case WEFT_OP_SCALE: what = "scale"; break;
-    case WEFT_OP_AXPY: what = "axpy"; break;
-    case WEFT_OP_SUM_ROWS: out_n[0] = C, what = "sum_rows"; break;
-    default:
-      fill(x, R * C, &seed, -60, 60);
+    case WEFT_OP_RELU: break;
+    case WEFT_OP_RELU_BACKWARD: op.in[0] = y, op.in[1] = x, in_n[1] = R * C; break;
+    case WEFT_OP_SCALE: break;
+    case WEFT_OP_AXPY: break;
+    case WEFT_OP_SUM_ROWS: out_n[0] = C; break;
+    default: /* softmax_xent */
+      fill(x, R * C, seed, -60, 60);
       op.in[1] = t, in_n[1] = R * C;
       op.out[0] = loss, out_n[0] = 1;
       op.out[1] = g, out_n[1] = R * C;
-      what = "softmax_xent";
       break;
     }
-    pass = selftest_op(s, &op, in_n, out_n, what, why, whylen);
+    pass = selftest_op(s, &op, in_n, out_n, bcast ? "add (a row broadcast)" : weft_optable[kind].name, lane,
+                       variant == CASE_GPU, why, whylen);
   }
-  return pass && selftest_v2(s, ops, &seed, why, whylen);
+  return pass;
+}
+
+/* The self-test cases of op `kind` of one variant, on the tab's lane `lane`. */
+static int selftest_kind(browser_slot *s, int kind, int variant, int32_t lane, uint32_t *seed, char *why,
+                         size_t whylen) {
+  if (kind == WEFT_OP_MATMUL) return selftest_matmul(s, variant, lane, seed, why, whylen);
+  if (kind < WEFT_OP_V1_COUNT) return selftest_v1(s, kind, variant, lane, seed, why, whylen);
+  return selftest_v2(s, kind, variant, lane, seed, why, whylen);
+}
+
+/* Every op the tab offers, on its first lane, bit for bit against the reference (the EDGE cases): a tab that
+ * computes any bit differently stays out (0, and why). Then every op its GPU lane offers, on that lane: the
+ * EDGE cases and the GPU ones, which it must compute there; an op whose GPU bits are wrong (or that it hands
+ * back) is left out of *gpu_ops, the first such reason in gpu_why, and runs on the tab's first lane. */
+static int selftest(browser_slot *s, const lanes_pick *pick, uint64_t *gpu_ops, char *gpu_why, size_t gpu_whylen,
+                    char *why, size_t whylen) {
+  uint32_t seed = 0x9e3779b9u;
+  *gpu_ops = 0;
+  for (int kind = 0; kind < WEFT_OP_COUNT; kind++) {
+    /* a tab tested for what it offers; the rest never reach it */
+    if ((pick->ops & WEFT_OP_BIT(kind)) && !selftest_kind(s, kind, CASE_EDGE, (int32_t)pick->index, &seed, why, whylen))
+      return 0;
+  }
+  if (!pick->gpu_found) return 1;
+  char refused[160] = "";
+  for (int kind = 0; kind < WEFT_OP_COUNT; kind++) {
+    if (!(pick->gpu_ops & WEFT_OP_BIT(kind))) continue;
+    char w[400] = "";
+    int32_t lane = (int32_t)pick->gpu_index;
+    int ok = selftest_kind(s, kind, CASE_EDGE, lane, &seed, w, sizeof w) &&
+             selftest_kind(s, kind, CASE_GPU, lane, &seed, w, sizeof w);
+    if (!s->client.up) { /* the tab left or broke the protocol: nothing more to test */
+      snprintf(why, whylen, "%s", w[0] ? w : "its connection failed during the self-test of its GPU");
+      return 0;
+    }
+    if (ok) {
+      *gpu_ops |= WEFT_OP_BIT(kind);
+    } else {
+      size_t used = strlen(refused);
+      snprintf(refused + used, sizeof refused - used, "%s%s", used ? ", " : "", weft_optable[kind].name);
+      if (!gpu_why[0]) snprintf(gpu_why, gpu_whylen, "%s", w);
+    }
+  }
+  if (refused[0]) {
+    char first[400];
+    snprintf(first, sizeof first, "%s", gpu_why);
+    snprintf(gpu_why, gpu_whylen, "its %.60s lane is not used for %.159s (%.300s)", pick->gpu_name, refused, first);
+  }
+  return 1;
 }
 
 /* ---------------------------------------------------------------------------------------- admission */
@@ -921,26 +1034,54 @@ static int admit(browser_slot *s, char *why, size_t whylen) {
   browser_server *srv = s->srv;
   c->host = &s->adm_host;
   c->pipeline = 0;
+  c->op_ran = NULL; /* the self-test's ops are not the lane's */
+  c->peer_routes = 0;
   s->adm_err[0] = 0;
   lanes_pick pick;
   memset(&pick, 0, sizeof pick);
   weft_status st = handshake(s, &pick);
   if (st) snprintf(why, whylen, "%s", s->adm_err[0] ? s->adm_err : "its handshake failed");
   int ok = !st;
+  uint64_t gpu_ops = 0;
+  char gpu_why[640] = "";
   if (ok) {
     s->timeout_ms = srv->timeout_ms;
-    ok = selftest(s, pick.ops, why, whylen);
+    ok = selftest(s, &pick, &gpu_ops, gpu_why, sizeof gpu_why, why, whylen);
     if (!ok) weft_net_client_fail(c, "%s", why);
   }
   c->pipeline = 1;
   if (!ok) return 0;
   s->tab_contracts = pick.contracts;
   s->tab_ops = pick.ops;
+  /* What the lane will say: its lanes, the ops its GPU runs when large, the ones it was refused for. */
+  char gpu[700] = "";
+  if (pick.gpu_found) {
+    size_t used = (size_t)snprintf(gpu, sizeof gpu, "; on its %.60s lane when large: ", pick.gpu_name);
+    const char *sep = "";
+    for (int k = 0; k < WEFT_OP_COUNT && used < sizeof gpu; k++)
+      if (gpu_ops & WEFT_OP_BIT(k)) {
+        used += (size_t)snprintf(gpu + used, sizeof gpu - used, "%s%s", sep, weft_optable[k].name);
+        sep = ", ";
+      }
+    if (!gpu_ops && used < sizeof gpu) snprintf(gpu + used, sizeof gpu - used, "none");
+    used = strlen(gpu);
+    if (gpu_why[0] && used < sizeof gpu) snprintf(gpu + used, sizeof gpu - used, "; %s", gpu_why);
+  }
   pthread_mutex_lock(&srv->lock);
-  snprintf(s->adm_device, sizeof s->adm_device, "%s", pick.device);
+  snprintf(s->adm_device, sizeof s->adm_device, "%s", pick.gpu_found ? pick.gpu_device : pick.device);
+  s->adm_gpu_lane = pick.gpu_found ? (int32_t)pick.gpu_index : -1;
+  s->adm_gpu_ops = gpu_ops;
+  snprintf(s->adm_lane_name[0], sizeof s->adm_lane_name[0], "%.63s", pick.name);
+  snprintf(s->adm_lane_name[1], sizeof s->adm_lane_name[1], "%.63s", pick.gpu_found ? pick.gpu_name : "");
+  char lanes[300];
+  if (pick.gpu_found)
+    snprintf(lanes, sizeof lanes, "its lanes %.60s (%.60s) and %.60s (%.60s)", pick.name, pick.kind, pick.gpu_name,
+             pick.gpu_kind);
+  else
+    snprintf(lanes, sizeof lanes, "its lane %.100s (%.100s)", pick.name, pick.kind);
   snprintf(s->adm_details, sizeof s->adm_details,
-           "tab %.63s at %.200s: its lane %.100s (%.100s), frames up to %u bytes; passed the bit-exact self-test "
-           "at join", s->peer[0] ? s->peer : "?", srv->url, pick.name, pick.kind, (unsigned)c->max_frame);
+           "tab %.63s at %.200s: %s, frames up to %u bytes; passed the bit-exact self-test at join%s",
+           s->peer[0] ? s->peer : "?", srv->url, lanes, (unsigned)c->max_frame, gpu);
   pthread_mutex_unlock(&srv->lock);
   return 1;
 }
@@ -974,6 +1115,27 @@ static void *admit_main(void *arg) {
   return NULL;
 }
 
+/* From an op's reply, on the fabric's thread: which of the tab's lanes computed it. The details end with
+ * the count per op and lane ("; ran: matmul 3 on webgpu, 1 on cpu; gelu 2 on cpu"), rewritten as they
+ * change (a few hundred bytes: small beside an op's round trip to a tab). */
+static void browser_op_ran(weft_net_client *c, weft_op_kind kind, int32_t lane) {
+  browser_slot *s = (browser_slot *)c;
+  int at = lane == c->peer_lane ? 0 : s->gpu_lane >= 0 && lane == s->gpu_lane ? 1 : -1;
+  if (at < 0 || (unsigned)kind >= WEFT_OP_COUNT) return; /* a lane it does not have: nothing to count */
+  s->ran[kind][at]++;
+  size_t used = s->details_fixed, cap = sizeof s->details;
+  const char *sep = "; ran: ";
+  for (int k = 0; k < WEFT_OP_COUNT && used + 1 < cap; k++) {
+    if (!s->ran[k][0] && !s->ran[k][1]) continue;
+    used += (size_t)snprintf(s->details + used, cap - used, "%s%s", sep, weft_optable[k].name);
+    sep = "; ";
+    for (int l = 1; l >= 0 && used + 1 < cap; l--) /* the GPU first */
+      if (s->ran[k][l])
+        used += (size_t)snprintf(s->details + used, cap - used, "%s %llu on %s", l == 1 || !s->ran[k][1] ? "" : ",",
+                                 (unsigned long long)s->ran[k][l], s->lane_name[l]);
+  }
+}
+
 /* Asked on the fabric's thread while the lane is down: only reads the admission's verdict. */
 static weft_status browser_revive(void *self) {
   browser_slot *s = self;
@@ -985,6 +1147,12 @@ static weft_status browser_revive(void *self) {
     s->client.host = s->fabric_host;
     snprintf(s->device, sizeof s->device, "%s", s->adm_device);
     snprintf(s->details, sizeof s->details, "%s", s->adm_details);
+    s->details_fixed = strlen(s->details);
+    s->gpu_lane = s->adm_gpu_lane;
+    memcpy(s->lane_name, s->adm_lane_name, sizeof s->lane_name);
+    memset(s->ran, 0, sizeof s->ran);
+    s->client.peer_routes = s->gpu_lane >= 0 ? s->adm_gpu_ops : 0;
+    s->client.op_ran = browser_op_ran;
     pthread_mutex_unlock(&srv->lock);
     return WEFT_OK;
   }
@@ -1076,6 +1244,15 @@ static weft_status server_start(browser_server *srv, long port, char *why, size_
     /* HTTP/1.1 only: every tab's WebSocket is an upgrade of it, and this libwebsockets' HTTP/2 leaks. */
     info.alpn = "http/1.1";
   }
+  /* Cross-origin isolation: the Bench page's clock ticks in microseconds instead of 0.1 ms steps, and the
+   * pages load nothing from elsewhere, so it costs them nothing. */
+  srv->headers[0].next = &srv->headers[1];
+  srv->headers[0].name = "cross-origin-opener-policy:";
+  srv->headers[0].value = "same-origin";
+  srv->headers[1].next = NULL;
+  srv->headers[1].name = "cross-origin-embedder-policy:";
+  srv->headers[1].value = "require-corp";
+  info.headers = &srv->headers[0];
   if (srv->web_dir[0]) {
     srv->mount.mountpoint = "/";
     srv->mount.mountpoint_len = 1;
@@ -1198,8 +1375,9 @@ weft_status weft_browser_probe(const weft_probe_args *args, const weft_lane_sink
     srv->nslots++;
   }
   if (!st) {
-    /* lws is chatty on stderr by default; errors are what a person needs from a library. */
-    lws_set_log_level(LLL_ERR, NULL);
+    /* lws is chatty on stderr, errors included ("ERROR on binding fd ... to port"): a library says
+     * nothing itself, and every failure comes back as this lane's reason (a port in use included). */
+    lws_set_log_level(0, NULL);
     st = server_start(srv, port, why, sizeof why);
   }
   if (st) {
@@ -1213,6 +1391,7 @@ weft_status weft_browser_probe(const weft_probe_args *args, const weft_lane_sink
     browser_slot *s = &srv->slots[i];
     s->srv = srv;
     s->index = (int)i;
+    s->gpu_lane = -1;
     s->alive = 1;
     s->timeout_ms = srv->timeout_ms;
     snprintf(s->name, sizeof s->name, "browser:%ld", i);

@@ -65,7 +65,7 @@ static weft_status cpu_run(void *self, const weft_op *op) {
   weft_fpenv env;
   weft_fpenv_enter(&env);
   weft_status st = WEFT_OK;
-  if (op->kind == WEFT_OP_MATMUL) st = weft_cpu_matmul(l, op);
+  if (op->kind == WEFT_OP_MATMUL || op->kind == WEFT_OP_MATMUL_ACC) st = weft_cpu_matmul(l, op);
   else if (op->kind >= WEFT_OP_V1_COUNT) {
     st = weft_cpu_tx_run(l->pool, op);
     if (st == WEFT_ERR_UNSUPPORTED) st = weft_optable_host_run(op, l->host);

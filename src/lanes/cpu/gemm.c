@@ -7,6 +7,7 @@
  * changes the order within it, so the threading and blocking choices below never change the result bits.
  * The exact microkernels store every NaN as the canonical NaN (0x7fc00000) at each store of a C tile; a NaN
  * partial sum stays NaN through the later k blocks, so the result is canonical whatever the blocking.
+ * MATMUL_ACC is the same loops with the first kc block continuing from C's value too (c += a.b).
  *
  * A matmul of at most SKINNY_M rows (a decode step's matrix-vector products) skips all of that: packing B
  * would read and write the whole of it for a handful of output rows, so B is read where it lies, once. */
@@ -43,12 +44,14 @@ typedef struct mm_view {
   float *c;
   int64_t m, n, k;
   int ta, tb;
+  int acc; /* MATMUL_ACC: every sum starts from C's value, not +0 */
 } mm_view;
 
 static mm_view view_of(const weft_op *op, int64_t p) {
   mm_view v;
   v.m = op->m, v.n = op->n, v.k = op->k;
   v.ta = op->trans_a, v.tb = op->trans_b;
+  v.acc = op->kind == WEFT_OP_MATMUL_ACC;
   v.a = (const float *)op->in[0] + (size_t)p * (size_t)(v.m * v.k);
   v.b = (const float *)op->in[1] + (op->b_batched ? (size_t)p * (size_t)(v.k * v.n) : 0);
   v.c = (float *)op->out[0] + (size_t)p * (size_t)(v.m * v.n);
@@ -63,7 +66,8 @@ static void matmul_tiny(const mm_view *v) {
   const int64_t m = v->m, n = v->n, k = v->k;
   for (int64_t i = 0; i < m; i++) {
     float *restrict crow = v->c + i * n;
-    for (int64_t j = 0; j < n; j++) crow[j] = 0.0f;
+    if (!v->acc)
+      for (int64_t j = 0; j < n; j++) crow[j] = 0.0f;
     for (int64_t q = 0; q < k; q++) {
       const float av = v->ta ? v->a[q * m + i] : v->a[i * k + q];
       if (!v->tb) {
@@ -239,8 +243,9 @@ static void skinny_task(void *ctx, int tid) {
     const float *a = job->a + (size_t)(p * m) * (size_t)k;
     const float *b = (const float *)op->in[1] + (op->b_batched ? (size_t)p * (size_t)(k * n) : 0);
     float *c = (float *)op->out[0] + (size_t)(p * m) * (size_t)n + j0;
-    if (op->trans_b) job->k->gemv_nt(c, n, a, m, b + (size_t)j0 * (size_t)k, k, j1 - j0, k);
-    else job->k->gemv_nn(c, n, a, m, b + j0, n, j1 - j0, k);
+    const int acc = op->kind == WEFT_OP_MATMUL_ACC;
+    if (op->trans_b) job->k->gemv_nt(c, n, a, m, b + (size_t)j0 * (size_t)k, k, j1 - j0, k, acc);
+    else job->k->gemv_nn(c, n, a, m, b + j0, n, j1 - j0, k, acc);
     atomic_fetch_add_explicit(&job->done, 1, memory_order_release);
   }
   if (tid == 0) weft_cpu_wait_until(&job->done, job->nunits);
@@ -311,7 +316,7 @@ static void gemm_single(const gemm_job *job, const mm_view *v, float *abuf, floa
       for (int64_t ic = 0; ic < v->m; ic += mcb) {
         const int64_t mc = min64(mcb, v->m - ic);
         pack_a(v, ic, mc, pc, kc, kr->mr, abuf);
-        macro_kernel(kr, job->ukr, abuf, bbuf, mc, nc, kc, 0, npanels, v->c + ic * v->n + jc, v->n, pc == 0);
+        macro_kernel(kr, job->ukr, abuf, bbuf, mc, nc, kc, 0, npanels, v->c + ic * v->n + jc, v->n, pc == 0 && !v->acc);
       }
     }
   }
@@ -399,7 +404,7 @@ static void task_shared(void *ctx, int tid) {
         a_t = t, a_ic = ic;
       }
       macro_kernel(kr, job->ukr, abuf, bbuf, mc, b.nc, b.kc, b.npanels * ch / b.nchunks,
-                   b.npanels * (ch + 1) / b.nchunks, v.c + i0 * v.n + b.jc, v.n, b.pc == 0);
+                   b.npanels * (ch + 1) / b.nchunks, v.c + i0 * v.n + b.jc, v.n, b.pc == 0 && !v.acc);
       /* A later block pair of another C tile may have finished this unit first: keep the largest. */
       long long seen = atomic_load_explicit(&job->unit_iter[u], memory_order_relaxed);
       while (seen < t + 1 && !atomic_compare_exchange_weak_explicit(&job->unit_iter[u], &seen, t + 1,
@@ -469,8 +474,11 @@ void weft_cpu_scratch_free(weft_cpu_lane *lane) {
 weft_status weft_cpu_matmul(weft_cpu_lane *lane, const weft_op *op) {
   const int64_t m = op->m, n = op->n, k = op->k, batch = op->batch;
   if (batch == 0 || m == 0 || n == 0) return WEFT_OK;
-  if (k == 0) { /* no terms: every sum is +0 */
-    memset(op->out[0], 0, sizeof(float) * (size_t)(batch * m * n));
+  if (k == 0) { /* no terms: every sum is +0 (or, accumulating, C's value, canonical as a stored result) */
+    float *c = op->out[0];
+    if (op->kind == WEFT_OP_MATMUL_ACC)
+      for (size_t e = 0; e < (size_t)(batch * m * n); e++) c[e] = weft_canon_nan(c[e]);
+    else memset(c, 0, sizeof(float) * (size_t)(batch * m * n));
     return WEFT_OK;
   }
   const int64_t per_entry = m * n * k;

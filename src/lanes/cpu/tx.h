@@ -70,15 +70,15 @@ typedef struct weft_cpu_tx_kernels {
   void (*softmax_bwd_row)(float *ds, const float *p, const float *dp, int64_t n, float dot, float scale);
   /* dst[i*ld + j] = src[j*stride + i] for j < n, i < hs (attention's transposed panels). */
   void (*transpose)(float *dst, int64_t ld, const float *src, int64_t stride, int64_t n, int64_t hs);
-  /* The matmul's skinny case (gemm.c: a few rows of A, B read in place, never packed), m <= 4 rows of a
-   * (row stride k): c[i*ldc + j] = sum over q ascending below k of a[i*k + q] * B(q, j), for j < n, where
-   * B(q, j) is b[j*ldb + q] (nt: B stored transposed, as a linear layer's weights) or b[q*ldb + j] (nn).
-   * Exact tables keep matmul's canonical order per element and store canonical NaNs; fp32 tables may fuse
-   * and reorder. */
+  /* The matmul's skinny case (gemm.c: a few rows of A, B read in place, never packed), m rows of a (row
+   * stride k): c[i*ldc + j] = s + sum over q ascending below k of a[i*k + q] * B(q, j), for j < n, where s
+   * is +0, or c's own value with `acc` (MATMUL_ACC), and B(q, j) is b[j*ldb + q] (nt: B stored transposed,
+   * as a linear layer's weights) or b[q*ldb + j] (nn). Exact tables keep matmul's canonical order per
+   * element and store canonical NaNs; fp32 tables may fuse and reorder. */
   void (*gemv_nt)(float *c, int64_t ldc, const float *a, int64_t m, const float *b, int64_t ldb, int64_t n,
-                  int64_t k);
+                  int64_t k, int acc);
   void (*gemv_nn)(float *c, int64_t ldc, const float *a, int64_t m, const float *b, int64_t ldb, int64_t n,
-                  int64_t k);
+                  int64_t k, int acc);
   /* fp32 tables only (NULL in exact ones), sums in any order: the sum of x[0..n) and of x[j] * y[j];
    * layernorm's mean and unscaled variance of one row, and its backward's two sums of one row. */
   float (*sum)(const float *x, int64_t n);

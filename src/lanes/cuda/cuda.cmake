@@ -72,7 +72,6 @@ add_custom_command(
 
 target_sources(weft_obj PRIVATE
   ${_weft_cu_dir}/cuda_api.c
-  ${_weft_cu_dir}/cuda_copy.c
   ${_weft_cu_dir}/cuda_ops.c
   ${_weft_cu_dir}/cuda_lane.c
   ${_weft_cu_c})

@@ -18,7 +18,8 @@
   X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemsetD32Async) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuStreamCreate)                    \
   X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent) X(cuStreamBeginCapture) X(cuStreamEndCapture)   \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventQuery) X(cuGraphInstantiate) \
-  X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuGetErrorName) X(cuGetErrorString)           \
+  X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuGraphCreate) X(cuGraphAddKernelNode)                   \
+  X(cuGraphExecKernelNodeSetParams) X(cuEventElapsedTime) X(cuGetErrorName) X(cuGetErrorString)           \
   X(cuMemHostRegister) X(cuMemHostUnregister)
 
 /* cuBLAS entry points (cuBLASLt comes in underneath, as libcublas's own dependency). */

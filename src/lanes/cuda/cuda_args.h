@@ -30,6 +30,10 @@ enum {
   WEFT_CUK_TX_ADAMW,
   WEFT_CUK_TX_SUMSQ_CHUNKS, WEFT_CUK_TX_SUMSQ_ADD,
   WEFT_CUK_TX_PERMUTE, WEFT_CUK_TX_COPY_SLICE,
+  /* the exact matmul for at most WEFT_CU_MV_ROWS rows of a (cuda_kernels.cu: mv_exact) */
+  WEFT_CUK_MV_NN, WEFT_CUK_MV_NT, WEFT_CUK_MV1_NN, WEFT_CUK_MV1_NT, /* MV1: one row */
+  /* a block per row, for a few rows (decode) */
+  WEFT_CUK_TX_LN_FWD_ROW, WEFT_CUK_TX_ATTN_CACHED_BLK,
   WEFT_CUK_COUNT
 };
 
@@ -45,6 +49,11 @@ typedef struct weft_cu_mm_args {
   int32_t vec_a, vec_b, vec_c;
   int32_t pad_;
 } weft_cu_mm_args;
+
+/* The matrix-vector kernels' limits: rows of a, outputs a block of WEFT_CU_MV_THREADS owns. */
+#define WEFT_CU_MV_ROWS 4
+#define WEFT_CU_MV_OUT 16
+#define WEFT_CU_MV_THREADS 256
 
 /* The one-pass elementwise ops. */
 enum { WEFT_CU_EW_ADD, WEFT_CU_EW_RELU, WEFT_CU_EW_RELU_BACKWARD, WEFT_CU_EW_SCALE, WEFT_CU_EW_AXPY };

@@ -4,6 +4,7 @@
 #ifndef WEFT_CUDA_INTERNAL_H
 #define WEFT_CUDA_INTERNAL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,7 @@
 #define WEFT_CU_GRAPHS 8                              /* recorded launch sequences kept as graphs */
 #define WEFT_CU_BLAS_WORKSPACE ((size_t)32 << 20)
 #define WEFT_CU_REGS 64                               /* host ranges registered (pinned in place) at once */
+#define WEFT_CU_PIN_AWAY ((size_t)32 << 20)           /* ranges larger than this are pinned off the caller's path */
 #define WEFT_CU_UP_CHUNKS 8                           /* a large upload from registered memory, in parts */
 #define WEFT_CU_UP_EVENTS 32                          /* events marking those parts, reused in turn */
 #define WEFT_CU_CACHE 8                               /* freed device allocations kept for reuse ... */
@@ -33,6 +35,7 @@ typedef struct weft_cu_buf {
   CUdeviceptr ptr;
   size_t bytes;
   size_t cap;         /* bytes allocated at ptr (a cached allocation may be larger) */
+  int foreign;        /* ptr is another library's memory (buffer_wrap): never freed or cached here */
   uint64_t gen;       /* bumped whenever the contents change (an upload, an op writing it) */
   int from_host;      /* the contents came straight from an upload (not from an op) */
   CUdeviceptr bf16;   /* the contents rounded to bf16 for the tensor lane; current when bf16_gen == gen */
@@ -50,12 +53,25 @@ typedef struct weft_cu_buf {
   int up_ev[WEFT_CU_UP_CHUNKS];
 } weft_cu_buf;
 
-/* Host memory the core registered (host_register), pinned in place: transfers skip the staging copies. */
+/* A range the device's pinning thread pins (cuMemHostRegister) while the caller goes on. */
+typedef struct weft_cu_pin {
+  void *ptr;
+  size_t bytes;
+  int state;       /* WEFT_CU_PIN_QUEUED, _RUNNING, _DONE (under the device's pin_mu) */
+  CUresult result; /* once done */
+  struct weft_cu_pin *next;
+} weft_cu_pin;
+enum { WEFT_CU_PIN_QUEUED, WEFT_CU_PIN_RUNNING, WEFT_CU_PIN_DONE };
+
+/* Host memory the core registered (host_register), pinned in place: transfers skip the staging copies.
+ * A large range is pinned by the pinning thread: until that is done its transfers are staged as before. */
 typedef struct weft_cu_reg {
   unsigned char *ptr;
   size_t bytes;
   int owned; /* this device pinned it (another GPU's lane may have, first): unpin it when done */
   uint64_t h2d_work; /* the upload stream's work that last read from it (a result streamed in waits for it) */
+  weft_cu_pin *pin;  /* being pinned; NULL: settled */
+  int unpinned;      /* the pinning failed: the range stays on record, its transfers staged */
 } weft_cu_reg;
 
 /* cuBLAS strided-batched gemm, column-major as cuBLAS sees it. */
@@ -95,16 +111,34 @@ typedef struct weft_cu_item {
   } a;
 } weft_cu_item;
 
-/* A launch sequence seen before: after its second appearance it is captured and replayed as a graph. */
+/* One kernel launch or cuBLAS call of a recorded sequence, after consecutive small elementwise items were
+ * merged into one batch launch: what a graph holds a node for. */
+typedef struct weft_cu_launch_t {
+  int32_t fn, blas;
+  uint32_t grid[3], block[3];
+  const void *args; /* the kernel's argument block: an item's, or a batch block */
+  size_t args_size;
+  size_t item; /* the (first) item it comes from */
+} weft_cu_launch_t;
+
+/* A launch sequence seen before: after its second appearance it is made a graph and replayed. A sequence
+ * of kernels only is built node by node and keeps its nodes, so a later sequence of the same kernels and
+ * grids whose arguments differ (a decode step's position, a new token's index tensor) updates the nodes
+ * that changed and replays; one with cuBLAS calls is captured from the stream and replayed only when equal. */
 typedef struct weft_cu_graph {
   weft_cu_item *items;
   size_t n;
-  CUgraphExec exec; /* NULL until captured */
-  int no_graph;     /* capture failed once: run it directly */
+  CUgraphExec exec; /* NULL until built */
+  int no_graph;     /* building failed once: run it directly */
   uint64_t used;    /* for eviction */
+  CUgraph graph;    /* kept while nodes are (updates name nodes of it) */
+  CUgraphNode *nodes;
+  weft_cu_launch_t *launches; /* their arguments point into items and ewb */
+  weft_cu_ewb_args *ewb;
+  size_t nlaunch, newb;
 } weft_cu_graph;
 
-typedef struct weft_cu_copier weft_cu_copier;
+typedef struct weft_hostcopy weft_hostcopy;
 
 typedef struct weft_cu_dev {
   const weft_cuda_api *cu;
@@ -138,10 +172,16 @@ typedef struct weft_cu_dev {
   size_t wb_bytes;
   weft_cu_buf *wb_owner;
   CUevent wb_ev[WEFT_CU_WB_CHUNKS], chunk_ev[WEFT_CU_WB_CHUNKS];
-  weft_cu_copier *copier;
+  weft_hostcopy *copier; /* the process's host copier (core/hostcopy.c), for the staging copies */
   int copier_tried;
   weft_cu_reg regs[WEFT_CU_REGS];
   int nregs;
+  /* the pinning thread (started by the first large registration) and its queue */
+  pthread_t pin_thread;
+  int pin_started, pin_stop;
+  pthread_mutex_t pin_mu;
+  pthread_cond_t pin_cv;
+  weft_cu_pin *pin_head, *pin_tail;
   /* freed allocations kept for the next of a similar size (cuMemAlloc and cuMemFree take hundreds of
    * microseconds on large ones; a split allocates its slices anew each time), oldest first */
   struct {
@@ -159,6 +199,10 @@ typedef struct weft_cu_dev {
   size_t nitems, items_cap;
   weft_cu_graph graphs[WEFT_CU_GRAPHS];
   uint64_t graph_clock;
+  uint64_t graph_updates, graph_replays; /* nodes updated in place, graphs launched (for tests and bench) */
+  weft_cu_launch_t *plan;                  /* a flush's launches, and their batch blocks */
+  weft_cu_ewb_args *plan_ewb;
+  size_t plan_cap;
   int wait_d2h; /* a recorded op writes the buffer being streamed back: the flush must wait for that */
   /* scratch: softmax's per-row losses, attention backward's ds [B,NH,T,T] (each op's use ends with it) */
   CUdeviceptr scratch;
@@ -170,6 +214,16 @@ typedef struct weft_cu_dev {
   /* fault injection for the tests: WEFT_CUDA_FAULT=trap:N makes the Nth run on device 0 launch a trapping
    * kernel (device 0 only: a second GPU stays up, as it would when one device faults) */
   long fault_at, runs;
+  /* WEFT_CUDA_PROFILE=1: every flush runs its launches directly, each timed with events, and the device
+   * prints the time per kernel when it closes (a developer's tool: it serialises the host with the GPU) */
+  int profile;
+  struct {
+    int32_t fn; /* WEFT_CUK_COUNT: cuBLAS */
+    uint32_t gx, gy;
+    double ms;
+    uint64_t n;
+  } prof[128]; /* per kernel and grid */
+  int nprof;
 } weft_cu_dev;
 
 typedef struct weft_cu_lane {
@@ -194,6 +248,10 @@ weft_status weft_cu_emit(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t
 /* Rows of the matmul's output as the lane sees them (batch folded into rows where it can be), and whether
  * rows may be split (one batch entry after folding). */
 int64_t weft_cu_matmul_rows(const weft_op *op, int *out_splittable);
+/* The kernels' names (cuda_lane.c). */
+extern const char *const weft_cu_kernel_names[WEFT_CUK_COUNT];
+/* Frees a remembered sequence and its graph. */
+void weft_cu_graph_clear(weft_cu_dev *d, weft_cu_graph *g);
 /* Runs launches on the compute stream, in order. */
 weft_status weft_cu_launch(weft_cu_dev *d, const weft_cu_item *items, size_t n);
 /* Executes what was recorded (a graph when the same sequence was seen before). */
@@ -204,12 +262,6 @@ weft_status weft_cu_order(weft_cu_dev *d, int s, int t);
 weft_status weft_cu_sync_all(weft_cu_dev *d);
 /* Appends one item to the recorded list. */
 weft_status weft_cu_push(weft_cu_dev *d, const weft_cu_item *it);
-
-/* Host copies on several threads (cuda_copy.c). NULL copier: plain memcpy. */
-weft_cu_copier *weft_cu_copier_create(void);
-void weft_cu_copier_destroy(weft_cu_copier *c);
-void weft_cu_copy(weft_cu_copier *c, void *dst, const void *src, size_t bytes);
-int weft_cu_copier_threads(const weft_cu_copier *c);
 
 /* The embedded kernels (generated at build time from cuda_kernels.cu). */
 extern const unsigned char weft_cuda_fatbin[];

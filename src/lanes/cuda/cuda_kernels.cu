@@ -276,6 +276,101 @@ WEFT_MM(weft_mm64_nt, 64, 4, false, true)
 WEFT_MM(weft_mm64_tn, 64, 4, true, false)
 WEFT_MM(weft_mm64_tt, 64, 4, true, true)
 
+/* The exact matmul for a few rows of a (decode's matrix-vector work): a block owns MV_OUT outputs of each
+ * row, and one thread per output runs that output's whole k chain - 0 + a[r,0]*b[0,j] + a[r,1]*b[1,j] + ...,
+ * each product and sum rounded, k ascending: the same order as mm_exact and the reference. The block's other
+ * threads only stage tiles of b (MV_OUT outputs x MV_K of k) and of a through shared memory, so b is read
+ * coalesced whichever way it is laid out and the next tile loads while the chain runs over this one. With up
+ * to MV_R rows, a thread carries MV_R independent chains. a is not transposed; blockIdx.y is the batch. */
+#define MV_OUT WEFT_CU_MV_OUT
+#define MV_K 256
+#define MV_R WEFT_CU_MV_ROWS
+#define MV_THREADS WEFT_CU_MV_THREADS
+static_assert(MV_K == MV_THREADS, "a's tile is staged one element a thread");
+template <bool TB, int R> DEV void mv_exact(const weft_cu_mm_args &p) {
+  const float *A = reinterpret_cast<const float *>(p.a) + (long long)blockIdx.y * p.sa;
+  const float *B = reinterpret_cast<const float *>(p.b) + (long long)blockIdx.y * p.sb;
+  float *C = reinterpret_cast<float *>(p.c) + (long long)blockIdx.y * p.sc;
+  /* b's tile transposed, [k][output]: the chain threads read consecutive banks */
+  __shared__ float Ws[2][MV_K][MV_OUT + 1]; /* +1: the staging stores, a k per thread, hit distinct banks */
+  __shared__ float Xs[2][R][MV_K];
+  const int tid = threadIdx.x, n0 = blockIdx.x * MV_OUT, M = R == 1 ? 1 : p.m, N = p.n, K = p.k;
+  constexpr int PER = MV_OUT * MV_K / MV_THREADS; /* b elements a thread stages per tile */
+  float rw[PER], rx[R];
+  auto load = [&](int k0) {
+#pragma unroll
+    for (int q = 0; q < PER; q++) {
+      const int e = q * MV_THREADS + tid;
+      /* TB: b is [N, K], a run of MV_K along k per output; else [K, N], a run of MV_OUT outputs per k */
+      const int j = TB ? e / MV_K : e % MV_OUT, kk = TB ? e % MV_K : e / MV_OUT;
+      const int col = n0 + j, k = k0 + kk;
+      rw[q] = col < N && k < K ? (TB ? B[(long long)col * p.ldb + k] : B[(long long)k * p.ldb + col]) : 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) rx[r] = r < M && k0 + tid < K ? A[(long long)r * p.lda + k0 + tid] : 0.0f;
+  };
+  auto store = [&](int buf) {
+#pragma unroll
+    for (int q = 0; q < PER; q++) {
+      const int e = q * MV_THREADS + tid;
+      const int j = TB ? e / MV_K : e % MV_OUT, kk = TB ? e % MV_K : e / MV_OUT;
+      Ws[buf][kk][j] = rw[q];
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) Xs[buf][r][tid] = rx[r];
+  };
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) acc[r] = 0.0f;
+  const int ktiles = (K + MV_K - 1) / MV_K;
+  if (ktiles > 0) {
+    load(0);
+    store(0);
+  }
+  __syncthreads();
+  for (int t = 0; t < ktiles; t++) {
+    const int cur = t & 1, k0 = t * MV_K;
+    if (t + 1 < ktiles) load(k0 + MV_K);
+    if (tid < MV_OUT) {
+      const int kn = K - k0 < MV_K ? K - k0 : MV_K, k8 = kn & ~7;
+      /* eight products at a time into registers (their loads and multiplies overlap), then eight adds in
+       * order: the chain waits only on its adds */
+#pragma unroll 2
+      for (int kk = 0; kk < k8; kk += 8) {
+        float w[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) w[u] = Ws[cur][kk + u][tid];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          if (r >= M) break;
+          float pr[8];
+#pragma unroll
+          for (int u = 0; u < 8; u++) pr[u] = __fmul_rn(Xs[cur][r][kk + u], w[u]);
+#pragma unroll
+          for (int u = 0; u < 8; u++) acc[r] = __fadd_rn(acc[r], pr[u]);
+        }
+      }
+      for (int kk = k8; kk < kn; kk++) {
+        const float w = Ws[cur][kk][tid];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+          if (r < M) acc[r] = __fadd_rn(acc[r], __fmul_rn(Xs[cur][r][kk], w));
+      }
+    }
+    if (t + 1 < ktiles) store(cur ^ 1);
+    __syncthreads();
+  }
+  if (tid < MV_OUT && n0 + tid < N) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+      if (r < M) C[(long long)r * p.ldc + n0 + tid] = w_canon(acc[r]);
+  }
+}
+extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv_nn(weft_cu_mm_args p) { mv_exact<false, MV_R>(p); }
+extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv_nt(weft_cu_mm_args p) { mv_exact<true, MV_R>(p); }
+extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv1_nn(weft_cu_mm_args p) { mv_exact<false, 1>(p); }
+extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv1_nt(weft_cu_mm_args p) { mv_exact<true, 1>(p); }
+
 /* ------------------------------------------------------------------------------------ elementwise */
 
 /* One elementwise op over elements e = start, start + stride, ... */

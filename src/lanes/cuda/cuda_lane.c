@@ -22,9 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../core/hostcopy.h"
 #include "cuda_internal.h"
 
-static const char *const kernel_names[WEFT_CUK_COUNT] = {
+const char *const weft_cu_kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_MM128_NN] = "weft_mm128_nn",     [WEFT_CUK_MM128_NT] = "weft_mm128_nt",
     [WEFT_CUK_MM128_TN] = "weft_mm128_tn",     [WEFT_CUK_MM128_TT] = "weft_mm128_tt",
     [WEFT_CUK_MM64_NN] = "weft_mm64_nn",       [WEFT_CUK_MM64_NT] = "weft_mm64_nt",
@@ -57,6 +58,10 @@ static const char *const kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_TX_SUMSQ_ADD] = "weft_tx_sumsq_add",
     [WEFT_CUK_TX_PERMUTE] = "weft_tx_permute",
     [WEFT_CUK_TX_COPY_SLICE] = "weft_tx_copy_slice",
+    [WEFT_CUK_MV_NN] = "weft_mv_nn",           [WEFT_CUK_MV_NT] = "weft_mv_nt",
+    [WEFT_CUK_MV1_NN] = "weft_mv1_nn",         [WEFT_CUK_MV1_NT] = "weft_mv1_nt",
+    [WEFT_CUK_TX_LN_FWD_ROW] = "weft_tx_layernorm_fwd_row",
+    [WEFT_CUK_TX_ATTN_CACHED_BLK] = "weft_tx_attn_cached_blk",
 };
 
 /* ------------------------------------------------------------------------------------------- errors */
@@ -194,7 +199,7 @@ static void staging_init(weft_cu_dev *d) {
   }
   if (!d->copier_tried) {
     d->copier_tried = 1;
-    d->copier = weft_cu_copier_create();
+    d->copier = weft_hostcopy_acquire();
   }
 }
 
@@ -211,15 +216,111 @@ static weft_status slot_take(weft_cu_dev *d, int *out_slot) {
   return WEFT_OK;
 }
 
-/* The registered host range that holds [p, p + bytes), or NULL. */
+/* ------------------------------------------------------------------------------------------ pinning */
+
+/* Pinning a range takes the driver about as long as copying it: 64 MiB cost the second host-to-host call
+ * on the H200 9 ms more than the first for three arrays. A large range is therefore pinned by a thread of
+ * the device's own while the caller goes on; its transfers are staged as before until it is done. */
+static void *pin_main(void *arg) {
+  weft_cu_dev *d = arg;
+  int have_ctx = d->cu->cuCtxSetCurrent(d->ctx) == CUDA_SUCCESS;
+  pthread_mutex_lock(&d->pin_mu);
+  for (;;) {
+    while (!d->pin_head && !d->pin_stop) pthread_cond_wait(&d->pin_cv, &d->pin_mu);
+    if (!d->pin_head) break;
+    weft_cu_pin *p = d->pin_head;
+    d->pin_head = p->next;
+    if (!d->pin_head) d->pin_tail = NULL;
+    p->state = WEFT_CU_PIN_RUNNING;
+    pthread_mutex_unlock(&d->pin_mu);
+    CUresult r = have_ctx ? d->cu->cuMemHostRegister(p->ptr, p->bytes, CU_MEMHOSTREGISTER_PORTABLE)
+                          : CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&d->pin_mu);
+    p->result = r;
+    p->state = WEFT_CU_PIN_DONE;
+    pthread_cond_broadcast(&d->pin_cv);
+  }
+  pthread_mutex_unlock(&d->pin_mu);
+  return NULL;
+}
+
+/* Hands a range to the pinning thread (started on first use). NULL when there is no thread. */
+static weft_cu_pin *pin_away(weft_cu_dev *d, void *ptr, size_t bytes) {
+  if (!d->pin_started) {
+    pthread_mutex_init(&d->pin_mu, NULL);
+    pthread_cond_init(&d->pin_cv, NULL);
+    d->pin_started = pthread_create(&d->pin_thread, NULL, pin_main, d) == 0 ? 1 : -1;
+  }
+  if (d->pin_started < 0) return NULL;
+  weft_cu_pin *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->ptr = ptr, p->bytes = bytes, p->state = WEFT_CU_PIN_QUEUED;
+  pthread_mutex_lock(&d->pin_mu);
+  if (d->pin_tail) d->pin_tail->next = p;
+  else d->pin_head = p;
+  d->pin_tail = p;
+  pthread_cond_signal(&d->pin_cv);
+  pthread_mutex_unlock(&d->pin_mu);
+  return p;
+}
+
+/* Takes the pinning thread's outcome into the record once it is there (waits for it when `wait`; a range
+ * still queued is then taken off the queue, unpinned). Returns 1 when the record is settled. */
+static int reg_settle(weft_cu_dev *d, weft_cu_reg *g, int wait) {
+  weft_cu_pin *p = g->pin;
+  if (!p) return 1;
+  pthread_mutex_lock(&d->pin_mu);
+  if (wait && p->state == WEFT_CU_PIN_QUEUED) {
+    weft_cu_pin **at = &d->pin_head, *prev = NULL;
+    while (*at && *at != p) prev = *at, at = &(*at)->next;
+    if (*at) *at = p->next;
+    if (d->pin_tail == p) d->pin_tail = prev;
+    p->state = WEFT_CU_PIN_DONE;
+    p->result = CUDA_ERROR_NOT_PERMITTED; /* never pinned */
+  }
+  while (wait && p->state != WEFT_CU_PIN_DONE) pthread_cond_wait(&d->pin_cv, &d->pin_mu);
+  int done = p->state == WEFT_CU_PIN_DONE;
+  pthread_mutex_unlock(&d->pin_mu);
+  if (!done) return 0;
+  g->owned = p->result == CUDA_SUCCESS;
+  g->unpinned = p->result != CUDA_SUCCESS && p->result != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  g->pin = NULL;
+  free(p);
+  return 1;
+}
+
+static void pin_stop(weft_cu_dev *d) {
+  if (d->pin_started <= 0) return;
+  for (int i = 0; i < d->nregs; i++) reg_settle(d, &d->regs[i], 1);
+  pthread_mutex_lock(&d->pin_mu);
+  d->pin_stop = 1;
+  pthread_cond_broadcast(&d->pin_cv);
+  pthread_mutex_unlock(&d->pin_mu);
+  pthread_join(d->pin_thread, NULL);
+  pthread_mutex_destroy(&d->pin_mu);
+  pthread_cond_destroy(&d->pin_cv);
+  d->pin_started = 0;
+}
+
+/* The registered host range that holds [p, p + bytes) and is pinned now, or NULL. */
 static weft_cu_reg *reg_find(weft_cu_dev *d, const void *p, size_t bytes) {
   const unsigned char *c = p;
-  for (int i = 0; i < d->nregs; i++)
-    if (c >= d->regs[i].ptr && c + bytes <= d->regs[i].ptr + d->regs[i].bytes) return &d->regs[i];
+  for (int i = 0; i < d->nregs; i++) {
+    weft_cu_reg *g = &d->regs[i];
+    if (c >= g->ptr && c + bytes <= g->ptr + g->bytes) return reg_settle(d, g, 0) && !g->unpinned ? g : NULL;
+  }
   return NULL;
 }
 
 static int reg_covers(weft_cu_dev *d, const void *p, size_t bytes) { return reg_find(d, p, bytes) != NULL; }
+
+/* Registered (pinned, or being pinned) already? */
+static int reg_known(const weft_cu_dev *d, const void *p, size_t bytes) {
+  const unsigned char *c = p;
+  for (int i = 0; i < d->nregs; i++)
+    if (c >= d->regs[i].ptr && c + bytes <= d->regs[i].ptr + d->regs[i].bytes) return 1;
+  return 0;
+}
 
 /* Host -> device through the slots: each slot is filled (on several threads) while the previous one is on
  * the bus. Returns once `src` has been read; the copies finish on the upload stream. */
@@ -269,7 +370,7 @@ static weft_status to_device(weft_cu_dev *d, weft_cu_buf *b, size_t offset, cons
     int slot;
     if ((st = slot_take(d, &slot)) != WEFT_OK) return st;
     unsigned char *stage = d->ring + (size_t)slot * WEFT_CU_SLOT_BYTES;
-    weft_cu_copy(d->copier, stage, (const char *)src + off, len);
+    weft_hostcopy_run(d->copier, stage, (const char *)src + off, len);
     CUresult r = d->cu->cuMemcpyHtoDAsync(dst + off, stage, len, s);
     if (r == CUDA_SUCCESS) r = d->cu->cuEventRecord(d->slot_ev[slot], s);
     if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "copying to the GPU");
@@ -321,7 +422,7 @@ static weft_status to_host(weft_cu_dev *d, void *dst, CUdeviceptr src, size_t by
     d->slot_busy[slot] = 0;
     size_t off = c * WEFT_CU_SLOT_BYTES;
     size_t len = bytes - off < WEFT_CU_SLOT_BYTES ? bytes - off : WEFT_CU_SLOT_BYTES;
-    weft_cu_copy(d->copier, (char *)dst + off, d->ring + (size_t)slot * WEFT_CU_SLOT_BYTES, len);
+    weft_hostcopy_run(d->copier, (char *)dst + off, d->ring + (size_t)slot * WEFT_CU_SLOT_BYTES, len);
   }
   if (issued == nchunks) d->synced[WEFT_CU_S_D2H] = d->work[WEFT_CU_S_D2H];
   return WEFT_OK;
@@ -345,12 +446,17 @@ static void lane_describe(void *self, weft_lane_desc *out) {
   out->device = l->dev->name;
   out->driver = l->dev->driver;
   out->details = l->details;
-  out->contracts = l->tensor ? WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_BF16)
-                             : WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32);
+  /* cuda:N also honours tf32/bf16 for its matmuls (cuBLAS on the same tensor units cuda:N.tensor drives), so
+   * work pinned to cuda:N under those contracts keeps its data in one lane's memory instead of crossing to
+   * cuda:N.tensor's through the host at every matmul; its other ops are exact whatever the contract */
+  const weft_contract_mask tc = WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_BF16);
+  out->contracts = l->tensor ? tc
+                             : WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32) |
+                                   (l->dev->bl ? tc : 0);
   out->flags = 0;
-  /* cuda:N runs every op (the transformer ops on cuda_tx.cu's kernels); cuda:N.tensor matmul only, which its
-   * supports() says (0: the version-1 set, as before) */
-  out->ops = l->tensor ? 0 : WEFT_OPS_ALL;
+  /* cuda:N runs every op but matmul_acc (the transformer ops on cuda_tx.cu's kernels; no accumulating matmul
+   * kernel yet); cuda:N.tensor matmul only, which its supports() says (0: the version-1 set, as before) */
+  out->ops = l->tensor ? 0 : WEFT_OPS_ALL & ~WEFT_OP_BIT(WEFT_OP_MATMUL_ACC);
 }
 
 /* Finished everything given so far? (Recorded launches not yet started count as unfinished.) */
@@ -374,16 +480,30 @@ static void cache_clear(weft_cu_dev *d) {
   d->ncache = 0, d->cached_bytes = 0;
 }
 
+static void profile_print(const weft_cu_dev *d) {
+  double total = 0;
+  for (int i = 0; i < d->nprof; i++) total += d->prof[i].ms;
+  fprintf(stderr, "cuda:%d profile: %.3f ms of kernels (each launch timed alone: a few us of it are the timing)\n",
+          d->ordinal, total);
+  for (int i = 0; i < d->nprof; i++)
+    fprintf(stderr, "  %-28s grid %6u x %-5u %9.3f ms %8llu launches %9.2f us each\n",
+            d->prof[i].fn < WEFT_CUK_COUNT ? weft_cu_kernel_names[d->prof[i].fn] : "cublas", d->prof[i].gx,
+            d->prof[i].gy, d->prof[i].ms, (unsigned long long)d->prof[i].n, 1e3 * d->prof[i].ms / (double)d->prof[i].n);
+}
+
 static void dev_release(weft_cu_dev *d) {
   if (--d->refs > 0) return;
   const weft_cuda_api *cu = d->cu;
+  if (d->profile) profile_print(d);
   if (cu->cuCtxSetCurrent(d->ctx) == CUDA_SUCCESS && !d->failed) weft_cu_sync_all(d);
-  weft_cu_copier_destroy(d->copier);
-  for (int i = 0; i < WEFT_CU_GRAPHS; i++) {
-    if (d->graphs[i].exec) cu->cuGraphExecDestroy(d->graphs[i].exec);
-    free(d->graphs[i].items);
-  }
+  pin_stop(d);
+  for (int i = 0; i < d->nregs; i++) /* left registered (a lane's owner did not unregister): unpinned here */
+    if (d->regs[i].owned && !d->failed) cu->cuMemHostUnregister(d->regs[i].ptr);
+  weft_hostcopy_release(d->copier);
+  for (int i = 0; i < WEFT_CU_GRAPHS; i++) weft_cu_graph_clear(d, &d->graphs[i]);
   free(d->items);
+  free(d->plan);
+  free(d->plan_ewb);
   if (d->blas) d->bl->cublasDestroy(d->blas);
   if (d->blas_ws) cu->cuMemFree(d->blas_ws);
   if (d->scratch) cu->cuMemFree(d->scratch);
@@ -464,7 +584,9 @@ static void lane_free(void *self, weft_buffer *buffer) {
   /* recorded or running work may still use it; a failed device has nothing left to wait for */
   if (!d->failed && weft_cu_enter(d) == WEFT_OK && weft_cu_flush(d) == WEFT_OK) weft_cu_sync_all(d);
   if (!d->failed) {
-    if (b->cap >= WEFT_CU_CACHE_MIN && b->cap <= WEFT_CU_CACHE_MAX) {
+    if (b->foreign) {
+      /* another library's memory: it frees it */
+    } else if (b->cap >= WEFT_CU_CACHE_MIN && b->cap <= WEFT_CU_CACHE_MAX) {
       /* kept for the next allocation of its size; the oldest go first to make room */
       while (d->ncache && (d->ncache == WEFT_CU_CACHE || d->cached_bytes + b->cap > WEFT_CU_CACHE_MAX)) {
         d->cu->cuMemFree(d->cache[0].ptr);
@@ -514,13 +636,21 @@ static weft_status lane_download(void *self, weft_buffer *buffer, size_t offset,
         size_t a = lo > offset ? lo : offset, e = hi < offset + bytes ? hi : offset + bytes;
         /* streamed straight into the destination (registered memory): nothing left to copy */
         if ((char *)dst + (a - offset) != (char *)b->wb_dst + a)
-          weft_cu_copy(d->copier, (char *)dst + (a - offset), b->wb_dst + a, e - a);
+          weft_hostcopy_run(d->copier, (char *)dst + (a - offset), b->wb_dst + a, e - a);
       }
       lo = hi;
     }
     return WEFT_OK;
   }
   return to_host(d, dst, b->ptr + offset, bytes);
+}
+
+/* The result of a matmul on fresh host inputs comes home in row blocks as they are computed (run_stream_back):
+ * a download of a part waits for that part alone. */
+static int lane_streaming(void *self, weft_buffer *buffer) {
+  weft_cu_dev *d = ((weft_cu_lane *)self)->dev;
+  const weft_cu_buf *b = buffer;
+  return !d->failed && d->wb_owner == b && b->wb_chunks > 0 && b->wb_gen == b->gen;
 }
 
 static weft_status lane_scope_begin(void *self) {
@@ -558,16 +688,22 @@ static weft_status lane_host_register(void *self, void *ptr, size_t bytes) {
   weft_cu_dev *d = l->dev;
   weft_status st = weft_cu_enter(d);
   if (st != WEFT_OK) return st;
-  if (reg_covers(d, ptr, bytes)) return WEFT_OK; /* the other lane of this GPU took it already */
+  if (reg_known(d, ptr, bytes)) return WEFT_OK; /* the other lane of this GPU took it already */
   if (d->nregs == WEFT_CU_REGS) return WEFT_ERR_UNSUPPORTED;
+  weft_cu_reg *g = &d->regs[d->nregs];
+  memset(g, 0, sizeof *g);
+  g->ptr = ptr;
+  g->bytes = bytes;
+  /* large: pinned off the caller's path, staged meanwhile */
+  if (bytes > WEFT_CU_PIN_AWAY && (g->pin = pin_away(d, ptr, bytes)) != NULL) {
+    d->nregs++;
+    return WEFT_OK;
+  }
   /* portable: pinned for every context, so each GPU of the process moves it directly */
   CUresult r = d->cu->cuMemHostRegister(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE);
-  int owned = r == CUDA_SUCCESS;
   if (r != CUDA_SUCCESS && r != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
     return WEFT_ERR_UNSUPPORTED; /* e.g. memory the driver cannot pin: stage it */
-  d->regs[d->nregs].ptr = ptr;
-  d->regs[d->nregs].bytes = bytes;
-  d->regs[d->nregs].owned = owned;
+  g->owned = r == CUDA_SUCCESS;
   d->nregs++;
   return WEFT_OK;
 }
@@ -578,6 +714,7 @@ static void lane_host_unregister(void *self, void *ptr, size_t bytes) {
   (void)bytes;
   for (int i = 0; i < d->nregs; i++) {
     if (d->regs[i].ptr != ptr) continue;
+    reg_settle(d, &d->regs[i], 1); /* still being pinned: wait for that (taken off the queue if not begun) */
     /* transfers may still use it; a failed device has nothing left to wait for */
     if (!d->failed && weft_cu_enter(d) == WEFT_OK) {
       if (weft_cu_flush(d) == WEFT_OK) weft_cu_sync_all(d);
@@ -737,6 +874,44 @@ static weft_status lane_run(void *self, const weft_op *op) {
 
 /* ------------------------------------------------------------------------------------------ supports */
 
+/* Another library's device memory as a buffer (DLPack): what it queued on the memory, on its own streams of
+ * the same (primary) context, is waited for, since weft's streams do not wait for other streams. */
+static weft_status lane_wrap(void *self, void *address, size_t bytes, weft_buffer **out) {
+  weft_cu_lane *l = self;
+  weft_cu_dev *d = l->dev;
+  *out = NULL;
+  weft_status st = weft_cu_enter(d);
+  if (st != WEFT_OK) return st;
+  CUresult r = d->cu->cuCtxSynchronize();
+  if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "waiting for the device before taking another library's memory");
+  weft_cu_buf *b = calloc(1, sizeof *b);
+  if (!b) return weft_lane_report(d->host, WEFT_ERR_OUT_OF_MEMORY, "%s: out of host memory", l->name);
+  b->ptr = (CUdeviceptr)(uintptr_t)address;
+  b->bytes = b->cap = bytes;
+  b->gen = 1;
+  b->foreign = 1;
+  *out = b;
+  return WEFT_OK;
+}
+
+/* A buffer's address for another library: everything on the device finished first (weft's streams and
+ * the other library's), so it may read and write there at once. */
+static weft_status lane_address(void *self, weft_buffer *buffer, void **out) {
+  weft_cu_lane *l = self;
+  weft_cu_dev *d = l->dev;
+  weft_cu_buf *b = buffer;
+  *out = NULL;
+  weft_status st = weft_cu_enter(d);
+  if (st == WEFT_OK) st = weft_cu_flush(d);
+  if (st == WEFT_OK) st = weft_cu_sync_all(d);
+  if (st != WEFT_OK) return st;
+  CUresult r = d->cu->cuCtxSynchronize();
+  if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "waiting for the device before handing out memory");
+  b->gen++; /* the other library may write it: what was derived from it (its bf16 copy) is stale */
+  *out = (void *)(uintptr_t)b->ptr;
+  return WEFT_OK;
+}
+
 static weft_status lane_supports(void *self, const weft_op *op) {
   weft_cu_lane *l = self;
   if (l->tensor && op->kind != WEFT_OP_MATMUL)
@@ -761,7 +936,8 @@ static const weft_lane_vtable CUDA_VTABLE = {
     .destroy = lane_destroy, .buffer_alloc = lane_alloc, .buffer_free = lane_free, .upload = lane_upload,
     .download = lane_download, .supports = lane_supports, .run = lane_run, .scope_begin = lane_scope_begin,
     .scope_end = lane_scope_end, .sync = lane_sync, .flush = lane_flush, .host_register = lane_host_register,
-    .host_unregister = lane_host_unregister, .idle = lane_idle,
+    .host_unregister = lane_host_unregister, .idle = lane_idle, .buffer_wrap = lane_wrap,
+    .buffer_address = lane_address, .streaming = lane_streaming,
 };
 
 /* -------------------------------------------------------------------------------------------- probe */
@@ -801,7 +977,7 @@ static weft_status dev_init(weft_cu_dev *d, char *why, size_t why_len, char *bla
     d->module = NULL;
     return WEFT_ERR_UNSUPPORTED;
   }
-  for (int k = 0; k < WEFT_CUK_COUNT; k++) TRY(cu->cuModuleGetFunction(&d->fn[k], d->module, kernel_names[k]), kernel_names[k]);
+  for (int k = 0; k < WEFT_CUK_COUNT; k++) TRY(cu->cuModuleGetFunction(&d->fn[k], d->module, weft_cu_kernel_names[k]), weft_cu_kernel_names[k]);
   for (int s = 0; s < WEFT_CU_NSTREAMS; s++) {
     TRY(cu->cuStreamCreate(&d->stream[s], CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     TRY(cu->cuEventCreate(&d->ev[s], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
@@ -888,6 +1064,7 @@ weft_status weft_cuda_probe(const weft_probe_args *args, const weft_lane_sink *s
     d->ordinal = i;
     d->refs = 1;
     d->fault_at = i == 0 ? env_long("WEFT_CUDA_FAULT", "trap:") : 0;
+    d->profile = getenv("WEFT_CUDA_PROFILE") && atoi(getenv("WEFT_CUDA_PROFILE")) > 0;
     char name[32], why_dev[512] = "", why_blas[768] = "";
     snprintf(name, sizeof name, "cuda:%d", i);
     if (dev_init(d, why_dev, sizeof why_dev, why_blas, sizeof why_blas) != WEFT_OK) {

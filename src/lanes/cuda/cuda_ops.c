@@ -83,6 +83,29 @@ static int aligned(uint64_t ptr, int64_t off, int64_t ld, int64_t stride, int64_
 /* The exact kernel: 128x128 tiles when they fill the device, else 64x64; batches of more than 65535 in
  * several launches (the grid's y limit). */
 static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, uint64_t b, uint64_t c) {
+  if (v->rows <= WEFT_CU_MV_ROWS && !v->ta) {
+    /* a few rows (a decode step's matrix-vector work): a thread per output and its k chain, so every SM
+     * has outputs to compute where 64x64 tiles would be mostly empty */
+    weft_cu_mm_args m;
+    memset(&m, 0, sizeof m);
+    m.m = (int32_t)v->rows, m.n = (int32_t)v->n, m.k = (int32_t)v->k;
+    m.lda = (int32_t)v->lda, m.ldb = (int32_t)v->ldb, m.ldc = (int32_t)v->ldc;
+    m.sa = v->sa, m.sb = v->sb, m.sc = v->sc;
+    for (int64_t p0 = 0; p0 < v->batch; p0 += 65535) {
+      int64_t nb = v->batch - p0 < 65535 ? v->batch - p0 : 65535;
+      weft_cu_item it;
+      const int fn = v->rows == 1 ? (v->tb ? WEFT_CUK_MV1_NT : WEFT_CUK_MV1_NN) : (v->tb ? WEFT_CUK_MV_NT : WEFT_CUK_MV_NN);
+      item_kernel(&it, fn, ceil_div((uint64_t)v->n, WEFT_CU_MV_OUT),
+                  (uint32_t)nb, WEFT_CU_MV_THREADS);
+      it.a.mm = m;
+      it.a.mm.a = a + (uint64_t)((v->a_off + p0 * v->sa) * F4);
+      it.a.mm.b = b + (uint64_t)(p0 * v->sb * F4);
+      it.a.mm.c = c + (uint64_t)((v->c_off + p0 * v->sc) * F4);
+      weft_status st = weft_cu_push(d, &it);
+      if (st != WEFT_OK) return st;
+    }
+    return WEFT_OK;
+  }
   uint64_t t128 = ceil_div((uint64_t)v->rows, 128) * ceil_div((uint64_t)v->n, 128) * (uint64_t)v->batch;
   int big = t128 >= (uint64_t)d->sms;
   int tile = big ? 128 : 64;
@@ -318,6 +341,9 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     a.x = bptr(op->in[0]), a.gamma = bptr(op->in[1]), a.beta = bptr(op->in[2]);
     a.N = ip[0], a.C = ip[1], a.eps = fp[0];
     if (a.N == 0) return WEFT_OK;
+    /* a few rows: a block each (their chains would wait on each other's loads in 32-row blocks) */
+    if (a.N <= 2 * (int64_t)d->sms && a.C <= WEFT_TX_LN_ROW_MAXC)
+      return PUSH(WEFT_CUK_TX_LN_FWD_ROW, (uint64_t)a.N, 1, 256, a);
     return PUSH(WEFT_CUK_TX_LN_FWD, stride_grid(d, (uint64_t)a.N, 32, 6), 1, 256, a); /* 32 rows a block */
   }
   case WEFT_OP_LAYERNORM_BACKWARD: {
@@ -369,6 +395,9 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     if (a.B * a.Tq * a.NH == 0) return WEFT_OK;
     if (!a.att && (st = scratch(d, (size_t)(a.B * a.NH * a.Tq * a.Tmax) * sizeof(float), &a.att)) != WEFT_OK)
       return st;
+    if (a.B * a.NH * a.Tq <= 4 * (int64_t)d->sms && a.t0 + a.Tq <= WEFT_TX_ATC_MAXT &&
+        a.C / a.NH <= WEFT_TX_ATC_MAXHS)
+      return PUSH(WEFT_CUK_TX_ATTN_CACHED_BLK, (uint64_t)(a.B * a.NH * a.Tq), 1, 128, a);
     return PUSH(WEFT_CUK_TX_ATTN_CACHED, grid_rows(d, a.B * a.NH * a.Tq), 1, 256, a);
   }
   case WEFT_OP_ATTENTION_BACKWARD: {
@@ -539,28 +568,156 @@ static int tiny_ew(const weft_cu_item *it) {
   return it->kind == WEFT_CU_IT_KERNEL && it->fn == WEFT_CUK_ELEMENTWISE && it->a.ew.count <= WEFT_CU_EWB_MAX_COUNT;
 }
 
-/* Runs items in order; consecutive small elementwise ops go out as one batch launch (weft_ew_batch). */
-weft_status weft_cu_launch(weft_cu_dev *d, const weft_cu_item *items, size_t n) {
+/* The launches of items[0..n): consecutive small elementwise items become one batch launch (weft_ew_batch),
+ * whose argument block goes into ewb. L and ewb hold n entries. Returns the number of launches. */
+static size_t plan_launches(const weft_cu_item *items, size_t n, weft_cu_launch_t *L, weft_cu_ewb_args *ewb,
+                            size_t *out_newb) {
+  size_t nl = 0, nb = 0;
   for (size_t i = 0; i < n;) {
     size_t j = i;
     while (j < n && j - i < WEFT_CU_EWB_MAX && tiny_ew(&items[j])) j++;
+    weft_cu_launch_t *x = &L[nl++];
+    memset(x, 0, sizeof *x);
+    x->item = i;
     if (j - i >= 2) {
-      weft_cu_ewb_args b;
-      memset(&b, 0, sizeof b);
-      b.n = (int32_t)(j - i);
-      for (size_t q = i; q < j; q++) b.ops[q - i] = items[q].a.ew;
-      void *params[1] = {&b};
-      CUresult r = d->cu->cuLaunchKernel(d->fn[WEFT_CUK_EW_BATCH], 1, 1, 1, 1024, 1, 1, 0,
-                                         d->stream[WEFT_CU_S_COMPUTE], params, NULL);
-      if (r != CUDA_SUCCESS) return weft_cu_check(d, r, "launching a batch of elementwise kernels");
+      weft_cu_ewb_args *b = &ewb[nb++];
+      memset(b, 0, sizeof *b);
+      b->n = (int32_t)(j - i);
+      for (size_t q = i; q < j; q++) b->ops[q - i] = items[q].a.ew;
+      x->fn = WEFT_CUK_EW_BATCH;
+      x->grid[0] = x->grid[1] = x->grid[2] = 1;
+      x->block[0] = 1024, x->block[1] = x->block[2] = 1;
+      x->args = b, x->args_size = sizeof *b;
       i = j;
       continue;
     }
-    weft_status st = launch_one(d, &items[i]);
-    if (st != WEFT_OK) return st;
+    x->fn = items[i].fn, x->blas = items[i].kind != WEFT_CU_IT_KERNEL;
+    memcpy(x->grid, items[i].grid, sizeof x->grid);
+    memcpy(x->block, items[i].block, sizeof x->block);
+    x->args = &items[i].a, x->args_size = sizeof items[i].a;
     i++;
   }
+  *out_newb = nb;
+  return nl;
+}
+
+/* Room for a plan of n items in the device's scratch plan. */
+static weft_status plan_room(weft_cu_dev *d, size_t n) {
+  if (n <= d->plan_cap) return WEFT_OK;
+  weft_cu_launch_t *L = realloc(d->plan, n * sizeof *L);
+  if (L) d->plan = L;
+  weft_cu_ewb_args *b = L ? realloc(d->plan_ewb, n * sizeof *b) : NULL;
+  if (b) d->plan_ewb = b;
+  if (!L || !b)
+    return weft_lane_report(d->host, WEFT_ERR_OUT_OF_MEMORY, "cuda:%d: out of host memory planning launches",
+                            d->ordinal);
+  d->plan_cap = n;
   return WEFT_OK;
+}
+
+static weft_status launch_item(weft_cu_dev *d, const weft_cu_item *items, const weft_cu_launch_t *x);
+
+static weft_status launch_planned(weft_cu_dev *d, const weft_cu_item *items, const weft_cu_launch_t *L, size_t nl) {
+  CUevent ev[2] = {NULL, NULL};
+  int prof = d->profile && d->cu->cuEventCreate(&ev[0], CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
+             d->cu->cuEventCreate(&ev[1], CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+  for (size_t i = 0; i < nl; i++) {
+    const weft_cu_launch_t *x = &L[i];
+    if (prof) d->cu->cuEventRecord(ev[0], d->stream[WEFT_CU_S_COMPUTE]);
+    weft_status st = launch_item(d, items, x);
+    if (prof && st == WEFT_OK) {
+      float ms = 0;
+      d->cu->cuEventRecord(ev[1], d->stream[WEFT_CU_S_COMPUTE]);
+      d->cu->cuEventSynchronize(ev[1]);
+      d->cu->cuEventElapsedTime(&ms, ev[0], ev[1]);
+      const int k = x->blas ? WEFT_CUK_COUNT : x->fn;
+      int e = 0;
+      while (e < d->nprof && !(d->prof[e].fn == k && d->prof[e].gx == x->grid[0] && d->prof[e].gy == x->grid[1])) e++;
+      if (e == d->nprof && e < (int)(sizeof d->prof / sizeof d->prof[0])) {
+        d->nprof++;
+        d->prof[e].fn = k, d->prof[e].gx = x->grid[0], d->prof[e].gy = x->grid[1];
+      }
+      if (e < d->nprof) d->prof[e].ms += ms, d->prof[e].n++;
+    }
+    if (st != WEFT_OK) {
+      if (ev[0]) d->cu->cuEventDestroy(ev[0]);
+      if (ev[1]) d->cu->cuEventDestroy(ev[1]);
+      return st;
+    }
+  }
+  if (ev[0]) d->cu->cuEventDestroy(ev[0]);
+  if (ev[1]) d->cu->cuEventDestroy(ev[1]);
+  return WEFT_OK;
+}
+
+static weft_status launch_item(weft_cu_dev *d, const weft_cu_item *items, const weft_cu_launch_t *x) {
+  if (x->blas) return launch_one(d, &items[x->item]);
+  void *params[1] = {(void *)x->args};
+  CUresult r = d->cu->cuLaunchKernel(d->fn[x->fn], x->grid[0], x->grid[1], x->grid[2], x->block[0], x->block[1],
+                                     x->block[2], 0, d->stream[WEFT_CU_S_COMPUTE],
+                                     x->fn == WEFT_CUK_TRAP ? NULL : params, NULL);
+  if (r != CUDA_SUCCESS)
+    return weft_cu_check(d, r, x->fn == WEFT_CUK_EW_BATCH ? "launching a batch of elementwise kernels"
+                                                          : "launching a kernel");
+  return WEFT_OK;
+}
+
+/* Runs items in order; consecutive small elementwise ops go out as one batch launch (weft_ew_batch). */
+weft_status weft_cu_launch(weft_cu_dev *d, const weft_cu_item *items, size_t n) {
+  weft_status st = plan_room(d, n);
+  if (st != WEFT_OK) return st;
+  size_t nb;
+  size_t nl = plan_launches(items, n, d->plan, d->plan_ewb, &nb);
+  return launch_planned(d, items, d->plan, nl);
+}
+
+void weft_cu_graph_clear(weft_cu_dev *d, weft_cu_graph *g) {
+  if (g->exec) d->cu->cuGraphExecDestroy(g->exec);
+  if (g->graph) d->cu->cuGraphDestroy(g->graph);
+  free(g->items), free(g->nodes), free(g->launches), free(g->ewb);
+  memset(g, 0, sizeof *g);
+}
+
+static void kernel_node(const weft_cu_dev *d, const weft_cu_launch_t *x, void **params, CUDA_KERNEL_NODE_PARAMS *kp) {
+  memset(kp, 0, sizeof *kp);
+  kp->func = d->fn[x->fn];
+  kp->gridDimX = x->grid[0], kp->gridDimY = x->grid[1], kp->gridDimZ = x->grid[2];
+  kp->blockDimX = x->block[0], kp->blockDimY = x->block[1], kp->blockDimZ = x->block[2];
+  params[0] = (void *)x->args;
+  kp->kernelParams = params;
+}
+
+/* Builds the graph of g's items (kernels only) node by node, keeping the nodes; 0 when it cannot (a cuBLAS
+ * call or the fault-injection trap among them, or the driver refused) - then the caller captures instead. */
+static int build_nodes(weft_cu_dev *d, weft_cu_graph *g) {
+  const weft_cuda_api *cu = d->cu;
+  for (size_t i = 0; i < g->n; i++)
+    if (g->items[i].kind != WEFT_CU_IT_KERNEL || g->items[i].fn == WEFT_CUK_TRAP) return 0;
+  g->launches = malloc(g->n * sizeof *g->launches);
+  g->ewb = malloc(g->n * sizeof *g->ewb);
+  g->nodes = malloc(g->n * sizeof *g->nodes);
+  if (!g->launches || !g->ewb || !g->nodes) goto fail;
+  g->nlaunch = plan_launches(g->items, g->n, g->launches, g->ewb, &g->newb);
+  if (cu->cuGraphCreate(&g->graph, 0) != CUDA_SUCCESS) goto fail;
+  for (size_t i = 0; i < g->nlaunch; i++) {
+    CUDA_KERNEL_NODE_PARAMS kp;
+    void *params[1];
+    kernel_node(d, &g->launches[i], params, &kp);
+    if (cu->cuGraphAddKernelNode(&g->nodes[i], g->graph, i ? &g->nodes[i - 1] : NULL, i ? 1 : 0, &kp) !=
+        CUDA_SUCCESS)
+      goto fail;
+  }
+  if (cu->cuGraphInstantiate(&g->exec, g->graph, 0) != CUDA_SUCCESS) {
+    g->exec = NULL;
+    goto fail;
+  }
+  return 1;
+fail:
+  if (g->graph) cu->cuGraphDestroy(g->graph);
+  g->graph = NULL;
+  free(g->nodes), free(g->launches), free(g->ewb);
+  g->nodes = NULL, g->launches = NULL, g->ewb = NULL, g->nlaunch = g->newb = 0;
+  return 0;
 }
 
 /* Captures the items into a graph and instantiates it; 0 when the driver would not (then they run direct). */
@@ -581,6 +738,44 @@ static int capture(weft_cu_dev *d, weft_cu_graph *g) {
   return 1;
 }
 
+/* Same kernels, grids and batching, whatever their arguments: a sequence whose graph can be updated. */
+static int same_shape(const weft_cu_item *a, const weft_cu_item *b, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (a[i].kind != WEFT_CU_IT_KERNEL || b[i].kind != WEFT_CU_IT_KERNEL || a[i].fn != b[i].fn ||
+        memcmp(a[i].grid, b[i].grid, sizeof a[i].grid) || memcmp(a[i].block, b[i].block, sizeof a[i].block) ||
+        tiny_ew(&a[i]) != tiny_ew(&b[i]))
+      return 0;
+  }
+  return 1;
+}
+
+/* Makes g's graph run d's recorded items: the nodes whose arguments differ get the new ones. 0 when the
+ * driver refused an update (the graph is then dropped). */
+static int update_nodes(weft_cu_dev *d, weft_cu_graph *g, size_t n) {
+  size_t nb, nl = plan_launches(d->items, n, d->plan, d->plan_ewb, &nb);
+  if (nl != g->nlaunch || nb != g->newb) return 0;
+  for (size_t i = 0; i < nl; i++) {
+    const weft_cu_launch_t *x = &d->plan[i];
+    if (x->args_size == g->launches[i].args_size && memcmp(x->args, g->launches[i].args, x->args_size) == 0)
+      continue;
+    CUDA_KERNEL_NODE_PARAMS kp;
+    void *params[1];
+    kernel_node(d, x, params, &kp);
+    if (d->cu->cuGraphExecKernelNodeSetParams(g->exec, g->nodes[i], &kp) != CUDA_SUCCESS) return 0;
+    d->graph_updates++;
+  }
+  /* the graph's copies of the arguments (its launches point into them) now match the nodes */
+  memcpy(g->items, d->items, n * sizeof *d->items);
+  memcpy(g->ewb, d->plan_ewb, nb * sizeof *g->ewb);
+  return 1;
+}
+
+static weft_status launch_graph(weft_cu_dev *d, weft_cu_graph *g) {
+  d->graph_replays++;
+  CUresult r = d->cu->cuGraphLaunch(g->exec, d->stream[WEFT_CU_S_COMPUTE]);
+  return r == CUDA_SUCCESS ? WEFT_OK : weft_cu_check(d, r, "launching a graph");
+}
+
 weft_status weft_cu_flush(weft_cu_dev *d) {
   size_t n = d->nitems;
   if (n == 0) return WEFT_OK;
@@ -588,33 +783,43 @@ weft_status weft_cu_flush(weft_cu_dev *d) {
   weft_status st = weft_cu_order(d, WEFT_CU_S_COMPUTE, WEFT_CU_S_H2D);
   if (st == WEFT_OK && d->wait_d2h) st = weft_cu_order(d, WEFT_CU_S_COMPUTE, WEFT_CU_S_D2H);
   d->wait_d2h = 0;
+  if (st == WEFT_OK) st = plan_room(d, n);
   if (st != WEFT_OK) return st;
   d->work[WEFT_CU_S_COMPUTE]++;
-  if (n < 2) return weft_cu_launch(d, d->items, n);
-  /* A sequence run before is replayed from its graph (captured on its second run); a new one runs directly
-   * and is remembered. */
-  weft_cu_graph *hit = NULL, *victim = &d->graphs[0];
+  if (n < 2 || d->profile) return weft_cu_launch(d, d->items, n);
+  /* A sequence run before is replayed from its graph (made on its second run); one that differs from a
+   * remembered one only in kernel arguments updates that graph's nodes; a new one runs directly and is
+   * remembered. */
+  weft_cu_graph *hit = NULL, *like = NULL, *victim = &d->graphs[0];
   for (int i = 0; i < WEFT_CU_GRAPHS; i++) {
     weft_cu_graph *g = &d->graphs[i];
     if (g->items && g->n == n && memcmp(g->items, d->items, n * sizeof *d->items) == 0) {
       hit = g;
       break;
     }
+    if (!like && g->items && g->n == n && !g->no_graph && (!g->exec || g->nodes) && same_shape(g->items, d->items, n))
+      like = g;
     if (!g->items || g->used < victim->used) victim = g;
   }
   d->graph_clock++;
+  if (!hit && like) {
+    like->used = d->graph_clock;
+    if (like->exec) {
+      if (update_nodes(d, like, n)) return launch_graph(d, like);
+      weft_cu_graph_clear(d, like); /* refused: remembered afresh below */
+      victim = like;
+    } else {
+      memcpy(like->items, d->items, n * sizeof *d->items); /* second sight of this shape: build it */
+      hit = like;
+    }
+  }
   if (hit) {
     hit->used = d->graph_clock;
-    if (!hit->exec && !hit->no_graph && !capture(d, hit)) hit->no_graph = 1;
-    if (hit->exec) {
-      CUresult r = d->cu->cuGraphLaunch(hit->exec, d->stream[WEFT_CU_S_COMPUTE]);
-      return r == CUDA_SUCCESS ? WEFT_OK : weft_cu_check(d, r, "launching a graph");
-    }
+    if (!hit->exec && !hit->no_graph && !build_nodes(d, hit) && !capture(d, hit)) hit->no_graph = 1;
+    if (hit->exec) return launch_graph(d, hit);
     return weft_cu_launch(d, d->items, n);
   }
-  if (victim->exec) d->cu->cuGraphExecDestroy(victim->exec);
-  free(victim->items);
-  memset(victim, 0, sizeof *victim);
+  weft_cu_graph_clear(d, victim);
   victim->items = malloc(n * sizeof *d->items);
   if (victim->items) {
     memcpy(victim->items, d->items, n * sizeof *d->items);

@@ -425,6 +425,86 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd(weft_tx_
   }
 }
 
+/* 0 + v[0] + v[1] + ... + v[n-1], ascending, each add rounded: eight loads at a time ahead of their adds,
+ * so the chain waits on its adds only. */
+DEV float seq_sum(const float *v, long long n) {
+  float s = 0.0f;
+  long long j = 0;
+  for (; j + 8 <= n; j += 8) {
+    float b[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) b[u] = v[j + u];
+#pragma unroll
+    for (int u = 0; u < 8; u++) s = __fadd_rn(s, b[u]);
+  }
+  for (; j < n; j++) s = __fadd_rn(s, v[j]);
+  return s;
+}
+
+/* Layernorm for a few rows (a decode step's one): a block per row. The row goes into shared memory in one
+ * pass; thread 0 runs the reference's two chains (the sum, then the squares the block computed in parallel)
+ * from there, and the block normalises. Rows up to WEFT_TX_LN_ROW_MAXC columns. */
+extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd_row(weft_tx_ln_args p) {
+  __shared__ float xs[WEFT_TX_LN_ROW_MAXC], sq[WEFT_TX_LN_ROW_MAXC];
+  __shared__ float st[2];
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const long long C = p.C;
+  const float invC = w_recipf((float)C);
+  const float *X = reinterpret_cast<const float *>(p.x);
+  const float *gamma = reinterpret_cast<const float *>(p.gamma), *beta = reinterpret_cast<const float *>(p.beta);
+  float *Y = reinterpret_cast<float *>(p.y);
+  float *M = reinterpret_cast<float *>(p.mean), *RS = reinterpret_cast<float *>(p.rstd);
+  for (long long r = blockIdx.x; r < p.N; r += gridDim.x) {
+    const float *x = X + r * C;
+    {
+      /* the row's loads all in flight, then the stores */
+      constexpr int MAXL = WEFT_TX_LN_ROW_MAXC / 256;
+      float v[MAXL];
+#pragma unroll
+      for (int u = 0; u < MAXL; u++) v[u] = u * nt + tid < C ? x[u * nt + tid] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < MAXL; u++)
+        if (u * nt + tid < C) xs[u * nt + tid] = v[u];
+    }
+    __syncthreads();
+    if (tid == 0) st[0] = __fmul_rn(seq_sum(xs, C), invC);
+    __syncthreads();
+    const float mu = st[0];
+    for (long long c = tid; c < C; c += nt) {
+      const float dd = __fsub_rn(xs[c], mu);
+      sq[c] = __fmul_rn(dd, dd);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      const float v = seq_sum(sq, C);
+      const float rs = w_rsqrtf(__fadd_rn(__fmul_rn(v, invC), p.eps));
+      st[1] = rs;
+      if (M) M[r] = w_canon(mu);
+      if (RS) RS[r] = w_canon(rs);
+    }
+    __syncthreads();
+    const float rs = st[1];
+    float *y = Y + r * C;
+    {
+      constexpr int MAXL = WEFT_TX_LN_ROW_MAXC / 256;
+      float ga[MAXL], be[MAXL];
+#pragma unroll
+      for (int u = 0; u < MAXL; u++) {
+        const long long c = u * nt + tid;
+        ga[u] = c < C ? gamma[c] : 0.0f, be[u] = c < C ? beta[c] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < MAXL; u++) {
+        const long long c = u * nt + tid;
+        if (c >= C) continue;
+        const float n = __fmul_rn(__fsub_rn(xs[c], mu), rs);
+        y[c] = w_canon(__fadd_rn(__fmul_rn(n, ga[u]), be[u]));
+      }
+    }
+    __syncthreads(); /* xs and st are the next row's */
+  }
+}
+
 /* mean and rstd are the forward's (read, as the reference reads them); a = (sum g) * invC, b = (sum g * n) *
  * invC, dx = ((g - a) - n * b) * rstd. */
 extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_bwd_dx(weft_tx_ln_args p) {
@@ -799,6 +879,77 @@ extern "C" __global__ void weft_tx_attn_cached(weft_tx_attn_cached_args p) {
       o[i] = w_canon(acc);
     }
     __syncwarp();
+  }
+}
+
+/* attention_cached with a block per row (a decode step's few rows): the block computes the row's scores in
+ * parallel (a thread per position, its i chain as the reference's), thread 0 the max and the sum chains over
+ * shared memory, the block the exponentials and probabilities, and a thread per output column its chain over
+ * the positions. For rows of at most WEFT_TX_ATC_MAXT positions and heads of at most WEFT_TX_ATC_MAXHS. */
+extern "C" __global__ void __launch_bounds__(128) weft_tx_attn_cached_blk(weft_tx_attn_cached_args p) {
+  __shared__ float qs[WEFT_TX_ATC_MAXHS], zs[WEFT_TX_ATC_MAXT];
+  __shared__ float st[2];
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const long long T = p.Tmax, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C, Tq = p.Tq, t0 = p.t0;
+  const float scale = w_rsqrtf((float)hs);
+  const float *QKV = reinterpret_cast<const float *>(p.qkv);
+  float *ATT = reinterpret_cast<float *>(p.att), *OUT = reinterpret_cast<float *>(p.out);
+  for (long long row = blockIdx.x; row < p.B * NH * Tq; row += gridDim.x) {
+    const long long r = row % Tq, t = t0 + r, bh = row / Tq, h = bh % NH, b = bh / NH, n = t + 1;
+    const float *q = QKV + (b * T + t) * C3 + h * hs;
+    for (long long i = tid; i < hs; i += nt) qs[i] = q[i];
+    __syncthreads();
+    for (long long j = tid; j < n; j += nt) {
+      const float *k = QKV + (b * T + j) * C3 + C + h * hs;
+      float d = 0.0f;
+      long long i = 0;
+      for (; i + 8 <= hs; i += 8) { /* eight products ahead of their adds */
+        float pr[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) pr[u] = __fmul_rn(qs[i + u], k[i + u]);
+#pragma unroll
+        for (int u = 0; u < 8; u++) d = __fadd_rn(d, pr[u]);
+      }
+      for (; i < hs; i++) d = __fadd_rn(d, __fmul_rn(qs[i], k[i]));
+      zs[j] = __fmul_rn(d, scale);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      float mx = zs[0];
+      for (long long j = 1; j < n; j++) mx = zs[j] > mx ? zs[j] : mx;
+      st[0] = mx;
+    }
+    __syncthreads();
+    const float mx = st[0];
+    for (long long j = tid; j < n; j += nt) zs[j] = w_expf(__fsub_rn(zs[j], mx));
+    __syncthreads();
+    if (tid == 0) st[1] = w_recipf(seq_sum(zs, n));
+    __syncthreads();
+    const float inv = st[1];
+    float *a = ATT + row * T;
+    for (long long j = tid; j < n; j += nt) {
+      const float v = w_canon(__fmul_rn(zs[j], inv));
+      zs[j] = v;
+      a[j] = v;
+    }
+    for (long long j = n + tid; j < T; j += nt) a[j] = 0.0f;
+    __syncthreads();
+    float *o = OUT + (b * Tq + r) * C + h * hs;
+    for (long long i = tid; i < hs; i += nt) {
+      float acc = 0.0f;
+      const float *v = QKV + b * T * C3 + 2 * C + h * hs + i;
+      long long j = 0;
+      for (; j + 8 <= n; j += 8) { /* eight products (their loads in flight together) ahead of their adds */
+        float pr[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) pr[u] = __fmul_rn(zs[j + u], v[(j + u) * C3]);
+#pragma unroll
+        for (int u = 0; u < 8; u++) acc = __fadd_rn(acc, pr[u]);
+      }
+      for (; j < n; j++) acc = __fadd_rn(acc, __fmul_rn(zs[j], v[j * C3]));
+      o[i] = w_canon(acc);
+    }
+    __syncthreads(); /* qs, zs and st are the next row's */
   }
 }
 

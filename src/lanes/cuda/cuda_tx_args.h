@@ -56,6 +56,8 @@ typedef struct weft_tx_embed_bwd_args {
  *   weft_tx_layernorm_bwd_dx: the same shape: dx[N,C] from dy, x, mean, rstd, gamma.
  *   weft_tx_layernorm_bwd_dgb: blockDim 256, grid ceil(C/32) (32 channels a block, strided by the grid):
  *     one thread per channel adds the rows ascending: dgamma[C] and dbeta[C] accumulated (either may be 0). */
+/* weft_tx_layernorm_fwd_row's limit on C (a block per row, the row in shared memory) */
+#define WEFT_TX_LN_ROW_MAXC 4096
 typedef struct weft_tx_ln_args {
   uint64_t y, mean, rstd, x, gamma, beta;   /* forward */
   uint64_t dx, dgamma, dbeta, dy;           /* backward (x, mean, rstd, gamma shared) */
@@ -99,6 +101,9 @@ typedef struct weft_tx_attn_args {
 /* Decode attention (ATTENTION_CACHED): query positions t0 .. t0+Tq-1 over qkv[B,Tmax,3C].
  *   weft_tx_attn_cached: one warp per (b, h, r) row, t = t0 + r (rows strided over all warps): att row
  *     [Tmax] (the caller's att [B,NH,Tq,Tmax], or scratch of that size when att is NULL), out[B,Tq,C]. */
+/* weft_tx_attn_cached_blk's limits (a block per row; the warp-per-row kernel takes the rest) */
+#define WEFT_TX_ATC_MAXT 4096
+#define WEFT_TX_ATC_MAXHS 256
 typedef struct weft_tx_attn_cached_args {
   uint64_t out, att, qkv;
   int64_t B, Tmax, C, NH, t0, Tq;

@@ -263,7 +263,7 @@ static void settle(const char *raw, const counters *before, char *text, size_t c
       text_add(text, cap, "%.*s\n", (int)(eol - p + 0), p);
       continue;
     }
-    char name[200], summary[300], claim[520] = "", dev[64] = "";
+    char name[200], summary[1100], claim[520] = "", dev[64] = "";
     const char *t = strchr(p + 5, '\t');
     if (!t || t > eol) continue;
     snprintf(name, sizeof name, "%.*s", (int)(t - p - 5), p + 5);
@@ -490,7 +490,120 @@ static const char *verdict_find(const char *text, const char *tag, const char *n
 
 /* -------------------------------------------------------------------------------------- loading, probing */
 
-/* The parent's probe goes through this sink: only lanes that passed reach the fabric. */
+/* ------------------------------------------------------------------------ lanes admitted without some ops */
+
+/* A plugin lane admitted without some of the ops it offers (their self-test failed, or its supports slot
+ * declines them): the fabric gets this wrapper, whose describe offers only the admitted ops (the router
+ * never sends a lane an op outside its set) and whose other slots pass straight through. */
+typedef struct masked_lane {
+  weft_lane_vtable vt; /* the plugin lane's, slots beyond its size zeroed */
+  void *self;
+  uint64_t ops;        /* the admitted ops (never 0: such a lane is refused) */
+} masked_lane;
+
+static void m_describe(void *s, weft_lane_desc *out) {
+  masked_lane *m = s;
+  m->vt.describe(m->self, out);
+  out->ops = (out->ops ? out->ops : WEFT_OPS_V1) & m->ops;
+}
+static void m_destroy(void *s) {
+  masked_lane *m = s;
+  m->vt.destroy(m->self);
+  free(m);
+}
+static weft_status m_alloc(void *s, size_t bytes, weft_buffer **out) {
+  masked_lane *m = s;
+  return m->vt.buffer_alloc(m->self, bytes, out);
+}
+static void m_free(void *s, weft_buffer *b) {
+  masked_lane *m = s;
+  m->vt.buffer_free(m->self, b);
+}
+static weft_status m_upload(void *s, weft_buffer *b, size_t off, const void *src, size_t bytes) {
+  masked_lane *m = s;
+  return m->vt.upload(m->self, b, off, src, bytes);
+}
+static weft_status m_download(void *s, weft_buffer *b, size_t off, void *dst, size_t bytes) {
+  masked_lane *m = s;
+  return m->vt.download(m->self, b, off, dst, bytes);
+}
+static weft_status m_supports(void *s, const weft_op *op) {
+  masked_lane *m = s;
+  return m->vt.supports(m->self, op);
+}
+static weft_status m_run(void *s, const weft_op *op) {
+  masked_lane *m = s;
+  return m->vt.run(m->self, op);
+}
+static weft_status m_scope_begin(void *s) {
+  masked_lane *m = s;
+  return m->vt.scope_begin(m->self);
+}
+static weft_status m_scope_end(void *s) {
+  masked_lane *m = s;
+  return m->vt.scope_end(m->self);
+}
+static weft_status m_sync(void *s) {
+  masked_lane *m = s;
+  return m->vt.sync(m->self);
+}
+static weft_status m_flush(void *s) {
+  masked_lane *m = s;
+  return m->vt.flush(m->self);
+}
+static weft_status m_revive(void *s) {
+  masked_lane *m = s;
+  return m->vt.revive(m->self);
+}
+static weft_status m_host_register(void *s, void *ptr, size_t bytes) {
+  masked_lane *m = s;
+  return m->vt.host_register(m->self, ptr, bytes);
+}
+static void m_host_unregister(void *s, void *ptr, size_t bytes) {
+  masked_lane *m = s;
+  m->vt.host_unregister(m->self, ptr, bytes);
+}
+static int m_idle(void *s) {
+  masked_lane *m = s;
+  return m->vt.idle(m->self);
+}
+static int m_streaming(void *s, weft_buffer *buffer) {
+  masked_lane *m = s;
+  return m->vt.streaming(m->self, buffer);
+}
+
+/* Hands the lane to the sink offering only `ops`; the sink takes the wrapper (or destroys it). */
+static weft_status add_masked(const weft_lane_sink *real, const weft_lane_vtable *vt, void *self, uint64_t ops) {
+  masked_lane *m = calloc(1, sizeof *m);
+  if (!m) {
+    vt->destroy(self);
+    return WEFT_ERR_OUT_OF_MEMORY;
+  }
+  memcpy(&m->vt, vt, vt->size < sizeof m->vt ? vt->size : sizeof m->vt);
+  m->self = self;
+  m->ops = ops;
+  /* The fabric copies the vtable it is given: this one need not outlive the call. */
+  weft_lane_vtable w;
+  memset(&w, 0, sizeof w);
+  w.abi_version = WEFT_LANE_ABI_VERSION;
+  w.size = sizeof w;
+  w.describe = m_describe, w.destroy = m_destroy, w.buffer_alloc = m_alloc, w.buffer_free = m_free;
+  w.upload = m_upload, w.download = m_download, w.run = m_run;
+  w.supports = m->vt.supports ? m_supports : NULL;
+  w.scope_begin = m->vt.scope_begin ? m_scope_begin : NULL;
+  w.scope_end = m->vt.scope_end ? m_scope_end : NULL;
+  w.sync = m->vt.sync ? m_sync : NULL;
+  w.flush = m->vt.flush ? m_flush : NULL;
+  w.revive = m->vt.revive ? m_revive : NULL;
+  w.host_register = m->vt.host_register ? m_host_register : NULL;
+  w.host_unregister = m->vt.host_unregister ? m_host_unregister : NULL;
+  w.idle = m->vt.idle ? m_idle : NULL;
+  w.streaming = m->vt.streaming ? m_streaming : NULL;
+  return real->add_lane(real->ctx, &w, m);
+}
+
+/* The parent's probe goes through this sink: only lanes that passed reach the fabric, offering only the
+ * ops that passed. */
 typedef struct gate {
   const weft_lane_sink *real;
   const char *text;
@@ -504,7 +617,21 @@ static weft_status gate_add_lane(void *ctx, const weft_lane_vtable *vt, void *se
   if (vt && vt->abi_version == WEFT_LANE_ABI_VERSION && vt->size >= offsetof(weft_lane_vtable, supports) && vt->describe)
     vt->describe(self, &d);
   size_t len;
-  if (d.name && verdict_find(g->text, "pass", d.name, &len)) return g->real->add_lane(g->real->ctx, vt, self);
+  if (d.name && verdict_find(g->text, "pass", d.name, &len)) {
+    /* The admitted ops, from the verdict ("ops" line; none: a verdict without it admits nothing). */
+    const char *hex = verdict_find(g->text, "ops", d.name, &len);
+    char buf[24] = "";
+    if (hex) snprintf(buf, sizeof buf, "%.*s", (int)(len < 20 ? len : 20), hex);
+    const uint64_t admitted = strtoull(buf, NULL, 16);
+    const uint64_t offered = d.ops ? d.ops : WEFT_OPS_V1;
+    if (admitted && !(offered & ~admitted)) return g->real->add_lane(g->real->ctx, vt, self);
+    if (admitted & offered) return add_masked(g->real, vt, self, admitted);
+    vt->destroy(self);
+    char why[300];
+    snprintf(why, sizeof why, "plugin %s: the lane offers none of the ops its self-test admitted; refused", g->plugin);
+    g->real->add_absent(g->real->ctx, d.name, why);
+    return WEFT_OK;
+  }
   if (vt && vt->size >= offsetof(weft_lane_vtable, buffer_alloc) && vt->destroy) vt->destroy(self);
   if (!d.name || !verdict_find(g->text, "fail", d.name, &len)) {
     char why[300];

@@ -11,7 +11,8 @@ void *weft_plugin_open(const char *load, const char *path, weft_plugin_desc *ful
 
 /* Loads the plugin at `load`, probes it with `fdesc`, self-tests every lane and writes the findings to fd,
  * one line each, "tag\tname\tfield": first "weft-plugin-check\t<plugin ABI>\t<lane ABI>", then "desc\tname\t
- * kind", "refuse\t\treason" (the plugin as a whole), "pass\tlane\tsummary", "fail\tlane\treason",
+ * kind", "refuse\t\treason" (the plugin as a whole), "ops\tlane\tHEX" (the admitted op set, WEFT_OP_BIT bits in
+ * hex, just before its lane's "pass"), "pass\tlane\tsummary", "fail\tlane\treason",
  * "absent\tname\treason" (what its probe said is missing), for kind "npu" "npu\tlane\taccelN" (the device
  * it names, maybe empty) and "claim\tlane\treceipt" (its evidence slot's text), and last "end". Returns 0. */
 int weft_plugin_selftest(const char *load, const char *path, const weft_fabric_desc *fdesc, int fd);

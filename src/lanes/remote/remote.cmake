@@ -8,7 +8,8 @@ if(NOT OpenSSL_FOUND)
 endif()
 # client.c is the protocol's client half, shared with browser lanes (src/lanes/browser).
 target_sources(weft_obj PRIVATE ${CMAKE_CURRENT_LIST_DIR}/remote_lane.c ${CMAKE_CURRENT_LIST_DIR}/../../net/protocol.c
-                                ${CMAKE_CURRENT_LIST_DIR}/../../net/client.c ${CMAKE_CURRENT_LIST_DIR}/../../net/tls.c)
+                                ${CMAKE_CURRENT_LIST_DIR}/../../net/client.c ${CMAKE_CURRENT_LIST_DIR}/../../net/tls.c
+                                ${CMAKE_CURRENT_LIST_DIR}/../../net/stripe.c)
 target_compile_definitions(weft_obj PRIVATE WEFT_HAVE_REMOTE)
 target_link_libraries(weft_obj PUBLIC OpenSSL::SSL OpenSSL::Crypto)
 target_link_libraries(weft PUBLIC OpenSSL::SSL OpenSSL::Crypto)

@@ -22,6 +22,7 @@
 #include <openssl/crypto.h>
 
 #include "net/client.h"
+#include "net/stripe.h"
 #include "net/tls.h"
 #include "weft_lane.h"
 
@@ -39,10 +40,21 @@ typedef struct remote_lane {
   char worker_lane_name[128]; /* the lane's name on the worker: a restarted worker must still offer it */
   char name[256];
   char device[160];
-  char details[400];
+  char details[600];
   uint8_t *scratch; /* the last frame received */
   size_t scratch_cap;
   size_t max_reply; /* the largest reply the last request may get */
+  /* Streams joined to this connection's session for bulk transfers (conns[0] is `conn`'s place: the
+   * session's own connection, copied in for each transfer). Opened on the first bulk transfer, closed
+   * with the connection; a stream the worker closed is dropped. */
+  weft_net_conn *streams; /* [WEFT_NET_MAX_STREAMS]; streams[0] unused */
+  size_t nstreams;        /* connections of the session joined, its own included (1: no streams) */
+  uint32_t granted;       /* connections the worker granted this session (1: none) */
+  int joined;             /* the granted streams were joined (or tried): on the first bulk transfer */
+  uint64_t session;       /* what they join by, their key (cleared once they joined) and the worker's name */
+  uint8_t stream_key[WEFT_NET_KEY_BYTES];
+  char stream_identity[WEFT_NET_MAX_IDENTITY + 1];
+  char streams_plan[160]; /* for the details: how many connections bulk transfers take, or why one */
   /* Reconnection in the background (state guarded by rv_lock): the thread owns fd and the client while it
    * runs; the lane is down meanwhile, so the fabric's thread does not use them. */
   pthread_mutex_t rv_lock;
@@ -104,21 +116,125 @@ broken:
   return WEFT_ERR_LANE_FAILED;
 }
 
+static void streams_close(remote_lane *l) {
+  for (size_t i = 1; i < l->nstreams; i++) weft_net_conn_close(&l->streams[i]);
+  l->nstreams = 1;
+}
+
 static void tcp_drop(void *ctx, const char *why) {
   remote_lane *l = ctx;
   (void)why; /* a TCP peer has no place for it */
+  streams_close(l);
   weft_net_conn_close(&l->conn);
 }
 
-static const weft_net_transport TCP_TRANSPORT = {tcp_send, tcp_recv, tcp_drop};
+static int dial(const char *addr, int ms, int *loopback, char *why, size_t whylen);
 
-/* Connects; *loopback says whether the address reached is on loopback (127/8, ::1). */
-static int dial(const char *addr, int ms, int *loopback) {
+/* WEFT_REMOTE_STREAMS: connections a bulk transfer stripes over (1 = none); default from the cores. */
+static uint32_t streams_wanted(void) {
+  const char *e = getenv("WEFT_REMOTE_STREAMS");
+  long v = e && e[0] ? strtol(e, NULL, 10) : 0;
+  if (v >= 1) return v > (long)WEFT_NET_MAX_STREAMS ? WEFT_NET_MAX_STREAMS : (uint32_t)v;
+  return weft_net_default_streams();
+}
+
+/* After the handshake: asks the worker for streams (when both want them), so the lane knows from the start
+ * how many connections its bulk transfers may take (its details say so, and stay as they are: the cost
+ * cache keys on them). The streams themselves join on the first bulk transfer. A refusal leaves the lane
+ * with its own connection; only a broken connection is an error. */
+static weft_status streams_ask(remote_lane *l) {
+  l->granted = 1;
+  l->joined = 0;
+  uint32_t want = streams_wanted();
+  if (want < 2) {
+    snprintf(l->streams_plan, sizeof l->streams_plan, "bulk transfers over one connection (WEFT_REMOTE_STREAMS=1)");
+    return WEFT_OK;
+  }
+  if (!(l->client.peer_caps & WEFT_NET_CAP_STREAMS)) {
+    snprintf(l->streams_plan, sizeof l->streams_plan, "bulk transfers over one connection (the worker offers no "
+             "streams)");
+    return WEFT_OK;
+  }
+  weft_status st = weft_net_client_streams(&l->client, want, &l->granted, &l->session, l->stream_key,
+                                           l->stream_identity, sizeof l->stream_identity);
+  if (st == WEFT_ERR_LANE_FAILED || !l->client.up) return WEFT_ERR_LANE_FAILED;
+  if (st) {
+    l->granted = 1;
+    snprintf(l->streams_plan, sizeof l->streams_plan, "bulk transfers over one connection (streams refused: %.100s)",
+             l->client.why);
+  } else if (l->granted > 1) {
+    snprintf(l->streams_plan, sizeof l->streams_plan, "bulk transfers striped over up to %u connections",
+             (unsigned)l->granted);
+  } else {
+    snprintf(l->streams_plan, sizeof l->streams_plan, "bulk transfers over one connection (the worker granted no "
+             "streams)");
+  }
+  return WEFT_OK;
+}
+
+/* Joins the streams the worker granted: each a connection of its own (TLS where the session has it) whose
+ * first frame is JOIN. One that fails to connect or is refused (the worker's client cap, say) ends the
+ * joining: the transfers take the connections there are, the lane's own at least. */
+static void streams_join(remote_lane *l) {
+  l->joined = 1;
+  char why[256] = "";
+  for (uint32_t i = 1; i < l->granted; i++) {
+    int loopback = 0;
+    int fd = dial(l->addr, l->timeout_ms, &loopback, why, sizeof why);
+    weft_net_conn *sc = &l->streams[i];
+    weft_net_conn_init(sc, fd);
+    if (fd < 0) break;
+    if ((l->tls && weft_net_conn_connect(sc, l->tls, why, sizeof why)) ||
+        weft_net_stream_join(sc, l->session, i, l->stream_key, l->stream_identity, why, sizeof why)) {
+      weft_net_conn_close(sc);
+      break;
+    }
+    l->nstreams = i + 1;
+  }
+  OPENSSL_cleanse(l->stream_key, sizeof l->stream_key);
+}
+
+static weft_status tcp_bulk(void *ctx, const weft_net_bulk *job, uint32_t *next_id, char *why, size_t whylen) {
+  remote_lane *l = ctx;
+  if (l->conn.fd < 0) {
+    snprintf(why, whylen, "the connection is closed");
+    return WEFT_ERR_LANE_FAILED;
+  }
+  if (!l->joined && l->granted > 1) streams_join(l);
+  l->streams[0] = l->conn;
+  weft_status st = weft_net_bulk_run(l->streams, l->nstreams, next_id, job, why, whylen);
+  l->conn = l->streams[0];
+  /* Streams the worker closed are gone: keep the ones that are left, in order. */
+  size_t k = 1;
+  for (size_t i = 1; i < l->nstreams; i++)
+    if (l->streams[i].fd >= 0) l->streams[k++] = l->streams[i];
+  l->nstreams = k;
+  return st;
+}
+
+static const weft_net_transport TCP_TRANSPORT = {tcp_send, tcp_recv, tcp_drop, tcp_bulk};
+
+/* Connects; *loopback says whether the address reached is on loopback (127/8, ::1). On failure returns -1
+ * with why the address is wrong or what connect said in `why`. */
+static int dial(const char *addr, int ms, int *loopback, char *why, size_t whylen) {
   char host[128], port[16];
-  if (!weft_net_split_addr(addr, host, sizeof host, port, sizeof port)) return -1;
+  if (!weft_net_split_addr(addr, host, sizeof host, port, sizeof port)) {
+    snprintf(why, whylen, "'%s' is not a worker address: write HOST:PORT (e.g. 127.0.0.1:7070)", addr);
+    return -1;
+  }
+  char *end;
+  long pn = strtol(port, &end, 10);
+  if (*end || end == port || pn < 1 || pn > 65535) {
+    snprintf(why, whylen, "bad port '%s' in '%s': a port is a number from 1 to 65535", port, addr);
+    return -1;
+  }
   struct addrinfo hints = {0}, *ai = NULL;
   hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(host, port, &hints, &ai) || !ai) return -1;
+  int gai = getaddrinfo(host, port, &hints, &ai);
+  if (gai || !ai) {
+    snprintf(why, whylen, "cannot resolve the host '%s' of '%s': %s", host, addr, gai ? gai_strerror(gai) : "no address");
+    return -1;
+  }
   *loopback = weft_net_is_loopback(ai->ai_addr);
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd >= 0) {
@@ -129,9 +245,13 @@ static int dial(const char *addr, int ms, int *loopback) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      snprintf(why, whylen, "cannot connect to %s: %s%s", addr, strerror(errno),
+               errno == ECONNREFUSED ? " (is `weft worker` running there?)" : "");
       close(fd);
       fd = -1;
     }
+  } else {
+    snprintf(why, whylen, "cannot connect to %s: %s", addr, strerror(errno));
   }
   freeaddrinfo(ai);
   return fd;
@@ -148,6 +268,7 @@ static int tls_wanted(void) {
 /* Dials the worker, starts TLS where the policy wants it, says hello and runs the mutual proof of the secret.
  * On failure why says what a person can do about it and the connection is closed. */
 static weft_status connect_worker(remote_lane *l, int dial_ms, char *why, size_t whylen) {
+  streams_close(l);
   weft_net_conn_close(&l->conn);
   weft_net_tls_destroy(l->tls);
   l->tls = NULL;
@@ -157,10 +278,9 @@ static weft_status connect_worker(remote_lane *l, int dial_ms, char *why, size_t
   size_t slen = 0;
   if (path && path[0] && weft_net_read_secret(path, secret, sizeof secret, &slen, why, whylen)) return WEFT_ERR_IO;
   int loopback = 0;
-  int fd = dial(l->addr, dial_ms, &loopback);
+  int fd = dial(l->addr, dial_ms, &loopback, why, whylen);
   weft_status st = WEFT_OK;
   if (fd < 0) {
-    snprintf(why, whylen, "cannot connect to %s: %s", l->addr, strerror(errno));
     st = WEFT_ERR_LANE_FAILED;
     goto out;
   }
@@ -198,6 +318,7 @@ static weft_status connect_worker(remote_lane *l, int dial_ms, char *why, size_t
     goto out;
   }
   st = weft_net_client_authenticate(c, &hello, secret, slen, l->pinned, l->identity, sizeof l->identity);
+  if (!st) st = streams_ask(l);
   if (st) snprintf(why, whylen, "%s", c->why);
 out:
   OPENSSL_cleanse(secret, sizeof secret);
@@ -233,6 +354,9 @@ static void remote_destroy(void *self) {
   pthread_mutex_unlock(&l->rv_lock);
   if (running) pthread_join(l->rv_thread, NULL);
   pthread_mutex_destroy(&l->rv_lock);
+  streams_close(l);
+  free(l->streams);
+  OPENSSL_cleanse(l->stream_key, sizeof l->stream_key);
   weft_net_conn_close(&l->conn);
   weft_net_tls_destroy(l->tls);
   free(l->scratch);
@@ -361,6 +485,12 @@ static remote_lane *lane_open(const weft_probe_args *args, const char *addr, con
   snprintf(l->pinned, sizeof l->pinned, "%s", pinned);
   snprintf(l->name, sizeof l->name, "remote:%s", addr);
   weft_net_conn_init(&l->conn, -1);
+  l->streams = calloc(WEFT_NET_MAX_STREAMS, sizeof *l->streams);
+  l->nstreams = 1;
+  if (!l->streams) {
+    remote_destroy(l);
+    return NULL;
+  }
   if (connect_worker(l, l->timeout_ms, why, whylen)) {
     remote_destroy(l);
     return NULL;
@@ -395,9 +525,11 @@ static void add_worker_lane(void *ctx, uint32_t index, weft_contract_mask contra
   snprintf(l->worker_lane_name, sizeof l->worker_lane_name, "%.127s", name);
   snprintf(l->name, sizeof l->name, "remote:%.127s/%.100s", w->addr, name);
   snprintf(l->device, sizeof l->device, "%.159s", device);
-  snprintf(l->details, sizeof l->details, "worker %.60s lane %.40s (%.30s) over %.70s, %s%.40s, frames up to %u bytes",
-           w->addr, name, kind, l->transport, l->identity[0] ? (l->pinned[0] ? "proved it is the pinned " : "proved it is ") : "no secret",
-           l->identity, (unsigned)l->client.max_frame);
+  snprintf(l->details, sizeof l->details,
+           "worker %.60s lane %.40s (%.30s) over %.70s, %s%.40s, frames up to %u bytes, %.150s", w->addr, name, kind,
+           l->transport,
+           l->identity[0] ? (l->pinned[0] ? "proved it is the pinned " : "proved it is ") : "no secret", l->identity,
+           (unsigned)l->client.max_frame, l->streams_plan);
   w->sink->add_lane(w->sink->ctx, &REMOTE_VTABLE, l);
 }
 
@@ -429,10 +561,12 @@ weft_status weft_remote_probe(const weft_probe_args *args, const weft_lane_sink 
   const char *pin_all = getenv("WEFT_REMOTE_IDENTITY");
   char addr[128], pinned[WEFT_NET_MAX_IDENTITY + 1];
   const char *p = list;
+  int entries = 0;
   while (*p) {
     while (*p == ' ' || *p == ',') p++;
     size_t n = strcspn(p, ", ");
     if (!n) break;
+    entries++;
     size_t na = strcspn(p, "=, ");
     size_t np = na < n ? n - na - 1 : 0; /* the pin after '=' */
     if (na >= sizeof addr) {
@@ -453,6 +587,12 @@ weft_status weft_remote_probe(const weft_probe_args *args, const weft_lane_sink 
       probe_worker(args, sink, addr, pinned);
     }
     p += n;
+  }
+  if (!entries) {
+    char why[256];
+    snprintf(why, sizeof why, "'%.64s' names no worker: write host:port,... (WEFT_REMOTE or the fabric's `remote`)",
+             list);
+    sink->add_absent(sink->ctx, "remote", why);
   }
   return WEFT_OK;
 }

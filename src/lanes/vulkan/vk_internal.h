@@ -175,6 +175,8 @@ typedef struct vk_pipe {
 
 typedef struct weft_vk_lane {
   const weft_lane_host *host;
+  struct weft_hostcopy *copier; /* the process's host copier (core/hostcopy.c), taken at the first large copy */
+  int copier_tried;
   weft_vk_instance *vi;
   VkPhysicalDevice phys;
   VkDevice dev;

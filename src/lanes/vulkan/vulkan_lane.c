@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../../core/hostcopy.h"
 #include "vk_internal.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -396,6 +397,7 @@ static void vk_destroy(void *self) {
     l->vkDestroyDevice(l->dev, NULL);
   }
   weft_vk_instance_release(l->vi);
+  weft_hostcopy_release(l->copier);
   free(l);
 }
 
@@ -418,6 +420,15 @@ static weft_status maybe_flush(weft_vk_lane *l) {
   return WEFT_OK;
 }
 
+/* A copy into or out of mapped staging memory, on several threads when it is large. */
+static void stage_copy(weft_vk_lane *l, void *dst, const void *src, size_t bytes) {
+  if (bytes >= WEFT_HOSTCOPY_MIN && !l->copier_tried) {
+    l->copier_tried = 1;
+    l->copier = weft_hostcopy_acquire();
+  }
+  weft_hostcopy_run(bytes >= WEFT_HOSTCOPY_MIN ? l->copier : NULL, dst, src, bytes);
+}
+
 static weft_status vk_upload(void *self, weft_buffer *buffer, size_t offset, const void *src, size_t bytes) {
   weft_vk_lane *l = self;
   vk_buf *dst = buffer;
@@ -428,7 +439,7 @@ static weft_status vk_upload(void *self, weft_buffer *buffer, size_t offset, con
   vk_stage *s = NULL;
   VkDeviceSize off = 0;
   if ((st = stage_alloc(l, b, bytes, &s, &off)) != WEFT_OK) return st;
-  memcpy((char *)s->map + off, src, bytes);
+  stage_copy(l, (char *)s->map + off, src, bytes);
   weft_vk_hazard(l, b, NULL, 0, &dst, 1, 1);
   VkBufferCopy region = {off, offset, bytes};
   l->vkCmdCopyBuffer(b->cmd, s->buf, dst->buf, 1, &region);
@@ -460,7 +471,7 @@ static weft_status vk_download(void *self, weft_buffer *buffer, size_t offset, v
   b->ncmds++;
   /* Inside a scope this is the flush a read implies; the scope goes on in a new batch. */
   if ((st = weft_vk_finish(l)) != WEFT_OK) return st;
-  memcpy(dst, l->readback_map, bytes);
+  stage_copy(l, dst, l->readback_map, bytes);
   if (l->readback->size > VK_READBACK_KEEP) {
     weft_vk_buf_destroy(l, l->readback);
     l->readback = NULL, l->readback_map = NULL;

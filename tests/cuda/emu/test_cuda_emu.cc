@@ -156,6 +156,11 @@ static void ln(int64_t N, int64_t C, unsigned gx) {
   weft_tx_ln_args a{}; a.y = U(y2.data()); a.mean = U(m2.data()); a.rstd = U(rs2.data()); a.x = U(x.data()); a.gamma = U(ga.data()); a.beta = U(be.data()); a.N = N; a.C = C; a.eps = 1e-5f;
   emu_launch(gx, 1, 256, [&] { weft_tx_layernorm_fwd(a); });
   cmp("ln y", y.data(), y2.data(), y.size()); cmp("ln mean", m.data(), m2.data(), N); cmp("ln rstd", rs.data(), rs2.data(), N);
+  if (C <= WEFT_TX_LN_ROW_MAXC) { /* the block-per-row kernel, with fewer blocks than rows too */
+    std::fill(y2.begin(), y2.end(), 7.f); std::fill(m2.begin(), m2.end(), 7.f); std::fill(rs2.begin(), rs2.end(), 7.f);
+    emu_launch(N < 3 ? (unsigned)N : 3, 1, 256, [&] { weft_tx_layernorm_fwd_row(a); });
+    cmp("ln row y", y.data(), y2.data(), y.size()); cmp("ln row mean", m.data(), m2.data(), N); cmp("ln row rstd", rs.data(), rs2.data(), N);
+  }
   auto dg = rnd(C, -1, 1), db = rnd(C, -1, 1); auto dg2 = dg, db2 = db; std::vector<float> dx(N*C), dx2(N*C, 7.f);
   weft_ref_layernorm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), m.data(), rs.data(), ga.data(), N, C);
   a.dx = U(dx2.data()); a.dgamma = U(dg2.data()); a.dbeta = U(db2.data()); a.dy = U(dy.data());
@@ -206,10 +211,53 @@ static void copies() {
     cmp("copy_slice", dst.data(), dst2.data(), dst.size());
   }
 }
+/* the matrix-vector kernel against the canonical order written out: 0 + a[r,0]*b[0,j] + ..., k ascending */
+static void mv(int M, int N, int K, bool tb, int batch) {
+  auto a = rnd((size_t)batch * M * K, -2, 2), b = rnd((size_t)K * N, -2, 2);
+  if (a.size() > 3) { a[1] = -0.0f; a[2] = 1e-40f; }
+  if (b.size() > 5) { b[4] = INFINITY; b[3] = -0.0f; }
+  std::vector<float> c((size_t)batch * M * N), c2(c.size(), 7.f);
+  for (int p = 0; p < batch; p++)
+    for (int r = 0; r < M; r++)
+      for (int j = 0; j < N; j++) {
+        float acc = 0.0f;
+        for (int k = 0; k < K; k++) acc = __fadd_rn(acc, __fmul_rn(a[(size_t)p * M * K + r * K + k], tb ? b[(size_t)j * K + k] : b[(size_t)k * N + j]));
+        c[(size_t)p * M * N + r * N + j] = w_canon(acc);
+      }
+  weft_cu_mm_args m{}; m.a = U(a.data()); m.b = U(b.data()); m.c = U(c2.data());
+  m.m = M; m.n = N; m.k = K; m.lda = K; m.ldb = tb ? K : N; m.ldc = N; m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
+  unsigned gx = (unsigned)((N + WEFT_CU_MV_OUT - 1) / WEFT_CU_MV_OUT);
+  emu_launch(gx ? gx : 1, (unsigned)batch, WEFT_CU_MV_THREADS, [&] { if (tb) weft_mv_nt(m); else weft_mv_nn(m); });
+  if (M == 1) {
+    char w1[64]; snprintf(w1, sizeof w1, "mv1 %dx%dx%d %s b%d", M, N, K, tb ? "nt" : "nn", batch);
+    std::vector<float> c3(c.size(), 7.f); m.c = U(c3.data());
+    emu_launch(gx ? gx : 1, (unsigned)batch, WEFT_CU_MV_THREADS, [&] { if (tb) weft_mv1_nt(m); else weft_mv1_nn(m); });
+    cmp(w1, c.data(), c3.data(), c.size());
+  }
+  char what[64]; snprintf(what, sizeof what, "mv %dx%dx%d %s b%d", M, N, K, tb ? "nt" : "nn", batch);
+  cmp(what, c.data(), c2.data(), c.size());
+}
+/* attention over a cache: both kernels against weft_ref_attention_cached */
+static void atc(int64_t B, int64_t Tmax, int64_t C, int64_t NH, int64_t t0, int64_t Tq) {
+  auto qkv = rnd(B * Tmax * 3 * C, -2, 2);
+  qkv[3] = -0.0f; qkv[C + 1] = 1e-39f;
+  std::vector<float> o(B * Tq * C), at(B * NH * Tq * Tmax), o2(o.size(), 7.f), at2(at.size(), 7.f);
+  weft_ref_attention_cached(o.data(), at.data(), qkv.data(), B, Tmax, C, NH, t0, Tq);
+  weft_tx_attn_cached_args a{}; a.out = U(o2.data()); a.att = U(at2.data()); a.qkv = U(qkv.data());
+  a.B = B; a.Tmax = Tmax; a.C = C; a.NH = NH; a.t0 = t0; a.Tq = Tq;
+  emu_launch(2, 1, 128, [&] { weft_tx_attn_cached_blk(a); });
+  cmp("atc blk out", o.data(), o2.data(), o.size()); cmp("atc blk att", at.data(), at2.data(), at.size());
+  std::fill(o2.begin(), o2.end(), 7.f); std::fill(at2.begin(), at2.end(), 7.f);
+  emu_launch(2, 1, 256, [&] { weft_tx_attn_cached(a); });
+  cmp("atc warp out", o.data(), o2.data(), o.size()); cmp("atc warp att", at.data(), at2.data(), at.size());
+}
 int main() {
+  atc(1, 40, 64, 2, 37, 1); atc(2, 20, 48, 3, 5, 3); atc(1, 300, 32, 1, 0, 1); atc(1, 300, 32, 1, 290, 2);
+  mv(1, 37, 130, true, 1); mv(1, 20, 600, true, 1); mv(2, 40, 513, false, 1); mv(3, 16, 64, false, 2); mv(4, 70, 200, true, 1); mv(2, 5, 0, false, 1);
+  mv(1, 33, 1, false, 1); mv(1, 21, 777, false, 2); mv(1, 50, 1000, true, 1);
   copies();
   softmax(2, 45);
-  ln(11, 77, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3);
+  ln(11, 77, 1); ln(1, 768, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3);
   embb(2, 5, 10, 13, 5, true); embb(3, 7, 130, 4, 7, false); embb(4, 40, 9, 3000, 40, true);
   xent(4, 5000, 4); xent(5, 7, 2); xent(3, 1, 5); xent(4, 4099, 2);
   attn(1, 33, 64, 1, 2); attn(2, 70, 80, 2, 5);

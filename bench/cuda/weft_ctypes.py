@@ -1,9 +1,10 @@
-"""Finding and binding libweft: the C structures of include/weft.h as ctypes types, and every function with
+"""weft_ctypes.py - libweft through ctypes for torch_tx.py, which times the transformer ops of the C library
+itself (the Python package, python/weft, is a compiled extension and has no ctypes binding). Finding and
+binding libweft: the C structures of include/weft.h as ctypes types, and every function with
 its argument and result types set once, so that a call costs one ctypes dispatch and nothing more.
 
 The library is looked for, in order: the file named by the WEFT_LIBRARY environment variable (and nowhere
-else when it is set); the build tree next to this package (<repo>/build/libweft.so); the path recorded by
-`cmake --install` when it installed this package; the system's search path (ctypes.util.find_library, then
+else when it is set); the build tree of this checkout (<repo>/build/libweft.so); the system's search path (ctypes.util.find_library, then
 the soname). The ImportError raised when none loads lists every attempt and why it failed.
 """
 
@@ -182,12 +183,6 @@ def _candidates():
         return [("WEFT_LIBRARY", env)]
     here = os.path.dirname(os.path.abspath(__file__))
     out = [("build tree", os.path.join(here, "..", "..", "build", _library_file_name()))]
-    try:
-        from . import _installed  # written by `cmake --install` (python/python.cmake)
-
-        out.append(("installed with the package", _installed.LIBRARY))
-    except ImportError:
-        pass
     found = ctypes.util.find_library("weft")
     if found:
         out.append(("ctypes.util.find_library('weft')", found))
