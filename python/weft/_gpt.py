@@ -18,7 +18,7 @@ class GPT(_weft.GPT):
     lnfw[C] lnfb[C]); None initialises them as GPT-2 does, from `seed`, the same bits everywhere.
     place: "auto" (the router places every op), "layers" (a pipeline: each layer on one lane), "pinned"
     (every op on `lane`), "rr" (ops round robin over the lanes: a placement test). contract: the matmuls'
-    (the transformer ops are always exact).
+    (the transformer ops run exact under "exact" and fp32 under the others).
 
     GPT.from_weights(path) loads GPT-2's weights (Hugging Face model.safetensors or llm.c's .bin);
     GPT.load(path) a checkpoint written by save(). train_step, loss, logits and generate take token ids
