@@ -40,7 +40,6 @@ struct weft_gpt {
   int *pkind;          /* each parameter tensor's kind (K_*) */
   uint64_t rr; /* PLACE_RR: ops placed so far */
   int cur_layer, cur_lane; /* the last op's layer and asked-for lane (D) */
-  int cur_lane_hint;       /* the layer's lane before a matmul's contract moved it (D) */
   weft_op_kind cur_kind;
   weft_gpt_op_hook hook;
   void *hook_ctx;
@@ -179,21 +178,11 @@ static weft_op_desc D(weft_gpt *g, int l, weft_op_kind k) {
                : g->opts.contract == WEFT_CONTRACT_EXACT ? WEFT_CONTRACT_EXACT
                                                          : WEFT_CONTRACT_FP32;
   const int lane = g->llane[l];
-  g->cur_lane_hint = lane;
   if (g->opts.place == WEFT_GPT_PLACE_RR) d.lane = rr_lane(g, k, d.contract);
   else if (lane >= 0) d.lane = (lane_ops(g->f, lane) & WEFT_OP_BIT(k)) ? lane : cpu_lane(g->f);
-  if (d.lane >= 0 && k == WEFT_OP_MATMUL && !lane_honours(g->f, d.lane, d.contract)) {
-    /* tf32/bf16 on a lane whose matmuls are exact/fp32: its tensor units (cuda:0 -> cuda:0.tensor), or the
-     * router among the lanes that honour the contract */
-    weft_lane_info li;
-    char name[96];
-    size_t t;
-    d.lane = WEFT_LANE_AUTO;
-    if (weft_fabric_lane_info(g->f, (size_t)g->cur_lane_hint, &li) == WEFT_OK) {
-      snprintf(name, sizeof name, "%s.tensor", li.name);
-      if (weft_fabric_lane_find(g->f, name, &t) == WEFT_OK && lane_honours(g->f, (int)t, d.contract)) d.lane = (int)t;
-    }
-  }
+  /* a tf32/bf16 matmul on a placed lane that does not honour it (cuda:N does: cuBLAS on its tensor units) goes
+   * to the router, among the lanes that do */
+  if (d.lane >= 0 && k == WEFT_OP_MATMUL && !lane_honours(g->f, d.lane, d.contract)) d.lane = WEFT_LANE_AUTO;
   /* fp32 asks for less than exact: a lane placed by layer or by name that honours only exact runs the op
    * exact */
   if (k != WEFT_OP_MATMUL && d.contract == WEFT_CONTRACT_FP32 && d.lane >= 0 && !lane_honours(g->f, d.lane, d.contract))
@@ -653,6 +642,19 @@ static weft_status lnb_dp(weft_gpt *g, const weft_op_desc *d, weft_tensor *dy, w
   return weft_mpi_grad_op(g->dp, d, WEFT_OP_LAYERNORM_BACKWARD, in, 5, out, 3, NULL, 6u);
 }
 
+/* A linear layer's backward in layer l, y = x W^T + b: W's gradient (dy^T x, accumulated over the batch as
+ * the data-parallel chain wants), b's (dy's column sums), then dx = dy W, which the caller's RUN names. */
+static weft_status linear_backward(weft_gpt *g, int l, weft_tensor *dy, weft_tensor *x, int kw, int kb,
+                                   weft_tensor *dx, const char *what_w, const char *what_b) {
+  weft_fabric *f = g->f;
+  weft_op_desc d = D(g, l, WEFT_OP_MATMUL);
+  RUN(GRAD_MM(dy, 1, x, 0, GG(kw, l)), what_w);
+  d = D(g, l, WEFT_OP_SUM_ROWS);
+  RUN(GRAD_SUM(dy, GG(kb, l)), what_b);
+  d = D(g, l, WEFT_OP_MATMUL);
+  return weft_op_matmul(f, &d, dy, 0, PP(kw, l), 0, dx);
+}
+
 static weft_status backward_ops(weft_gpt *g) {
   weft_fabric *f = g->f;
   acts *a = &g->a;
@@ -675,40 +677,20 @@ static weft_status backward_ops(weft_gpt *g) {
   RUN(GRAD_LNB(a->dlnf, a->x[L], a->mf, a->sf, PP(K_LNFW, 0), a->dxa, GG(K_LNFW, 0), GG(K_LNFB, 0)), "lnf backward");
   weft_tensor *dx = a->dxa, *dxn = a->dxb;
   for (int l = L - 1; l >= 0; l--) {
-    d = D(g, l, WEFT_OP_MATMUL);
-    RUN(GRAD_MM(dx, 1, a->fcg[l], 0, GG(K_FPW, l)), "dw fc proj");
-    d = D(g, l, WEFT_OP_SUM_ROWS);
-    RUN(GRAD_SUM(dx, GG(K_FPB, l)), "db fc proj");
-    d = D(g, l, WEFT_OP_MATMUL);
-    RUN(weft_op_matmul(f, &d, dx, 0, PP(K_FPW, l), 0, a->dfc), "dgelu");
+    RUN(linear_backward(g, l, dx, a->fcg[l], K_FPW, K_FPB, a->dfc, "dw fc proj", "db fc proj"), "dgelu");
     d = D(g, l, WEFT_OP_GELU_BACKWARD);
     RUN(weft_op_gelu_backward(f, &d, a->fch[l], a->dfc, a->dfc), "gelu backward");
-    d = D(g, l, WEFT_OP_MATMUL);
-    RUN(GRAD_MM(a->dfc, 1, a->ln2[l], 0, GG(K_FCW, l)), "dw fc");
-    d = D(g, l, WEFT_OP_SUM_ROWS);
-    RUN(GRAD_SUM(a->dfc, GG(K_FCB, l)), "db fc");
-    d = D(g, l, WEFT_OP_MATMUL);
-    RUN(weft_op_matmul(f, &d, a->dfc, 0, PP(K_FCW, l), 0, a->dtmp), "dln2");
+    RUN(linear_backward(g, l, a->dfc, a->ln2[l], K_FCW, K_FCB, a->dtmp, "dw fc", "db fc"), "dln2");
     d = D(g, l, WEFT_OP_LAYERNORM_BACKWARD);
     RUN(GRAD_LNB(a->dtmp, a->x2[l], a->m2[l], a->s2[l], PP(K_LN2W, l), a->dtmp, GG(K_LN2W, l), GG(K_LN2B, l)), "ln2 backward");
     d = D(g, l, WEFT_OP_ADD);
     RUN(weft_op_add(f, &d, dx, a->dtmp, a->dx2), "dx2");
-    d = D(g, l, WEFT_OP_MATMUL);
-    RUN(GRAD_MM(a->dx2, 1, a->ay[l], 0, GG(K_APW, l)), "dw attn proj");
-    d = D(g, l, WEFT_OP_SUM_ROWS);
-    RUN(GRAD_SUM(a->dx2, GG(K_APB, l)), "db attn proj");
-    d = D(g, l, WEFT_OP_MATMUL);
-    RUN(weft_op_matmul(f, &d, a->dx2, 0, PP(K_APW, l), 0, a->day), "dattn");
+    RUN(linear_backward(g, l, a->dx2, a->ay[l], K_APW, K_APB, a->day, "dw attn proj", "db attn proj"), "dattn");
     reshape(a->day, 3, B, T, C), reshape(a->qkv[l], 3, B, T, 3 * C), reshape(a->dqkv, 3, B, T, 3 * C);
     d = D(g, l, WEFT_OP_ATTENTION_BACKWARD);
     RUN(weft_op_attention_backward(f, &d, a->day, a->qkv[l], a->att[l], g->cfg.NH, a->dqkv), "attention backward");
     reshape(a->day, 2, N, C, 0), reshape(a->qkv[l], 2, N, 3 * C, 0), reshape(a->dqkv, 2, N, 3 * C, 0);
-    d = D(g, l, WEFT_OP_MATMUL);
-    RUN(GRAD_MM(a->dqkv, 1, a->ln1[l], 0, GG(K_QKVW, l)), "dw qkv");
-    d = D(g, l, WEFT_OP_SUM_ROWS);
-    RUN(GRAD_SUM(a->dqkv, GG(K_QKVB, l)), "db qkv");
-    d = D(g, l, WEFT_OP_MATMUL);
-    RUN(weft_op_matmul(f, &d, a->dqkv, 0, PP(K_QKVW, l), 0, a->dtmp), "dln1");
+    RUN(linear_backward(g, l, a->dqkv, a->ln1[l], K_QKVW, K_QKVB, a->dtmp, "dw qkv", "db qkv"), "dln1");
     d = D(g, l, WEFT_OP_LAYERNORM_BACKWARD);
     RUN(GRAD_LNB(a->dtmp, a->x[l], a->m1[l], a->s1[l], PP(K_LN1W, l), a->dtmp, GG(K_LN1W, l), GG(K_LN1B, l)), "ln1 backward");
     d = D(g, l, WEFT_OP_ADD);
