@@ -10,6 +10,7 @@
 #include <vulkan/vulkan.h>
 
 #include "weft_lane.h"
+#include "../fuse.h"
 
 /* ------------------------------------------------------------------------------------------- loader */
 
@@ -146,6 +147,7 @@ enum {
   VK_SH_TX_EMBED_LINKS,
   VK_SH_TX_EMBED_BWD,
   VK_SH_TX_LN_FWD,
+  VK_SH_TX_LN_ADD_FWD,
   VK_SH_TX_LN_BWD_DX,
   VK_SH_TX_LN_BWD_DGB,
   VK_SH_TX_GELU_FWD,
@@ -220,6 +222,9 @@ typedef struct weft_vk_lane {
   vk_buf *readback;     /* host-visible target of downloads, grown on demand */
   void *readback_map;
   int in_scope;
+  /* Fusion (src/lanes/fuse.h): inside a scope, matmul epilogues and add + layernorm; off under WEFT_FUSE=0. */
+  int fuse_on;
+  weft_fuse fuse;
 } weft_vk_lane;
 
 /* Records a failed Vulkan call: device loss marks the lane lost (WEFT_ERR_LANE_FAILED), exhausted memory is
@@ -249,6 +254,8 @@ weft_status weft_vk_ops_init(weft_vk_lane *l);
 void weft_vk_ops_destroy(weft_vk_lane *l);
 weft_status weft_vk_ops_supports(weft_vk_lane *l, const weft_op *op);
 weft_status weft_vk_ops_run(weft_vk_lane *l, const weft_op *op);
+/* Runs what the fusion window hands over (a weft_fuse_emit_fn; ctx is the lane). */
+weft_status weft_vk_ops_run_fused(void *ctx, const weft_fused *fused);
 /* The ops this lane offers (weft_lane_desc.ops). */
 uint64_t weft_vk_ops_offered(void);
 
@@ -264,5 +271,9 @@ extern int weft_vk_ignore_loop_limit;
  * fires once and clears itself. */
 enum { WEFT_VK_FAULT_NONE = 0, WEFT_VK_FAULT_OOM, WEFT_VK_FAULT_PIPELINE, WEFT_VK_FAULT_DEVICE_LOST };
 extern int weft_vk_inject_fault;
+/* Counters for tests and benchmarks, over every Vulkan lane of the process: dispatches recorded, and ops
+ * that ran inside a fused kernel (a matmul with two epilogue ops counts 3). Relaxed atomic increments. */
+extern uint64_t weft_vk_stat_dispatches;
+extern uint64_t weft_vk_stat_fused_ops;
 
 #endif /* WEFT_VK_INTERNAL_H */

@@ -26,6 +26,7 @@ SPV(tx_embed_fwd)
 SPV(tx_embed_links)
 SPV(tx_embed_bwd)
 SPV(tx_ln_fwd)
+SPV(tx_ln_add_fwd)
 SPV(tx_ln_bwd_dx)
 SPV(tx_ln_bwd_dgb)
 SPV(tx_gelu_fwd)
@@ -61,6 +62,7 @@ static const struct {
     {"embed links", weft_vk_spv_tx_embed_links, &weft_vk_spv_tx_embed_links_size},
     {"embed bwd", weft_vk_spv_tx_embed_bwd, &weft_vk_spv_tx_embed_bwd_size},
     {"ln fwd", weft_vk_spv_tx_ln_fwd, &weft_vk_spv_tx_ln_fwd_size},
+    {"add + ln fwd", weft_vk_spv_tx_ln_add_fwd, &weft_vk_spv_tx_ln_add_fwd_size},
     {"ln bwd dx", weft_vk_spv_tx_ln_bwd_dx, &weft_vk_spv_tx_ln_bwd_dx_size},
     {"ln bwd dgb", weft_vk_spv_tx_ln_bwd_dgb, &weft_vk_spv_tx_ln_bwd_dgb_size},
     {"gelu fwd", weft_vk_spv_tx_gelu_fwd, &weft_vk_spv_tx_gelu_fwd_size},
@@ -297,6 +299,7 @@ static weft_status dispatch(weft_vk_lane *l, vk_batch *b, VkPipeline pipe, const
   l->vkCmdPushConstants(b->cmd, l->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pc_size, pc);
   l->vkCmdDispatch(b->cmd, gx, gy, gz);
   b->ncmds++;
+  __atomic_fetch_add(&weft_vk_stat_dispatches, 1, __ATOMIC_RELAXED);
   return WEFT_OK;
 }
 
@@ -499,7 +502,11 @@ static weft_status run_softmax(weft_vk_lane *l, vk_batch *b, const weft_op *op) 
 
 typedef struct mm_pc {
   uint32_t M, N, K, lda, ldb, ldc, base_a, base_b, base_c, stride_a, stride_b, stride_c, flags;
+  uint32_t base_bias, base_r, base_g; /* the epilogue's (epilogue.glsl) */
 } mm_pc;
+
+/* pc.flags bits of the epilogue steps (epilogue.glsl) */
+enum { MM_EPI_BIAS = 8u, MM_EPI_RES = 16u, MM_EPI_GELU = 32u };
 
 enum { MM_SIMPLE = 1, MM_T88 = 2, MM_T44 = 3, MM_T88K16 = 4 };
 
@@ -514,7 +521,9 @@ static int pick_matmul(uint64_t mc, uint64_t nc, uint64_t cnt) {
   return MM_SIMPLE;
 }
 
-static weft_status run_matmul(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
+/* `epi`: a fused matmul (src/lanes/fuse.h) whose bias, residual and GELU run in the kernels' epilogue on the
+ * last k chunk of each block, or NULL. Its buffers are windowed like c (the bias row like c's columns). */
+static weft_status run_matmul(weft_vk_lane *l, vk_batch *b, const weft_op *op, const weft_fused *epi) {
   const uint64_t m = (uint64_t)op->m, n = (uint64_t)op->n, k = (uint64_t)op->k, batch = (uint64_t)op->batch;
   const uint64_t cap = cap_elems(l);
   const int ta = op->trans_a, tb = op->trans_b;
@@ -556,6 +565,13 @@ static weft_status run_matmul(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
                     : window(l, op->in[1], p0 * sb + k0 * n + j0, (cnt - 1) * sb + (kcc - 1) * n + nc);
           w[2] = window(l, op->out[0], p0 * sc + i0 * n + j0, (cnt - 1) * sc + (mc - 1) * n + nc);
           w[3] = dummy_win(l);
+          const uint64_t c0 = p0 * sc + i0 * n + j0, cspan = (cnt - 1) * sc + (mc - 1) * n + nc;
+          uint32_t epi_flags = 0;
+          if (epi && k0 + kcc == k) {
+            if (epi->bias) w[3] = window(l, epi->bias, j0, nc), epi_flags |= MM_EPI_BIAS;
+            if (epi->residual) w[4] = window(l, epi->residual, c0, cspan), epi_flags |= MM_EPI_RES;
+            if (epi->gelu_out) w[5] = window(l, epi->gelu_out, c0, cspan), epi_flags |= MM_EPI_GELU;
+          }
           /* A stride is only ever multiplied by an index below the block's extent: pass 0 when that is 1,
            * so that no value beyond a window (which may exceed 32 bits) reaches the shader. */
           mm_pc pc;
@@ -566,7 +582,8 @@ static weft_status run_matmul(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
           pc.base_a = (uint32_t)w[0].base, pc.base_b = (uint32_t)w[1].base, pc.base_c = (uint32_t)w[2].base;
           pc.stride_a = (uint32_t)(cnt > 1 ? sa : 0), pc.stride_b = (uint32_t)(cnt > 1 ? sb : 0);
           pc.stride_c = (uint32_t)(cnt > 1 ? sc : 0);
-          pc.flags = (ta ? 1u : 0u) | (tb ? 2u : 0u) | (k0 > 0 ? 4u : 0u);
+          pc.flags = (ta ? 1u : 0u) | (tb ? 2u : 0u) | (k0 > 0 ? 4u : 0u) | epi_flags;
+          pc.base_bias = (uint32_t)w[3].base, pc.base_r = (uint32_t)w[4].base, pc.base_g = (uint32_t)w[5].base;
           VkPipeline pipe;
           weft_status st;
           uint32_t gx, gy;
@@ -588,8 +605,11 @@ static weft_status run_matmul(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
             gx = (uint32_t)ceil_div(nc, bm), gy = (uint32_t)ceil_div(mc, bm);
           }
           if (st != WEFT_OK) return st;
-          int reads[2] = {0, 1}, writes[1] = {2};
-          st = dispatch(l, b, pipe, w, reads, 2, writes, 1, &pc, sizeof pc, gx, gy, (uint32_t)cnt);
+          int reads[4] = {0, 1}, writes[2] = {2}, nread = 2, nwrite = 1;
+          if (epi_flags & MM_EPI_BIAS) reads[nread++] = 3;
+          if (epi_flags & MM_EPI_RES) reads[nread++] = 4;
+          if (epi_flags & MM_EPI_GELU) writes[nwrite++] = 5;
+          st = dispatch(l, b, pipe, w, reads, nread, writes, nwrite, &pc, sizeof pc, gx, gy, (uint32_t)cnt);
           if (st != WEFT_OK) return st;
         }
       }
@@ -679,14 +699,16 @@ static weft_status run_adamw(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
   return WEFT_OK;
 }
 
-static weft_status run_layernorm(weft_vk_lane *l, vk_batch *b, const weft_op *op) {
+/* `add`: the add x2 = in[0] + in[1] fused before it (src/lanes/fuse.h; op->in[0] is x2), or NULL. */
+static weft_status run_layernorm(weft_vk_lane *l, vk_batch *b, const weft_op *op, const weft_op *add) {
   const uint64_t N = (uint64_t)op->iparam[0], C = (uint64_t)op->iparam[1], cap = cap_elems(l);
   const uint64_t per = C ? cap / C : N;
   for (uint64_t r0 = 0; r0 < N; r0 += per) {
     uint64_t nr = min_u64(per, N - r0);
     vk_win w[VK_NBIND];
     wins_dummy(l, w);
-    w[0] = window(l, op->in[0], r0 * C, nr * C);
+    w[0] = window(l, add ? add->in[0] : op->in[0], r0 * C, nr * C);
+    if (add) w[6] = window(l, add->in[1], r0 * C, nr * C), w[7] = window(l, op->in[0], r0 * C, nr * C);
     w[1] = window(l, op->in[1], 0, C); /* gamma, beta: indexed from 0 by the kernel */
     w[2] = window(l, op->in[2], 0, C);
     w[3] = window(l, op->out[0], r0 * C, nr * C);
@@ -696,9 +718,12 @@ static weft_status run_layernorm(weft_vk_lane *l, vk_batch *b, const weft_op *op
     struct {
       uint32_t N, C, flags;
       float eps;
-      uint32_t base_x, base_y, base_stats;
-    } pc = {U32(nr), U32(C), flags, op->fparam[0], U32(w[0].base), U32(w[3].base), base_stats};
-    weft_status st = tx_dispatch(l, b, VK_SH_TX_LN_FWD, w, 7u, 8u | 16u | 32u, &pc, sizeof pc, grid(nr, 1));
+      uint32_t base_x, base_y, base_stats, base_b, base_x2;
+    } pc = {U32(nr), U32(C), flags, op->fparam[0], U32(w[0].base), U32(w[3].base), base_stats, U32(w[6].base),
+            U32(w[7].base)};
+    weft_status st = add ? tx_dispatch(l, b, VK_SH_TX_LN_ADD_FWD, w, 1u | 2u | 4u | 64u, 8u | 16u | 32u | 128u, &pc,
+                                       sizeof pc, grid(nr, 1))
+                         : tx_dispatch(l, b, VK_SH_TX_LN_FWD, w, 7u, 8u | 16u | 32u, &pc, sizeof pc, grid(nr, 1));
     if (st != WEFT_OK) return st;
   }
   return WEFT_OK;
@@ -1182,12 +1207,12 @@ weft_status weft_vk_ops_run(weft_vk_lane *l, const weft_op *op) {
   vk_batch *b;
   if ((st = weft_vk_batch_get(l, &b)) != WEFT_OK) return st;
   switch (op->kind) {
-  case WEFT_OP_MATMUL: return run_matmul(l, b, op);
+  case WEFT_OP_MATMUL: return run_matmul(l, b, op, NULL);
   case WEFT_OP_SUM_ROWS: return run_sum_rows(l, b, op);
   case WEFT_OP_SOFTMAX_XENT: return run_softmax(l, b, op);
   case WEFT_OP_EMBEDDING: return run_embedding(l, b, op);
   case WEFT_OP_EMBEDDING_BACKWARD: return run_embedding_backward(l, b, op);
-  case WEFT_OP_LAYERNORM: return run_layernorm(l, b, op);
+  case WEFT_OP_LAYERNORM: return run_layernorm(l, b, op, NULL);
   case WEFT_OP_LAYERNORM_BACKWARD: return run_layernorm_backward(l, b, op);
   case WEFT_OP_GELU:
   case WEFT_OP_GELU_BACKWARD: return run_gelu(l, b, op);
@@ -1203,4 +1228,18 @@ weft_status weft_vk_ops_run(weft_vk_lane *l, const weft_op *op) {
   case WEFT_OP_COPY_SLICE: return run_copy_slice(l, b, op);
   default: return run_ew(l, b, op);
   }
+}
+
+weft_status weft_vk_ops_run_fused(void *ctx, const weft_fused *f) {
+  weft_vk_lane *l = ctx;
+  if (f->kind == WEFT_FUSED_SINGLE) return weft_vk_ops_run(l, &f->ops[0]);
+  /* Each op was checked by supports() when it came; the fused kernel has the limits of the matmul or the
+   * layernorm it extends (the same loops, chunked the same way). */
+  vk_batch *b;
+  weft_status st = weft_vk_batch_get(l, &b);
+  if (st != WEFT_OK) return st;
+  st = f->kind == WEFT_FUSED_MATMUL_EPILOGUE ? run_matmul(l, b, &f->ops[0], f)
+                                             : run_layernorm(l, b, &f->ops[1], &f->ops[0]);
+  if (st == WEFT_OK) __atomic_fetch_add(&weft_vk_stat_fused_ops, (uint64_t)f->nops, __ATOMIC_RELAXED);
+  return st;
 }

@@ -66,6 +66,7 @@ function(weft_vulkan_shader name source contract)
             -DSPIRV_DIS=${WEFT_SPIRV_DIS}
             -DSPIRV_VAL=${WEFT_SPIRV_VAL} -P ${_weft_vk_dir}/spirv_embed.cmake
     DEPENDS ${src} ${_weft_vk_dir}/shaders/wmath.glsl ${_weft_vk_dir}/shaders/common.glsl ${_weft_vk_dir}/shaders/matmul_pc.glsl
+            ${_weft_vk_dir}/shaders/epilogue.glsl
             ${_weft_vk_dir}/spirv_embed.cmake ${PROJECT_SOURCE_DIR}/cmake/embed_bytes.cmake
     COMMENT "SPIR-V ${name} (${contract})"
     VERBATIM)
@@ -89,6 +90,8 @@ weft_vulkan_shader(tx_embed_fwd tx_embed.comp EXACT EMB_FWD=1)
 weft_vulkan_shader(tx_embed_links tx_embed.comp EXACT EMB_LINKS=1)
 weft_vulkan_shader(tx_embed_bwd tx_embed.comp EXACT EMB_BWD=1)
 weft_vulkan_shader(tx_ln_fwd tx_layernorm.comp EXACT LN_FWD=1)
+# add + layernorm fused (src/lanes/fuse.h)
+weft_vulkan_shader(tx_ln_add_fwd tx_layernorm.comp EXACT LN_FWD=1 LN_ADD=1)
 weft_vulkan_shader(tx_ln_bwd_dx tx_layernorm.comp EXACT LN_BWD_DX=1)
 weft_vulkan_shader(tx_ln_bwd_dgb tx_layernorm.comp EXACT LN_BWD_DGB=1)
 weft_vulkan_shader(tx_gelu_fwd tx_gelu.comp EXACT)

@@ -39,6 +39,8 @@ int weft_vk_force_matmul_kernel = 0;
 int weft_vk_disable_push_descriptors = 0;
 int weft_vk_inject_fault = WEFT_VK_FAULT_NONE;
 int weft_vk_ignore_loop_limit = 0;
+uint64_t weft_vk_stat_dispatches = 0;
+uint64_t weft_vk_stat_fused_ops = 0;
 
 weft_status weft_vk_check(weft_vk_lane *l, VkResult r, const char *what) {
   if (r == VK_SUCCESS) return WEFT_OK;
@@ -411,7 +413,26 @@ static weft_status vk_buffer_alloc(void *self, size_t bytes, weft_buffer **out) 
   return st;
 }
 
-static void vk_buffer_free(void *self, weft_buffer *buffer) { weft_vk_buf_release(self, buffer); }
+/* ------------------------------------------------------------------------------------------- fusion */
+
+/* Inside a scope ops pass through the fusion window (src/lanes/fuse.h) before they are recorded. Whatever
+ * must see them in order empties it first: a download, sync, flush and the end of the scope always; an
+ * upload or free only of a buffer a held op uses (anything else is independent of them). */
+static weft_status fuse_drain(weft_vk_lane *l) {
+  if (l->fuse.n == 0) return WEFT_OK;
+  if (l->lost) {
+    l->fuse.n = 0; /* nothing can run any more; the caller reports the loss */
+    return WEFT_OK;
+  }
+  return weft_fuse_flush(&l->fuse, weft_vk_ops_run_fused, l);
+}
+
+static void vk_buffer_free(void *self, weft_buffer *buffer) {
+  weft_vk_lane *l = self;
+  /* A held op's buffer: run it first (a failure is the lane's next call's to report) */
+  if (weft_fuse_uses(&l->fuse, buffer)) (void)fuse_drain(l);
+  weft_vk_buf_release(l, buffer);
+}
 
 static weft_status maybe_flush(weft_vk_lane *l) {
   if (l->cur < 0) return WEFT_OK;
@@ -433,8 +454,10 @@ static weft_status vk_upload(void *self, weft_buffer *buffer, size_t offset, con
   weft_vk_lane *l = self;
   vk_buf *dst = buffer;
   if (bytes == 0) return WEFT_OK;
+  weft_status st = weft_fuse_uses(&l->fuse, dst) ? fuse_drain(l) : WEFT_OK;
+  if (st != WEFT_OK) return st;
   vk_batch *b;
-  weft_status st = weft_vk_batch_get(l, &b);
+  st = weft_vk_batch_get(l, &b);
   if (st != WEFT_OK) return st;
   vk_stage *s = NULL;
   VkDeviceSize off = 0;
@@ -451,7 +474,8 @@ static weft_status vk_download(void *self, weft_buffer *buffer, size_t offset, v
   weft_vk_lane *l = self;
   vk_buf *src = buffer;
   if (bytes == 0) return WEFT_OK;
-  weft_status st;
+  weft_status st = fuse_drain(l);
+  if (st != WEFT_OK) return st;
   void *map = NULL;
   if (!l->readback || l->readback->size < bytes) {
     /* Downloads wait for their copy, so the old readback buffer is idle. */
@@ -484,7 +508,14 @@ static weft_status vk_supports(void *self, const weft_op *op) { return weft_vk_o
 static weft_status vk_run(void *self, const weft_op *op) {
   weft_vk_lane *l = self;
   if (l->lost) return lost_status(l);
-  weft_status st = weft_vk_ops_run(l, op);
+  weft_status st;
+  if (l->fuse_on && l->in_scope) {
+    /* refused now, not when the window lets it go */
+    if ((st = weft_vk_ops_supports(l, op)) != WEFT_OK) return st;
+    st = weft_fuse_run(&l->fuse, op, weft_vk_ops_run_fused, l);
+  } else {
+    st = weft_vk_ops_run(l, op);
+  }
   if (st != WEFT_OK) return st;
   return maybe_flush(l);
 }
@@ -498,15 +529,22 @@ static weft_status vk_scope_begin(void *self) {
 
 static weft_status vk_scope_end(void *self) {
   weft_vk_lane *l = self;
+  weft_status st = fuse_drain(l);
   l->in_scope = 0;
-  return weft_vk_finish(l);
+  return st != WEFT_OK ? st : weft_vk_finish(l);
 }
 
-static weft_status vk_sync(void *self) { return weft_vk_finish(self); }
+static weft_status vk_sync(void *self) {
+  weft_vk_lane *l = self;
+  weft_status st = fuse_drain(l);
+  return st != WEFT_OK ? st : weft_vk_finish(l);
+}
 
 static weft_status vk_flush(void *self) {
   weft_vk_lane *l = self;
   if (l->lost) return lost_status(l);
+  weft_status st = fuse_drain(l);
+  if (st != WEFT_OK) return st;
   return l->in_scope ? WEFT_OK : weft_vk_flush(l);
 }
 
@@ -516,6 +554,7 @@ static weft_status vk_flush(void *self) {
 static int vk_idle(void *self) {
   weft_vk_lane *l = self;
   if (l->lost) return 1;
+  if (l->fuse.n) return 0; /* held by the fusion window: recorded at the next flush or sync */
   if (l->cur >= 0 && (l->batches[l->cur].ncmds || l->batches[l->cur].nfrees)) return 0;
   for (int i = 0; i < VK_NBATCH; i++)
     if (l->batches[i].state == VK_BATCH_SUBMITTED && l->vkGetFenceStatus(l->dev, l->batches[i].fence) != VK_SUCCESS)
@@ -570,6 +609,8 @@ static weft_vk_lane *lane_create(weft_vk_instance *vi, VkPhysicalDevice phys, ui
   l->cur = -1;
   l->next_serial = 1;
   l->epoch = 1;
+  l->fuse_on = weft_fuse_env_enabled();
+  weft_fuse_init(&l->fuse, WEFT_FUSE_MATMUL_EPILOGUE | WEFT_FUSE_ADD_LAYERNORM, WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT));
   snprintf(l->name, sizeof l->name, "vulkan:%u", index);
   vi->vkGetPhysicalDeviceProperties(phys, &l->props);
   const VkPhysicalDeviceLimits *lim = &l->props.limits;
@@ -699,12 +740,13 @@ static weft_vk_lane *lane_create(weft_vk_instance *vi, VkPhysicalDevice phys, ui
   human_bytes(shs, sizeof shs, lim->maxComputeSharedMemorySize);
   snprintf(l->details, sizeof l->details,
            "%s; largest binding %s%s; workgroup up to %u invocations; %s shared memory; fp32 subnormals %s; "
-           "signed zeros, infinities and NaN %s; %s%s",
+           "signed zeros, infinities and NaN %s; %s; %s%s",
            device_type_str(l->props.deviceType), maxs,
            args->desc->vulkan_max_binding ? " (capped by vulkan_max_binding)" : "", lim->maxComputeWorkGroupInvocations,
            shs, l->denorm_preserve ? "kept by the driver" : "not guaranteed by the driver (the kernels keep them)",
            l->nan_preserve ? "kept" : "not guaranteed by the driver",
            l->vkCmdPushDescriptorSetKHR ? "push descriptors" : "descriptor pools",
+           l->fuse_on ? "fuses matmul epilogues and add+layernorm in scopes" : "fusion off (WEFT_FUSE=0)",
            l->loop_limit ? "; loops end after 65535 iterations per invocation (kernels split to stay below)" : "");
   return l;
 

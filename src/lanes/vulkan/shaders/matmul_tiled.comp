@@ -15,6 +15,9 @@
 // four values) and, when the test fails, recomputes its block with weft_mul / weft_add (common.glsl) in the
 // same order before anything is stored. Data of ordinary magnitudes never takes that path.
 //
+// Epilogue (exact builds): on the last k chunk a lane may fuse the ops that follow the matmul (bias, residual,
+// GELU: epilogue.glsl); they run on each element after the block is stored, in the order the ops came.
+//
 // Specialisation: TRANS_A / TRANS_B pick the layouts; VEC=1 loads and stores 4 floats at a time and is used
 // only when every row start is a multiple of 4 floats and the vector dimensions are multiples of 4 (the
 // host checks), so a vector never straddles an edge. The register tile is unrolled by macros rather than
@@ -49,6 +52,10 @@ layout(set = 0, binding = 1) restrict readonly buffer B { vec4 b4[]; };
 layout(set = 0, binding = 2) restrict buffer C { vec4 c4[]; };
 
 #include "matmul_pc.glsl"
+#ifndef WEFT_FP32
+#include "wmath.glsl"
+#include "epilogue.glsl"
+#endif
 
 // k-major tiles: As[buf][k][i], Bs[buf][k][j], as vec4 so a thread reads 4 rows (columns) in one load.
 shared vec4 As[2 * BK * BM / 4];
@@ -279,6 +286,22 @@ void exact_block(bool accum) {
     }
   }
 }
+
+// The fused epilogue over the thread's elements of c, once they are stored (this invocation reads back only
+// what it wrote). A loop, not the unrolled macros: one copy of the GELU code.
+void epilogue_block() {
+  for (uint i = 0u; i < TM; i++) {
+    uint row = row_of(i);
+    if (row >= pc.M) continue;
+    for (uint j = 0u; j < TN; j++) {
+      uint col = j0 + (j >> 2) * 64u + tx * 4u + (j & 3u);
+      if (col >= pc.N) continue;
+      uint ci = cbase + row * pc.ldc + col;
+      float v = weft_epilogue(c4[ci >> 2][ci & 3u], ci, col);
+      if ((pc.flags & (WEFT_EPI_BIAS | WEFT_EPI_RES)) != 0u) c4[ci >> 2][ci & 3u] = v;
+    }
+  }
+}
 #endif
 
 #define INIT4(i, jg)                                                                                           \
@@ -356,10 +379,12 @@ void main() {
     precise float pmin = uintBitsToFloat(am + 1u) * uintBitsToFloat(bm + 1u);
     slow = (floatBitsToUint(pmin) & 0x7fffffffu) < 0x0c000000u;
   }
-  if (slow) {
-    exact_block(accum);
-    return;
+  if (slow) exact_block(accum);
+  else {
+    FOR_ROWS(STORE_ROW)
   }
-#endif
+  if ((pc.flags & WEFT_EPI_ANY) != 0u) epilogue_block();
+#else
   FOR_ROWS(STORE_ROW)
+#endif
 }

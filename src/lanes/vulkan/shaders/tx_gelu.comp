@@ -13,33 +13,28 @@ layout(push_constant) uniform P {
   uint base_x, base_dy, base_o;
 } pc;
 
-const uint GELU_S = 0x3f4c422au;  // 0.79788458347320556640625f, sqrt(2/pi)
-const uint GELU_K = 0x3d372714u;  // 0.044715f
-const uint GELU_3K = 0x3e095d4fu; // 0.134145f
-
 void main() {
   uint stride = gl_NumWorkGroups.x * 256u;
-  float S = uintBitsToFloat(GELU_S), K = uintBitsToFloat(GELU_K);
   for (uint e = gl_GlobalInvocationID.x; e < pc.count; e += stride) {
     float xi = x[pc.base_x + e];
+#if defined(GELU_BWD)
+    float S = uintBitsToFloat(WEFT_GELU_S), K = uintBitsToFloat(WEFT_GELU_K);
     float c = weft_mul(K, xi);
     c = weft_mul(c, xi);
     c = weft_mul(c, xi);
     float u = weft_mul(S, weft_add(xi, c));
     float th = weft_tanhf(u);
-#if defined(GELU_BWD)
     float sech2 = weft_sub(1.0, weft_mul(th, th));
     float l = weft_mul(0.5, weft_add(1.0, th));
     float r = weft_mul(0.5, xi);
     r = weft_mul(r, sech2);
     r = weft_mul(r, S);
-    float k = weft_mul(uintBitsToFloat(GELU_3K), xi);
+    float k = weft_mul(uintBitsToFloat(WEFT_GELU_3K), xi);
     k = weft_mul(k, xi);
     r = weft_mul(r, weft_add(1.0, k));
     o[pc.base_o + e] = weft_canon(weft_mul(weft_add(l, r), dy[pc.base_dy + e]));
 #else
-    float h = weft_mul(0.5, xi);
-    o[pc.base_o + e] = weft_canon(weft_mul(h, weft_add(1.0, th)));
+    o[pc.base_o + e] = weft_canon(weft_gelu(xi));
 #endif
   }
 }

@@ -196,3 +196,20 @@ float weft_tanhf(float x) {
   }
   return weft_mul(s, t);
 }
+
+// ------------------------------------------------------------------------------------------- gelu
+// GPT-2's GELU (tanh form), forward, as weft_ref_gelu_forward (src/core/reference_tx.c) computes one element:
+// c = ((K*x)*x)*x; u = S*(x + c); y = (0.5*x) * (1 + tanh(u)). Shared by tx_gelu.comp and the matmul
+// epilogue (epilogue.glsl), so a fused GELU is the same transcription as the separate one.
+const uint WEFT_GELU_S = 0x3f4c422au;  // 0.79788458347320556640625f, sqrt(2/pi)
+const uint WEFT_GELU_K = 0x3d372714u;  // 0.044715f
+const uint WEFT_GELU_3K = 0x3e095d4fu; // 0.134145f
+float weft_gelu(float xi) {
+  float c = weft_mul(uintBitsToFloat(WEFT_GELU_K), xi);
+  c = weft_mul(c, xi);
+  c = weft_mul(c, xi);
+  float u = weft_mul(uintBitsToFloat(WEFT_GELU_S), weft_add(xi, c));
+  float th = weft_tanhf(u);
+  float h = weft_mul(0.5, xi);
+  return weft_mul(h, weft_add(1.0, th));
+}
