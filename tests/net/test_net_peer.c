@@ -3,27 +3,15 @@
  * a malformed list, an empty list, a list whose one lane failed there, a reply whose header claims more than
  * the request can get, or a closed connection. Each is an absent entry whose reason says which, never a
  * lane that silently is not there, and the fabric opens with its CPU lane. */
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include "netutil.h"
 #include "tutil.h"
 #include "weft.h"
 
 typedef enum fake_mode { FAKE_BAD_LIST, FAKE_NO_LANES, FAKE_FAILED_LANE, FAKE_HUGE_REPLY, FAKE_CLOSES } fake_mode;
-
-typedef struct fake_worker {
-  int lfd, port;
-  fake_mode mode;
-  pthread_t th;
-} fake_worker;
 
 /* One LANES entry: contracts, ops, then name, kind and device as u16-prefixed strings. */
 static size_t put_entry(uint8_t *q, uint32_t contracts, uint64_t ops, const char *name) {
@@ -40,90 +28,40 @@ static size_t put_entry(uint8_t *q, uint32_t contracts, uint64_t ops, const char
   return at;
 }
 
-/* Serves connections until the listening socket is shut: hello without authentication, then LANES as the
- * mode says; any other request gets an error reply. */
-static void *fake_serve(void *arg) {
-  fake_worker *f = arg;
-  for (;;) {
-    int fd = accept(f->lfd, NULL, NULL);
-    if (fd < 0) break;
-    struct timeval tv = {5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    weft_net_header h;
-    uint8_t *p = NULL;
-    while (nt_recv(fd, &h, &p)) {
-      uint8_t out[WEFT_NET_HEADER_BYTES + 256] = {0};
-      uint8_t *q = out + WEFT_NET_HEADER_BYTES;
-      size_t len = 0;
-      uint32_t claim = 0; /* the length the header claims, when it lies */
-      uint16_t rstatus = 0;
-      free(p);
-      p = NULL;
-      if (h.type == WEFT_NET_HELLO) {
-        len = 12 + WEFT_NET_NONCE_BYTES + 12;
-        weft_net_put32(q, WEFT_NET_VERSION);
-        weft_net_put32(q + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | WEFT_NET_CAP_AUTH_MUTUAL);
-        weft_net_put32(q + 8, 0);
-        memset(q + 12, 0x5a, WEFT_NET_NONCE_BYTES);
-        weft_net_put32(q + 12 + WEFT_NET_NONCE_BYTES, 1u << 20);
-        weft_net_put64(q + 16 + WEFT_NET_NONCE_BYTES, 1u << 30);
-      } else if (h.type == WEFT_NET_LANES && f->mode == FAKE_CLOSES) {
-        break;
-      } else if (h.type == WEFT_NET_LANES && f->mode == FAKE_BAD_LIST) {
-        weft_net_put32(q, 1); /* one entry, cut off after its contracts */
-        weft_net_put32(q + 4, 1);
-        len = 8;
-      } else if (h.type == WEFT_NET_LANES && f->mode == FAKE_NO_LANES) {
-        weft_net_put32(q, 0);
-        len = 4;
-      } else if (h.type == WEFT_NET_LANES && f->mode == FAKE_FAILED_LANE) {
-        weft_net_put32(q, 1);
-        len = 4 + put_entry(q + 4, 0, 1, "broken");
-      } else if (h.type == WEFT_NET_LANES && f->mode == FAKE_HUGE_REPLY) {
-        claim = 0x7fffff00u; /* and nothing after the header */
-      } else {
-        static const char m[] = "a fake worker serves hello and lanes only";
-        len = sizeof m - 1;
-        memcpy(q, m, len);
-        rstatus = WEFT_ERR_UNSUPPORTED;
-      }
-      weft_net_header rh = {WEFT_NET_MAGIC, (uint16_t)(h.type | WEFT_NET_REPLY), rstatus, h.request_id,
-                            claim ? claim : (uint32_t)len};
-      weft_net_header_encode(&rh, out);
-      if (!nt_send_raw(fd, out, WEFT_NET_HEADER_BYTES + len)) break;
-    }
-    free(p);
-    close(fd);
-  }
-  return NULL;
-}
-
-static int fake_start(fake_worker *f, fake_mode mode) {
-  memset(f, 0, sizeof *f);
-  f->mode = mode;
-  f->lfd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t al = sizeof a;
-  if (f->lfd < 0 || bind(f->lfd, (struct sockaddr *)&a, sizeof a) || listen(f->lfd, 8) ||
-      getsockname(f->lfd, (struct sockaddr *)&a, &al))
+/* Hello without authentication, then LANES as the mode says; any other request gets an error reply. */
+static int fake_answer(void *ctx, const weft_net_header *h, uint8_t *q, size_t *len, uint16_t *status,
+                       uint32_t *claim) {
+  const fake_mode mode = *(const fake_mode *)ctx;
+  if (h->type == WEFT_NET_HELLO) {
+    *len = nt_fake_hello(q, WEFT_NET_VERSION, WEFT_NET_CAP_AUTH_HMAC_SHA256 | WEFT_NET_CAP_AUTH_MUTUAL, 0);
+  } else if (h->type == WEFT_NET_LANES && mode == FAKE_CLOSES) {
     return 0;
-  f->port = ntohs(a.sin_port);
-  return pthread_create(&f->th, NULL, fake_serve, f) == 0;
-}
-
-static void fake_stop(fake_worker *f) {
-  shutdown(f->lfd, SHUT_RDWR);
-  close(f->lfd);
-  pthread_join(f->th, NULL);
+  } else if (h->type == WEFT_NET_LANES && mode == FAKE_BAD_LIST) {
+    weft_net_put32(q, 1); /* one entry, cut off after its contracts */
+    weft_net_put32(q + 4, 1);
+    *len = 8;
+  } else if (h->type == WEFT_NET_LANES && mode == FAKE_NO_LANES) {
+    weft_net_put32(q, 0);
+    *len = 4;
+  } else if (h->type == WEFT_NET_LANES && mode == FAKE_FAILED_LANE) {
+    weft_net_put32(q, 1);
+    *len = 4 + put_entry(q + 4, 0, 1, "broken");
+  } else if (h->type == WEFT_NET_LANES && mode == FAKE_HUGE_REPLY) {
+    *claim = 0x7fffff00u; /* and nothing after the header */
+  } else {
+    static const char m[] = "a fake worker serves hello and lanes only";
+    *len = sizeof m - 1;
+    memcpy(q, m, *len);
+    *status = WEFT_ERR_UNSUPPORTED;
+  }
+  return 1;
 }
 
 /* Opens a fabric of the CPU lane and the fake worker; checks that no remote lane joined and that the absent
  * entry `name` (remote:ADDR, or remote:ADDR/LANE with lane) gives a reason that holds each of want[]. */
 static void check_absent(fake_mode mode, const char *what, const char *lane, const char *const *want) {
-  fake_worker fk;
-  if (!fake_start(&fk, mode)) {
+  nt_fake fk;
+  if (!nt_fake_start(&fk, fake_answer, &mode)) {
     TU_CHECK(0, "%s: the fake worker did not start", what);
     return;
   }
@@ -155,7 +93,7 @@ static void check_absent(fake_mode mode, const char *what, const char *lane, con
     if (reason) printf("ok: %s: %s: %s\n", what, name, reason);
     weft_fabric_close(f);
   }
-  fake_stop(&fk);
+  nt_fake_stop(&fk);
 }
 
 int main(int argc, char **argv) {
