@@ -40,7 +40,7 @@ static weft_status send_msg(mpi_lane *l, const void *p, size_t n, char *why, siz
   if (w == 0) return WEFT_OK;
   char e[200];
   if (w == 1) {
-    l->dead = 1;
+    l->dead = 1, weft_mpi_job_get()->dead_rank = l->rank;
     snprintf(why, whylen, "rank %d took no message for %d ms (it died or hangs)", l->rank, l->timeout_ms);
   } else {
     snprintf(why, whylen, "MPI_Isend to rank %d: %s", l->rank, weft_mpi_strerror(rc != MPI_SUCCESS ? rc : err, e, sizeof e));
@@ -88,7 +88,7 @@ static weft_status mpi_recv(void *ctx, const uint8_t **out_frame, size_t *out_le
   char e[200];
   int w = weft_mpi_probe(l->rank, tag_of(l), job->lanes, &msg, &status, l->timeout_ms, &err);
   if (w == 1) {
-    l->dead = 1;
+    l->dead = 1, weft_mpi_job_get()->dead_rank = l->rank;
     snprintf(why, whylen, "rank %d did not answer within %d ms (it died or hangs; WEFT_MPI_TIMEOUT_MS)", l->rank,
              l->timeout_ms);
     return WEFT_ERR_LANE_FAILED;
@@ -126,7 +126,10 @@ static void session_close(mpi_lane *l) {
   weft_mpi_lock();
   int rc = MPI_Isend(ctl, 2, MPI_UINT32_T, l->rank, WEFT_MPI_TAG_CTL, job->lanes, &req);
   weft_mpi_unlock();
-  if (rc == MPI_SUCCESS && weft_mpi_wait(&req, 1, NULL, l->timeout_ms, NULL) == 1) l->dead = 1;
+  if (rc == MPI_SUCCESS && weft_mpi_wait(&req, 1, NULL, l->timeout_ms, NULL) == 1) {
+    l->dead = 1;
+    job->dead_rank = l->rank;
+  }
 }
 
 static void mpi_drop(void *ctx, const char *why) {
