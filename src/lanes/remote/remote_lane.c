@@ -219,23 +219,31 @@ static int dial(const char *addr, int ms, int *loopback, char *why, size_t whyle
     snprintf(why, whylen, "cannot resolve the host '%s' of '%s': %s", host, addr, gai ? gai_strerror(gai) : "no address");
     return -1;
   }
-  *loopback = weft_net_is_loopback(ai->ai_addr);
-  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
+  /* every address the name has, in the resolver's order ("localhost" may give ::1 before 127.0.0.1, and the
+   * worker listen on one of them only): the first that takes the connection; the first failure is told */
+  int fd = -1;
+  why[0] = 0;
+  for (const struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      if (!why[0]) snprintf(why, whylen, "cannot connect to %s: %s", addr, strerror(errno));
+      continue;
+    }
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     /* On Linux SO_SNDTIMEO also bounds connect(). */
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-      snprintf(why, whylen, "cannot connect to %s: %s%s", addr, strerror(errno),
-               errno == ECONNREFUSED ? " (is `weft worker` running there?)" : "");
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      if (!why[0])
+        snprintf(why, whylen, "cannot connect to %s: %s%s", addr, strerror(errno),
+                 errno == ECONNREFUSED ? " (is `weft worker` running there?)" : "");
       close(fd);
       fd = -1;
+      continue;
     }
-  } else {
-    snprintf(why, whylen, "cannot connect to %s: %s", addr, strerror(errno));
+    *loopback = weft_net_is_loopback(a->ai_addr);
   }
   freeaddrinfo(ai);
   return fd;
