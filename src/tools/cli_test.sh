@@ -96,6 +96,14 @@ expect 1 route matmul 64 --lanes cpu --contract bf16 && has "$err" "no lane" "ro
 expect 2 route nosuch 64 && has "$err" "unknown op 'nosuch'" "route: unknown op"
 expect 2 route matmul 0 && has "$err" "shape '0'" "route: bad shape"
 expect 2 route matmul && has "$err" "wants an op and a shape" "route: missing shape"
+# `weft route --help` names the ops it explains: the others (the transformer ops, whose cost no one
+# [rows, cols] describes) are refused, not explained from a made-up shape. A dimension past the limit says the limit.
+expect 2 route layernorm 4x4 && has "$err" "OP is one of matmul, add" "route: a transformer op is refused with the list"
+expect 2 route matmul_acc 64 && has "$err" "OP is one of matmul, add" "route: matmul_acc is refused with the list"
+expect 2 route matmul 99999999999 && has "$err" "from 1 to 2147483648" "route: a dimension past the limit names it"
+# An absurd shape's prediction keeps its unit (it once overflowed the cell and lost the " s").
+expect 0 route --explain matmul 2147483648x2147483648x2147483648x2147483648 --lanes cpu &&
+  has "$out" "^  cpu +0 +0 +[0-9.]+ us +[0-9.e+]+ s +[0-9.e+]+ s" "route --explain: huge times in seconds"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures CLI check(s) failed"
