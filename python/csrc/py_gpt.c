@@ -130,7 +130,7 @@ static PyArrayObject *tokens(PyObject *o, const char *name, int *B, int *T) {
   else if (nd == 2) *B = (int)PyArray_DIMS(a)[0], *T = (int)PyArray_DIMS(a)[1];
   else {
     Py_DECREF(a);
-    return PyErr_Format(PyExc_ValueError, "%s: token ids as [T] or [B, T]; got %d dimensions", name, nd), NULL;
+    return wp_raise(WEFT_ERR_SHAPE, "%s: token ids as [T] or [B, T]; got %d dimensions", name, nd), NULL;
   }
   return a;
 }
@@ -225,7 +225,7 @@ static PyObject *GPT_generate(GPTObject *self, PyObject *args, PyObject *kw) {
     goto done;
   }
   if (n < 0) {
-    PyErr_SetString(PyExc_ValueError, "generate: n (tokens to generate) is negative");
+    wp_raise(WEFT_ERR_INVALID_ARGUMENT, "%s", "generate: n (tokens to generate) is negative");
     goto done;
   }
   npy_intp d = n;

@@ -398,7 +398,7 @@ static int opnd_take(FabricObject *fo, PyObject *x, const char *fn, const char *
   if (PyArray_SIZE(a) == 0) return 0;
   if (!copy_ok) {
     char sb[128];
-    PyErr_Format(PyExc_ValueError,
+    wp_raise(WEFT_ERR_INVALID_ARGUMENT,
                  "%s: %s (shape %s) is not contiguous in memory, so weft would have to copy it, and copy=False "
                  "forbids that: pass numpy.ascontiguousarray(%s), or leave copy unset",
                  fn, name, fmt_npshape(sb, sizeof sb, o->nd, PyArray_DIMS(a)), name);
@@ -623,7 +623,7 @@ static PyObject *matmul_locked(FabricObject *fo, PyObject *a, PyObject *b, int c
   if (opnd_take(fo, a, fn, na, convert, copy_ok, 1, &A) || opnd_take(fo, b, fn, nb, convert, copy_ok, 1, &B))
     goto done;
   if (A.nd == 0 || B.nd == 0) {
-    PyErr_Format(PyExc_ValueError, "%s: %s is a scalar (0-d); matmul needs operands with at least one dimension "
+    wp_raise(WEFT_ERR_SHAPE, "%s: %s is a scalar (0-d); matmul needs operands with at least one dimension "
                  "(multiply by a scalar with *)", fn, A.nd == 0 ? na : nb);
     goto done;
   }
@@ -730,7 +730,7 @@ static PyObject *matmul_locked(FabricObject *fo, PyObject *a, PyObject *b, int c
       goto done;
     }
     if (!copy_ok) {
-      PyErr_Format(PyExc_ValueError, "%s: broadcasting the batch dimensions of %s %s and %s %s copies an operand, and "
+      wp_raise(WEFT_ERR_INVALID_ARGUMENT, "%s: broadcasting the batch dimensions of %s %s and %s %s copies an operand, and "
                    "copy=False forbids that", fn, na, wp_fmt_shape(s1, sizeof s1, A.nd, A.d), nb,
                    wp_fmt_shape(s2, sizeof s2, B.nd, B.d));
       goto done;
@@ -1153,7 +1153,7 @@ static PyObject *Fabric_softmax_xent(FabricObject *fo, PyObject *const *args, Py
   want_loss = want_loss || ol;
   want_grad = want_grad || og;
   if (!want_loss && !want_grad)
-    return PyErr_Format(PyExc_ValueError, "softmax_xent: loss=False and grad=False leave nothing to compute");
+    return wp_raise(WEFT_ERR_INVALID_ARGUMENT, "softmax_xent: loss=False and grad=False leave nothing to compute");
   opnd Z, T;
   result RL, RG;
   memset(&Z, 0, sizeof Z), memset(&T, 0, sizeof T), memset(&RL, 0, sizeof RL), memset(&RG, 0, sizeof RG);

@@ -92,3 +92,26 @@ def test_every_status_has_a_class():
         assert isinstance(e, weft.WeftError) and e.status == status and str(e)
     e = weft._errors.error_for(99, "from the future")
     assert type(e) is weft.WeftError and e.status == 99
+
+
+def test_every_refusal_of_bad_arguments_is_a_weft_error(fabric):
+    # The README: errors are weft.WeftError subclasses, each also the built-in exception that fits. A caller
+    # who catches weft.WeftError (or weft.ShapeError) catches these too; they were once plain ValueErrors.
+    a, b = np.ones((2, 3), f32), np.ones((3, 2), f32)
+    strided = np.ones((4, 6), f32)[::2, ::2]
+    t = fabric.tensor(a)
+    cases = [
+        (weft.ShapeError, "scalar", lambda: fabric.matmul(np.float32(1), b)),
+        (weft.ShapeError, "scalar", lambda: t @ fabric.tensor(np.float32(2))),
+        (weft.InvalidArgumentError, "copy=False", lambda: fabric.matmul(strided, b, copy=False)),
+        (weft.InvalidArgumentError, "copy=False",
+         lambda: fabric.matmul(np.ones((2, 1, 2, 3), f32), np.ones((3, 3, 2), f32), copy=False)),
+        (weft.InvalidArgumentError, "nothing to compute",
+         lambda: fabric.softmax_xent(a, np.full((2, 3), 1 / 3, f32), loss=False, grad=False)),
+        (weft.ShapeError, "mT", lambda: fabric.tensor(np.ones(3, f32)).mT),
+        (weft.InvalidArgumentError, "different contracts", lambda: t + t.with_contract("fp32")),
+    ]
+    for cls, needle, call in cases:
+        with pytest.raises(cls, match=needle) as info:
+            call()
+        assert isinstance(info.value, weft.WeftError) and isinstance(info.value, ValueError), needle
