@@ -368,7 +368,8 @@ static PyMethodDef GPT_methods[] = {
     {"train_step", (PyCFunction)(void (*)(void))GPT_train_step, METH_VARARGS | METH_KEYWORDS,
      "train_step(tokens, targets, lr=3e-4, weight_decay=0.0, max_norm=1.0)\n--\n\n"
      "One training step on token ids [B, T] and their targets [B, T] (int arrays): forward, backward,\n"
-     "global-norm clip to max_norm (<= 0: none), AdamW. Returns (loss, gradient norm)."},
+     "global-norm clip to max_norm (<= 0: none), AdamW. Returns (loss, gradient norm). A NaN or infinite\n"
+     "lr or weight_decay, or a NaN max_norm, raises InvalidArgumentError and changes nothing."},
     {"loss", (PyCFunction)GPT_loss, METH_VARARGS,
      "loss(tokens, targets)\n--\n\nThe mean cross-entropy of targets given tokens ([B, T] or [T]); forward only."},
     {"logits", (PyCFunction)GPT_logits, METH_O,
@@ -376,7 +377,8 @@ static PyMethodDef GPT_methods[] = {
     {"generate", (PyCFunction)(void (*)(void))GPT_generate, METH_VARARGS | METH_KEYWORDS,
      "generate(prompt, n, temperature=0.0, top_k=0, seed=0)\n--\n\n"
      "n tokens after prompt ([T] token ids): the prompt in batched ops, then one token at a time with a\n"
-     "KV cache. temperature <= 0 is greedy; top_k <= 0 samples the whole vocabulary. An int32 array."},
+     "KV cache. temperature <= 0 is greedy (NaN or infinite: InvalidArgumentError); top_k <= 0 samples\n"
+     "the whole vocabulary. An int32 array."},
     {"params", (PyCFunction)GPT_params, METH_NOARGS,
      "params()\n--\n\nThe parameters as one float32 array in llm.c's order (see weft.GPT)."},
     {"save", (PyCFunction)GPT_save, METH_VARARGS,
