@@ -1,6 +1,7 @@
 /* py_gpt.c - weft.GPT: GPT-2 (src/gpt, llm.c's model on weft's public API) resident on a fabric, driven with
  * numpy arrays: made from a seed, from a parameter array, from GPT-2 weights (safetensors or llm.c's .bin)
  * or from a weft checkpoint; a training step, the loss, logits, and generation with a KV cache. */
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,8 +40,18 @@ static int gpt_make(GPTObject *self, FabricObject *fo, const weft_gpt_config *cf
   size_t count = weft_gpt_param_count(cfg);
   float *own = NULL;
   if (!params) {
+    /* refused with its size before anything is allocated: where the kernel overcommits, malloc would succeed
+     * and the initialisation meet the OOM killer */
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const double need = 2.0 * (double)count * sizeof(float), have = (double)pages * (double)page;
+    if (pages > 0 && page > 0 && need > have)
+      return wp_raise(WEFT_ERR_OUT_OF_MEMORY, "GPT: a model of %d layers and %d channels has %zu parameters and needs about "
+                      "%.1f GiB of memory; this machine has %.1f GiB", cfg->L, cfg->C, count, need / 1073741824.0,
+                      have / 1073741824.0), -1;
     own = malloc(count * sizeof *own);
-    if (!own) return PyErr_NoMemory(), -1;
+    if (!own)
+      return wp_raise(WEFT_ERR_OUT_OF_MEMORY, "GPT: out of memory for %zu parameters (%.1f GiB)", count,
+                      (double)count * sizeof(float) / 1073741824.0), -1;
     weft_gpt_init_params(cfg, seed, own);
     params = own;
   }

@@ -114,8 +114,10 @@ PyObject *wp_tensor_numpy(TensorObject *t, PyObject *out) {
   if (out && out != Py_None) {
     if (t->base) return PyErr_Format(PyExc_TypeError, "numpy(out=...): not for a view (.T); use numpy() and copy");
     if (!PyArray_Check(out) || PyArray_TYPE((PyArrayObject *)out) != NPY_FLOAT32 ||
-        !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)out) || !PyArray_ISWRITEABLE((PyArrayObject *)out))
-      return PyErr_Format(PyExc_TypeError, "numpy(out=...): out must be a writable C-contiguous float32 ndarray");
+        !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)out) || !PyArray_ISWRITEABLE((PyArrayObject *)out) ||
+        !PyArray_ISNOTSWAPPED((PyArrayObject *)out) || !PyArray_ISALIGNED((PyArrayObject *)out))
+      return PyErr_Format(PyExc_TypeError, "numpy(out=...): out must be a writable, aligned C-contiguous float32 "
+                          "ndarray in native byte order");
     Py_INCREF(out);
     arr = (PyArrayObject *)out;
   } else {

@@ -316,7 +316,16 @@ PyArrayObject *wp_as_f32(FabricObject *fo, PyObject *x, const char *fn, const ch
     if (!a) return NULL;
   }
   int type = PyArray_TYPE(a);
-  if (type == NPY_FLOAT32) return a;
+  if (type == NPY_FLOAT32 && PyArray_ISNOTSWAPPED(a)) return a;
+  if (type == NPY_FLOAT32) {
+    /* float32 in the other byte order ('>f4' here): the same values, so no dtype= is asked for, but the
+     * library reads native floats: a copy in native order (counted), never the bytes as they are */
+    PyArrayObject *c = (PyArrayObject *)PyArray_FromAny((PyObject *)a, PyArray_DescrFromType(NPY_FLOAT32), 0, 0,
+                                                        NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, NULL);
+    Py_DECREF(a);
+    if (c && fo) fo->copies++;
+    return c;
+  }
   char dn[64];
   char kind = PyArray_DESCR(a)->kind;
   if (!strchr("biuf", kind)) {
@@ -384,6 +393,13 @@ static int opnd_take(FabricObject *fo, PyObject *x, const char *fn, const char *
     o->nd = t->ndim;
     for (int i = 0; i < t->ndim; i++) o->d[i] = t->dims[i];
     return 0;
+  }
+  if (!copy_ok && PyArray_Check(x) && PyArray_TYPE((PyArrayObject *)x) == NPY_FLOAT32 &&
+      !PyArray_ISNOTSWAPPED((PyArrayObject *)x) && PyArray_SIZE((PyArrayObject *)x) > 0) {
+    wp_raise(WEFT_ERR_INVALID_ARGUMENT, "%s: %s is float32 in the other byte order, so weft would have to copy it into "
+             "native order, and copy=False forbids that: pass %s.astype(numpy.float32), or leave copy unset", fn, name,
+             name);
+    return -1;
   }
   PyArrayObject *a = wp_as_f32(fo, x, fn, name, convert);
   if (!a) return -1;
@@ -516,9 +532,9 @@ static int result_prepare(FabricObject *fo, result *r, PyObject *out, int reside
     }
     if (!PyArray_Check(out) || PyArray_TYPE((PyArrayObject *)out) != NPY_FLOAT32 ||
         !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)out) || !PyArray_ISWRITEABLE((PyArrayObject *)out) ||
-        !PyArray_ISALIGNED((PyArrayObject *)out))
+        !PyArray_ISALIGNED((PyArrayObject *)out) || !PyArray_ISNOTSWAPPED((PyArrayObject *)out))
       return PyErr_Format(PyExc_TypeError, "%s: %s must be a Tensor of this fabric or a writable C-contiguous "
-                          "float32 ndarray", fn, outname), -1;
+                          "float32 ndarray in native byte order", fn, outname), -1;
     PyArrayObject *oa = (PyArrayObject *)out;
     int ok = PyArray_NDIM(oa) == pnd;
     for (int i = 0; ok && i < pnd; i++) ok = PyArray_DIMS(oa)[i] == pd[i];
@@ -1092,9 +1108,10 @@ static PyObject *Fabric_axpy(FabricObject *fo, PyObject *const *args, Py_ssize_t
   PyObject *y = v[2];
   if (!WP_IS_TENSOR(y) &&
       !(PyArray_Check(y) && PyArray_TYPE((PyArrayObject *)y) == NPY_FLOAT32 &&
-        PyArray_IS_C_CONTIGUOUS((PyArrayObject *)y) && PyArray_ISWRITEABLE((PyArrayObject *)y)))
+        PyArray_IS_C_CONTIGUOUS((PyArrayObject *)y) && PyArray_ISWRITEABLE((PyArrayObject *)y) &&
+        PyArray_ISNOTSWAPPED((PyArrayObject *)y)))
     return PyErr_Format(PyExc_TypeError, "axpy: y is updated in place, so it must be a Tensor or a writable "
-                        "C-contiguous float32 ndarray");
+                        "C-contiguous float32 ndarray in native byte order");
   if (WP_IS_TENSOR(y) && ((TensorObject *)y)->base)
     return PyErr_Format(PyExc_TypeError, "axpy: y is a view (.T); give a tensor of its own");
   opnd X, Y;

@@ -115,3 +115,34 @@ def test_every_refusal_of_bad_arguments_is_a_weft_error(fabric):
         with pytest.raises(cls, match=needle) as info:
             call()
         assert isinstance(info.value, weft.WeftError) and isinstance(info.value, ValueError), needle
+
+
+def test_bench_refuses_what_weft_bench_refuses():
+    # as `weft bench`: sizes 1..16384, repeats 1..1000, a budget above 0. repeats=0 once ran one repeat
+    # silently; size 0 failed inside tensor creation, negative or huge sizes inside numpy.
+    for kw, needle in ((dict(sizes=[0]), "sizes"), (dict(sizes=[-1]), "sizes"), (dict(sizes=[10**12]), "sizes"),
+                       (dict(sizes=[8.5]), "sizes"), (dict(sizes=[]), "sizes"), (dict(sizes=8), "sequence"),
+                       (dict(sizes=[8], repeats=0), "repeats"), (dict(sizes=[8], repeats=-1), "repeats"),
+                       (dict(sizes=[8], max_seconds=float("nan")), "max_seconds"),
+                       (dict(sizes=[8], max_seconds=0), "max_seconds")):
+        with pytest.raises(weft.InvalidArgumentError, match=needle):
+            weft.bench(lanes="cpu", **kw)
+
+
+def test_route_explain_checks_shapes_with_its_own_name(fabric):
+    # the README: messages name the Python function, never a C one; the ranks the message states are kept
+    for call in (lambda: fabric.route_explain("relu", (-4, 4)), lambda: fabric.route_explain("relu", (0, 4)),
+                 lambda: fabric.route_explain("relu", (1, 1, 1, 1, 4)),
+                 lambda: fabric.route_explain("matmul", (2, 3), (4, 5)),
+                 lambda: fabric.route_explain("matmul", (1, 1, 1, 2, 3), (3, 2)),
+                 lambda: fabric.route_explain("matmul")):
+        with pytest.raises(weft.ShapeError) as info:
+            call()
+        assert str(info.value).startswith("route_explain: ") and "weft_" not in str(info.value)
+    assert fabric.route_explain("matmul", (2, 3), (3, 5)).chosen
+
+
+def test_a_gpt_too_large_for_the_machine_says_so(fabric):
+    # an empty MemoryError once; now the size it needs, before anything is allocated
+    with pytest.raises(weft.OutOfMemoryError, match=r"needs about [0-9.]+ GiB of memory; this machine has"):
+        weft.GPT(fabric, L=1024, C=65536, NH=1, V=256, maxT=2)
