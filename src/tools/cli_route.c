@@ -60,7 +60,7 @@ void weft_cli_route_help(FILE *out) {
           "  --explain          print every lane's predicted cost and why the choice (default: the lane name)\n"
           "  --contract C       exact (default), fp32, tf32 or bf16\n"
           "  --lanes LIST       consider only these lane kinds or names, comma-separated\n"
-          "  --cpu-threads N    threads the CPU lane may use (default: one per online core)\n"
+          "  --cpu-threads N    threads the CPU lane may use (default: one per CPU this process may run on)\n"
           "  --json             print the explanation as JSON\n"
           "  -h, --help         show this help\n"
           "\n"
@@ -290,7 +290,7 @@ void weft_cli_calibrate_help(FILE *out) {
           "\n"
           "Options:\n"
           "  --lanes LIST       calibrate only these lane kinds or names, comma-separated\n"
-          "  --cpu-threads N    threads the CPU lane may use (default: one per online core)\n"
+          "  --cpu-threads N    threads the CPU lane may use (default: one per CPU this process may run on)\n"
           "  --quiet            no progress lines\n"
           "  --json             print the fitted lines as JSON\n"
           "  -h, --help         show this help\n");

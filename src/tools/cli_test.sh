@@ -66,6 +66,13 @@ expect 0 devices --json && has "$out" "\"name\":[[:space:]]*\"cpu\"" "devices --
   has "$out" "\"absent\":" "devices --json: absent list"
 expect 0 devices --lanes cpu && has "$out" "not requested" "devices --lanes cpu lists the rest as absent"
 
+# --cpu-threads' default is one thread per CPU this process may run on (its affinity mask), as the help says
+# (it said "online core"; under taskset the lane takes fewer).
+expect 0 devices --help && has "$out" "one per CPU this process may run on" "devices --help: the thread default"
+if command -v taskset >/dev/null 2>&1 && taskset -c 0 true 2>/dev/null; then
+  taskset -c 0 "$weft" devices --lanes cpu >"$out" 2>"$err" && has "$out" "[^0-9]1 threads?" "devices under taskset -c 0: one thread"
+fi
+
 # bench: small sizes, every format; odd sizes exercise the kernels' edges. Exit 0 also means no lane differs.
 expect 0 bench --sizes 8,33 --repeats 1 && has "$out" "^ +33 \|" "bench table row"
 expect 0 bench --sizes 8,33 --repeats 1 --csv && has "$out" "^n,lane,ms,min_ms,gflops,repeats,check,picked,best_lane,best_ms,ratio,predicted_ms$" "bench --csv header" &&
