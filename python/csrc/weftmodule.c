@@ -19,16 +19,26 @@ static PyObject *contract_str[4];
 
 /* ------------------------------------------------------------------------------------------------ errors */
 
-/* The library's messages start with the C function ("weft_op_add: ..."): a Python caller called add. */
+/* The library's messages start with the C function ("weft_op_add: ..."): a Python caller called add, so the
+ * message names that instead ("add: ..."), never a C function. */
 static const char *clean_message(const char *m, char *buf, size_t len) {
   if (!m) return "";
-  if (strncmp(m, "weft_op_", 8) == 0) return m + 8;
-  if (strncmp(m, "weft_tensor_create: ", 20) == 0) {
-    snprintf(buf, len, "tensor: %s", m + 20);
-    return buf;
-  }
-  if (strncmp(m, "weft_tensor_", 12) == 0) return m + 12;
-  return m;
+  if (strncmp(m, "weft_", 5) != 0) return m;
+  const size_t n = strspn(m + 5, "abcdefghijklmnopqrstuvwxyz0123456789_");
+  if (n == 0 || m[5 + n] != ':') return m;
+  static const struct {
+    const char *c, *py;
+  } named[] = {{"fabric_open", "Fabric"}, {"tensor_create", "tensor"}, {"tensor_wrap", "from_dlpack"},
+               {"fabric_calibration_wait", "calibration_wait"}};
+  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+    if (strlen(named[i].c) == n && strncmp(m + 5, named[i].c, n) == 0) {
+      snprintf(buf, len, "%s%s", named[i].py, m + 5 + n);
+      return buf;
+    }
+  static const char *const prefixes[] = {"op_", "tensor_", "fabric_"}; /* weft_fabric_calibrate: calibrate */
+  for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+    if (strncmp(m + 5, prefixes[i], strlen(prefixes[i])) == 0 && n > strlen(prefixes[i])) return m + 5 + strlen(prefixes[i]);
+  return m + 5; /* weft_route_explain: route_explain */
 }
 
 PyObject *wp_raise_status(weft_status st, const char *message) {

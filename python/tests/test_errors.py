@@ -146,3 +146,14 @@ def test_a_gpt_too_large_for_the_machine_says_so(fabric):
     # an empty MemoryError once; now the size it needs, before anything is allocated
     with pytest.raises(weft.OutOfMemoryError, match=r"needs about [0-9.]+ GiB of memory; this machine has"):
         weft.GPT(fabric, L=1024, C=65536, NH=1, V=256, maxT=2)
+
+
+def test_messages_from_the_library_name_the_python_call():
+    # weft_fabric_open's failure once reached Python as "weft_fabric_open: no lane could be opened ..."
+    with pytest.raises(weft.NotFoundError) as info:
+        weft.Fabric(lanes="nosuch", calibration="off")
+    assert str(info.value).startswith("Fabric: ") and "weft_" not in str(info.value)
+    with weft.Fabric(lanes="cpu", calibration="off") as f:
+        with pytest.raises(weft.StateError) as info:
+            f.route_last()
+        assert str(info.value).startswith("route_last: ") and "weft_" not in str(info.value)
