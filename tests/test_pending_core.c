@@ -23,7 +23,12 @@
  *      correction of 0): every parameter becomes NaN or infinite with WEFT_OK. Fix in src/core/ops.c,
  *      weft_op_adamw (the typed call; weft_op_run's adamw validator in optable.c for params given directly):
  *      refuse non-finite lr, eps, weight_decay, and betas outside [0, 1), with WEFT_ERR_INVALID_ARGUMENT
- *      naming the parameter, before anything is written. */
+ *      naming the parameter, before anything is written.
+ *   4. weft_op_attention_cached with t0 = INT64_MAX is refused (WEFT_ERR_SHAPE), but its message computes
+ *      t0 + Tq - 1, a signed overflow: undefined behaviour that the sanitizer build (halt_on_error) stops on.
+ *      Fix in src/core/optable.c, the attention_cached validator's "query positions" message: print t0 and Tq
+ *      ("t0 = %lld and %lld query positions") instead of their sum. This check passes in a release build;
+ *      under -DWEFT_SANITIZE=ON it fails (UBSan: signed integer overflow). */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -102,6 +107,12 @@ static void test_bad_hyperparameters(void) {
     TU_CHECK(weft_tensor_read(p, back, 4) == WEFT_OK && memcmp(back, g0, sizeof g0) == 0,
              "adamw with a bad %s changed the parameters", bad[i].what);
   }
+  /* 4: a hostile t0 */
+  const int64_t dq[3] = {1, 2, 12}, d1[3] = {1, 1, 4};
+  weft_tensor *q = NULL, *o1 = NULL;
+  weft_tensor_create(f, 3, dq, NULL, &q);
+  weft_tensor_create(f, 3, d1, NULL, &o1);
+  TU_STATUS(weft_op_attention_cached(f, NULL, q, 2, INT64_MAX, o1, NULL), WEFT_ERR_SHAPE, "attention_cached, t0 INT64_MAX");
   weft_fabric_close(f);
 }
 
