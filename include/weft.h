@@ -5,8 +5,11 @@
  * fabric's last error (weft_fabric_last_error). The library never aborts and never exits on bad input.
  *
  * Ownership: a tensor belongs to the fabric that created it and must be destroyed before that fabric is
- * closed (weft_fabric_close destroys any left over). Strings returned by the library live as long as the
- * object they were read from. A fabric is used from one thread at a time. */
+ * closed (weft_fabric_close destroys any left over). A destroyed tensor must not be passed again: a handle
+ * that does not carry a live tensor's mark is refused with WEFT_ERR_INVALID_ARGUMENT ("not a live weft
+ * tensor"), but once destroyed its memory may be reused, so that check is a help, not a guarantee. Strings
+ * returned by the library live as long as the object they were read from. A fabric is used from one thread
+ * at a time. */
 #ifndef WEFT_H
 #define WEFT_H
 
@@ -40,7 +43,7 @@ WEFT_API int weft_version_number(void);
 /* What went wrong, chosen so that a caller can act on it. Codes only grow at the end. */
 typedef enum weft_status {
   WEFT_OK = 0,
-  WEFT_ERR_INVALID_ARGUMENT = 1, /* a NULL, an unknown enum value, a bad option: fix the call */
+  WEFT_ERR_INVALID_ARGUMENT = 1, /* a NULL, an unknown enum value, a bad option, not a live tensor: fix the call */
   WEFT_ERR_SHAPE = 2,            /* shapes or ranks do not agree, or a dimension is out of range: fix the call */
   WEFT_ERR_OVERFLOW = 3,         /* a size product does not fit: the tensor is too large to describe */
   WEFT_ERR_WRONG_FABRIC = 4,     /* a tensor from another fabric was passed: use tensors of this fabric */
@@ -48,7 +51,7 @@ typedef enum weft_status {
   WEFT_ERR_UNSUPPORTED = 6,      /* no lane honours this op under this contract (or the named lane does not) */
   WEFT_ERR_LANE_FAILED = 7,      /* the lane failed (device lost, driver error) and is out of the fabric */
   WEFT_ERR_NOT_FOUND = 8,        /* a lane name or index that does not exist */
-  WEFT_ERR_STATE = 9,            /* the call is not valid now (scope not open, tensor destroyed) */
+  WEFT_ERR_STATE = 9,            /* the call is not valid now (no scope open, one already open, nothing routed yet) */
   WEFT_ERR_IO = 10,              /* a file or socket could not be read or written */
   WEFT_ERR_INTERNAL = 11,        /* a bug in weft: please report it with the message */
 } weft_status;
@@ -238,7 +241,8 @@ WEFT_API const char *weft_dtype_str(weft_dtype dtype);
  * dtype (float or int32_t), copied in; NULL gives zeros. */
 WEFT_API weft_status weft_tensor_create_typed(weft_fabric *fabric, weft_dtype dtype, int ndim, const int64_t *dims,
                                               const void *data, weft_tensor **out_tensor);
-/* The tensor's dtype; WEFT_DTYPE_COUNT for NULL or a pointer that is not a live tensor. */
+/* The tensor's dtype; WEFT_DTYPE_COUNT for NULL or a handle without a live tensor's mark (see Ownership at
+ * the top: a destroyed tensor is not reliably one). */
 WEFT_API weft_dtype weft_tensor_dtype(const weft_tensor *tensor);
 /* weft_tensor_write and weft_tensor_read for int32 tensors. Reading or writing an int32 tensor as floats
  * (weft_tensor_read/write), or an fp32 tensor as int32, is WEFT_ERR_INVALID_ARGUMENT and moves nothing. */
@@ -486,10 +490,14 @@ WEFT_API weft_status weft_op_crossentropy(weft_fabric *fabric, const weft_op_des
 WEFT_API weft_status weft_op_crossentropy_backward(weft_fabric *fabric, const weft_op_desc *desc,
                                                    weft_tensor *logits, weft_tensor *targets, weft_tensor *dloss,
                                                    weft_tensor *dlogits);
-/* 1 - beta^step (beta^step by repeated multiplication from 1), step >= 1: AdamW's bias correction. */
+/* 1 - beta^step (beta^step by repeated multiplication from 1: `step` multiplications), step >= 1 (0 or less
+ * gives 0): AdamW's bias correction. */
 WEFT_API float weft_adamw_bias_correction(float beta, int64_t step);
-/* One AdamW step (decoupled weight decay, bias-corrected, llm.c's form) at step `step` (1, 2, ...): param,
- * m and v updated in place from grad; all four hold one number of elements (their shapes may differ). */
+/* One AdamW step (decoupled weight decay, bias-corrected, llm.c's form) at step `step` (1, 2, ...; less is
+ * WEFT_ERR_INVALID_ARGUMENT): param, m and v updated in place from grad; all four hold one number of elements
+ * (their shapes may differ), and param, m and v are three different tensors. lr, the betas, eps and
+ * weight_decay are used as given: a NaN or infinite one (or beta1 or beta2 of 1, whose bias correction is 0)
+ * makes the parameters NaN or infinite rather than being refused, so check them where they come from. */
 WEFT_API weft_status weft_op_adamw(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *param,
                                    weft_tensor *grad, weft_tensor *m, weft_tensor *v, float lr, float beta1,
                                    float beta2, float eps, float weight_decay, int64_t step);
@@ -500,7 +508,9 @@ WEFT_API weft_status weft_op_sumsq(weft_fabric *fabric, const weft_op_desc *desc
 /* Global-norm gradient clip over grads[0 .. n-1], in that order: norm = sqrt of the sum of every element's
  * square (weft_op_sumsq of each tensor in order into one accumulator from 0: the chunk partials of every
  * tensor in parameter order, added left to right), and when
- * norm > max_norm every gradient is scaled in place by max_norm / norm (weft_op_scale). A host-side helper:
+ * norm > max_norm every gradient is scaled in place by max_norm / norm (weft_op_scale); max_norm is used as
+ * given (a NaN never clips; a negative one would scale by a negative factor: pass a positive limit). n = 0 is
+ * a norm of 0. A host-side helper:
  * it waits for the sum (the decision is the host's). *out_norm (may be NULL) receives the norm. The bits are
  * those of reference_tx's weft_ref_grad_clip. */
 WEFT_API weft_status weft_grad_clip(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *const *grads,
@@ -639,7 +649,8 @@ WEFT_API weft_status weft_fabric_calibrate(weft_fabric *fabric);
  * Set WEFT_CALIBRATE_IN_BACKGROUND=0 to measure on the caller's thread at the first choice instead. */
 WEFT_API weft_status weft_fabric_calibration_wait(weft_fabric *fabric);
 /* The cache file weft reads and writes ("$XDG_CACHE_HOME/weft/calibration.json" or "~/.cache/weft/...").
- * Written into out (len bytes); WEFT_ERR_IO when no home or cache directory is known. */
+ * Written into out (len bytes); WEFT_ERR_IO when no home or cache directory is known or the path does not fit
+ * in len bytes; WEFT_ERR_INVALID_ARGUMENT for out NULL or len 0. */
 WEFT_API weft_status weft_cost_cache_path(char *out, size_t len);
 
 /* An op described by its shape, to ask the router about it without running it. */

@@ -1,6 +1,7 @@
 /* py_gpt.c - weft.GPT: GPT-2 (src/gpt, llm.c's model on weft's public API) resident on a fabric, driven with
  * numpy arrays: made from a seed, from a parameter array, from GPT-2 weights (safetensors or llm.c's .bin)
  * or from a weft checkpoint; a training step, the loss, logits, and generation with a KV cache. */
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,8 +40,18 @@ static int gpt_make(GPTObject *self, FabricObject *fo, const weft_gpt_config *cf
   size_t count = weft_gpt_param_count(cfg);
   float *own = NULL;
   if (!params) {
+    /* refused with its size before anything is allocated: where the kernel overcommits, malloc would succeed
+     * and the initialisation meet the OOM killer */
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const double need = 2.0 * (double)count * sizeof(float), have = (double)pages * (double)page;
+    if (pages > 0 && page > 0 && need > have)
+      return wp_raise(WEFT_ERR_OUT_OF_MEMORY, "GPT: a model of %d layers and %d channels has %zu parameters and needs about "
+                      "%.1f GiB of memory; this machine has %.1f GiB", cfg->L, cfg->C, count, need / 1073741824.0,
+                      have / 1073741824.0), -1;
     own = malloc(count * sizeof *own);
-    if (!own) return PyErr_NoMemory(), -1;
+    if (!own)
+      return wp_raise(WEFT_ERR_OUT_OF_MEMORY, "GPT: out of memory for %zu parameters (%.1f GiB)", count,
+                      (double)count * sizeof(float) / 1073741824.0), -1;
     weft_gpt_init_params(cfg, seed, own);
     params = own;
   }
@@ -130,7 +141,7 @@ static PyArrayObject *tokens(PyObject *o, const char *name, int *B, int *T) {
   else if (nd == 2) *B = (int)PyArray_DIMS(a)[0], *T = (int)PyArray_DIMS(a)[1];
   else {
     Py_DECREF(a);
-    return PyErr_Format(PyExc_ValueError, "%s: token ids as [T] or [B, T]; got %d dimensions", name, nd), NULL;
+    return wp_raise(WEFT_ERR_SHAPE, "%s: token ids as [T] or [B, T]; got %d dimensions", name, nd), NULL;
   }
   return a;
 }
@@ -225,7 +236,7 @@ static PyObject *GPT_generate(GPTObject *self, PyObject *args, PyObject *kw) {
     goto done;
   }
   if (n < 0) {
-    PyErr_SetString(PyExc_ValueError, "generate: n (tokens to generate) is negative");
+    wp_raise(WEFT_ERR_INVALID_ARGUMENT, "%s", "generate: n (tokens to generate) is negative");
     goto done;
   }
   npy_intp d = n;
@@ -368,7 +379,8 @@ static PyMethodDef GPT_methods[] = {
     {"train_step", (PyCFunction)(void (*)(void))GPT_train_step, METH_VARARGS | METH_KEYWORDS,
      "train_step(tokens, targets, lr=3e-4, weight_decay=0.0, max_norm=1.0)\n--\n\n"
      "One training step on token ids [B, T] and their targets [B, T] (int arrays): forward, backward,\n"
-     "global-norm clip to max_norm (<= 0: none), AdamW. Returns (loss, gradient norm)."},
+     "global-norm clip to max_norm (<= 0: none), AdamW. Returns (loss, gradient norm). A NaN or infinite\n"
+     "lr or weight_decay, or a NaN max_norm, raises InvalidArgumentError and changes nothing."},
     {"loss", (PyCFunction)GPT_loss, METH_VARARGS,
      "loss(tokens, targets)\n--\n\nThe mean cross-entropy of targets given tokens ([B, T] or [T]); forward only."},
     {"logits", (PyCFunction)GPT_logits, METH_O,
@@ -376,7 +388,8 @@ static PyMethodDef GPT_methods[] = {
     {"generate", (PyCFunction)(void (*)(void))GPT_generate, METH_VARARGS | METH_KEYWORDS,
      "generate(prompt, n, temperature=0.0, top_k=0, seed=0)\n--\n\n"
      "n tokens after prompt ([T] token ids): the prompt in batched ops, then one token at a time with a\n"
-     "KV cache. temperature <= 0 is greedy; top_k <= 0 samples the whole vocabulary. An int32 array."},
+     "KV cache. temperature <= 0 is greedy (NaN or infinite: InvalidArgumentError); top_k <= 0 samples\n"
+     "the whole vocabulary. An int32 array."},
     {"params", (PyCFunction)GPT_params, METH_NOARGS,
      "params()\n--\n\nThe parameters as one float32 array in llm.c's order (see weft.GPT)."},
     {"save", (PyCFunction)GPT_save, METH_VARARGS,

@@ -114,8 +114,10 @@ PyObject *wp_tensor_numpy(TensorObject *t, PyObject *out) {
   if (out && out != Py_None) {
     if (t->base) return PyErr_Format(PyExc_TypeError, "numpy(out=...): not for a view (.T); use numpy() and copy");
     if (!PyArray_Check(out) || PyArray_TYPE((PyArrayObject *)out) != NPY_FLOAT32 ||
-        !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)out) || !PyArray_ISWRITEABLE((PyArrayObject *)out))
-      return PyErr_Format(PyExc_TypeError, "numpy(out=...): out must be a writable C-contiguous float32 ndarray");
+        !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)out) || !PyArray_ISWRITEABLE((PyArrayObject *)out) ||
+        !PyArray_ISNOTSWAPPED((PyArrayObject *)out) || !PyArray_ISALIGNED((PyArrayObject *)out))
+      return PyErr_Format(PyExc_TypeError, "numpy(out=...): out must be a writable, aligned C-contiguous float32 "
+                          "ndarray in native byte order");
     Py_INCREF(out);
     arr = (PyArrayObject *)out;
   } else {
@@ -177,7 +179,7 @@ static PyObject *Tensor_array(TensorObject *t, PyObject *const *args, Py_ssize_t
   PyObject *v[2];
   if (wp_parse("__array__", args, nargs, kw, names, v, 2, 0)) return NULL;
   if (v[1] == Py_False)
-    return PyErr_Format(PyExc_ValueError, "a weft Tensor's value may live on a device: numpy gets a copy, and "
+    return wp_raise(WEFT_ERR_INVALID_ARGUMENT, "a weft Tensor's value may live on a device: numpy gets a copy, and "
                         "copy=False cannot be honoured (weft.from_dlpack / numpy.from_dlpack share memory)");
   PyObject *a = wp_tensor_numpy(t, NULL);
   if (!a || !v[0] || v[0] == Py_None) return a;
@@ -208,7 +210,7 @@ static PyObject *Tensor_write(TensorObject *t, PyObject *const *args, Py_ssize_t
   if (t->trans) { /* writing a view: the base gets the transpose */
     if (PyArray_NDIM(a) < 2) {
       Py_DECREF(a);
-      return PyErr_Format(PyExc_ValueError, "write: a .T view takes data of its own shape");
+      return wp_raise(WEFT_ERR_SHAPE, "write: a .T view takes data of its own shape");
     }
     PyObject *s = PyArray_SwapAxes(a, PyArray_NDIM(a) - 2, PyArray_NDIM(a) - 1);
     Py_DECREF(a);
@@ -348,7 +350,7 @@ done:
 
 static PyObject *Tensor_get_mT(TensorObject *t, void *c) {
   (void)c;
-  if (t->ndim < 2) return PyErr_Format(PyExc_ValueError, "mT: the tensor has %d dimension(s); it needs 2 or more", t->ndim);
+  if (t->ndim < 2) return wp_raise(WEFT_ERR_SHAPE, "mT: the tensor has %d dimension(s); it needs 2 or more", t->ndim);
   return (PyObject *)make_view(t);
 }
 
@@ -401,7 +403,7 @@ static int op_contract(PyObject *a, PyObject *b, const char *op, int *out) {
   int ca = WP_IS_TENSOR(a) ? ((TensorObject *)a)->contract : -1;
   int cb = WP_IS_TENSOR(b) ? ((TensorObject *)b)->contract : -1;
   if (ca >= 0 && cb >= 0 && ca != cb) {
-    PyErr_Format(PyExc_ValueError, "%s: the operands run under different contracts (%s and %s); say which with "
+    wp_raise(WEFT_ERR_INVALID_ARGUMENT, "%s: the operands run under different contracts (%s and %s); say which with "
                  "fabric's op and contract=..., or t.with_contract(...)", op, wp_contract_names[ca],
                  wp_contract_names[cb]);
     return -1;
@@ -417,7 +419,7 @@ static FabricObject *op_fabric(PyObject *a, PyObject *b) {
 static PyObject *Tensor_matmul(PyObject *a, PyObject *b) {
   if (!WP_IS_TENSOR(a) && !WP_IS_TENSOR(b)) Py_RETURN_NOTIMPLEMENTED;
   if (is_scalar(WP_IS_TENSOR(a) ? b : a))
-    return PyErr_Format(PyExc_ValueError, "@: one operand is a scalar; matmul needs operands with at least one "
+    return wp_raise(WEFT_ERR_SHAPE, "@: one operand is a scalar; matmul needs operands with at least one "
                         "dimension (multiply by a scalar with *)");
   int c;
   if (op_contract(a, b, "@", &c)) return NULL;

@@ -19,16 +19,26 @@ static PyObject *contract_str[4];
 
 /* ------------------------------------------------------------------------------------------------ errors */
 
-/* The library's messages start with the C function ("weft_op_add: ..."): a Python caller called add. */
+/* The library's messages start with the C function ("weft_op_add: ..."): a Python caller called add, so the
+ * message names that instead ("add: ..."), never a C function. */
 static const char *clean_message(const char *m, char *buf, size_t len) {
   if (!m) return "";
-  if (strncmp(m, "weft_op_", 8) == 0) return m + 8;
-  if (strncmp(m, "weft_tensor_create: ", 20) == 0) {
-    snprintf(buf, len, "tensor: %s", m + 20);
-    return buf;
-  }
-  if (strncmp(m, "weft_tensor_", 12) == 0) return m + 12;
-  return m;
+  if (strncmp(m, "weft_", 5) != 0) return m;
+  const size_t n = strspn(m + 5, "abcdefghijklmnopqrstuvwxyz0123456789_");
+  if (n == 0 || m[5 + n] != ':') return m;
+  static const struct {
+    const char *c, *py;
+  } named[] = {{"fabric_open", "Fabric"}, {"tensor_create", "tensor"}, {"tensor_wrap", "from_dlpack"},
+               {"fabric_calibration_wait", "calibration_wait"}};
+  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+    if (strlen(named[i].c) == n && strncmp(m + 5, named[i].c, n) == 0) {
+      snprintf(buf, len, "%s%s", named[i].py, m + 5 + n);
+      return buf;
+    }
+  static const char *const prefixes[] = {"op_", "tensor_", "fabric_"}; /* weft_fabric_calibrate: calibrate */
+  for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+    if (strncmp(m + 5, prefixes[i], strlen(prefixes[i])) == 0 && n > strlen(prefixes[i])) return m + 5 + strlen(prefixes[i]);
+  return m + 5; /* weft_route_explain: route_explain */
 }
 
 PyObject *wp_raise_status(weft_status st, const char *message) {
@@ -316,7 +326,16 @@ PyArrayObject *wp_as_f32(FabricObject *fo, PyObject *x, const char *fn, const ch
     if (!a) return NULL;
   }
   int type = PyArray_TYPE(a);
-  if (type == NPY_FLOAT32) return a;
+  if (type == NPY_FLOAT32 && PyArray_ISNOTSWAPPED(a)) return a;
+  if (type == NPY_FLOAT32) {
+    /* float32 in the other byte order ('>f4' here): the same values, so no dtype= is asked for, but the
+     * library reads native floats: a copy in native order (counted), never the bytes as they are */
+    PyArrayObject *c = (PyArrayObject *)PyArray_FromAny((PyObject *)a, PyArray_DescrFromType(NPY_FLOAT32), 0, 0,
+                                                        NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, NULL);
+    Py_DECREF(a);
+    if (c && fo) fo->copies++;
+    return c;
+  }
   char dn[64];
   char kind = PyArray_DESCR(a)->kind;
   if (!strchr("biuf", kind)) {
@@ -385,6 +404,13 @@ static int opnd_take(FabricObject *fo, PyObject *x, const char *fn, const char *
     for (int i = 0; i < t->ndim; i++) o->d[i] = t->dims[i];
     return 0;
   }
+  if (!copy_ok && PyArray_Check(x) && PyArray_TYPE((PyArrayObject *)x) == NPY_FLOAT32 &&
+      !PyArray_ISNOTSWAPPED((PyArrayObject *)x) && PyArray_SIZE((PyArrayObject *)x) > 0) {
+    wp_raise(WEFT_ERR_INVALID_ARGUMENT, "%s: %s is float32 in the other byte order, so weft would have to copy it into "
+             "native order, and copy=False forbids that: pass %s.astype(numpy.float32), or leave copy unset", fn, name,
+             name);
+    return -1;
+  }
   PyArrayObject *a = wp_as_f32(fo, x, fn, name, convert);
   if (!a) return -1;
   o->arr = a;
@@ -398,7 +424,7 @@ static int opnd_take(FabricObject *fo, PyObject *x, const char *fn, const char *
   if (PyArray_SIZE(a) == 0) return 0;
   if (!copy_ok) {
     char sb[128];
-    PyErr_Format(PyExc_ValueError,
+    wp_raise(WEFT_ERR_INVALID_ARGUMENT,
                  "%s: %s (shape %s) is not contiguous in memory, so weft would have to copy it, and copy=False "
                  "forbids that: pass numpy.ascontiguousarray(%s), or leave copy unset",
                  fn, name, fmt_npshape(sb, sizeof sb, o->nd, PyArray_DIMS(a)), name);
@@ -516,9 +542,9 @@ static int result_prepare(FabricObject *fo, result *r, PyObject *out, int reside
     }
     if (!PyArray_Check(out) || PyArray_TYPE((PyArrayObject *)out) != NPY_FLOAT32 ||
         !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)out) || !PyArray_ISWRITEABLE((PyArrayObject *)out) ||
-        !PyArray_ISALIGNED((PyArrayObject *)out))
+        !PyArray_ISALIGNED((PyArrayObject *)out) || !PyArray_ISNOTSWAPPED((PyArrayObject *)out))
       return PyErr_Format(PyExc_TypeError, "%s: %s must be a Tensor of this fabric or a writable C-contiguous "
-                          "float32 ndarray", fn, outname), -1;
+                          "float32 ndarray in native byte order", fn, outname), -1;
     PyArrayObject *oa = (PyArrayObject *)out;
     int ok = PyArray_NDIM(oa) == pnd;
     for (int i = 0; ok && i < pnd; i++) ok = PyArray_DIMS(oa)[i] == pd[i];
@@ -623,7 +649,7 @@ static PyObject *matmul_locked(FabricObject *fo, PyObject *a, PyObject *b, int c
   if (opnd_take(fo, a, fn, na, convert, copy_ok, 1, &A) || opnd_take(fo, b, fn, nb, convert, copy_ok, 1, &B))
     goto done;
   if (A.nd == 0 || B.nd == 0) {
-    PyErr_Format(PyExc_ValueError, "%s: %s is a scalar (0-d); matmul needs operands with at least one dimension "
+    wp_raise(WEFT_ERR_SHAPE, "%s: %s is a scalar (0-d); matmul needs operands with at least one dimension "
                  "(multiply by a scalar with *)", fn, A.nd == 0 ? na : nb);
     goto done;
   }
@@ -730,7 +756,7 @@ static PyObject *matmul_locked(FabricObject *fo, PyObject *a, PyObject *b, int c
       goto done;
     }
     if (!copy_ok) {
-      PyErr_Format(PyExc_ValueError, "%s: broadcasting the batch dimensions of %s %s and %s %s copies an operand, and "
+      wp_raise(WEFT_ERR_INVALID_ARGUMENT, "%s: broadcasting the batch dimensions of %s %s and %s %s copies an operand, and "
                    "copy=False forbids that", fn, na, wp_fmt_shape(s1, sizeof s1, A.nd, A.d), nb,
                    wp_fmt_shape(s2, sizeof s2, B.nd, B.d));
       goto done;
@@ -1092,9 +1118,10 @@ static PyObject *Fabric_axpy(FabricObject *fo, PyObject *const *args, Py_ssize_t
   PyObject *y = v[2];
   if (!WP_IS_TENSOR(y) &&
       !(PyArray_Check(y) && PyArray_TYPE((PyArrayObject *)y) == NPY_FLOAT32 &&
-        PyArray_IS_C_CONTIGUOUS((PyArrayObject *)y) && PyArray_ISWRITEABLE((PyArrayObject *)y)))
+        PyArray_IS_C_CONTIGUOUS((PyArrayObject *)y) && PyArray_ISWRITEABLE((PyArrayObject *)y) &&
+        PyArray_ISNOTSWAPPED((PyArrayObject *)y)))
     return PyErr_Format(PyExc_TypeError, "axpy: y is updated in place, so it must be a Tensor or a writable "
-                        "C-contiguous float32 ndarray");
+                        "C-contiguous float32 ndarray in native byte order");
   if (WP_IS_TENSOR(y) && ((TensorObject *)y)->base)
     return PyErr_Format(PyExc_TypeError, "axpy: y is a view (.T); give a tensor of its own");
   opnd X, Y;
@@ -1153,7 +1180,7 @@ static PyObject *Fabric_softmax_xent(FabricObject *fo, PyObject *const *args, Py
   want_loss = want_loss || ol;
   want_grad = want_grad || og;
   if (!want_loss && !want_grad)
-    return PyErr_Format(PyExc_ValueError, "softmax_xent: loss=False and grad=False leave nothing to compute");
+    return wp_raise(WEFT_ERR_INVALID_ARGUMENT, "softmax_xent: loss=False and grad=False leave nothing to compute");
   opnd Z, T;
   result RL, RG;
   memset(&Z, 0, sizeof Z), memset(&T, 0, sizeof T), memset(&RL, 0, sizeof RL), memset(&RG, 0, sizeof RG);

@@ -92,3 +92,68 @@ def test_every_status_has_a_class():
         assert isinstance(e, weft.WeftError) and e.status == status and str(e)
     e = weft._errors.error_for(99, "from the future")
     assert type(e) is weft.WeftError and e.status == 99
+
+
+def test_every_refusal_of_bad_arguments_is_a_weft_error(fabric):
+    # The README: errors are weft.WeftError subclasses, each also the built-in exception that fits. A caller
+    # who catches weft.WeftError (or weft.ShapeError) catches these too; they were once plain ValueErrors.
+    a, b = np.ones((2, 3), f32), np.ones((3, 2), f32)
+    strided = np.ones((4, 6), f32)[::2, ::2]
+    t = fabric.tensor(a)
+    cases = [
+        (weft.ShapeError, "scalar", lambda: fabric.matmul(np.float32(1), b)),
+        (weft.ShapeError, "scalar", lambda: t @ fabric.tensor(np.float32(2))),
+        (weft.InvalidArgumentError, "copy=False", lambda: fabric.matmul(strided, b, copy=False)),
+        (weft.InvalidArgumentError, "copy=False",
+         lambda: fabric.matmul(np.ones((2, 1, 2, 3), f32), np.ones((3, 3, 2), f32), copy=False)),
+        (weft.InvalidArgumentError, "nothing to compute",
+         lambda: fabric.softmax_xent(a, np.full((2, 3), 1 / 3, f32), loss=False, grad=False)),
+        (weft.ShapeError, "mT", lambda: fabric.tensor(np.ones(3, f32)).mT),
+        (weft.InvalidArgumentError, "different contracts", lambda: t + t.with_contract("fp32")),
+    ]
+    for cls, needle, call in cases:
+        with pytest.raises(cls, match=needle) as info:
+            call()
+        assert isinstance(info.value, weft.WeftError) and isinstance(info.value, ValueError), needle
+
+
+def test_bench_refuses_what_weft_bench_refuses():
+    # as `weft bench`: sizes 1..16384, repeats 1..1000, a budget above 0. repeats=0 once ran one repeat
+    # silently; size 0 failed inside tensor creation, negative or huge sizes inside numpy.
+    for kw, needle in ((dict(sizes=[0]), "sizes"), (dict(sizes=[-1]), "sizes"), (dict(sizes=[10**12]), "sizes"),
+                       (dict(sizes=[8.5]), "sizes"), (dict(sizes=[]), "sizes"), (dict(sizes=8), "sequence"),
+                       (dict(sizes=[8], repeats=0), "repeats"), (dict(sizes=[8], repeats=-1), "repeats"),
+                       (dict(sizes=[8], max_seconds=float("nan")), "max_seconds"),
+                       (dict(sizes=[8], max_seconds=0), "max_seconds")):
+        with pytest.raises(weft.InvalidArgumentError, match=needle):
+            weft.bench(lanes="cpu", **kw)
+
+
+def test_route_explain_checks_shapes_with_its_own_name(fabric):
+    # the README: messages name the Python function, never a C one; the ranks the message states are kept
+    for call in (lambda: fabric.route_explain("relu", (-4, 4)), lambda: fabric.route_explain("relu", (0, 4)),
+                 lambda: fabric.route_explain("relu", (1, 1, 1, 1, 4)),
+                 lambda: fabric.route_explain("matmul", (2, 3), (4, 5)),
+                 lambda: fabric.route_explain("matmul", (1, 1, 1, 2, 3), (3, 2)),
+                 lambda: fabric.route_explain("matmul")):
+        with pytest.raises(weft.ShapeError) as info:
+            call()
+        assert str(info.value).startswith("route_explain: ") and "weft_" not in str(info.value)
+    assert fabric.route_explain("matmul", (2, 3), (3, 5)).chosen
+
+
+def test_a_gpt_too_large_for_the_machine_says_so(fabric):
+    # an empty MemoryError once; now the size it needs, before anything is allocated
+    with pytest.raises(weft.OutOfMemoryError, match=r"needs about [0-9.]+ GiB of memory; this machine has"):
+        weft.GPT(fabric, L=1024, C=65536, NH=1, V=256, maxT=2)
+
+
+def test_messages_from_the_library_name_the_python_call():
+    # weft_fabric_open's failure once reached Python as "weft_fabric_open: no lane could be opened ..."
+    with pytest.raises(weft.NotFoundError) as info:
+        weft.Fabric(lanes="nosuch", calibration="off")
+    assert str(info.value).startswith("Fabric: ") and "weft_" not in str(info.value)
+    with weft.Fabric(lanes="cpu", calibration="off") as f:
+        with pytest.raises(weft.StateError) as info:
+            f.route_last()
+        assert str(info.value).startswith("route_last: ") and "weft_" not in str(info.value)

@@ -77,6 +77,18 @@ def test_bad_input_is_an_error_not_a_crash(fab):
         g.train_step(np.zeros((2, 4), np.int32), np.zeros((2, 5), np.int32))
     with pytest.raises(weft.InvalidArgumentError):
         weft.GPT(fab, L=2, C=65, NH=4, V=256, maxT=32)  # NH must divide C
+    # A NaN or infinite hyperparameter is refused before any op, and the weights stay as they were (a NaN lr
+    # once turned every weight into NaN; a NaN temperature, not "<= 0", sampled from NaN probabilities).
+    before = g.params()
+    tok, tgt = batch(1)
+    for bad in (dict(lr=float("nan")), dict(lr=float("inf")), dict(weight_decay=float("nan")),
+                dict(max_norm=float("nan"))):
+        with pytest.raises(weft.InvalidArgumentError, match="finite"):
+            g.train_step(tok, tgt, **bad)
+    assert np.array_equal(g.params(), before) and g.step == 0
+    for t in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(weft.InvalidArgumentError, match="temperature"):
+            g.generate(np.array([1, 2, 3]), 2, temperature=t, seed=1)
     g.close()
     with pytest.raises(weft.StateError, match="closed"):
         g.params()

@@ -170,3 +170,23 @@ def test_tensor_operands_follow_the_same_rules(fabric, lane):
     assert ref.same_bits(fabric.matmul(big, big.T, lane=lane), ref.matmul(big, np.ascontiguousarray(big.T)))
     with pytest.raises(weft.ShapeError, match="resident tensors"):
         fabric.matmul(fabric.tensor(rand(rng, 2, 1, 5, 3)), fabric.tensor(rand(rng, 3, 3, 4)))
+
+
+def test_float32_in_the_other_byte_order_gives_numpy_values(fabric):
+    # '>f4' (or '<f4' on a big-endian host) is float32 with swapped bytes: its values, not its bytes, are the
+    # operand. It was read as native floats (a silent wrong answer); now it is copied to native order, counted,
+    # refused under copy=False, and never written into as an output.
+    other = np.dtype(np.float32).newbyteorder()
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.arange(6, dtype=np.float32).reshape(3, 2)
+    copies = fabric.copies
+    assert np.array_equal(fabric.matmul(a.astype(other), b.astype(other)), a @ b)
+    assert fabric.copies == copies + 2
+    assert np.array_equal(fabric.add(a.astype(other), a), a + a)
+    assert np.array_equal(np.asarray(fabric.tensor(a.astype(other))), a)
+    with pytest.raises(weft.InvalidArgumentError, match="byte order"):
+        fabric.matmul(a.astype(other), b, copy=False)
+    for call in (lambda o: fabric.relu(a, out=o), lambda o: fabric.axpy(1.0, a, o),
+                 lambda o: fabric.tensor(a).numpy(out=o)):
+        with pytest.raises(TypeError, match="native byte order"):
+            call(np.zeros((2, 3), other))

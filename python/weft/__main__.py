@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from . import Fabric, bench, bench_table, devices, library_path, library_version
+from . import Fabric, InvalidArgumentError, WeftError, bench, bench_table, devices, library_path, library_version
 
 
 def main(argv=None):
@@ -24,10 +24,19 @@ def main(argv=None):
         print(f"weft {library_version} ({library_path})")
         print(devices(args.lanes))
         return 0
-    sizes = [int(s) for s in args.sizes.split(",") if s]
-    with Fabric(lanes=args.lanes, calibration="off") as f:
-        rows = bench(sizes, args.contract, repeats=args.repeats, max_seconds=args.max_seconds, numpy=args.numpy,
-                     fabric=f)
+    try:
+        sizes = [int(s) for s in args.sizes.split(",")]
+    except ValueError:
+        p.error(f"--sizes wants whole numbers separated by commas (64,128,256), got {args.sizes!r}")
+    try:
+        with Fabric(lanes=args.lanes, calibration="off") as f:
+            rows = bench(sizes, args.contract, repeats=args.repeats, max_seconds=args.max_seconds, numpy=args.numpy,
+                         fabric=f)
+    except InvalidArgumentError as e:  # a bad size, repeat count or budget: a usage error, exit 2 as weft's
+        p.error(str(e))
+    except WeftError as e:  # the fabric could not open (no such lane), ...: it ran and failed, exit 1
+        print(f"python -m weft bench: {e}", file=sys.stderr)
+        return 1
     print(bench_table(rows))
     for r in rows:
         if r["skipped"]:

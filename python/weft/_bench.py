@@ -9,6 +9,8 @@ import time
 import numpy as np
 
 DEFAULT_SIZES = (16, 32, 64, 128, 256, 512, 1024)
+MAX_SIZE = 16384  # as `weft bench --sizes`
+MAX_REPEATS = 1000  # as `weft bench --repeats` (WEFT_CLI_MAX_REPEATS)
 
 
 def _same_bits(x, y):
@@ -51,8 +53,31 @@ def bench(sizes=DEFAULT_SIZES, contract="exact", lanes=None, repeats=5, max_seco
     max_abs_diff, and skipped (a reason, when the time budget left the point out: a lane skips the larger
     sizes once one of its points, scaled by the work, would take longer than max_seconds).
 
+    sizes are whole numbers from 1 to 16384 (as `weft bench --sizes`), repeats 1 to 1000 and max_seconds a
+    number above 0; anything else raises InvalidArgumentError before a fabric is opened.
+
     fabric: a Fabric to use (otherwise one is opened with `lanes` and `cpu_threads`, calibration off)."""
+    from ._errors import InvalidArgumentError
     from ._fabric import Fabric
+
+    def whole(v, lo, hi):
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and lo <= v <= hi
+
+    try:
+        sizes = list(sizes)
+    except TypeError:
+        raise InvalidArgumentError(f"bench: sizes must be a sequence of whole numbers, not {type(sizes).__name__}") from None
+    bad = [v for v in sizes if not whole(v, 1, MAX_SIZE)]
+    if not sizes or bad:
+        raise InvalidArgumentError(f"bench: sizes must be whole numbers from 1 to {MAX_SIZE}; got {bad[0] if bad else 'none'!r}")
+    if not whole(repeats, 1, MAX_REPEATS):
+        raise InvalidArgumentError(f"bench: repeats must be a whole number from 1 to {MAX_REPEATS}; got {repeats!r}")
+    try:
+        budget = float(max_seconds)
+    except (TypeError, ValueError):
+        budget = float("nan")
+    if not (0 < budget < float("inf")):
+        raise InvalidArgumentError(f"bench: max_seconds must be a number of seconds above 0; got {max_seconds!r}")
 
     own = fabric is None
     if own:

@@ -269,10 +269,13 @@ class Fabric(_weft.Fabric):
         opname = OPS[_enum_index(op, OPS, "op")]
         ci = _contract_index(contract)
         dims = [tuple(int(v) for v in (s.shape if hasattr(s, "shape") else s)) for s in shapes]
+        for s in dims:
+            if any(v < 1 for v in s[-2:]) or any(v < 0 for v in s):
+                raise ShapeError(f"route_explain: shape {s}: dimensions must be >= 1 (batch dimensions >= 0)")
         qb, qm, qn, qk, qr, qc = 0, 0, 0, 0, 0, 0
         if opname == "matmul":
             if dims:
-                if len(dims) != 2 or len(dims[0]) < 2 or len(dims[1]) < 2:
+                if len(dims) != 2 or not 2 <= len(dims[0]) <= 4 or not 2 <= len(dims[1]) <= 4:
                     raise ShapeError("route_explain: matmul takes the shapes of a and b, each of rank 2 to 4")
                 sa, sb = dims
                 qb = 1
@@ -280,18 +283,26 @@ class Fabric(_weft.Fabric):
                     qb *= v
                 qm, qk = (sa[-1], sa[-2]) if trans_a else (sa[-2], sa[-1])
                 qn = sb[-2] if trans_b else sb[-1]
+                kb = sb[-1] if trans_b else sb[-2]
+                if kb != qk:
+                    raise ShapeError(f"route_explain: the inner dimensions differ: a {sa} and b {sb} (k {qk} and {kb})")
             qb = batch if batch is not None else (qb or 1)
             qm, qn, qk = (m if m is not None else qm), (n if n is not None else qn), (k if k is not None else qk)
         else:
             if dims:
                 s = dims[0]
-                if not s:
+                if not 1 <= len(s) <= 4:
                     raise ShapeError(f"route_explain: {opname} needs an operand of rank 1 to 4")
                 qr = 1
                 for v in s[:-1]:
                     qr *= v
                 qc = s[-1]
             qr, qc = (rows if rows is not None else qr), (cols if cols is not None else qc)
+        if opname == "matmul" and (qb < 0 or min(qm, qn, qk) < 1):
+            raise ShapeError(f"route_explain: matmul needs batch >= 0 and m, n, k >= 1; got batch {qb}, m {qm}, "
+                             f"n {qn}, k {qk}")
+        if opname != "matmul" and min(qr, qc) < 1:
+            raise ShapeError(f"route_explain: {opname} needs rows and cols >= 1; got rows {qr}, cols {qc}")
         return _explanation(self._route_explain(opname, ci, qb, qm, qn, qk, qr, qc))
 
     def route_last(self):

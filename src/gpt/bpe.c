@@ -204,7 +204,12 @@ weft_status weft_bpe_load(const char *encoder_json, const char *vocab_bpe, weft_
     goto fail;
   }
   for (const cJSON *it = j->child; it; it = it->next) {
-    const double d = cJSON_IsNumber(it) ? it->valuedouble : -1;
+    if (!cJSON_IsNumber(it)) {
+      st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s: token '%s' has an id that is not a number (ids are 0..%d)",
+                encoder_json, it->string, b->n - 1);
+      goto fail;
+    }
+    const double d = it->valuedouble;
     if (!(d >= 0 && d < b->n && d == (double)(int32_t)d)) {
       st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s: token '%s' has id %g, not in 0..%d", encoder_json,
                 it->string, d, b->n - 1);

@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -737,6 +738,10 @@ weft_status weft_gpt_set_data_parallel(weft_gpt *g, int batch) {
 
 weft_status weft_gpt_train_step(weft_gpt *g, const int32_t *tok, const int32_t *tgt, int B, int T, float lr,
                                 float weight_decay, float max_norm, float *out_loss, float *out_norm) {
+  /* a NaN or infinite hyperparameter would turn every weight into NaN with no word: refused before any op */
+  if (!isfinite(lr) || !isfinite(weight_decay) || isnan(max_norm))
+    return fail(g, WEFT_ERR_INVALID_ARGUMENT, "train step: lr (%g), weight_decay (%g) and max_norm (%g) must be finite numbers",
+                (double)lr, (double)weight_decay, (double)max_norm);
   weft_status st = load_batch(g, tok, tgt, B, T);
   if (st == WEFT_OK) st = train_state_make(g);
   if (st == WEFT_OK) st = grads_make(g);
@@ -828,6 +833,9 @@ static int32_t sample(const float *logits, int V, float temperature, int top_k, 
 weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int ntok, float temperature, int top_k,
                               uint64_t *rng, int32_t *out, double *decode_seconds) {
   if (decode_seconds) *decode_seconds = 0;
+  /* a NaN temperature is not <= 0 (greedy) and would make every probability NaN: a token drawn from garbage */
+  if (isnan(temperature) || isinf(temperature))
+    return fail(g, WEFT_ERR_INVALID_ARGUMENT, "generate: temperature %g; give a finite number (0 or less: greedy)", (double)temperature);
   if (n < 1 || ntok < 0 || n + ntok > g->cfg.maxT)
     return fail(g, WEFT_ERR_SHAPE, "a prompt of %d tokens and %d more must fit the context of %d (and the prompt is not empty)", n, ntok, g->cfg.maxT);
   if (ntok == 0) return WEFT_OK;

@@ -59,7 +59,8 @@ int weft_gpt_layer_lane(const weft_gpt *g, int l);
 /* Mean cross-entropy of targets given tokens (both B*T int32, T <= maxT); forward only. */
 weft_status weft_gpt_loss(weft_gpt *g, const int32_t *tok, const int32_t *tgt, int B, int T, float *out_loss);
 /* One training step: forward, backward, global-norm clip to max_norm (<= 0: none), AdamW (beta 0.9, 0.95,
- * eps 1e-8, weight decay on the matrices and embeddings) at lr. The step counter advances. */
+ * eps 1e-8, weight decay on the matrices and embeddings) at lr. The step counter advances. A NaN or infinite
+ * lr or weight_decay, or a NaN max_norm, is WEFT_ERR_INVALID_ARGUMENT before any op. */
 weft_status weft_gpt_train_step(weft_gpt *g, const int32_t *tok, const int32_t *tgt, int B, int T, float lr,
                                 float weight_decay, float max_norm, float *out_loss, float *out_norm);
 /* Data-parallel training across the ranks of an MPI job (weft_mpi_init(WEFT_MPI_DATA_PARALLEL)): each rank
@@ -74,8 +75,8 @@ weft_status weft_gpt_logits(weft_gpt *g, const int32_t *tok, int T, float *out);
 weft_status weft_gpt_logits_all(weft_gpt *g, const int32_t *tok, int B, int T, float *out);
 
 /* Generation: prefill `prompt` (n >= 1) with batched ops, then decode `ntok` tokens one at a time with a KV
- * cache, each decode step recorded in one scope. temperature <= 0: greedy; top_k <= 0: the whole
- * vocabulary. *rng is the sampler's state (splitmix64), advanced. out gets ntok tokens. prompt + ntok must
+ * cache, each decode step recorded in one scope. temperature <= 0: greedy (a NaN or infinite one is
+ * WEFT_ERR_INVALID_ARGUMENT); top_k <= 0: the whole vocabulary. *rng is the sampler's state (splitmix64), advanced. out gets ntok tokens. prompt + ntok must
  * fit in maxT. decode_seconds (may be NULL): the decode steps' time. */
 weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int ntok, float temperature, int top_k,
                               uint64_t *rng, int32_t *out, double *decode_seconds);

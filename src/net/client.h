@@ -1,8 +1,9 @@
 /* client.h - the client half of the wire protocol (docs/PROTOCOL.md) over any transport that carries whole
  * frames: the request/reply exchange with its checks, the handshake's hello, the lanes list, and the lane
  * vtable functions (buffers as worker handles, chunked transfers, ops with views). Remote lanes carry it
- * over TCP (src/lanes/remote), browser lanes over WebSocket (src/lanes/browser); each supplies a transport
- * and its own describe, destroy and revive. A peer that misbehaves (a wrong id, a short or oversized reply,
+ * over TCP (src/lanes/remote), MPI lanes over MPI messages (src/lanes/mpi), browser lanes over WebSocket
+ * (src/lanes/browser); each supplies a transport and its own describe, destroy and revive (remote and MPI
+ * lanes through src/net/peer_lane.h). A peer that misbehaves (a wrong id, a short or oversized reply,
  * a count that does not match) drops the connection and fails the lane; it never aborts the process. */
 #ifndef WEFT_NET_CLIENT_H
 #define WEFT_NET_CLIENT_H

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-static weft_mpi_job job = {0, WEFT_MPI_LANES, 0, 1, MPI_COMM_NULL, MPI_COMM_NULL, 32767, 0};
+static weft_mpi_job job = {0, WEFT_MPI_LANES, 0, 1, MPI_COMM_NULL, MPI_COMM_NULL, 32767, 0, 0};
 static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t err_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[512];
@@ -184,6 +184,12 @@ int weft_mpi_size(void) { return job.inited ? job.size : 1; }
 
 weft_status weft_mpi_finalize(void) {
   if (!job.inited) return WEFT_OK;
+  if (job.mode == WEFT_MPI_LANES && job.rank == 0 && job.dead_rank) {
+    /* MPI_Finalize waits for every rank, and one of them stopped answering: the caller ends the job
+     * (weft_mpi_abort) rather than hang in it. */
+    job.inited = 0;
+    return weft_mpi_fail(WEFT_ERR_LANE_FAILED, "rank %d stopped answering, so the job cannot end cleanly", job.dead_rank);
+  }
   if (job.mode == WEFT_MPI_LANES && job.rank == 0 && job.size > 1) {
     /* The serving ranks stop at this; a rank that no longer answers is not waited on for long. */
     MPI_Request *req = calloc((size_t)job.size, sizeof *req);

@@ -38,6 +38,7 @@ typedef struct weft_mpi_job {
   MPI_Comm dp;          /* data-parallel traffic: running sums, broadcasts, reports */
   int tag_ub;
   int serialized;       /* the MPI library gave less than MPI_THREAD_MULTIPLE: every call under `lock` */
+  int dead_rank;        /* a serving rank that stopped answering (0: none): the job cannot end cleanly */
 } weft_mpi_job;
 
 /* The job (never NULL; inited 0 before weft_mpi_init). */

@@ -40,7 +40,7 @@ void weft_cli_bench_help(FILE *out) {
           "  --max-seconds S    time budget per point (default %g): fewer runs when they would not fit; a lane\n"
           "                     skips the larger sizes once one of its points takes longer, and any size\n"
           "                     where one run is predicted (from its last point, by the work) to take longer\n"
-          "  --cpu-threads N    threads the CPU lane may use (default: one per online core)\n"
+          "  --cpu-threads N    threads the CPU lane may use (default: one per CPU this process may run on)\n"
           "  --no-route         do not time the routed op (lanes only; no calibration)\n"
           "  --plot FILE.svg    also draw time against size as SVG, log-log: a line per lane, the router's\n"
           "                     picks ringed, crossovers measured (dashed) and predicted (dotted)\n"

@@ -23,7 +23,7 @@ void weft_cli_devices_help(FILE *out) {
           "Options:\n"
           "  --json             print the same as JSON\n"
           "  --lanes LIST       open only these lane kinds or names, comma-separated (cpu,vulkan:0)\n"
-          "  --cpu-threads N    threads the CPU lane may use (default: one per online core)\n"
+          "  --cpu-threads N    threads the CPU lane may use (default: one per CPU this process may run on)\n"
           "  -h, --help         show this help\n");
 }
 

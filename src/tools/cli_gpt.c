@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "gpt/bpe.h"
@@ -418,6 +419,22 @@ static int load_weights(const char *cmd, const gopts *o, weft_gpt_config *cfg, f
   return 1;
 }
 
+/* A new model's parameters (and, training, AdamW's moments, the gradients and the tensors holding them: about
+ * `copies` times the parameters) must fit this machine's memory: a shape that cannot is refused with its size
+ * before anything is allocated, rather than failing in malloc or, where the kernel overcommits, in the OOM
+ * killer. 0 (said) when it does not fit. */
+static int model_fits(const char *cmd, const weft_gpt_config *cfg, size_t np, double copies) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 1; /* unknown: leave it to malloc */
+  const double need = (double)np * sizeof(float) * copies, have = (double)pages * (double)page;
+  if (need <= have) return 1;
+  fprintf(stderr,
+          "weft gpt %s: a model of %d layers and %d channels (vocabulary %d, context %d) has %zu parameters and needs "
+          "about %.1f GiB of memory; this machine has %.1f GiB: give fewer --layers or --channels\n",
+          cmd, cfg->L, cfg->C, cfg->V, cfg->maxT, np, need / 1073741824.0, have / 1073741824.0);
+  return 0;
+}
+
 /* --explain: one line per op, the lane it ran on and why */
 typedef struct explainer {
   weft_fabric *f;
@@ -585,14 +602,23 @@ static int train(gopts *o) {
   }
   const int T = (int)o->seq, B = (int)o->batch;
   const size_t nval = ntokens / 10, ntrain = ntokens - nval;
-  if (T > cfg.maxT || nval < (size_t)T + 2) {
-    fprintf(stderr, "weft gpt train: %s: %zu tokens in %d file(s); windows of %d tokens (at most the context, %d) need at least %zu\n",
-            T > cfg.maxT ? "--seq is longer than the context" : "too little text", ntokens, data.files, T, cfg.maxT, (size_t)(T + 2) * 10);
+  if (T > cfg.maxT) {
     free(tokens), weft_bpe_free(bpe), free(P), free(M), free(V);
-    return T > cfg.maxT ? WEFT_CLI_USAGE : WEFT_CLI_FAILED;
+    return weft_cli_usage_error("gpt", "--seq %d is longer than the model's context of %d tokens: give --seq %d or less%s", T,
+                                cfg.maxT, cfg.maxT, o->resume || o->weights ? "" : " (or a larger --context)");
+  }
+  if (nval < (size_t)T + 2) {
+    fprintf(stderr, "weft gpt train: too little text: %zu tokens in %d file(s); windows of %d tokens (at most the context, %d) need at least %zu\n",
+            ntokens, data.files, T, cfg.maxT, (size_t)(T + 2) * 10);
+    free(tokens), weft_bpe_free(bpe), free(P), free(M), free(V);
+    return WEFT_CLI_FAILED;
   }
   const size_t np = weft_gpt_param_count(&cfg);
   if (!P) {
+    if (!model_fits("train", &cfg, np, 7)) {
+      free(tokens), weft_bpe_free(bpe);
+      return WEFT_CLI_FAILED;
+    }
     P = malloc(np * sizeof(float));
     if (!P) {
       fprintf(stderr, "weft gpt train: out of memory for %zu parameters\n", np);
@@ -820,13 +846,19 @@ static int generate(gopts *o) {
     return weft_cli_usage_error("gpt", "the prompt (%zu tokens, at least 1) and --tokens %ld must fit the context of %d", nprompt, o->tokens, cfg.maxT);
   }
   if (!P) {
+    if (!model_fits("generate", &cfg, np, 2)) {
+      free(prompt), weft_bpe_free(bpe);
+      return WEFT_CLI_FAILED;
+    }
     if (!(P = malloc(np * sizeof(float)))) {
+      fprintf(stderr, "weft gpt generate: out of memory for %zu parameters\n", np);
       free(prompt), weft_bpe_free(bpe);
       return WEFT_CLI_FAILED;
     }
     weft_gpt_init_params(&cfg, (uint64_t)o->seed, P);
   }
   int32_t *out = malloc((size_t)o->tokens * sizeof(int32_t));
+  if (!out) fprintf(stderr, "weft gpt generate: out of memory for %ld tokens\n", o->tokens);
   weft_fabric *f = out ? open_fabric(o) : NULL;
   int rc = f ? WEFT_CLI_OK : WEFT_CLI_FAILED;
   weft_gpt *g = NULL;

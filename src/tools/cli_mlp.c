@@ -65,7 +65,7 @@ void weft_cli_mlp_help(FILE *out) {
           "                     layer's work is least; layers-rr: layer i on the i-th lane in turn. The\n"
           "                     activations cross lanes through the host. A trace shows where each layer\n"
           "                     ran and for how long\n"
-          "  --cpu-threads N    threads the CPU lane may use (default: one per online core)\n"
+          "  --cpu-threads N    threads the CPU lane may use (default: one per CPU this process may run on)\n"
           "  --mpi              data-parallel across the ranks of an MPI job (mpirun -np N weft mlp --mpi): each\n"
           "                     rank trains on its share of every batch (rank r the rows after rank r-1's) and\n"
           "                     the gradients are combined; under exact by a chained sum, so the weights are\n"

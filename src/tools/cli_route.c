@@ -12,6 +12,7 @@
 /* "1.23 ms" style: seconds in the unit that keeps three to four digits. */
 static const char *fmt_time(double s, char *buf, size_t len) {
   if (s == 0) snprintf(buf, len, "0");
+  else if (s >= 1e6) snprintf(buf, len, "%.3g s", s); /* an absurd shape's years stay readable, with the unit */
   else if (s < 1e-3) snprintf(buf, len, "%.2f us", s * 1e6);
   else if (s < 1) snprintf(buf, len, "%.3f ms", s * 1e3);
   else snprintf(buf, len, "%.3f s", s);
@@ -59,21 +60,24 @@ void weft_cli_route_help(FILE *out) {
           "  --explain          print every lane's predicted cost and why the choice (default: the lane name)\n"
           "  --contract C       exact (default), fp32, tf32 or bf16\n"
           "  --lanes LIST       consider only these lane kinds or names, comma-separated\n"
-          "  --cpu-threads N    threads the CPU lane may use (default: one per online core)\n"
+          "  --cpu-threads N    threads the CPU lane may use (default: one per CPU this process may run on)\n"
           "  --json             print the explanation as JSON\n"
           "  -h, --help         show this help\n"
           "\n"
           "Example: weft route --explain matmul 512\n");
 }
 
-/* Parses "AxBxC" into up to four numbers. */
+/* The largest dimension a shape may give (a matrix of 2^31 x 2^31 is already past what a tensor can hold). */
+#define ROUTE_MAX_DIM (1ll << 31)
+
+/* Parses "AxBxC" into up to four numbers, each 1 .. ROUTE_MAX_DIM. */
 static int parse_shape(const char *s, int64_t *v, int *count) {
   *count = 0;
   const char *p = s;
   while (*p) {
     char *end;
     long long x = strtoll(p, &end, 10);
-    if (end == p || x < 1 || x > (1ll << 31) || *count == 4) return -1;
+    if (end == p || x < 1 || x > ROUTE_MAX_DIM || *count == 4) return -1;
     v[(*count)++] = x;
     if (*end == '\0') break;
     if (*end != 'x' && *end != 'X') return -1;
@@ -220,15 +224,20 @@ int weft_cli_route(int argc, char **argv) {
     if (rc) return rc;
   }
   if (argc - optind != 2) return weft_cli_usage_error("route", "wants an op and a shape, e.g. 'matmul 512'");
-  if (weft_op_kind_parse(argv[optind], &q.op) != WEFT_OK)
-    return weft_cli_usage_error("route", "unknown op '%s' (matmul, add, relu, relu_backward, scale, axpy, sum_rows, "
-                                         "softmax_xent)",
-                                argv[optind]);
+  /* The ops whose cost a shape describes: matmul by its m, k, n, the others by a [rows, cols] operand. The
+   * transformer ops' costs depend on more than one [rows, cols] (heads, context, vocabulary), so the tool does
+   * not pretend to explain them from one. */
+  weft_op_kind kind = WEFT_OP_COUNT;
+  const int known = weft_op_kind_parse(argv[optind], &kind) == WEFT_OK;
+  if (!known || kind >= WEFT_OP_V1_COUNT)
+    return weft_cli_usage_error("route", "%s '%s': OP is one of matmul, add, relu, relu_backward, scale, axpy, sum_rows, softmax_xent",
+                                known ? "no shape of this tool describes the op" : "unknown op", argv[optind]);
+  q.op = kind;
   int64_t d[4];
   int nd;
   if (parse_shape(argv[optind + 1], d, &nd) != 0)
-    return weft_cli_usage_error("route", "shape '%s' is not N, AxB, AxBxC or AxBxCxD with whole numbers >= 1",
-                                argv[optind + 1]);
+    return weft_cli_usage_error("route", "shape '%s' is not N, AxB, AxBxC or AxBxCxD with whole numbers from 1 to %lld",
+                                argv[optind + 1], ROUTE_MAX_DIM);
   if (q.op == WEFT_OP_MATMUL) {
     if (nd == 2) return weft_cli_usage_error("route", "a matmul shape is N, MxKxN or BxMxKxN");
     q.batch = nd == 4 ? d[0] : 1;
@@ -281,7 +290,7 @@ void weft_cli_calibrate_help(FILE *out) {
           "\n"
           "Options:\n"
           "  --lanes LIST       calibrate only these lane kinds or names, comma-separated\n"
-          "  --cpu-threads N    threads the CPU lane may use (default: one per online core)\n"
+          "  --cpu-threads N    threads the CPU lane may use (default: one per CPU this process may run on)\n"
           "  --quiet            no progress lines\n"
           "  --json             print the fitted lines as JSON\n"
           "  -h, --help         show this help\n");

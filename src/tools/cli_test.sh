@@ -66,6 +66,13 @@ expect 0 devices --json && has "$out" "\"name\":[[:space:]]*\"cpu\"" "devices --
   has "$out" "\"absent\":" "devices --json: absent list"
 expect 0 devices --lanes cpu && has "$out" "not requested" "devices --lanes cpu lists the rest as absent"
 
+# --cpu-threads' default is one thread per CPU this process may run on (its affinity mask), as the help says
+# (it said "online core"; under taskset the lane takes fewer).
+expect 0 devices --help && has "$out" "one per CPU this process may run on" "devices --help: the thread default"
+if command -v taskset >/dev/null 2>&1 && taskset -c 0 true 2>/dev/null; then
+  taskset -c 0 "$weft" devices --lanes cpu >"$out" 2>"$err" && has "$out" "[^0-9]1 threads?" "devices under taskset -c 0: one thread"
+fi
+
 # bench: small sizes, every format; odd sizes exercise the kernels' edges. Exit 0 also means no lane differs.
 expect 0 bench --sizes 8,33 --repeats 1 && has "$out" "^ +33 \|" "bench table row"
 expect 0 bench --sizes 8,33 --repeats 1 --csv && has "$out" "^n,lane,ms,min_ms,gflops,repeats,check,picked,best_lane,best_ms,ratio,predicted_ms$" "bench --csv header" &&
@@ -96,6 +103,14 @@ expect 1 route matmul 64 --lanes cpu --contract bf16 && has "$err" "no lane" "ro
 expect 2 route nosuch 64 && has "$err" "unknown op 'nosuch'" "route: unknown op"
 expect 2 route matmul 0 && has "$err" "shape '0'" "route: bad shape"
 expect 2 route matmul && has "$err" "wants an op and a shape" "route: missing shape"
+# `weft route --help` names the ops it explains: the others (the transformer ops, whose cost no one
+# [rows, cols] describes) are refused, not explained from a made-up shape. A dimension past the limit says the limit.
+expect 2 route layernorm 4x4 && has "$err" "OP is one of matmul, add" "route: a transformer op is refused with the list"
+expect 2 route matmul_acc 64 && has "$err" "OP is one of matmul, add" "route: matmul_acc is refused with the list"
+expect 2 route matmul 99999999999 && has "$err" "from 1 to 2147483648" "route: a dimension past the limit names it"
+# An absurd shape's prediction keeps its unit (it once overflowed the cell and lost the " s").
+expect 0 route --explain matmul 2147483648x2147483648x2147483648x2147483648 --lanes cpu &&
+  has "$out" "^  cpu +0 +0 +[0-9.]+ us +[0-9.e+]+ s +[0-9.e+]+ s" "route --explain: huge times in seconds"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures CLI check(s) failed"

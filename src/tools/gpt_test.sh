@@ -75,6 +75,13 @@ expect 0 generate --checkpoint "$tmp/a.ckpt" --prompt "the fab" --tokens 8 --tem
 expect 0 generate --seed 3 --layers 1 --channels 32 --heads 2 --context 16 --prompt "hi" --tokens 4 --json &&
   has "$out" "\"decode_tokens_per_s\":" "gpt generate --json"
 expect 2 generate --context 8 --prompt "too long a prompt" && has "$err" "must fit the context" "gpt: prompt too long"
+# A model that cannot fit this machine's memory is refused with its size, before anything is allocated (it
+# once exited 1 with no word at all).
+expect 1 generate --layers 1024 --channels 65536 --heads 1 --context 2 --tokens 1 --lanes cpu &&
+  has "$err" "needs about [0-9.]+ GiB of memory; this machine has" "gpt: a model too large for the machine"
+# --seq past the context is a usage error that says so (it was worded as too little text).
+expect 2 train --data "$tmp/text.txt" --layers 1 --channels 16 --heads 2 --context 8 --seq 16 --lanes cpu &&
+  has "$err" "--seq 16 is longer than the model's context of 8 tokens" "gpt: --seq past the context"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures gpt check(s) failed"

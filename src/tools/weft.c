@@ -146,9 +146,13 @@ static int run_under_mpi(const weft_cli_command *c, int argc, char **argv) {
     }
     weft_mpi_abort(rc);
   }
-  if (weft_mpi_finalize() != WEFT_OK && rc == WEFT_CLI_OK) {
-    fprintf(stderr, "weft: %s\n", weft_mpi_last_error());
-    rc = WEFT_CLI_FAILED;
+  if (weft_mpi_finalize() != WEFT_OK) {
+    /* a serving rank that stopped answering, or one that did not take the stop: MPI_Finalize would wait for
+     * it, and the launcher with it, so rank 0 ends the job */
+    fprintf(stderr, "weft: %s; ending the MPI job\n", weft_mpi_last_error());
+    fflush(stderr);
+    if (rc == WEFT_CLI_OK) rc = WEFT_CLI_FAILED;
+    weft_mpi_abort(rc);
   }
   return rc;
 }

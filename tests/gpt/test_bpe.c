@@ -82,6 +82,20 @@ int main(int argc, char **argv) {
   TU_CHECK(tu_contains(err, "merge"), "message: %s", err);
   TU_STATUS(weft_bpe_load("absent.json", voc, &x, err, sizeof err), WEFT_ERR_IO, "absent encoder.json");
   TU_CHECK(x == NULL, "nothing on failure");
+  { /* an id that is not a number is named as such (it was reported as "id -1") */
+    char bad[64];
+    snprintf(bad, sizeof bad, "/tmp/weft_bpe_bad_%d.json", (int)getpid());
+    FILE *fh = fopen(bad, "w");
+    if (fh) {
+      fprintf(fh, "{\"a\": \"seven\"");
+      for (int i = 1; i < 300; i++) fprintf(fh, ", \"t%d\": %d", i, i);
+      fprintf(fh, "}");
+      fclose(fh);
+      TU_STATUS(weft_bpe_load(bad, voc, &x, err, sizeof err), WEFT_ERR_INVALID_ARGUMENT, "an id that is a string");
+      TU_CHECK(tu_contains(err, "not a number"), "an id that is a string: message: %s", err);
+      remove(bad);
+    }
+  }
 
   check_known(b);
 

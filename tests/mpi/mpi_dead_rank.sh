@@ -2,7 +2,9 @@
 # mpi_dead_rank.sh WEFT - a rank of a data-parallel job that hangs (SIGSTOP) or dies (SIGKILL) ends the job
 # within a bounded time, with an error: a hung rank is named by rank 0 ("nothing from rank 2 within ... ms
 # ... rank 2 died or hangs", WEFT_MPI_TIMEOUT_MS=5000 here), a dead one by mpirun ("process rank 2 ...
-# exited on signal 9"). Never a hang: each run has 60 s.
+# exited on signal 9"). Never a hang: each run has 60 s. The same for a job without --mpi, where rank 0 runs
+# the command on the other ranks' lanes: a hung serving rank is named, and rank 0 ends the job (MPI_Finalize
+# would wait for the hung rank forever).
 set -u
 . "$(dirname "$0")/mpi_env.sh"
 weft=$1
@@ -14,8 +16,8 @@ if ! "$weft" mlp --epochs 1 --lanes cpu >/dev/null 2>&1; then
   exit 77
 fi
 
-rank_pid() { # the pid of rank $1 among the processes running weft mlp --mpi
-  for p in $(pgrep -f "mlp --mpi --epochs 100000"); do
+rank_pid() { # the pid of rank $1 among the processes running weft mlp --epochs 100000
+  for p in $(pgrep -f "mlp .*--epochs 100000"); do
     if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
       echo "$p"
       return
@@ -23,9 +25,15 @@ rank_pid() { # the pid of rank $1 among the processes running weft mlp --mpi
   done
 }
 
-for sig in STOP KILL; do
+export WEFT_MPI_LANES=cpu WEFT_MPI_TIMEOUT_MS=5000
+for sig in STOP KILL LANES; do
   out=$tmp/$sig
-  WEFT_MPI_TIMEOUT_MS=5000 mpi 3 -x WEFT_MPI_TIMEOUT_MS "$weft" mlp --mpi --epochs 100000 --lanes cpu --cpu-threads 1 >"$out" 2>&1 &
+  if [ $sig = LANES ]; then # rank 0 runs every op round robin over its CPU and ranks 1 and 2's
+    mpi 3 -x WEFT_MPI_TIMEOUT_MS -x WEFT_MPI_LANES "$weft" mlp --epochs 100000 --lanes cpu,mpi --place round-robin \
+      --cpu-threads 1 >"$out" 2>&1 &
+  else
+    mpi 3 -x WEFT_MPI_TIMEOUT_MS "$weft" mlp --mpi --epochs 100000 --lanes cpu --cpu-threads 1 >"$out" 2>&1 &
+  fi
   job=$!
   i=0
   while ! grep -q '^epoch' "$out" && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
@@ -37,7 +45,7 @@ for sig in STOP KILL; do
     fail=1
     continue
   fi
-  kill -"$sig" "$victim"
+  if [ $sig = LANES ]; then kill -STOP "$victim"; else kill -"$sig" "$victim"; fi
   t0=$(date +%s)
   while kill -0 "$job" 2>/dev/null && [ $(($(date +%s) - t0)) -lt 60 ]; do sleep 0.2; done
   took=$(($(date +%s) - t0))
@@ -56,6 +64,8 @@ for sig in STOP KILL; do
   fi
   if [ "$sig" = STOP ]; then
     want='rank 0: .*nothing from rank 2 within 5000 ms.*rank 2 died or hangs'
+  elif [ "$sig" = LANES ]; then
+    want='rank 2 \(took no message\|did not answer\) .*died or hangs'
   else
     want='rank 2.*signal 9'
   fi
@@ -67,5 +77,5 @@ for sig in STOP KILL; do
     fail=1
   fi
 done
-[ $fail = 0 ] && echo "mpi dead rank: a hung and a killed rank each ended the job with an error"
+[ $fail = 0 ] && echo "mpi dead rank: a hung and a killed rank each ended the job with an error, and a hung serving rank too"
 exit $fail

@@ -6,12 +6,14 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -328,4 +330,70 @@ void nt_raise_nofile(void) {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
   }
+}
+
+size_t nt_fake_hello(uint8_t *q, uint32_t version, uint32_t caps, int auth_required) {
+  weft_net_put32(q, version);
+  weft_net_put32(q + 4, caps);
+  weft_net_put32(q + 8, auth_required ? 1 : 0);
+  memset(q + 12, 0x5a, WEFT_NET_NONCE_BYTES);
+  weft_net_put32(q + 12 + WEFT_NET_NONCE_BYTES, 1u << 20);
+  weft_net_put64(q + 16 + WEFT_NET_NONCE_BYTES, 1u << 30);
+  return 12 + WEFT_NET_NONCE_BYTES + 12;
+}
+
+static void *fake_serve(void *arg) {
+  nt_fake *f = arg;
+  for (;;) {
+    int fd = accept(f->lfd, NULL, NULL);
+    if (fd < 0) break;
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    weft_net_header h;
+    uint8_t *p = NULL;
+    while (nt_recv(fd, &h, &p)) {
+      free(p);
+      p = NULL;
+      uint8_t out[WEFT_NET_HEADER_BYTES + NT_FAKE_MAX_REPLY] = {0};
+      size_t len = 0;
+      uint16_t status = 0;
+      uint32_t claim = 0;
+      if (!f->answer(f->ctx, &h, out + WEFT_NET_HEADER_BYTES, &len, &status, &claim) || len > NT_FAKE_MAX_REPLY) break;
+      weft_net_header rh = {WEFT_NET_MAGIC, (uint16_t)(h.type | WEFT_NET_REPLY), status, h.request_id,
+                            claim ? claim : (uint32_t)len};
+      weft_net_header_encode(&rh, out);
+      if (!nt_send_raw(fd, out, WEFT_NET_HEADER_BYTES + len)) break;
+    }
+    free(p);
+    close(fd);
+  }
+  return NULL;
+}
+
+int nt_fake_start(nt_fake *f, nt_fake_answer answer, void *ctx) {
+  memset(f, 0, sizeof *f);
+  f->answer = answer;
+  f->ctx = ctx;
+  f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t al = sizeof a;
+  if (f->lfd < 0 || bind(f->lfd, (struct sockaddr *)&a, sizeof a) || listen(f->lfd, 8) ||
+      getsockname(f->lfd, (struct sockaddr *)&a, &al)) {
+    if (f->lfd >= 0) close(f->lfd);
+    return 0;
+  }
+  f->port = ntohs(a.sin_port);
+  if (pthread_create(&f->th, NULL, fake_serve, f) != 0) {
+    close(f->lfd);
+    return 0;
+  }
+  return 1;
+}
+
+void nt_fake_stop(nt_fake *f) {
+  shutdown(f->lfd, SHUT_RDWR);
+  close(f->lfd);
+  pthread_join(f->th, NULL);
 }

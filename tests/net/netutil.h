@@ -3,6 +3,7 @@
 #ifndef WEFT_TEST_NETUTIL_H
 #define WEFT_TEST_NETUTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -58,5 +59,27 @@ void nt_raise_nofile(void);
 
 /* c = a.b (m x k times k x n) in the exact contract's canonical order: the bits a worker must return. */
 void nt_ref_matmul(const float *a, const float *b, float *c, int m, int k, int n);
+
+/* A fake peer in this process, to test what the client lanes make of a worker that misbehaves: a loopback
+ * listener whose connections one thread serves in turn, request by request. `answer` writes the reply's
+ * payload (at most NT_FAKE_MAX_REPLY bytes) into out and its length into *len, and may set *status and
+ * *claim (a length for the header other than *len: a lie); it returns 0 to close the connection instead of
+ * answering. */
+#define NT_FAKE_MAX_REPLY 256
+typedef int (*nt_fake_answer)(void *ctx, const weft_net_header *h, uint8_t *out, size_t *len, uint16_t *status,
+                              uint32_t *claim);
+typedef struct nt_fake {
+  int lfd, port;
+  nt_fake_answer answer;
+  void *ctx;
+  pthread_t th;
+} nt_fake;
+/* Writes a hello reply's payload (version, caps, auth required, a fixed nonce, a 1 MiB frame cap, 1 GiB
+ * resident) into q; returns its length. */
+size_t nt_fake_hello(uint8_t *q, uint32_t version, uint32_t caps, int auth_required);
+/* Starts serving on 127.0.0.1 (an ephemeral port, f->port). 0 on failure. */
+int nt_fake_start(nt_fake *f, nt_fake_answer answer, void *ctx);
+/* Shuts the listener and waits for the thread. */
+void nt_fake_stop(nt_fake *f);
 
 #endif

@@ -6,7 +6,6 @@
  * worker refuses to start. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,86 +68,50 @@ static void label_mac(const char *label, const uint8_t *nonce, uint8_t out[WEFT_
 typedef enum fake_mode { FAKE_WRONG_PROOF, FAKE_NO_MUTUAL, FAKE_V1_REFUSES, FAKE_V1_ANSWERS } fake_mode;
 
 typedef struct fake_worker {
-  int lfd, port;
+  nt_fake peer;
+  int port;
   fake_mode mode;
   int got_client_proof; /* the client sent AUTH_FINISH or AUTH: it proved the secret to an unproven peer */
   int got_other;        /* anything after the handshake (LANES, ...) */
-  pthread_t th;
 } fake_worker;
 
-/* Serves connections until the listening socket is shut: hello with auth required, then a wrong proof (or no
- * mutual capability), and records whatever the client sends next. */
-static void *fake_serve(void *arg) {
-  fake_worker *f = arg;
-  for (;;) {
-    int fd = accept(f->lfd, NULL, NULL);
-    if (fd < 0) break;
-    struct timeval tv = {5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    weft_net_header h;
-    uint8_t *p = NULL;
-    while (nt_recv(fd, &h, &p)) {
-      uint8_t out[WEFT_NET_HEADER_BYTES + 128] = {0};
-      size_t len = 0;
-      uint16_t rstatus = 0;
-      if (h.type == WEFT_NET_HELLO && f->mode == FAKE_V1_REFUSES) {
-        static const char m[] = "protocol version 2 is not spoken here (this worker speaks 1)";
-        len = sizeof m - 1;
-        memcpy(out + WEFT_NET_HEADER_BYTES, m, len);
-        rstatus = WEFT_ERR_UNSUPPORTED;
-      } else if (h.type == WEFT_NET_HELLO) {
-        len = 12 + WEFT_NET_NONCE_BYTES + 12;
-        uint8_t *q = out + WEFT_NET_HEADER_BYTES;
-        weft_net_put32(q, f->mode == FAKE_V1_ANSWERS ? 1 : WEFT_NET_VERSION);
-        weft_net_put32(q + 4, WEFT_NET_CAP_AUTH_HMAC_SHA256 | (f->mode == FAKE_NO_MUTUAL ? 0 : WEFT_NET_CAP_AUTH_MUTUAL));
-        weft_net_put32(q + 8, 1);
-        memset(q + 12, 0x5a, WEFT_NET_NONCE_BYTES);
-        weft_net_put32(q + 12 + WEFT_NET_NONCE_BYTES, 1u << 20);
-        weft_net_put64(q + 16 + WEFT_NET_NONCE_BYTES, 1u << 30);
-      } else if (h.type == WEFT_NET_AUTH_START) {
-        /* A proof made without the secret. */
-        len = WEFT_NET_MAC_BYTES + 2 + 4;
-        uint8_t *q = out + WEFT_NET_HEADER_BYTES;
-        memset(q, 0x33, WEFT_NET_MAC_BYTES);
-        weft_net_put16(q + WEFT_NET_MAC_BYTES, 4);
-        memcpy(q + WEFT_NET_MAC_BYTES + 2, "fake", 4);
-      } else if (h.type == WEFT_NET_AUTH_FINISH || h.type == WEFT_NET_AUTH) {
-        f->got_client_proof = 1;
-      } else {
-        f->got_other = 1;
-      }
-      free(p);
-      p = NULL;
-      weft_net_header rh = {WEFT_NET_MAGIC, (uint16_t)(h.type | WEFT_NET_REPLY), rstatus, h.request_id, (uint32_t)len};
-      weft_net_header_encode(&rh, out);
-      if (!nt_send_raw(fd, out, WEFT_NET_HEADER_BYTES + len)) break;
-    }
-    free(p);
-    close(fd);
+/* Hello with auth required, then a wrong proof (or no mutual capability), and records whatever the client
+ * sends next. */
+static int fake_answer(void *ctx, const weft_net_header *h, uint8_t *q, size_t *len, uint16_t *status,
+                       uint32_t *claim) {
+  fake_worker *f = ctx;
+  (void)claim;
+  if (h->type == WEFT_NET_HELLO && f->mode == FAKE_V1_REFUSES) {
+    static const char m[] = "protocol version 2 is not spoken here (this worker speaks 1)";
+    *len = sizeof m - 1;
+    memcpy(q, m, *len);
+    *status = WEFT_ERR_UNSUPPORTED;
+  } else if (h->type == WEFT_NET_HELLO) {
+    *len = nt_fake_hello(q, f->mode == FAKE_V1_ANSWERS ? 1 : WEFT_NET_VERSION,
+                         WEFT_NET_CAP_AUTH_HMAC_SHA256 | (f->mode == FAKE_NO_MUTUAL ? 0 : WEFT_NET_CAP_AUTH_MUTUAL), 1);
+  } else if (h->type == WEFT_NET_AUTH_START) {
+    /* A proof made without the secret. */
+    *len = WEFT_NET_MAC_BYTES + 2 + 4;
+    memset(q, 0x33, WEFT_NET_MAC_BYTES);
+    weft_net_put16(q + WEFT_NET_MAC_BYTES, 4);
+    memcpy(q + WEFT_NET_MAC_BYTES + 2, "fake", 4);
+  } else if (h->type == WEFT_NET_AUTH_FINISH || h->type == WEFT_NET_AUTH) {
+    f->got_client_proof = 1;
+  } else {
+    f->got_other = 1;
   }
-  return NULL;
+  return 1;
 }
 
 static int fake_start(fake_worker *f, fake_mode mode) {
   memset(f, 0, sizeof *f);
   f->mode = mode;
-  f->lfd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t al = sizeof a;
-  if (f->lfd < 0 || bind(f->lfd, (struct sockaddr *)&a, sizeof a) || listen(f->lfd, 8) ||
-      getsockname(f->lfd, (struct sockaddr *)&a, &al))
-    return 0;
-  f->port = ntohs(a.sin_port);
-  return pthread_create(&f->th, NULL, fake_serve, f) == 0;
+  if (!nt_fake_start(&f->peer, fake_answer, f)) return 0;
+  f->port = f->peer.port;
+  return 1;
 }
 
-static void fake_stop(fake_worker *f) {
-  shutdown(f->lfd, SHUT_RDWR);
-  close(f->lfd);
-  pthread_join(f->th, NULL);
-}
+static void fake_stop(fake_worker *f) { nt_fake_stop(&f->peer); }
 
 /* Opens a fabric with the cpu lane and the worker at port; "" when a remote lane joined, else the reason the
  * remote lane is absent (copied into why). */

@@ -1,11 +1,14 @@
 /* remote_lane.c - lanes of another machine, served by `weft worker` (docs/PROTOCOL.md): one lane per lane
  * the worker offers, named remote:<host:port>/<lane>, one connection each. The protocol's client (buffers
  * as worker-side handles, views per op, chunked transfers, every reply checked) is src/net/client.c, shared
- * with browser lanes; this file is its TCP transport (plain on loopback, TLS 1.3 with a key derived from the
- * shared secret anywhere else or when WEFT_REMOTE_TLS=1; src/net/tls.c), the handshake (mutual proof of
- * the secret, src/net/client.c), the probe and revive. A worker that dies or stalls (socket timeouts) makes
- * the lane return WEFT_ERR_LANE_FAILED, so the core takes the lane out and re-routes the op. Reconnecting runs
- * on a thread of the lane's own, never on the caller's: revive only starts an attempt or reads its verdict. */
+ * with browser and MPI lanes, and the lane glue over it (the vtable, the probe of the worker's list, the
+ * check that a worker that came back offers the same lane) is src/net/peer_lane.c, shared with MPI lanes;
+ * this file is its TCP transport (plain on loopback, TLS 1.3 with a key derived from the shared secret
+ * anywhere else or when WEFT_REMOTE_TLS=1; src/net/tls.c; streams for bulk transfers), the connection and
+ * its handshake (mutual proof of the secret, src/net/client.c), the list of workers and revive. A worker
+ * that dies or stalls (socket timeouts) makes the lane return WEFT_ERR_LANE_FAILED, so the core takes the
+ * lane out and re-routes the op. Reconnecting runs on a thread of the lane's own, never on the caller's:
+ * revive only starts an attempt or reads its verdict. */
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -22,28 +25,20 @@
 #include <openssl/crypto.h>
 
 #include "net/client.h"
+#include "net/peer_lane.h"
 #include "net/stripe.h"
 #include "net/tls.h"
 #include "weft_lane.h"
 
 typedef struct remote_lane {
-  weft_net_client client; /* first: the shared vtable functions take the lane as its client */
-  weft_net_conn conn;     /* fd -1 once the connection broke */
+  weft_net_peer_lane peer; /* first: the shared vtable functions take the lane as theirs */
+  weft_net_conn conn;      /* fd -1 once the connection broke */
   weft_net_tls *tls;      /* the TLS configuration of the current connection, or NULL (plain TCP) */
   char identity[WEFT_NET_MAX_IDENTITY + 1]; /* what the worker proved it is ("" without a secret) */
   char pinned[WEFT_NET_MAX_IDENTITY + 1];   /* what it must prove it is ("": any identity the secret proves) */
   char transport[96];
   int timeout_ms;
-  weft_contract_mask contracts;
-  uint64_t ops; /* the ops the worker's lane offers (its LANES entry): what the router may send here */
   char addr[128];
-  char worker_lane_name[128]; /* the lane's name on the worker: a restarted worker must still offer it */
-  char name[256];
-  char device[160];
-  char details[600];
-  uint8_t *scratch; /* the last frame received */
-  size_t scratch_cap;
-  size_t max_reply; /* the largest reply the last request may get */
   /* Streams joined to this connection's session for bulk transfers (conns[0] is `conn`'s place: the
    * session's own connection, copied in for each transfer). Opened on the first bulk transfer, closed
    * with the connection; a stream the worker closed is dropped. */
@@ -72,19 +67,10 @@ enum { RV_IDLE, RV_RUNNING, RV_UP, RV_DOWN };
 
 /* ---------------------------------------------------------------------------------- the TCP transport */
 
-static int scratch_fit(remote_lane *l, size_t n) {
-  if (n <= l->scratch_cap) return 1;
-  uint8_t *p = realloc(l->scratch, n);
-  if (!p) return 0;
-  l->scratch = p;
-  l->scratch_cap = n;
-  return 1;
-}
-
 static weft_status tcp_send(void *ctx, const uint8_t *const piece[3], const size_t len[3], size_t max_reply,
                             char *why, size_t whylen) {
   remote_lane *l = ctx;
-  l->max_reply = max_reply;
+  l->peer.max_reply = max_reply;
   if (l->conn.fd >= 0 && weft_net_conn_send3(&l->conn, piece, len)) return WEFT_OK;
   snprintf(why, whylen, "%s", l->conn.fd < 0 ? "the connection is closed" : "connection lost");
   return WEFT_ERR_LANE_FAILED;
@@ -96,23 +82,21 @@ static weft_status tcp_recv(void *ctx, const uint8_t **out_frame, size_t *out_le
     snprintf(why, whylen, "the connection is closed");
     return WEFT_ERR_LANE_FAILED;
   }
-  if (!scratch_fit(l, WEFT_NET_HEADER_BYTES) || !weft_net_conn_recv_all(&l->conn, l->scratch, WEFT_NET_HEADER_BYTES))
-    goto broken;
+  uint8_t *buf = weft_net_peer_reply_room(&l->peer, WEFT_NET_HEADER_BYTES, why, whylen);
+  if (!buf) return WEFT_ERR_LANE_FAILED;
+  errno = 0; /* a worker that closes the connection sets none: an earlier call's EAGAIN is no timeout */
+  if (!weft_net_conn_recv_all(&l->conn, buf, WEFT_NET_HEADER_BYTES)) goto broken;
   /* Read no more than the request can get back: the header's length is the worker's claim. */
-  size_t n = WEFT_NET_HEADER_BYTES + (size_t)weft_net_get32(l->scratch + 12);
-  if (n > l->max_reply) {
-    snprintf(why, whylen, "a reply of %zu bytes, more than the request can get", n);
-    return WEFT_ERR_LANE_FAILED;
-  }
-  if (!scratch_fit(l, n) ||
-      !weft_net_conn_recv_all(&l->conn, l->scratch + WEFT_NET_HEADER_BYTES, n - WEFT_NET_HEADER_BYTES))
-    goto broken;
-  *out_frame = l->scratch;
+  size_t n = WEFT_NET_HEADER_BYTES + (size_t)weft_net_get32(buf + 12);
+  if (!(buf = weft_net_peer_reply_room(&l->peer, n, why, whylen))) return WEFT_ERR_LANE_FAILED;
+  if (!weft_net_conn_recv_all(&l->conn, buf + WEFT_NET_HEADER_BYTES, n - WEFT_NET_HEADER_BYTES)) goto broken;
+  *out_frame = buf;
   *out_len = n;
   return WEFT_OK;
 broken:
   if (errno == EAGAIN || errno == EWOULDBLOCK) snprintf(why, whylen, "timed out after %d ms", l->timeout_ms);
-  else snprintf(why, whylen, "connection lost");
+  else if (!errno) snprintf(why, whylen, "connection lost (the worker closed it)");
+  else snprintf(why, whylen, "connection lost (%s)", strerror(errno));
   return WEFT_ERR_LANE_FAILED;
 }
 
@@ -150,18 +134,18 @@ static weft_status streams_ask(remote_lane *l) {
     snprintf(l->streams_plan, sizeof l->streams_plan, "bulk transfers over one connection (WEFT_REMOTE_STREAMS=1)");
     return WEFT_OK;
   }
-  if (!(l->client.peer_caps & WEFT_NET_CAP_STREAMS)) {
+  if (!(l->peer.client.peer_caps & WEFT_NET_CAP_STREAMS)) {
     snprintf(l->streams_plan, sizeof l->streams_plan, "bulk transfers over one connection (the worker offers no "
              "streams)");
     return WEFT_OK;
   }
-  weft_status st = weft_net_client_streams(&l->client, want, &l->granted, &l->session, l->stream_key,
+  weft_status st = weft_net_client_streams(&l->peer.client, want, &l->granted, &l->session, l->stream_key,
                                            l->stream_identity, sizeof l->stream_identity);
-  if (st == WEFT_ERR_LANE_FAILED || !l->client.up) return WEFT_ERR_LANE_FAILED;
+  if (st == WEFT_ERR_LANE_FAILED || !l->peer.client.up) return WEFT_ERR_LANE_FAILED;
   if (st) {
     l->granted = 1;
     snprintf(l->streams_plan, sizeof l->streams_plan, "bulk transfers over one connection (streams refused: %.100s)",
-             l->client.why);
+             l->peer.client.why);
   } else if (l->granted > 1) {
     snprintf(l->streams_plan, sizeof l->streams_plan, "bulk transfers striped over up to %u connections",
              (unsigned)l->granted);
@@ -235,23 +219,31 @@ static int dial(const char *addr, int ms, int *loopback, char *why, size_t whyle
     snprintf(why, whylen, "cannot resolve the host '%s' of '%s': %s", host, addr, gai ? gai_strerror(gai) : "no address");
     return -1;
   }
-  *loopback = weft_net_is_loopback(ai->ai_addr);
-  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
+  /* every address the name has, in the resolver's order ("localhost" may give ::1 before 127.0.0.1, and the
+   * worker listen on one of them only): the first that takes the connection; the first failure is told */
+  int fd = -1;
+  why[0] = 0;
+  for (const struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      if (!why[0]) snprintf(why, whylen, "cannot connect to %s: %s", addr, strerror(errno));
+      continue;
+    }
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     /* On Linux SO_SNDTIMEO also bounds connect(). */
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-      snprintf(why, whylen, "cannot connect to %s: %s%s", addr, strerror(errno),
-               errno == ECONNREFUSED ? " (is `weft worker` running there?)" : "");
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      if (!why[0])
+        snprintf(why, whylen, "cannot connect to %s: %s%s", addr, strerror(errno),
+                 errno == ECONNREFUSED ? " (is `weft worker` running there?)" : "");
       close(fd);
       fd = -1;
+      continue;
     }
-  } else {
-    snprintf(why, whylen, "cannot connect to %s: %s", addr, strerror(errno));
+    *loopback = weft_net_is_loopback(a->ai_addr);
   }
   freeaddrinfo(ai);
   return fd;
@@ -309,17 +301,8 @@ static weft_status connect_worker(remote_lane *l, int dial_ms, char *why, size_t
       goto out;
   }
   weft_net_conn_describe(&l->conn, l->transport, sizeof l->transport);
-  weft_net_client *c = &l->client;
-  weft_net_client_begin(c);
-  weft_net_hello hello;
-  st = weft_net_client_hello(c, &hello);
-  if (st) {
-    snprintf(why, whylen, "the worker refused hello: %.400s", c->why);
-    goto out;
-  }
-  st = weft_net_client_authenticate(c, &hello, secret, slen, l->pinned, l->identity, sizeof l->identity);
-  if (!st) st = streams_ask(l);
-  if (st) snprintf(why, whylen, "%s", c->why);
+  st = weft_net_peer_handshake(&l->peer, secret, slen, l->pinned, l->identity, sizeof l->identity, why, whylen);
+  if (!st && (st = streams_ask(l))) snprintf(why, whylen, "%s", l->peer.client.why);
 out:
   OPENSSL_cleanse(secret, sizeof secret);
   pthread_mutex_lock(&l->rv_lock);
@@ -327,26 +310,13 @@ out:
   pthread_mutex_unlock(&l->rv_lock);
   if (st) {
     weft_net_conn_close(&l->conn);
-    l->client.up = 0;
+    l->peer.client.up = 0;
   }
   return st;
 }
 
-static void remote_describe(void *self, weft_lane_desc *out) {
-  remote_lane *l = self;
-  memset(out, 0, sizeof *out);
-  out->name = l->name;
-  out->kind = "remote";
-  out->device = l->device;
-  out->driver = "weft wire protocol v2";
-  out->details = l->details;
-  out->contracts = l->contracts;
-  out->ops = l->ops;
-  out->flags = 0;
-}
-
-static void remote_destroy(void *self) {
-  remote_lane *l = self;
+static void remote_destroy(weft_net_peer_lane *self) {
+  remote_lane *l = (remote_lane *)self;
   pthread_mutex_lock(&l->rv_lock);
   int running = l->rv_state != RV_IDLE;
   l->rv_stop = 1;
@@ -359,24 +329,8 @@ static void remote_destroy(void *self) {
   OPENSSL_cleanse(l->stream_key, sizeof l->stream_key);
   weft_net_conn_close(&l->conn);
   weft_net_tls_destroy(l->tls);
-  free(l->scratch);
+  weft_net_peer_release(&l->peer);
   free(l);
-}
-
-/* The worker's lanes, one entry per call of `each`; lanes_find and probe_worker's collectors. */
-typedef struct lane_match {
-  const remote_lane *l;
-  int found;
-} lane_match;
-
-/* The same lane, at the same index, honouring at least what it did and offering at least the ops it did. */
-static void match_lane(void *ctx, uint32_t index, weft_contract_mask contracts, uint64_t ops, const char *name,
-                       const char *kind, const char *device) {
-  lane_match *m = ctx;
-  (void)kind, (void)device;
-  if (index == (uint32_t)m->l->client.peer_lane && strcmp(name, m->l->worker_lane_name) == 0 &&
-      (contracts & m->l->contracts) == m->l->contracts && (ops & m->l->ops) == m->l->ops)
-    m->found = 1;
 }
 
 static weft_status rv_report(void *ctx, weft_status status, const char *fmt, va_list args) {
@@ -390,30 +344,17 @@ static weft_status rv_report(void *ctx, weft_status status, const char *fmt, va_
  * on the lane's reconnect thread; reports into rv_why. */
 static weft_status reconnect(remote_lane *l) {
   char why[512] = "";
-  lane_match m = {l, 0};
   weft_status st =
       connect_worker(l, l->timeout_ms < RECONNECT_TIMEOUT_MS ? l->timeout_ms : RECONNECT_TIMEOUT_MS, why, sizeof why);
   if (st != WEFT_OK)
-    return weft_lane_report(l->client.host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s: %s", l->name, l->addr, why);
-  st = weft_net_client_lanes(&l->client, match_lane, &m);
-  if (st != WEFT_OK) {
-    tcp_drop(l, NULL);
-    l->client.up = 0;
-    return weft_lane_report(l->client.host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s did not list its lanes",
-                            l->name, l->addr);
-  }
-  if (!m.found) {
-    tcp_drop(l, NULL);
-    l->client.up = 0;
-    return weft_lane_report(l->client.host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s no longer offers lane %s",
-                            l->name, l->addr, l->worker_lane_name);
-  }
-  return WEFT_OK;
+    return weft_lane_report(l->peer.client.host, WEFT_ERR_LANE_FAILED, "%s: the worker at %s: %s", l->peer.name,
+                            l->addr, why);
+  return weft_net_peer_relist(&l->peer);
 }
 
 static void *reconnect_main(void *arg) {
   remote_lane *l = arg;
-  l->client.host = &l->rv_host;
+  l->peer.client.host = &l->rv_host;
   l->rv_why[0] = 0;
   weft_status st = reconnect(l);
   pthread_mutex_lock(&l->rv_lock);
@@ -426,18 +367,18 @@ static void *reconnect_main(void *arg) {
 
 /* Asked on the fabric's thread while the lane is down: it never dials or waits here. It takes the verdict
  * of the last attempt (up: the lane is back; down: why, and a new attempt starts), or starts one. */
-static weft_status remote_revive(void *self) {
-  remote_lane *l = self;
+static weft_status remote_revive(weft_net_peer_lane *self) {
+  remote_lane *l = (remote_lane *)self;
   pthread_mutex_lock(&l->rv_lock);
   int state = l->rv_state;
   pthread_mutex_unlock(&l->rv_lock);
   if (state == RV_RUNNING)
-    return weft_lane_report(l->fabric_host, WEFT_ERR_LANE_FAILED, "%s: reconnecting to the worker at %s", l->name,
+    return weft_lane_report(l->fabric_host, WEFT_ERR_LANE_FAILED, "%s: reconnecting to the worker at %s", l->peer.name,
                             l->addr);
   char why[sizeof l->rv_why] = "";
   if (state == RV_UP || state == RV_DOWN) {
     pthread_join(l->rv_thread, NULL);
-    l->client.host = l->fabric_host;
+    l->peer.client.host = l->fabric_host;
     snprintf(why, sizeof why, "%s", l->rv_why);
     l->rv_state = RV_IDLE;
     if (state == RV_UP) return WEFT_OK;
@@ -446,107 +387,68 @@ static weft_status remote_revive(void *self) {
   l->rv_state = RV_RUNNING;
   if (pthread_create(&l->rv_thread, NULL, reconnect_main, l) != 0) {
     l->rv_state = RV_IDLE;
-    return weft_lane_report(l->fabric_host, WEFT_ERR_LANE_FAILED, "%s: cannot start a thread to reconnect", l->name);
+    return weft_lane_report(l->fabric_host, WEFT_ERR_LANE_FAILED, "%s: cannot start a thread to reconnect",
+                            l->peer.name);
   }
   if (why[0]) return weft_lane_report(l->fabric_host, WEFT_ERR_LANE_FAILED, "%s; trying again in the background", why);
-  return weft_lane_report(l->fabric_host, WEFT_ERR_LANE_FAILED, "%s: reconnecting to the worker at %s", l->name,
+  return weft_lane_report(l->fabric_host, WEFT_ERR_LANE_FAILED, "%s: reconnecting to the worker at %s", l->peer.name,
                           l->addr);
 }
 
-static const weft_lane_vtable REMOTE_VTABLE = {
-    .abi_version = WEFT_LANE_ABI_VERSION,
-    .size = sizeof(weft_lane_vtable),
-    .describe = remote_describe,
-    .destroy = remote_destroy,
-    .buffer_alloc = weft_net_client_buffer_alloc,
-    .buffer_free = weft_net_client_buffer_free,
-    .upload = weft_net_client_upload,
-    .download = weft_net_client_download,
-    .run = weft_net_client_run,
-    .revive = remote_revive,
-};
+/* A probe of one worker: what each of its lanes' connections is opened with. */
+typedef struct worker_probe {
+  const weft_probe_args *args;
+  const char *addr, *pinned;
+} worker_probe;
 
 /* Opens one lane: a connection of its own to the worker at `addr`, handshaken. */
-static remote_lane *lane_open(const weft_probe_args *args, const char *addr, const char *pinned, char *why,
-                              size_t whylen) {
+static weft_net_peer_lane *lane_open(void *ctx, char *why, size_t whylen) {
+  const worker_probe *w = ctx;
+  const char *addr = w->addr;
   remote_lane *l = calloc(1, sizeof *l);
   if (!l) return NULL;
-  l->client.tp = &TCP_TRANSPORT;
-  l->client.tp_ctx = l;
-  l->client.host = args->host;
-  l->client.name = l->name;
+  char name[160], peer[160];
+  snprintf(name, sizeof name, "remote:%s", addr);
+  snprintf(peer, sizeof peer, "the worker at %s", addr);
+  weft_net_peer_init(&l->peer, &TCP_TRANSPORT, w->args->host, name, peer);
   l->timeout_ms = weft_net_client_timeout_ms();
   pthread_mutex_init(&l->rv_lock, NULL);
   l->rv_fd = -1;
-  l->fabric_host = args->host;
+  l->fabric_host = w->args->host;
   l->rv_host.ctx = l;
   l->rv_host.report = rv_report;
   snprintf(l->addr, sizeof l->addr, "%s", addr);
-  snprintf(l->pinned, sizeof l->pinned, "%s", pinned);
-  snprintf(l->name, sizeof l->name, "remote:%s", addr);
+  snprintf(l->pinned, sizeof l->pinned, "%s", w->pinned);
   weft_net_conn_init(&l->conn, -1);
   l->streams = calloc(WEFT_NET_MAX_STREAMS, sizeof *l->streams);
   l->nstreams = 1;
-  if (!l->streams) {
-    remote_destroy(l);
+  if (!l->streams || connect_worker(l, l->timeout_ms, why, whylen)) {
+    remote_destroy(&l->peer);
     return NULL;
   }
-  if (connect_worker(l, l->timeout_ms, why, whylen)) {
-    remote_destroy(l);
-    return NULL;
-  }
-  return l;
+  return &l->peer;
 }
 
-typedef struct worker_lanes {
-  const weft_probe_args *args;
-  const weft_lane_sink *sink;
-  const char *addr, *pinned;
-  remote_lane *first; /* the connection that listed the lanes serves the first of them */
-} worker_lanes;
-
-/* One lane of the worker's list: a connection of its own, or absent with the reason. */
-static void add_worker_lane(void *ctx, uint32_t index, weft_contract_mask contracts, uint64_t ops,
-                            const char *name, const char *kind, const char *device) {
-  worker_lanes *w = ctx;
-  char why[512] = "";
-  if (!contracts || !ops) return; /* a lane that failed on the worker, or offers no op */
-  remote_lane *l = w->first ? w->first : lane_open(w->args, w->addr, w->pinned, why, sizeof why);
-  w->first = NULL;
-  if (!l) {
-    char nm[300];
-    snprintf(nm, sizeof nm, "remote:%.127s/%.100s", w->addr, name);
-    w->sink->add_absent(w->sink->ctx, nm, why[0] ? why : "out of memory");
-    return;
-  }
-  l->client.peer_lane = (int32_t)index;
-  l->contracts = contracts;
-  l->ops = ops;
-  snprintf(l->worker_lane_name, sizeof l->worker_lane_name, "%.127s", name);
-  snprintf(l->name, sizeof l->name, "remote:%.127s/%.100s", w->addr, name);
-  snprintf(l->device, sizeof l->device, "%.159s", device);
-  snprintf(l->details, sizeof l->details,
-           "worker %.60s lane %.40s (%.30s) over %.70s, %s%.40s, frames up to %u bytes, %.150s", w->addr, name, kind,
+/* The details of a lane of the worker, once its LANES entry is known. */
+static void lane_details(weft_net_peer_lane *self, void *ctx, const char *lane, const char *kind) {
+  remote_lane *l = (remote_lane *)self;
+  const worker_probe *w = ctx;
+  snprintf(l->peer.details, sizeof l->peer.details,
+           "worker %.60s lane %.40s (%.30s) over %.70s, %s%.40s, frames up to %u bytes, %.150s", w->addr, lane, kind,
            l->transport,
            l->identity[0] ? (l->pinned[0] ? "proved it is the pinned " : "proved it is ") : "no secret", l->identity,
-           (unsigned)l->client.max_frame, l->streams_plan);
-  w->sink->add_lane(w->sink->ctx, &REMOTE_VTABLE, l);
+           (unsigned)l->peer.client.max_frame, l->streams_plan);
 }
+
+static const weft_net_peer_kind REMOTE_KIND = {"remote", "weft wire protocol v2", lane_open, lane_details,
+                                               remote_destroy, remote_revive};
 
 static void probe_worker(const weft_probe_args *args, const weft_lane_sink *sink, const char *addr,
                          const char *pinned) {
-  char why[512] = "", absent[160];
-  snprintf(absent, sizeof absent, "remote:%s", addr);
-  worker_lanes w = {args, sink, addr, pinned, lane_open(args, addr, pinned, why, sizeof why)};
-  if (!w.first) {
-    sink->add_absent(sink->ctx, absent, why[0] ? why : "out of memory");
-    return;
-  }
-  remote_lane *lister = w.first;
-  /* The list is copied before the callbacks run, so the first lane's connection may be handed out. */
-  if (weft_net_client_lanes(&lister->client, add_worker_lane, &w) != WEFT_OK && w.first)
-    sink->add_absent(sink->ctx, absent, "the worker did not list its lanes");
-  if (w.first) remote_destroy(w.first);
+  char prefix[160];
+  snprintf(prefix, sizeof prefix, "remote:%s", addr);
+  worker_probe w = {args, addr, pinned};
+  weft_net_peer_probe(&REMOTE_KIND, &w, sink, prefix);
 }
 
 weft_status weft_remote_probe(const weft_probe_args *args, const weft_lane_sink *sink) {
