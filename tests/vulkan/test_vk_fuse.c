@@ -10,6 +10,8 @@
  *   - a read of c in the middle of a pattern (it flushes: c holds matmul + bias), a write to the bias and a
  *     freed bias while the bias add is held;
  * (fp32 cases compare fused with unfused only: the CPU lane's fp32 kernels are other ones.)
+ *   - storage bindings capped so that the fused matmul runs in row, column and k blocks and add+layernorm in
+ *     row blocks;
  *   - a transformer block as src/gpt/gpt.c's decode step issues it, and GPT-2 decoding itself (weft_gpt_generate
  *     on vulkan:0): the same tokens fused and unfused, with ops fused.
  * Skips (exit 77) where there is no Vulkan device. */
@@ -316,10 +318,13 @@ static void gpt_run(world *w) {
 
 /* --------------------------------------------------------------------------------------------- main */
 
-static int open_lane(int fuse, weft_fabric **f, int *lane) {
+/* max_binding: 0, or a cap on the lane's storage bindings (bytes) that makes every op here run in chunks. */
+static int open_lane(int fuse, uint64_t max_binding, weft_fabric **f, int *lane) {
   if (!fuse) setenv("WEFT_FUSE", "0", 1);
   else unsetenv("WEFT_FUSE");
-  int ok = vkt_open(NULL, f, lane);
+  weft_fabric_desc d = tu_desc();
+  d.vulkan_max_binding = max_binding;
+  int ok = vkt_open(&d, f, lane);
   unsetenv("WEFT_FUSE");
   return ok;
 }
@@ -328,8 +333,8 @@ int main(void) {
   double t0 = tu_now();
   world w;
   memset(&w, 0, sizeof w);
-  if (!open_lane(1, &w.on.f, &w.on.lane)) return tu_finish("test_vk_fuse", t0);
-  if (!open_lane(0, &w.off.f, &w.off.lane)) {
+  if (!open_lane(1, 0, &w.on.f, &w.on.lane)) return tu_finish("test_vk_fuse", t0);
+  if (!open_lane(0, 0, &w.off.f, &w.off.lane)) {
     weft_fabric_close(w.on.f);
     return tu_finish("test_vk_fuse", t0);
   }
@@ -400,5 +405,26 @@ int main(void) {
   gpt_run(&w);
   weft_fabric_close(w.on.f);
   weft_fabric_close(w.off.f);
+
+  /* bindings capped at 32 KiB: the matmul in row, column and k blocks (the epilogue on each block's last k
+   * chunk, the bias windowed by columns), the layernorm in row blocks */
+  world c;
+  memset(&c, 0, sizeof c);
+  if (open_lane(1, 32768, &c.on.f, &c.on.lane)) {
+    if (open_lane(0, 32768, &c.off.f, &c.off.lane)) {
+      TU_STATUS(weft_fabric_lane_find(c.on.f, "cpu", &cpu), WEFT_OK, "find the cpu lane");
+      c.cpu.f = c.on.f, c.cpu.lane = (int)cpu;
+      c.on.scope = c.off.scope = c.cpu.scope = 1;
+      const mm_case mc[] = {
+          {"capped bindings: matmul+bias+residual+gelu", 1, 70, 150, 90, 0, 1, 1, 1, 1, 0, 0, 0, X, X, 0, 4},
+          {"capped bindings, batched, a^T", 2, 60, 130, 40, 1, 0, 1, 1, 1, 1, 0, 0, X, X, 0, 4},
+      };
+      for (size_t i = 0; i < sizeof mc / sizeof mc[0]; i++) mm_case_run(&c, &r, &mc[i]);
+      const ln_case lc = {"capped bindings: add+layernorm in place", 40, 300, 1, 1, 0, 0, 1, 2};
+      ln_case_run(&c, &r, &lc);
+      weft_fabric_close(c.off.f);
+    }
+    weft_fabric_close(c.on.f);
+  }
   return tu_finish("test_vk_fuse", t0);
 }
