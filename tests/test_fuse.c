@@ -13,6 +13,7 @@ typedef struct log_t {
   int n;
   weft_fused_kind kind[16];
   int nops[16];
+  int held[16];
   weft_op_kind first[16];
   weft_buffer *bias[16], *res[16], *gelu[16];
   weft_status fail_with; /* returned by the next emit when set */
@@ -26,7 +27,7 @@ static weft_status emit(void *ctx, const weft_fused *f) {
     return st;
   }
   if (l->n < 16) {
-    l->kind[l->n] = f->kind, l->nops[l->n] = f->nops, l->first[l->n] = f->ops[0].kind;
+    l->kind[l->n] = f->kind, l->nops[l->n] = f->nops, l->first[l->n] = f->ops[0].kind, l->held[l->n] = f->held;
     l->bias[l->n] = f->bias, l->res[l->n] = f->residual, l->gelu[l->n] = f->gelu_out;
   }
   l->n++;
@@ -108,11 +109,15 @@ int main(void) {
     TU_CHECK(l.kind[0] == WEFT_FUSED_MATMUL_EPILOGUE && l.bias[0] == BUF(BIAS) && l.res[0] == BUF(R) &&
                  l.gelu[0] == BUF(G),
              "matmul+bias+residual+gelu: the fused description's buffers");
+    /* the gelu completed it in its own call: the three before it had been accepted */
+    TU_CHECK(l.held[0] == 3, "matmul+bias+residual+gelu: %d ops held, expected 3", l.held[0]);
   }
   { /* a prefix, then what does not extend it: the prefix first, in order */
     weft_op ops[] = {matmul(M, N, K), add(C, BIAS, C, M, N, 1), matmul(M, N, K), gelu(C, G, M * N)};
     log_t l = run(ops, 4);
     expect("matmul+bias, matmul+gelu", &l, 2, (int[]){2, 2});
+    TU_CHECK(l.held[0] == 2 && l.held[1] == 1, "matmul+bias, matmul+gelu: held %d and %d, expected 2 and 1",
+             l.held[0], l.held[1]);
     TU_CHECK(l.bias[0] == BUF(BIAS) && !l.res[0] && !l.gelu[0] && l.gelu[1] == BUF(G) && !l.bias[1],
              "matmul+bias, matmul+gelu: the epilogues");
   }
@@ -123,6 +128,11 @@ int main(void) {
     weft_op ops2[] = {matmul(M, N, K), add(C, R, C, M, N, 0), add(C, OTHER, C, M, N, 0)};
     l = run(ops2, 3);
     expect("two residuals", &l, 2, (int[]){2, 1});
+    TU_CHECK(l.held[1] == 1, "an add held for a layernorm and flushed: held %d, expected 1", l.held[1]);
+    weft_op ops3[] = {matmul(M, N, K), add(C, BIAS, C, M, N, 1), add(OTHER, OTHER, OTHER, 1, 1, 1)};
+    l = run(ops3, 3);
+    expect("matmul+bias, broadcast add", &l, 2, (int[]){2, 1});
+    TU_CHECK(l.held[1] == 0, "an op emitted in its own call: held %d, expected 0", l.held[1]);
   }
   { /* shapes: a bias row of the wrong width, a residual of another size, a gelu over part of c */
     weft_op ops[] = {matmul(M, N, K), add(C, BIAS, C, M * N / 2, 2, 1)};

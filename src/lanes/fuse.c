@@ -119,12 +119,14 @@ static void clear(weft_fuse *z) {
   z->bias = z->residual = z->gelu_out = NULL;
 }
 
-weft_status weft_fuse_flush(weft_fuse *z, weft_fuse_emit_fn emit, void *ctx) {
+/* Emits the window; `held` of its ops were accepted by earlier calls. */
+static weft_status flush_held(weft_fuse *z, int held, weft_fuse_emit_fn emit, void *ctx) {
   if (z->n == 0) return WEFT_OK;
   weft_fused f;
   memset(&f, 0, sizeof f);
   f.ops = z->ops;
   f.nops = z->n;
+  f.held = held;
   weft_status st;
   if (z->n == 1) {
     f.kind = WEFT_FUSED_SINGLE;
@@ -138,6 +140,8 @@ weft_status weft_fuse_flush(weft_fuse *z, weft_fuse_emit_fn emit, void *ctx) {
   clear(z);
   return st;
 }
+
+weft_status weft_fuse_flush(weft_fuse *z, weft_fuse_emit_fn emit, void *ctx) { return flush_held(z, z->n, emit, ctx); }
 
 static weft_status emit_single(const weft_op *op, weft_fuse_emit_fn emit, void *ctx) {
   weft_fused f;
@@ -155,7 +159,7 @@ weft_status weft_fuse_run(weft_fuse *z, const weft_op *op, weft_fuse_emit_fn emi
       z->ops[z->n++] = *op;
       /* complete: a gelu ends the epilogue, a layernorm its pattern */
       if (z->n == WEFT_FUSE_WINDOW || op->kind == WEFT_OP_GELU || op->kind == WEFT_OP_LAYERNORM)
-        return weft_fuse_flush(z, emit, ctx);
+        return flush_held(z, z->n - 1, emit, ctx);
       return WEFT_OK;
     }
     weft_status st = weft_fuse_flush(z, emit, ctx);

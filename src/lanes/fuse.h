@@ -34,6 +34,8 @@ typedef enum weft_fused_kind {
 typedef struct weft_fused {
   weft_fused_kind kind;
   int nops;            /* the ops it stands for (1 for SINGLE) */
+  int held;            /* how many of them earlier weft_fuse_run calls accepted (returned WEFT_OK for): if this
+                        * fails, their results are lost although their callers were told they would come */
   const weft_op *ops;  /* them, in the order they came */
   /* WEFT_FUSED_MATMUL_EPILOGUE: after c = a.b (ops[0], c = out[0], [batch*m, n]) completes its k sum, per
    * element of c, in this order, each result rounded and stored canonical as the separate op would:

@@ -418,18 +418,33 @@ static weft_status vk_buffer_alloc(void *self, size_t bytes, weft_buffer **out) 
 /* Inside a scope ops pass through the fusion window (src/lanes/fuse.h) before they are recorded. Whatever
  * must see them in order empties it first: a download, sync, flush and the end of the scope always; an
  * upload or free only of a buffer a held op uses (anything else is independent of them). */
+/* The window's emit. Ops it held were reported done to the core: when recording them fails their results
+ * would silently not exist, so the lane goes down (the core then recomputes what it held elsewhere), as it
+ * does when a submission fails. */
+static weft_status fuse_emit(void *ctx, const weft_fused *f) {
+  weft_vk_lane *l = ctx;
+  weft_status st = weft_vk_ops_run_fused(l, f);
+  if (st == WEFT_OK || f->held == 0 || l->lost) return st;
+  l->lost = 1;
+  return weft_lane_report(l->host, WEFT_ERR_LANE_FAILED,
+                          "%s: recording %s (%d ops held back for fusion) failed (%s); the lane cannot go on "
+                          "without them",
+                          l->name, f->kind == WEFT_FUSED_SINGLE ? "an op" : "a fused kernel", f->nops,
+                          weft_status_str(st));
+}
+
 static weft_status fuse_drain(weft_vk_lane *l) {
   if (l->fuse.n == 0) return WEFT_OK;
   if (l->lost) {
     l->fuse.n = 0; /* nothing can run any more; the caller reports the loss */
     return WEFT_OK;
   }
-  return weft_fuse_flush(&l->fuse, weft_vk_ops_run_fused, l);
+  return weft_fuse_flush(&l->fuse, fuse_emit, l);
 }
 
 static void vk_buffer_free(void *self, weft_buffer *buffer) {
   weft_vk_lane *l = self;
-  /* A held op's buffer: run it first (a failure is the lane's next call's to report) */
+  /* A held op's buffer: record it first (a failure takes the lane down; its next call says so) */
   if (weft_fuse_uses(&l->fuse, buffer)) (void)fuse_drain(l);
   weft_vk_buf_release(l, buffer);
 }
@@ -512,7 +527,7 @@ static weft_status vk_run(void *self, const weft_op *op) {
   if (l->fuse_on && l->in_scope) {
     /* refused now, not when the window lets it go */
     if ((st = weft_vk_ops_supports(l, op)) != WEFT_OK) return st;
-    st = weft_fuse_run(&l->fuse, op, weft_vk_ops_run_fused, l);
+    st = weft_fuse_run(&l->fuse, op, fuse_emit, l);
   } else {
     st = weft_vk_ops_run(l, op);
   }
