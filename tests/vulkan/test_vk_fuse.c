@@ -10,6 +10,7 @@
  *   - a read of c in the middle of a pattern (it flushes: c holds matmul + bias), a write to the bias and a
  *     freed bias while the bias add is held;
  * (fp32 cases compare fused with unfused only: the CPU lane's fp32 kernels are other ones.)
+ *   - a fused kernel that cannot be recorded after its ops were accepted: the lane goes down, saying so;
  *   - storage bindings capped so that the fused matmul runs in row, column and k blocks and add+layernorm in
  *     row blocks;
  *   - a transformer block as src/gpt/gpt.c's decode step issues it, and GPT-2 decoding itself (weft_gpt_generate
@@ -316,6 +317,47 @@ static void gpt_run(world *w) {
   free(p);
 }
 
+/* A fused kernel whose pipeline cannot be built when the window lets it go (the matmul and the bias add
+ * were accepted before): the lane goes down, saying so, and c is never read wrong. */
+static void fault_run(void) {
+  weft_fabric *f = NULL;
+  int lane = 0;
+  unsetenv("WEFT_FUSE");
+  if (!vkt_open(NULL, &f, &lane)) return;
+  tu_rng r = {7};
+  float a[6 * 10], b[10 * 12], bias[12], got[6 * 12], want[6 * 12];
+  vkt_fill(&r, a, 60, 0), vkt_fill(&r, b, 120, 0), vkt_fill(&r, bias, 12, 0);
+  int64_t da[2] = {6, 10}, db[2] = {10, 12}, dc[2] = {6, 12}, n = 12;
+  weft_tensor *A = make(f, 2, da, a), *B = make(f, 2, db, b), *Bias = make(f, 1, &n, bias), *C = make(f, 2, dc, NULL);
+  weft_op_desc d = {WEFT_CONTRACT_EXACT, lane}, cpu = {WEFT_CONTRACT_EXACT, WEFT_LANE_AUTO};
+  size_t ci = 0;
+  TU_STATUS(weft_fabric_lane_find(f, "cpu", &ci), WEFT_OK, "find the cpu lane");
+  cpu.lane = (int)ci;
+  TU_STATUS(weft_scope_begin(f), WEFT_OK, "scope_begin");
+  TU_STATUS(weft_op_matmul(f, &d, A, 0, B, 0, C), WEFT_OK, "matmul (held)");
+  TU_STATUS(weft_op_add(f, &d, C, Bias, C), WEFT_OK, "bias add (held)");
+  weft_vk_inject_fault = WEFT_VK_FAULT_PIPELINE; /* the lane has built no matmul kernel yet */
+  weft_status st = weft_scope_end(f);
+  weft_vk_inject_fault = WEFT_VK_FAULT_NONE;
+  TU_STATUS(st, WEFT_ERR_LANE_FAILED, "scope_end when the fused kernel cannot be built");
+  TU_CHECK(tu_contains(weft_fabric_last_error(f), "held back for fusion"), "the message says what was lost: %s",
+           weft_fabric_last_error(f));
+  /* c was last written in place (c = c + bias), which the core cannot replay from a lost c: the read fails
+   * and says so, as it would after any failure of the lane with that value only there; never wrong bits */
+  st = weft_tensor_read(C, got, 72);
+  printf("reading c after the lane went down: %s (%s)\n", weft_status_str(st), weft_fabric_last_error(f));
+  TU_CHECK(st == WEFT_OK || (st == WEFT_ERR_LANE_FAILED && weft_fabric_last_error(f)[0]),
+           "read c after the lane went down: %s", weft_status_str(st));
+  weft_tensor *C2 = make(f, 2, dc, NULL);
+  TU_STATUS(weft_op_matmul(f, &cpu, A, 0, B, 0, C2), WEFT_OK, "matmul on the cpu");
+  TU_STATUS(weft_op_add(f, &cpu, C2, Bias, C2), WEFT_OK, "bias add on the cpu");
+  TU_STATUS(weft_tensor_read(C2, want, 72), WEFT_OK, "read the cpu's c");
+  if (st == WEFT_OK) vkt_same("c after the fused kernel failed", got, want, 72);
+  weft_tensor_destroy(A), weft_tensor_destroy(B), weft_tensor_destroy(Bias), weft_tensor_destroy(C);
+  weft_tensor_destroy(C2);
+  weft_fabric_close(f);
+}
+
 /* --------------------------------------------------------------------------------------------- main */
 
 /* max_binding: 0, or a cap on the lane's storage bindings (bytes) that makes every op here run in chunks. */
@@ -405,6 +447,8 @@ int main(void) {
   gpt_run(&w);
   weft_fabric_close(w.on.f);
   weft_fabric_close(w.off.f);
+
+  fault_run();
 
   /* bindings capped at 32 KiB: the matmul in row, column and k blocks (the epilogue on each block's last k
    * chunk, the bias windowed by columns), the layernorm in row blocks */
