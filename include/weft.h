@@ -86,7 +86,8 @@ typedef struct weft_fabric_desc {
   /* Comma-separated lane kinds or names to open ("cpu", "cpu,vulkan", "vulkan:0"); NULL or "" opens every
    * lane found. A lane left out is listed as absent with the reason "not requested". */
   const char *lanes;
-  /* Threads the CPU lane may use; 0 = one per CPU this process may run on (its affinity mask). */
+  /* Threads the CPU lane may use; 0 = one per CPU this process may run on (its affinity mask). At most 4096
+   * are started; the lane's details say when it started fewer than asked. */
   int cpu_threads;
   /* Test hook: caps the Vulkan lane's largest storage-buffer binding in bytes (0 = the device's own), so the
    * row-chunking of large tensors can be exercised on small data. */

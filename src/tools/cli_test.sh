@@ -70,8 +70,10 @@ expect 0 devices --lanes cpu && has "$out" "not requested" "devices --lanes cpu 
 # (it said "online core"; under taskset the lane takes fewer).
 expect 0 devices --help && has "$out" "one per CPU this process may run on" "devices --help: the thread default"
 if command -v taskset >/dev/null 2>&1 && taskset -c 0 true 2>/dev/null; then
-  taskset -c 0 "$weft" devices --lanes cpu >"$out" 2>"$err" && has "$out" "[^0-9]1 threads?" "devices under taskset -c 0: one thread"
+  taskset -c 0 "$weft" devices --lanes cpu >"$out" 2>"$err" && has "$out" "[^0-9]1 thread([^s]|$)" "devices under taskset -c 0: one thread"
 fi
+# a WEFT_CPU_ISA the lane does not know is not silently dropped: the lane's details say it was ignored
+WEFT_CPU_ISA=avx9000 expect 0 devices --lanes cpu && has "$out" "WEFT_CPU_ISA='avx9000' ignored" "devices: an unknown WEFT_CPU_ISA is named"
 
 # bench: small sizes, every format; odd sizes exercise the kernels' edges. Exit 0 also means no lane differs.
 expect 0 bench --sizes 8,33 --repeats 1 && has "$out" "^ +33 \|" "bench table row"

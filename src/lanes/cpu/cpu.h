@@ -23,7 +23,7 @@ typedef struct weft_cpu_lane {
   weft_cpu_pool *pool;
   weft_cpu_scratch *scratch; /* one per thread */
   char device[128];
-  char details[160];
+  char details[256];
 } weft_cpu_lane;
 
 /* Runs a validated matmul on host buffers under op->contract (exact or fp32). Fails only when scratch

@@ -14,6 +14,10 @@
 #include "cpu.h"
 #include "tx.h"
 
+/* The most threads the lane starts, whatever cpu_threads asks (the CLI's --cpu-threads limit too). */
+#define WEFT_CPU_MAX_THREADS 4096
+#define WEFT_CPU_MAX_THREADS_STR "4096"
+
 static void cpu_describe(void *self, weft_lane_desc *out) {
   weft_cpu_lane *l = self;
   memset(out, 0, sizeof *out);
@@ -122,7 +126,10 @@ weft_status weft_cpu_probe(const weft_probe_args *args, const weft_lane_sink *si
   weft_cpu_lane *l = calloc(1, sizeof *l);
   if (!l) return WEFT_ERR_OUT_OF_MEMORY;
   l->host = args->host;
-  l->threads = args->desc->cpu_threads > 0 ? args->desc->cpu_threads : usable_cpus();
+  /* as many threads as asked, up to WEFT_CPU_MAX_THREADS (the CLI's limit too): each one reserves a stack,
+   * and past a few thousand the process runs out of address space before anything is gained */
+  const int asked = args->desc->cpu_threads > 0 ? args->desc->cpu_threads : usable_cpus();
+  l->threads = asked > WEFT_CPU_MAX_THREADS ? WEFT_CPU_MAX_THREADS : asked;
   l->kernels = weft_cpu_kernels_select();
   /* The pool is started here, not on first use, so a failure to start threads shows in the details. */
   if (l->threads > 1) {
@@ -130,7 +137,15 @@ weft_status weft_cpu_probe(const weft_probe_args *args, const weft_lane_sink *si
     l->threads = weft_cpu_pool_threads(l->pool);
   }
   cpu_model_name(l->device, sizeof l->device);
-  snprintf(l->details, sizeof l->details, "%s kernels (%dx%d tiles), %d threads", l->kernels->isa, l->kernels->mr,
-           l->kernels->nr, l->threads);
+  int n = snprintf(l->details, sizeof l->details, "%s kernels (%dx%d tiles), %d thread%s", l->kernels->isa,
+                   l->kernels->mr, l->kernels->nr, l->threads, l->threads == 1 ? "" : "s");
+  if (l->threads < asked && n > 0 && (size_t)n < sizeof l->details)
+    n += snprintf(l->details + n, sizeof l->details - (size_t)n, " (%d asked; %s)", asked,
+                  asked > WEFT_CPU_MAX_THREADS ? "the limit is " WEFT_CPU_MAX_THREADS_STR : "no more could start");
+  const char *isa = getenv("WEFT_CPU_ISA");
+  if (isa && *isa && strcmp(isa, "portable") && strcmp(isa, "avx2") && strcmp(isa, "avx512") && n > 0 &&
+      (size_t)n < sizeof l->details)
+    snprintf(l->details + n, sizeof l->details - (size_t)n,
+             " (WEFT_CPU_ISA='%.24s' ignored: it takes portable, avx2 or avx512)", isa);
   return sink->add_lane(sink->ctx, &CPU_VTABLE, l);
 }
