@@ -1,46 +1,23 @@
-/* fabric.c - opening and closing a fabric: probing the lane providers, the lane list, absent lanes,
- * scopes and synchronisation across lanes. */
+/* fabric.c - the fabric's lanes: probing the lane providers into lane slots, absent lanes, a lane going
+ * down and coming back, scopes and synchronisation across lanes, the lanes' cost lines as the public API
+ * reads and sets them. The core (docs/DESIGN.md, "Layers"): weft_fabric_open and _close, above it in
+ * sched/open.c, assemble a fabric from these parts. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <time.h>
-
 #include "../cost/cost.h"
-#include "../sched/route.h"
-#include "../sched/split.h"
 #include "fpenv.h"
 #include "hostcopy.h"
 #include "internal.h"
 #include "optable.h"
 #include "testing.h"
 
-static _Thread_local char open_error[WEFT_ERR_LEN];
-
 /* A down lane that can come back is asked again after 20 ms, then twice as long after each refusal, up to
  * 5 s: a restarted worker is back in use within seconds, and a dead one costs one cheap call now and then. */
 #define REVIVE_FIRST_S 0.02
 #define REVIVE_MAX_S 5.0
-
-const char *weft_open_error(void) { return open_error; }
-
-double weft_monotonic_seconds(void *ctx) {
-  (void)ctx;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-void weft_note(const weft_fabric *f, int always, const char *fmt, ...) {
-  char line[WEFT_ERR_LEN];
-  va_list args;
-  va_start(args, fmt);
-  vsnprintf(line, sizeof line, fmt, args);
-  va_end(args);
-  if (f && f->desc.on_note) f->desc.on_note(f->desc.note_ctx, line);
-  else if (always) fprintf(stderr, "%s\n", line);
-}
 
 static char *dup_str(const char *s) {
   size_t n = strlen(s ? s : "") + 1;
@@ -163,43 +140,11 @@ static weft_status add_lane(void *ctx, const weft_lane_vtable *vt, void *self) {
   return add_lane_checked(ctx, vt, self, 1);
 }
 
-static weft_status fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fabric);
-
-/* Lanes start threads when they open (the CPU pool, a driver's own: lavapipe's), and a thread starts with
- * its creator's floating-point environment; so the lanes open, and calibrate, under the clean one
- * (fpenv.h), and the caller's is put back after. */
-weft_status weft_fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fabric) {
-  weft_fpenv env;
-  weft_fpenv_enter(&env);
-  weft_status st = fabric_open(desc, out_fabric);
-  weft_fpenv_leave(&env);
-  return st;
-}
-
-static weft_status fabric_open(const weft_fabric_desc *desc, weft_fabric **out_fabric) {
-  open_error[0] = '\0';
-  if (!out_fabric) {
-    snprintf(open_error, sizeof open_error, "weft_fabric_open: out_fabric is NULL");
-    return WEFT_ERR_INVALID_ARGUMENT;
-  }
-  *out_fabric = NULL;
-  weft_fabric_desc defaults = WEFT_FABRIC_DESC_INIT;
-  if (!desc) desc = &defaults;
-  if (desc->cpu_threads < 0) {
-    snprintf(open_error, sizeof open_error, "weft_fabric_open: cpu_threads is %d; use 0 for all cores or a count",
-             desc->cpu_threads);
-    return WEFT_ERR_INVALID_ARGUMENT;
-  }
-  weft_fabric *f = calloc(1, sizeof *f);
-  if (!f) {
-    snprintf(open_error, sizeof open_error, "weft_fabric_open: out of host memory for the fabric");
-    return WEFT_ERR_OUT_OF_MEMORY;
-  }
+weft_status weft_core_init(weft_fabric *f, const weft_fabric_desc *desc, char *err, size_t err_len) {
   f->desc = *desc;
   f->lanes_filter = desc->lanes ? dup_str(desc->lanes) : NULL;
   if (desc->lanes && !f->lanes_filter) { /* not every lane instead of those asked for */
-    snprintf(open_error, sizeof open_error, "weft_fabric_open: out of host memory for the lane filter");
-    free(f);
+    snprintf(err, err_len, "weft_fabric_open: out of host memory for the lane filter");
     return WEFT_ERR_OUT_OF_MEMORY;
   }
   f->desc.lanes = f->lanes_filter;
@@ -209,12 +154,16 @@ static weft_status fabric_open(const weft_fabric_desc *desc, weft_fabric **out_f
   f->clock = weft_monotonic_seconds;
   f->revive_at = INFINITY;
   if (desc->calibration < WEFT_CALIBRATION_AUTO || desc->calibration > WEFT_CALIBRATION_OFF) {
-    snprintf(open_error, sizeof open_error,
-             "weft_fabric_open: calibration is %d; use WEFT_CALIBRATION_AUTO, _FORCE or _OFF", desc->calibration);
+    snprintf(err, err_len, "weft_fabric_open: calibration is %d; use WEFT_CALIBRATION_AUTO, _FORCE or _OFF",
+             desc->calibration);
     free(f->lanes_filter);
-    free(f);
+    f->lanes_filter = NULL;
     return WEFT_ERR_INVALID_ARGUMENT;
   }
+  return WEFT_OK;
+}
+
+void weft_core_probe(weft_fabric *f) {
   weft_lane_sink sink = {f, add_lane, add_absent};
   weft_probe_args args = {&f->desc, &f->host};
   for (size_t p = 0; p < weft_lane_provider_count; p++) {
@@ -237,24 +186,9 @@ static weft_status fabric_open(const weft_fabric_desc *desc, weft_fabric **out_f
     }
   }
   f->err[0] = '\0';
-  if (f->nlanes > 0 && f->desc.calibration == WEFT_CALIBRATION_AUTO) weft_cost_cache_load(f);
-  if (f->nlanes > 0 && f->desc.calibration == WEFT_CALIBRATION_FORCE) {
-    weft_fabric_calibrate(f);
-    f->err[0] = '\0';
-  }
-  if (f->nlanes == 0) {
-    snprintf(open_error, sizeof open_error, "weft_fabric_open: no lane could be opened%s%s",
-             f->lanes_filter ? " with the lane filter " : "", f->lanes_filter ? f->lanes_filter : "");
-    weft_fabric_close(f);
-    return WEFT_ERR_NOT_FOUND;
-  }
-  *out_fabric = f;
-  return WEFT_OK;
 }
 
-void weft_fabric_close(weft_fabric *f) {
-  if (!f) return;
-  weft_cost_background_finish(f, 1); /* lanes it finished are in the cache already */
+void weft_core_release(weft_fabric *f) {
   weft_hostq_finish(f);
   weft_hostq_stop(f);
   while (f->tensors) weft_tensor_destroy(f->tensors);
@@ -264,11 +198,10 @@ void weft_fabric_close(weft_fabric *f) {
   free(f->lanes);
   free(f->route);
   free(f->explain);
-  weft_route_memo_free(f);
-  weft_split_free(f);
   weft_hostcopy_release(f->copier);
   free(f->lanes_filter);
-  free(f);
+  f->absent = NULL, f->lanes = NULL, f->route = f->explain = NULL, f->copier = NULL, f->lanes_filter = NULL;
+  f->nabsent = f->nlanes = 0;
 }
 
 static weft_status cost_args(const weft_fabric *f, size_t lane, weft_cost_class cls, weft_contract contract) {
@@ -307,57 +240,6 @@ weft_status weft_fabric_set_cost_model(weft_fabric *f, size_t lane, weft_cost_cl
   if (cls == WEFT_COST_UPLOAD || cls == WEFT_COST_DOWNLOAD) f->lanes[lane].cost[cls][WEFT_XFER_PINNED] = *c;
   f->lanes[lane].calib_tried = 1; /* a model the caller set is not measured over */
   weft_route_forget(f);
-  return WEFT_OK;
-}
-
-static weft_status explain(weft_fabric *f, const weft_route_query *q, weft_route_explanation *out, int xfer);
-
-weft_status weft_route_explain(weft_fabric *f, const weft_route_query *q, weft_route_explanation *out) {
-  return explain(f, q, out, WEFT_XFER_STAGED);
-}
-
-weft_status weft_route_explain_registered(weft_fabric *f, const weft_route_query *q, weft_route_explanation *out) {
-  return explain(f, q, out, WEFT_XFER_PINNED);
-}
-
-static weft_status explain(weft_fabric *f, const weft_route_query *q, weft_route_explanation *out, int xfer) {
-  if (out) memset(out, 0, sizeof *out);
-  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  if (!q || !out) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_route_explain: query or out is NULL");
-  if ((unsigned)q->op >= WEFT_OP_COUNT || (unsigned)q->contract >= WEFT_CONTRACT_COUNT)
-    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_route_explain: op %d or contract %d out of range", (int)q->op,
-                     (int)q->contract);
-  weft_op op;
-  memset(&op, 0, sizeof op);
-  op.kind = q->op;
-  op.contract = q->contract;
-  if (q->op == WEFT_OP_MATMUL || q->op == WEFT_OP_MATMUL_ACC) {
-    if (q->batch < 0 || q->m < 1 || q->n < 1 || q->k < 1)
-      return weft_fail(f, WEFT_ERR_SHAPE, "weft_route_explain: matmul needs batch >= 0 and m, n, k >= 1");
-    op.batch = q->batch, op.m = q->m, op.n = q->n, op.k = q->k;
-  } else {
-    if (q->rows < 1 || q->cols < 1)
-      return weft_fail(f, WEFT_ERR_SHAPE, "weft_route_explain: %s needs rows and cols >= 1", weft_op_kind_str(q->op));
-    op.rows = q->rows, op.cols = q->cols;
-    op.inv_rows = weft_fpenv_recip(q->rows);
-  }
-  f->explain_xfer = xfer;
-  int lane = weft_route_pick(f, &op, NULL, 0, f->explain);
-  f->explain_xfer = WEFT_XFER_STAGED;
-  out->op = op.kind;
-  out->contract = op.contract;
-  weft_cost_op_work(&op, &out->work);
-  out->chosen = lane;
-  out->nlanes = f->nlanes;
-  out->lanes = f->explain;
-  return WEFT_OK;
-}
-
-weft_status weft_route_last(weft_fabric *f, weft_route_explanation *out) {
-  if (out) memset(out, 0, sizeof *out);
-  if (!f || !out) return WEFT_ERR_INVALID_ARGUMENT;
-  if (!f->last_route.lanes) return weft_fail(f, WEFT_ERR_STATE, "weft_route_last: no op has been routed yet");
-  *out = f->last_route;
   return WEFT_OK;
 }
 
@@ -513,11 +395,7 @@ static weft_status each_lane(weft_fabric *f, size_t slot_offset, const char *wha
   return first;
 }
 
-weft_status weft_scope_begin(weft_fabric *f) {
-  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  if (f->in_scope) return weft_fail(f, WEFT_ERR_STATE, "weft_scope_begin: a scope is already open (scopes do not nest)");
-  f->err[0] = '\0';
-  if (!f->scope_measured) weft_cost_measure_scopes(f); /* once: what an op costs inside a scope, per lane */
+weft_status weft_core_scope_begin(weft_fabric *f) {
   weft_status st = each_lane(f, offsetof(weft_lane_vtable, scope_begin), "scope_begin");
   if (st == WEFT_OK) f->in_scope = 1;
   return st;

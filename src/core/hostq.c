@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "../cost/cost.h"
-#include "../sched/route.h"
 #include "fpenv.h"
 #include "internal.h"
 

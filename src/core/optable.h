@@ -1,12 +1,14 @@
 /* optable.h - the op table: one entry per weft_op_kind saying everything the core needs to know about an
- * op - its name, operands (how many, which are optional, their dtypes and names), how to validate a call
- * and fill the lane's weft_op, its cost class and work, which output may be which input, which outputs it
- * reads as well as writes, and its host reference kernel. ops.c runs every op through one generic path
- * over this table; adding an op is one entry here plus its kernels. */
+ * op - its name, operands (how many, which are optional, their dtypes and names), its cost class and work,
+ * which output may be which input, which outputs it reads as well as writes, and its host reference
+ * kernel. The base layer: the cost model, the core, the lanes and the wire protocol read it. How a call's
+ * tensors are checked and the lane's weft_op filled is the scheduler's (sched/validate.c, one validator per
+ * op), since checking index tensors brings them home through the core. sched/ops.c runs every op through
+ * one generic path over both; adding an op is one entry here, one validator, plus its kernels. */
 #ifndef WEFT_OPTABLE_H
 #define WEFT_OPTABLE_H
 
-#include "internal.h"
+#include "state.h"
 
 /* An operand's dtype rule. */
 enum { WEFT_DT_F32 = 0, WEFT_DT_I32 = 1, WEFT_DT_SAME = 2 /* whatever in[0] is (the copy ops) */ };
@@ -20,10 +22,6 @@ typedef struct weft_optable_entry {
   const char *in_name[WEFT_OP_MAX_IN], *out_name[WEFT_OP_MAX_OUT];
   uint32_t out_reads;                      /* bit o: out[o] is read as well as written (rw) */
   uint32_t alias_ok[WEFT_OP_MAX_OUT];      /* bit i of [o]: out[o] may be the same tensor as in[i] */
-  /* Checks shapes (and what else the op needs) and fills the weft_op's fields; operands are non-NULL where
-   * required, of the right dtypes, and live tensors of f. */
-  weft_status (*validate)(weft_fabric *f, weft_op *op, weft_tensor *const *in, weft_tensor *const *out,
-                          const weft_op_params *p);
   weft_cost_class cls;
   double (*work)(const weft_op *op);       /* flops (matmul) or weighted elements */
   /* The reference kernel on host arrays (the CPU lane's implementation of the version-2 ops); NULL for the

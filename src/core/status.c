@@ -1,10 +1,12 @@
-/* status.c - status and contract names, versions, and the fabric's last-error channel. */
+/* status.c - status and contract names, versions, the fabric's last-error channel, notes and the clock: the
+ * base every layer calls (docs/DESIGN.md, "Layers"). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
-#include "internal.h"
 #include "optable.h"
+#include "state.h"
 
 const char *weft_version(void) { return WEFT_VERSION_STRING; }
 int weft_version_number(void) { return WEFT_VERSION_NUMBER; }
@@ -86,3 +88,20 @@ weft_status weft_lane_report(const weft_lane_host *host, weft_status status, con
 }
 
 const char *weft_fabric_last_error(const weft_fabric *fabric) { return fabric ? fabric->err : "no fabric"; }
+
+double weft_monotonic_seconds(void *ctx) {
+  (void)ctx;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void weft_note(const weft_fabric *f, int always, const char *fmt, ...) {
+  char line[WEFT_ERR_LEN];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(line, sizeof line, fmt, args);
+  va_end(args);
+  if (f && f->desc.on_note) f->desc.on_note(f->desc.note_ctx, line);
+  else if (always) fprintf(stderr, "%s\n", line);
+}

@@ -13,7 +13,6 @@
 
 #include <cjson/cJSON.h>
 
-#include "../sched/route.h"
 #include "cost.h"
 
 #define CACHE_FORMAT 3 /* 2: lines carry their measured points; 3: and transfers of registered memory */

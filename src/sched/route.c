@@ -12,6 +12,7 @@
 
 #include "../core/optable.h"
 #include "../cost/cost.h"
+#include "measure.h"
 
 int weft_route_lane_can_run(weft_fabric *f, int lane, const weft_op *op, const char **why) {
   weft_lane_slot *s = &f->lanes[lane];

@@ -1,5 +1,6 @@
 /* route.h - choosing the lane an op runs on: the least predicted finish time among the lanes that honour
- * its contract. */
+ * its contract. The scheduler's (docs/DESIGN.md, "Layers"); weft_route_forget, which any layer may call, is
+ * core/state.h's. */
 #ifndef WEFT_ROUTE_H
 #define WEFT_ROUTE_H
 
@@ -24,8 +25,6 @@ int weft_route_lane_can_run(weft_fabric *f, int lane, const weft_op *op, const c
  * while nothing that feeds them changes) and records the reasoning for weft_route_last. */
 int weft_route_decide(weft_fabric *f, const weft_op *op, weft_cost_class cls, double work, double now,
                       weft_tensor *const *inputs, int ninputs);
-/* Forgets remembered decisions: something they depended on changed. */
-static inline void weft_route_forget(weft_fabric *f) { f->route_epoch++; }
 /* Which transfer line moves t's host memory to or from lane `lane`: registered with it, or staged. */
 static inline int weft_route_xfer(const weft_tensor *t, int lane) {
   return t && lane >= 0 && weft_lane_bit(t->reg_mask, (size_t)lane) ? WEFT_XFER_PINNED : WEFT_XFER_STAGED;

@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "../cost/cost.h"
+#include "measure.h"
 #include "route.h"
 
 void weft_split_free(weft_fabric *f) {

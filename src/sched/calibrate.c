@@ -7,8 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../sched/route.h"
-#include "cost.h"
+#include "measure.h"
 
 #define MAX_POINTS 16
 #define ELEMENTWISE_CONTRACTS (WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32))

@@ -3,12 +3,13 @@
  * once per scope, not once per op; the router, deciding op by op inside a scope, must weigh that smaller
  * cost, or it sends small ops away from the lane that holds their data to save a dispatch the scope never
  * pays. Measured once, at the fabric's first scope, on each such lane: tiny adds on resident buffers, one
- * in a scope and then WEFT_SCOPE_PROBE_OPS in a scope, the difference per op (the best of a few tries). */
+ * in a scope and then WEFT_SCOPE_PROBE_OPS in a scope, the difference per op (the best of a few tries).
+ * It makes tensors and runs ops on the core's lanes, so it is the scheduler's (measure.h), as is the public
+ * weft_scope_begin that asks for it before the core opens the lanes' scopes. */
 #include <string.h>
 
-#include "../core/internal.h"
 #include "../core/optable.h"
-#include "cost.h"
+#include "measure.h"
 
 #define WEFT_SCOPE_PROBE_OPS 32
 #define WEFT_SCOPE_PROBE_TRIES 3
@@ -66,4 +67,12 @@ void weft_cost_measure_scopes(weft_fabric *f) {
       continue;
     measure_lane(f, (int)i);
   }
+}
+
+weft_status weft_scope_begin(weft_fabric *f) {
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (f->in_scope) return weft_fail(f, WEFT_ERR_STATE, "weft_scope_begin: a scope is already open (scopes do not nest)");
+  f->err[0] = '\0';
+  if (!f->scope_measured) weft_cost_measure_scopes(f); /* once: what an op costs inside a scope, per lane */
+  return weft_core_scope_begin(f);
 }

@@ -12,8 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../sched/route.h"
-#include "cost.h"
+#include "measure.h"
 
 typedef enum bg_state { BG_WAITING, BG_DONE, BG_FAILED, BG_MISSING } bg_state;
 
