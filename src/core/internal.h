@@ -104,8 +104,8 @@ static inline void weft_fabric_recover_all(weft_fabric *f) {
 
 /* ------------------------------------------------------------------------------ the execution entry */
 
-/* 1 when an input (or an output the op reads) of op holds a value whose producer, a queued op, failed:
- * the fabric's last error then says so (exec.c). */
+/* The failure of an op's inputs (and of the outputs it reads): an input whose producer, a queued op,
+ * failed fails this op too, with that op's message in the fabric's last error (exec.c). WEFT_OK if none. */
 weft_status weft_exec_inputs_failed(const weft_op *op, weft_tensor **in, int nin, weft_tensor **out, int nout);
 /* Runs an op already validated and routed to `lane` (exec.c): makes its inputs current there, runs it or
  * queues it for the host lanes' thread, charges the lane's busy time and the cost model, and records where

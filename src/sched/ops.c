@@ -58,7 +58,8 @@ static weft_status refuse_overlap(weft_fabric *f, const weft_op *op, weft_tensor
   return WEFT_OK;
 }
 
-/* Picks the op's lane (the one it is pinned to, checked, or the router's choice) and has the core run it there. */
+/* Picks the op's lane (the one it is pinned to, checked, or the router's choice) and has the core run it
+ * there (core/exec.c). */
 static weft_status dispatch_once(weft_fabric *f, const weft_op_desc *desc, weft_op *op, weft_tensor **in, int nin,
                                  weft_tensor **out, int nout, const weft_op_params *params, const double *now) {
   int pinned = desc ? desc->lane : WEFT_LANE_AUTO;
