@@ -13,20 +13,21 @@
 #   sched  src/sched/*.c     the op path, routing, splits, measuring, recovery, weft_fabric_open/close
 # Prints each offending reference and exits 1; exits 0 when there is none.
 set -u
-if [ $# -lt 2 ]; then
-  echo "usage: layers.sh NM OBJECT..." >&2
+if [ $# -lt 3 ]; then
+  echo "usage: layers.sh NM SRCDIR OBJECT..." >&2
   exit 2
 fi
 NM=$1
-shift
+SRC=$2
+shift 2
 
-layer_of() { # object path -> "rank name", or nothing for objects outside the checked folders
+layer_of() { # object or source path -> "rank name", or nothing outside the checked folders
   case $1 in
-  */src/core/status.c.o | */src/core/wmath.c.o | */src/core/reference.c.o | */src/core/reference_tx.c.o | \
-    */src/core/optable.c.o) echo "0 base" ;;
-  */src/cost/*.o) echo "1 cost" ;;
-  */src/core/*.o) echo "2 core" ;;
-  */src/sched/*.o) echo "3 sched" ;;
+  */src/core/status.c* | */src/core/wmath.c* | */src/core/reference.[ch]* | */src/core/reference_tx.[ch]* | \
+    */src/core/optable.[ch]* | */src/core/fpenv.h | */src/core/state.h) echo "0 base" ;;
+  */src/cost/*) echo "1 cost" ;;
+  */src/core/*) echo "2 core" ;;
+  */src/sched/*) echo "3 sched" ;;
   esac
 }
 
@@ -50,6 +51,40 @@ if [ "$checked" -lt 8 ]; then
   exit 2
 fi
 
+# Includes: each quoted #include of a checked file, resolved beside it or under src/, must not be of a
+# higher layer. (One awk over every file: the same layer rules as layer_of.)
+SRC=$(cd "$SRC" && pwd) || exit 2
+awk -v src="$SRC" '
+  function layer(p) { # path under src/ -> rank, or -1
+    if (p ~ /^core\/(status\.c|wmath\.c|reference\.[ch]|reference_tx\.[ch]|optable\.[ch]|fpenv\.h|state\.h)$/) return 0
+    if (p ~ /^cost\//) return 1
+    if (p ~ /^core\//) return 2
+    if (p ~ /^sched\//) return 3
+    return -1
+  }
+  function norm(p,   n, i, k, part, out, res) { # collapse "dir/../" and "./"
+    n = split(p, part, "/"); k = 0
+    for (i = 1; i <= n; i++) {
+      if (part[i] == "" || part[i] == ".") continue
+      if (part[i] == ".." && k > 0) { k--; continue }
+      out[++k] = part[i]
+    }
+    res = ""
+    for (i = 1; i <= k; i++) res = res (i > 1 ? "/" : "") out[i]
+    return res
+  }
+  function exists(p,   line, r) { r = (getline line < (src "/" p)); if (r >= 0) close(src "/" p); return r >= 0 }
+  FNR == 1 { rel = substr(FILENAME, length(src) + 2); dir = rel; sub(/\/[^\/]*$/, "", dir); l = layer(rel) }
+  /^[ \t]*#[ \t]*include[ \t]*"/ {
+    inc = $0; sub(/^[^"]*"/, "", inc); sub(/".*$/, "", inc)
+    t = norm(dir "/" inc)
+    if (!exists(t)) { t = norm(inc); if (!exists(t)) next }
+    r = layer(t)
+    if (l >= 0 && r > l) printf "src/%s (%s) includes src/%s (%s)\n", rel, name[l], t, name[r]
+  }
+  BEGIN { name[0] = "base"; name[1] = "cost"; name[2] = "core"; name[3] = "sched" }
+' "$SRC"/core/*.[ch] "$SRC"/cost/*.[ch] "$SRC"/sched/*.[ch] >"$tmp/inc" || exit 2
+
 # Join references to definitions and keep those that point up.
 awk 'NR == FNR { rank[$1] = $2; layer[$1] = $3; file[$1] = $4; next }
      ($1 in rank) && rank[$1] > $2 {
@@ -57,10 +92,11 @@ awk 'NR == FNR { rank[$1] = $2; layer[$1] = $3; file[$1] = $4; next }
      }
      END { exit bad ? 1 : 0 }' "$tmp/defs" "$tmp/refs" >"$tmp/out"
 rc=$?
-if [ $rc -ne 0 ]; then
+cat "$tmp/inc" >>"$tmp/out"
+if [ $rc -ne 0 ] || [ -s "$tmp/inc" ]; then
   sort -u "$tmp/out"
   echo "layers.sh: $(sort -u "$tmp/out" | wc -l) references from a lower layer to a higher one (docs/DESIGN.md, Layers)"
   exit 1
 fi
-echo "layers.sh: $checked objects, every reference points down or within its layer"
+echo "layers.sh: $checked objects and their sources: every reference and #include points down or within its layer"
 exit 0

@@ -6,7 +6,8 @@
  * the op path takes them at its next routing decision: one pointer test while nothing is pending. Where an
  * op runs changes only its speed, never its bits (the exact contract), so routing on priors for a second or
  * two is safe. Lanes the thread cannot open (browser slots, lanes a test added) are measured on the
- * caller's thread as before. WEFT_CALIBRATE_IN_BACKGROUND=0 measures every lane on the caller's thread. */
+ * caller's thread as before. WEFT_CALIBRATE_IN_BACKGROUND=0 measures every lane on the caller's thread.
+ * It opens a fabric and runs ops, so it is the scheduler's (measure.h), above the core. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,8 @@
 /* calibrate.c - measuring a lane: short sweeps of matmul (per contract the lane honours), elementwise and
  * transfer sizes; each point is the median of repeats (a timing spike cannot move a median), and the fit
- * (model.c) turns the points into alpha and beta. Budgeted so that every lane of a 2-core machine is
- * measured in well under two seconds. */
+ * (cost/model.c) turns the points into alpha and beta. Budgeted so that every lane of a 2-core machine is
+ * measured in well under two seconds. It times ops run through the public op path, so it is the
+ * scheduler's (measure.h), above the core; the lines it fits go into the cost model below (cost/). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
