@@ -17,7 +17,7 @@
 
 #define WEFT_ERR_LEN 1024
 
-/* One lane in the fabric: the vtable it registered, its state, what it said about itself. */
+/* The cost model's state (cost/model.c), kept per lane. */
 #define WEFT_REFINE_N 15    /* observations the online refinement keeps per cost line */
 #define WEFT_COST_POINTS 16 /* calibration points kept per cost line */
 
