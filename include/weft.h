@@ -492,13 +492,13 @@ WEFT_API weft_status weft_op_crossentropy_backward(weft_fabric *fabric, const we
                                                    weft_tensor *logits, weft_tensor *targets, weft_tensor *dloss,
                                                    weft_tensor *dlogits);
 /* 1 - beta^step (beta^step by repeated multiplication from 1: `step` multiplications), step >= 1 (0 or less
- * gives 0): AdamW's bias correction. */
+ * gives 0): AdamW's bias correction. Returns at once for any step (the product's period is detected). */
 WEFT_API float weft_adamw_bias_correction(float beta, int64_t step);
 /* One AdamW step (decoupled weight decay, bias-corrected, llm.c's form) at step `step` (1, 2, ...; less is
  * WEFT_ERR_INVALID_ARGUMENT): param, m and v updated in place from grad; all four hold one number of elements
- * (their shapes may differ), and param, m and v are three different tensors. lr, the betas, eps and
- * weight_decay are used as given: a NaN or infinite one (or beta1 or beta2 of 1, whose bias correction is 0)
- * makes the parameters NaN or infinite rather than being refused, so check them where they come from. */
+ * (their shapes may differ), and param, m and v are three different tensors. A NaN or infinite lr, eps or
+ * weight_decay, or a beta outside [0, 1) (a beta of 1 has a bias correction of 0), is
+ * WEFT_ERR_INVALID_ARGUMENT naming it, before anything is written. */
 WEFT_API weft_status weft_op_adamw(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *param,
                                    weft_tensor *grad, weft_tensor *m, weft_tensor *v, float lr, float beta1,
                                    float beta2, float eps, float weight_decay, int64_t step);
@@ -509,9 +509,8 @@ WEFT_API weft_status weft_op_sumsq(weft_fabric *fabric, const weft_op_desc *desc
 /* Global-norm gradient clip over grads[0 .. n-1], in that order: norm = sqrt of the sum of every element's
  * square (weft_op_sumsq of each tensor in order into one accumulator from 0: the chunk partials of every
  * tensor in parameter order, added left to right), and when
- * norm > max_norm every gradient is scaled in place by max_norm / norm (weft_op_scale); max_norm is used as
- * given (a NaN never clips; a negative one would scale by a negative factor: pass a positive limit). n = 0 is
- * a norm of 0. A host-side helper:
+ * norm > max_norm every gradient is scaled in place by max_norm / norm (weft_op_scale). A negative or NaN
+ * max_norm is WEFT_ERR_INVALID_ARGUMENT (0 is allowed: every gradient is clipped to 0). n = 0 is a norm of 0. A host-side helper:
  * it waits for the sum (the decision is the host's). *out_norm (may be NULL) receives the norm. The bits are
  * those of reference_tx's weft_ref_grad_clip. */
 WEFT_API weft_status weft_grad_clip(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *const *grads,

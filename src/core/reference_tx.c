@@ -473,7 +473,18 @@ weft_status weft_ref_crossentropy_backward(float *dlogits, const float *logits, 
 /* ADAMW bias correction: p = 1; repeat t times: p = p * beta; return 1 - p. */
 float weft_ref_adamw_bias_correction(float beta, int64_t t) {
   float p = 1.0f;
-  for (int64_t i = 0; i < t; i++) p = p * beta;
+  for (int64_t i = 0; i < t; i++) {
+    /* Once the product repeats with period 1 or 2 (decayed to 0, stuck at 1 or inf, alternating sign), the
+     * rest of the loop is known from the parity of the steps left: a huge step returns at once, same bits.
+     * (p * beta * beta has p's sign, so == here means the same bits, -0 and +0 included.) */
+    if (p != p) break;
+    const float q = p * beta;
+    if (q * beta == p) {
+      if ((t - i) & 1) p = q;
+      break;
+    }
+    p = q;
+  }
   return canon(1.0f - p);
 }
 

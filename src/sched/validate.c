@@ -2,6 +2,7 @@
  * parameters, and index tensors' values (brought home through the core, checked on the host before
  * anything runs). One validator per op, in weft_op_validators; the op path (ops.c) runs them after the
  * table's operand, liveness and dtype checks. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -320,8 +321,8 @@ static weft_status v_attention_cached(weft_fabric *f, weft_op *op, weft_tensor *
   const int64_t Tq = o->dims[1];
   if (t0 < 0 || t0 > Tmax || Tq > Tmax - t0)
     return weft_fail(f, WEFT_ERR_SHAPE,
-                     "%s: query positions t0 = %lld .. t0+Tq-1 = %lld must lie in the cache's %lld positions (qkv %s)",
-                     fn, (long long)t0, (long long)(t0 + Tq - 1), (long long)Tmax, SH(qkv));
+                     "%s: query positions from t0 = %lld, %lld of them, must lie in the cache's %lld positions (qkv %s)",
+                     fn, (long long)t0, (long long)Tq, (long long)Tmax, SH(qkv));
   if (att && (att->ndim != 4 || att->dims[0] != B || att->dims[1] != NH || att->dims[2] != Tq || att->dims[3] != Tmax))
     return weft_fail(f, WEFT_ERR_SHAPE, "%s: att %s must be [B,NH,Tq,Tmax] = [%lld,%lld,%lld,%lld]", fn, SH(att),
                      (long long)B, (long long)NH, (long long)Tq, (long long)Tmax);
@@ -393,6 +394,19 @@ static weft_status v_adamw(weft_fabric *f, weft_op *op, weft_tensor *const *in, 
                        SH(out[0]), SH(g), SH(out[1]), SH(out[2]));
   if (out[0] == out[1] || out[0] == out[2] || out[1] == out[2])
     return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_adamw: param, m and v must be three different tensors");
+  /* hyperparameters that would make every parameter NaN or infinite, refused before anything is written:
+   * lr, eps and weight_decay finite, betas in [0, 1), bias corrections (given directly through weft_op_run)
+   * finite and above 0 */
+  static const char *const names[7] = {"lr", "beta1", "beta2", "eps", "weight_decay", "bias correction 1",
+                                       "bias correction 2"};
+  for (int i = 0; i < 7; i++) {
+    const float x = p->f[i];
+    const int beta = i == 1 || i == 2, bc = i >= 5;
+    const int ok = beta ? (x >= 0.0f && x < 1.0f) : bc ? (isfinite(x) && x > 0.0f) : isfinite(x);
+    if (!ok)
+      return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_adamw: %s is %g; it must be %s", names[i], (double)x,
+                       beta ? "in [0, 1)" : bc ? "finite and above 0 (1 - beta^step)" : "finite");
+  }
   op->iparam[0] = (int64_t)g->numel;
   for (int i = 0; i < 7; i++) op->fparam[i] = p->f[i];
   op->rows = 1, op->cols = (int64_t)g->numel;

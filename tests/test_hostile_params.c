@@ -1,34 +1,12 @@
-/* test_pending_core.c - hostile input the core does not yet refuse or survive. PENDING: these checks FAIL on
- * the current src/core, so the binary is built (it stays compilable and warning-free) but not registered with
- * CTest; register it (tests/CMakeLists.txt: move `pending_core` into WEFT_TESTS) once src/core takes the
- * fixes named below.
- *
- *   1. weft_adamw_bias_correction(beta, step) multiplies `step` times: a huge step (a lying checkpoint, a
- *      caller's counter gone wrong: INT64_MAX) hangs for centuries. Fix in src/core/reference_tx.c,
- *      weft_ref_adamw_bias_correction: stop the loop once the product repeats with period 1 or 2, and finish
- *      from the parity of the steps left:
- *        for (int64_t i = 0; i < t; i++) {
- *          if (isnan(p)) break;
- *          const float q = p * beta;
- *          if (q * beta == p) { if ((t - i) & 1) p = q; break; } // p, q, p, q, ... from here on
- *          p = q;
- *        }
- *      (-0 == +0, so alternating zeros stop too.) Checked against the plain loop for 18 betas (0.9 .. 0.99999994,
- *      0, +-1, +-1.5, +-2, +-inf, NaN) and every step up to 5000: the same bits; INT64_MAX steps take microseconds.
- *   2. weft_grad_clip with a negative max_norm scales every gradient by a negative factor (their signs flip)
- *      and a NaN one silently never clips. Fix in src/core/ops.c, weft_grad_clip: refuse a max_norm that is
- *      NaN or negative with WEFT_ERR_INVALID_ARGUMENT before any op, naming max_norm (0 stays allowed: it
- *      clips every gradient to zero, which a caller may mean).
- *   3. weft_op_adamw accepts NaN or infinite lr, eps, weight_decay and betas, and beta1 or beta2 of 1 (a bias
- *      correction of 0): every parameter becomes NaN or infinite with WEFT_OK. Fix in src/core/ops.c,
- *      weft_op_adamw (the typed call; weft_op_run's adamw validator in optable.c for params given directly):
- *      refuse non-finite lr, eps, weight_decay, and betas outside [0, 1), with WEFT_ERR_INVALID_ARGUMENT
- *      naming the parameter, before anything is written.
- *   4. weft_op_attention_cached with t0 = INT64_MAX is refused (WEFT_ERR_SHAPE), but its message computes
- *      t0 + Tq - 1, a signed overflow: undefined behaviour that the sanitizer build (halt_on_error) stops on.
- *      Fix in src/core/optable.c, the attention_cached validator's "query positions" message: print t0 and Tq
- *      ("t0 = %lld and %lld query positions") instead of their sum. This check passes in a release build;
- *      under -DWEFT_SANITIZE=ON it fails (UBSan: signed integer overflow). */
+/* test_hostile_params.c - hostile hyperparameters and positions the core refuses or survives:
+ *   1. weft_adamw_bias_correction(beta, step) is the loop of `step` multiplications (its bits, for betas that
+ *      shrink, grow, alternate and stick), yet a huge step (a lying checkpoint: INT64_MAX) returns at once.
+ *   2. weft_grad_clip refuses a max_norm that is negative (it would flip every gradient's sign) or NaN (it
+ *      would never clip), naming max_norm, and leaves the gradients as they were.
+ *   3. weft_op_adamw refuses NaN or infinite lr, eps and weight_decay, and betas outside [0, 1), naming the
+ *      parameter, before anything is written.
+ *   4. weft_op_attention_cached with t0 = INT64_MAX is a shape error whose message computes no overflowing sum
+ *      (the sanitizer build stops on signed overflow). */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -120,5 +98,5 @@ int main(void) {
   const double start = tu_now();
   test_bad_hyperparameters();
   test_bias_correction(); /* last: a hang ends the run (SIGALRM) */
-  return tu_finish("pending_core", start);
+  return tu_finish("hostile_params", start);
 }
