@@ -60,6 +60,10 @@ grep -q "^weft serve: a tab joined as browser:0: .*on its webgpu lane when large
   fail "serve says which ops the tab's GPU runs"
 # The check matmul (64 x 64 x 64, at the tab's default gpu_min) ran on the tab's GPU, and serve says so.
 waitfor "$out" "^weft serve: browser:0 ran: matmul 1 on webgpu" 20 || fail "serve says the tab's GPU ran the matmul"
+# ... and, before the tab is closed, the once-a-second heartbeat (a relu) has run too: the "ran:" lines come every
+# 5 s on their own clock, so one may come before the first heartbeat
+waitfor "$out" "^weft serve: browser:0 ran: matmul 1 on webgpu; relu [0-9]+ on cpu" 20 ||
+  fail "serve says the tab's CPU lane ran the heartbeat"
 exec 3>&-
 wait "$dpid"
 rm -f serve.fifo
