@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "net/mpi.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -151,6 +152,15 @@ weft_status weft_mpi_init(weft_mpi_mode mode, int *argc, char ***argv) {
   if (mode != WEFT_MPI_LANES && mode != WEFT_MPI_DATA_PARALLEL)
     return weft_mpi_fail(WEFT_ERR_INVALID_ARGUMENT, "weft_mpi_init: mode %d is neither WEFT_MPI_LANES nor "
                                                     "WEFT_MPI_DATA_PARALLEL", (int)mode);
+  const char *tmo = getenv("WEFT_MPI_TIMEOUT_MS");
+  if (tmo && tmo[0]) { /* a timeout that is no number in its range is told, not replaced in silence */
+    char *end;
+    errno = 0;
+    long v = strtol(tmo, &end, 10);
+    if (*end || end == tmo || errno || v < 1 || v >= 86400000)
+      return weft_mpi_fail(WEFT_ERR_INVALID_ARGUMENT, "WEFT_MPI_TIMEOUT_MS is '%.40s'; it takes a whole number of "
+                                                      "milliseconds from 1 to 86399999", tmo);
+  }
   int already = 0, provided = MPI_THREAD_SINGLE, rc;
   MPI_Initialized(&already);
   if (!already) {

@@ -22,6 +22,14 @@ for l in mpi:1/cpu mpi:2/cpu; do
   fi
 done
 
+# a timeout that is no number is told, not replaced by the default in silence
+if WEFT_MPI_TIMEOUT_MS=3s mpi 2 -x WEFT_MPI_LANES -x WEFT_MPI_TIMEOUT_MS "$weft" devices >"$tmp/tmo" 2>&1 ||
+  ! grep -q "WEFT_MPI_TIMEOUT_MS is '3s'" "$tmp/tmo"; then
+  echo "FAIL: WEFT_MPI_TIMEOUT_MS=3s: want a failed job saying so"
+  cat "$tmp/tmo"
+  fail=1
+fi
+
 if ! mpi 2 -x WEFT_MPI_LANES "$weft" bench --lanes cpu,mpi --sizes 16,64 --max-seconds 2 >"$tmp/bench" 2>&1; then
   echo "FAIL: weft bench under mpirun -np 2 (exit status not 0: a lane differs, or it failed)"
   cat "$tmp/bench"

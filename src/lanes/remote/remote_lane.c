@@ -458,6 +458,27 @@ weft_status weft_remote_probe(const weft_probe_args *args, const weft_lane_sink 
                      "no workers named (WEFT_REMOTE=host:port,... or the fabric's `remote` option)");
     return WEFT_OK;
   }
+  /* A tuning variable set to something that is not a number in its range is a mistake to show, not to
+   * replace with the default in silence: the workers stay out, saying which variable and what it takes. */
+  static const struct {
+    const char *name;
+    long lo, hi;
+    const char *unit;
+  } knobs[] = {{"WEFT_REMOTE_TIMEOUT_MS", 1, 3599999, "milliseconds"}, {"WEFT_REMOTE_STREAMS", 1, 1L << 20, "connections"}};
+  for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) {
+    const char *e = getenv(knobs[k].name);
+    if (!e || !e[0]) continue;
+    char *end;
+    errno = 0;
+    long v = strtol(e, &end, 10);
+    if (*end || end == e || errno || v < knobs[k].lo || v > knobs[k].hi) {
+      char why[200];
+      snprintf(why, sizeof why, "%s is '%.40s'; it takes a whole number of %s from %ld to %ld", knobs[k].name, e,
+               knobs[k].unit, knobs[k].lo, knobs[k].hi);
+      sink->add_absent(sink->ctx, "remote", why);
+      return WEFT_OK;
+    }
+  }
   /* Each entry: host:port, or host:port=IDENTITY to pin the identity that worker must prove (a worker that
    * proves another is refused); WEFT_REMOTE_IDENTITY pins the entries that name none. */
   const char *pin_all = getenv("WEFT_REMOTE_IDENTITY");
