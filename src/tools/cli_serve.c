@@ -3,10 +3,13 @@
  * CPU lane bit for bit), which ops each tab ran on which of its lanes (its GPU or its CPU) as that changes,
  * and when it leaves, until interrupted. */
 #include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -148,6 +151,28 @@ static void ran_key(const char *ran, char *out, size_t cap) {
   }
 }
 
+/* 1 when every address HOST names is on loopback (127/8, ::1), 0 when one is not, -1 when it does not
+ * resolve (the browser lane then says why). */
+static int host_on_loopback(const char *host) {
+  struct addrinfo hints = {0}, *ai = NULL;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(host, NULL, &hints, &ai) || !ai) return -1;
+  int all = 1;
+  for (const struct addrinfo *a = ai; a; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const unsigned char *b = (const unsigned char *)&((const struct sockaddr_in *)a->ai_addr)->sin_addr;
+      all &= b[0] == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const struct in6_addr *b = &((const struct sockaddr_in6 *)a->ai_addr)->sin6_addr;
+      all &= IN6_IS_ADDR_LOOPBACK(b) || (IN6_IS_ADDR_V4MAPPED(b) && b->s6_addr[12] == 127);
+    } else {
+      all = 0;
+    }
+  }
+  freeaddrinfo(ai);
+  return all;
+}
+
 int weft_cli_serve(int argc, char **argv) {
   static const struct option opts[] = {{"port", required_argument, NULL, 'p'},
                                        {"listen", required_argument, NULL, 'l'},
@@ -186,6 +211,11 @@ int weft_cli_serve(int argc, char **argv) {
   if (!cert != !key) return weft_cli_usage_error("serve", "--tls-cert and --tls-key go together");
   char webbuf[PATH_MAX + 32];
   if (web && !is_dir(web)) return weft_cli_usage_error("serve", "--web '%s' is not a folder", web);
+  /* off loopback without a secret: a usage error, as `weft worker` makes it (the browser lane refuses it too) */
+  const char *env_secret = getenv("WEFT_BROWSER_SECRET_FILE");
+  if (!secret_file && !(env_secret && env_secret[0]) && host_on_loopback(host) == 0)
+    return weft_cli_usage_error("serve", "--listen %s is off loopback: tabs there must prove a shared secret; give "
+                                         "--secret-file F (at least 16 bytes)", host);
   if (!web && default_web(webbuf, sizeof webbuf)) web = webbuf;
   /* The browser provider reads these; the fabric's own option carries the address. */
   if (web) setenv("WEFT_BROWSER_WEB", web, 1);

@@ -28,7 +28,7 @@ waitfor() {
 "$weft" serve --tls-cert x >/dev/null 2>&1
 [ $? -eq 2 ] || fail "--tls-cert without --tls-key is a usage error"
 "$weft" serve --listen 0.0.0.0 --port 0 --web "$web" >"$out" 2>&1
-[ $? -eq 1 ] && grep -q "secret" "$out" || fail "off loopback without a secret: exit 1, saying why"
+[ $? -eq 2 ] && grep -q "secret" "$out" || fail "off loopback without a secret: a usage error (exit 2), saying why"
 
 "$weft" serve --port 0 --web "$web" --slots 2 >"$out" 2>&1 &
 pid=$!
