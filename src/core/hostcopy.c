@@ -9,6 +9,7 @@
  * workers inside, never for one the OS has not woken yet. After a copy a worker polls briefly before it
  * sleeps, so a run of copies (a transfer in parts) does not pay a wake-up each. */
 #define _GNU_SOURCE
+#include "envnum.h"
 #include "hostcopy.h"
 
 #include <pthread.h>
@@ -104,12 +105,8 @@ static void *worker(void *arg) {
 }
 
 static int threads_wanted(void) {
-  const char *e = getenv("WEFT_COPY_THREADS");
-  if (e && *e) {
-    char *end;
-    long v = strtol(e, &end, 10);
-    if (*end == '\0' && v >= 1 && v <= MAX_THREADS) return (int)v;
-  }
+  long v;
+  if (weft_env_long("WEFT_COPY_THREADS", 1, MAX_THREADS, &v) == 1) return (int)v;
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   long n = online - 1;
   return n < 1 ? 1 : n > 16 ? 16 : (int)n;

@@ -3,6 +3,7 @@
  * request id, the length the header claims against the bytes received, and each reply's own size. */
 #include "net/client.h"
 
+#include "core/envnum.h"
 #include "core/optable.h"
 
 #include <openssl/crypto.h>
@@ -21,9 +22,8 @@ typedef struct client_buffer {
 } client_buffer;
 
 int weft_net_client_timeout_ms(void) {
-  const char *e = getenv("WEFT_REMOTE_TIMEOUT_MS");
-  long v = e ? strtol(e, NULL, 10) : 0;
-  return v > 0 && v < 3600000 ? (int)v : 30000;
+  long v;
+  return weft_env_long("WEFT_REMOTE_TIMEOUT_MS", 1, WEFT_NET_TIMEOUT_MS_MAX, &v) == 1 ? (int)v : 30000;
 }
 
 void weft_net_client_begin(weft_net_client *c) {

@@ -89,6 +89,9 @@ typedef struct weft_net_hello {
  * reconnected) calls it so the fabric's next op asks the lane's revive, which then only says yes. */
 void weft_lane_revive_soon(const weft_lane_host *host);
 
+/* The largest WEFT_REMOTE_TIMEOUT_MS (ms); a value outside 1 .. this keeps the remote lanes out, saying so. */
+#define WEFT_NET_TIMEOUT_MS_MAX 3599999L
+
 /* How long a lane waits for a reply: WEFT_REMOTE_TIMEOUT_MS, default 30000 (remote and browser lanes). */
 int weft_net_client_timeout_ms(void);
 /* Starts a new session on a fresh connection: next request id 1, a new session number, up. */

@@ -5,7 +5,8 @@
 #define _GNU_SOURCE
 #include "net/mpi.h"
 
-#include <errno.h>
+#include "core/envnum.h"
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -58,10 +59,12 @@ double weft_mpi_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* WEFT_MPI_TIMEOUT_MS's largest value; weft_mpi_init refuses one outside 1 .. this. */
+#define MPI_TIMEOUT_MS_MAX 86399999L
+
 int weft_mpi_timeout_ms(void) {
-  const char *e = getenv("WEFT_MPI_TIMEOUT_MS");
-  long v = e ? strtol(e, NULL, 10) : 0;
-  return v > 0 && v < 86400000 ? (int)v : 60000;
+  long v;
+  return weft_env_long("WEFT_MPI_TIMEOUT_MS", 1, MPI_TIMEOUT_MS_MAX, &v) == 1 ? (int)v : 60000;
 }
 
 /* The waiting policy: poll without sleeping for the first SPIN_S (replies to small requests come within
@@ -152,15 +155,11 @@ weft_status weft_mpi_init(weft_mpi_mode mode, int *argc, char ***argv) {
   if (mode != WEFT_MPI_LANES && mode != WEFT_MPI_DATA_PARALLEL)
     return weft_mpi_fail(WEFT_ERR_INVALID_ARGUMENT, "weft_mpi_init: mode %d is neither WEFT_MPI_LANES nor "
                                                     "WEFT_MPI_DATA_PARALLEL", (int)mode);
-  const char *tmo = getenv("WEFT_MPI_TIMEOUT_MS");
-  if (tmo && tmo[0]) { /* a timeout that is no number in its range is told, not replaced in silence */
-    char *end;
-    errno = 0;
-    long v = strtol(tmo, &end, 10);
-    if (*end || end == tmo || errno || v < 1 || v >= 86400000)
-      return weft_mpi_fail(WEFT_ERR_INVALID_ARGUMENT, "WEFT_MPI_TIMEOUT_MS is '%.40s'; it takes a whole number of "
-                                                      "milliseconds from 1 to 86399999", tmo);
-  }
+  long tmo;
+  if (weft_env_long("WEFT_MPI_TIMEOUT_MS", 1, MPI_TIMEOUT_MS_MAX, &tmo) < 0) /* told, not replaced in silence */
+    return weft_mpi_fail(WEFT_ERR_INVALID_ARGUMENT, "WEFT_MPI_TIMEOUT_MS is '%.40s'; it takes a whole number of "
+                                                    "milliseconds from 1 to %ld", getenv("WEFT_MPI_TIMEOUT_MS"),
+                         MPI_TIMEOUT_MS_MAX);
   int already = 0, provided = MPI_THREAD_SINGLE, rc;
   MPI_Initialized(&already);
   if (!already) {

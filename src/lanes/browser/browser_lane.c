@@ -30,6 +30,7 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include "core/envnum.h"
 #include "core/optable.h"
 #include "core/reference.h"
 #include "net/client.h"
@@ -1297,13 +1298,9 @@ weft_status weft_browser_probe(const weft_probe_args *args, const weft_lane_sink
     return WEFT_OK;
   }
   long slots = BROWSER_SLOTS_DEFAULT;
-  const char *e = getenv("WEFT_BROWSER_SLOTS");
-  if (e && e[0]) {
-    slots = strtol(e, &end, 10);
-    if (*end || slots < 1 || slots > BROWSER_SLOTS_MAX) {
-      absent(sink, "WEFT_BROWSER_SLOTS is '%s'; use 1 to %d", e, BROWSER_SLOTS_MAX);
-      return WEFT_OK;
-    }
+  if (weft_env_long("WEFT_BROWSER_SLOTS", 1, BROWSER_SLOTS_MAX, &slots) < 0) {
+    absent(sink, "WEFT_BROWSER_SLOTS is '%s'; use 1 to %d", getenv("WEFT_BROWSER_SLOTS"), BROWSER_SLOTS_MAX);
+    return WEFT_OK;
   }
   browser_server *srv = calloc(1, sizeof *srv);
   if (!srv) return WEFT_ERR_OUT_OF_MEMORY;

@@ -24,6 +24,7 @@
 
 #include <openssl/crypto.h>
 
+#include "core/envnum.h"
 #include "net/client.h"
 #include "net/peer_lane.h"
 #include "net/stripe.h"
@@ -115,10 +116,11 @@ static void tcp_drop(void *ctx, const char *why) {
 static int dial(const char *addr, int ms, int *loopback, char *why, size_t whylen);
 
 /* WEFT_REMOTE_STREAMS: connections a bulk transfer stripes over (1 = none); default from the cores. */
+#define STREAMS_ASK_MAX (1L << 20) /* WEFT_REMOTE_STREAMS' largest value (more than the protocol's are capped) */
 static uint32_t streams_wanted(void) {
-  const char *e = getenv("WEFT_REMOTE_STREAMS");
-  long v = e && e[0] ? strtol(e, NULL, 10) : 0;
-  if (v >= 1) return v > (long)WEFT_NET_MAX_STREAMS ? WEFT_NET_MAX_STREAMS : (uint32_t)v;
+  long v;
+  if (weft_env_long("WEFT_REMOTE_STREAMS", 1, STREAMS_ASK_MAX, &v) == 1)
+    return v > (long)WEFT_NET_MAX_STREAMS ? WEFT_NET_MAX_STREAMS : (uint32_t)v;
   return weft_net_default_streams();
 }
 
@@ -464,17 +466,14 @@ weft_status weft_remote_probe(const weft_probe_args *args, const weft_lane_sink 
     const char *name;
     long lo, hi;
     const char *unit;
-  } knobs[] = {{"WEFT_REMOTE_TIMEOUT_MS", 1, 3599999, "milliseconds"}, {"WEFT_REMOTE_STREAMS", 1, 1L << 20, "connections"}};
+  } knobs[] = {{"WEFT_REMOTE_TIMEOUT_MS", 1, WEFT_NET_TIMEOUT_MS_MAX, "milliseconds"},
+               {"WEFT_REMOTE_STREAMS", 1, STREAMS_ASK_MAX, "connections"}};
   for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) {
-    const char *e = getenv(knobs[k].name);
-    if (!e || !e[0]) continue;
-    char *end;
-    errno = 0;
-    long v = strtol(e, &end, 10);
-    if (*end || end == e || errno || v < knobs[k].lo || v > knobs[k].hi) {
+    long v;
+    if (weft_env_long(knobs[k].name, knobs[k].lo, knobs[k].hi, &v) < 0) {
       char why[200];
-      snprintf(why, sizeof why, "%s is '%.40s'; it takes a whole number of %s from %ld to %ld", knobs[k].name, e,
-               knobs[k].unit, knobs[k].lo, knobs[k].hi);
+      snprintf(why, sizeof why, "%s is '%.40s'; it takes a whole number of %s from %ld to %ld", knobs[k].name,
+               getenv(knobs[k].name), knobs[k].unit, knobs[k].lo, knobs[k].hi);
       sink->add_absent(sink->ctx, "remote", why);
       return WEFT_OK;
     }
