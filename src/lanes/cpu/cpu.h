@@ -39,6 +39,8 @@ void weft_cpu_scratch_free(weft_cpu_lane *lane);
 /* The microkernels for this CPU: the best instruction set it supports, lowered (never raised) by the
  * environment variable WEFT_CPU_ISA=portable|avx2|avx512. */
 const weft_cpu_kernels *weft_cpu_kernels_select(void);
+/* 1 when WEFT_CPU_ISA names no instruction set weft knows (it is then ignored: the lane's details say so). */
+int weft_cpu_isa_request_unknown(void);
 
 /* The instruction set the kernels are chosen for ("avx512", "avx2", "portable"), as weft_cpu_kernels_select
  * would choose now. */

@@ -18,13 +18,21 @@ static int isa_supported(void) {
   return ISA_PORTABLE;
 }
 
-static int isa_requested(void) {
+/* The ceiling WEFT_CPU_ISA asks for; -1 for a word it does not know (then no ceiling). */
+static int isa_asked(void) {
   const char *env = getenv("WEFT_CPU_ISA");
-  if (!env || !*env) return ISA_AVX512;
+  if (!env || !*env || strcmp(env, "avx512") == 0) return ISA_AVX512;
   if (strcmp(env, "portable") == 0) return ISA_PORTABLE;
   if (strcmp(env, "avx2") == 0) return ISA_AVX2;
-  return ISA_AVX512; /* "avx512" or an unknown word: no ceiling */
+  return -1;
 }
+
+static int isa_requested(void) {
+  const int isa = isa_asked();
+  return isa < 0 ? ISA_AVX512 : isa;
+}
+
+int weft_cpu_isa_request_unknown(void) { return isa_asked() < 0; }
 
 const weft_cpu_kernels *weft_cpu_kernels_select(void) {
   int have = isa_supported(), want = isa_requested();

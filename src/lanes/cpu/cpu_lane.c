@@ -143,8 +143,7 @@ weft_status weft_cpu_probe(const weft_probe_args *args, const weft_lane_sink *si
     n += snprintf(l->details + n, sizeof l->details - (size_t)n, " (%d asked; %s)", asked,
                   asked > WEFT_CPU_MAX_THREADS ? "the limit is " WEFT_CPU_MAX_THREADS_STR : "no more could start");
   const char *isa = getenv("WEFT_CPU_ISA");
-  if (isa && *isa && strcmp(isa, "portable") && strcmp(isa, "avx2") && strcmp(isa, "avx512") && n > 0 &&
-      (size_t)n < sizeof l->details)
+  if (weft_cpu_isa_request_unknown() && n > 0 && (size_t)n < sizeof l->details)
     snprintf(l->details + n, sizeof l->details - (size_t)n,
              " (WEFT_CPU_ISA='%.24s' ignored: it takes portable, avx2 or avx512)", isa);
   return sink->add_lane(sink->ctx, &CPU_VTABLE, l);
