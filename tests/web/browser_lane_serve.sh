@@ -60,10 +60,10 @@ grep -q "^weft serve: a tab joined as browser:0: .*on its webgpu lane when large
   fail "serve says which ops the tab's GPU runs"
 # The check matmul (64 x 64 x 64, at the tab's default gpu_min) ran on the tab's GPU, and serve says so.
 waitfor "$out" "^weft serve: browser:0 ran: matmul 1 on webgpu" 20 || fail "serve says the tab's GPU ran the matmul"
-# ... and, before the tab is closed, the once-a-second heartbeat (a relu) has run too: the "ran:" lines come every
-# 5 s on their own clock, so one may come before the first heartbeat
-waitfor "$out" "^weft serve: browser:0 ran: matmul 1 on webgpu; relu [0-9]+ on cpu" 20 ||
-  fail "serve says the tab's CPU lane ran the heartbeat"
+# ... and, before the tab is closed, the once-a-second heartbeat (a relu) has run on it too. serve prints a "ran:"
+# line only when the counts other than the heartbeat's change, so none may come after the first heartbeat: give
+# the heartbeat a few of its periods, then the "left" line below says what the tab ran, heartbeat included.
+sleep 4
 exec 3>&-
 wait "$dpid"
 rm -f serve.fifo
