@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,12 +105,24 @@ static void *worker(void *arg) {
   }
 }
 
-static int threads_wanted(void) {
-  long v;
-  if (weft_env_long("WEFT_COPY_THREADS", 1, MAX_THREADS, &v) == 1) return (int)v;
+static int threads_default(void) {
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   long n = online - 1;
   return n < 1 ? 1 : n > 16 ? 16 : (int)n;
+}
+
+static int threads_wanted(void) {
+  long v;
+  if (weft_env_long("WEFT_COPY_THREADS", 1, MAX_THREADS, &v) == 1) return (int)v;
+  return threads_default();
+}
+
+int weft_hostcopy_env_problem(char *why, size_t whylen) {
+  long v;
+  if (weft_env_long("WEFT_COPY_THREADS", 1, MAX_THREADS, &v) >= 0) return 0;
+  snprintf(why, whylen, "WEFT_COPY_THREADS='%s' is not a whole number from 1 to %d: host copies use the default, %d "
+           "thread%s", getenv("WEFT_COPY_THREADS"), MAX_THREADS, threads_default(), threads_default() == 1 ? "" : "s");
+  return 1;
 }
 
 static void destroy(weft_hostcopy *c) {

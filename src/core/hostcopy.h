@@ -20,6 +20,9 @@ void weft_hostcopy_release(weft_hostcopy *c);
  * NULL, on the caller's thread and the copier's. Returns when every byte is in place. Safe from any thread:
  * a caller that finds the copier busy with another thread's copy does its own alone. */
 void weft_hostcopy_run(weft_hostcopy *c, void *dst, const void *src, size_t bytes);
+/* 1, with why (whylen bytes) saying so, when WEFT_COPY_THREADS is set to anything but a whole number from 1 to
+ * 64 (the default is used then); 0 when it is unset or valid. */
+int weft_hostcopy_env_problem(char *why, size_t whylen);
 /* Threads a copy uses (1 for NULL). */
 int weft_hostcopy_threads(const weft_hostcopy *c);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../core/fpenv.h"
+#include "../core/hostcopy.h"
 #include "measure.h"
 #include "route.h"
 #include "sched.h"
@@ -57,6 +58,8 @@ static weft_status fabric_open(const weft_fabric_desc *desc, weft_fabric **out_f
   f->recover = weft_sched_recover;
   f->recover_all = weft_sched_recover_all;
   weft_core_probe(f);
+  char why[200];
+  if (weft_hostcopy_env_problem(why, sizeof why)) weft_note(f, 0, "weft: %s", why); /* told, not ignored */
   if (f->nlanes > 0 && f->desc.calibration == WEFT_CALIBRATION_AUTO) weft_cost_cache_load(f);
   if (f->nlanes > 0 && f->desc.calibration == WEFT_CALIBRATION_FORCE) {
     weft_fabric_calibrate(f);

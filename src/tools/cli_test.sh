@@ -74,6 +74,11 @@ if command -v taskset >/dev/null 2>&1 && taskset -c 0 true 2>/dev/null; then
 fi
 # a WEFT_CPU_ISA the lane does not know is not silently dropped: the lane's details say it was ignored
 WEFT_CPU_ISA=avx9000 expect 0 devices --lanes cpu && has "$out" "WEFT_CPU_ISA='avx9000' ignored" "devices: an unknown WEFT_CPU_ISA is named"
+# ... nor a WEFT_COPY_THREADS that is no count from 1 to 64: said on stderr, the default used
+WEFT_COPY_THREADS=lots expect 0 devices --lanes cpu &&
+  has "$err" "^weft: WEFT_COPY_THREADS='lots' is not a whole number from 1 to 64" "devices: a bad WEFT_COPY_THREADS is named"
+WEFT_COPY_THREADS=2 expect 0 devices --lanes cpu && ! grep -q "COPY_THREADS" "$err" ||
+  fail "devices: a good WEFT_COPY_THREADS says nothing"
 # ... nor a remote tuning variable that is no number in its range: the workers stay out, saying which and why
 WEFT_REMOTE=127.0.0.1:1 WEFT_REMOTE_TIMEOUT_MS=3s expect 0 devices --lanes cpu,remote &&
   has "$out" "WEFT_REMOTE_TIMEOUT_MS is '3s'; it takes a whole number of milliseconds" "devices: a bad WEFT_REMOTE_TIMEOUT_MS is named"
