@@ -41,6 +41,9 @@ static weft_status send_msg(mpi_lane *l, const void *p, size_t n, char *why, siz
   char e[200];
   if (w == 1) {
     l->dead = 1, weft_mpi_job_get()->dead_rank = l->rank;
+    /* The send is still pending: MPI may read its buffer if the rank wakes up. The lane's own buffer is left
+     * to it (never freed or reused: the lane is dead); a caller's memory (a large payload) cannot be. */
+    if (p == l->sendbuf) l->sendbuf = NULL, l->sendbuf_cap = 0;
     snprintf(why, whylen, "rank %d took no message for %d ms (it died or hangs)", l->rank, l->timeout_ms);
   } else {
     snprintf(why, whylen, "MPI_Isend to rank %d: %s", l->rank, weft_mpi_strerror(rc != MPI_SUCCESS ? rc : err, e, sizeof e));
