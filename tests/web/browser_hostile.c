@@ -503,7 +503,8 @@ static void check_silent(weft_fabric *f, int port, const char *token, size_t cpu
   usleep(200000); /* attached before the first routed op, which asks the down lanes (the slot is new) */
   double worst = slowest_tiny_op(f, 1.5);
   printf("  silent tab: the slowest routed 4-element relu took %.1f ms\n", worst * 1e3);
-  TU_CHECK(worst < 0.5, "a silent tab delays no routed op past 500 ms (slowest %.0f ms)", worst * 1e3);
+  /* waiting for the tab would take the handshake timeout (5 s); the bound leaves a loaded machine its noise */
+  TU_CHECK(worst < 1.5, "a silent tab delays no routed op past 1.5 s (slowest %.0f ms)", worst * 1e3);
   TU_CHECK(fake_wait_closed(&k, 15), "the silent tab is dropped after the handshake timeout (%s)", k.closed);
   fake_stop(&k);
   still_right(f, cpu, "a silent tab");
@@ -609,7 +610,7 @@ static void check_stalled_worker(const char *weft) {
     TU_CHECK(0, "a weft worker started");
     return;
   }
-  setenv("WEFT_REMOTE_TIMEOUT_MS", "1000", 1);
+  setenv("WEFT_REMOTE_TIMEOUT_MS", "3000", 1);
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", w.port);
   weft_fabric_desc desc = tu_desc();
@@ -650,7 +651,8 @@ static void check_stalled_worker(const char *weft) {
            weft_status_str(st));
   double worst = slowest_tiny_op(f, 2.5);
   printf("  stopped worker: the slowest routed 4-element relu took %.1f ms\n", worst * 1e3);
-  TU_CHECK(worst < 0.5, "a stopped worker delays no routed op past 500 ms (slowest %.0f ms)", worst * 1e3);
+  /* waiting for the reconnection would take the remote timeout (3 s); the bound leaves a loaded machine its noise */
+  TU_CHECK(worst < 1.5, "a stopped worker delays no routed op past 1.5 s (slowest %.0f ms)", worst * 1e3);
   kill(w.pid, SIGCONT);
   still_right(f, 0, "a stopped worker");
   weft_fabric_close(f);
