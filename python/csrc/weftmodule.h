@@ -113,6 +113,7 @@ int wp_parse(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *
              PyObject **out, int nmax, int nrequired);
 
 /* ---- options */
+int wp_is_complex(PyObject *o); /* a complex number, numpy complex scalar or complex array */
 int wp_contract(PyObject *o, int *out);
 int wp_lane(FabricObject *fo, PyObject *o, int *out);
 extern const char *const wp_contract_names[4];
