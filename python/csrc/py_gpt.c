@@ -169,9 +169,12 @@ static PyArrayObject *tokens(GPTObject *self, PyObject *o, const char *name, int
 
 static PyObject *GPT_train_step(GPTObject *self, PyObject *args, PyObject *kw) {
   static char *names[] = {"tokens", "targets", "lr", "weight_decay", "max_norm", NULL};
-  PyObject *to, *tg;
+  PyObject *to, *tg, *lro = NULL, *wdo = NULL, *mno = NULL;
   float lr = 3e-4f, wd = 0.0f, mn = 1.0f;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|fff:train_step", names, &to, &tg, &lr, &wd, &mn)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOO:train_step", names, &to, &tg, &lro, &wdo, &mno)) return NULL;
+  if ((lro && wp_as_float(lro, "train_step", "lr", &lr)) || (wdo && wp_as_float(wdo, "train_step", "weight_decay", &wd)) ||
+      (mno && wp_as_float(mno, "train_step", "max_norm", &mn)))
+    return NULL;
   if (gpt_live(self)) return NULL;
   int B, T, B2, T2;
   PyArrayObject *a = tokens(self, to, "train_step: tokens", &B, &T), *b = a ? tokens(self, tg, "train_step: targets", &B2, &T2) : NULL;
@@ -242,11 +245,12 @@ static PyObject *GPT_logits(GPTObject *self, PyObject *arg) {
 
 static PyObject *GPT_generate(GPTObject *self, PyObject *args, PyObject *kw) {
   static char *names[] = {"prompt", "n", "temperature", "top_k", "seed", NULL};
-  PyObject *po;
+  PyObject *po, *tempo = NULL;
   int n, top_k = 0;
   float temp = 0.0f;
   unsigned long long seed = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi|fiK:generate", names, &po, &n, &temp, &top_k, &seed)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi|OiK:generate", names, &po, &n, &tempo, &top_k, &seed)) return NULL;
+  if (tempo && wp_as_float(tempo, "generate", "temperature", &temp)) return NULL;
   if (gpt_live(self)) return NULL;
   int B, T;
   PyArrayObject *p = tokens(self, po, "generate: prompt", &B, &T);

@@ -470,6 +470,12 @@ static int64_t size_of(PyObject *o) {
   return -1;
 }
 
+static int ndim_of(PyObject *o) {
+  if (WP_IS_TENSOR(o)) return ((TensorObject *)o)->ndim;
+  if (PyArray_Check(o)) return PyArray_NDIM((PyArrayObject *)o);
+  return -1;
+}
+
 /* x + y with optional negations: (-1 * y) and (-1 * x) are exact, so x - y has x + (-y)'s bits. */
 static PyObject *add_impl(PyObject *x, PyObject *y, int negate_y, const char *op) {
   if (!WP_IS_TENSOR(x) && !WP_IS_TENSOR(y)) Py_RETURN_NOTIMPLEMENTED;
@@ -491,10 +497,12 @@ static PyObject *add_impl(PyObject *x, PyObject *y, int negate_y, const char *op
     else yy = wp_ew_op(fo, EW_SCALE, op, y, "the right operand", NULL, NULL, -1.0f, c, WEFT_LANE_AUTO, NULL, -1);
     if (!yy) return NULL;
   }
-  /* the larger operand is x: a row added to a matrix reads the same either way round (each keeps its name) */
+  /* the larger operand (or of one size, the higher rank: [1] + [1, 1, 1]) is x: a row added to a matrix reads
+   * the same either way round (each keeps its name) */
   PyObject *a = x, *b = yy;
   const char *na = "the left operand", *nb = "the right operand";
-  if (size_of(b) > size_of(a)) a = yy, b = x, na = "the right operand", nb = "the left operand";
+  if (size_of(b) > size_of(a) || (size_of(b) == size_of(a) && ndim_of(b) > ndim_of(a)))
+    a = yy, b = x, na = "the right operand", nb = "the left operand";
   PyObject *r = wp_ew_op(fo, EW_ADD, op, a, na, b, nb, 0, c, WEFT_LANE_AUTO, NULL, -1);
   Py_DECREF(yy);
   return r;

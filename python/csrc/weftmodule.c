@@ -191,7 +191,17 @@ int wp_lane(FabricObject *fo, PyObject *o, int *out) {
   return -1;
 }
 
-static int as_bool(PyObject *o, int dflt) { return o ? PyObject_IsTrue(o) : dflt; }
+/* A flag (trans_a, copy, loss, ...): anything with a truth value; an array of several elements has none, and
+ * says so as a TypeError naming the flag rather than numpy's ValueError. */
+static int as_bool(PyObject *o, int dflt, const char *fn, const char *name) {
+  if (!o) return dflt;
+  int v = PyObject_IsTrue(o);
+  if (v < 0) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s: %s must be True or False, not %s", fn, name, Py_TYPE(o)->tp_name);
+  }
+  return v;
+}
 
 /* ------------------------------------------------------------------------------------------- helpers */
 
@@ -992,7 +1002,7 @@ static int parse_dtype(PyObject *o, int *convert) {
 static int parse_copy(PyObject *o, int *copy_ok) {
   *copy_ok = 1;
   if (!o || o == Py_None) return 0;
-  int v = PyObject_IsTrue(o);
+  int v = as_bool(o, 1, "matmul", "copy");
   if (v < 0) return -1;
   *copy_ok = v;
   return 0;
@@ -1003,7 +1013,7 @@ static PyObject *Fabric_matmul(FabricObject *fo, PyObject *const *args, Py_ssize
   PyObject *v[9];
   if (wp_parse("matmul", args, nargs, kwnames, names, v, 9, 2)) return NULL;
   int contract, lane, convert, copy_ok;
-  int ta = as_bool(v[3], 0), tb = as_bool(v[4], 0);
+  int ta = as_bool(v[3], 0, "matmul", "trans_a"), tb = ta < 0 ? 0 : as_bool(v[4], 0, "matmul", "trans_b");
   if (ta < 0 || tb < 0 || wp_contract(v[2], &contract) || wp_lane(fo, v[5], &lane) || parse_dtype(v[7], &convert) ||
       parse_copy(v[8], &copy_ok))
     return NULL;
@@ -1186,7 +1196,7 @@ int wp_is_complex(PyObject *o) {
          (PyArray_Check(o) && PyArray_ISCOMPLEX((PyArrayObject *)o));
 }
 
-static int as_float(PyObject *o, const char *fn, const char *name, float *out) {
+int wp_as_float(PyObject *o, const char *fn, const char *name, float *out) {
   /* numpy's complex scalars convert to float by dropping the imaginary part (a warning, not an error) */
   double d = wp_is_complex(o) ? -1.0 : PyFloat_AsDouble(o);
   if (wp_is_complex(o) || (d == -1.0 && PyErr_Occurred())) {
@@ -1204,7 +1214,7 @@ static PyObject *Fabric_scale(FabricObject *fo, PyObject *const *args, Py_ssize_
   PyObject *v[6];
   int c, l, cv;
   float alpha;
-  if (wp_parse("scale", args, nargs, kw, names, v, 6, 2) || as_float(v[0], "scale", "alpha", &alpha) ||
+  if (wp_parse("scale", args, nargs, kw, names, v, 6, 2) || wp_as_float(v[0], "scale", "alpha", &alpha) ||
       common_opts(fo, v[2], v[3], v[5], &c, &l, &cv))
     return NULL;
   return wp_ew_op(fo, EW_SCALE, "scale", v[1], "x", NULL, NULL, alpha, c, l, v[4], cv);
@@ -1225,7 +1235,7 @@ static PyObject *Fabric_axpy(FabricObject *fo, PyObject *const *args, Py_ssize_t
   PyObject *v[6];
   int c, l, cv;
   float alpha;
-  if (wp_parse("axpy", args, nargs, kw, names, v, 6, 3) || as_float(v[0], "axpy", "alpha", &alpha) ||
+  if (wp_parse("axpy", args, nargs, kw, names, v, 6, 3) || wp_as_float(v[0], "axpy", "alpha", &alpha) ||
       common_opts(fo, v[3], v[4], v[5], &c, &l, &cv))
     return NULL;
   PyObject *y = v[2];
@@ -1304,7 +1314,8 @@ static PyObject *Fabric_softmax_xent(FabricObject *fo, PyObject *const *args, Py
   int c, l, cv;
   if (wp_parse("softmax_xent", args, nargs, kw, names, v, 9, 2) || common_opts(fo, v[2], v[3], v[8], &c, &l, &cv))
     return NULL;
-  int want_loss = as_bool(v[4], 1), want_grad = as_bool(v[5], 1);
+  int want_loss = as_bool(v[4], 1, "softmax_xent", "loss");
+  int want_grad = want_loss < 0 ? 0 : as_bool(v[5], 1, "softmax_xent", "grad");
   if (want_loss < 0 || want_grad < 0) return NULL;
   PyObject *ol = v[6] == Py_None ? NULL : v[6], *og = v[7] == Py_None ? NULL : v[7];
   want_loss = want_loss || ol;
@@ -2058,16 +2069,16 @@ static PyObject *mod_status_str(PyObject *self, PyObject *arg) {
 
 static PyObject *mod_expf(PyObject *self, PyObject *arg) {
   (void)self;
-  double d = PyFloat_AsDouble(arg);
-  if (d == -1.0 && PyErr_Occurred()) return NULL;
-  return PyFloat_FromDouble((double)weft_expf((float)d));
+  float x;
+  if (wp_as_float(arg, "expf", "x", &x)) return NULL;
+  return PyFloat_FromDouble((double)weft_expf(x));
 }
 
 static PyObject *mod_logf(PyObject *self, PyObject *arg) {
   (void)self;
-  double d = PyFloat_AsDouble(arg);
-  if (d == -1.0 && PyErr_Occurred()) return NULL;
-  return PyFloat_FromDouble((double)weft_logf((float)d));
+  float x;
+  if (wp_as_float(arg, "logf", "x", &x)) return NULL;
+  return PyFloat_FromDouble((double)weft_logf(x));
 }
 
 static PyObject *mod_cost_cache_path(PyObject *self, PyObject *u) {
