@@ -541,6 +541,48 @@ static int out_overlaps(PyObject *out, const opnd *o) {
   return lo < ohi && olo < hi;
 }
 
+/* [*lo, *hi): the host memory the library will use in place for o, before it is bound: an array it will wrap
+ * (WP_WRAP_MIN elements or more), or a tensor's memory shared through DLPack. 0 when there is none. */
+static int inplace_extent(const opnd *o, const char **lo, const char **hi) {
+  if (o->arr) {
+    if ((size_t)PyArray_SIZE(o->arr) < WP_WRAP_MIN) return 0;
+    array_extent(o->arr, lo, hi);
+    return 1;
+  }
+  const TensorObject *w = o->t ? (o->t->base ? o->t->base : o->t) : NULL;
+  if (!w || !w->shared) return 0;
+  size_t n = 1;
+  for (int i = 0; i < w->ndim; i++) n *= (size_t)w->dims[i];
+  *lo = (const char *)w->shared;
+  *hi = *lo + 4 * n;
+  return 1;
+}
+
+/* An operand the library would read in place over the memory an op writes in place (`target`: an out= or
+ * axpy's y, a tensor sharing memory or a wrapped array) is read from a copy instead (counted): the library
+ * refuses two handles over one buffer. An array is copied; a tensor sharing host memory becomes an array
+ * copy of it (that memory is its value); a .T view of one is left to the library's refusal. */
+static int opnd_unshare(FabricObject *fo, opnd *o, const opnd *target) {
+  const char *lo, *hi, *tlo, *thi;
+  if (!inplace_extent(o, &lo, &hi) || !inplace_extent(target, &tlo, &thi) || !(lo < thi && tlo < hi)) return 0;
+  PyArrayObject *c;
+  if (o->arr) {
+    c = (PyArrayObject *)PyArray_NewCopy(o->arr, NPY_CORDER);
+  } else {
+    if (o->t->trans) return 0;
+    npy_intp d[WEFT_MAX_DIMS];
+    for (int i = 0; i < o->nd; i++) d[i] = (npy_intp)o->d[i];
+    c = (PyArrayObject *)PyArray_SimpleNew(o->nd, d, NPY_FLOAT32);
+    if (c) memcpy(PyArray_DATA(c), lo, (size_t)(hi - lo));
+  }
+  if (!c) return -1;
+  Py_XSETREF(o->arr, c);
+  o->t = NULL;
+  o->layout_trans = 0;
+  fo->copies++;
+  return 0;
+}
+
 /* ---------------------------------------------------------------------------------------------- results */
 
 /* Where an op's result goes: a new Tensor (any Tensor operand), the caller's out= (Tensor or ndarray) or a new
@@ -922,6 +964,10 @@ static PyObject *matmul_locked(FabricObject *fo, PyObject *a, PyObject *b, int c
     for (int i = 0; i < nbat; i++) dc[wc++] = bat[i];
     dc[wc++] = m, dc[wc++] = n;
   }
+  if (out && WP_IS_TENSOR(out)) { /* a tensor out= sharing an operand's memory */
+    opnd T = {.t = (TensorObject *)out};
+    if (opnd_unshare(fo, &A, &T) || opnd_unshare(fo, &B, &T)) goto done;
+  }
   if (opnd_bind(fo, &A, 0, wa, da) || opnd_bind(fo, &B, 1, wb, db)) goto done;
   if (result_prepare(fo, &R, out, resident, contract, 2, fn, "out", pnd, pd, wc, dc,
                      out_overlaps(out, &A) || out_overlaps(out, &B)))
@@ -1119,6 +1165,10 @@ PyObject *wp_ew_op(FabricObject *fo, int kind, const char *fn, PyObject *x, cons
     ret = PyArray_ZEROS(pnd, d, NPY_FLOAT32, 0);
     goto done;
   }
+  if (out && WP_IS_TENSOR(out)) { /* a tensor out= sharing an operand's memory */
+    opnd T = {.t = (TensorObject *)out};
+    if (opnd_unshare(fo, &X, &T) || (y && opnd_unshare(fo, &Y, &T))) goto done;
+  }
   if (ew_bind(fo, &X, 0, &Y)) goto done;
   if (y && ew_bind(fo, &Y, 1, &X)) goto done;
   int hnd;
@@ -1263,18 +1313,8 @@ static PyObject *Fabric_axpy(FabricObject *fo, PyObject *const *args, Py_ssize_t
     ret = Py_NewRef(y);
     goto done;
   }
-  if (X.arr && Y.arr && (size_t)PyArray_SIZE(X.arr) >= WP_WRAP_MIN) {
-    /* x over y's memory (y itself, or a view of it): the library refuses two handles over one buffer, and y is
-     * written while x is read, so x is read from a copy (counted), as numpy buffers an overlapping input */
-    const char *xl, *xh, *yl, *yh;
-    array_extent(X.arr, &xl, &xh), array_extent(Y.arr, &yl, &yh);
-    if (xl < yh && yl < xh) {
-      PyArrayObject *c = (PyArrayObject *)PyArray_NewCopy(X.arr, NPY_CORDER);
-      if (!c) goto done;
-      Py_SETREF(X.arr, c);
-      fo->copies++;
-    }
-  }
+  /* x over y's memory (y itself, a view of it, a tensor sharing it): y is written while x is read */
+  if (opnd_unshare(fo, &X, &Y)) goto done;
   if (ew_bind(fo, &X, 0, &Y) || ew_bind(fo, &Y, 1, &X)) goto done;
   weft_op_desc desc = {(weft_contract)c, l};
   weft_status st = weft_op_axpy(fo->f, &desc, alpha, X.h, Y.h);
@@ -1340,6 +1380,10 @@ static PyObject *Fabric_softmax_xent(FabricObject *fo, PyObject *const *args, Py
     wp_raise(WEFT_ERR_SHAPE, "softmax_xent: logits has shape %s, which is empty: the loss is a mean over rows of "
              "a softmax over columns, and it needs at least one of each", wp_fmt_shape(s1, sizeof s1, Z.nd, Z.d));
     goto done;
+  }
+  if (og && WP_IS_TENSOR(og)) { /* a tensor out_grad sharing an operand's memory */
+    opnd G = {.t = (TensorObject *)og};
+    if (opnd_unshare(fo, &Z, &G) || opnd_unshare(fo, &T, &G)) goto done;
   }
   if (ew_bind(fo, &Z, 0, &T) || ew_bind(fo, &T, 1, &Z)) goto done;
   int resident = Z.t || T.t;
@@ -1959,8 +2003,9 @@ static PyMethodDef Fabric_methods[] = {
      "'tf32'/'bf16' (tensor units, opt-in). trans_a/trans_b: use the operand's last two axes swapped.\n"
      "dtype=numpy.float32 converts other real dtypes (float64 rounds to nearest); without it such an\n"
      "input raises TypeError. Fortran-ordered and transposed operands are read where they are\n"
-     "(no copy); other strided views are copied, counted in Fabric.copies, or refused with copy=False.\n"
-     "out: a Tensor or a writable C-contiguous float32 ndarray of the result's shape."},
+     "(no copy); other strided views are copied, counted in Fabric.copies, or refused with copy=False\n"
+     "(as is a dtype= conversion). out: a Tensor or a writable C-contiguous float32 ndarray of the result's\n"
+     "shape; it may overlap a or b (the result then goes to weft's memory first, a counted copy)."},
     {"add", (PyCFunction)(void (*)(void))Fabric_add, FAST,
      "add(x, y, contract='exact', lane=None, out=None, dtype=None)\n--\n\n"
      "x + y, where y has x's shape or is one row ([n] or [1, n]) added to every row of x (a bias)."},

@@ -40,7 +40,15 @@ SCALE = max(1, int(os.environ.get("WEFT_PROPERTY_EXAMPLES", "1")))
 def prop(examples):
     return settings(max_examples=examples * SCALE, derandomize=True, database=None, deadline=None,
                     print_blob=False, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                                             HealthCheck.filter_too_much])
+                                                             HealthCheck.filter_too_much,
+                                                             HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(autouse=True)
+def _quiet_numpy():
+    """The references compute with NaN and infinity on purpose: numpy's warnings about them are expected."""
+    with np.errstate(all="ignore"):
+        yield
 
 
 def _lanes_for(contract):
@@ -596,7 +604,8 @@ def test_errors_name_only_what_was_passed(fabric, fn, passed, fault, tensors):
 # ------------------------------------------------------------------------------------------------ aliasing
 
 ALIASED = ("matmul_out_a", "matmul_out_b", "add_out_x", "add_out_y", "relu_out_x", "relu_shifted", "scale_out_x",
-           "relu_backward_out_grad", "axpy_y_is_x", "axpy_x_view_of_y", "dlpack_operand_out")
+           "relu_backward_out_grad", "axpy_y_is_x", "axpy_x_view_of_y", "dlpack_operand_out", "dlpack_out",
+           "axpy_dlpack_x")
 
 
 @prop(20)
@@ -625,6 +634,8 @@ def test_outputs_over_their_inputs_give_numpys_answer(fabric, case, seed, lane):
         "axpy_x_view_of_y": (lambda: fabric.axpy(2.0, x[::-1], x, **kw), ref.axpy(2.0, x0[::-1], x0)),
         # a tensor over x's memory (DLPack), and x as out=
         "dlpack_operand_out": (lambda: fabric.matmul(fabric.from_dlpack(x), y, out=x, **kw), ref.matmul(x0, y0)),
+        "dlpack_out": (lambda: fabric.add(x, y, out=fabric.from_dlpack(x), **kw), x0 + y0),
+        "axpy_dlpack_x": (lambda: fabric.axpy(-1.0, fabric.from_dlpack(x), x, **kw), ref.axpy(-1.0, x0, x0)),
     }
     call, want = cases[case]
     got = call()
