@@ -191,11 +191,11 @@ int wp_lane(FabricObject *fo, PyObject *o, int *out) {
   return -1;
 }
 
-/* A flag (trans_a, copy, loss, ...): anything with a truth value; an array of several elements has none, and
- * says so as a TypeError naming the flag rather than numpy's ValueError. */
+/* A flag (trans_a, copy, loss, ...): anything with a truth value but an array of one or more dimensions (numpy
+ * raises ValueError for several elements, and deprecates the truth of none): a TypeError naming the flag. */
 static int as_bool(PyObject *o, int dflt, const char *fn, const char *name) {
   if (!o) return dflt;
-  int v = PyObject_IsTrue(o);
+  int v = PyArray_Check(o) && PyArray_NDIM((PyArrayObject *)o) > 0 ? -1 : PyObject_IsTrue(o);
   if (v < 0) {
     PyErr_Clear();
     PyErr_Format(PyExc_TypeError, "%s: %s must be True or False, not %s", fn, name, Py_TYPE(o)->tp_name);

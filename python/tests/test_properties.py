@@ -186,6 +186,7 @@ def matmul_cases(draw):
         case[side + "_view"] = kind == "tensor" and draw(st.booleans())
         case["trans_" + side] = len(shape) >= 2 and draw(st.booleans())
     case["out"] = draw(st.sampled_from([None, None, "array", "tensor"]))
+    case["scope"] = draw(st.booleans())
     return case
 
 
@@ -237,7 +238,13 @@ def test_matmul_follows_numpy(fabric, case):
         assert_names_only_what_was_passed(str(info.value), "matmul", set(kwargs))
         return
 
-    got = fabric.matmul(A, B, **kwargs)
+    if case["scope"]:  # the lanes batch the block; reading the result inside flushes it
+        with fabric.scope():
+            got = fabric.matmul(A, B, **kwargs)
+            value = np.asarray(got).copy()
+    else:
+        got = fabric.matmul(A, B, **kwargs)
+        value = np.asarray(got)
     if out is not None:
         assert got is out
     elif resident:
@@ -246,7 +253,6 @@ def test_matmul_follows_numpy(fabric, case):
         assert isinstance(got, np.float32)  # two 1-D operands: a numpy scalar, as numpy gives
     else:
         assert isinstance(got, np.ndarray) and got.dtype == f32
-    value = np.asarray(got)
     assert value.shape == shape == np.matmul(a, b).shape
     if case["contract"] == "exact":
         assert ref.same_bits(value, ref.matmul_numpy(a, b))
