@@ -25,7 +25,7 @@ import pytest
 
 hypothesis = pytest.importorskip(
     "hypothesis", reason="python3-hypothesis is not installed (Debian: apt-get install python3-hypothesis)")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.extra import numpy as hnp  # noqa: E402
 
@@ -267,6 +267,9 @@ def test_matmul_follows_numpy(fabric, case):
 @prop(25)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(1, 40), st.integers(1, 300),
        st.sampled_from([None] + EXACT_LANES))
+@example(1, 37, 33, 300, None).via("tile edges, long k")
+@example(2, 13, 29, 257, EXACT_LANES[-1]).via("tile edges, long k")
+@example(3, 1, 40, 129, EXACT_LANES[0]).via("one row")
 def test_matmul_exact_is_the_canonical_loop(fabric, seed, m, n, k, lane):
     # the definition itself (reference.matmul_loop: one float32 multiply and one float32 add per step, k
     # ascending) on shapes the lanes tile differently, including ragged edges and long k
