@@ -16,8 +16,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 # against; the OpenCL headers and ICD loader for the OpenCL example plugin and PoCL (OpenCL on the CPU) to
 # run it; libssl-dev (HMAC-SHA256 for `weft worker`'s authentication) and clang (libFuzzer, for the
 # protocol fuzzer); Python's headers (python3-dev) and numpy for the Python package's compiled module, pytest,
-# venv and pip for its tests (pip install ./python is checked in a virtual environment), scikit-learn (the
-# digits) for its tests and `weft mlp`, which reads them through zlib. lld (wasm-ld) links weft.wasm for the
+# hypothesis (which draws the cases of its property tests), venv and pip for its tests (pip install ./python is
+# checked in a virtual environment), scikit-learn (the digits) for its tests and `weft mlp`, which reads them
+# through zlib. lld (wasm-ld) links weft.wasm for the
 # Bench page; Chromium (headless, with its WebGPU on SwiftShader) and Node.js run the browser tests (playwright-core comes from npm, see below);
 # libwebsockets-dev is the server browser tabs join the fabric through (browser lanes, `weft serve`).
 # python3-torch runs tests/gpt/torch_ref.py, the independent GPT-2 the checkpoint loaders are checked against;
@@ -30,7 +31,7 @@ PACKAGES=(
   libopenblas-dev libdnnl-dev
   opencl-headers ocl-icd-opencl-dev pocl-opencl-icd
   libssl-dev clang
-  python3-dev python3-numpy python3-pytest python3-sklearn python3-venv python3-pip
+  python3-dev python3-numpy python3-pytest python3-hypothesis python3-sklearn python3-venv python3-pip
   lld chromium nodejs libwebsockets-dev
   python3-torch fortunes
   openmpi-bin libopenmpi-dev netpipe-tcp

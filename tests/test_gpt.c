@@ -13,6 +13,7 @@
  *
  * test_gpt --remote (under tests/net/with_worker.sh, WEFT_REMOTE naming a loopback worker): the same
  * fingerprint and tokens as the cpu with every remote lane pinned, and round robin over the cpu and them. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,11 @@ static void finish(weft_gpt *g, outcome *o) {
   const int32_t prompt[4] = {'t', 'h', 'e', ' '};
   uint64_t rng = 42;
   TU_CHECK(weft_gpt_generate(g, prompt, 4, GEN, 0.0f, 0, &rng, o->greedy, NULL) == WEFT_OK, "greedy: %s", weft_gpt_last_error(g));
+  /* more tokens than the context holds are refused before anything is written, also where prompt + count
+   * passes INT_MAX (the sum overflowed, and the call ran out of memory instead) */
+  int32_t none[1];
+  TU_CHECK(weft_gpt_generate(g, prompt, 4, INT_MAX - 1, 0.0f, 0, &rng, none, NULL) == WEFT_ERR_SHAPE,
+           "generate INT_MAX - 1 tokens: %s", weft_gpt_last_error(g));
   /* the KV cache decodes what a full forward over the whole sequence picks */
   int32_t seq[4 + GEN];
   memcpy(seq, prompt, sizeof prompt);

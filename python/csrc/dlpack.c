@@ -121,7 +121,11 @@ PyObject *wp_tensor_dlpack(TensorObject *t, PyObject *const *args, Py_ssize_t na
   wp_unlock(fo);
   if (v[2] && v[2] != Py_None) {
     int type = -1, id = -1;
-    if (!PyArg_ParseTuple(v[2], "ii", &type, &id)) return NULL;
+    if (!PyTuple_Check(v[2]) || !PyArg_ParseTuple(v[2], "ii", &type, &id)) {
+      PyErr_Clear();
+      return PyErr_Format(PyExc_TypeError, "__dlpack__: dl_device must be a (device type, device id) tuple of ints, "
+                          "as __dlpack_device__() returns");
+    }
     if (type == kDLCUDA && !o->shared && (lane = cuda_lane(fo, id)) >= 0) {
       ordinal = id;
     } else if (type == kDLCPU && o->dev_lane < 0) {
@@ -207,7 +211,11 @@ PyObject *wp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs
   int contract;
   if (wp_parse("from_dlpack", args, nargs, kwnames, names, v, 2, 1) || wp_contract(v[1], &contract)) return NULL;
   PyObject *x = v[0];
-  if (WP_IS_TENSOR(x)) return Py_NewRef(x);
+  if (WP_IS_TENSOR(x) && ((TensorObject *)x)->fab == fo) { /* already this fabric's: itself, under `contract` */
+    if (((TensorObject *)x)->contract == contract) return Py_NewRef(x);
+    return PyObject_CallMethod(x, "with_contract", "s", wp_contract_names[contract]);
+  }
+  /* another fabric's tensor comes through DLPack like any producer's memory: shared, not copied */
   PyObject *dev = PyObject_CallMethod(x, "__dlpack_device__", NULL);
   if (!dev) {
     if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
@@ -218,9 +226,11 @@ PyObject *wp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return NULL;
   }
   int dtype = 0, did = 0;
-  if (!PyArg_ParseTuple(dev, "ii", &dtype, &did)) {
+  if (!PyTuple_Check(dev) || !PyArg_ParseTuple(dev, "ii", &dtype, &did)) {
     Py_DECREF(dev);
-    return NULL;
+    PyErr_Clear();
+    return PyErr_Format(PyExc_TypeError, "from_dlpack: %s.__dlpack_device__() did not return a (device type, device "
+                        "id) tuple of ints", Py_TYPE(x)->tp_name);
   }
   Py_DECREF(dev);
   int lane = -1;
@@ -235,10 +245,12 @@ PyObject *wp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs
    * the memory (weft_tensor_wrap_lane) */
   PyObject *cap = PyObject_CallMethod(x, "__dlpack__", NULL);
   if (!cap) return NULL;
-  DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+  DLManagedTensor *m = PyCapsule_IsValid(cap, "dltensor") ? PyCapsule_GetPointer(cap, "dltensor") : NULL;
   if (!m) {
     Py_DECREF(cap);
-    return NULL;
+    PyErr_Clear();
+    return PyErr_Format(PyExc_TypeError, "from_dlpack: %s.__dlpack__() did not return an unused DLPack capsule "
+                        "(\"dltensor\")", Py_TYPE(x)->tp_name);
   }
   DLTensor *dl = &m->dl_tensor;
   char sb[160];

@@ -92,7 +92,7 @@ static int GPT_init(GPTObject *self, PyObject *args, PyObject *kw) {
   int pl, ln, ct;
   if (place_arg(place, &pl) || wp_lane(fo, lane, &ln) || wp_contract(contract, &ct)) return -1;
   if (params && params != Py_None) {
-    PyArrayObject *a = wp_as_f32(fo, params, "GPT", "params", 0);
+    PyArrayObject *a = wp_as_f32(fo, params, "GPT", "params", -1); /* GPT takes no dtype= */
     if (!a) return -1;
     char err[256];
     if (!weft_gpt_config_ok(&cfg, err, sizeof err)) {
@@ -123,7 +123,7 @@ static void GPT_dealloc(GPTObject *self) {
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyArrayObject *tokens(PyObject *o, const char *name, int *B, int *T) {
+static PyArrayObject *tokens(GPTObject *self, PyObject *o, const char *name, int *B, int *T) {
   PyArrayObject *in = (PyArrayObject *)PyArray_FromAny(o, NULL, 0, 0, 0, NULL);
   if (!in) return NULL;
   char kind = PyArray_DESCR(in)->kind;
@@ -131,7 +131,28 @@ static PyArrayObject *tokens(PyObject *o, const char *name, int *B, int *T) {
     Py_DECREF(in);
     return PyErr_Format(PyExc_TypeError, "%s: token ids are integers (an int array)", name), NULL;
   }
-  /* any integer dtype: ids beyond int32 are out of every vocabulary, and the model says so */
+  /* any integer dtype: ids beyond int32 are out of every vocabulary, and said so here (the cast to int32 would
+   * wrap 2**32 + 5 to 5, a valid id) */
+  if (PyArray_ITEMSIZE(in) > 4 || (kind == 'u' && PyArray_ITEMSIZE(in) == 4)) {
+    PyArrayObject *w = (PyArrayObject *)PyArray_FromAny((PyObject *)in, PyArray_DescrFromType(kind == 'u' ? NPY_UINT64
+                                                        : NPY_INT64), 0, 0, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED,
+                                                        NULL);
+    if (!w) return Py_DECREF(in), NULL;
+    const npy_intp n = PyArray_SIZE(w);
+    for (npy_intp i = 0; i < n; i++) {
+      const int64_t v = kind == 'u' ? -1 : ((const int64_t *)PyArray_DATA(w))[i];
+      const uint64_t u = kind == 'u' ? ((const uint64_t *)PyArray_DATA(w))[i] : 0;
+      if (kind == 'u' ? u > INT32_MAX : v < INT32_MIN || v > INT32_MAX) {
+        char num[32];
+        if (kind == 'u') snprintf(num, sizeof num, "%llu", (unsigned long long)u);
+        else snprintf(num, sizeof num, "%lld", (long long)v);
+        Py_DECREF(w), Py_DECREF(in);
+        return wp_raise(WEFT_ERR_INVALID_ARGUMENT, "%s: token %s at %zd is outside 0..%d", name, num, (Py_ssize_t)i,
+                        weft_gpt_get_config(self->g)->V - 1), NULL;
+      }
+    }
+    Py_DECREF(w);
+  }
   PyArrayObject *a = (PyArrayObject *)PyArray_FromAny((PyObject *)in, PyArray_DescrFromType(NPY_INT32), 0, 0,
                                                       NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST, NULL);
   Py_DECREF(in);
@@ -148,12 +169,15 @@ static PyArrayObject *tokens(PyObject *o, const char *name, int *B, int *T) {
 
 static PyObject *GPT_train_step(GPTObject *self, PyObject *args, PyObject *kw) {
   static char *names[] = {"tokens", "targets", "lr", "weight_decay", "max_norm", NULL};
-  PyObject *to, *tg;
+  PyObject *to, *tg, *lro = NULL, *wdo = NULL, *mno = NULL;
   float lr = 3e-4f, wd = 0.0f, mn = 1.0f;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|fff:train_step", names, &to, &tg, &lr, &wd, &mn)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOO:train_step", names, &to, &tg, &lro, &wdo, &mno)) return NULL;
+  if ((lro && wp_as_float(lro, "train_step", "lr", &lr)) || (wdo && wp_as_float(wdo, "train_step", "weight_decay", &wd)) ||
+      (mno && wp_as_float(mno, "train_step", "max_norm", &mn)))
+    return NULL;
   if (gpt_live(self)) return NULL;
   int B, T, B2, T2;
-  PyArrayObject *a = tokens(to, "train_step: tokens", &B, &T), *b = a ? tokens(tg, "train_step: targets", &B2, &T2) : NULL;
+  PyArrayObject *a = tokens(self, to, "train_step: tokens", &B, &T), *b = a ? tokens(self, tg, "train_step: targets", &B2, &T2) : NULL;
   PyObject *ret = NULL;
   if (!b) goto done;
   if (B != B2 || T != T2) {
@@ -177,7 +201,7 @@ static PyObject *GPT_loss(GPTObject *self, PyObject *args) {
   PyObject *to, *tg;
   if (!PyArg_ParseTuple(args, "OO:loss", &to, &tg) || gpt_live(self)) return NULL;
   int B, T, B2, T2;
-  PyArrayObject *a = tokens(to, "loss: tokens", &B, &T), *b = a ? tokens(tg, "loss: targets", &B2, &T2) : NULL;
+  PyArrayObject *a = tokens(self, to, "loss: tokens", &B, &T), *b = a ? tokens(self, tg, "loss: targets", &B2, &T2) : NULL;
   PyObject *ret = NULL;
   if (!b) goto done;
   if (B != B2 || T != T2) {
@@ -200,7 +224,7 @@ done:
 static PyObject *GPT_logits(GPTObject *self, PyObject *arg) {
   if (gpt_live(self)) return NULL;
   int B, T;
-  PyArrayObject *a = tokens(arg, "logits: tokens", &B, &T);
+  PyArrayObject *a = tokens(self, arg, "logits: tokens", &B, &T);
   if (!a) return NULL;
   npy_intp d[3] = {B, T, weft_gpt_get_config(self->g)->V};
   PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(3, d, NPY_FLOAT32);
@@ -221,14 +245,15 @@ static PyObject *GPT_logits(GPTObject *self, PyObject *arg) {
 
 static PyObject *GPT_generate(GPTObject *self, PyObject *args, PyObject *kw) {
   static char *names[] = {"prompt", "n", "temperature", "top_k", "seed", NULL};
-  PyObject *po;
+  PyObject *po, *tempo = NULL;
   int n, top_k = 0;
   float temp = 0.0f;
   unsigned long long seed = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi|fiK:generate", names, &po, &n, &temp, &top_k, &seed)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi|OiK:generate", names, &po, &n, &tempo, &top_k, &seed)) return NULL;
+  if (tempo && wp_as_float(tempo, "generate", "temperature", &temp)) return NULL;
   if (gpt_live(self)) return NULL;
   int B, T;
-  PyArrayObject *p = tokens(po, "generate: prompt", &B, &T);
+  PyArrayObject *p = tokens(self, po, "generate: prompt", &B, &T);
   if (!p) return NULL;
   PyObject *ret = NULL;
   if (B != 1) {
@@ -237,6 +262,12 @@ static PyObject *GPT_generate(GPTObject *self, PyObject *args, PyObject *kw) {
   }
   if (n < 0) {
     wp_raise(WEFT_ERR_INVALID_ARGUMENT, "%s", "generate: n (tokens to generate) is negative");
+    goto done;
+  }
+  const int maxT = weft_gpt_get_config(self->g)->maxT;
+  if (T < 1 || T > maxT || n > maxT - T) { /* said before n ids are allocated */
+    wp_raise(WEFT_ERR_SHAPE, "generate: a prompt of %d tokens and %d more must fit the context of %d (and the prompt "
+             "is not empty)", T, n, maxT);
     goto done;
   }
   npy_intp d = n;

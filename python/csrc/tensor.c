@@ -318,6 +318,14 @@ static PyObject *Tensor_get_T(TensorObject *t, void *c) {
   (void)c;
   if (t->ndim < 2) return Py_NewRef((PyObject *)t);
   if (t->ndim == 2) return (PyObject *)make_view(t);
+  if (t->dims[0] == 0 || t->dims[1] == 0) { /* reversed, an empty batch dimension would be a matrix's */
+    char sb[160];
+    int64_t rd[WEFT_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++) rd[i] = t->dims[t->ndim - 1 - i];
+    return wp_raise(WEFT_ERR_SHAPE, ".T: the transpose has shape %s, which a weft tensor cannot hold (only the batch "
+                    "dimensions of a rank-3 or rank-4 tensor may be 0): use .mT, or numpy's .T of numpy(t)",
+                    wp_fmt_shape(sb, sizeof sb, t->ndim, rd));
+  }
   FabricObject *fo = t->fab;
   wp_lock(fo);
   PyObject *ret = NULL;
@@ -393,9 +401,16 @@ static Py_ssize_t Tensor_len(TensorObject *t) {
 
 /* -------------------------------------------------------------------------------------------- operators */
 
+/* A real number the operators take as a scalar: a Python int or float, a numpy integer or floating scalar, or a
+ * 0-d array of one. Not bool (numpy's is not a number either), complex (converting drops the imaginary part),
+ * timedelta or anything else: those go on as operands, and are refused with their dtype. */
 static int is_scalar(PyObject *o) {
-  return PyFloat_Check(o) || (PyLong_Check(o) && !PyBool_Check(o)) || PyArray_IsScalar(o, Number) ||
-         (PyArray_Check(o) && PyArray_NDIM((PyArrayObject *)o) == 0);
+  if (PyFloat_Check(o) || (PyLong_Check(o) && !PyBool_Check(o))) return 1;
+  if (PyArray_IsScalar(o, Integer) || PyArray_IsScalar(o, Floating))
+    return !PyArray_IsScalar(o, Timedelta);
+  if (!PyArray_Check(o) || PyArray_NDIM((PyArrayObject *)o) != 0) return 0;
+  const char kind = PyArray_DESCR((PyArrayObject *)o)->kind;
+  return kind == 'i' || kind == 'u' || kind == 'f';
 }
 
 /* The contract an operator runs under: the tensors'. Two tensors that disagree do not pick for the caller. */
@@ -438,7 +453,8 @@ static PyObject *add_scalar(TensorObject *t, PyObject *s, int negate) {
   if (v == -1.0 && PyErr_Occurred()) return NULL;
   if (negate) v = -v;
   npy_intp n = t->ndim ? (npy_intp)t->dims[t->ndim - 1] : 1;
-  PyArrayObject *row = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_FLOAT32);
+  /* of a 0-d tensor: a 0-d array, its own shape */
+  PyArrayObject *row = (PyArrayObject *)PyArray_SimpleNew(t->ndim ? 1 : 0, &n, NPY_FLOAT32);
   if (!row) return NULL;
   float fv = (float)v;
   for (npy_intp i = 0; i < n; i++) ((float *)PyArray_DATA(row))[i] = fv;
@@ -451,6 +467,12 @@ static PyObject *add_scalar(TensorObject *t, PyObject *s, int negate) {
 static int64_t size_of(PyObject *o) {
   if (WP_IS_TENSOR(o)) return numel((TensorObject *)o);
   if (PyArray_Check(o)) return PyArray_SIZE((PyArrayObject *)o);
+  return -1;
+}
+
+static int ndim_of(PyObject *o) {
+  if (WP_IS_TENSOR(o)) return ((TensorObject *)o)->ndim;
+  if (PyArray_Check(o)) return PyArray_NDIM((PyArrayObject *)o);
   return -1;
 }
 
@@ -475,10 +497,13 @@ static PyObject *add_impl(PyObject *x, PyObject *y, int negate_y, const char *op
     else yy = wp_ew_op(fo, EW_SCALE, op, y, "the right operand", NULL, NULL, -1.0f, c, WEFT_LANE_AUTO, NULL, -1);
     if (!yy) return NULL;
   }
-  /* the larger operand is x: a row added to a matrix reads the same either way round */
+  /* the larger operand (or of one size, the higher rank: [1] + [1, 1, 1]) is x: a row added to a matrix reads
+   * the same either way round (each keeps its name) */
   PyObject *a = x, *b = yy;
-  if (size_of(b) > size_of(a)) a = yy, b = x;
-  PyObject *r = wp_ew_op(fo, EW_ADD, op, a, "the left operand", b, "the right operand", 0, c, WEFT_LANE_AUTO, NULL, -1);
+  const char *na = "the left operand", *nb = "the right operand";
+  if (size_of(b) > size_of(a) || (size_of(b) == size_of(a) && ndim_of(b) > ndim_of(a)))
+    a = yy, b = x, na = "the right operand", nb = "the left operand";
+  PyObject *r = wp_ew_op(fo, EW_ADD, op, a, na, b, nb, 0, c, WEFT_LANE_AUTO, NULL, -1);
   Py_DECREF(yy);
   return r;
 }
@@ -509,7 +534,7 @@ static PyObject *Tensor_mul(PyObject *x, PyObject *y) {
   if (!WP_IS_TENSOR(t)) Py_RETURN_NOTIMPLEMENTED;
   if (!is_scalar(s)) {
     if (WP_IS_TENSOR(s) || PyArray_Check(s))
-      return PyErr_Format(PyExc_TypeError, "*: weft multiplies a tensor by a scalar; for the matrix product use @");
+      return PyErr_Format(PyExc_TypeError, "*: weft multiplies a tensor by a scalar (a real number); for the matrix product use @");
     Py_RETURN_NOTIMPLEMENTED;
   }
   double v = PyFloat_AsDouble(s);

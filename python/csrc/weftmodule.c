@@ -10,6 +10,7 @@
 
 #include <dlfcn.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 PyObject *wp_errors, *wp_base_error;
@@ -170,11 +171,15 @@ int wp_lane(FabricObject *fo, PyObject *o, int *out) {
     return 0;
   }
   if (PyLong_Check(o) && !PyBool_Check(o)) {
-    long v = PyLong_AsLong(o);
+    int overflow = 0;
+    long v = PyLong_AsLongAndOverflow(o, &overflow);
     Py_ssize_t n = PyTuple_GET_SIZE(fo->lane_names);
-    if (v < 0 || v >= n) {
+    if (overflow || v < 0 || v >= n) {
       PyErr_Clear();
-      wp_raise(WEFT_ERR_NOT_FOUND, "lane %ld does not exist (the fabric has %zd lanes)", v, n);
+      PyObject *r = PyObject_Repr(o); /* the number given, not what C made of it */
+      wp_raise(WEFT_ERR_NOT_FOUND, "lane %s does not exist (the fabric has %zd lanes)", r ? PyUnicode_AsUTF8(r) : "?",
+               n);
+      Py_XDECREF(r);
       return -1;
     }
     *out = (int)v;
@@ -186,7 +191,17 @@ int wp_lane(FabricObject *fo, PyObject *o, int *out) {
   return -1;
 }
 
-static int as_bool(PyObject *o, int dflt) { return o ? PyObject_IsTrue(o) : dflt; }
+/* A flag (trans_a, copy, loss, ...): anything with a truth value but an array of one or more dimensions (numpy
+ * raises ValueError for several elements, and deprecates the truth of none): a TypeError naming the flag. */
+static int as_bool(PyObject *o, int dflt, const char *fn, const char *name) {
+  if (!o) return dflt;
+  int v = PyArray_Check(o) && PyArray_NDIM((PyArrayObject *)o) > 0 ? -1 : PyObject_IsTrue(o);
+  if (v < 0) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s: %s must be True or False, not %s", fn, name, Py_TYPE(o)->tp_name);
+  }
+  return v;
+}
 
 /* ------------------------------------------------------------------------------------------- helpers */
 
@@ -404,6 +419,14 @@ static int opnd_take(FabricObject *fo, PyObject *x, const char *fn, const char *
     for (int i = 0; i < t->ndim; i++) o->d[i] = t->dims[i];
     return 0;
   }
+  if (!copy_ok && convert > 0 && PyArray_Check(x) && PyArray_TYPE((PyArrayObject *)x) != NPY_FLOAT32 &&
+      PyArray_SIZE((PyArrayObject *)x) > 0 && strchr("biuf", PyArray_DESCR((PyArrayObject *)x)->kind)) {
+    char dn[64];
+    wp_raise(WEFT_ERR_INVALID_ARGUMENT, "%s: %s has dtype %s, so dtype=numpy.float32 converts it into a copy, and "
+             "copy=False forbids that: pass %s.astype(numpy.float32), or leave copy unset", fn, name,
+             dtype_name((PyArrayObject *)x, dn, sizeof dn), name);
+    return -1;
+  }
   if (!copy_ok && PyArray_Check(x) && PyArray_TYPE((PyArrayObject *)x) == NPY_FLOAT32 &&
       !PyArray_ISNOTSWAPPED((PyArrayObject *)x) && PyArray_SIZE((PyArrayObject *)x) > 0) {
     wp_raise(WEFT_ERR_INVALID_ARGUMENT, "%s: %s is float32 in the other byte order, so weft would have to copy it into "
@@ -484,6 +507,82 @@ static int opnd_bind(FabricObject *fo, opnd *o, int pos, int nd, const int64_t *
   return 0;
 }
 
+/* The bytes an array's elements span, [*lo, *hi) (empty for an empty array). */
+static void array_extent(PyArrayObject *a, const char **lo, const char **hi) {
+  const char *p = PyArray_BYTES(a), *q = p;
+  if (PyArray_SIZE(a) == 0) {
+    *lo = *hi = p;
+    return;
+  }
+  for (int i = 0; i < PyArray_NDIM(a); i++) {
+    npy_intp span = PyArray_STRIDES(a)[i] * (PyArray_DIMS(a)[i] - 1);
+    if (span < 0) p += span;
+    else q += span;
+  }
+  *lo = p;
+  *hi = q + PyArray_ITEMSIZE(a);
+}
+
+/* Whether the library would see o over memory that the array `out` may also cover: an array operand it wraps
+ * (a small one is copied into a scratch tensor first), or a tensor sharing host memory (DLPack). The library
+ * refuses two handles over one buffer, so such an out= gets its result in memory of weft's own first, then
+ * copied in, as numpy buffers an output that overlaps an input. */
+static int out_overlaps(PyObject *out, const opnd *o) {
+  if (!out || !PyArray_Check(out)) return 0;
+  const char *lo, *hi, *olo, *ohi;
+  if (o->wrap) {
+    array_extent(o->arr, &lo, &hi);
+  } else if (o->t && (o->t->base ? o->t->base : o->t)->shared && o->h) {
+    lo = (const char *)(o->t->base ? o->t->base : o->t)->shared;
+    hi = lo + 4 * weft_tensor_numel(o->h);
+  } else
+    return 0;
+  array_extent((PyArrayObject *)out, &olo, &ohi);
+  return lo < ohi && olo < hi;
+}
+
+/* [*lo, *hi): the host memory the library will use in place for o, before it is bound: an array it will wrap
+ * (WP_WRAP_MIN elements or more), or a tensor's memory shared through DLPack. 0 when there is none. */
+static int inplace_extent(const opnd *o, const char **lo, const char **hi) {
+  if (o->arr) {
+    if ((size_t)PyArray_SIZE(o->arr) < WP_WRAP_MIN) return 0;
+    array_extent(o->arr, lo, hi);
+    return 1;
+  }
+  const TensorObject *w = o->t ? (o->t->base ? o->t->base : o->t) : NULL;
+  if (!w || !w->shared) return 0;
+  size_t n = 1;
+  for (int i = 0; i < w->ndim; i++) n *= (size_t)w->dims[i];
+  *lo = (const char *)w->shared;
+  *hi = *lo + 4 * n;
+  return 1;
+}
+
+/* An operand the library would read in place over the memory an op writes in place (`target`: an out= or
+ * axpy's y, a tensor sharing memory or a wrapped array) is read from a copy instead (counted): the library
+ * refuses two handles over one buffer. An array is copied; a tensor sharing host memory becomes an array
+ * copy of it (that memory is its value); a .T view of one is left to the library's refusal. */
+static int opnd_unshare(FabricObject *fo, opnd *o, const opnd *target) {
+  const char *lo, *hi, *tlo, *thi;
+  if (!inplace_extent(o, &lo, &hi) || !inplace_extent(target, &tlo, &thi) || !(lo < thi && tlo < hi)) return 0;
+  PyArrayObject *c;
+  if (o->arr) {
+    c = (PyArrayObject *)PyArray_NewCopy(o->arr, NPY_CORDER);
+  } else {
+    if (o->t->trans) return 0;
+    npy_intp d[WEFT_MAX_DIMS];
+    for (int i = 0; i < o->nd; i++) d[i] = (npy_intp)o->d[i];
+    c = (PyArrayObject *)PyArray_SimpleNew(o->nd, d, NPY_FLOAT32);
+    if (c) memcpy(PyArray_DATA(c), lo, (size_t)(hi - lo));
+  }
+  if (!c) return -1;
+  Py_XSETREF(o->arr, c);
+  o->t = NULL;
+  o->layout_trans = 0;
+  fo->copies++;
+  return 0;
+}
+
 /* ---------------------------------------------------------------------------------------------- results */
 
 /* Where an op's result goes: a new Tensor (any Tensor operand), the caller's out= (Tensor or ndarray) or a new
@@ -506,24 +605,93 @@ static void result_release(FabricObject *fo, result *r) {
   memset(r, 0, sizeof *r);
 }
 
-/* Prepares r for a result of Python shape (pnd, pd) held by the library as (nd, dims). */
+/* Checks an out= for a result of Python shape (pnd, pd): a Tensor of this fabric of that shape (not a .T view),
+ * or a writable C-contiguous aligned float32 ndarray in native byte order of that shape. */
+static int out_check(FabricObject *fo, PyObject *out, const char *fn, const char *outname, int pnd,
+                     const int64_t *pd) {
+  char s1[128], s2[128];
+  if (WP_IS_TENSOR(out)) {
+    TensorObject *t = (TensorObject *)out;
+    if (t->fab != fo)
+      return wp_raise(WEFT_ERR_WRONG_FABRIC, "%s: %s belongs to another fabric; tensors cannot be shared between "
+                      "fabrics", fn, outname), -1;
+    if (t->trans)
+      return PyErr_Format(PyExc_TypeError, "%s: %s is a view (.T); give a tensor of its own", fn, outname), -1;
+    if (t->ndim != pnd || memcmp(t->dims, pd, (size_t)pnd * sizeof *pd) != 0)
+      return wp_raise(WEFT_ERR_SHAPE, "%s: %s has shape %s; the result has shape %s", fn, outname,
+                      wp_fmt_shape(s1, sizeof s1, t->ndim, t->dims), wp_fmt_shape(s2, sizeof s2, pnd, pd)), -1;
+    return 0;
+  }
+  if (!PyArray_Check(out) || PyArray_TYPE((PyArrayObject *)out) != NPY_FLOAT32 ||
+      !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)out) || !PyArray_ISWRITEABLE((PyArrayObject *)out) ||
+      !PyArray_ISALIGNED((PyArrayObject *)out) || !PyArray_ISNOTSWAPPED((PyArrayObject *)out))
+    return PyErr_Format(PyExc_TypeError, "%s: %s must be a Tensor of this fabric or a writable C-contiguous "
+                        "float32 ndarray in native byte order", fn, outname), -1;
+  PyArrayObject *oa = (PyArrayObject *)out;
+  int ok = PyArray_NDIM(oa) == pnd;
+  for (int i = 0; ok && i < pnd; i++) ok = PyArray_DIMS(oa)[i] == pd[i];
+  if (!ok)
+    return wp_raise(WEFT_ERR_SHAPE, "%s: %s has shape %s; the result has shape %s", fn, outname,
+                    fmt_npshape(s1, sizeof s1, PyArray_NDIM(oa), PyArray_DIMS(oa)),
+                    wp_fmt_shape(s2, sizeof s2, pnd, pd)), -1;
+  return 0;
+}
+
+/* Sets an out= (checked by out_check) to zeros: the empty sums of a matmul with k = 0, sum_rows over no rows.
+ * A tensor's value is written, not computed from the old one (0 * NaN is NaN). */
+static int out_zero(FabricObject *fo, PyObject *out) {
+  if (!WP_IS_TENSOR(out)) {
+    memset(PyArray_DATA((PyArrayObject *)out), 0, (size_t)PyArray_NBYTES((PyArrayObject *)out));
+    return 0;
+  }
+  TensorObject *t = (TensorObject *)out;
+  weft_tensor *h = wp_tensor_handle(t);
+  if (!h) return -1;
+  size_t n = weft_tensor_numel(h);
+  if (n == 0) return 0;
+  float *zeros = calloc(n, sizeof *zeros);
+  if (!zeros) return PyErr_NoMemory(), -1;
+  weft_status st = weft_tensor_write(h, zeros, n);
+  free(zeros);
+  if (st) return wp_raise_fabric(fo, st), -1;
+  return wp_tensor_after_write(t);
+}
+
+/* A new tensor of zeros of Python shape (pnd, pd) for an empty op's result, or a ShapeError that says which
+ * shapes a tensor can hold (only the batch dimensions of a rank-3 or rank-4 tensor may be 0). */
+static PyObject *zeros_result(FabricObject *fo, const char *fn, int pnd, const int64_t *pd, int contract) {
+  int64_t d[WEFT_MAX_DIMS] = {1};
+  int nd = pnd ? pnd : 1;
+  char sb[160];
+  int ok = pnd <= WEFT_MAX_DIMS;
+  for (int i = 0; ok && i < pnd; i++) {
+    d[i] = pd[i];
+    if (pd[i] == 0 && (pnd < 3 || i >= pnd - 2)) ok = 0;
+  }
+  if (!ok)
+    return wp_raise(WEFT_ERR_SHAPE, "%s: the result has shape %s, which a weft tensor cannot hold (its dimensions are "
+                    ">= 1, but for the batch dimensions of a rank-3 or rank-4 tensor): give arrays for an empty array",
+                    fn, wp_fmt_shape(sb, sizeof sb, pnd, pd));
+  weft_tensor *h = NULL;
+  weft_status st = weft_tensor_create(fo->f, nd, d, NULL, &h);
+  if (st) return wp_raise_fabric(fo, st);
+  PyObject *t = (PyObject *)wp_tensor_new(fo, h, pnd, pd, contract);
+  if (!t) weft_tensor_destroy(h);
+  return t;
+}
+
+/* Prepares r for a result of Python shape (pnd, pd) held by the library as (nd, dims). `own`: out= overlaps
+ * an operand the library reads in place, so the result goes to a tensor of weft's own first (counted in
+ * copies), and is copied into out after the op. */
 static int result_prepare(FabricObject *fo, result *r, PyObject *out, int resident, int contract, int pos,
                           const char *fn, const char *outname, int pnd, const int64_t *pd, int nd,
-                          const int64_t *dims) {
+                          const int64_t *dims, int own) {
   memset(r, 0, sizeof *r);
-  char s1[128], s2[128];
   if (out && out != Py_None) {
     r->is_out = 1;
+    if (out_check(fo, out, fn, outname, pnd, pd)) return -1;
     if (WP_IS_TENSOR(out)) {
       TensorObject *t = (TensorObject *)out;
-      if (t->fab != fo)
-        return wp_raise(WEFT_ERR_WRONG_FABRIC, "%s: %s belongs to another fabric; tensors cannot be shared between "
-                        "fabrics", fn, outname), -1;
-      if (t->trans || t->base)
-        return PyErr_Format(PyExc_TypeError, "%s: %s is a view (.T); give a tensor of its own", fn, outname), -1;
-      if (t->ndim != pnd || memcmp(t->dims, pd, (size_t)pnd * sizeof *pd) != 0)
-        return wp_raise(WEFT_ERR_SHAPE, "%s: %s has shape %s; the result has shape %s", fn, outname,
-                        wp_fmt_shape(s1, sizeof s1, t->ndim, t->dims), wp_fmt_shape(s2, sizeof s2, pnd, pd)), -1;
       r->h = wp_tensor_handle(t);
       if (!r->h) return -1;
       if (wp_tensor_before_use(t)) return -1;
@@ -540,20 +708,8 @@ static int result_prepare(FabricObject *fo, result *r, PyObject *out, int reside
       }
       return 0;
     }
-    if (!PyArray_Check(out) || PyArray_TYPE((PyArrayObject *)out) != NPY_FLOAT32 ||
-        !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)out) || !PyArray_ISWRITEABLE((PyArrayObject *)out) ||
-        !PyArray_ISALIGNED((PyArrayObject *)out) || !PyArray_ISNOTSWAPPED((PyArrayObject *)out))
-      return PyErr_Format(PyExc_TypeError, "%s: %s must be a Tensor of this fabric or a writable C-contiguous "
-                          "float32 ndarray in native byte order", fn, outname), -1;
-    PyArrayObject *oa = (PyArrayObject *)out;
-    int ok = PyArray_NDIM(oa) == pnd;
-    for (int i = 0; ok && i < pnd; i++) ok = PyArray_DIMS(oa)[i] == pd[i];
-    if (!ok)
-      return wp_raise(WEFT_ERR_SHAPE, "%s: %s has shape %s; the result has shape %s", fn, outname,
-                      fmt_npshape(s1, sizeof s1, PyArray_NDIM(oa), PyArray_DIMS(oa)),
-                      wp_fmt_shape(s2, sizeof s2, pnd, pd)), -1;
     Py_INCREF(out);
-    r->arr = oa;
+    r->arr = (PyArrayObject *)out;
   } else if (resident) {
     weft_tensor *h = NULL;
     weft_status st = weft_tensor_create(fo->f, nd, dims, NULL, &h);
@@ -571,8 +727,10 @@ static int result_prepare(FabricObject *fo, result *r, PyObject *out, int reside
   }
   size_t n = (size_t)PyArray_SIZE(r->arr);
   if (n >= WP_WRAP_MIN) {
-    weft_status st = weft_tensor_wrap(fo->f, nd, dims, (float *)PyArray_DATA(r->arr), &r->wrap);
+    weft_status st = own ? weft_tensor_create(fo->f, nd, dims, NULL, &r->wrap)
+                         : weft_tensor_wrap(fo->f, nd, dims, (float *)PyArray_DATA(r->arr), &r->wrap);
     if (st) return wp_raise_fabric(fo, st), -1;
+    if (own) fo->copies++;
     r->h = r->wrap;
   } else {
     r->h = wp_scratch_get(fo, pos, nd, dims);
@@ -703,27 +861,13 @@ static PyObject *matmul_locked(FabricObject *fo, PyObject *a, PyObject *b, int c
   }
   /* empty results, and k = 0 (every element an empty sum: zero), as numpy */
   if (prod(nbr, br) == 0 || m == 0 || n == 0 || k == 0) {
-    int64_t wd[WEFT_MAX_DIMS];
-    int wnd = pnd ? pnd : 1;
-    for (int i = 0; i < wnd; i++) wd[i] = pnd ? pd[i] : 1;
     if (out && out != Py_None) {
-      if (result_prepare(fo, &R, out, resident, contract, 2, fn, "out", pnd, pd, wnd, wd)) goto done;
-      if (R.arr) memset(PyArray_DATA(R.arr), 0, (size_t)PyArray_NBYTES(R.arr));
-      else if (weft_tensor_numel(R.h)) {
-        weft_status st = weft_op_scale(fo->f, NULL, 0.0f, R.h, R.h); /* zeros, on its lane */
-        if (st) { wp_raise_fabric(fo, st); goto done; }
-        if (wp_tensor_after_write(R.t)) goto done;
-      }
-      ret = R.arr ? (PyObject *)R.arr : (PyObject *)R.t;
-      Py_INCREF(ret);
+      if (out_check(fo, out, fn, "out", pnd, pd) || out_zero(fo, out)) goto done;
+      ret = Py_NewRef(out);
       goto done;
     }
     if (resident) {
-      weft_tensor *h = NULL;
-      weft_status st = weft_tensor_create(fo->f, wnd, wd, NULL, &h);
-      if (st) { wp_raise_fabric(fo, st); goto done; }
-      ret = (PyObject *)wp_tensor_new(fo, h, pnd, pd, contract);
-      if (!ret) weft_tensor_destroy(h);
+      ret = zeros_result(fo, fn, pnd, pd, contract);
       goto done;
     }
     npy_intp d[NPY_MAXDIMS];
@@ -820,8 +964,14 @@ static PyObject *matmul_locked(FabricObject *fo, PyObject *a, PyObject *b, int c
     for (int i = 0; i < nbat; i++) dc[wc++] = bat[i];
     dc[wc++] = m, dc[wc++] = n;
   }
+  if (out && WP_IS_TENSOR(out)) { /* a tensor out= sharing an operand's memory */
+    opnd T = {.t = (TensorObject *)out};
+    if (opnd_unshare(fo, &A, &T) || opnd_unshare(fo, &B, &T)) goto done;
+  }
   if (opnd_bind(fo, &A, 0, wa, da) || opnd_bind(fo, &B, 1, wb, db)) goto done;
-  if (result_prepare(fo, &R, out, resident, contract, 2, fn, "out", pnd, pd, wc, dc)) goto done;
+  if (result_prepare(fo, &R, out, resident, contract, 2, fn, "out", pnd, pd, wc, dc,
+                     out_overlaps(out, &A) || out_overlaps(out, &B)))
+    goto done;
   weft_op_desc desc = {(weft_contract)contract, lane};
   weft_status st;
   int big = (double)m * (double)n * (double)k * (double)prod(nbat, bat) >= (double)(1 << 21);
@@ -898,7 +1048,7 @@ static int parse_dtype(PyObject *o, int *convert) {
 static int parse_copy(PyObject *o, int *copy_ok) {
   *copy_ok = 1;
   if (!o || o == Py_None) return 0;
-  int v = PyObject_IsTrue(o);
+  int v = as_bool(o, 1, "matmul", "copy");
   if (v < 0) return -1;
   *copy_ok = v;
   return 0;
@@ -909,7 +1059,7 @@ static PyObject *Fabric_matmul(FabricObject *fo, PyObject *const *args, Py_ssize
   PyObject *v[9];
   if (wp_parse("matmul", args, nargs, kwnames, names, v, 9, 2)) return NULL;
   int contract, lane, convert, copy_ok;
-  int ta = as_bool(v[3], 0), tb = as_bool(v[4], 0);
+  int ta = as_bool(v[3], 0, "matmul", "trans_a"), tb = ta < 0 ? 0 : as_bool(v[4], 0, "matmul", "trans_b");
   if (ta < 0 || tb < 0 || wp_contract(v[2], &contract) || wp_lane(fo, v[5], &lane) || parse_dtype(v[7], &convert) ||
       parse_copy(v[8], &copy_ok))
     return NULL;
@@ -936,10 +1086,16 @@ static void ew_dims(const opnd *o, int *nd, int64_t *d) {
   }
 }
 
-static int ew_bind(FabricObject *fo, opnd *o, int pos) {
+/* Binds an elementwise operand. An array of a tensor operand's shape (`peer`) is given in that shape, as the
+ * library wants operands of one shape; otherwise as ew_dims says. */
+static int ew_bind(FabricObject *fo, opnd *o, int pos, const opnd *peer) {
   int nd;
   int64_t d[WEFT_MAX_DIMS];
   ew_dims(o, &nd, d);
+  if (!o->t && peer && peer->t && peer->nd == o->nd && memcmp(peer->d, o->d, (size_t)o->nd * sizeof *o->d) == 0) {
+    nd = o->nd ? o->nd : 1;
+    for (int i = 0; i < nd; i++) d[i] = o->nd ? o->d[i] : 1;
+  }
   if (o->t) {
     if (!(o->t->base ? o->t->base : o->t)->h)
       return wp_raise(WEFT_ERR_STATE, "%s: %s is a closed tensor", o->fn, o->name), -1;
@@ -988,16 +1144,20 @@ PyObject *wp_ew_op(FabricObject *fo, int kind, const char *fn, PyObject *x, cons
                kind == EW_ADD ? ", or be one row of it ([n] or [1, n]) added to every row" : "");
       goto done;
     }
+    if (!same && Y.nd > X.nd) { /* [n] + [1, n] is [1, n], as numpy broadcasts it */
+      pnd = Y.nd;
+      memcpy(pd, Y.d, (size_t)pnd * sizeof *pd);
+    }
   }
   int64_t n = prod(X.nd, X.d);
-  if (n == 0) { /* empty in, empty out: nothing to run */
+  if (n == 0) { /* empty in: nothing to run; sum_rows over no rows is zeros */
     if (out && out != Py_None) {
-      Py_INCREF(out);
-      ret = out;
+      if (out_check(fo, out, fn, "out", pnd, pd) || out_zero(fo, out)) goto done;
+      ret = Py_NewRef(out);
       goto done;
     }
     if (resident) {
-      wp_raise(WEFT_ERR_SHAPE, "%s: %s is empty; weft tensors hold at least one element", fn, nx);
+      ret = zeros_result(fo, fn, pnd, pd, contract);
       goto done;
     }
     npy_intp d[NPY_MAXDIMS];
@@ -1005,8 +1165,12 @@ PyObject *wp_ew_op(FabricObject *fo, int kind, const char *fn, PyObject *x, cons
     ret = PyArray_ZEROS(pnd, d, NPY_FLOAT32, 0);
     goto done;
   }
-  if (ew_bind(fo, &X, 0)) goto done;
-  if (y && ew_bind(fo, &Y, 1)) goto done;
+  if (out && WP_IS_TENSOR(out)) { /* a tensor out= sharing an operand's memory */
+    opnd T = {.t = (TensorObject *)out};
+    if (opnd_unshare(fo, &X, &T) || (y && opnd_unshare(fo, &Y, &T))) goto done;
+  }
+  if (ew_bind(fo, &X, 0, &Y)) goto done;
+  if (y && ew_bind(fo, &Y, 1, &X)) goto done;
   int hnd;
   int64_t hd[WEFT_MAX_DIMS];
   weft_tensor_shape(X.h, &hnd, hd);
@@ -1018,7 +1182,9 @@ PyObject *wp_ew_op(FabricObject *fo, int kind, const char *fn, PyObject *x, cons
     wp_raise(WEFT_ERR_SHAPE, "%s: a weft tensor has at most %d dimensions", fn, WEFT_MAX_DIMS);
     goto done;
   }
-  if (result_prepare(fo, &R, out, resident, contract, 2, fn, "out", pnd, pd, hnd, hd)) goto done;
+  if (result_prepare(fo, &R, out, resident, contract, 2, fn, "out", pnd, pd, hnd, hd,
+                     out_overlaps(out, &X) || out_overlaps(out, &Y)))
+    goto done;
   weft_op_desc desc = {(weft_contract)contract, lane};
   weft_status st;
   int big = n >= (1 << 20);
@@ -1075,9 +1241,16 @@ static PyObject *Fabric_relu_backward(FabricObject *fo, PyObject *const *args, P
   return wp_ew_op(fo, EW_RELU_BW, "relu_backward", v[0], "grad", v[1], "x", 0, c, l, v[4], cv);
 }
 
-static int as_float(PyObject *o, const char *fn, const char *name, float *out) {
-  double d = PyFloat_AsDouble(o);
-  if (d == -1.0 && PyErr_Occurred()) {
+int wp_is_complex(PyObject *o) {
+  return PyComplex_Check(o) || PyArray_IsScalar(o, ComplexFloating) ||
+         (PyArray_Check(o) && PyArray_ISCOMPLEX((PyArrayObject *)o));
+}
+
+int wp_as_float(PyObject *o, const char *fn, const char *name, float *out) {
+  /* numpy's complex scalars convert to float by dropping the imaginary part (a warning, not an error) */
+  double d = wp_is_complex(o) ? -1.0 : PyFloat_AsDouble(o);
+  if (wp_is_complex(o) || (d == -1.0 && PyErr_Occurred())) {
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_OverflowError)) return -1; /* an int too large for C */
     PyErr_Clear();
     PyErr_Format(PyExc_TypeError, "%s: %s must be a real number, not %s", fn, name, Py_TYPE(o)->tp_name);
     return -1;
@@ -1091,7 +1264,7 @@ static PyObject *Fabric_scale(FabricObject *fo, PyObject *const *args, Py_ssize_
   PyObject *v[6];
   int c, l, cv;
   float alpha;
-  if (wp_parse("scale", args, nargs, kw, names, v, 6, 2) || as_float(v[0], "scale", "alpha", &alpha) ||
+  if (wp_parse("scale", args, nargs, kw, names, v, 6, 2) || wp_as_float(v[0], "scale", "alpha", &alpha) ||
       common_opts(fo, v[2], v[3], v[5], &c, &l, &cv))
     return NULL;
   return wp_ew_op(fo, EW_SCALE, "scale", v[1], "x", NULL, NULL, alpha, c, l, v[4], cv);
@@ -1112,30 +1285,37 @@ static PyObject *Fabric_axpy(FabricObject *fo, PyObject *const *args, Py_ssize_t
   PyObject *v[6];
   int c, l, cv;
   float alpha;
-  if (wp_parse("axpy", args, nargs, kw, names, v, 6, 3) || as_float(v[0], "axpy", "alpha", &alpha) ||
+  if (wp_parse("axpy", args, nargs, kw, names, v, 6, 3) || wp_as_float(v[0], "axpy", "alpha", &alpha) ||
       common_opts(fo, v[3], v[4], v[5], &c, &l, &cv))
     return NULL;
   PyObject *y = v[2];
   if (!WP_IS_TENSOR(y) &&
       !(PyArray_Check(y) && PyArray_TYPE((PyArrayObject *)y) == NPY_FLOAT32 &&
         PyArray_IS_C_CONTIGUOUS((PyArrayObject *)y) && PyArray_ISWRITEABLE((PyArrayObject *)y) &&
-        PyArray_ISNOTSWAPPED((PyArrayObject *)y)))
-    return PyErr_Format(PyExc_TypeError, "axpy: y is updated in place, so it must be a Tensor or a writable "
+        PyArray_ISALIGNED((PyArrayObject *)y) && PyArray_ISNOTSWAPPED((PyArrayObject *)y)))
+    return PyErr_Format(PyExc_TypeError, "axpy: y is updated in place, so it must be a Tensor or a writable, aligned "
                         "C-contiguous float32 ndarray in native byte order");
-  if (WP_IS_TENSOR(y) && ((TensorObject *)y)->base)
+  if (WP_IS_TENSOR(y) && ((TensorObject *)y)->trans)
     return PyErr_Format(PyExc_TypeError, "axpy: y is a view (.T); give a tensor of its own");
   opnd X, Y;
   memset(&X, 0, sizeof X), memset(&Y, 0, sizeof Y);
   PyObject *ret = NULL;
+  char s1[128], s2[128];
   wp_lock(fo);
   if (wp_check_open(fo) || opnd_take(fo, v[1], "axpy", "x", cv, 1, 0, &X) || opnd_take(fo, y, "axpy", "y", 0, 0, 0, &Y))
     goto done;
-  if (prod(Y.nd, Y.d) == 0 && !Y.t) {
-    Py_INCREF(y);
-    ret = y;
+  if (prod(Y.nd, Y.d) == 0) {
+    if (X.nd != Y.nd || memcmp(X.d, Y.d, (size_t)X.nd * sizeof *X.d) != 0) {
+      wp_raise(WEFT_ERR_SHAPE, "axpy: x has shape %s and y has shape %s; they must be one shape",
+               wp_fmt_shape(s1, sizeof s1, X.nd, X.d), wp_fmt_shape(s2, sizeof s2, Y.nd, Y.d));
+      goto done;
+    }
+    ret = Py_NewRef(y);
     goto done;
   }
-  if (ew_bind(fo, &X, 0) || ew_bind(fo, &Y, 1)) goto done;
+  /* x over y's memory (y itself, a view of it, a tensor sharing it): y is written while x is read */
+  if (opnd_unshare(fo, &X, &Y)) goto done;
+  if (ew_bind(fo, &X, 0, &Y) || ew_bind(fo, &Y, 1, &X)) goto done;
   weft_op_desc desc = {(weft_contract)c, l};
   weft_status st = weft_op_axpy(fo->f, &desc, alpha, X.h, Y.h);
   if (st) {
@@ -1174,7 +1354,8 @@ static PyObject *Fabric_softmax_xent(FabricObject *fo, PyObject *const *args, Py
   int c, l, cv;
   if (wp_parse("softmax_xent", args, nargs, kw, names, v, 9, 2) || common_opts(fo, v[2], v[3], v[8], &c, &l, &cv))
     return NULL;
-  int want_loss = as_bool(v[4], 1), want_grad = as_bool(v[5], 1);
+  int want_loss = as_bool(v[4], 1, "softmax_xent", "loss");
+  int want_grad = want_loss < 0 ? 0 : as_bool(v[5], 1, "softmax_xent", "grad");
   if (want_loss < 0 || want_grad < 0) return NULL;
   PyObject *ol = v[6] == Py_None ? NULL : v[6], *og = v[7] == Py_None ? NULL : v[7];
   want_loss = want_loss || ol;
@@ -1195,15 +1376,25 @@ static PyObject *Fabric_softmax_xent(FabricObject *fo, PyObject *const *args, Py
              wp_fmt_shape(s1, sizeof s1, Z.nd, Z.d), wp_fmt_shape(s2, sizeof s2, T.nd, T.d));
     goto done;
   }
-  if (ew_bind(fo, &Z, 0) || ew_bind(fo, &T, 1)) goto done;
+  if (prod(Z.nd, Z.d) == 0) {
+    wp_raise(WEFT_ERR_SHAPE, "softmax_xent: logits has shape %s, which is empty: the loss is a mean over rows of "
+             "a softmax over columns, and it needs at least one of each", wp_fmt_shape(s1, sizeof s1, Z.nd, Z.d));
+    goto done;
+  }
+  if (og && WP_IS_TENSOR(og)) { /* a tensor out_grad sharing an operand's memory */
+    opnd G = {.t = (TensorObject *)og};
+    if (opnd_unshare(fo, &Z, &G) || opnd_unshare(fo, &T, &G)) goto done;
+  }
+  if (ew_bind(fo, &Z, 0, &T) || ew_bind(fo, &T, 1, &Z)) goto done;
   int resident = Z.t || T.t;
   int64_t one = 1;
   int hnd;
   int64_t hd[WEFT_MAX_DIMS];
   weft_tensor_shape(Z.h, &hnd, hd);
-  if (want_loss && result_prepare(fo, &RL, ol, resident, c, 2, "softmax_xent", "out_loss", 1, &one, 1, &one))
+  if (want_loss && result_prepare(fo, &RL, ol, resident, c, 2, "softmax_xent", "out_loss", 1, &one, 1, &one, 0))
     goto done;
-  if (want_grad && result_prepare(fo, &RG, og, resident, c, 3, "softmax_xent", "out_grad", Z.nd, Z.d, hnd, hd))
+  if (want_grad && result_prepare(fo, &RG, og, resident, c, 3, "softmax_xent", "out_grad", Z.nd, Z.d, hnd, hd,
+                                  out_overlaps(og, &Z) || out_overlaps(og, &T)))
     goto done;
   weft_op_desc desc = {(weft_contract)c, l};
   weft_status st = weft_op_softmax_xent(fo->f, &desc, Z.h, T.h, RL.h, RG.h);
@@ -1238,7 +1429,7 @@ done:
 /* ------------------------------------------------------------------------------------------ tensors */
 
 static int shape_arg(PyObject *o, const char *fn, int *nd, int64_t *d) {
-  if (PyLong_Check(o)) {
+  if (PyIndex_Check(o)) { /* an int, or numpy's integer scalars, as numpy.zeros takes them */
     *nd = 1;
     d[0] = PyLong_AsLongLong(o);
     return PyErr_Occurred() ? -1 : 0;
@@ -1275,8 +1466,11 @@ static PyObject *Fabric_zeros(FabricObject *fo, PyObject *const *args, Py_ssize_
   if (!wp_check_open(fo)) {
     weft_tensor *h = NULL;
     weft_status st = weft_tensor_create(fo->f, nd, d, NULL, &h);
-    if (st) wp_raise_fabric(fo, st);
-    else if (!(ret = (PyObject *)wp_tensor_new(fo, h, nd, d, c))) weft_tensor_destroy(h);
+    if (st) { /* the library's reason, said by the call the caller made (not "tensor: ...") */
+      const char *m = weft_fabric_last_error(fo->f), *colon = m ? strstr(m, ": ") : NULL;
+      wp_raise(st, "zeros: %s", colon ? colon + 2 : weft_status_str(st));
+    } else if (!(ret = (PyObject *)wp_tensor_new(fo, h, nd, d, c)))
+      weft_tensor_destroy(h);
   }
   wp_unlock(fo);
   return ret;
@@ -1391,10 +1585,16 @@ static int Fabric_init(FabricObject *fo, PyObject *args, PyObject *kw) {
                           "plugins", "remote", "browser", NULL};
   PyObject *lanes = NULL, *cal = NULL, *on_note = NULL, *plugins = NULL, *remote = NULL, *browser = NULL;
   int cpu_threads = 0;
-  unsigned long long vmax = 0, scratch = 64u << 20;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|OiOOKKOOO:Fabric", names, &lanes, &cpu_threads, &cal, &on_note, &vmax,
+  long long vmax = 0, scratch = 64 << 20;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|OiOOLLOOO:Fabric", names, &lanes, &cpu_threads, &cal, &on_note, &vmax,
                                    &scratch, &plugins, &remote, &browser))
     return -1;
+  if (vmax < 0 || scratch < 0) {
+    wp_raise(WEFT_ERR_INVALID_ARGUMENT, "Fabric: %s is %lld; give a byte count >= 0%s",
+             vmax < 0 ? "vulkan_max_binding" : "scratch_bytes", vmax < 0 ? vmax : scratch,
+             vmax < 0 ? " (0: the device's own limit)" : "");
+    return -1;
+  }
   if (fo->f) {
     PyErr_SetString(PyExc_RuntimeError, "Fabric.__init__: this fabric is already open");
     return -1;
@@ -1410,8 +1610,9 @@ static int Fabric_init(FabricObject *fo, PyObject *args, PyObject *kw) {
   int rc = -1;
   if (PyErr_Occurred()) goto out;
   desc.cpu_threads = cpu_threads;
-  desc.vulkan_max_binding = vmax;
-  if (!cal || cal == Py_None || PyUnicode_CompareWithASCIIString(cal, "auto") == 0) desc.calibration = WEFT_CALIBRATION_AUTO;
+  desc.vulkan_max_binding = (uint64_t)vmax;
+  if (!cal || cal == Py_None || (PyUnicode_Check(cal) && PyUnicode_CompareWithASCIIString(cal, "auto") == 0))
+    desc.calibration = WEFT_CALIBRATION_AUTO;
   else if (PyUnicode_Check(cal) && PyUnicode_CompareWithASCIIString(cal, "force") == 0) desc.calibration = WEFT_CALIBRATION_FORCE;
   else if (PyUnicode_Check(cal) && PyUnicode_CompareWithASCIIString(cal, "off") == 0) desc.calibration = WEFT_CALIBRATION_OFF;
   else {
@@ -1802,8 +2003,9 @@ static PyMethodDef Fabric_methods[] = {
      "'tf32'/'bf16' (tensor units, opt-in). trans_a/trans_b: use the operand's last two axes swapped.\n"
      "dtype=numpy.float32 converts other real dtypes (float64 rounds to nearest); without it such an\n"
      "input raises TypeError. Fortran-ordered and transposed operands are read where they are\n"
-     "(no copy); other strided views are copied, counted in Fabric.copies, or refused with copy=False.\n"
-     "out: a Tensor or a writable C-contiguous float32 ndarray of the result's shape."},
+     "(no copy); other strided views are copied, counted in Fabric.copies, or refused with copy=False\n"
+     "(as is a dtype= conversion). out: a Tensor or a writable C-contiguous float32 ndarray of the result's\n"
+     "shape; it may overlap a or b (the result then goes to weft's memory first, a counted copy)."},
     {"add", (PyCFunction)(void (*)(void))Fabric_add, FAST,
      "add(x, y, contract='exact', lane=None, out=None, dtype=None)\n--\n\n"
      "x + y, where y has x's shape or is one row ([n] or [1, n]) added to every row of x (a bias)."},
@@ -1858,7 +2060,8 @@ static PyMethodDef Fabric_methods[] = {
      "A Tensor of this fabric over the memory of `x` (anything with __dlpack__: a numpy array, a PyTorch\n"
      "tensor), with no copy: writes through either are seen by the other. float32 only; row-major (or\n"
      "a matrix's transpose, which comes in as a .T view). The memory must outlive nothing: the tensor\n"
-     "keeps the producer's buffer alive."},
+     "keeps the producer's buffer alive. A Tensor of this fabric is returned as it is (a view of it if\n"
+     "`contract` differs); one of another fabric is shared like any producer's memory."},
     {"lane_index", (PyCFunction)Fabric_lane_index_m, METH_O,
      "lane_index(lane)\n--\n\nThe index of a lane given by name ('cpu') or index; NotFoundError (with the names\n"
      "there are) if there is none."},
@@ -1911,16 +2114,16 @@ static PyObject *mod_status_str(PyObject *self, PyObject *arg) {
 
 static PyObject *mod_expf(PyObject *self, PyObject *arg) {
   (void)self;
-  double d = PyFloat_AsDouble(arg);
-  if (d == -1.0 && PyErr_Occurred()) return NULL;
-  return PyFloat_FromDouble((double)weft_expf((float)d));
+  float x;
+  if (wp_as_float(arg, "expf", "x", &x)) return NULL;
+  return PyFloat_FromDouble((double)weft_expf(x));
 }
 
 static PyObject *mod_logf(PyObject *self, PyObject *arg) {
   (void)self;
-  double d = PyFloat_AsDouble(arg);
-  if (d == -1.0 && PyErr_Occurred()) return NULL;
-  return PyFloat_FromDouble((double)weft_logf((float)d));
+  float x;
+  if (wp_as_float(arg, "logf", "x", &x)) return NULL;
+  return PyFloat_FromDouble((double)weft_logf(x));
 }
 
 static PyObject *mod_cost_cache_path(PyObject *self, PyObject *u) {

@@ -113,6 +113,10 @@ int wp_parse(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *
              PyObject **out, int nmax, int nrequired);
 
 /* ---- options */
+int wp_is_complex(PyObject *o); /* a complex number, numpy complex scalar or complex array */
+/* A real number as float32: TypeError naming fn and name for anything else (complex included), OverflowError
+ * for an int too large for a double. */
+int wp_as_float(PyObject *o, const char *fn, const char *name, float *out);
 int wp_contract(PyObject *o, int *out);
 int wp_lane(FabricObject *fo, PyObject *o, int *out);
 extern const char *const wp_contract_names[4];

@@ -55,6 +55,25 @@ def matmul(a, b, trans_a=False, trans_b=False):
     return acc
 
 
+def matmul_numpy(a, b):
+    """numpy.matmul's rules (1-D promotion and removal, broadcast batch dimensions, empty operands, k = 0 giving
+    zeros) with the canonical order's bits in every element: a float32 result of numpy.matmul's shape."""
+    a = np.asarray(a, f32)
+    b = np.asarray(b, f32)
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    m, n = a2.shape[-2], b2.shape[-1]
+    count = int(np.prod(batch, dtype=np.int64))
+    A = np.broadcast_to(a2, batch + a2.shape[-2:]).reshape((count,) + a2.shape[-2:])
+    B = np.broadcast_to(b2, batch + b2.shape[-2:]).reshape((count,) + b2.shape[-2:])
+    out = np.zeros((count, m, n), f32)
+    for p in range(count):
+        out[p] = matmul(np.ascontiguousarray(A[p]), np.ascontiguousarray(B[p]))
+    shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
+    return out.reshape(shape)
+
+
 def add(x, y):
     return np.asarray(x, f32) + np.asarray(y, f32)
 
@@ -79,7 +98,7 @@ def axpy(alpha, x, y):
 
 def sum_rows(x):
     x = np.asarray(x, f32)
-    x = x.reshape(-1, x.shape[-1])
+    x = x.reshape(int(np.prod(x.shape[:-1], dtype=np.int64)), x.shape[-1])  # -1 is ambiguous when empty
     acc = np.zeros(x.shape[1], f32)
     for i in range(x.shape[0]):
         acc = acc + x[i]

@@ -132,6 +132,8 @@ def from_dlpack(x, fabric=None, contract="exact"):
     """A Tensor over the memory of `x` (a numpy array, a PyTorch tensor: anything with __dlpack__), with no
     copy: writes through either side are seen by the other. float32, row-major (or a matrix's transpose,
     which comes in as a .T view). On the default fabric unless `fabric` is given."""
+    if fabric is not None and not isinstance(fabric, _weft.Fabric):
+        raise TypeError(f"from_dlpack: fabric must be a weft.Fabric (or None: the default), not {type(fabric).__name__}")
     return (fabric if fabric is not None else _f()).from_dlpack(x, contract)
 
 

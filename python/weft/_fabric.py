@@ -18,6 +18,8 @@ a time per fabric), and calls that wait (reads, large ops, sync) let other Pytho
 """
 
 import dataclasses
+import numbers
+import operator
 
 from ._errors import InvalidArgumentError, ShapeError, WeftError
 from ._native import load
@@ -268,7 +270,11 @@ class Fabric(_weft.Fabric):
         directly instead: m, n, k and batch for matmul; rows and cols for the other ops."""
         opname = OPS[_enum_index(op, OPS, "op")]
         ci = _contract_index(contract)
-        dims = [tuple(int(v) for v in (s.shape if hasattr(s, "shape") else s)) for s in shapes]
+        # whole numbers only: int() would make (2.7, 3) the shape (2, 3) without a word
+        try:
+            dims = [tuple(operator.index(v) for v in (s.shape if hasattr(s, "shape") else s)) for s in shapes]
+        except TypeError:
+            raise TypeError(f"route_explain: shapes are tuples of ints (or arrays, Tensors); got {shapes!r}") from None
         for s in dims:
             if any(v < 1 for v in s[-2:]) or any(v < 0 for v in s):
                 raise ShapeError(f"route_explain: shape {s}: dimensions must be >= 1 (batch dimensions >= 0)")
@@ -323,6 +329,9 @@ class Fabric(_weft.Fabric):
     def set_cost_model(self, lane, cls, alpha, beta, contract="exact"):
         """Replaces a cost line: alpha in seconds, beta in work per second (0 = free)."""
         ci = _enum_index(cls, COST_CLASSES, "cost class")
+        for name, v in (("alpha", alpha), ("beta", beta)):
+            if not isinstance(v, numbers.Real):
+                raise TypeError(f"set_cost_model: {name} must be a real number, not {type(v).__name__}")
         self._set_cost_model(self.lane_index(lane), ci, _contract_index(contract), float(alpha), float(beta))
 
     def gpt(self, **kwargs):

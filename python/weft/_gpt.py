@@ -1,5 +1,6 @@
 """weft.GPT: GPT-2 (after llm.c) resident on a fabric, driven with numpy arrays."""
 
+from ._errors import StateError
 from ._native import load
 
 _weft = load()
@@ -55,5 +56,9 @@ class GPT(_weft.GPT):
         return cls._load(fabric, path, "checkpoint", place, lane, contract)
 
     def __repr__(self):
-        c = self.config
+        try:
+            c = self.config
+        except StateError:
+            return "<weft.GPT closed>"
+
         return f"<weft.GPT L={c['L']} C={c['C']} NH={c['NH']} V={c['V']} maxT={c['maxT']} step={self.step}>"

@@ -836,7 +836,7 @@ weft_status weft_gpt_generate(weft_gpt *g, const int32_t *prompt, int n, int nto
   /* a NaN temperature is not <= 0 (greedy) and would make every probability NaN: a token drawn from garbage */
   if (isnan(temperature) || isinf(temperature))
     return fail(g, WEFT_ERR_INVALID_ARGUMENT, "generate: temperature %g; give a finite number (0 or less: greedy)", (double)temperature);
-  if (n < 1 || ntok < 0 || n + ntok > g->cfg.maxT)
+  if (n < 1 || ntok < 0 || n > g->cfg.maxT || ntok > g->cfg.maxT - n) /* n + ntok could overflow */
     return fail(g, WEFT_ERR_SHAPE, "a prompt of %d tokens and %d more must fit the context of %d (and the prompt is not empty)", n, ntok, g->cfg.maxT);
   if (ntok == 0) return WEFT_OK;
   weft_status st = load_batch(g, prompt, NULL, 1, n);
