@@ -133,13 +133,24 @@ static char *read_text(const char *path, size_t *n, char *err, size_t errlen, we
     *st = fail(err, errlen, WEFT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     return NULL;
   }
-  char *buf = malloc(MAX_FILE_BYTES + 1);
-  if (!buf) {
-    fclose(f);
-    *st = fail(err, errlen, WEFT_ERR_OUT_OF_MEMORY, "out of memory");
-    return NULL;
+  /* grown as the file is read, so the buffer is at most twice the file (not 64 MB for every file) */
+  char *buf = NULL;
+  size_t cap = 0;
+  *n = 0;
+  while (*n <= MAX_FILE_BYTES && !feof(f) && !ferror(f)) {
+    if (*n == cap) {
+      cap = cap ? (cap > MAX_FILE_BYTES / 2 ? MAX_FILE_BYTES + 1 : 2 * cap) : 1u << 16;
+      char *g = realloc(buf, cap + 1);
+      if (!g) {
+        free(buf);
+        fclose(f);
+        *st = fail(err, errlen, WEFT_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
+        return NULL;
+      }
+      buf = g;
+    }
+    *n += fread(buf + *n, 1, cap - *n, f);
   }
-  *n = fread(buf, 1, MAX_FILE_BYTES + 1, f);
   const int bad = ferror(f);
   fclose(f);
   if (bad || *n > MAX_FILE_BYTES) {

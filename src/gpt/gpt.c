@@ -76,12 +76,16 @@ uint64_t weft_gpt_rand(uint64_t *s) {
   return z ^ (z >> 31);
 }
 
-uint64_t weft_gpt_fingerprint(const float *p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  const unsigned char *b = (const unsigned char *)p;
-  for (size_t i = 0; i < n * sizeof(float); i++) h = (h ^ b[i]) * 0x100000001b3ull;
+#define FNV_BASIS 0xcbf29ce484222325ull
+
+/* FNV-1a 64 of n bytes, continuing from h. */
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
   return h;
 }
+
+uint64_t weft_gpt_fingerprint(const float *p, size_t n) { return fnv1a(FNV_BASIS, p, n * sizeof(float)); }
 
 int weft_gpt_config_ok(const weft_gpt_config *c, char *err, size_t errlen) {
   const char *why = NULL;
@@ -1048,8 +1052,9 @@ weft_status weft_gpt_checkpoint_load(const char *path, weft_gpt_config *cfg, int
   }
   uint32_t version;
   int32_t c5[5];
-  uint64_t count;
-  memcpy(&version, hdr + 8, 4), memcpy(c5, hdr + 12, 20), memcpy(step, hdr + 32, 8), memcpy(rng_state, hdr + 40, 8);
+  uint64_t count, rs;
+  int64_t at_step;
+  memcpy(&version, hdr + 8, 4), memcpy(c5, hdr + 12, 20), memcpy(&at_step, hdr + 32, 8), memcpy(&rs, hdr + 40, 8);
   memcpy(&count, hdr + 48, 8);
   if (version != WEFT_GPT_CKPT_VERSION) {
     fclose(fh);
@@ -1062,42 +1067,43 @@ weft_status weft_gpt_checkpoint_load(const char *path, weft_gpt_config *cfg, int
     return snprintf(err, errlen, "the checkpoint '%s' is inconsistent: %s", path, why), WEFT_ERR_INVALID_ARGUMENT;
   }
   const size_t n = weft_gpt_param_count(&c);
-  if (count != n || *step < 0) {
+  if (count != n || at_step < 0) {
     fclose(fh);
     return snprintf(err, errlen, "the checkpoint '%s' is inconsistent: it says %llu parameters (step %lld); its shape needs %zu", path,
-                    (unsigned long long)count, (long long)*step, n), WEFT_ERR_INVALID_ARGUMENT;
+                    (unsigned long long)count, (long long)at_step, n), WEFT_ERR_INVALID_ARGUMENT;
   }
-  const size_t body = 3 * n * sizeof(float);
-  unsigned char *buf = malloc(CKPT_HEADER + body + 8);
-  if (!buf) {
+  /* the file's size against the header's before anything is allocated: a lying header costs nothing */
+  const size_t body = 3 * n * sizeof(float), want = CKPT_HEADER + body + 8;
+  off_t end = -1;
+  if (fseeko(fh, 0, SEEK_END) != 0 || (end = ftello(fh)) < 0 || fseeko(fh, CKPT_HEADER, SEEK_SET) != 0) {
     fclose(fh);
-    return snprintf(err, errlen, "out of host memory reading '%s'", path), WEFT_ERR_OUT_OF_MEMORY;
+    return snprintf(err, errlen, "cannot tell the size of the checkpoint '%s' (not a regular file?)", path), WEFT_ERR_IO;
   }
-  memcpy(buf, hdr, CKPT_HEADER);
-  const size_t rest = fread(buf + CKPT_HEADER, 1, body + 8, fh);
-  const int extra = fgetc(fh) != EOF;
-  fclose(fh);
-  if (rest != body + 8 || extra) {
-    free(buf);
-    return snprintf(err, errlen, "the checkpoint '%s' is %s: %zu bytes, expected %zu", path, extra ? "too long" : "truncated",
-                    CKPT_HEADER + rest + (size_t)extra, CKPT_HEADER + body + 8), WEFT_ERR_INVALID_ARGUMENT;
-  }
-  uint64_t sum;
-  memcpy(&sum, buf + CKPT_HEADER + body, 8);
-  if (sum != weft_gpt_fingerprint((const float *)(void *)buf, (CKPT_HEADER + body) / sizeof(float))) {
-    free(buf);
-    return snprintf(err, errlen, "the checkpoint '%s' is corrupted: its checksum does not match its contents", path), WEFT_ERR_INVALID_ARGUMENT;
+  if ((uint64_t)end != want) {
+    fclose(fh);
+    return snprintf(err, errlen, "the checkpoint '%s' is %s: %llu bytes, its header (L=%d C=%d V=%d maxT=%d) says %zu", path,
+                    (uint64_t)end > want ? "too long" : "truncated", (unsigned long long)end, c.L, c.C, c.V, c.maxT, want),
+           WEFT_ERR_INVALID_ARGUMENT;
   }
   float *P = malloc(n * sizeof(float)), *M = malloc(n * sizeof(float)), *V = malloc(n * sizeof(float));
   if (!P || !M || !V) {
-    free(P), free(M), free(V), free(buf);
+    free(P), free(M), free(V);
+    fclose(fh);
     return snprintf(err, errlen, "out of host memory reading '%s'", path), WEFT_ERR_OUT_OF_MEMORY;
   }
-  memcpy(P, buf + CKPT_HEADER, n * sizeof(float));
-  memcpy(M, buf + CKPT_HEADER + n * sizeof(float), n * sizeof(float));
-  memcpy(V, buf + CKPT_HEADER + 2 * n * sizeof(float), n * sizeof(float));
-  free(buf);
+  uint64_t sum;
+  const int ok = fread(P, sizeof(float), n, fh) == n && fread(M, sizeof(float), n, fh) == n &&
+                 fread(V, sizeof(float), n, fh) == n && fread(&sum, 8, 1, fh) == 1;
+  fclose(fh);
+  uint64_t h = fnv1a(FNV_BASIS, hdr, CKPT_HEADER);
+  h = fnv1a(fnv1a(fnv1a(h, P, n * sizeof(float)), M, n * sizeof(float)), V, n * sizeof(float));
+  if (!ok || sum != h) {
+    free(P), free(M), free(V);
+    if (!ok) return snprintf(err, errlen, "cannot read the checkpoint '%s' (changed while read?)", path), WEFT_ERR_IO;
+    return snprintf(err, errlen, "the checkpoint '%s' is corrupted: its checksum does not match its contents", path), WEFT_ERR_INVALID_ARGUMENT;
+  }
   *cfg = c;
+  *step = at_step, *rng_state = rs;
   *out_params = P, *out_m = M, *out_v = V;
   return WEFT_OK;
 }

@@ -1,10 +1,11 @@
 /* gpt_io.c - GPT-2 checkpoints: Hugging Face safetensors and llm.c's .bin, read and written (gpt_io.h).
  *
  * Every size in a file is checked against the file's own size before it is used: a header length past the
- * end, offsets out of range or overlapping, shapes that disagree with each other or with their byte
- * ranges, missing or unexpected tensors, unknown dtypes and versions are each refused with a message that
- * names the tensor or field. Allocations are bounded by the file's size (every element read is backed by
- * bytes in the file), and the safetensors JSON header by 100 MB, as the format's own reader bounds it. */
+ * end, offsets out of range, overlapping or leaving bytes that belong to no tensor, shapes that disagree with
+ * each other, with their byte ranges or with config.json, a name or an entry's field given twice, missing or
+ * unexpected tensors, unknown dtypes and versions are each refused with a message that names the tensor or
+ * field. Allocations are bounded by the file's size (every element read is backed by bytes in the file),
+ * and the safetensors JSON header by 100 MB, as the format's own reader bounds it. */
 #include "gpt/gpt_io.h"
 
 #include <cjson/cJSON.h>
@@ -117,11 +118,11 @@ typedef struct {
   uint64_t size;
 } rfile;
 
-static weft_status rf_open(rfile *rf, const char *path, char *err, size_t errlen) {
+/* The size of the open file f (closed on failure). */
+static weft_status rf_from(rfile *rf, FILE *f, const char *path, char *err, size_t errlen) {
+  rf->f = f;
   rf->path = path;
   rf->size = 0;
-  rf->f = fopen(path, "rb");
-  if (!rf->f) return fail(err, errlen, WEFT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   if (fseeko(rf->f, 0, SEEK_END) != 0) {
     fclose(rf->f);
     return fail(err, errlen, WEFT_ERR_IO, "%s: cannot seek: %s", path, strerror(errno));
@@ -133,6 +134,12 @@ static weft_status rf_open(rfile *rf, const char *path, char *err, size_t errlen
   }
   rf->size = (uint64_t)end;
   return WEFT_OK;
+}
+
+static weft_status rf_open(rfile *rf, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return fail(err, errlen, WEFT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  return rf_from(rf, f, path, err, errlen);
 }
 
 static weft_status rf_read(rfile *rf, uint64_t off, void *dst, size_t n, char *err, size_t errlen) {
@@ -283,6 +290,16 @@ static int dtype_size(const char *s, int *dt) {
   return 0;
 }
 
+/* The field of a header entry given more than once (JSON leaves which one counts to the reader), or NULL. */
+static const char *repeated_field(const cJSON *entry) {
+  static const char *const fields[] = {"dtype", "shape", "data_offsets"};
+  int seen[3] = {0};
+  for (const cJSON *f = entry->child; f; f = f->next)
+    for (int k = 0; k < 3; k++)
+      if (f->string && !strcmp(f->string, fields[k]) && seen[k]++) return fields[k];
+  return NULL;
+}
+
 static int cmp_begin(const void *a, const void *b) {
   const st_entry *x = *(const st_entry *const *)a, *y = *(const st_entry *const *)b;
   return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end < y->end ? -1 : x->end > y->end);
@@ -333,28 +350,37 @@ static weft_status read_hf_config(const char *path, const weft_gpt_io_config *c,
     free(cp);
     return WEFT_OK;
   }
-  char *txt = malloc(CONFIG_MAX_BYTES + 1);
-  size_t n = txt ? fread(txt, 1, CONFIG_MAX_BYTES + 1, f) : 0;
-  fclose(f);
-  if (!txt) {
+  rfile rf;
+  weft_status st = rf_from(&rf, f, cp, err, errlen);
+  if (st) {
     free(cp);
-    return fail(err, errlen, WEFT_ERR_OUT_OF_MEMORY, "out of memory");
+    return st;
   }
-  weft_status st = WEFT_OK;
+  /* sized by the file: a config is a few hundred bytes */
+  const size_t n = rf.size > CONFIG_MAX_BYTES ? 0 : (size_t)rf.size;
+  char *txt = rf.size > CONFIG_MAX_BYTES ? NULL : malloc(n + 1);
   cJSON *j = NULL;
-  if (n > CONFIG_MAX_BYTES) {
+  if (rf.size > CONFIG_MAX_BYTES)
     st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s: larger than 1 MB: not a model config", cp);
-  } else if (!(j = cJSON_ParseWithLength(txt, n)) || !cJSON_IsObject(j)) {
+  else if (!txt)
+    st = fail(err, errlen, WEFT_ERR_OUT_OF_MEMORY, "out of memory");
+  else
+    st = rf_read(&rf, 0, txt, n, err, errlen);
+  fclose(rf.f);
+  if (!st && (!(j = cJSON_ParseWithLength(txt, n)) || !cJSON_IsObject(j))) {
     st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s: not a JSON object", cp);
-  } else {
+  } else if (!st) {
     static const char *const keys[] = {"n_layer", "n_embd", "vocab_size", "n_positions"};
     const int have[] = {c->L, c->C, c->V, c->maxT};
     for (int k = 0; k < 4 && !st; k++) {
       const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[k]);
       uint64_t u;
-      if (v && (!json_u64(v, &u) || u != (uint64_t)have[k]))
-        st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s: %s is %g but the weights say %d", cp, keys[k],
-                  cJSON_IsNumber(v) ? v->valuedouble : -1.0, have[k]);
+      if (v && !json_u64(v, &u))
+        st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s: %s is not a whole number (the weights say %d)", cp,
+                  keys[k], have[k]);
+      else if (v && u != (uint64_t)have[k])
+        st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s: %s is %" PRIu64 " but the weights say %d", cp,
+                  keys[k], u, have[k]);
     }
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "n_head");
     uint64_t u;
@@ -428,6 +454,12 @@ static weft_status load_safetensors(rfile *rf, weft_gpt_io_config *cfg, float **
                 "%s: tensor '%s': header entry needs dtype, shape and data_offsets [begin, end]", p, x->name);
       break;
     }
+    const char *twice = repeated_field(it);
+    if (twice) {
+      st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s: tensor '%s': header entry gives '%s' twice", p, x->name,
+                twice);
+      break;
+    }
     x->dtype = dtj->valuestring;
     const int esize = dtype_size(x->dtype, &x->dt);
     if (!esize) {
@@ -467,6 +499,14 @@ static weft_status load_safetensors(rfile *rf, weft_gpt_io_config *cfg, float **
     ne++;
   }
   if (st) goto done;
+  qsort(byname, (size_t)ne, sizeof *byname, cmp_name);
+  for (int i = 0; i + 1 < ne; i++)
+    if (!cmp_name(&byname[i], &byname[i + 1])) {
+      st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s: tensor '%s' appears twice%s", p,
+                strip_prefix(byname[i]->name), strcmp(byname[i]->name, byname[i + 1]->name) ?
+                " (with and without the 'transformer.' prefix)" : "");
+      goto done;
+    }
   qsort(order, (size_t)ne, sizeof *order, cmp_begin);
   for (int i = 0, last = -1; i < ne; i++) { /* last: the nonempty tensor ending furthest so far */
     if (order[i]->end == order[i]->begin) continue;
@@ -477,14 +517,6 @@ static weft_status load_safetensors(rfile *rf, weft_gpt_io_config *cfg, float **
     }
     if (last < 0 || order[i]->end > order[last]->end) last = i;
   }
-  qsort(byname, (size_t)ne, sizeof *byname, cmp_name);
-  for (int i = 0; i + 1 < ne; i++)
-    if (!cmp_name(&byname[i], &byname[i + 1])) {
-      st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "%s: tensor '%s' appears twice (with and without the "
-                "'transformer.' prefix?)", p, strip_prefix(byname[i]->name));
-      goto done;
-    }
-
   /* The configuration, from the shapes. */
   st_entry *wte = find_entry(byname, ne, "wte.weight"), *wpe = find_entry(byname, ne, "wpe.weight");
   if (!wte || !wpe) {
@@ -562,6 +594,30 @@ static weft_status load_safetensors(rfile *rf, weft_gpt_io_config *cfg, float **
                 "%s: unexpected tensor '%s' (not part of a %d-layer GPT-2)", p, e[i].name, c.L);
       goto done;
     }
+  /* The tensors cover the data section end to end, as the format's own reader requires: bytes that belong to
+   * no tensor mean the header does not describe the file. (Overlaps of nonempty tensors were refused above.) */
+  uint64_t at = 0;
+  for (int i = 0; i < ne; i++) {
+    if (order[i]->begin > at) {
+      st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT,
+                "%s: bytes %" PRIu64 " to %" PRIu64 " of the data section belong to no tensor (a gap before '%s')", p,
+                at, order[i]->begin, order[i]->name);
+      goto done;
+    }
+    if (order[i]->begin < at) {
+      st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT,
+                "%s: tensor '%s' is placed at byte %" PRIu64 ", inside the bytes of the tensors before it (up to %" PRIu64 ")",
+                p, order[i]->name, order[i]->begin, at);
+      goto done;
+    }
+    at = order[i]->end;
+  }
+  if (at != dsize) {
+    st = fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT,
+              "%s: the data section is %" PRIu64 " bytes but its tensors end at byte %" PRIu64 " (trailing bytes)", p,
+              dsize, at);
+    goto done;
+  }
   buf = malloc(total * sizeof(float));
   if (!buf) {
     st = fail(err, errlen, WEFT_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu parameters", p, total);

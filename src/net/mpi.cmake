@@ -31,3 +31,9 @@ if(WEFT_HAVE_MPI)
 else()
   target_sources(weft_obj PRIVATE ${CMAKE_CURRENT_LIST_DIR}/mpi_none.c)
 endif()
+# What a program built apart from CMake against the static library (the fuzzers, tests/fuzz.sh) links
+# besides it: the library's MPI lanes and data-parallel calls.
+set(WEFT_FUZZ_LIBS "")
+if(WEFT_HAVE_MPI)
+  set(WEFT_FUZZ_LIBS ${MPI_C_LIBRARIES})
+endif()

@@ -138,6 +138,35 @@ static void set_offsets(cJSON *x, double b, double e) {
   cJSON_SetNumberValue(cJSON_GetArrayItem(o, 1), e);
 }
 
+/* Lays the tensors out end to end in the order of their offsets, dropping bytes no tensor names, as a
+ * well-formed file has them (the format's reader refuses gaps). */
+static void st_pack(stfile *s) {
+  cJSON *items[256];
+  int n = 0;
+  for (cJSON *it = s->h->child; it && n < 256; it = it->next)
+    if (strcmp(it->string, "__metadata__")) items[n++] = it;
+  for (int i = 1; i < n; i++) /* by begin */
+    for (int k = i; k > 0; k--) {
+      const double a = cJSON_GetArrayItem(cJSON_GetObjectItem(items[k - 1], "data_offsets"), 0)->valuedouble;
+      const double b = cJSON_GetArrayItem(cJSON_GetObjectItem(items[k], "data_offsets"), 0)->valuedouble;
+      if (a <= b) break;
+      cJSON *t = items[k - 1];
+      items[k - 1] = items[k], items[k] = t;
+    }
+  unsigned char *d = malloc(s->dn + 64);
+  size_t at = 0;
+  for (int i = 0; i < n; i++) {
+    cJSON *o = cJSON_GetObjectItem(items[i], "data_offsets");
+    const size_t b = (size_t)cJSON_GetArrayItem(o, 0)->valuedouble, e = (size_t)cJSON_GetArrayItem(o, 1)->valuedouble;
+    memcpy(d + at, s->data + b, e - b);
+    set_offsets(items[i], (double)at, (double)(at + e - b));
+    at += e - b;
+  }
+  free(s->data);
+  s->data = d;
+  s->dn = at;
+}
+
 /* A variant of the good safetensors file, edited by the caller between st_read and here. */
 static const char *variant(stfile *s, const char *name) {
   const char *p = path_in(name);
@@ -371,6 +400,46 @@ static void test_safetensors_bad(const float *params, size_t n) {
   free(expect(variant(&s, "o3.safetensors"), WEFT_ERR_INVALID_ARGUMENT, "overlap", NULL, NULL, "wide overlap"));
   st_free(&s);
 
+  /* Bytes that belong to no tensor: a gap, trailing bytes; an empty tensor placed inside another's bytes;
+   * a field given twice in one entry; a name given twice. */
+  s = st_read(good);
+  {
+    cJSON *x = cJSON_GetObjectItem(s.h, "ln_f.bias"), *o = cJSON_GetObjectItem(x, "data_offsets");
+    set_offsets(x, cJSON_GetArrayItem(o, 0)->valuedouble + 4, cJSON_GetArrayItem(o, 1)->valuedouble + 4);
+    s.dn += 4;
+  }
+  free(expect(variant(&s, "g1.safetensors"), WEFT_ERR_INVALID_ARGUMENT, "belong to no tensor", NULL, NULL,
+              "a gap in the data"));
+  st_free(&s);
+  s = st_read(good);
+  s.dn += 16;
+  free(expect(variant(&s, "g2.safetensors"), WEFT_ERR_INVALID_ARGUMENT, "trailing bytes", NULL, NULL,
+              "trailing bytes"));
+  st_free(&s);
+  s = st_read(good);
+  {
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddStringToObject(x, "dtype", "F32");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(x, "shape"), cJSON_CreateNumber(0));
+    cJSON_AddItemToObject(x, "data_offsets", cJSON_CreateArray());
+    cJSON_AddItemToArray(cJSON_GetObjectItem(x, "data_offsets"), cJSON_CreateNumber(8));
+    cJSON_AddItemToArray(cJSON_GetObjectItem(x, "data_offsets"), cJSON_CreateNumber(8));
+    cJSON_AddItemToObject(s.h, "h.0.attn.masked_bias", x);
+  }
+  free(expect(variant(&s, "g3.safetensors"), WEFT_ERR_INVALID_ARGUMENT, "inside the bytes", NULL, NULL,
+              "an empty tensor inside wte's bytes"));
+  st_free(&s);
+  s = st_read(good);
+  cJSON_AddItemToObject(cJSON_GetObjectItem(s.h, "ln_f.weight"), "dtype", cJSON_CreateString("F16"));
+  free(expect(variant(&s, "r1.safetensors"), WEFT_ERR_INVALID_ARGUMENT, "'dtype' twice", NULL, NULL,
+              "an entry with two dtypes"));
+  st_free(&s);
+  s = st_read(good);
+  cJSON_AddItemToObject(s.h, "ln_f.bias", cJSON_Duplicate(cJSON_GetObjectItem(s.h, "ln_f.bias"), 1));
+  free(expect(variant(&s, "r2.safetensors"), WEFT_ERR_INVALID_ARGUMENT, "appears twice", NULL, NULL,
+              "a name given twice"));
+  st_free(&s);
+
   /* An extra tensor with its own bytes: unexpected. The prefix and the mask buffer: accepted. F16 and BF16
    * tensors: converted. */
   s = st_read(good);
@@ -428,6 +497,7 @@ static void test_safetensors_bad(const float *params, size_t n) {
     set_offsets(fb, (double)s.dn, (double)s.dn + 128);
     set_offsets(lb, (double)s.dn + 128, (double)s.dn + 256);
     s.dn += 256;
+    st_pack(&s); /* the F32 bytes the two tensors left */
   }
   size_t got;
   float *l = expect(variant(&s, "p1.safetensors"), WEFT_OK, "", NULL, &got, "prefix, mask buffer, F16, BF16");
@@ -512,6 +582,10 @@ static void test_nh(const float *params) {
   spit(p, "{\"n_head\": 4, \"n_embd\": 128}", 28);
   snprintf(p, sizeof p, "%s/m.safetensors", sub);
   free(expect(p, WEFT_ERR_INVALID_ARGUMENT, "n_embd", NULL, NULL, "config.json disagreeing"));
+  snprintf(p, sizeof p, "%s/config.json", sub);
+  spit(p, "{\"n_layer\": \"2\"}", 16);
+  snprintf(p, sizeof p, "%s/m.safetensors", sub);
+  free(expect(p, WEFT_ERR_INVALID_ARGUMENT, "n_layer is not a whole number", NULL, NULL, "config.json n_layer a string"));
   snprintf(p, sizeof p, "%s/config.json", sub);
   remove(p);
   snprintf(p, sizeof p, "%s/m.safetensors", sub);
