@@ -1000,8 +1000,14 @@ static PyObject *matmul_locked(FabricObject *fo, PyObject *a, PyObject *b, int c
       int perm[WEFT_MAX_DIMS];
       for (int i = 0; i < wt; i++) perm[i] = i;
       perm[wt - 1] = wt - 2, perm[wt - 2] = wt - 1;
-      weft_op_desc pdesc = {WEFT_CONTRACT_EXACT, WEFT_LANE_AUTO};
+      /* the axis swap runs where the matmul was pinned (a bit copy: any contract gives the same bits); routed
+       * only when that lane does not offer permute */
+      weft_op_desc pdesc = {WEFT_CONTRACT_EXACT, desc.lane};
       st = weft_op_permute(fo->f, &pdesc, tmpR, perm, R.h);
+      if (st == WEFT_ERR_UNSUPPORTED && desc.lane != WEFT_LANE_AUTO) {
+        pdesc.lane = WEFT_LANE_AUTO;
+        st = weft_op_permute(fo->f, &pdesc, tmpR, perm, R.h);
+      }
     }
     Py_END_ALLOW_THREADS
     if (st) { wp_raise_fabric(fo, st); goto done; }
