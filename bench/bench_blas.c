@@ -22,12 +22,7 @@
 #include <unistd.h>
 
 #include "weft.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_util.h"
 
 /* Long enough for OpenBLAS's and OpenMP's spinning workers to go to sleep before the next contender. */
 static void settle(void) { usleep(150000); }
@@ -89,10 +84,10 @@ static double tiny_weft(weft_fabric *f, int64_t n, int calls) {
     return -1;
   double best = 1e9;
   for (int rep = 0; rep < 5; rep++) {
-    double t0 = now_s();
+    double t0 = bench_now();
     for (int i = 0; i < calls; i++)
       if (weft_op_matmul(f, NULL, a, 0, b, 0, c) != WEFT_OK) return -1;
-    double t = (now_s() - t0) / calls;
+    double t = (bench_now() - t0) / calls;
     if (t < best) best = t;
   }
   weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(c);
@@ -104,10 +99,10 @@ static double tiny_openblas(int n, int calls) {
   fill(a, (size_t)(n * n), 7), fill(b, (size_t)(n * n), 9);
   double best = 1e9;
   for (int rep = 0; rep < 5; rep++) {
-    double t0 = now_s();
+    double t0 = bench_now();
     for (int i = 0; i < calls; i++)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    double t = (now_s() - t0) / calls;
+    double t = (bench_now() - t0) / calls;
     if (t < best) best = t;
   }
   return best;
@@ -184,9 +179,9 @@ int main(int argc, char **argv) {
       for (int m = first; m <= last; m++) {
         settle();
         for (int rep = 0; rep < 2; rep++) {
-          double t0 = now_s();
+          double t0 = bench_now();
           if (run_one(&x, m)) return 1;
-          double t = now_s() - t0;
+          double t = bench_now() - t0;
           if (t < best[m]) best[m] = t;
         }
       }

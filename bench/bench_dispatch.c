@@ -13,39 +13,24 @@
 #include <time.h>
 
 #include "weft.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_d);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench_util.h"
 
 /* seconds for n adds y = x + y with desc d (NULL: routed), outside any scope */
 static double adds(weft_fabric *f, const weft_op_desc *d, weft_tensor *x, weft_tensor *y, int n) {
-  const double t0 = now();
+  const double t0 = bench_now();
   for (int i = 0; i < n; i++)
     if (weft_op_add(f, d, x, y, y) != WEFT_OK) return -1;
   if (weft_fabric_sync(f) != WEFT_OK) return -1;
-  return now() - t0;
+  return bench_now() - t0;
 }
 
 static double scoped(weft_fabric *f, const weft_op_desc *d, weft_tensor *x, weft_tensor *y, int n) {
-  const double t0 = now();
+  const double t0 = bench_now();
   if (weft_scope_begin(f) != WEFT_OK) return -1;
   for (int i = 0; i < n; i++)
     if (weft_op_add(f, d, x, y, y) != WEFT_OK) return -1;
   if (weft_scope_end(f) != WEFT_OK) return -1;
-  return now() - t0;
+  return bench_now() - t0;
 }
 
 int main(int argc, char **argv) {
@@ -95,7 +80,7 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  const double mp = median(tp, reps) / ops, mr = median(tr, reps) / ops;
+  const double mp = bench_median(tp, reps) / ops, mr = bench_median(tr, reps) / ops;
   printf("routing: a tiny add pinned to cpu %.3f us, routed %.3f us: the router adds %.3f us an op (goal <= 0.5)\n",
          1e6 * mp, 1e6 * mr, 1e6 * (mr - mp));
   printf("RESULT what=routing pinned_us=%.4f routed_us=%.4f router_us=%.4f\n", 1e6 * mp, 1e6 * mr, 1e6 * (mr - mp));
@@ -114,7 +99,7 @@ int main(int argc, char **argv) {
       continue;
     }
     for (int r = 0; r < reps; r++) t1[r] = scoped(f, &d, x, y, 1), tn[r] = scoped(f, &d, x, y, ops);
-    const double a = median(t1, reps), b = median(tn, reps), per = (b - a) / (ops - 1);
+    const double a = bench_median(t1, reps), b = bench_median(tn, reps), per = (b - a) / (ops - 1);
     printf("scope on %s: one add %.1f us, %d adds %.1f us: one more op %.3f us (goal <= 1 on cuda)\n", li.name, 1e6 * a,
            ops, 1e6 * b, 1e6 * per);
     printf("RESULT what=scope lane=%s one_us=%.3f n=%d n_us=%.3f per_op_us=%.4f\n", li.name, 1e6 * a, ops, 1e6 * b,

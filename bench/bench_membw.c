@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "bench_util.h"
 
 #define BYTES ((size_t)256 << 20)
 
@@ -24,12 +25,6 @@ static void *copy_part(void *arg) {
   return NULL;
 }
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The best time of 10 rounds of the copy on nth threads. */
 static double best_copy(char *dst, const char *src, long nth) {
   pthread_t th[256];
@@ -37,7 +32,7 @@ static double best_copy(char *dst, const char *src, long nth) {
   const size_t share = BYTES / (size_t)nth / 64 * 64;
   double best = 1e30;
   for (int round = 0; round < 10; round++) {
-    const double t0 = now();
+    const double t0 = bench_now();
     for (long i = 0; i < nth; i++) {
       parts[i].dst = dst + (size_t)i * share, parts[i].src = src + (size_t)i * share;
       parts[i].n = i == nth - 1 ? BYTES - (size_t)i * share : share;
@@ -46,7 +41,7 @@ static double best_copy(char *dst, const char *src, long nth) {
     copy_part(&parts[0]);
     for (long i = 1; i < nth; i++)
       if (th[i]) pthread_join(th[i], NULL);
-    const double dt = now() - t0;
+    const double dt = bench_now() - t0;
     if (dt < best) best = dt;
   }
   return best;

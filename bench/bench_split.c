@@ -17,17 +17,7 @@
 #include <time.h>
 
 #include "weft.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 /* One run as a host-data caller sees it: write a and b, matmul, read c. The tensors wrap the caller's
  * arrays, so the writes and the read move nothing in the core: what is timed is the lanes' own work and
@@ -39,7 +29,7 @@ static double run(weft_fabric *f, int lane, weft_tensor *a, weft_tensor *b, weft
   weft_op_desc d = WEFT_OP_DESC_INIT;
   d.lane = lane;
   d.contract = contract;
-  double t0 = now();
+  double t0 = bench_now();
   weft_tensor_write(a, ha, weft_tensor_numel(a));
   weft_tensor_write(b, hb, weft_tensor_numel(b));
   if (weft_op_matmul(f, &d, a, 0, b, 0, c) != WEFT_OK) {
@@ -47,7 +37,7 @@ static double run(weft_fabric *f, int lane, weft_tensor *a, weft_tensor *b, weft
     exit(1);
   }
   weft_tensor_read(c, hc, weft_tensor_numel(c));
-  return now() - t0;
+  return bench_now() - t0;
 }
 
 int main(int argc, char **argv) {
@@ -99,9 +89,9 @@ int main(int argc, char **argv) {
       double t[9];
       run(f, (int)l, a, b, c, ha, hb, hc);
       int reps = 0;
-      double start = now();
-      while (reps < 9 && (reps < 3 || now() - start < 0.5)) t[reps] = run(f, (int)l, a, b, c, ha, hb, hc), reps++;
-      qsort(t, (size_t)reps, sizeof t[0], cmp);
+      double start = bench_now();
+      while (reps < 9 && (reps < 3 || bench_now() - start < 0.5)) t[reps] = run(f, (int)l, a, b, c, ha, hb, hc), reps++;
+      qsort(t, (size_t)reps, sizeof t[0], bench_cmp_double);
       printf(" %11.3f ms", t[reps / 2] * 1e3);
       if (best < 0 || t[reps / 2] < best_t) best = (int)l, best_t = t[reps / 2];
     }
@@ -121,11 +111,11 @@ int main(int argc, char **argv) {
     const int subject = control ? best : WEFT_LANE_AUTO; /* what the auto columns time */
     for (int w = 0; w < 32; w++) run(f, subject, a, b, c, ha, hb, hc);
     int pairs = 0, nta = 0;
-    double start = now();
+    double start = bench_now();
     int where[64] = {0}, splits = 0; /* where the auto runs went */
     char last_split[512] = "";
     double last_split_t = 0, sum_auto = 0, sum_best = 0;
-    while (pairs < max_pairs && (pairs < 3 || now() - start < row_seconds)) {
+    while (pairs < max_pairs && (pairs < 3 || bench_now() - start < row_seconds)) {
       for (int r = 0; r < BLOCK; r++) {
         blk[r] = ta[nta++] = run(f, subject, a, b, c, ha, hb, hc);
         sum_auto += blk[r];
@@ -141,27 +131,27 @@ int main(int argc, char **argv) {
           where[weft_fabric_last_lane(f)]++;
         }
       }
-      qsort(blk, BLOCK, sizeof blk[0], cmp);
+      qsort(blk, BLOCK, sizeof blk[0], bench_cmp_double);
       double auto_med = 0.5 * (blk[BLOCK / 2 - 1] + blk[BLOCK / 2]);
       for (int r = 0; r < BLOCK; r++) sum_best += blk[r] = run(f, best, a, b, c, ha, hb, hc);
-      qsort(blk, BLOCK, sizeof blk[0], cmp);
+      qsort(blk, BLOCK, sizeof blk[0], bench_cmp_double);
       pr[pairs++] = auto_med / (0.5 * (blk[BLOCK / 2 - 1] + blk[BLOCK / 2]));
     }
     run(f, WEFT_LANE_AUTO, a, b, c, ha, hb, hc); /* leaves the report for an auto run */
     weft_split_report rep;
     int have = weft_split_last(f, &rep) == WEFT_OK;
-    qsort(ta, (size_t)nta, sizeof ta[0], cmp);
+    qsort(ta, (size_t)nta, sizeof ta[0], bench_cmp_double);
     double first = 0, late = 0; /* a long row: the median over its first 101 pairs, and over its later half */
     if (pe) {
       const int nf = pairs < 101 ? pairs : 101, h = pairs / 2;
       memcpy(part, pr, sizeof pr[0] * (size_t)nf);
-      qsort(part, (size_t)nf, sizeof part[0], cmp);
+      qsort(part, (size_t)nf, sizeof part[0], bench_cmp_double);
       first = part[nf / 2];
       memcpy(part, pr + h, sizeof pr[0] * (size_t)(pairs - h));
-      qsort(part, (size_t)(pairs - h), sizeof part[0], cmp);
+      qsort(part, (size_t)(pairs - h), sizeof part[0], bench_cmp_double);
       late = part[(pairs - h) / 2];
     }
-    qsort(pr, (size_t)pairs, sizeof pr[0], cmp);
+    qsort(pr, (size_t)pairs, sizeof pr[0], bench_cmp_double);
     double ratio = pr[pairs / 2];
     worst = ratio > worst ? ratio : worst;
     worst_total = sum_auto / sum_best > worst_total ? sum_auto / sum_best : worst_total;

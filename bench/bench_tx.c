@@ -19,12 +19,7 @@
 #include <time.h>
 
 #include "weft.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_util.h"
 
 static weft_fabric *F;
 
@@ -146,9 +141,9 @@ static double time_op(const char *name, double budget) {
   if (!run_op(name)) return -1;
   double best = 1e30, spent = 0;
   for (int rep = 0; rep < 10 && (rep < 3 || spent < budget); rep++) {
-    const double t0 = now();
+    const double t0 = bench_now();
     run_op(name);
-    const double dt = now() - t0;
+    const double dt = bench_now() - t0;
     spent += dt;
     if (dt < best) best = dt;
   }

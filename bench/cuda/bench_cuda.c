@@ -21,21 +21,7 @@
 #include <time.h>
 
 #include "weft.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_d);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "../bench_util.h"
 
 static void fill(float *p, size_t n, unsigned seed) {
   for (size_t i = 0; i < n; i++) {
@@ -80,13 +66,13 @@ static double resident_mm(int lane, weft_contract c, int64_t n, int reps) {
   must(weft_fabric_sync(F), "sync");
   double t[5];
   for (int s = 0; s < 5; s++) {
-    double t0 = now();
+    double t0 = bench_now();
     for (int r = 0; r < reps; r++) must(weft_op_matmul(F, &d, a, 0, b, 0, out), "matmul");
     must(weft_fabric_sync(F), "sync");
-    t[s] = (now() - t0) / reps;
+    t[s] = (bench_now() - t0) / reps;
   }
   weft_tensor_destroy(a), weft_tensor_destroy(b), weft_tensor_destroy(out);
-  return median(t, 5);
+  return bench_median(t, 5);
 }
 
 /* ------------------------------------------------------------------------------ cuBLAS, directly */
@@ -185,14 +171,14 @@ static double raw_gemm(raw *r, int64_t n, int bf16, int reps) {
   r->cuCtxSynchronize();
   double t[5];
   for (int s = 0; s < 5; s++) {
-    double t0 = now();
+    double t0 = bench_now();
     for (int i = 0; i < reps; i++) GEMM();
     r->cuCtxSynchronize();
-    t[s] = (now() - t0) / reps;
+    t[s] = (bench_now() - t0) / reps;
   }
   r->destroy(hd);
   r->cuMemFree(a), r->cuMemFree(b), r->cuMemFree(c);
-  return median(t, 5);
+  return bench_median(t, 5);
 }
 
 /* ------------------------------------------------------------------------------- host to host */
@@ -209,7 +195,7 @@ static h2h call_once(int lane, weft_contract c, int64_t n, int wrap, int make, w
   size_t count = (size_t)(n * n);
   int64_t dims[2] = {n, n};
   weft_op_desc d = {c, lane};
-  double t0 = now();
+  double t0 = bench_now();
   if (make) {
     if (wrap) {
       must(weft_tensor_wrap(F, 2, dims, a, &T[0]), "wrap");
@@ -221,11 +207,11 @@ static h2h call_once(int lane, weft_contract c, int64_t n, int wrap, int make, w
   }
   must(weft_tensor_write(T[0], a, count), "write");
   must(weft_tensor_write(T[1], b, count), "write");
-  double t1 = now();
+  double t1 = bench_now();
   must(weft_op_matmul(F, &d, T[0], 0, T[1], 0, T[2]), "matmul");
-  double t2 = now();
+  double t2 = bench_now();
   must(weft_tensor_read(T[2], out, count), "read");
-  double t3 = now();
+  double t3 = bench_now();
   h2h r = {t3 - t0, t1 - t0, t2 - t1, t3 - t2};
   return r;
 }
@@ -244,7 +230,7 @@ static h2h host_to_host(int lane, weft_contract c, int64_t n, int wrap, int warm
     h2h x = call_once(lane, c, n, wrap, r == -warm, T, a, b, out);
     if (r >= 0) tt[r] = x.total, tw[r] = x.write, to[r] = x.op, tr[r] = x.read;
   }
-  h2h res = {median(tt, reps), median(tw, reps), median(to, reps), median(tr, reps)};
+  h2h res = {bench_median(tt, reps), bench_median(tw, reps), bench_median(to, reps), bench_median(tr, reps)};
   for (int i = 0; i < 3; i++) weft_tensor_destroy(T[i]);
   free(a), free(b), free(out);
   return res;
@@ -279,13 +265,13 @@ static int pcie(int64_t n, double *out_up, double *out_down) {
   memset(host, 1, bytes);
   double tu[6], td[6];
   for (int i = 0; i < 6; i++) {
-    double t0 = now();
+    double t0 = bench_now();
     r.cuMemcpyHtoD(dev, host, bytes);
-    double t1 = now();
+    double t1 = bench_now();
     r.cuMemcpyDtoH(host, dev, bytes);
-    tu[i] = t1 - t0, td[i] = now() - t1;
+    tu[i] = t1 - t0, td[i] = bench_now() - t1;
   }
-  *out_up = median(tu + 1, 5), *out_down = median(td + 1, 5);
+  *out_up = bench_median(tu + 1, 5), *out_down = bench_median(td + 1, 5);
   r.cuMemFree(dev);
   r.cuMemFreeHost(host);
   return 1;
@@ -365,11 +351,11 @@ static void host_path(int64_t n, const h2h *cold) {
   memcpy(q, p, count * 4);
   double ts[5];
   for (int s = 0; s < 5; s++) {
-    double t1 = now();
+    double t1 = bench_now();
     memcpy(q, p, count * 4);
-    ts[s] = now() - t1;
+    ts[s] = bench_now() - t1;
   }
-  double mc = median(ts, 5);
+  double mc = bench_median(ts, 5);
   printf("  (for scale: one single-threaded memcpy of %zu MiB on this host takes %.2f ms)\n", count * 4 >> 20,
          mc * 1e3);
   result("memcpy_64mib_ms", mc * 1e3);
@@ -386,21 +372,21 @@ static void tiny_ops(void) {
   const int ops = 100;
   double t[7];
   for (int s = 0; s < 7; s++) { /* launch + synchronise, per op */
-    double t0 = now();
+    double t0 = bench_now();
     for (int i = 0; i < ops; i++) {
       must(weft_op_add(F, &d, x, y, x), "add");
       must(weft_fabric_sync(F), "sync");
     }
-    t[s] = (now() - t0) / ops;
+    t[s] = (bench_now() - t0) / ops;
   }
-  double per_sync = median(t, 7);
+  double per_sync = bench_median(t, 7);
   for (int s = 0; s < 7; s++) { /* no scope, one sync at the end */
-    double t0 = now();
+    double t0 = bench_now();
     for (int i = 0; i < ops; i++) must(weft_op_add(F, &d, x, y, x), "add");
     must(weft_fabric_sync(F), "sync");
-    t[s] = (now() - t0) / ops;
+    t[s] = (bench_now() - t0) / ops;
   }
-  double one_sync = median(t, 7);
+  double one_sync = bench_median(t, 7);
   for (int w = 0; w < 3; w++) { /* warm: the second sight of the sequence captures its graph */
     must(weft_scope_begin(F), "scope");
     for (int i = 0; i < ops; i++) must(weft_op_add(F, &d, x, y, x), "add");
@@ -408,15 +394,15 @@ static void tiny_ops(void) {
   }
   for (int s = 0; s < 7; s++) {
     const int scopes = 20;
-    double t0 = now();
+    double t0 = bench_now();
     for (int k = 0; k < scopes; k++) {
       must(weft_scope_begin(F), "scope");
       for (int i = 0; i < ops; i++) must(weft_op_add(F, &d, x, y, x), "add");
       must(weft_scope_end(F), "scope");
     }
-    t[s] = (now() - t0) / (scopes * ops);
+    t[s] = (bench_now() - t0) / (scopes * ops);
   }
-  double scoped = median(t, 7);
+  double scoped = bench_median(t, 7);
   printf("\n100 tiny ops (add of 256 floats) on cuda:0, per op:\n");
   printf("  launch + sync each      %8.2f us\n", per_sync * 1e6);
   printf("  one sync for all        %8.2f us\n", one_sync * 1e6);
@@ -506,12 +492,12 @@ int main(int argc, char **argv) {
   weft_fabric_desc desc = WEFT_FABRIC_DESC_INIT;
   desc.lanes = "cpu,cuda";
   desc.calibration = WEFT_CALIBRATION_OFF;
-  double t0 = now();
+  double t0 = bench_now();
   if (weft_fabric_open(&desc, &F) != WEFT_OK) {
     fprintf(stderr, "open: %s\n", weft_open_error());
     return 1;
   }
-  printf("fabric open: %.1f ms\n", (now() - t0) * 1e3);
+  printf("fabric open: %.1f ms\n", (bench_now() - t0) * 1e3);
   size_t idx;
   if (weft_fabric_lane_find(F, "cpu", &idx) == WEFT_OK) lane_cpu = (int)idx;
   if (weft_fabric_lane_find(F, "cuda:0", &idx) == WEFT_OK) lane_cu = (int)idx;

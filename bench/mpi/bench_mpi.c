@@ -21,25 +21,16 @@
 #include <time.h>
 
 #include "net/mpi.h"
+#include "../bench_util.h"
 
 #define TAG_CMD 7
 #define TAG_RAW 8
 enum { CMD_PING = 1, CMD_BW = 2, CMD_SERVE = 3, CMD_DONE = 4 };
 #define BW_PIECE ((size_t)64 << 20)
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
+/* The upper median (the middle element, sorted; 0 for none): this program's figures have always used it. */
 static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
   return n ? v[n / 2] : 0;
 }
 
@@ -98,10 +89,10 @@ static void raw_ping(int reps, double *t) {
   static char buf[PING_OUT];
   cmd(CMD_PING, reps);
   for (int i = 0; i < reps; i++) {
-    double t0 = now();
+    double t0 = bench_now();
     MPI_Send(buf, PING_OUT, MPI_BYTE, 1, TAG_RAW, MPI_COMM_WORLD);
     MPI_Recv(buf, PING_BACK, MPI_BYTE, 1, TAG_RAW, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    t[i] = now() - t0;
+    t[i] = bench_now() - t0;
   }
 }
 
@@ -113,11 +104,11 @@ static double raw_bw(const char *data, size_t bytes) {
   cmd(CMD_BW, (long long)bytes);
   for (int r = 0; r < 6; r++) {
     const size_t piece = r < 3 ? bytes : BW_PIECE;
-    double t0 = now();
+    double t0 = bench_now();
     for (size_t at = 0; at < bytes; at += piece)
       MPI_Send(data + at, (int)(bytes - at < piece ? bytes - at : piece), MPI_BYTE, 1, TAG_RAW, MPI_COMM_WORLD);
     MPI_Recv(ack, 4, MPI_BYTE, 1, TAG_RAW, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    t[r / 3][r % 3] = now() - t0;
+    t[r / 3][r % 3] = bench_now() - t0;
   }
   const double one = median(t[0], 3), pieces = median(t[1], 3);
   if (getenv("BENCH_MPI_VERBOSE")) printf("MPI_Send: one message %.4f s, 64 MiB messages %.4f s\n", one, pieces);
@@ -133,9 +124,9 @@ static int tiny_ops(weft_fabric *f, int lane, int reps, double *t) {
   int ok = weft_tensor_create(f, 1, d, h, &x) == WEFT_OK && weft_tensor_create(f, 1, d, NULL, &y) == WEFT_OK;
   for (int i = 0; ok && i < 50; i++) ok = weft_op_relu(f, &od, x, y) == WEFT_OK; /* resident from here */
   for (int i = 0; ok && i < reps; i++) {
-    double t0 = now();
+    double t0 = bench_now();
     ok = weft_op_relu(f, &od, x, y) == WEFT_OK;
-    t[i] = now() - t0;
+    t[i] = bench_now() - t0;
   }
   if (!ok) fprintf(stderr, "bench_mpi: tiny op: %s\n", weft_fabric_last_error(f));
   weft_tensor_destroy(x), weft_tensor_destroy(y);
@@ -153,11 +144,11 @@ static int upload(weft_fabric *f, int lane, float *data, size_t bytes, double *o
   double fresh[3], resident[3];
   for (int r = 0; ok && r < 3; r++) {
     ok = weft_tensor_write(dst, data, (size_t)n) == WEFT_OK; /* the lane's copy dropped */
-    double t0 = now();
+    double t0 = bench_now();
     ok = ok && weft_op_copy_slice(f, &od, src, dst, 0, 0) == WEFT_OK;
-    double t1 = now();
+    double t1 = bench_now();
     ok = ok && weft_op_copy_slice(f, &od, src, dst, 0, 0) == WEFT_OK;
-    fresh[r] = t1 - t0, resident[r] = now() - t1;
+    fresh[r] = t1 - t0, resident[r] = bench_now() - t1;
   }
   if (!ok) fprintf(stderr, "bench_mpi: upload: %s\n", weft_fabric_last_error(f));
   weft_tensor_destroy(dst), weft_tensor_destroy(src);
@@ -260,7 +251,7 @@ static int bench_reduce(long long floats) {
     for (int which = 0; which < 2 && ok; which++) {
       const int chain = (which + r) % 2 == 0;
       MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = now();
+      double t0 = bench_now();
       if (chain) {
         weft_mpi_grad *g = NULL;
         ok = weft_mpi_grad_begin(f, WEFT_CONTRACT_EXACT, &g) == WEFT_OK &&
@@ -269,7 +260,7 @@ static int bench_reduce(long long floats) {
       } else {
         ok = MPI_Allreduce(MPI_IN_PLACE, buf, (int)(m * n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS;
       }
-      double t = now() - t0, worst = 0;
+      double t = bench_now() - t0, worst = 0;
       MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       (chain ? tch : tar)[r] = worst;
     }

@@ -32,17 +32,7 @@
 #include "net/protocol.h"
 #include "net/stripe.h"
 #include "net/tls.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
+#include "../bench_util.h"
 
 static int dial(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -255,11 +245,11 @@ static double raw_tcp_gbps(const uint8_t *data, size_t bytes) {
   pthread_t th;
   pthread_create(&th, NULL, sink_thread, &lfd);
   int fd = dial(port);
-  double t0 = now();
+  double t0 = bench_now();
   io(fd, (void *)data, bytes, 0);
   shutdown(fd, SHUT_WR);
   pthread_join(th, NULL); /* the sink has read everything */
-  double t = now() - t0;
+  double t = bench_now() - t0;
   close(fd);
   close(lfd);
   return (double)bytes / t * 1e-9;
@@ -295,11 +285,11 @@ static double raw_striped_gbps(const uint8_t *data, size_t bytes, int n) {
     r[i].p = data + (off < bytes ? off : bytes);
     r[i].n = off >= bytes ? 0 : bytes - off < per ? bytes - off : per;
   }
-  double t0 = now();
+  double t0 = bench_now();
   for (int i = 0; i < n; i++) pthread_create(&r[i].sender, NULL, raw_sender, &r[i]);
   for (int i = 0; i < n; i++) pthread_join(r[i].sender, NULL);
   for (int i = 0; i < n; i++) pthread_join(r[i].sink, NULL);
-  double t = now() - t0;
+  double t = bench_now() - t0;
   for (int i = 0; i < n; i++) {
     close(r[i].fd);
     close(r[i].lfd);
@@ -375,9 +365,9 @@ static int bulk_tensor(bulk_sess *s, size_t bytes, uint8_t **buf, size_t *cap) {
 static double bulk_gbps(bulk_sess *s, int write, uint8_t *data, size_t bytes, double cpu[2]) {
   weft_net_bulk job = {write, s->h, 0, bytes / 4, data, ((64u << 20) - 64) / 4};
   char why[512] = "";
-  double c0 = self_cpu_s(), w0 = proc_cpu_s(s->worker), t0 = now();
+  double c0 = self_cpu_s(), w0 = proc_cpu_s(s->worker), t0 = bench_now();
   weft_status st = weft_net_bulk_run(s->c, s->n, &s->next_id, &job, why, sizeof why);
-  double t = now() - t0;
+  double t = bench_now() - t0;
   cpu[0] += self_cpu_s() - c0;
   cpu[1] += proc_cpu_s(s->worker) - w0;
   if (st) {
@@ -385,11 +375,6 @@ static double bulk_gbps(bulk_sess *s, int write, uint8_t *data, size_t bytes, do
     exit(1);
   }
   return (double)bytes / t * 1e-9;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof v[0], cmp_d);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Whether this kernel can do TLS records itself (kTLS): the "tls" upper-layer protocol on a connected TCP
@@ -502,7 +487,7 @@ static int bulk_section(const char *weft, pid_t plain_pid, int plain_port, int s
     }
     for (int d = 0; d < 2; d++) {
       double m[B_KINDS];
-      for (int k = 0; k < B_KINDS; k++) m[k] = median(g[d][k], rounds);
+      for (int k = 0; k < B_KINDS; k++) m[k] = bench_median(g[d][k], rounds);
       double best_weft = m[B_PLAIN1] > m[B_PLAINN] ? m[B_PLAIN1] : m[B_PLAINN];
       double best_any = best_weft;
       for (int k = B_RAW1; k <= B_RAWN; k++)
@@ -560,15 +545,15 @@ static double raw_ping_us(int reps) {
   uint8_t b[16 + OPB] = {0};
   double *t = malloc(sizeof(double) * (size_t)reps);
   for (int i = 0; i < reps; i++) {
-    double t0 = now();
+    double t0 = bench_now();
     io(fd, b, sizeof b, 0);
     io(fd, b, 20, 1);
-    t[i] = now() - t0;
+    t[i] = bench_now() - t0;
   }
   close(fd);
   pthread_join(th, NULL);
   close(lfd);
-  qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+  qsort(t, (size_t)reps, sizeof t[0], bench_cmp_double);
   double m = t[reps / 2] * 1e6;
   free(t);
   return m;
@@ -703,11 +688,11 @@ int main(int argc, char **argv) {
   static double t[R];
   for (int i = 0; i < 200; i++) call(fd, WEFT_NET_OP, pl, sizeof pl, NULL, 0, &buf, &cap, NULL);
   for (int i = 0; i < R; i++) {
-    double t0 = now();
+    double t0 = bench_now();
     call(fd, WEFT_NET_OP, pl, sizeof pl, NULL, 0, &buf, &cap, NULL);
-    t[i] = now() - t0;
+    t[i] = bench_now() - t0;
   }
-  qsort(t, R, sizeof t[0], cmp_d);
+  qsort(t, R, sizeof t[0], bench_cmp_double);
   printf("tiny op round trip (relu of 4 floats, resident): median %.1f us, p10 %.1f us, p90 %.1f us (target <= 50 us)\n",
          t[R / 2] * 1e6, t[R / 10] * 1e6, t[R * 9 / 10] * 1e6);
   printf("  raw loopback TCP ping-pong of the same sizes (echo thread, no weft): median %.1f us\n", raw_ping_us(R));
@@ -723,18 +708,18 @@ int main(int argc, char **argv) {
       if (load) held = open_hostile();
       double *dst = (load ? loaded : unloaded) + blk * PER;
       for (int i = 0; i < PER; i++) {
-        double t0 = now();
+        double t0 = bench_now();
         if (call(fd, WEFT_NET_OP, pl, sizeof pl, NULL, 0, &buf, &cap, NULL) != 0) {
           fprintf(stderr, "bench_net: a tiny op failed with %d connections held\n", load ? held : 0);
           return 1;
         }
-        dst[i] = now() - t0;
+        dst[i] = bench_now() - t0;
       }
       if (load) close_hostile();
     }
   }
-  qsort(loaded, BLOCKS * PER, sizeof loaded[0], cmp_d);
-  qsort(unloaded, BLOCKS * PER, sizeof unloaded[0], cmp_d);
+  qsort(loaded, BLOCKS * PER, sizeof loaded[0], bench_cmp_double);
+  qsort(unloaded, BLOCKS * PER, sizeof unloaded[0], bench_cmp_double);
   double ml = loaded[BLOCKS * PER / 2], mu = unloaded[BLOCKS * PER / 2];
   printf("tiny op round trip with %d idle/trickling connections held open: median %.1f us (p90 %.1f us); none held: "
          "median %.1f us (p90 %.1f us); ratio %.2f (target <= 2)\n",
@@ -744,7 +729,7 @@ int main(int argc, char **argv) {
   uint64_t big = create(fd, (int64_t)(bytes / 4), &buf, &cap);
   double best_up = 0, best_raw = 0;
   for (int rep = 0; rep < 3; rep++) {
-    double t0 = now();
+    double t0 = bench_now();
     for (size_t off = 0; off < bytes; off += per) {
       uint8_t h[24];
       weft_net_put64(h, big);
@@ -755,7 +740,7 @@ int main(int argc, char **argv) {
         return 1;
       }
     }
-    double up = (double)bytes / (now() - t0) * 1e-9;
+    double up = (double)bytes / (bench_now() - t0) * 1e-9;
     double raw = raw_tcp_gbps(data, bytes);
     if (up > best_up) best_up = up;
     if (raw > best_raw) best_raw = raw;
@@ -779,10 +764,10 @@ tls:
   pthread_t th[8];
   client_result res[8];
   memset(res, 0, sizeof res);
-  double t0 = now();
+  double t0 = bench_now();
   for (int i = 0; i < 8; i++) pthread_create(&th[i], NULL, client, &res[i]);
   for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
-  double el = now() - t0;
+  double el = bench_now() - t0;
   client_result tot = {0};
   for (int i = 0; i < 8; i++) {
     tot.ok += res[i].ok;

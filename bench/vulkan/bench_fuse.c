@@ -17,16 +17,7 @@
 #include "gpt/gpt.h"
 #include "lanes/vulkan/vk_internal.h"
 #include "weft.h"
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "../bench_util.h"
 
 static uint64_t dispatches(void) { return __atomic_load_n(&weft_vk_stat_dispatches, __ATOMIC_RELAXED); }
 static uint64_t fused_ops(void) { return __atomic_load_n(&weft_vk_stat_fused_ops, __ATOMIC_RELAXED); }
@@ -113,7 +104,7 @@ static int run_model(const char *name, const weft_gpt_config *cfg, int steps, in
       }
       ms[fuse][r] = res.ms_per_token, cpu[fuse][r] = res.cpu_ms_per_token, disp[fuse] = res.dispatches_per_token, fz[fuse] = res.fused_per_token;
     }
-  double off = median(ms[0], reps), on = median(ms[1], reps), coff = median(cpu[0], reps), con = median(cpu[1], reps);
+  double off = bench_median(ms[0], reps), on = bench_median(ms[1], reps), coff = bench_median(cpu[0], reps), con = bench_median(cpu[1], reps);
   printf("%s (L=%d C=%d V=%d), median of %d, per token:\n", name, cfg->L, cfg->C, cfg->V, reps);
   printf("  fusion off: %9.3f ms wall %9.3f ms CPU %6.1f dispatches\n", off, coff, disp[0]);
   printf("  fusion on:  %9.3f ms wall %9.3f ms CPU %6.1f dispatches (%.1f ops ran fused)\n", on, con, disp[1], fz[1]);

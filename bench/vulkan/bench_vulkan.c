@@ -18,22 +18,7 @@
 
 #include "lanes/vulkan/vk_internal.h"
 #include "weft.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "../bench_util.h"
 
 #define CHECK(call)                                                                                            \
   do {                                                                                                         \
@@ -53,16 +38,16 @@ static double time_matmul(weft_tensor *a, weft_tensor *b, weft_tensor *c, weft_c
   weft_op_desc d = {contract, vk};
   CHECK(weft_op_matmul(f, &d, a, 0, b, 0, c)); /* the kernel is compiled on first use */
   CHECK(weft_fabric_sync(f));
-  double t0 = now();
+  double t0 = bench_now();
   CHECK(weft_op_matmul(f, &d, a, 0, b, 0, c));
   CHECK(weft_fabric_sync(f));
-  double one = now() - t0;
+  double one = bench_now() - t0;
   int reps = (int)(budget / (one > 1e-6 ? one : 1e-6));
   reps = reps < 3 ? 3 : reps > 500 ? 500 : reps;
-  t0 = now();
+  t0 = bench_now();
   for (int r = 0; r < reps; r++) CHECK(weft_op_matmul(f, &d, a, 0, b, 0, c));
   CHECK(weft_fabric_sync(f));
-  return (now() - t0) / reps;
+  return (bench_now() - t0) / reps;
 }
 
 typedef struct row {
@@ -141,40 +126,40 @@ static void bench_dispatch(dispatch_figures *out) {
   double v[REPEAT], rec[REPEAT];
   /* A chain of dependent ops in one scope: each waits for the previous (a barrier between them). */
   for (int r = 0; r < REPEAT; r++) {
-    double t0 = now();
+    double t0 = bench_now();
     CHECK(weft_scope_begin(f));
     for (int i = 0; i < NOPS; i++) CHECK(weft_op_scale(f, &d, i % 2 ? 0.5f : 2.0f, t, t));
-    double t1 = now();
+    double t1 = bench_now();
     CHECK(weft_scope_end(f));
-    v[r] = (now() - t0) / NOPS, rec[r] = (t1 - t0) / NOPS;
+    v[r] = (bench_now() - t0) / NOPS, rec[r] = (t1 - t0) / NOPS;
   }
-  out->scope_chain = median(v, REPEAT), out->scope_chain_record = median(rec, REPEAT);
+  out->scope_chain = bench_median(v, REPEAT), out->scope_chain_record = bench_median(rec, REPEAT);
   /* Independent ops in one scope: no barriers needed between them. */
   for (int r = 0; r < REPEAT; r++) {
-    double t0 = now();
+    double t0 = bench_now();
     CHECK(weft_scope_begin(f));
     for (int i = 0; i < NOPS; i++) CHECK(weft_op_scale(f, &d, i % 2 ? 0.5f : 2.0f, many[i], many[i]));
     CHECK(weft_scope_end(f));
-    v[r] = (now() - t0) / NOPS;
+    v[r] = (bench_now() - t0) / NOPS;
   }
-  out->scope_indep = median(v, REPEAT);
+  out->scope_indep = bench_median(v, REPEAT);
   /* Outside a scope, no sync until the end: the lane batches on its own. */
   for (int r = 0; r < REPEAT; r++) {
-    double t0 = now();
+    double t0 = bench_now();
     for (int i = 0; i < NOPS; i++) CHECK(weft_op_scale(f, &d, i % 2 ? 0.5f : 2.0f, t, t));
     CHECK(weft_fabric_sync(f));
-    v[r] = (now() - t0) / NOPS;
+    v[r] = (bench_now() - t0) / NOPS;
   }
-  out->batched_chain = median(v, REPEAT);
+  out->batched_chain = bench_median(v, REPEAT);
   /* Each op submitted and waited for on its own. */
   double each[NOPS * 3];
   for (int i = 0; i < NOPS * 3; i++) {
-    double t0 = now();
+    double t0 = bench_now();
     CHECK(weft_op_scale(f, &d, i % 2 ? 0.5f : 2.0f, t, t));
     CHECK(weft_fabric_sync(f));
-    each[i] = now() - t0;
+    each[i] = bench_now() - t0;
   }
-  out->each_synced = median(each, NOPS * 3);
+  out->each_synced = bench_median(each, NOPS * 3);
   float back[TINY];
   CHECK(weft_tensor_read(t, back, TINY));
   if (back[0] != 1.0f) fprintf(stderr, "warning: the dispatch chain computed %g, expected 1\n", (double)back[0]);
