@@ -277,9 +277,9 @@ static uint64_t bptr(const weft_buffer *b) { return b ? ((const weft_cu_buf *)b)
 static uint64_t grid_elems(const weft_cu_dev *d, int64_t n) { return stride_grid(d, (uint64_t)(n > 0 ? n : 1), 256, 32); }
 static uint64_t grid_rows(const weft_cu_dev *d, int64_t rows) { return stride_grid(d, (uint64_t)(rows > 0 ? rows : 1), 8, 16); }
 
-/* Attention's kernels: a block of 256 threads per (b, h) and tile of 32 rows, tiles strided by the grid. */
+/* Attention's kernels: a block of 256 threads per (b, h) and tile of 64 rows, tiles strided by the grid. */
 static uint64_t grid_attn(const weft_cu_dev *d, const weft_tx_attn_args *a) {
-  return stride_grid(d, (uint64_t)(a->B * a->NH * ((a->T + 31) / 32)), 1, 64);
+  return stride_grid(d, (uint64_t)(a->B * a->NH * ((a->T + 63) / 64)), 1, 64);
 }
 
 /* One kernel launch whose argument block is `args` (`size` bytes) into the item's union. */

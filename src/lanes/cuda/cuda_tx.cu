@@ -715,126 +715,226 @@ extern "C" __global__ void weft_tx_softmax_bwd(weft_tx_softmax_args p) {
 
 /* -------------------------------------------------------------------------------------- attention */
 
-/* Attention in tiles: a block of 256 threads takes one (b, h) and a tile of AT_T = 32 rows (tiles strided by
- * gridDim.x); thread tid = 8r + g owns row r of the tile and the four columns g, g + 8, g + 16, g + 24 of
- * each 32-wide column tile, with one accumulator per output. The operands pass through shared memory
- * 32 x 32 at a time, so each value read from global memory serves 32 outputs, but every output is still one
- * accumulator that starts at +0 and adds its products one by one in the reference's ascending order (the
- * inner index runs over a tile, tiles ascending); only independent outputs run side by side. Products are
- * one rounded multiply of the same two values (x * y and y * x are the same bits; a NaN is canonical when
- * stored). */
-#define AT_T 32
-typedef float at_tile[AT_T][AT_T + 1];
+/* Attention in register tiles. A block of 256 threads takes one (b, h) and a tile of AX_M = 64 rows; thread
+ * tid = 16 ty + tx owns rows 4ty .. 4ty+3 of the tile and columns 4tx .. 4tx+3 of each 64-wide column block:
+ * 16 outputs, one accumulator each. Operands pass through shared memory AX_K = 32 deep by 64 wide, stored
+ * k-major, so a thread reads its 4 row values and its 4 column values as one float4 each: per k step two
+ * shared loads feed 16 multiplies and 16 adds, and the kernel waits on arithmetic, not on shared memory (the
+ * 32 x 32 tiles with one value per thread before made 5 loads per 4 products). Every output is still one
+ * accumulator that starts at +0 and adds its products one by one in the reference's ascending order (k runs
+ * over a stage, stages ascending); only independent outputs run side by side. A product is one rounded
+ * multiply of the same two values (x * y and y * x are the same bits; a NaN is canonical when stored). Tiles
+ * above the causal diagonal are never visited; on the diagonal a product is added only where the reference
+ * adds it (a masked +0 product would turn an accumulator of -0 into +0). */
+#define AX_M 64
+#define AX_K 32
+#define AX_P 68 /* row pitch of a stage: float4 aligned */
+struct ax_smem {
+  float a[AX_K][AX_P];
+  float b[AX_K][AX_P];
+  float e[8][8][33]; /* per warp, 8 rows of 32 values for the rows' chains (pitch 33: no bank conflicts) */
+  float mx[8][8];    /* per warp, its rows' maxima (the forward) */
+};
 
-/* acc[m] = sum over i ascending (i < hs) of X[row0 + r][i] * Y[j0 + g + 8m][i]; X row t at X + t * ldx, Y row
- * j at Y + j * ldy, rows up to T (beyond: zeros, results unused). */
-DEV void at_dots(at_tile &As, at_tile &Bs, const float *X, long long ldx, const float *Y, long long ldy, long long row0,
-                 long long j0, long long T, long long hs, float acc[4]) {
-  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7;
+DEV void ax_zero(float acc[4][4]) {
 #pragma unroll
-  for (int m = 0; m < 4; m++) acc[m] = 0.0f;
-  for (long long i0 = 0; i0 < hs; i0 += AT_T) {
-    const int ni = hs - i0 < AT_T ? (int)(hs - i0) : AT_T;
-    for (int e = tid; e < AT_T * AT_T; e += blockDim.x) {
+  for (int r = 0; r < 4; r++)
+#pragma unroll
+    for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
+}
+
+/* acc[r][c] += x[r] * y[c], each its own rounded multiply and add, for the 4 x 4 (rows, columns) */
+DEV void ax_step(float acc[4][4], const float *xa, const float *ya) {
+  const float4 x = *reinterpret_cast<const float4 *>(xa), y = *reinterpret_cast<const float4 *>(ya);
+  const float xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+  for (int r = 0; r < 4; r++)
+#pragma unroll
+    for (int c = 0; c < 4; c++) acc[r][c] = __fadd_rn(acc[r][c], __fmul_rn(xs[r], ys[c]));
+}
+
+/* acc[r][c] = sum over i ascending (i < hs) of X[row][i] * Y[col][i], row = row0 + 4ty + r, col = col0 + 4tx
+ * + c; X row t at X + t * ldx, Y row j at Y + j * ldy, rows up to T (beyond: zeros, results unused). */
+DEV void ax_dots(ax_smem &sm, const float *X, long long ldx, const float *Y, long long ldy, long long row0,
+                 long long col0, long long T, long long hs, float acc[4][4]) {
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+  ax_zero(acc);
+  for (long long i0 = 0; i0 < hs; i0 += AX_K) {
+    const int ni = hs - i0 < AX_K ? (int)(hs - i0) : AX_K;
+    for (int e = tid; e < AX_M * AX_K; e += blockDim.x) { /* a warp reads 32 consecutive i of one row */
       const int rr = e >> 5, ii = e & 31;
-      As[rr][ii] = (row0 + rr < T && ii < ni) ? X[(row0 + rr) * ldx + i0 + ii] : 0.0f;
-      Bs[rr][ii] = (j0 + rr < T && ii < ni) ? Y[(j0 + rr) * ldy + i0 + ii] : 0.0f;
+      sm.a[ii][rr] = (row0 + rr < T && ii < ni) ? X[(row0 + rr) * ldx + i0 + ii] : 0.0f;
+      sm.b[ii][rr] = (col0 + rr < T && ii < ni) ? Y[(col0 + rr) * ldy + i0 + ii] : 0.0f;
     }
     __syncthreads();
-    for (int ii = 0; ii < ni; ii++) {
-      const float x = As[r][ii];
+#pragma unroll 4
+    for (int ii = 0; ii < ni; ii++) ax_step(acc, &sm.a[ii][4 * ty], &sm.b[ii][4 * tx]);
+    __syncthreads();
+  }
+}
+
+/* acc[r][c] += sum over k ascending of A(row, k) * Bm[k][4tx + c] for row = row0 + 4ty + r, with k in [0, row]
+ * (GE false) or [row, T) (GE true). A(row, k) = A[row * lda + k], or A[k * lda + row] when TR; Bm row k at
+ * Bm + k * ldb, ncol (<= 64) columns valid. */
+template <bool TR, bool GE>
+DEV void ax_mm(ax_smem &sm, const float *A, long long lda, const float *Bm, long long ldb, long long row0, long long T,
+               int ncol, float acc[4][4]) {
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+  const long long R0 = row0 + 4 * ty; /* this thread's first row */
+  const long long kend = GE ? T : (row0 + AX_M < T ? row0 + AX_M : T);
+  for (long long k0 = GE ? row0 : 0; k0 < kend; k0 += AX_K) {
+    for (int e = tid; e < AX_M * AX_K; e += blockDim.x) {
+      if (TR) { /* A stored with the row index fastest: a warp reads 32 consecutive rows */
+        const int rr = e & 63, kk = e >> 6;
+        const long long gr = row0 + rr, gk = k0 + kk;
+        sm.a[kk][rr] = (gr < T && gk < T) ? A[gk * lda + gr] : 0.0f;
+      } else { /* a warp reads 32 consecutive k of one row */
+        const int kk = e & 31, rr = e >> 5;
+        const long long gr = row0 + rr, gk = k0 + kk;
+        sm.a[kk][rr] = (gr < T && gk < T) ? A[gr * lda + gk] : 0.0f;
+      }
+      const int cc = e & 63, kk = e >> 6;
+      sm.b[kk][cc] = (k0 + kk < T && cc < ncol) ? Bm[(k0 + kk) * ldb + cc] : 0.0f;
+    }
+    __syncthreads();
+    const int kn = T - k0 < AX_K ? (int)(T - k0) : AX_K;
+    const bool full = GE ? k0 >= R0 + 3 : k0 + kn - 1 <= R0; /* every k of the stage counts for all 4 rows */
+    if (full) {
+#pragma unroll 4
+      for (int kk = 0; kk < kn; kk++) ax_step(acc, &sm.a[kk][4 * ty], &sm.b[kk][4 * tx]);
+    } else {
+      for (int kk = 0; kk < kn; kk++) {
+        const long long k = k0 + kk;
+        const float4 x = *reinterpret_cast<const float4 *>(&sm.a[kk][4 * ty]);
+        const float4 y = *reinterpret_cast<const float4 *>(&sm.b[kk][4 * tx]);
+        const float xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
-      for (int m = 0; m < 4; m++) acc[m] = __fadd_rn(acc[m], __fmul_rn(x, Bs[g + 8 * m][ii]));
+        for (int r = 0; r < 4; r++)
+          if (GE ? k >= R0 + r : k <= R0 + r)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[r][c] = __fadd_rn(acc[r][c], __fmul_rn(xs[r], ys[c]));
+      }
     }
     __syncthreads();
   }
 }
 
-/* acc[m] += sum over k ascending of A(row, k) * Bm[k][g + 8m] for row = row0 + r, with k in [0, row] (GE false)
- * or [row, T) (GE true). A(row, k) = A[row * lda + k], or A[k * lda + row] when TR; Bm row k at Bm + k * ldb,
- * ni columns valid. */
-template <bool TR, bool GE>
-DEV void at_mm(at_tile &As, at_tile &Bs, const float *A, long long lda, const float *Bm, long long ldb, long long row0,
-               long long T, int ni, float acc[4]) {
-  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7;
-  const long long row = row0 + r;
-  const long long kend = GE ? T : (row0 + AT_T < T ? row0 + AT_T : T);
-  for (long long k0 = GE ? row0 : 0; k0 < kend; k0 += AT_T) {
-    for (int e = tid; e < AT_T * AT_T; e += blockDim.x) {
-      const int hi = e >> 5, lo = e & 31;
-      if (TR) { /* consecutive threads read consecutive rows: A is stored with the row index fastest */
-        const long long gr = row0 + lo, gk = k0 + hi;
-        As[lo][hi] = (gr < T && gk < T) ? A[gk * lda + gr] : 0.0f;
-      } else {
-        const long long gr = row0 + hi, gk = k0 + lo;
-        As[hi][lo] = (gr < T && gk < T) ? A[gr * lda + gk] : 0.0f;
-      }
-      Bs[hi][lo] = (k0 + hi < T && lo < ni) ? Bm[(k0 + hi) * ldb + lo] : 0.0f;
-    }
-    __syncthreads();
-    long long a0 = GE ? row - k0 : 0, a1 = GE ? T - k0 : row - k0 + 1;
-    if (a0 < 0) a0 = 0;
-    if (a1 > AT_T) a1 = AT_T;
-    for (int kk = (int)a0; kk < a1; kk++) {
-      const float x = As[r][kk];
+/* The row chains of a warp's 8 rows t = rb + r (r < nr), lane r holding row r's: s_r = 0 + f(r, 0) + f(r, 1)
+ * + ... + f(r, t), each add rounded, ascending. The lanes evaluate f for 32 columns of all 8 rows at a time
+ * (f may also store), stage the values in shared memory, and lanes 0..7 then add their row's 32 one by one:
+ * eight chains run side by side instead of one, and they read shared memory, not global. */
+template <typename F> DEV float ax_row_chains(ax_smem &sm, long long rb, int nr, F f) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  float s = 0.0f;
+  const long long n = rb + nr; /* the longest row's length */
+  for (long long base = 0; base < n; base += 32) {
+    const long long j = base + lane;
 #pragma unroll
-      for (int m = 0; m < 4; m++) acc[m] = __fadd_rn(acc[m], __fmul_rn(x, Bs[kk][g + 8 * m]));
+    for (int r = 0; r < 8; r++)
+      if (r < nr) sm.e[w][r][lane] = j <= rb + r ? f(r, j) : 0.0f;
+    __syncwarp();
+    if (lane < nr) {
+      const long long m = rb + lane + 1 - base; /* this row's values in the group */
+      const float *v = sm.e[w][lane];
+      if (m >= 32) {
+#pragma unroll
+        for (int q = 0; q < 32; q++) s = __fadd_rn(s, v[q]);
+      } else {
+        for (int q = 0; q < m; q++) s = __fadd_rn(s, v[q]);
+      }
     }
-    __syncthreads();
+    __syncwarp(); /* the staging is free for the next group */
   }
+  return s;
+}
+
+/* Tiles: B * NH * ceil(T / AX_M), strided by gridDim.x, ordered by row tile first so that the longest ones
+ * (the last rows in the forward, HEAVY_LAST; the first in dqkv) start first and the short ones fill the tail. */
+DEV void ax_tile(long long tile, long long BH, long long nt, bool heavy_last, long long *bh, long long *row0) {
+  const long long ri = tile / BH;
+  *bh = tile - ri * BH;
+  *row0 = (heavy_last ? nt - 1 - ri : ri) * AX_M;
 }
 
 /* Forward, per tile: the scores of rows t against keys j <= t (q . k over i ascending, times scale) into att's
- * rows; then one warp per row runs the causal softmax over its stored scores (preatt written first); then
- * out[t][i] = sum over j <= t ascending of att[t][j] * v[j][i]. */
+ * rows; then each warp runs the causal softmax of its 8 rows over their stored scores (preatt written first:
+ * the first max by warp_first_max, the exponentials stored in att, the sums as eight side-by-side chains,
+ * then att = e * recip(sum)); then out[t][i] = sum over j <= t ascending of att[t][j] * v[j][i]. */
 extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_fwd(weft_tx_attn_args p) {
-  __shared__ at_tile As, Bs;
-  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7, lane = tid & 31, wid = tid >> 5, nw = blockDim.x >> 5;
-  const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C;
+  __shared__ __align__(16) ax_smem sm;
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4, lane = tid & 31, wid = tid >> 5;
+  const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C, BH = p.B * NH;
   const float scale = w_rsqrtf((float)hs);
   const float *QKV = reinterpret_cast<const float *>(p.qkv);
   float *ATT = reinterpret_cast<float *>(p.att), *PRE = reinterpret_cast<float *>(p.preatt);
   float *OUT = reinterpret_cast<float *>(p.out);
-  const long long nt = (T + AT_T - 1) / AT_T;
-  for (long long tile = blockIdx.x; tile < p.B * NH * nt; tile += gridDim.x) {
-    const long long bh = tile / nt, row0 = (tile - bh * nt) * AT_T, h = bh % NH, b = bh / NH;
+  const long long nt = (T + AX_M - 1) / AX_M;
+  for (long long tile = blockIdx.x; tile < BH * nt; tile += gridDim.x) {
+    long long bh, row0;
+    ax_tile(tile, BH, nt, true, &bh, &row0);
+    const long long h = bh % NH, b = bh / NH;
     const float *Qb = QKV + b * T * C3 + h * hs; /* q row t at Qb + t * C3, k at + C, v at + 2C */
-    const long long t = row0 + r, kend = row0 + AT_T < T ? row0 + AT_T : T;
-    for (long long j0 = 0; j0 < kend; j0 += AT_T) {
-      float acc[4];
-      at_dots(As, Bs, Qb, C3, Qb + C, C3, row0, j0, T, hs, acc);
-      if (t < T) {
+    const long long R0 = row0 + 4 * ty, kend = row0 + AX_M < T ? row0 + AX_M : T;
+    for (long long j0 = 0; j0 < kend; j0 += AX_M) {
+      float acc[4][4];
+      ax_dots(sm, Qb, C3, Qb + C, C3, row0, j0, T, hs, acc);
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const long long t = R0 + r;
+        if (t >= T) break;
         float *arow = ATT + (bh * T + t) * T;
 #pragma unroll
-        for (int m = 0; m < 4; m++) {
-          const long long j = j0 + g + 8 * m;
-          if (j <= t) arow[j] = __fmul_rn(acc[m], scale);
+        for (int c = 0; c < 4; c++) {
+          const long long j = j0 + 4 * tx + c;
+          if (j <= t) arow[j] = __fmul_rn(acc[r][c], scale);
         }
       }
     }
     __syncthreads(); /* the scores of the tile's rows, written by every thread, are read by the row warps */
-    for (int rr = wid; rr < AT_T; rr += nw) {
-      const long long tt = row0 + rr, n = tt + 1;
-      if (tt >= T) break;
-      float *a = ATT + (bh * T + tt) * T;
-      if (PRE) {
-        float *pa = PRE + (bh * T + tt) * T;
-        for (long long j = lane; j <= tt; j += 32) pa[j] = w_canon(a[j]);
-        for (long long j = tt + 1 + lane; j < T; j += 32) pa[j] = __uint_as_float(0xff800000u);
+    const long long rb = row0 + 8 * wid;
+    if (rb < T) {
+      const int nr = T - rb < 8 ? (int)(T - rb) : 8;
+      for (int r = 0; r < nr; r++) {
+        const long long t = rb + r;
+        float *a = ATT + (bh * T + t) * T;
+        if (PRE) {
+          float *pa = PRE + (bh * T + t) * T;
+          for (long long j = lane; j <= t; j += 32) pa[j] = w_canon(a[j]);
+          for (long long j = t + 1 + lane; j < T; j += 32) pa[j] = __uint_as_float(0xff800000u);
+        }
+        const float mx = warp_first_max([&](long long j) { return a[j]; }, t + 1);
+        if (lane == 0) sm.mx[wid][r] = mx;
       }
-      const float mx = warp_first_max([&](long long j) { return a[j]; }, n);
-      warp_softmax_tail(a, [&](long long j) { return a[j]; }, mx, n, T);
+      __syncwarp(); /* every lane has read the scores (the max) before they are overwritten */
+      const float sum = ax_row_chains(sm, rb, nr, [&](int r, long long j) {
+        float *a = ATT + (bh * T + rb + r) * T;
+        const float e = w_expf(__fsub_rn(a[j], sm.mx[wid][r]));
+        a[j] = e;
+        return e;
+      });
+      const float inv = w_recipf(sum);
+      for (int r = 0; r < nr; r++) {
+        const long long t = rb + r;
+        const float ir = __shfl_sync(TX_FULL, inv, r);
+        float *a = ATT + (bh * T + t) * T;
+        for (long long j = lane; j <= t; j += 32) a[j] = w_canon(__fmul_rn(a[j], ir));
+        for (long long j = t + 1 + lane; j < T; j += 32) a[j] = 0.0f;
+      }
     }
     __syncthreads(); /* the probabilities are read by every thread below */
-    for (long long i0 = 0; i0 < hs; i0 += AT_T) {
-      const int ni = hs - i0 < AT_T ? (int)(hs - i0) : AT_T;
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      at_mm<false, false>(As, Bs, ATT + bh * T * T, T, Qb + 2 * C + i0, C3, row0, T, ni, acc);
-      if (t < T) {
+    for (long long i0 = 0; i0 < hs; i0 += AX_M) {
+      const int ni = hs - i0 < AX_M ? (int)(hs - i0) : AX_M;
+      float acc[4][4];
+      ax_zero(acc);
+      ax_mm<false, false>(sm, ATT + bh * T * T, T, Qb + 2 * C + i0, C3, row0, T, ni, acc);
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const long long t = R0 + r;
+        if (t >= T) break;
         float *o = OUT + (b * T + t) * C + h * hs + i0;
 #pragma unroll
-        for (int m = 0; m < 4; m++)
-          if (g + 8 * m < ni) o[g + 8 * m] = w_canon(acc[m]);
+        for (int c = 0; c < 4; c++)
+          if (4 * tx + c < ni) o[4 * tx + c] = w_canon(acc[r][c]);
       }
     }
   }
@@ -954,81 +1054,94 @@ extern "C" __global__ void __launch_bounds__(128) weft_tx_attn_cached_blk(weft_t
 }
 
 /* Backward, part 1, per tile: datt[t][j] = sum over i ascending of v[j][i] * dout[t][i] (j <= t) into ds's
- * rows, then one warp per row: dot = sum over j <= t ascending of att * datt, ds = (att * (datt - dot)) * scale
- * (not canonicalised: scratch, as in the reference). */
+ * rows; then each warp, for its 8 rows: dot = sum over j <= t ascending of att * datt (eight side-by-side
+ * chains, as in the forward), ds = (att * (datt - dot)) * scale (not canonicalised: scratch, as in the
+ * reference). */
 extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_bwd_ds(weft_tx_attn_args p) {
-  __shared__ at_tile As, Bs;
-  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7, lane = tid & 31, wid = tid >> 5, nw = blockDim.x >> 5;
-  const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C;
+  __shared__ __align__(16) ax_smem sm;
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4, lane = tid & 31, wid = tid >> 5;
+  const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C, BH = p.B * NH;
   const float scale = w_rsqrtf((float)hs);
   const float *QKV = reinterpret_cast<const float *>(p.qkv), *ATT = reinterpret_cast<const float *>(p.att);
   const float *DOUT = reinterpret_cast<const float *>(p.dout);
   float *DS = reinterpret_cast<float *>(p.ds);
-  const long long nt = (T + AT_T - 1) / AT_T;
-  for (long long tile = blockIdx.x; tile < p.B * NH * nt; tile += gridDim.x) {
-    const long long bh = tile / nt, row0 = (tile - bh * nt) * AT_T, h = bh % NH, b = bh / NH;
+  const long long nt = (T + AX_M - 1) / AX_M;
+  for (long long tile = blockIdx.x; tile < BH * nt; tile += gridDim.x) {
+    long long bh, row0;
+    ax_tile(tile, BH, nt, true, &bh, &row0);
+    const long long h = bh % NH, b = bh / NH;
     const float *Vb = QKV + b * T * C3 + 2 * C + h * hs, *Db = DOUT + b * T * C + h * hs;
-    const long long t = row0 + r, kend = row0 + AT_T < T ? row0 + AT_T : T;
-    for (long long j0 = 0; j0 < kend; j0 += AT_T) {
-      float acc[4];
-      at_dots(As, Bs, Db, C, Vb, C3, row0, j0, T, hs, acc);
-      if (t < T) {
+    const long long R0 = row0 + 4 * ty, kend = row0 + AX_M < T ? row0 + AX_M : T;
+    for (long long j0 = 0; j0 < kend; j0 += AX_M) {
+      float acc[4][4];
+      ax_dots(sm, Db, C, Vb, C3, row0, j0, T, hs, acc);
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const long long t = R0 + r;
+        if (t >= T) break;
         float *drow = DS + (bh * T + t) * T;
 #pragma unroll
-        for (int m = 0; m < 4; m++) {
-          const long long j = j0 + g + 8 * m;
-          if (j <= t) drow[j] = acc[m];
+        for (int c = 0; c < 4; c++) {
+          const long long j = j0 + 4 * tx + c;
+          if (j <= t) drow[j] = acc[r][c];
         }
       }
     }
-    __syncthreads();
-    for (int rr = wid; rr < AT_T; rr += nw) {
-      const long long tt = row0 + rr, n = tt + 1;
-      if (tt >= T) break;
-      const float *a = ATT + (bh * T + tt) * T;
-      float *ds = DS + (bh * T + tt) * T;
-      const float dot = lane0_dot(a, ds, n);
-      for (long long j = lane; j < n; j += 32) {
-        const float gg = __fmul_rn(a[j], __fsub_rn(ds[j], dot));
-        ds[j] = __fmul_rn(gg, scale);
+    __syncthreads(); /* the datt rows, written by every thread, are read by the row warps */
+    const long long rb = row0 + 8 * wid;
+    if (rb < T) {
+      const int nr = T - rb < 8 ? (int)(T - rb) : 8;
+      const float *ab = ATT + (bh * T + rb) * T;
+      float *db = DS + (bh * T + rb) * T;
+      const float dot = ax_row_chains(sm, rb, nr, [&](int r, long long j) {
+        return __fmul_rn(ab[r * T + j], db[r * T + j]);
+      });
+      for (int r = 0; r < nr; r++) {
+        const long long t = rb + r;
+        const float dr = __shfl_sync(TX_FULL, dot, r);
+        const float *a = ab + r * T;
+        float *ds = db + r * T;
+        for (long long j = lane; j <= t; j += 32) ds[j] = __fmul_rn(__fmul_rn(a[j], __fsub_rn(ds[j], dr)), scale);
       }
     }
-    __syncthreads(); /* before the next tile's loads into shared memory (and its ds rows) */
+    __syncthreads(); /* before the next tile's loads into shared memory */
   }
 }
 
-/* Backward, part 2, per tile of rows and 32 channels at a time: dq[t][i] = sum over j = 0..t ascending of
+/* Backward, part 2, per tile of 64 rows and 64 channels at a time: dq[t][i] = sum over j = 0..t ascending of
  * ds[t][j] * k[j][i]; dk[j][i] = sum over t = j..T-1 ascending of ds[t][j] * q[t][i]; dv[j][i] = sum over
  * t = j..T-1 ascending of att[t][j] * dout[t][i] (the tile's rows playing t for dq and j for dk, dv). */
 extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_bwd_dqkv(weft_tx_attn_args p) {
-  __shared__ at_tile As, Bs;
-  const int tid = threadIdx.x, r = tid >> 3, g = tid & 7;
-  const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C;
+  __shared__ __align__(16) ax_smem sm;
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+  const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C, BH = p.B * NH;
   const float *QKV = reinterpret_cast<const float *>(p.qkv), *ATT = reinterpret_cast<const float *>(p.att);
   const float *DOUT = reinterpret_cast<const float *>(p.dout), *DS = reinterpret_cast<const float *>(p.ds);
   float *DQKV = reinterpret_cast<float *>(p.dqkv);
-  const long long nt = (T + AT_T - 1) / AT_T;
-  for (long long tile = blockIdx.x; tile < p.B * NH * nt; tile += gridDim.x) {
-    const long long bh = tile / nt, row0 = (tile - bh * nt) * AT_T, h = bh % NH, b = bh / NH;
+  const long long nt = (T + AX_M - 1) / AX_M;
+  for (long long tile = blockIdx.x; tile < BH * nt; tile += gridDim.x) {
+    long long bh, row0;
+    ax_tile(tile, BH, nt, false, &bh, &row0);
+    const long long h = bh % NH, b = bh / NH;
     const float *Qb = QKV + b * T * C3 + h * hs, *Db = DOUT + b * T * C + h * hs;
     const float *dsb = DS + bh * T * T, *ab = ATT + bh * T * T;
-    const long long t = row0 + r;
-    for (long long i0 = 0; i0 < hs; i0 += AT_T) {
-      const int ni = hs - i0 < AT_T ? (int)(hs - i0) : AT_T;
-      float aq[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ak[4] = {0.0f, 0.0f, 0.0f, 0.0f}, av[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      at_mm<false, false>(As, Bs, dsb, T, Qb + C + i0, C3, row0, T, ni, aq);
-      at_mm<true, true>(As, Bs, dsb, T, Qb + i0, C3, row0, T, ni, ak);
-      at_mm<true, true>(As, Bs, ab, T, Db + i0, C, row0, T, ni, av);
-      if (t < T) {
-        float *dq = DQKV + (b * T + t) * C3 + h * hs + i0;
+    const long long R0 = row0 + 4 * ty;
+    for (long long i0 = 0; i0 < hs; i0 += AX_M) {
+      const int ni = hs - i0 < AX_M ? (int)(hs - i0) : AX_M;
+      for (int part = 0; part < 3; part++) {
+        float acc[4][4];
+        ax_zero(acc);
+        if (part == 0) ax_mm<false, false>(sm, dsb, T, Qb + C + i0, C3, row0, T, ni, acc);
+        else if (part == 1) ax_mm<true, true>(sm, dsb, T, Qb + i0, C3, row0, T, ni, acc);
+        else ax_mm<true, true>(sm, ab, T, Db + i0, C, row0, T, ni, acc);
 #pragma unroll
-        for (int m = 0; m < 4; m++) {
-          const int i = g + 8 * m;
-          if (i < ni) {
-            dq[i] = w_canon(aq[m]);
-            dq[C + i] = w_canon(ak[m]);
-            dq[2 * C + i] = w_canon(av[m]);
-          }
+        for (int r = 0; r < 4; r++) {
+          const long long t = R0 + r;
+          if (t >= T) break;
+          float *d = DQKV + (b * T + t) * C3 + part * C + h * hs + i0;
+#pragma unroll
+          for (int c = 0; c < 4; c++)
+            if (4 * tx + c < ni) d[4 * tx + c] = w_canon(acc[r][c]);
         }
       }
     }

@@ -85,10 +85,11 @@ typedef struct weft_tx_softmax_args {
 } weft_tx_softmax_args;
 
 /* Fused causal attention, qkv[B,T,3C], NH heads of hs = C/NH. All three kernels: blockDim exactly 256, one
- * block per (b, h) and tile of 32 rows (B*NH*ceil(T/32) tiles, strided by gridDim.x); operands staged through
- * shared memory 32 x 32 at a time, each output one thread's accumulator in the reference's order.
- *   weft_tx_attn_fwd: preatt (may be 0) and att [B,NH,T,T], out[B,T,C] (scores, then one warp per row for
- *     the softmax, then att . v).
+ * block per (b, h) and tile of 64 rows (B*NH*ceil(T/64) tiles, strided by gridDim.x, the longest first);
+ * each thread owns a 4 x 4 register tile of outputs, operands staged through shared memory 32 deep, each
+ * output one accumulator in the reference's order.
+ *   weft_tx_attn_fwd: preatt (may be 0) and att [B,NH,T,T], out[B,T,C] (scores, then each warp the softmax
+ *     of 8 rows, their sums as 8 side-by-side chains, then att . v).
  *   weft_tx_attn_bwd_ds: ds[B,NH,T,T] (scratch, the softmax backward of each row, only j <= t written) from
  *     dout, qkv, att.
  *   weft_tx_attn_bwd_dqkv: dqkv[B,T,3C] from ds, qkv, att, dout (the tile's rows are t for dq, j for dk, dv). */

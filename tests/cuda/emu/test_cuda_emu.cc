@@ -260,7 +260,11 @@ int main() {
   ln(11, 77, 1); ln(1, 768, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3);
   embb(2, 5, 10, 13, 5, true); embb(3, 7, 130, 4, 7, false); embb(4, 40, 9, 3000, 40, true);
   xent(4, 5000, 4); xent(5, 7, 2); xent(3, 1, 5); xent(4, 4099, 2);
-  attn(1, 33, 64, 1, 2); attn(2, 70, 80, 2, 5);
+  /* one tile with a partial last warp; hs 40 (a partial 64-column block) with grid-strided tiles; several
+   * 64-row tiles with partial stages and rows (T = 150), strided; hs 96 (two column blocks, the second partial);
+   * 8 rows a warp down to 1 (T = 65); the launch grid of cuda_ops.c (one block per tile) */
+  attn(1, 33, 64, 1, 2); attn(2, 70, 80, 2, 5); attn(1, 150, 128, 2, 3); attn(1, 97, 96, 1, 2); attn(1, 65, 32, 1, 2);
+  attn(1, 130, 64, 1, 3);
   printf(fails ? "FAILURES %d\n" : "ALL OK\n", fails);
   return fails != 0;
 }
