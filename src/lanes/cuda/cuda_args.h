@@ -34,6 +34,9 @@ enum {
   WEFT_CUK_MV_NN, WEFT_CUK_MV_NT, WEFT_CUK_MV1_NN, WEFT_CUK_MV1_NT, /* MV1: one row */
   /* a block per row, for a few rows (decode) */
   WEFT_CUK_TX_LN_FWD_ROW, WEFT_CUK_TX_ATTN_CACHED_BLK,
+  /* the fp32 contract's attention and cross-entropy (fused multiply-adds; cross-entropy's sums as trees) */
+  WEFT_CUK_TX_ATTN_FWD_F32, WEFT_CUK_TX_ATTN_BWD_DS_F32, WEFT_CUK_TX_ATTN_BWD_DQKV_F32,
+  WEFT_CUK_TX_XENT_FWD_F32, WEFT_CUK_TX_XENT_BWD_F32,
   WEFT_CUK_COUNT
 };
 

@@ -62,6 +62,11 @@ const char *const weft_cu_kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_MV1_NN] = "weft_mv1_nn",         [WEFT_CUK_MV1_NT] = "weft_mv1_nt",
     [WEFT_CUK_TX_LN_FWD_ROW] = "weft_tx_layernorm_fwd_row",
     [WEFT_CUK_TX_ATTN_CACHED_BLK] = "weft_tx_attn_cached_blk",
+    [WEFT_CUK_TX_ATTN_FWD_F32] = "weft_tx_attn_fwd_f32",
+    [WEFT_CUK_TX_ATTN_BWD_DS_F32] = "weft_tx_attn_bwd_ds_f32",
+    [WEFT_CUK_TX_ATTN_BWD_DQKV_F32] = "weft_tx_attn_bwd_dqkv_f32",
+    [WEFT_CUK_TX_XENT_FWD_F32] = "weft_tx_xent_fwd_f32",
+    [WEFT_CUK_TX_XENT_BWD_F32] = "weft_tx_xent_bwd_f32",
 };
 
 /* ------------------------------------------------------------------------------------------- errors */

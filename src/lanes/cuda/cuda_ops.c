@@ -298,6 +298,9 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
   weft_cu_dev *d = l->dev;
   const int64_t *ip = op->iparam;
   const float *fp = op->fparam;
+  /* attention and cross-entropy have fp32 kernels; the other ops run their exact kernels under fp32 too
+   * (the exact order is an fp32 order) */
+  const int f32 = op->contract == WEFT_CONTRACT_FP32;
   weft_status st = WEFT_OK;
   switch (op->kind) {
   case WEFT_OP_EMBEDDING: {
@@ -385,7 +388,7 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     a.out = bptr(op->out[0]), a.att = bptr(op->out[1]), a.preatt = bptr(op->out[2]), a.qkv = bptr(op->in[0]);
     a.B = ip[0], a.T = ip[1], a.C = ip[2], a.NH = ip[3];
     if (a.B * a.T * a.NH == 0) return WEFT_OK;
-    return PUSH(WEFT_CUK_TX_ATTN_FWD, grid_attn(d, &a), 1, 256, a);
+    return PUSH(f32 ? WEFT_CUK_TX_ATTN_FWD_F32 : WEFT_CUK_TX_ATTN_FWD, grid_attn(d, &a), 1, 256, a);
   }
   case WEFT_OP_ATTENTION_CACHED: {
     weft_tx_attn_cached_args a;
@@ -407,8 +410,10 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     a.B = ip[0], a.T = ip[1], a.C = ip[2], a.NH = ip[3];
     if (a.B * a.T * a.NH == 0) return WEFT_OK;
     if ((st = scratch(d, (size_t)(a.B * a.NH * a.T * a.T) * sizeof(float), &a.ds)) != WEFT_OK) return st;
-    if ((st = PUSH(WEFT_CUK_TX_ATTN_BWD_DS, grid_attn(d, &a), 1, 256, a)) != WEFT_OK) return st;
-    return PUSH(WEFT_CUK_TX_ATTN_BWD_DQKV, grid_attn(d, &a), 1, 256, a);
+    if ((st = PUSH(f32 ? WEFT_CUK_TX_ATTN_BWD_DS_F32 : WEFT_CUK_TX_ATTN_BWD_DS, grid_attn(d, &a), 1, 256, a)) !=
+        WEFT_OK)
+      return st;
+    return PUSH(f32 ? WEFT_CUK_TX_ATTN_BWD_DQKV_F32 : WEFT_CUK_TX_ATTN_BWD_DQKV, grid_attn(d, &a), 1, 256, a);
   }
   case WEFT_OP_CROSSENTROPY:
   case WEFT_OP_CROSSENTROPY_BACKWARD: {
@@ -419,9 +424,15 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     else a.dlogits = bptr(op->out[0]), a.dloss = bptr(op->in[2]);
     a.N = ip[0], a.V = ip[1];
     if (a.N == 0) return WEFT_OK;
-    /* a block of 128 per row, up to 16 blocks per SM (8.6 KB of shared memory each) */
-    return PUSH(op->kind == WEFT_OP_CROSSENTROPY ? WEFT_CUK_TX_XENT_FWD : WEFT_CUK_TX_XENT_BWD,
-                stride_grid(d, (uint64_t)a.N, 1, 16), 1, 128, a);
+    const int fwd = op->kind == WEFT_OP_CROSSENTROPY;
+    /* fp32: a block of 512 per row (the row's sums are trees over the block) */
+    if (f32)
+      return PUSH(fwd ? WEFT_CUK_TX_XENT_FWD_F32 : WEFT_CUK_TX_XENT_BWD_F32, stride_grid(d, (uint64_t)a.N, 1, 4), 1,
+                  512, a);
+    /* exact: a block of 128 per row, up to 16 blocks per SM (8.6 KB of shared memory each); a few rows (up to
+     * 2 per SM) a block of 512 each, so that the loads and exponentials keep the one sum chain fed */
+    return PUSH(fwd ? WEFT_CUK_TX_XENT_FWD : WEFT_CUK_TX_XENT_BWD, stride_grid(d, (uint64_t)a.N, 1, 16), 1,
+                a.N <= 2 * (int64_t)d->sms ? 512 : 128, a);
   }
   case WEFT_OP_ADAMW: {
     weft_tx_adamw_args a;

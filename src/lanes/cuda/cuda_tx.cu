@@ -743,18 +743,24 @@ DEV void ax_zero(float acc[4][4]) {
     for (int c = 0; c < 4; c++) acc[r][c] = 0.0f;
 }
 
-/* acc[r][c] += x[r] * y[c], each its own rounded multiply and add, for the 4 x 4 (rows, columns) */
-DEV void ax_step(float acc[4][4], const float *xa, const float *ya) {
+/* acc[r][c] += x[r] * y[c], each its own rounded multiply and add, for the 4 x 4 (rows, columns); under the
+ * fp32 contract (F32) one fused multiply-add. */
+template <bool F32> DEV void ax_madd(float &acc, float x, float y) {
+  acc = F32 ? __fmaf_rn(x, y, acc) : __fadd_rn(acc, __fmul_rn(x, y));
+}
+
+template <bool F32> DEV void ax_step(float acc[4][4], const float *xa, const float *ya) {
   const float4 x = *reinterpret_cast<const float4 *>(xa), y = *reinterpret_cast<const float4 *>(ya);
   const float xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
   for (int r = 0; r < 4; r++)
 #pragma unroll
-    for (int c = 0; c < 4; c++) acc[r][c] = __fadd_rn(acc[r][c], __fmul_rn(xs[r], ys[c]));
+    for (int c = 0; c < 4; c++) ax_madd<F32>(acc[r][c], xs[r], ys[c]);
 }
 
 /* acc[r][c] = sum over i ascending (i < hs) of X[row][i] * Y[col][i], row = row0 + 4ty + r, col = col0 + 4tx
  * + c; X row t at X + t * ldx, Y row j at Y + j * ldy, rows up to T (beyond: zeros, results unused). */
+template <bool F32>
 DEV void ax_dots(ax_smem &sm, const float *X, long long ldx, const float *Y, long long ldy, long long row0,
                  long long col0, long long T, long long hs, float acc[4][4]) {
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
@@ -768,7 +774,7 @@ DEV void ax_dots(ax_smem &sm, const float *X, long long ldx, const float *Y, lon
     }
     __syncthreads();
 #pragma unroll 4
-    for (int ii = 0; ii < ni; ii++) ax_step(acc, &sm.a[ii][4 * ty], &sm.b[ii][4 * tx]);
+    for (int ii = 0; ii < ni; ii++) ax_step<F32>(acc, &sm.a[ii][4 * ty], &sm.b[ii][4 * tx]);
     __syncthreads();
   }
 }
@@ -776,7 +782,7 @@ DEV void ax_dots(ax_smem &sm, const float *X, long long ldx, const float *Y, lon
 /* acc[r][c] += sum over k ascending of A(row, k) * Bm[k][4tx + c] for row = row0 + 4ty + r, with k in [0, row]
  * (GE false) or [row, T) (GE true). A(row, k) = A[row * lda + k], or A[k * lda + row] when TR; Bm row k at
  * Bm + k * ldb, ncol (<= 64) columns valid. */
-template <bool TR, bool GE>
+template <bool F32, bool TR, bool GE>
 DEV void ax_mm(ax_smem &sm, const float *A, long long lda, const float *Bm, long long ldb, long long row0, long long T,
                int ncol, float acc[4][4]) {
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
@@ -801,7 +807,7 @@ DEV void ax_mm(ax_smem &sm, const float *A, long long lda, const float *Bm, long
     const bool full = GE ? k0 >= R0 + 3 : k0 + kn - 1 <= R0; /* every k of the stage counts for all 4 rows */
     if (full) {
 #pragma unroll 4
-      for (int kk = 0; kk < kn; kk++) ax_step(acc, &sm.a[kk][4 * ty], &sm.b[kk][4 * tx]);
+      for (int kk = 0; kk < kn; kk++) ax_step<F32>(acc, &sm.a[kk][4 * ty], &sm.b[kk][4 * tx]);
     } else {
       for (int kk = 0; kk < kn; kk++) {
         const long long k = k0 + kk;
@@ -812,7 +818,7 @@ DEV void ax_mm(ax_smem &sm, const float *A, long long lda, const float *Bm, long
         for (int r = 0; r < 4; r++)
           if (GE ? k >= R0 + r : k <= R0 + r)
 #pragma unroll
-            for (int c = 0; c < 4; c++) acc[r][c] = __fadd_rn(acc[r][c], __fmul_rn(xs[r], ys[c]));
+            for (int c = 0; c < 4; c++) ax_madd<F32>(acc[r][c], xs[r], ys[c]);
       }
     }
     __syncthreads();
@@ -860,8 +866,7 @@ DEV void ax_tile(long long tile, long long BH, long long nt, bool heavy_last, lo
  * rows; then each warp runs the causal softmax of its 8 rows over their stored scores (preatt written first:
  * the first max by warp_first_max, the exponentials stored in att, the sums as eight side-by-side chains,
  * then att = e * recip(sum)); then out[t][i] = sum over j <= t ascending of att[t][j] * v[j][i]. */
-extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_fwd(weft_tx_attn_args p) {
-  __shared__ __align__(16) ax_smem sm;
+template <bool F32> DEV void ax_fwd(ax_smem &sm, const weft_tx_attn_args &p) {
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4, lane = tid & 31, wid = tid >> 5;
   const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C, BH = p.B * NH;
   const float scale = w_rsqrtf((float)hs);
@@ -877,7 +882,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_fwd(weft_tx_attn_
     const long long R0 = row0 + 4 * ty, kend = row0 + AX_M < T ? row0 + AX_M : T;
     for (long long j0 = 0; j0 < kend; j0 += AX_M) {
       float acc[4][4];
-      ax_dots(sm, Qb, C3, Qb + C, C3, row0, j0, T, hs, acc);
+      ax_dots<F32>(sm, Qb, C3, Qb + C, C3, row0, j0, T, hs, acc);
 #pragma unroll
       for (int r = 0; r < 4; r++) {
         const long long t = R0 + r;
@@ -926,7 +931,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_fwd(weft_tx_attn_
       const int ni = hs - i0 < AX_M ? (int)(hs - i0) : AX_M;
       float acc[4][4];
       ax_zero(acc);
-      ax_mm<false, false>(sm, ATT + bh * T * T, T, Qb + 2 * C + i0, C3, row0, T, ni, acc);
+      ax_mm<F32, false, false>(sm, ATT + bh * T * T, T, Qb + 2 * C + i0, C3, row0, T, ni, acc);
 #pragma unroll
       for (int r = 0; r < 4; r++) {
         const long long t = R0 + r;
@@ -1057,8 +1062,7 @@ extern "C" __global__ void __launch_bounds__(128) weft_tx_attn_cached_blk(weft_t
  * rows; then each warp, for its 8 rows: dot = sum over j <= t ascending of att * datt (eight side-by-side
  * chains, as in the forward), ds = (att * (datt - dot)) * scale (not canonicalised: scratch, as in the
  * reference). */
-extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_bwd_ds(weft_tx_attn_args p) {
-  __shared__ __align__(16) ax_smem sm;
+template <bool F32> DEV void ax_bwd_ds(ax_smem &sm, const weft_tx_attn_args &p) {
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4, lane = tid & 31, wid = tid >> 5;
   const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C, BH = p.B * NH;
   const float scale = w_rsqrtf((float)hs);
@@ -1074,7 +1078,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_bwd_ds(weft_tx_at
     const long long R0 = row0 + 4 * ty, kend = row0 + AX_M < T ? row0 + AX_M : T;
     for (long long j0 = 0; j0 < kend; j0 += AX_M) {
       float acc[4][4];
-      ax_dots(sm, Db, C, Vb, C3, row0, j0, T, hs, acc);
+      ax_dots<F32>(sm, Db, C, Vb, C3, row0, j0, T, hs, acc);
 #pragma unroll
       for (int r = 0; r < 4; r++) {
         const long long t = R0 + r;
@@ -1111,8 +1115,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_bwd_ds(weft_tx_at
 /* Backward, part 2, per tile of 64 rows and 64 channels at a time: dq[t][i] = sum over j = 0..t ascending of
  * ds[t][j] * k[j][i]; dk[j][i] = sum over t = j..T-1 ascending of ds[t][j] * q[t][i]; dv[j][i] = sum over
  * t = j..T-1 ascending of att[t][j] * dout[t][i] (the tile's rows playing t for dq and j for dk, dv). */
-extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_bwd_dqkv(weft_tx_attn_args p) {
-  __shared__ __align__(16) ax_smem sm;
+template <bool F32> DEV void ax_bwd_dqkv(ax_smem &sm, const weft_tx_attn_args &p) {
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
   const long long T = p.T, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C, BH = p.B * NH;
   const float *QKV = reinterpret_cast<const float *>(p.qkv), *ATT = reinterpret_cast<const float *>(p.att);
@@ -1131,9 +1134,9 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_bwd_dqkv(weft_tx_
       for (int part = 0; part < 3; part++) {
         float acc[4][4];
         ax_zero(acc);
-        if (part == 0) ax_mm<false, false>(sm, dsb, T, Qb + C + i0, C3, row0, T, ni, acc);
-        else if (part == 1) ax_mm<true, true>(sm, dsb, T, Qb + i0, C3, row0, T, ni, acc);
-        else ax_mm<true, true>(sm, ab, T, Db + i0, C, row0, T, ni, acc);
+        if (part == 0) ax_mm<F32, false, false>(sm, dsb, T, Qb + C + i0, C3, row0, T, ni, acc);
+        else if (part == 1) ax_mm<F32, true, true>(sm, dsb, T, Qb + i0, C3, row0, T, ni, acc);
+        else ax_mm<F32, true, true>(sm, ab, T, Db + i0, C, row0, T, ni, acc);
 #pragma unroll
         for (int r = 0; r < 4; r++) {
           const long long t = R0 + r;
@@ -1148,9 +1151,23 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_attn_bwd_dqkv(weft_tx_
   }
 }
 
+/* The kernels: the exact contract's, and the fp32 contract's (each product and add one fused multiply-add;
+ * the orders, the softmax and the chains as under exact). */
+#define AX_KERNEL(name, body, f32)                                                                          \
+  extern "C" __global__ void __launch_bounds__(256) name(weft_tx_attn_args p) {                             \
+    __shared__ __align__(16) ax_smem sm;                                                                    \
+    body<f32>(sm, p);                                                                                       \
+  }
+AX_KERNEL(weft_tx_attn_fwd, ax_fwd, false)
+AX_KERNEL(weft_tx_attn_bwd_ds, ax_bwd_ds, false)
+AX_KERNEL(weft_tx_attn_bwd_dqkv, ax_bwd_dqkv, false)
+AX_KERNEL(weft_tx_attn_fwd_f32, ax_fwd, true)
+AX_KERNEL(weft_tx_attn_bwd_ds_f32, ax_bwd_ds, true)
+AX_KERNEL(weft_tx_attn_bwd_dqkv_f32, ax_bwd_dqkv, true)
+
 /* ---------------------------------------------------------------------------------- cross-entropy */
 
-/* One row per block (rows strided by gridDim.x; blockDim a multiple of 32, at least 64: 256 is launched).
+/* One row per block (rows strided by gridDim.x; blockDim a multiple of 32 from 64 to 512: 128 or 512 is launched).
  * mx and ls of row z[0..V) as lse_row in reference_tx.c:
  * - the first maximum: every thread keeps the first maximum of its own strided elements (strict >,
  *   ascending, starting from z[0] at index 0), then the warps and then thread 0 combine (value, index)
@@ -1171,9 +1188,18 @@ struct xe_shared {
   float bc[2];
 };
 
+/* four loads in flight per thread before their exponentials (the loop waited on one load at a time) */
 DEV void xe_fill(float *dst, const float *z, long long j0, long long V, float mx, int t, int nt) {
   const long long n = V - j0 < XE_CHUNK ? V - j0 : XE_CHUNK;
-  for (long long k = t; k < n; k += nt) dst[k] = w_expf(__fsub_rn(z[j0 + k], mx));
+  long long k = t;
+  for (; k + 3 * nt < n; k += 4 * nt) {
+    const float z0 = z[j0 + k], z1 = z[j0 + k + nt], z2 = z[j0 + k + 2 * nt], z3 = z[j0 + k + 3 * nt];
+    dst[k] = w_expf(__fsub_rn(z0, mx));
+    dst[k + nt] = w_expf(__fsub_rn(z1, mx));
+    dst[k + 2 * nt] = w_expf(__fsub_rn(z2, mx));
+    dst[k + 3 * nt] = w_expf(__fsub_rn(z3, mx));
+  }
+  for (; k < n; k += nt) dst[k] = w_expf(__fsub_rn(z[j0 + k], mx));
 }
 
 DEV void block_lse(xe_shared &sh, const float *z, long long V, float *mx_out, float *ls_out) {
@@ -1182,8 +1208,15 @@ DEV void block_lse(xe_shared &sh, const float *z, long long V, float *mx_out, fl
   float mx = z0;
   if (z0 == z0) { /* the same branch in every thread of the block */
     float best = z0;
-    long long bi = 0;
-    for (long long j = tid; j < V; j += nt) {
+    long long bi = 0, j = tid;
+    for (; j + 3 * nt < V; j += 4 * nt) { /* four loads in flight, compared in ascending order */
+      const float v0 = z[j], v1 = z[j + nt], v2 = z[j + 2 * nt], v3 = z[j + 3 * nt];
+      if (v0 > best) best = v0, bi = j;
+      if (v1 > best) best = v1, bi = j + nt;
+      if (v2 > best) best = v2, bi = j + 2 * nt;
+      if (v3 > best) best = v3, bi = j + 3 * nt;
+    }
+    for (; j < V; j += nt) {
       const float v = z[j];
       if (v > best) best = v, bi = j;
     }
@@ -1234,7 +1267,7 @@ DEV void block_lse(xe_shared &sh, const float *z, long long V, float *mx_out, fl
   *ls_out = w_logf(s); /* thread 0's */
 }
 
-extern "C" __global__ void __launch_bounds__(256) weft_tx_xent_fwd(weft_tx_xent_args p) {
+extern "C" __global__ void __launch_bounds__(512) weft_tx_xent_fwd(weft_tx_xent_args p) {
   __shared__ __align__(16) xe_shared sh;
   const float *Z = reinterpret_cast<const float *>(p.logits);
   const int *tg = reinterpret_cast<const int *>(p.targets);
@@ -1249,7 +1282,7 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_xent_fwd(weft_tx_xent_
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) weft_tx_xent_bwd(weft_tx_xent_args p) {
+extern "C" __global__ void __launch_bounds__(512) weft_tx_xent_bwd(weft_tx_xent_args p) {
   __shared__ __align__(16) xe_shared sh;
   const float *Z = reinterpret_cast<const float *>(p.logits), *DL = reinterpret_cast<const float *>(p.dloss);
   const int *tg = reinterpret_cast<const int *>(p.targets);
@@ -1265,12 +1298,132 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_xent_bwd(weft_tx_xent_
     __syncthreads();
     ls = sh.bc[1];
     const float dl = DL[n];
-    for (long long j = threadIdx.x; j < p.V; j += blockDim.x) {
+    const long long nt = blockDim.x;
+    long long j = threadIdx.x;
+    for (; j + 3 * nt < p.V; j += 4 * nt) { /* four loads in flight */
+      float zz[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) zz[u] = z[j + u * nt];
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const float pr = w_expf(__fsub_rn(__fsub_rn(zz[u], mx), ls));
+        const float ind = j + u * nt == tgt ? 1.0f : 0.0f;
+        g[j + u * nt] = w_canon(__fmul_rn(__fsub_rn(pr, ind), dl));
+      }
+    }
+    for (; j < p.V; j += nt) {
       const float pr = w_expf(__fsub_rn(__fsub_rn(z[j], mx), ls));
       const float ind = j == tgt ? 1.0f : 0.0f;
       g[j] = w_canon(__fmul_rn(__fsub_rn(pr, ind), dl));
     }
     __syncthreads(); /* bc[1] and the buffers are reused by the next row */
+  }
+}
+
+/* Cross-entropy under the fp32 contract (docs/DESIGN.md): one row per block (blockDim a multiple of 32 from 64
+ * to 1024; 512 is launched), the max and the sum of the exponentials each spread over the whole block (four
+ * accumulators a thread, then a warp butterfly, then the warps' partials added by every thread in warp
+ * order, so every thread holds the same bits); weft's own expf and logf. Both results are in every thread. */
+DEV float xf_block_max(float *part, float v) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float o = __shfl_xor_sync(TX_FULL, v, off);
+    v = o > v ? o : v;
+  }
+  if (lane == 0) part[w] = v;
+  __syncthreads();
+  v = part[0];
+  for (int q = 1; q < nw; q++) v = part[q] > v ? part[q] : v;
+  __syncthreads(); /* part is free again */
+  return v;
+}
+
+DEV float xf_block_sum(float *part, float v) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(TX_FULL, v, off);
+  if (lane == 0) part[w] = v;
+  __syncthreads();
+  v = part[0];
+  for (int q = 1; q < nw; q++) v += part[q];
+  __syncthreads();
+  return v;
+}
+
+/* mx: the largest value (z[0] when it is NaN, as the reference: a NaN elsewhere reaches the sum instead);
+ * ls = logf(sum of expf(z - mx)) */
+DEV void xf_lse(float *part, const float *z, long long V, float *mx_out, float *ls_out) {
+  const long long nt = blockDim.x;
+  const float z0 = z[0];
+  float m[4] = {z0, z0, z0, z0};
+  long long j = threadIdx.x;
+  for (; j + 3 * nt < V; j += 4 * nt)
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const float v = z[j + u * nt];
+      m[u] = v > m[u] ? v : m[u];
+    }
+  for (; j < V; j += nt) m[0] = z[j] > m[0] ? z[j] : m[0];
+  float mx = m[0];
+#pragma unroll
+  for (int u = 1; u < 4; u++) mx = m[u] > mx ? m[u] : mx;
+  mx = xf_block_max(part, mx);
+  float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  j = threadIdx.x;
+  for (; j + 3 * nt < V; j += 4 * nt)
+#pragma unroll
+    for (int u = 0; u < 4; u++) s[u] += w_expf(z[j + u * nt] - mx);
+  for (; j < V; j += nt) s[0] += w_expf(z[j] - mx);
+  const float sum = xf_block_sum(part, (s[0] + s[1]) + (s[2] + s[3]));
+  *mx_out = mx;
+  *ls_out = w_logf(sum);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) weft_tx_xent_fwd_f32(weft_tx_xent_args p) {
+  __shared__ float part[32];
+  const float *Z = reinterpret_cast<const float *>(p.logits);
+  const int *tg = reinterpret_cast<const int *>(p.targets);
+  float *L = reinterpret_cast<float *>(p.losses);
+  for (long long n = blockIdx.x; n < p.N; n += gridDim.x) {
+    const long long tgt = tg[n];
+    if (tgt < 0 || tgt >= p.V) continue;
+    const float *z = Z + n * p.V;
+    float mx, ls;
+    xf_lse(part, z, p.V, &mx, &ls);
+    if (threadIdx.x == 0) L[n] = -((z[tgt] - mx) - ls);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(1024) weft_tx_xent_bwd_f32(weft_tx_xent_args p) {
+  __shared__ float part[32];
+  const float *Z = reinterpret_cast<const float *>(p.logits), *DL = reinterpret_cast<const float *>(p.dloss);
+  const int *tg = reinterpret_cast<const int *>(p.targets);
+  float *G = reinterpret_cast<float *>(p.dlogits);
+  for (long long n = blockIdx.x; n < p.N; n += gridDim.x) {
+    const long long tgt = tg[n];
+    if (tgt < 0 || tgt >= p.V) continue;
+    const float *z = Z + n * p.V;
+    float *g = G + n * p.V;
+    float mx, ls;
+    xf_lse(part, z, p.V, &mx, &ls);
+    const float dl = DL[n];
+    const long long nt = blockDim.x;
+    long long j = threadIdx.x;
+    for (; j + 3 * nt < p.V; j += 4 * nt) {
+      float zz[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) zz[u] = z[j + u * nt];
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const float pr = w_expf((zz[u] - mx) - ls);
+        g[j + u * nt] = (j + u * nt == tgt ? pr - 1.0f : pr) * dl;
+      }
+    }
+    for (; j < p.V; j += nt) {
+      const float pr = w_expf((z[j] - mx) - ls);
+      g[j] = (j == tgt ? pr - 1.0f : pr) * dl;
+    }
   }
 }
 

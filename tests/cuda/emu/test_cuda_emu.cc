@@ -33,6 +33,7 @@ inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
 inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
 inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline void __syncwarp() { g_wbar[threadIdx.x / 32]->arrive_and_wait(); }
 template <class T> T shfl_from(T v, int src) {
@@ -99,6 +100,21 @@ static void cmp(const char *what, const float *a, const float *b, size_t n) {
   if (bad) { printf("   first %zu: %a vs %a\n", first, a[first], b[first]); fails++; }
 }
 #define U(p) ((uint64_t)(uintptr_t)(p))
+/* The fp32 contract's comparison (as tests/test_cpu_tx.c): within 1e-4 of the reference's largest finite
+ * magnitude; NaN where the reference has NaN (any payload), the same infinity where it has one. */
+static void cmp_tol(const char *what, const float *ref, const float *got, size_t n) {
+  double big = 0;
+  for (size_t i = 0; i < n; i++) if (std::isfinite(ref[i]) && std::fabs(ref[i]) > big) big = std::fabs(ref[i]);
+  const double tol = 1e-4 * big;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < n; i++) {
+    const bool ok = std::isnan(ref[i]) ? std::isnan(got[i]) : std::isinf(ref[i]) ? ref[i] == got[i]
+                                                            : std::fabs((double)ref[i] - (double)got[i]) <= tol;
+    if (!ok && !bad++) first = i;
+  }
+  printf("%-22s %s (%zu/%zu beyond %.3g)\n", what, bad ? "FAIL" : "ok", bad, n, tol);
+  if (bad) { printf("   first %zu: %a vs %a\n", first, ref[first], got[first]); fails++; }
+}
 static void attn(int64_t B, int64_t T, int64_t C, int64_t NH, unsigned gx) {
   auto qkv = rnd(B * T * 3 * C, -2, 2), dout = rnd(B * T * C, -1, 1);
   qkv[5] = 0.0f; qkv[7] = -0.0f;
@@ -114,6 +130,15 @@ static void attn(int64_t B, int64_t T, int64_t C, int64_t NH, unsigned gx) {
   emu_launch(gx, 1, 256, [&] { weft_tx_attn_bwd_ds(a); });
   emu_launch(gx, 1, 256, [&] { weft_tx_attn_bwd_dqkv(a); });
   cmp("attn dqkv", dq.data(), dq2.data(), dq.size());
+  /* the fp32 contract's kernels, within the tolerance */
+  std::fill(o2.begin(), o2.end(), 7.f); std::fill(att2.begin(), att2.end(), 7.f); std::fill(dq2.begin(), dq2.end(), 7.f);
+  a.att = U(att2.data()); a.preatt = 0;
+  emu_launch(gx, 1, 256, [&] { weft_tx_attn_fwd_f32(a); });
+  cmp_tol("attn f32 out", o.data(), o2.data(), o.size()); cmp_tol("attn f32 att", att.data(), att2.data(), att.size());
+  a.att = U(att.data());
+  emu_launch(gx, 1, 256, [&] { weft_tx_attn_bwd_ds_f32(a); });
+  emu_launch(gx, 1, 256, [&] { weft_tx_attn_bwd_dqkv_f32(a); });
+  cmp_tol("attn f32 dqkv", dq.data(), dq2.data(), dq.size());
 }
 static void xent(int64_t N, int64_t V, unsigned gx) {
   auto z = rnd(N * V, -15, 15), dl = rnd(N, -1, 1);
@@ -129,6 +154,18 @@ static void xent(int64_t N, int64_t V, unsigned gx) {
   emu_launch(gx, 1, 64, [&] { weft_tx_xent_fwd(a); });  /* the smallest block it takes */
   emu_launch(gx, 1, 128, [&] { weft_tx_xent_bwd(a); });
   cmp("xent loss", l.data(), l2.data(), N); cmp("xent dlogits", g.data(), g2.data(), N * V);
+  /* the few-rows launch: a block of 512 */
+  std::fill(l2.begin(), l2.end(), 7.f); std::fill(g2.begin(), g2.end(), 7.f);
+  emu_launch(gx, 1, 512, [&] { weft_tx_xent_fwd(a); });
+  emu_launch(gx, 1, 512, [&] { weft_tx_xent_bwd(a); });
+  cmp("xent 512 loss", l.data(), l2.data(), N); cmp("xent 512 dlogits", g.data(), g2.data(), N * V);
+  /* the fp32 contract's kernels (blocks of 512 as launched, and of 64) */
+  for (unsigned bd : {512u, 64u}) {
+    std::fill(l2.begin(), l2.end(), 7.f); std::fill(g2.begin(), g2.end(), 7.f);
+    emu_launch(gx, 1, bd, [&] { weft_tx_xent_fwd_f32(a); });
+    emu_launch(gx, 1, bd, [&] { weft_tx_xent_bwd_f32(a); });
+    cmp_tol("xent f32 loss", l.data(), l2.data(), N); cmp_tol("xent f32 dlogits", g.data(), g2.data(), N * V);
+  }
 }
 static void embb(int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, bool withpos) {
   auto dout = rnd(B*T*C, -1, 1), wte = rnd(V*C, -1, 1), wpe = rnd(P*C, -1, 1);
