@@ -9,6 +9,7 @@
  *
  * Without the CUDA lanes in the build, without a driver or without a GPU: says why and exits 77 (Skipped). */
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,6 +135,29 @@ static void compare(tally *t, const char *what, const void *got, const void *wan
   t->elements += (long)n;
   t->failures += bad;
 }
+/* The fp32 contract's comparison (as tests/test_cpu_tx.c): within 1e-4 of want's largest finite magnitude, NaN
+ * where want has NaN, the same infinity where it has one. */
+static void compare_tol(tally *t, const char *what, const float *got, const float *want, size_t n) {
+  double big = 0;
+  for (size_t i = 0; i < n; i++)
+    if (isfinite(want[i]) && fabs(want[i]) > big) big = fabs(want[i]);
+  const double tol = 1e-4 * big;
+  long bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    const int ok = isnan(want[i])   ? isnan(got[i])
+                   : isinf(want[i]) ? got[i] == want[i]
+                                    : fabs((double)got[i] - (double)want[i]) <= tol;
+    if (!ok) {
+      if (bad < 4) TU_CHECK(0, "%s %s (fp32): element %zu: got %.9g, want %.9g (tolerance %.3g)", t->op, what, i,
+                            got[i], want[i], tol);
+      bad++;
+    }
+  }
+  if (bad > 4) TU_CHECK(0, "%s %s (fp32): %ld of %zu elements beyond the tolerance", t->op, what, bad, n);
+  t->elements += (long)n;
+  t->failures += bad;
+}
+
 static void report(const tally *t) {
   printf("%-22s cases %3ld  elements %10ld  failures %ld\n", t->op, t->cases, t->elements, t->failures);
 }
@@ -388,6 +412,17 @@ static void test_attention(void) {
     launch("weft_tx_attn_bwd_dqkv", grid_for(B * T * C, 256), 256, &a);
     sync_("attention bwd");
     down(g, ddq, nq * 4), compare(&b, "dqkv", g, wdq, nq);
+    /* the fp32 contract's kernels (the backward from the exact att) */
+    weft_tx_attn_args a32 = a;
+    a32.preatt = 0, a32.att = dds;
+    launch("weft_tx_attn_fwd_f32", grid_rows(B * NH * T), 256, &a32);
+    sync_("attention fwd fp32");
+    down(g, dout_, no * 4), compare_tol(&f, "out", g, wo, no);
+    down(g, dds, na * 4), compare_tol(&f, "att", g, watt, na);
+    launch("weft_tx_attn_bwd_ds_f32", grid_rows(B * NH * T), 256, &a);
+    launch("weft_tx_attn_bwd_dqkv_f32", grid_rows(B * NH * T), 256, &a);
+    sync_("attention bwd fp32");
+    down(g, ddq, nq * 4), compare_tol(&b, "dqkv", g, wdq, nq);
     f.cases++, b.cases++;
     dfree(dq), dfree(ddo), dfree(dout_), dfree(dpre), dfree(datt), dfree(dds), dfree(ddq);
     free(qkv), free(dout), free(wo), free(wpre), free(watt), free(wdq), free(g);
@@ -414,6 +449,17 @@ static void test_xent(void) {
     sync_("crossentropy");
     down(g, dls, (size_t)N * 4), compare(&f, "losses", g, wl, (size_t)N);
     down(g, dg, nv * 4), compare(&b, "dlogits", g, wg, nv);
+    /* blocks of 512 (few rows), then the fp32 contract's kernels */
+    launch("weft_tx_xent_fwd", grid_for(N, 1), 512, &a);
+    launch("weft_tx_xent_bwd", grid_for(N, 1), 512, &a);
+    sync_("crossentropy 512");
+    down(g, dls, (size_t)N * 4), compare(&f, "losses", g, wl, (size_t)N);
+    down(g, dg, nv * 4), compare(&b, "dlogits", g, wg, nv);
+    launch("weft_tx_xent_fwd_f32", grid_for(N, 1), 512, &a);
+    launch("weft_tx_xent_bwd_f32", grid_for(N, 1), 512, &a);
+    sync_("crossentropy fp32");
+    down(g, dls, (size_t)N * 4), compare_tol(&f, "losses", g, wl, (size_t)N);
+    down(g, dg, nv * 4), compare_tol(&b, "dlogits", g, wg, nv);
     f.cases++, b.cases++;
     dfree(dz), dfree(dtg), dfree(ddl), dfree(dls), dfree(dg);
     free(z), free(dl), free(tg), free(wl), free(wg), free(g);
