@@ -313,6 +313,85 @@ extern "C" __global__ void weft_tx_embed_bwd_accum(weft_tx_embed_bwd_args p) {
   }
 }
 
+/* Embedding backward in one kernel without scratch, for up to WEFT_TX_EB_ROWS_MAXBT positions: block b takes
+ * positions bt (strided by gridDim.x); its row is r = idx[bt]. The block scans the positions in windows of
+ * 8 * blockDim.x (8 consecutive ones a thread): a match of r before bt means bt is not r's first position (another
+ * block does the row) and the block moves on; otherwise the window's matches are compacted in ascending order
+ * (a scan of the threads' counts) and every thread adds them to its columns' accumulators one by one:
+ * table[r, c] = (...(table[r, c] + dout[bt0, c]) + dout[bt1, c]) ...) over r's positions ascending, the
+ * reference's order. Columns 4 * blockDim.x at a time (a wider C scans again). Any grid; blockDim a multiple
+ * of 32 up to 256 (256 is launched). */
+extern "C" __global__ void __launch_bounds__(256) weft_tx_embed_bwd_rows(weft_tx_embed_bwd_args p) {
+  __shared__ int seg[8 * 256];
+  __shared__ int wsum[8];
+  __shared__ int early;
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, nt = blockDim.x, nw = nt >> 5;
+  const float *dout = reinterpret_cast<const float *>(p.dout);
+  float *table = reinterpret_cast<float *>(p.table);
+  const long long C = p.C, BT = p.BT;
+  for (long long bt = blockIdx.x; bt < BT; bt += gridDim.x) {
+    const long long r = eb_index(p, bt);
+    if (r < 0 || r >= p.nrows) continue; /* the same in every thread */
+    __syncthreads(); /* every thread has read `early` of the previous position */
+    if (tid == 0) early = 0;
+    __syncthreads();
+    bool first = true;
+    for (long long c0 = 0; c0 < C && first; c0 += 4 * nt) {
+      float acc[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const long long c = c0 + tid + (long long)nt * u;
+        acc[u] = c < C ? table[r * C + c] : 0.0f;
+      }
+      for (long long w0 = 0; w0 < BT; w0 += 8 * nt) {
+        const long long j0 = w0 + 8 * tid;
+        unsigned m = 0;
+        int cnt = 0;
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+          if (j0 + u < BT && eb_index(p, j0 + u) == r) {
+            m |= 1u << u, cnt++;
+            if (j0 + u < bt) early = 1;
+          }
+        int incl = cnt; /* inclusive scan of the counts over the block, in thread order */
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+          const int o = __shfl_up_sync(TX_FULL, incl, off);
+          if (lane >= off) incl += o;
+        }
+        if (lane == 31) wsum[w] = incl;
+        __syncthreads();
+        if (early) { /* r occurs before bt: not this block's row */
+          first = false;
+          break;
+        }
+        int pos = incl - cnt, total = 0;
+        for (int q = 0; q < nw; q++) {
+          if (q < w) pos += wsum[q];
+          total += wsum[q];
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+          if (m >> u & 1u) seg[pos++] = (int)(j0 + u);
+        __syncthreads();
+        for (int k = 0; k < total; k++) {
+          const float *d = dout + (long long)seg[k] * C + c0 + tid;
+#pragma unroll
+          for (int u = 0; u < 4; u++)
+            if (c0 + tid + (long long)nt * u < C) acc[u] = __fadd_rn(acc[u], d[nt * u]);
+        }
+        __syncthreads(); /* seg and wsum are free for the next window */
+      }
+      if (!first) break;
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const long long c = c0 + tid + (long long)nt * u;
+        if (c < C) table[r * C + c] = w_canon(acc[u]); /* a NaN stays NaN through the adds */
+      }
+    }
+  }
+}
+
 /* -------------------------------------------------------------------------------------- layernorm */
 
 /* Layernorm: a block of 256 threads takes 32 rows (rows strided by the grid) and thread r of warp 0 makes

@@ -185,6 +185,20 @@ static void embb(int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, bool wit
   }
   cmp("embed dwte", wte.data(), wte2.data(), wte.size()); cmp("embed dwpe", wpe.data(), wpe2.data(), wpe.size());
   int nz = 0; for (auto c : cnt) nz += c != 0; printf("   count left nonzero: %d\n", nz); if (nz) fails++;
+  /* the one-kernel path (no scratch), strided over few blocks and with a block per position; blocks of 256 as
+   * launched, and of 32 (windows of 256 positions and columns 128 a pass: several of each in small cases) */
+  for (unsigned gx : {3u, (unsigned)(B * T)})
+  for (unsigned bd : {256u, 32u}) {
+    if (B * T > 300 && (gx > 3 || bd > 32)) continue; /* host threads: the long case in small blocks only */
+    std::vector<float> wt4 = rnd(V*C, -1, 1), wp4 = rnd(P*C, -1, 1), wt5 = wt4, wp5 = wp4;
+    weft_ref_embedding_backward(wt4.data(), wp4.data(), dout.data(), tok.data(), withpos ? pos.data() : nullptr, B, T, C, V, P);
+    for (int tab = 0; tab < 2; tab++) {
+      weft_tx_embed_bwd_args a{U(tab ? wp5.data() : wt5.data()), U(dout.data()), tab ? (withpos ? U(pos.data()) : 0) : U(tok.data()),
+        0, 0, 0, B*T, T, C, tab ? P : V};
+      emu_launch(gx, 1, bd, [&] { weft_tx_embed_bwd_rows(a); });
+    }
+    cmp("embed rows dwte", wt4.data(), wt5.data(), wt4.size()); cmp("embed rows dwpe", wp4.data(), wp5.data(), wp4.size());
+  }
 }
 static void ln(int64_t N, int64_t C, unsigned gx) {
   auto x = rnd(N*C, -3, 3), ga = rnd(C, -1, 1), be = rnd(C, -1, 1), dy = rnd(N*C, -1, 1);
@@ -295,7 +309,7 @@ int main() {
   copies();
   softmax(2, 45);
   ln(11, 77, 1); ln(1, 768, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3);
-  embb(2, 5, 10, 13, 5, true); embb(3, 7, 130, 4, 7, false); embb(4, 40, 9, 3000, 40, true);
+  embb(2, 5, 10, 13, 5, true); embb(3, 7, 130, 4, 7, false); embb(4, 40, 9, 3000, 40, true); embb(2, 5, 300, 13, 5, true); embb(2, 160, 9, 50, 160, true);
   xent(4, 5000, 4); xent(5, 7, 2); xent(3, 1, 5); xent(4, 4099, 2);
   /* one tile with a partial last warp; hs 40 (a partial 64-column block) with grid-strided tiles; several
    * 64-row tiles with partial stages and rows (T = 150), strided; hs 96 (two column blocks, the second partial);
