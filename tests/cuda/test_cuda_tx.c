@@ -254,6 +254,17 @@ static void test_embedding(void) {
     for (int64_t r = 0; r < maxrows; r++) nz += cnt[r] != 0;
     TU_CHECK(nz == 0, "embedding bwd: %ld counts left non-zero", nz);
     b.cases++;
+    /* the one-kernel path (no scratch) from the same starting tables */
+    cu_ok(cu->cuMemcpyHtoD(dgte, gte, (size_t)(V * C) * 4), "cuMemcpyHtoD");
+    cu_ok(cu->cuMemcpyHtoD(dgpe, gpe, (size_t)(P * C) * 4), "cuMemcpyHtoD");
+    for (int tab = 0; tab < 2; tab++) {
+      weft_tx_embed_bwd_args ba = {tab ? dgpe : dgte, ddy, tab ? dpos : dtok, 0, 0, 0, BT, T, C, tab ? P : V};
+      launch("weft_tx_embed_bwd_rows", grid_for(BT, 1), 256, &ba);
+    }
+    sync_("embedding bwd rows");
+    down(g1, dgte, (size_t)(V * C) * 4), down(g2, dgpe, (size_t)(P * C) * 4);
+    compare(&b, "dwte (rows)", g1, wgte, (size_t)(V * C));
+    compare(&b, "dwpe (rows)", g2, wgpe, (size_t)(P * C));
 
     /* index check: two bad indices, the first reported */
     if (BT >= 8) {

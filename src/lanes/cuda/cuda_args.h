@@ -37,6 +37,7 @@ enum {
   /* the fp32 contract's attention and cross-entropy (fused multiply-adds; cross-entropy's sums as trees) */
   WEFT_CUK_TX_ATTN_FWD_F32, WEFT_CUK_TX_ATTN_BWD_DS_F32, WEFT_CUK_TX_ATTN_BWD_DQKV_F32,
   WEFT_CUK_TX_XENT_FWD_F32, WEFT_CUK_TX_XENT_BWD_F32,
+  WEFT_CUK_TX_EMBED_BWD_ROWS, /* embedding backward in one kernel, up to WEFT_TX_EB_ROWS_MAXBT positions */
   WEFT_CUK_COUNT
 };
 

@@ -315,6 +315,18 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
   case WEFT_OP_EMBEDDING_BACKWARD: {
     const int64_t BT = ip[0] * ip[1], T = ip[1], C = ip[2];
     if (BT == 0 || C == 0) return WEFT_OK;
+    if (BT <= WEFT_TX_EB_ROWS_MAXBT) { /* one launch per table, no scratch */
+      for (int tab = 0; tab < 2; tab++) {
+        if (!op->out[tab]) continue;
+        weft_tx_embed_bwd_args a;
+        memset(&a, 0, sizeof a);
+        a.table = bptr(op->out[tab]), a.dout = bptr(op->in[0]), a.idx = bptr(op->in[tab ? 2 : 1]);
+        a.BT = BT, a.T = T, a.C = C, a.nrows = tab ? ip[4] : ip[3];
+        if ((st = PUSH(WEFT_CUK_TX_EMBED_BWD_ROWS, stride_grid(d, (uint64_t)BT, 1, 8), 1, 256, a)) != WEFT_OK)
+          return st;
+      }
+      return WEFT_OK;
+    }
     int64_t rows = 0;
     if (op->out[0] && ip[3] > rows) rows = ip[3];
     if (op->out[1] && ip[4] > rows) rows = ip[4];

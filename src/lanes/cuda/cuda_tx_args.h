@@ -43,6 +43,14 @@ typedef struct weft_tx_embed_args {
  * count must be zero before the first backward; the sort kernel zeroes it again, so the sequence leaves it
  * zero for the next one.
  * (The reference's order per element is exactly this: row r receives its contributions in ascending bt.) */
+/* Up to WEFT_TX_EB_ROWS_MAXBT positions the lane runs instead ONE kernel per table and no scratch (count,
+ * start, list unused):
+ *   weft_tx_embed_bwd_rows: block b takes positions bt (strided by gridDim.x; blockDim 256); where bt is the
+ *     first position of its row r, the block scans idx in windows of 8 * blockDim positions, compacts r's
+ *     positions in ascending order and adds them to the row as the accum kernel does (4 * blockDim columns
+ *     a pass). Each block scans up to BT indices, so the cost grows as BT times the rows that occur: beyond
+ *     the limit the sorted list above is cheaper. */
+#define WEFT_TX_EB_ROWS_MAXBT 16384
 typedef struct weft_tx_embed_bwd_args {
   uint64_t table, dout, idx; /* idx 0: idx[bt] = bt % T */
   uint64_t count, start, list;
