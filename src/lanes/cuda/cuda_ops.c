@@ -298,9 +298,10 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
   weft_cu_dev *d = l->dev;
   const int64_t *ip = op->iparam;
   const float *fp = op->fparam;
-  /* attention and cross-entropy have fp32 kernels; the other ops run their exact kernels under fp32 too
-   * (the exact order is an fp32 order) */
-  const int f32 = op->contract == WEFT_CONTRACT_FP32;
+  /* attention and cross-entropy have fp32 kernels, for fp32 and the weaker tf32/bf16 (which allow fp32's
+   * freedoms outside the matmuls); the other ops run their exact kernels under every contract (the exact
+   * order is an fp32 order) */
+  const int f32 = op->contract != WEFT_CONTRACT_EXACT;
   weft_status st = WEFT_OK;
   switch (op->kind) {
   case WEFT_OP_EMBEDDING: {
