@@ -115,9 +115,16 @@ static void cmp_tol(const char *what, const float *ref, const float *got, size_t
   printf("%-22s %s (%zu/%zu beyond %.3g)\n", what, bad ? "FAIL" : "ok", bad, n, tol);
   if (bad) { printf("   first %zu: %a vs %a\n", first, ref[first], got[first]); fails++; }
 }
-static void attn(int64_t B, int64_t T, int64_t C, int64_t NH, unsigned gx) {
+static void attn(int64_t B, int64_t T, int64_t C, int64_t NH, unsigned gx, bool specials = false) {
   auto qkv = rnd(B * T * 3 * C, -2, 2), dout = rnd(B * T * C, -1, 1);
   qkv[5] = 0.0f; qkv[7] = -0.0f;
+  if (specials && T > 40) { /* head 0: q row 3 zero (its scores all +0: ties), key 0 NaN in (b 0) (z0 NaN), key 37's
+                             * channel 1 NaN, key 20's channel 2 +inf, a few -0 and subnormals */
+    const int64_t C3 = 3 * C;
+    for (int64_t i = 0; i < C / NH; i++) qkv[3 * C3 + i] = 0.0f;
+    qkv[C] = NAN; qkv[37 * C3 + C + 1] = NAN; qkv[20 * C3 + C + 2] = INFINITY;
+    qkv[9 * C3 + 2 * C] = -0.0f; qkv[11 * C3 + 4] = 1e-40f; qkv[12 * C3 + C + 3] = -1e-39f;
+  }
   std::vector<float> o(B*T*C), pre(B*NH*T*T), att(B*NH*T*T), o2(o.size(), 7.f), pre2(pre.size(), 7.f), att2(att.size(), 7.f);
   weft_ref_attention_forward(o.data(), pre.data(), att.data(), qkv.data(), B, T, C, NH);
   weft_tx_attn_args a{}; a.out = U(o2.data()); a.preatt = U(pre2.data()); a.att = U(att2.data()); a.qkv = U(qkv.data());
@@ -315,7 +322,7 @@ int main() {
    * 64-row tiles with partial stages and rows (T = 150), strided; hs 96 (two column blocks, the second partial);
    * 8 rows a warp down to 1 (T = 65); the launch grid of cuda_ops.c (one block per tile) */
   attn(1, 33, 64, 1, 2); attn(2, 70, 80, 2, 5); attn(1, 150, 128, 2, 3); attn(1, 97, 96, 1, 2); attn(1, 65, 32, 1, 2);
-  attn(1, 130, 64, 1, 3);
+  attn(1, 130, 64, 1, 3); attn(2, 70, 64, 1, 3, true);
   printf(fails ? "FAILURES %d\n" : "ALL OK\n", fails);
   return fails != 0;
 }
