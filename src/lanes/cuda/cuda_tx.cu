@@ -134,6 +134,22 @@ DEV float w_tanhf(float x) {
   return __fmul_rn(s, t);
 }
 
+#define TX_GELU_S 0.79788458347320556640625f
+#define TX_GELU_K 0.044715001225471496582031f
+#define TX_GELU_3K 0.13414500653743743896484f
+
+/* gelu(x) = 0.5x(1 + tanh(S(x + Kx^3))), the reference's order (declared in cuda_kernels.cu, where the
+ * matmul epilogue uses it too) */
+DEV float w_gelu(float x) {
+  float c = __fmul_rn(TX_GELU_K, x);
+  c = __fmul_rn(c, x);
+  c = __fmul_rn(c, x);
+  const float u = __fmul_rn(TX_GELU_S, __fadd_rn(x, c));
+  const float th = w_tanhf(u);
+  const float h = __fmul_rn(0.5f, x);
+  return w_canon(__fmul_rn(h, __fadd_rn(1.0f, th)));
+}
+
 /* ------------------------------------------------------------------------------------ warp helpers */
 
 /* s + v[0] + v[1] + ... + v[n-1] in that order, v[q] held by lane q: every lane returns the same sum. A full
@@ -585,23 +601,11 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_bwd_dgb(weft
 
 /* ------------------------------------------------------------------------------------------- gelu */
 
-#define TX_GELU_S 0.79788458347320556640625f
-#define TX_GELU_K 0.044715001225471496582031f
-#define TX_GELU_3K 0.13414500653743743896484f
 
 extern "C" __global__ void weft_tx_gelu_fwd(weft_tx_gelu_args p) {
   const float *X = reinterpret_cast<const float *>(p.x);
   float *Y = reinterpret_cast<float *>(p.out);
-  for (long long i = GTID; i < p.n; i += GSTRIDE) {
-    const float x = X[i];
-    float c = __fmul_rn(TX_GELU_K, x);
-    c = __fmul_rn(c, x);
-    c = __fmul_rn(c, x);
-    const float u = __fmul_rn(TX_GELU_S, __fadd_rn(x, c));
-    const float th = w_tanhf(u);
-    const float h = __fmul_rn(0.5f, x);
-    Y[i] = w_canon(__fmul_rn(h, __fadd_rn(1.0f, th)));
-  }
+  for (long long i = GTID; i < p.n; i += GSTRIDE) Y[i] = w_gelu(X[i]);
 }
 
 extern "C" __global__ void weft_tx_gelu_bwd(weft_tx_gelu_args p) {
