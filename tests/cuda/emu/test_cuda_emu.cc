@@ -311,7 +311,8 @@ static void atc(int64_t B, int64_t Tmax, int64_t C, int64_t NH, int64_t t0, int6
   cmp("atc warp out", o.data(), o2.data(), o.size()); cmp("atc warp att", at.data(), at2.data(), at.size());
 }
 int main() {
-  atc(1, 40, 64, 2, 37, 1); atc(2, 20, 48, 3, 5, 3); atc(1, 300, 32, 1, 0, 1); atc(1, 300, 32, 1, 290, 2);
+  atc(1, 40, 64, 2, 37, 1); atc(2, 20, 48, 3, 5, 3); atc(1, 160, 768, 12, 140, 1); atc(1, 200, 256, 2, 150, 1);
+  atc(1, 100, 400, 2, 90, 2); atc(1, 300, 32, 1, 0, 1); atc(1, 300, 32, 1, 290, 2);
   mv(1, 37, 130, true, 1); mv(1, 20, 600, true, 1); mv(2, 40, 513, false, 1); mv(3, 16, 64, false, 2); mv(4, 70, 200, true, 1); mv(2, 5, 0, false, 1);
   mv(1, 33, 1, false, 1); mv(1, 21, 777, false, 2); mv(1, 50, 1000, true, 1);
   mv(1, 9, 1030, true, 3); mv(1, 17, 512, true, 1); mv(1, 8, 7, true, 1);
