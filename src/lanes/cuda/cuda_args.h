@@ -51,7 +51,7 @@ typedef struct weft_cu_mm_args {
   int32_t lda, ldb, ldc;
   int32_t tiles_m, tiles_n, group;
   int32_t vec_a, vec_b, vec_c;
-  int32_t pad_;
+  int32_t accum; /* 1: each sum starts from c's value instead of 0 (matmul_acc, c += a.b) */
 } weft_cu_mm_args;
 
 /* The matrix-vector kernels' limits: rows of a, outputs a block of WEFT_CU_MV_THREADS owns. */

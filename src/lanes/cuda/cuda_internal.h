@@ -261,6 +261,10 @@ weft_status weft_cu_emit_fused(weft_cu_lane *l, const weft_fused *f);
 weft_status weft_cu_fuse_emit(void *ctx, const weft_fused *f);
 /* Records every op the fusion window holds (a no-op when it holds none). */
 weft_status weft_cu_fuse_drain(weft_cu_dev *d);
+/* matmul or matmul_acc (the ops weft_cu_emit takes a row range of) */
+static inline int weft_cu_is_matmul(const weft_op *op) {
+  return op->kind == WEFT_OP_MATMUL || op->kind == WEFT_OP_MATMUL_ACC;
+}
 /* Rows of the matmul's output as the lane sees them (batch folded into rows where it can be), and whether
  * rows may be split (one batch entry after folding). */
 int64_t weft_cu_matmul_rows(const weft_op *op, int *out_splittable);

@@ -97,9 +97,9 @@ template <> struct vecf<2> {
  * row groups and two column groups (so shared-memory reads are vector loads without bank conflicts). The k
  * loop walks tiles of 8 ascending and, inside, k ascending, so every c[i,j] is
  * acc = 0; acc = acc + a[i,k]*b[k,j] for k = 0, 1, ... with the product and the sum each rounded: the
- * canonical order. Operands past the matrix edges are loaded as zeros on both sides of a product, so the
- * padded terms are +0 * +0 = +0, and acc + (+0) == acc for every acc this sum can hold (it never holds -0:
- * it starts at +0, and a round-to-nearest sum is -0 only when both operands are). */
+ * canonical order. Past k's end a is loaded as -0 and b as +0, so each padded term is -0, and
+ * acc + (-0) == acc for every acc, -0 included (a matmul_acc sum starts from c's value, which may be -0).
+ * Elsewhere past the edges operands are zeros; those products only reach outputs that are not stored. */
 /* GELU (GPT-2's tanh form) in the exact order: weft_tx_gelu_fwd's arithmetic (cuda_tx.cu). */
 DEV float w_gelu(float x);
 
@@ -176,7 +176,7 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
         vecf<LA>::get(pa, ra);
       } else {
 #pragma unroll
-        for (int q = 0; q < LA; q++) ra[q] = (a_fixed_ok && col + q < K) ? pa[q] : 0.0f;
+        for (int q = 0; q < LA; q++) ra[q] = (a_fixed_ok && col + q < K) ? pa[q] : -0.0f;
       }
     } else { /* k row k0+a_r, columns m0+a_c .. +LA */
       const int krow = k0 + a_r;
@@ -184,7 +184,7 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
         vecf<LA>::get(pa, ra);
       } else {
 #pragma unroll
-        for (int q = 0; q < LA; q++) ra[q] = (krow < K && m0 + a_c + q < M) ? pa[q] : 0.0f;
+        for (int q = 0; q < LA; q++) ra[q] = (krow < K && m0 + a_c + q < M) ? pa[q] : -0.0f;
       }
     }
     pa += a_step;
@@ -224,13 +224,24 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
     }
   };
 
+  const int tx = tid % 16, ty = tid / 16;
   float acc[TM][TN];
 #pragma unroll
   for (int i = 0; i < TM; i++)
 #pragma unroll
     for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
+  if (p.accum) { /* matmul_acc: each sum continues from c's value */
+#pragma unroll
+    for (int i = 0; i < TM; i++) {
+      const int row = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
+#pragma unroll
+      for (int j = 0; j < TN; j++) {
+        const int col = n0 + (j < HN ? tx * HN + j : BN / 2 + tx * HN + (j - HN));
+        if (row < M && col < N) acc[i][j] = C[(size_t)row * (size_t)p.ldc + col];
+      }
+    }
+  }
 
-  const int tx = tid % 16, ty = tid / 16;
   const int ktiles = (K + BK - 1) / BK;
   load_a(0);
   load_b(0);
@@ -345,7 +356,8 @@ template <bool TB, int R> DEV void mv_exact(const weft_cu_mm_args &p) {
   };
   float acc[R];
 #pragma unroll
-  for (int r = 0; r < R; r++) acc[r] = 0.0f;
+  for (int r = 0; r < R; r++)
+    acc[r] = p.accum && tid < MV_OUT && r < M && n0 + tid < N ? C[(long long)r * p.ldc + n0 + tid] : 0.0f;
   const int ktiles = (K + MV_K - 1) / MV_K;
   if (ktiles > 0) {
     load(0);
@@ -430,7 +442,7 @@ DEV void mv1_nt(const weft_cu_mm_args &p) {
       Ps[buf][kk][e / MV1_K] = __fmul_rn(rx[kk / MV_THREADS], rw[q]);
     }
   };
-  float acc = 0.0f;
+  float acc = p.accum && tid < MV1_OUT && n0 + tid < N ? C[n0 + tid] : 0.0f;
   const int ktiles = (K + MV1_K - 1) / MV1_K;
   if (ktiles > 0) {
     load(0);

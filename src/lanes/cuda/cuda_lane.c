@@ -454,9 +454,9 @@ static void lane_describe(void *self, weft_lane_desc *out) {
                              : WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32) |
                                    (l->dev->bl ? tc : 0);
   out->flags = 0;
-  /* cuda:N runs every op but matmul_acc (the transformer ops on cuda_tx.cu's kernels; no accumulating matmul
-   * kernel yet); cuda:N.tensor matmul only, which its supports() says (0: the version-1 set, as before) */
-  out->ops = l->tensor ? 0 : WEFT_OPS_ALL & ~WEFT_OP_BIT(WEFT_OP_MATMUL_ACC);
+  /* cuda:N runs every op (the transformer ops on cuda_tx.cu's kernels, matmul_acc on the exact matmul kernels
+   * continuing from c); cuda:N.tensor matmul only, which its supports() says (0: the version-1 set) */
+  out->ops = l->tensor ? 0 : WEFT_OPS_ALL;
 }
 
 /* Finished everything given so far? (Recorded launches not yet started count as unfinished.) */
@@ -869,7 +869,7 @@ static weft_status lane_run(void *self, const weft_op *op) {
   } else {
     /* cuda:N's held ops come first (the tensor lane's op may read what they write) */
     if ((st = weft_cu_fuse_drain(d)) != WEFT_OK) return st;
-    st = weft_cu_emit(l, op, 0, op->kind == WEFT_OP_MATMUL ? weft_cu_matmul_rows(op, NULL) : 0);
+    st = weft_cu_emit(l, op, 0, weft_cu_is_matmul(op) ? weft_cu_matmul_rows(op, NULL) : 0);
   }
   if (st != WEFT_OK) return st;
   consume_inputs(op);
@@ -926,7 +926,7 @@ static weft_status lane_supports(void *self, const weft_op *op) {
     return weft_lane_report(l->dev->host, WEFT_ERR_UNSUPPORTED,
                             "%s runs matmul only (the tensor units); %s runs on cuda:%d or another lane", l->name,
                             weft_op_kind_str(op->kind), l->dev->ordinal);
-  if (op->kind == WEFT_OP_MATMUL) {
+  if (weft_cu_is_matmul(op)) {
     int64_t rows = weft_cu_matmul_rows(op, NULL);
     if (rows > INT_MAX || op->n > INT_MAX || op->k > INT_MAX || op->m * op->k > ((int64_t)1 << 40))
       return weft_lane_report(l->dev->host, WEFT_ERR_UNSUPPORTED,

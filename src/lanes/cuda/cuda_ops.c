@@ -52,7 +52,7 @@ int64_t weft_cu_matmul_rows(const weft_op *op, int *out_splittable) {
 /* The matmul as row-major pieces: pointers and leading dimensions of a sub-range of output rows. */
 typedef struct mm_view {
   int64_t batch, rows, n, k;
-  int ta, tb;
+  int ta, tb, accum; /* accum: matmul_acc */
   int64_t a_off, c_off; /* element offsets of the first row */
   int64_t lda, ldb, ldc, sa, sb, sc;
 } mm_view;
@@ -65,7 +65,7 @@ static mm_view mm_plan(const weft_op *op, int64_t r0, int64_t r1) {
   v.batch = folded ? 1 : op->batch;
   if (!split) r0 = 0, r1 = rows;
   v.rows = r1 - r0, v.n = op->n, v.k = op->k;
-  v.ta = op->trans_a, v.tb = op->trans_b;
+  v.ta = op->trans_a, v.tb = op->trans_b, v.accum = op->kind == WEFT_OP_MATMUL_ACC;
   v.lda = op->trans_a ? op->m : op->k;
   v.ldb = op->trans_b ? op->k : op->n;
   v.ldc = op->n;
@@ -107,6 +107,7 @@ static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, u
     m.m = (int32_t)v->rows, m.n = (int32_t)v->n, m.k = (int32_t)v->k;
     m.lda = (int32_t)v->lda, m.ldb = (int32_t)v->ldb, m.ldc = (int32_t)v->ldc;
     m.sa = v->sa, m.sb = v->sb, m.sc = v->sc;
+    m.accum = v->accum;
     for (int64_t p0 = 0; p0 < v->batch; p0 += 65535) {
       int64_t nb = v->batch - p0 < 65535 ? v->batch - p0 : 65535;
       weft_cu_item it;
@@ -134,6 +135,7 @@ static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, u
   m.m = (int32_t)v->rows, m.n = (int32_t)v->n, m.k = (int32_t)v->k;
   m.lda = (int32_t)v->lda, m.ldb = (int32_t)v->ldb, m.ldc = (int32_t)v->ldc;
   m.sa = v->sa, m.sb = v->sb, m.sc = v->sc;
+  m.accum = v->accum;
   m.tiles_m = (int32_t)ceil_div((uint64_t)v->rows, (uint64_t)tile);
   m.tiles_n = (int32_t)ceil_div((uint64_t)v->n, (uint64_t)tile);
   m.group = 8;
@@ -203,7 +205,8 @@ static weft_status emit_matmul(weft_cu_lane *l, const weft_op *op, int64_t r0, i
   if (v.rows <= 0) return WEFT_OK;
   weft_cu_item it;
   memset(&it, 0, sizeof it);
-  switch (op->contract) {
+  /* matmul_acc runs the exact kernel under every contract: its order is valid for each of them */
+  switch (v.accum ? WEFT_CONTRACT_EXACT : op->contract) {
   case WEFT_CONTRACT_EXACT:
     return emit_exact_mm(d, &v, A->ptr, B->ptr, C->ptr, e);
   case WEFT_CONTRACT_FP32:
@@ -512,6 +515,7 @@ weft_status weft_cu_emit(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t
   weft_cu_item it;
   switch (op->kind) {
   case WEFT_OP_MATMUL:
+  case WEFT_OP_MATMUL_ACC:
     return emit_matmul(l, op, r0, r1, NULL);
   case WEFT_OP_ADD:
   case WEFT_OP_RELU:
@@ -559,7 +563,7 @@ weft_status weft_cu_emit(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t
 weft_status weft_cu_emit_fused(weft_cu_lane *l, const weft_fused *f) {
   const weft_op *op = &f->ops[0];
   if (f->kind == WEFT_FUSED_SINGLE)
-    return weft_cu_emit(l, op, 0, op->kind == WEFT_OP_MATMUL ? weft_cu_matmul_rows(op, NULL) : 0);
+    return weft_cu_emit(l, op, 0, weft_cu_is_matmul(op) ? weft_cu_matmul_rows(op, NULL) : 0);
   if (f->kind == WEFT_FUSED_MATMUL_EPILOGUE && op->contract == WEFT_CONTRACT_EXACT) {
     mm_epi e = {bptr(f->bias), bptr(f->residual), bptr(f->gelu_out)};
     return emit_matmul(l, op, 0, weft_cu_matmul_rows(op, NULL), &e);
@@ -567,7 +571,7 @@ weft_status weft_cu_emit_fused(weft_cu_lane *l, const weft_fused *f) {
   /* a pattern this lane has no kernel for (the window is set up with the epilogue alone): op by op */
   for (int i = 0; i < f->nops; i++) {
     const weft_op *o = &f->ops[i];
-    weft_status st = weft_cu_emit(l, o, 0, o->kind == WEFT_OP_MATMUL ? weft_cu_matmul_rows(o, NULL) : 0);
+    weft_status st = weft_cu_emit(l, o, 0, weft_cu_is_matmul(o) ? weft_cu_matmul_rows(o, NULL) : 0);
     if (st != WEFT_OK) return st;
   }
   return WEFT_OK;

@@ -296,6 +296,51 @@ static void epilogue(int kind, int M, int N, int K, bool ta, bool tb, int batch,
     cmp(what, g.data(), g2.data(), g.size());
   }
 }
+/* matmul_acc (accum): every sum continues from c's value, k ascending; c's -0 survives a row of -0 products and
+ * the padding past k's end. kind as in epilogue(). */
+static void accum(int kind, int M, int N, int K, bool ta, bool tb, int batch) {
+  auto a = rnd((size_t)batch * M * K, -2, 2), b = rnd((size_t)K * N, -2, 2), c0 = rnd((size_t)batch * M * N, -4, 4);
+  for (int k = 0; k < K; k++) { /* row 0 of a: -0; column 0 of b: positive: c[0][0]'s products are all -0 */
+    (ta ? a[(size_t)k * M] : a[(size_t)k]) = -0.0f;
+    (tb ? b[(size_t)k] : b[(size_t)k * N]) = 1.5f;
+  }
+  c0[0] = -0.0f;
+  if (c0.size() > 3) c0[2] = NAN, c0[3] = INFINITY;
+  std::vector<float> c(c0);
+  for (int p = 0; p < batch; p++)
+    for (int r = 0; r < M; r++)
+      for (int j = 0; j < N; j++) {
+        float acc = c0[(size_t)p * M * N + (size_t)r * N + j];
+        for (int k = 0; k < K; k++) {
+          const float av = ta ? a[(size_t)p * M * K + (size_t)k * M + r] : a[(size_t)p * M * K + (size_t)r * K + k];
+          const float bv = tb ? b[(size_t)j * K + k] : b[(size_t)k * N + j];
+          acc = __fadd_rn(acc, __fmul_rn(av, bv));
+        }
+        c[(size_t)p * M * N + (size_t)r * N + j] = w_canon(acc);
+      }
+  std::vector<float> c2(c0);
+  weft_cu_mm_args m{}; m.a = U(a.data()); m.b = U(b.data()); m.c = U(c2.data()); m.accum = 1;
+  m.m = M; m.n = N; m.k = K; m.lda = ta ? M : K; m.ldb = tb ? K : N; m.ldc = N;
+  m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
+  const char *kn[] = {"mv1", "mv", "mm64", "mm128"};
+  if (kind == 0) {
+    emu_launch((unsigned)((N + WEFT_CU_MV1_OUT - 1) / WEFT_CU_MV1_OUT), (unsigned)batch, WEFT_CU_MV_THREADS, [&] { weft_mv1_nt(m); });
+  } else if (kind == 1) {
+    emu_launch((unsigned)((N + WEFT_CU_MV_OUT - 1) / WEFT_CU_MV_OUT), (unsigned)batch, WEFT_CU_MV_THREADS,
+               [&] { if (tb) weft_mv_nt(m); else weft_mv_nn(m); });
+  } else {
+    const int tile = kind == 2 ? 64 : 128;
+    m.tiles_m = (M + tile - 1) / tile; m.tiles_n = (N + tile - 1) / tile; m.group = 8;
+    const int idx = (ta ? 2 : 0) + (tb ? 1 : 0);
+    emu_launch((unsigned)(m.tiles_m * m.tiles_n), (unsigned)batch, 256, [&] {
+      if (kind == 2) { if (idx == 0) weft_mm64_nn(m); else if (idx == 1) weft_mm64_nt(m); else if (idx == 2) weft_mm64_tn(m); else weft_mm64_tt(m); }
+      else { if (idx == 0) weft_mm128_nn(m); else if (idx == 1) weft_mm128_nt(m); else if (idx == 2) weft_mm128_tn(m); else weft_mm128_tt(m); }
+    });
+  }
+  char what[80];
+  snprintf(what, sizeof what, "acc %s %dx%dx%d %s%s b%d", kn[kind], M, N, K, ta ? "t" : "n", tb ? "t" : "n", batch);
+  cmp(what, c.data(), c2.data(), c.size());
+}
 /* attention over a cache: both kernels against weft_ref_attention_cached */
 static void atc(int64_t B, int64_t Tmax, int64_t C, int64_t NH, int64_t t0, int64_t Tq) {
   auto qkv = rnd(B * Tmax * 3 * C, -2, 2);
@@ -320,6 +365,9 @@ int main() {
   epilogue(1, 3, 40, 300, false, true, 1, 7); epilogue(1, 2, 33, 90, false, false, 2, 5);
   epilogue(2, 70, 50, 33, false, false, 2, 7); epilogue(2, 40, 70, 20, true, true, 1, 3);
   epilogue(2, 65, 66, 9, false, true, 1, 6); epilogue(3, 130, 20, 17, true, false, 1, 7);
+  accum(0, 1, 30, 301, false, true, 2); accum(1, 3, 20, 13, false, false, 1); accum(1, 4, 17, 0, false, true, 1);
+  accum(2, 70, 40, 13, false, false, 2); accum(2, 33, 65, 20, true, true, 1); accum(2, 20, 20, 0, false, true, 1);
+  accum(3, 129, 30, 11, true, false, 1); accum(3, 40, 131, 9, false, true, 1);
   copies();
   softmax(2, 45);
   ln(11, 77, 1); ln(1, 768, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3);
