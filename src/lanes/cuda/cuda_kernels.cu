@@ -411,35 +411,49 @@ template <bool TB, int R> DEV void mv_exact(const weft_cu_mm_args &p) {
  * mv_exact, 0 + a[0]*b[j,0] + a[1]*b[j,1] + ..., k ascending, each product and sum rounded. A chain is
  * k adds long whatever is done, so the kernel keeps every chain busy and every SM fed: a block owns only
  * MV1_OUT outputs (768 outputs are 96 blocks), its 256 threads load MV1_K of k for all of them at once
- * (coalesced along b's rows), multiply by a and store the products into shared memory, and the chain
- * threads only add: one shared load and one add per k, the next eight loads issued before these eight
- * adds. The next tile's loads are in flight while the chains run over this one. */
+ * (four consecutive k a load, coalesced along b's rows), multiply by a and store the products into shared
+ * memory, and the chain threads only add: a 16-byte shared load and four adds per four k. The next tile's
+ * loads are in flight while the chains run over this one. The products are kept output-major, each row of
+ * MV1_K padded by 4 floats, so the block's 16-byte stores and the chains' 16-byte loads are conflict-free. */
 #define MV1_OUT WEFT_CU_MV1_OUT
 #define MV1_K WEFT_CU_MV1_K
-static_assert(MV1_K % MV_THREADS == 0 && (MV1_OUT * MV1_K) % MV_THREADS == 0, "whole tiles per thread");
+#define MV1_LD (MV1_K + 4)
+static_assert(MV1_OUT * MV1_K == 16 * MV_THREADS && MV1_K % 4 == 0, "four float4 of b a thread per tile");
 DEV void mv1_nt(const weft_cu_mm_args &p) {
   const float *A = reinterpret_cast<const float *>(p.a) + (long long)blockIdx.y * p.sa;
   const float *B = reinterpret_cast<const float *>(p.b) + (long long)blockIdx.y * p.sb;
   float *C = reinterpret_cast<float *>(p.c) + (long long)blockIdx.y * p.sc;
-  /* products, [k][output]; +1: the stores (a k per thread) and the chains' loads hit distinct banks */
-  __shared__ float Ps[2][MV1_K][MV1_OUT + 1];
+  __shared__ __align__(16) float Ps[2][MV1_OUT * MV1_LD];
   const int tid = threadIdx.x, n0 = blockIdx.x * MV1_OUT, N = p.n, K = p.k;
-  constexpr int PER = MV1_OUT * MV1_K / MV_THREADS, XS = MV1_K / MV_THREADS;
-  float rw[PER], rx[XS];
+  /* this thread's four k (kk .. kk+3 of a tile) of rows r0, r0 + 2, r0 + 4, r0 + 6 */
+  constexpr int TPR = MV1_K / 4; /* threads per row of a tile */
+  const int kk = (tid % TPR) * 4, r0 = tid / TPR;
+  constexpr int RSTEP = MV_THREADS / TPR, NR = MV1_OUT / RSTEP;
+  float4 rw[NR], rx;
+  auto get4 = [&](const float *src, int k, bool vec) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (vec && k + 3 < K) return *reinterpret_cast<const float4 *>(src);
+    if (k < K) v.x = src[0];
+    if (k + 1 < K) v.y = src[1];
+    if (k + 2 < K) v.z = src[2];
+    if (k + 3 < K) v.w = src[3];
+    return v;
+  };
   auto load = [&](int k0) {
+    const int k = k0 + kk;
 #pragma unroll
-    for (int q = 0; q < PER; q++) {
-      const int e = q * MV_THREADS + tid, j = e / MV1_K, k = k0 + e % MV1_K, col = n0 + j;
-      rw[q] = col < N && k < K ? B[(long long)col * p.ldb + k] : 0.0f;
+    for (int q = 0; q < NR; q++) {
+      const int col = n0 + r0 + q * RSTEP;
+      rw[q] = col < N ? get4(B + (long long)col * p.ldb + k, k, p.vec_b) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-#pragma unroll
-    for (int u = 0; u < XS; u++) rx[u] = k0 + u * MV_THREADS + tid < K ? A[k0 + u * MV_THREADS + tid] : 0.0f;
+    rx = get4(A + k, k, p.vec_a);
   };
   auto store = [&](int buf) {
 #pragma unroll
-    for (int q = 0; q < PER; q++) {
-      const int e = q * MV_THREADS + tid, kk = e % MV1_K;
-      Ps[buf][kk][e / MV1_K] = __fmul_rn(rx[kk / MV_THREADS], rw[q]);
+    for (int q = 0; q < NR; q++) {
+      const float4 v = make_float4(__fmul_rn(rx.x, rw[q].x), __fmul_rn(rx.y, rw[q].y), __fmul_rn(rx.z, rw[q].z),
+                                   __fmul_rn(rx.w, rw[q].w));
+      *reinterpret_cast<float4 *>(&Ps[buf][(r0 + q * RSTEP) * MV1_LD + kk]) = v;
     }
   };
   float acc = p.accum && tid < MV1_OUT && n0 + tid < N ? C[n0 + tid] : 0.0f;
@@ -453,23 +467,17 @@ DEV void mv1_nt(const weft_cu_mm_args &p) {
     const int cur = t & 1, k0 = t * MV1_K;
     if (t + 1 < ktiles) load(k0 + MV1_K);
     if (tid < MV1_OUT) {
-      const int kn = K - k0 < MV1_K ? K - k0 : MV1_K, k8 = kn & ~7;
-      float w[8];
-      if (k8 > 0) {
-#pragma unroll
-        for (int u = 0; u < 8; u++) w[u] = Ps[cur][u][tid];
+      const int kn = K - k0 < MV1_K ? K - k0 : MV1_K, k4 = kn & ~3;
+      const float *pr = &Ps[cur][tid * MV1_LD];
+#pragma unroll 8
+      for (int q = 0; q < k4; q += 4) {
+        const float4 v = *reinterpret_cast<const float4 *>(pr + q);
+        acc = __fadd_rn(acc, v.x);
+        acc = __fadd_rn(acc, v.y);
+        acc = __fadd_rn(acc, v.z);
+        acc = __fadd_rn(acc, v.w);
       }
-      for (int kk = 0; kk < k8; kk += 8) {
-        float nx[8];
-        const int kq = kk + 8 < k8 ? kk + 8 : kk; /* the next eight, loaded before these are added */
-#pragma unroll
-        for (int u = 0; u < 8; u++) nx[u] = Ps[cur][kq + u][tid];
-#pragma unroll
-        for (int u = 0; u < 8; u++) acc = __fadd_rn(acc, w[u]);
-#pragma unroll
-        for (int u = 0; u < 8; u++) w[u] = nx[u];
-      }
-      for (int kk = k8; kk < kn; kk++) acc = __fadd_rn(acc, Ps[cur][kk][tid]);
+      for (int q = k4; q < kn; q++) acc = __fadd_rn(acc, pr[q]);
     }
     if (t + 1 < ktiles) store(cur ^ 1);
     __syncthreads();

@@ -119,6 +119,10 @@ static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, u
       it.a.mm.b = b + (uint64_t)(p0 * v->sb * F4);
       it.a.mm.c = c + (uint64_t)((v->c_off + p0 * v->sc) * F4);
       epi_args(&it.a.mm, e, v->c_off + p0 * v->sc);
+      if (fn == WEFT_CUK_MV1_NT) { /* 16-byte loads of a's row and b's rows where every start is aligned */
+        it.a.mm.vec_a = aligned(it.a.mm.a, 0, 0, v->sa, nb, 4);
+        it.a.mm.vec_b = aligned(it.a.mm.b, 0, v->ldb, v->sb, nb, 4);
+      }
       weft_status st = weft_cu_push(d, &it);
       if (st != WEFT_OK) return st;
     }
