@@ -1093,8 +1093,7 @@ static weft_status run_copy_slice(weft_vk_lane *l, vk_batch *b, const weft_op *o
 }
 
 uint64_t weft_vk_ops_offered(void) {
-  /* sumsq (one ascending sum into one element) and matmul_acc (no kernel here yet) are left to the lanes
-   * that offer them. */
+  /* sumsq (one ascending sum into one element) is left to the lanes that offer it */
   return WEFT_OPS_ALL & ~WEFT_OP_BIT(WEFT_OP_SUMSQ);
 }
 
