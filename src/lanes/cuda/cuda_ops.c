@@ -356,7 +356,7 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     if (a.N == 0 || a.C == 0) return WEFT_OK;
     /* dgamma/dbeta first: dx may be dy (in place), and they read dy */
     if ((a.dgamma || a.dbeta) &&
-        (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB, (uint64_t)((a.C + 31) / 32), 1, 256, a)) != WEFT_OK)
+        (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB, stride_grid(d, (uint64_t)a.C, WEFT_TX_LNG_CW, 8), 1, 256, a)) != WEFT_OK)
       return st;
     return PUSH(WEFT_CUK_TX_LN_BWD_DX, stride_grid(d, (uint64_t)a.N, 32, 6), 1, 256, a);
   }
@@ -366,8 +366,9 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     memset(&a, 0, sizeof a);
     a.out = bptr(op->out[0]), a.x = bptr(op->in[0]), a.dy = bptr(op->in[1]), a.n = ip[0];
     if (a.n == 0) return WEFT_OK;
-    return PUSH(op->kind == WEFT_OP_GELU ? WEFT_CUK_TX_GELU_FWD : WEFT_CUK_TX_GELU_BWD, grid_elems(d, a.n), 1, 256,
-                a);
+    /* 8 elements a thread (two float4s) where aligned */
+    return PUSH(op->kind == WEFT_OP_GELU ? WEFT_CUK_TX_GELU_FWD : WEFT_CUK_TX_GELU_BWD,
+                stride_grid(d, ceil_div((uint64_t)a.n, 8), 256, 16), 1, 256, a);
   }
   case WEFT_OP_CAUSAL_SOFTMAX:
   case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD: {
@@ -442,7 +443,8 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     const int64_t nch = (a.n + WEFT_SUMSQ_CHUNK - 1) / WEFT_SUMSQ_CHUNK;
     if (nch > 0) {
       if ((st = scratch(d, (size_t)nch * sizeof(float), &a.part)) != WEFT_OK) return st;
-      if ((st = PUSH(WEFT_CUK_TX_SUMSQ_CHUNKS, stride_grid(d, (uint64_t)nch, 32, 32), 1, 32, a)) != WEFT_OK) return st;
+      /* a one-warp block per 32 chunks (37 KB of shared memory: 6 a SM) */
+      if ((st = PUSH(WEFT_CUK_TX_SUMSQ_CHUNKS, stride_grid(d, (uint64_t)nch, 32, 6), 1, 32, a)) != WEFT_OK) return st;
     }
     return PUSH(WEFT_CUK_TX_SUMSQ_ADD, 1, 1, 32, a);
   }

@@ -54,8 +54,10 @@ typedef struct weft_tx_embed_bwd_args {
  *     strided by the grid): one thread per row makes its sums from shared memory, the other warps stream the
  *     rows in: y[N,C], mean[N], rstd[N] (mean/rstd may be 0) from x, gamma, beta.
  *   weft_tx_layernorm_bwd_dx: the same shape: dx[N,C] from dy, x, mean, rstd, gamma.
- *   weft_tx_layernorm_bwd_dgb: blockDim 256, grid ceil(C/32) (32 channels a block, strided by the grid):
- *     one thread per channel adds the rows ascending: dgamma[C] and dbeta[C] accumulated (either may be 0). */
+ *   weft_tx_layernorm_bwd_dgb: blockDim exactly 256, grid ceil(C / WEFT_TX_LNG_CW) (WEFT_TX_LNG_CW channels a
+ *     block, strided by the grid): one thread per channel and output adds the rows ascending: dgamma[C] and
+ *     dbeta[C] accumulated (either may be 0). */
+#define WEFT_TX_LNG_CW 8
 /* weft_tx_layernorm_fwd_row's limit on C (a block per row, the row in shared memory) */
 #define WEFT_TX_LN_ROW_MAXC 4096
 typedef struct weft_tx_ln_args {

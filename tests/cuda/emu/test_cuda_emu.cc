@@ -164,10 +164,51 @@ static void ln(int64_t N, int64_t C, unsigned gx) {
   auto dg = rnd(C, -1, 1), db = rnd(C, -1, 1); auto dg2 = dg, db2 = db; std::vector<float> dx(N*C), dx2(N*C, 7.f);
   weft_ref_layernorm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), m.data(), rs.data(), ga.data(), N, C);
   a.dx = U(dx2.data()); a.dgamma = U(dg2.data()); a.dbeta = U(db2.data()); a.dy = U(dy.data());
-  emu_launch((unsigned)((C + 31) / 32), 1, 256, [&] { weft_tx_layernorm_bwd_dgb(a); });
+  auto dg3 = dg2, db3 = db2;
+  emu_launch((unsigned)((C + WEFT_TX_LNG_CW - 1) / WEFT_TX_LNG_CW), 1, 256, [&] { weft_tx_layernorm_bwd_dgb(a); });
   emu_launch(gx, 1, 256, [&] { weft_tx_layernorm_bwd_dx(a); });
   cmp("ln dx", dx.data(), dx2.data(), dx.size());
   cmp("ln dgamma", dg.data(), dg2.data(), C); cmp("ln dbeta", db.data(), db2.data(), C);
+  /* one block striding over the channel strips, and dgamma alone */
+  weft_tx_ln_args b = a; b.dgamma = U(dg3.data()); b.dbeta = 0;
+  emu_launch(1, 1, 256, [&] { weft_tx_layernorm_bwd_dgb(b); });
+  cmp("ln dgamma (1 block)", dg.data(), dg3.data(), C);
+  b.dgamma = 0; b.dbeta = U(db3.data());
+  emu_launch(2, 1, 256, [&] { weft_tx_layernorm_bwd_dgb(b); });
+  cmp("ln dbeta (2 blocks)", db.data(), db3.data(), C);
+}
+/* GELU forward and backward, on aligned arrays (the float4 path and its tail) and on arrays one float off */
+static void gelu(int64_t n, int off, unsigned gx) {
+  auto xb = rnd(n + 4, -6, 6), dyb = rnd(n + 4, -1, 1);
+  const float sp[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 1e-40f, -1e-40f, 0.7f, -0.75f, 9.99f, 10.0f, 1e-4f};
+  for (size_t i = 0; i < sizeof sp / sizeof sp[0] && i < (size_t)n; i++) xb[off + 3 * i % n] = sp[i];
+  const float *x = xb.data() + off, *dy = dyb.data() + off;
+  std::vector<float> y(n), dx(n), yb(n + 4, 7.f), dxb(n + 4, 7.f);
+  weft_ref_gelu_forward(y.data(), x, n);
+  weft_ref_gelu_backward(dx.data(), x, dy, n);
+  weft_tx_gelu_args a{U(yb.data() + off), U(x), 0, n};
+  emu_launch(gx, 1, 64, [&] { weft_tx_gelu_fwd(a); });
+  weft_tx_gelu_args b{U(dxb.data() + off), U(x), U(dy), n};
+  emu_launch(gx, 1, 64, [&] { weft_tx_gelu_bwd(b); });
+  char w[64];
+  snprintf(w, sizeof w, "gelu fwd n%lld+%d", (long long)n, off); cmp(w, y.data(), yb.data() + off, n);
+  snprintf(w, sizeof w, "gelu bwd n%lld+%d", (long long)n, off); cmp(w, dx.data(), dxb.data() + off, n);
+}
+/* SUMSQ: the chunk partials and their in-order add onto acc, against weft_ref_sumsq */
+static void sumsq(int64_t n, int off, unsigned gx) {
+  auto xb = rnd(n + 4, -3, 3);
+  float *x = xb.data() + off;
+  if (n > 5000) { x[4100] = 1e-30f; x[17] = -0.0f; x[n - 1] = 1e19f; }
+  const float acc0 = 1.5f;
+  const float want = weft_ref_sumsq(x, n, acc0);
+  const int64_t nch = (n + WEFT_TX_SUMSQ_CHUNK - 1) / WEFT_TX_SUMSQ_CHUNK;
+  std::vector<float> part(nch + 1, 7.f);
+  float ss = acc0;
+  weft_tx_clip_args a{}; a.g = U(x); a.ss = U(&ss); a.part = U(part.data()); a.n = n;
+  if (nch) emu_launch(gx, 1, 32, [&] { weft_tx_sumsq_chunks(a); });
+  emu_launch(1, 1, 32, [&] { weft_tx_sumsq_add(a); });
+  char w[64]; snprintf(w, sizeof w, "sumsq n%lld+%d g%u", (long long)n, off, gx);
+  cmp(w, &want, &ss, 1);
 }
 static void softmax(int64_t R, int64_t T) {
   auto sc = rnd(R * T * T, -4, 4), dp = rnd(R * T * T, -1, 1);
@@ -257,7 +298,10 @@ int main() {
   mv(1, 33, 1, false, 1); mv(1, 21, 777, false, 2); mv(1, 50, 1000, true, 1);
   copies();
   softmax(2, 45);
-  ln(11, 77, 1); ln(1, 768, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3);
+  ln(11, 77, 1); ln(1, 768, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3); ln(600, 21, 4);
+  gelu(1001, 0, 3); gelu(1001, 1, 3); gelu(16, 0, 1); gelu(3, 0, 1);
+  sumsq(5, 0, 1); sumsq(4096, 0, 1); sumsq(4097, 1, 1); sumsq(3 * 4096 + 13, 0, 2); sumsq(40 * 4096 + 7, 0, 1);
+  sumsq(70 * 4096 + 2, 3, 2); sumsq(0, 0, 1);
   embb(2, 5, 10, 13, 5, true); embb(3, 7, 130, 4, 7, false); embb(4, 40, 9, 3000, 40, true);
   xent(4, 5000, 4); xent(5, 7, 2); xent(3, 1, 5); xent(4, 4099, 2);
   attn(1, 33, 64, 1, 2); attn(2, 70, 80, 2, 5);
