@@ -62,6 +62,11 @@ const char *const weft_cu_kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_MV1_NN] = "weft_mv1_nn",         [WEFT_CUK_MV1_NT] = "weft_mv1_nt",
     [WEFT_CUK_TX_LN_FWD_ROW] = "weft_tx_layernorm_fwd_row",
     [WEFT_CUK_TX_ATTN_CACHED_BLK] = "weft_tx_attn_cached_blk",
+    [WEFT_CUK_TX_LN_FWD_F32] = "weft_tx_layernorm_fwd_f32",
+    [WEFT_CUK_TX_LN_BWD_DX_F32] = "weft_tx_layernorm_bwd_dx_f32",
+    [WEFT_CUK_TX_LN_BWD_DGB_PART] = "weft_tx_layernorm_bwd_dgb_part",
+    [WEFT_CUK_TX_LN_BWD_DGB_SUM] = "weft_tx_layernorm_bwd_dgb_sum",
+    [WEFT_CUK_TX_SUMSQ_F32] = "weft_tx_sumsq_f32",
 };
 
 /* ------------------------------------------------------------------------------------------- errors */

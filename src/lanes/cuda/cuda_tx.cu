@@ -1410,7 +1410,7 @@ extern "C" __global__ void weft_tx_sumsq_add(weft_tx_clip_args p) {
   if (threadIdx.x >= 32 || blockIdx.x != 0) return;
   const float *part = reinterpret_cast<const float *>(p.part);
   float *ssp = reinterpret_cast<float *>(p.ss);
-  const long long nch = (p.n + WEFT_TX_SUMSQ_CHUNK - 1) / WEFT_TX_SUMSQ_CHUNK;
+  const long long nch = p.nparts ? p.nparts : (p.n + WEFT_TX_SUMSQ_CHUNK - 1) / WEFT_TX_SUMSQ_CHUNK;
   float ss = *ssp;
   for (long long base = 0; base < nch; base += 32) {
     const long long c = base + lane;
@@ -1427,6 +1427,217 @@ extern "C" __global__ void weft_tx_clip_scale(weft_tx_clip_args p) {
   const float sc = __fmul_rn(p.max_norm, w_recipf(norm));
   float *g = reinterpret_cast<float *>(p.g);
   for (long long i = GTID; i < p.n; i += GSTRIDE) g[i] = w_canon(__fmul_rn(g[i], sc));
+}
+
+/* ------------------------------------------------------------------------- the fp32 contract's kernels */
+
+/* Under the fp32 contract (docs/DESIGN.md) the reductions may be reordered: these kernels sum with per-thread
+ * partials, fused multiply-adds and warp shuffle trees, divide and take square roots in hardware (correctly
+ * rounded), and do not canonicalise NaNs. Within a few fp32 roundings of the reference, and deterministic
+ * (the same grid gives the same bits), but not the exact contract's bits. emit_tx picks them by op->contract. */
+
+DEV float warp_sum_f32(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = __fadd_rn(v, __shfl_xor_sync(TX_FULL, v, off));
+  return v;
+}
+
+/* A row of C <= WEFT_TX_LNF_MAXC columns held in a lane's registers, LNF_V values a lane: with VEC (C % 4 == 0
+ * and the arrays 16-byte aligned) value k of lane l is column 4 * (l + 32 * (k / 4)) + k % 4 (float4 loads),
+ * else column l + 32 * k. */
+#define LNF_V (WEFT_TX_LNF_MAXC / 32)
+template <bool VEC> DEV int lnf_col(int lane, int k) {
+  return VEC ? 4 * (lane + 32 * (k >> 2)) + (k & 3) : lane + 32 * k;
+}
+template <bool VEC> DEV void lnf_load(float *v, const float *row, long long C, int lane) {
+  if (VEC) {
+#pragma unroll
+    for (int k = 0; k < LNF_V; k += 4) {
+      const int c = lnf_col<true>(lane, k);
+      float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (c < C) q = *reinterpret_cast<const float4 *>(row + c);
+      v[k] = q.x, v[k + 1] = q.y, v[k + 2] = q.z, v[k + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < LNF_V; k++) {
+      const int c = lnf_col<false>(lane, k);
+      v[k] = c < C ? row[c] : 0.0f;
+    }
+  }
+}
+
+/* Forward: a warp per row (rows strided over all warps): mean = (sum x) / C, var = (sum (x - mean)^2) / C,
+ * rstd = 1 / sqrt(var + eps) correctly rounded, y = n * gamma + beta fused. */
+template <bool VEC> DEV void lnf_fwd_rows(const weft_tx_ln_args &p) {
+  const int lane = threadIdx.x & 31;
+  const long long C = p.C;
+  const float *X = reinterpret_cast<const float *>(p.x);
+  const float *gamma = reinterpret_cast<const float *>(p.gamma), *beta = reinterpret_cast<const float *>(p.beta);
+  float *Y = reinterpret_cast<float *>(p.y);
+  float *M = reinterpret_cast<float *>(p.mean), *RS = reinterpret_cast<float *>(p.rstd);
+  const float invC = __fdiv_rn(1.0f, (float)C);
+  for (long long r = WARP_ID; r < p.N; r += WARPS) {
+    float v[LNF_V];
+    lnf_load<VEC>(v, X + r * C, C, lane);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < LNF_V; k++) s = __fadd_rn(s, v[k]); /* past C: +0 */
+    const float mu = __fmul_rn(warp_sum_f32(s), invC);
+    float q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < LNF_V; k++) {
+      const float d = lnf_col<VEC>(lane, k) < C ? __fsub_rn(v[k], mu) : 0.0f;
+      q = __fmaf_rn(d, d, q);
+    }
+    const float rs = __frsqrt_rn(__fmaf_rn(warp_sum_f32(q), invC, p.eps));
+    if (lane == 0) {
+      if (M) M[r] = mu;
+      if (RS) RS[r] = rs;
+    }
+    float *y = Y + r * C;
+#pragma unroll
+    for (int k = 0; k < LNF_V; k++) {
+      const int c = lnf_col<VEC>(lane, k);
+      if (c < C) y[c] = __fmaf_rn(__fmul_rn(__fsub_rn(v[k], mu), rs), gamma[c], beta[c]);
+    }
+  }
+}
+
+DEV bool lnf_vec(long long C, const void *a, const void *b, const void *c, const void *d) {
+  return C % 4 == 0 && ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b) |
+                         reinterpret_cast<unsigned long long>(c) | reinterpret_cast<unsigned long long>(d)) & 15u) == 0;
+}
+
+extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd_f32(weft_tx_ln_args p) {
+  if (lnf_vec(p.C, reinterpret_cast<const void *>(p.x), reinterpret_cast<const void *>(p.y),
+              reinterpret_cast<const void *>(p.x), reinterpret_cast<const void *>(p.x)))
+    lnf_fwd_rows<true>(p);
+  else
+    lnf_fwd_rows<false>(p);
+}
+
+/* Backward dx: a warp per row: a = (sum g) / C, b = (sum g * n) / C with g = gamma * dy, n = (x - mean) * rstd;
+ * dx = (g - a - n * b) * rstd, fused. */
+template <bool VEC> DEV void lnf_dx_rows(const weft_tx_ln_args &p) {
+  const int lane = threadIdx.x & 31;
+  const long long C = p.C;
+  const float *X = reinterpret_cast<const float *>(p.x), *DY = reinterpret_cast<const float *>(p.dy);
+  const float *gamma = reinterpret_cast<const float *>(p.gamma);
+  const float *M = reinterpret_cast<const float *>(p.mean), *RS = reinterpret_cast<const float *>(p.rstd);
+  float *DX = reinterpret_cast<float *>(p.dx);
+  const float invC = __fdiv_rn(1.0f, (float)C);
+  for (long long r = WARP_ID; r < p.N; r += WARPS) {
+    float xv[LNF_V], gv[LNF_V];
+    lnf_load<VEC>(xv, X + r * C, C, lane);
+    lnf_load<VEC>(gv, DY + r * C, C, lane);
+    const float mu = M[r], rs = RS[r];
+    float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+    for (int k = 0; k < LNF_V; k++) {
+      const int c = lnf_col<VEC>(lane, k);
+      const float ga = c < C ? gamma[c] : 0.0f;
+      xv[k] = __fmul_rn(__fsub_rn(xv[k], mu), rs); /* n */
+      gv[k] = __fmul_rn(ga, gv[k]);                 /* g (+0 past C) */
+      sa = __fadd_rn(sa, gv[k]);
+      sb = __fmaf_rn(gv[k], xv[k], sb);
+    }
+    const float a = __fmul_rn(warp_sum_f32(sa), invC), b = __fmul_rn(warp_sum_f32(sb), invC);
+    float *dx = DX + r * C;
+#pragma unroll
+    for (int k = 0; k < LNF_V; k++) {
+      const int c = lnf_col<VEC>(lane, k);
+      if (c < C) dx[c] = __fmul_rn(__fmaf_rn(-xv[k], b, __fsub_rn(gv[k], a)), rs);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_bwd_dx_f32(weft_tx_ln_args p) {
+  if (lnf_vec(p.C, reinterpret_cast<const void *>(p.x), reinterpret_cast<const void *>(p.dy),
+              reinterpret_cast<const void *>(p.dx), reinterpret_cast<const void *>(p.x)))
+    lnf_dx_rows<true>(p);
+  else
+    lnf_dx_rows<false>(p);
+}
+
+/* Backward dgamma, dbeta in two kernels. weft_tx_layernorm_bwd_dgb_part: block (x, y) = 32 channels x
+ * WEFT_TX_LNP_R rows, thread (ty, tx) = channel tx, rows ty, ty + 8, ...: its partial sums of n * dy and dy
+ * (fused), the 8 combined through shared memory in ty order into part[y][0][c] and part[y][1][c] (part is
+ * [gridDim.y][2][C] floats of scratch). weft_tx_layernorm_bwd_dgb_sum: a thread per channel adds the row
+ * blocks' partials in order onto dgamma / dbeta. */
+extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_bwd_dgb_part(weft_tx_ln_args p) {
+  __shared__ float sg[8][33], sb[8][33];
+  const long long C = p.C;
+  const float *X = reinterpret_cast<const float *>(p.x), *DY = reinterpret_cast<const float *>(p.dy);
+  const float *M = reinterpret_cast<const float *>(p.mean), *RS = reinterpret_cast<const float *>(p.rstd);
+  float *part = reinterpret_cast<float *>(p.part);
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const long long r0 = (long long)blockIdx.y * WEFT_TX_LNP_R;
+  const long long r1 = r0 + WEFT_TX_LNP_R < p.N ? r0 + WEFT_TX_LNP_R : p.N;
+  for (long long c0 = (long long)blockIdx.x * 32; c0 < C; c0 += (long long)gridDim.x * 32) {
+    const long long c = c0 + tx;
+    float g = 0.0f, b = 0.0f;
+    if (c < C) {
+#pragma unroll 4
+      for (long long r = r0 + ty; r < r1; r += 8) {
+        const float dy = DY[r * C + c];
+        g = __fmaf_rn(__fmul_rn(__fsub_rn(X[r * C + c], M[r]), RS[r]), dy, g);
+        b = __fadd_rn(b, dy);
+      }
+    }
+    sg[ty][tx] = g, sb[ty][tx] = b;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+      float tg = sg[0][tx], tb = sb[0][tx];
+      for (int q = 1; q < 8; q++) tg = __fadd_rn(tg, sg[q][tx]), tb = __fadd_rn(tb, sb[q][tx]);
+      part[(long long)blockIdx.y * 2 * C + c] = tg;
+      part[(long long)blockIdx.y * 2 * C + C + c] = tb;
+    }
+    __syncthreads();
+  }
+}
+
+extern "C" __global__ void weft_tx_layernorm_bwd_dgb_sum(weft_tx_ln_args p) {
+  const long long C = p.C, nrb = (p.N + WEFT_TX_LNP_R - 1) / WEFT_TX_LNP_R;
+  const float *part = reinterpret_cast<const float *>(p.part);
+  float *DG = reinterpret_cast<float *>(p.dgamma), *DB = reinterpret_cast<float *>(p.dbeta);
+  for (long long c = GTID; c < C; c += GSTRIDE) {
+    float g = 0.0f, b = 0.0f;
+    for (long long q = 0; q < nrb; q++) g = __fadd_rn(g, part[q * 2 * C + c]), b = __fadd_rn(b, part[q * 2 * C + C + c]);
+    if (DG) DG[c] = __fadd_rn(DG[c], g);
+    if (DB) DB[c] = __fadd_rn(DB[c], b);
+  }
+}
+
+/* SUMSQ under fp32: block b's partial of the squares of its grid-stride share of g (float4 loads where
+ * aligned, four fused accumulators a thread, a shuffle tree, then the warps in order) into part[b];
+ * weft_tx_sumsq_add then adds the gridDim.x partials (nparts) in order onto *ss. blockDim 256. */
+extern "C" __global__ void __launch_bounds__(256) weft_tx_sumsq_f32(weft_tx_clip_args p) {
+  __shared__ float ws[8];
+  const float *g = reinterpret_cast<const float *>(p.g);
+  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+  long long i0 = 0;
+  if ((reinterpret_cast<unsigned long long>(g) & 15u) == 0) {
+    const long long n4 = p.n >> 2;
+    const float4 *g4 = reinterpret_cast<const float4 *>(g);
+#pragma unroll 4
+    for (long long i = GTID; i < n4; i += GSTRIDE) {
+      const float4 v = g4[i];
+      a0 = __fmaf_rn(v.x, v.x, a0), a1 = __fmaf_rn(v.y, v.y, a1), a2 = __fmaf_rn(v.z, v.z, a2);
+      a3 = __fmaf_rn(v.w, v.w, a3);
+    }
+    i0 = n4 << 2;
+  }
+  for (long long i = i0 + GTID; i < p.n; i += GSTRIDE) a0 = __fmaf_rn(g[i], g[i], a0);
+  const float s = warp_sum_f32(__fadd_rn(__fadd_rn(a0, a1), __fadd_rn(a2, a3)));
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  if (lane == 0) ws[w] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = ws[0];
+    for (int q = 1; q < (int)(blockDim.x >> 5); q++) t = __fadd_rn(t, ws[q]);
+    reinterpret_cast<float *>(p.part)[blockIdx.x] = t;
+  }
 }
 
 /* ------------------------------------------------------------------------------ scalar math probe */
