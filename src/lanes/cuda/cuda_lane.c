@@ -453,7 +453,8 @@ static void lane_describe(void *self, weft_lane_desc *out) {
   out->details = l->details;
   /* cuda:N also honours tf32/bf16 for its matmuls (cuBLAS on the same tensor units cuda:N.tensor drives), so
    * work pinned to cuda:N under those contracts keeps its data in one lane's memory instead of crossing to
-   * cuda:N.tensor's through the host at every matmul; its other ops are exact whatever the contract */
+   * cuda:N.tensor's through the host at every matmul; its other ops are exact whatever the contract,
+   * but for layernorm and sumsq, which have fp32 kernels (emit_tx) */
   const weft_contract_mask tc = WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_BF16);
   out->contracts = l->tensor ? tc
                              : WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32) |

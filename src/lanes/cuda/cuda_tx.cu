@@ -7,7 +7,8 @@
  * divides or takes a square root except through w_recipf / w_rsqrtf / w_sqrtf (transcribed step for step
  * from src/core/wmath.c), every float stored goes through w_canon. Sums run in the reference's order: one
  * thread walks an ascending loop, or a warp loads 32 values at a time and every lane adds them one by one in
- * index order (each lane then holds the same running sum). */
+ * index order (each lane then holds the same running sum). The fp32 contract's layernorm and sumsq kernels
+ * (the last section) follow that contract's rules instead. */
 #ifndef WEFT_CUDA_KERNELS_BODY
 #error "cuda_tx.cu is built as part of cuda_kernels.cu (it is #included there)"
 #endif
@@ -1405,6 +1406,7 @@ extern "C" __global__ void __launch_bounds__(32) weft_tx_sumsq_chunks(weft_tx_cl
   }
 }
 
+#define SQA_U 8
 extern "C" __global__ void weft_tx_sumsq_add(weft_tx_clip_args p) {
   const int lane = threadIdx.x & 31;
   if (threadIdx.x >= 32 || blockIdx.x != 0) return;
@@ -1412,10 +1414,22 @@ extern "C" __global__ void weft_tx_sumsq_add(weft_tx_clip_args p) {
   float *ssp = reinterpret_cast<float *>(p.ss);
   const long long nch = p.nparts ? p.nparts : (p.n + WEFT_TX_SUMSQ_CHUNK - 1) / WEFT_TX_SUMSQ_CHUNK;
   float ss = *ssp;
-  for (long long base = 0; base < nch; base += 32) {
-    const long long c = base + lane;
-    const float v = c < nch ? part[c] : 0.0f;
-    ss = warp_seq_add(ss, v, nch - base < 32 ? (int)(nch - base) : 32);
+  /* SQA_U rounds of 32 partials loaded ahead of the adds of the current SQA_U (a round's shuffles and 32
+   * dependent adds take ~150 cycles; a load's latency several times that) */
+  float cur[SQA_U], nxt[SQA_U];
+#pragma unroll
+  for (int u = 0; u < SQA_U; u++) cur[u] = 32 * u + lane < nch ? part[32 * u + lane] : 0.0f;
+  for (long long base = 0; base < nch; base += 32 * SQA_U) {
+    const long long nb = base + 32 * SQA_U;
+#pragma unroll
+    for (int u = 0; u < SQA_U; u++) nxt[u] = nb + 32 * u + lane < nch ? part[nb + 32 * u + lane] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < SQA_U; u++) {
+      const long long b = base + 32 * u;
+      if (b < nch) ss = warp_seq_add(ss, cur[u], nch - b < 32 ? (int)(nch - b) : 32);
+    }
+#pragma unroll
+    for (int u = 0; u < SQA_U; u++) cur[u] = nxt[u];
   }
   if (lane == 0) *ssp = w_canon(ss);
 }
