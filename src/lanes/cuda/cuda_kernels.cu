@@ -97,9 +97,23 @@ template <> struct vecf<2> {
  * row groups and two column groups (so shared-memory reads are vector loads without bank conflicts). The k
  * loop walks tiles of 8 ascending and, inside, k ascending, so every c[i,j] is
  * acc = 0; acc = acc + a[i,k]*b[k,j] for k = 0, 1, ... with the product and the sum each rounded: the
- * canonical order. Operands past the matrix edges are loaded as zeros on both sides of a product, so the
- * padded terms are +0 * +0 = +0, and acc + (+0) == acc for every acc this sum can hold (it never holds -0:
- * it starts at +0, and a round-to-nearest sum is -0 only when both operands are). */
+ * canonical order. Past k's end a is loaded as -0 and b as +0, so each padded term is -0, and
+ * acc + (-0) == acc for every acc, -0 included (a matmul_acc sum starts from c's value, which may be -0).
+ * Elsewhere past the edges operands are zeros; those products only reach outputs that are not stored. */
+/* GELU (GPT-2's tanh form) in the exact order: weft_tx_gelu_fwd's arithmetic (cuda_tx.cu). */
+DEV float w_gelu(float x);
+
+/* A fused matmul's epilogue (weft_cu_mm_args: bias, resid, gelu; src/lanes/fuse.h): `v` is the element's
+ * finished k sum and `ci` its offset from this batch slice's c. Each step is the separate op's: rounded and
+ * canonical, in the order bias, residual, store, GELU. Returns what c holds. */
+DEV float mm_epilogue(const weft_cu_mm_args &p, long long slice, long long ci, int col, float v) {
+  v = w_canon(v);
+  if (p.bias) v = w_canon(__fadd_rn(v, reinterpret_cast<const float *>(p.bias)[col]));
+  if (p.resid) v = w_canon(__fadd_rn(v, reinterpret_cast<const float *>(p.resid)[slice + ci]));
+  if (p.gelu) reinterpret_cast<float *>(p.gelu)[slice + ci] = w_gelu(v);
+  return v;
+}
+
 template <int BM, int BN, bool TA, bool TB>
 DEV void mm_exact(const weft_cu_mm_args &p) {
   constexpr int BK = 8, PAD = 4;
@@ -162,7 +176,7 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
         vecf<LA>::get(pa, ra);
       } else {
 #pragma unroll
-        for (int q = 0; q < LA; q++) ra[q] = (a_fixed_ok && col + q < K) ? pa[q] : 0.0f;
+        for (int q = 0; q < LA; q++) ra[q] = (a_fixed_ok && col + q < K) ? pa[q] : -0.0f;
       }
     } else { /* k row k0+a_r, columns m0+a_c .. +LA */
       const int krow = k0 + a_r;
@@ -170,7 +184,7 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
         vecf<LA>::get(pa, ra);
       } else {
 #pragma unroll
-        for (int q = 0; q < LA; q++) ra[q] = (krow < K && m0 + a_c + q < M) ? pa[q] : 0.0f;
+        for (int q = 0; q < LA; q++) ra[q] = (krow < K && m0 + a_c + q < M) ? pa[q] : -0.0f;
       }
     }
     pa += a_step;
@@ -210,13 +224,24 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
     }
   };
 
+  const int tx = tid % 16, ty = tid / 16;
   float acc[TM][TN];
 #pragma unroll
   for (int i = 0; i < TM; i++)
 #pragma unroll
     for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
+  if (p.accum) { /* matmul_acc: each sum continues from c's value */
+#pragma unroll
+    for (int i = 0; i < TM; i++) {
+      const int row = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
+#pragma unroll
+      for (int j = 0; j < TN; j++) {
+        const int col = n0 + (j < HN ? tx * HN + j : BN / 2 + tx * HN + (j - HN));
+        if (row < M && col < N) acc[i][j] = C[(size_t)row * (size_t)p.ldc + col];
+      }
+    }
+  }
 
-  const int tx = tid % 16, ty = tid / 16;
   const int ktiles = (K + BK - 1) / BK;
   load_a(0);
   load_b(0);
@@ -244,13 +269,23 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
     __syncthreads();
   }
 
+  const bool epi = p.bias || p.resid || p.gelu;
+  const long long slice = (long long)blockIdx.y * p.sc;
 #pragma unroll
   for (int i = 0; i < TM; i++) {
     const int row = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
     if (row >= M) continue;
     float *crow = C + (size_t)row * (size_t)p.ldc;
+    if (epi) {
 #pragma unroll
-    for (int j = 0; j < TN; j++) acc[i][j] = w_canon(acc[i][j]);
+      for (int j = 0; j < TN; j++) {
+        const int col = n0 + (j < HN ? tx * HN + j : BN / 2 + tx * HN + (j - HN));
+        if (col < N) acc[i][j] = mm_epilogue(p, slice, (long long)row * p.ldc + col, col, acc[i][j]);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < TN; j++) acc[i][j] = w_canon(acc[i][j]);
+    }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       const int col = n0 + h * (BN / 2) + tx * HN;
@@ -321,7 +356,8 @@ template <bool TB, int R> DEV void mv_exact(const weft_cu_mm_args &p) {
   };
   float acc[R];
 #pragma unroll
-  for (int r = 0; r < R; r++) acc[r] = 0.0f;
+  for (int r = 0; r < R; r++)
+    acc[r] = p.accum && tid < MV_OUT && r < M && n0 + tid < N ? C[(long long)r * p.ldc + n0 + tid] : 0.0f;
   const int ktiles = (K + MV_K - 1) / MV_K;
   if (ktiles > 0) {
     load(0);
@@ -361,15 +397,90 @@ template <bool TB, int R> DEV void mv_exact(const weft_cu_mm_args &p) {
     __syncthreads();
   }
   if (tid < MV_OUT && n0 + tid < N) {
+    const long long slice = (long long)blockIdx.y * p.sc;
 #pragma unroll
     for (int r = 0; r < R; r++)
-      if (r < M) C[(long long)r * p.ldc + n0 + tid] = w_canon(acc[r]);
+      if (r < M) {
+        const long long ci = (long long)r * p.ldc + n0 + tid;
+        C[ci] = mm_epilogue(p, slice, ci, n0 + tid, acc[r]);
+      }
   }
+}
+
+/* One row of a against b stored [n][k] (a decode step's matmuls, the tied logits): the same chains as
+ * mv_exact, 0 + a[0]*b[j,0] + a[1]*b[j,1] + ..., k ascending, each product and sum rounded. A chain is
+ * k adds long whatever is done, so the kernel keeps every chain busy and every SM fed: a block owns only
+ * MV1_OUT outputs (768 outputs are 96 blocks), its 256 threads load MV1_K of k for all of them at once
+ * (coalesced along b's rows), multiply by a and store the products into shared memory, and the chain
+ * threads only add: one shared load and one add per k, the next eight loads issued before these eight
+ * adds. The next tile's loads are in flight while the chains run over this one. */
+#define MV1_OUT WEFT_CU_MV1_OUT
+#define MV1_K WEFT_CU_MV1_K
+static_assert(MV1_K % MV_THREADS == 0 && (MV1_OUT * MV1_K) % MV_THREADS == 0, "whole tiles per thread");
+DEV void mv1_nt(const weft_cu_mm_args &p) {
+  const float *A = reinterpret_cast<const float *>(p.a) + (long long)blockIdx.y * p.sa;
+  const float *B = reinterpret_cast<const float *>(p.b) + (long long)blockIdx.y * p.sb;
+  float *C = reinterpret_cast<float *>(p.c) + (long long)blockIdx.y * p.sc;
+  /* products, [k][output]; +1: the stores (a k per thread) and the chains' loads hit distinct banks */
+  __shared__ float Ps[2][MV1_K][MV1_OUT + 1];
+  const int tid = threadIdx.x, n0 = blockIdx.x * MV1_OUT, N = p.n, K = p.k;
+  constexpr int PER = MV1_OUT * MV1_K / MV_THREADS, XS = MV1_K / MV_THREADS;
+  float rw[PER], rx[XS];
+  auto load = [&](int k0) {
+#pragma unroll
+    for (int q = 0; q < PER; q++) {
+      const int e = q * MV_THREADS + tid, j = e / MV1_K, k = k0 + e % MV1_K, col = n0 + j;
+      rw[q] = col < N && k < K ? B[(long long)col * p.ldb + k] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < XS; u++) rx[u] = k0 + u * MV_THREADS + tid < K ? A[k0 + u * MV_THREADS + tid] : 0.0f;
+  };
+  auto store = [&](int buf) {
+#pragma unroll
+    for (int q = 0; q < PER; q++) {
+      const int e = q * MV_THREADS + tid, kk = e % MV1_K;
+      Ps[buf][kk][e / MV1_K] = __fmul_rn(rx[kk / MV_THREADS], rw[q]);
+    }
+  };
+  float acc = p.accum && tid < MV1_OUT && n0 + tid < N ? C[n0 + tid] : 0.0f;
+  const int ktiles = (K + MV1_K - 1) / MV1_K;
+  if (ktiles > 0) {
+    load(0);
+    store(0);
+  }
+  __syncthreads();
+  for (int t = 0; t < ktiles; t++) {
+    const int cur = t & 1, k0 = t * MV1_K;
+    if (t + 1 < ktiles) load(k0 + MV1_K);
+    if (tid < MV1_OUT) {
+      const int kn = K - k0 < MV1_K ? K - k0 : MV1_K, k8 = kn & ~7;
+      float w[8];
+      if (k8 > 0) {
+#pragma unroll
+        for (int u = 0; u < 8; u++) w[u] = Ps[cur][u][tid];
+      }
+      for (int kk = 0; kk < k8; kk += 8) {
+        float nx[8];
+        const int kq = kk + 8 < k8 ? kk + 8 : kk; /* the next eight, loaded before these are added */
+#pragma unroll
+        for (int u = 0; u < 8; u++) nx[u] = Ps[cur][kq + u][tid];
+#pragma unroll
+        for (int u = 0; u < 8; u++) acc = __fadd_rn(acc, w[u]);
+#pragma unroll
+        for (int u = 0; u < 8; u++) w[u] = nx[u];
+      }
+      for (int kk = k8; kk < kn; kk++) acc = __fadd_rn(acc, Ps[cur][kk][tid]);
+    }
+    if (t + 1 < ktiles) store(cur ^ 1);
+    __syncthreads();
+  }
+  if (tid < MV1_OUT && n0 + tid < N)
+    C[n0 + tid] = mm_epilogue(p, (long long)blockIdx.y * p.sc, n0 + tid, n0 + tid, acc);
 }
 extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv_nn(weft_cu_mm_args p) { mv_exact<false, MV_R>(p); }
 extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv_nt(weft_cu_mm_args p) { mv_exact<true, MV_R>(p); }
 extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv1_nn(weft_cu_mm_args p) { mv_exact<false, 1>(p); }
-extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv1_nt(weft_cu_mm_args p) { mv_exact<true, 1>(p); }
+extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv1_nt(weft_cu_mm_args p) { mv1_nt(p); }
 
 /* ------------------------------------------------------------------------------------ elementwise */
 

@@ -135,6 +135,22 @@ DEV float w_tanhf(float x) {
   return __fmul_rn(s, t);
 }
 
+#define TX_GELU_S 0.79788458347320556640625f
+#define TX_GELU_K 0.044715001225471496582031f
+#define TX_GELU_3K 0.13414500653743743896484f
+
+/* gelu(x) = 0.5x(1 + tanh(S(x + Kx^3))), the reference's order (declared in cuda_kernels.cu, where the
+ * matmul epilogue uses it too) */
+DEV float w_gelu(float x) {
+  float c = __fmul_rn(TX_GELU_K, x);
+  c = __fmul_rn(c, x);
+  c = __fmul_rn(c, x);
+  const float u = __fmul_rn(TX_GELU_S, __fadd_rn(x, c));
+  const float th = w_tanhf(u);
+  const float h = __fmul_rn(0.5f, x);
+  return w_canon(__fmul_rn(h, __fadd_rn(1.0f, th)));
+}
+
 /* ------------------------------------------------------------------------------------ warp helpers */
 
 /* s + v[0] + v[1] + ... + v[n-1] in that order, v[q] held by lane q: every lane returns the same sum. A full
@@ -661,20 +677,6 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_bwd_dgb(weft
 
 /* ------------------------------------------------------------------------------------------- gelu */
 
-#define TX_GELU_S 0.79788458347320556640625f
-#define TX_GELU_K 0.044715001225471496582031f
-#define TX_GELU_3K 0.13414500653743743896484f
-
-DEV float gelu_f(float x) {
-  float c = __fmul_rn(TX_GELU_K, x);
-  c = __fmul_rn(c, x);
-  c = __fmul_rn(c, x);
-  const float u = __fmul_rn(TX_GELU_S, __fadd_rn(x, c));
-  const float th = w_tanhf(u);
-  const float h = __fmul_rn(0.5f, x);
-  return w_canon(__fmul_rn(h, __fadd_rn(1.0f, th)));
-}
-
 DEV float gelu_b(float x, float dy) {
   float c = __fmul_rn(TX_GELU_K, x);
   c = __fmul_rn(c, x);
@@ -718,11 +720,11 @@ extern "C" __global__ void weft_tx_gelu_fwd(weft_tx_gelu_args p) {
 #pragma unroll
       for (int u = 0; u < GELU_U; u++)
         if (i + u * GSTRIDE < n4)
-          Y4[i + u * GSTRIDE] = make_float4(gelu_f(v[u].x), gelu_f(v[u].y), gelu_f(v[u].z), gelu_f(v[u].w));
+          Y4[i + u * GSTRIDE] = make_float4(w_gelu(v[u].x), w_gelu(v[u].y), w_gelu(v[u].z), w_gelu(v[u].w));
     }
     i0 = n4 << 2;
   }
-  for (long long i = i0 + GTID; i < p.n; i += GSTRIDE) Y[i] = gelu_f(X[i]);
+  for (long long i = i0 + GTID; i < p.n; i += GSTRIDE) Y[i] = w_gelu(X[i]);
 }
 
 extern "C" __global__ void weft_tx_gelu_bwd(weft_tx_gelu_args p) {
@@ -1005,12 +1007,16 @@ extern "C" __global__ void weft_tx_attn_cached(weft_tx_attn_cached_args p) {
   }
 }
 
-/* attention_cached with a block per row (a decode step's few rows): the block computes the row's scores in
- * parallel (a thread per position, its i chain as the reference's), thread 0 the max and the sum chains over
- * shared memory, the block the exponentials and probabilities, and a thread per output column its chain over
- * the positions. For rows of at most WEFT_TX_ATC_MAXT positions and heads of at most WEFT_TX_ATC_MAXHS. */
+/* attention_cached with a block per row (a decode step's few rows), launched with 128 threads: the block
+ * computes the row's scores in parallel (a thread per position, its i chain as the reference's), thread 0
+ * the max and the sum chains over shared memory, the block the exponentials and probabilities, and a thread
+ * per output column its chain over the positions. For rows of at most WEFT_TX_ATC_MAXT positions and heads of
+ * at most WEFT_TX_ATC_MAXHS. */
+#define ATC_KREG 64  /* key rows up to this long are loaded into registers whole */
+#define ATC_V 2048   /* floats of value rows a chunk holds */
 extern "C" __global__ void __launch_bounds__(128) weft_tx_attn_cached_blk(weft_tx_attn_cached_args p) {
   __shared__ float qs[WEFT_TX_ATC_MAXHS], zs[WEFT_TX_ATC_MAXT];
+  __shared__ float vs[2][ATC_V];
   __shared__ float st[2];
   const int tid = threadIdx.x, nt = blockDim.x;
   const long long T = p.Tmax, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C, Tq = p.Tq, t0 = p.t0;
@@ -1025,15 +1031,26 @@ extern "C" __global__ void __launch_bounds__(128) weft_tx_attn_cached_blk(weft_t
     for (long long j = tid; j < n; j += nt) {
       const float *k = QKV + (b * T + j) * C3 + C + h * hs;
       float d = 0.0f;
-      long long i = 0;
-      for (; i + 8 <= hs; i += 8) { /* eight products ahead of their adds */
-        float pr[8];
+      if (hs <= ATC_KREG) {
+        /* the whole key row's loads in flight at once (a few blocks run: registers are plentiful), then the
+         * chain */
+        float kr[ATC_KREG];
 #pragma unroll
-        for (int u = 0; u < 8; u++) pr[u] = __fmul_rn(qs[i + u], k[i + u]);
+        for (int i = 0; i < ATC_KREG; i++) kr[i] = i < hs ? k[i] : 0.0f;
 #pragma unroll
-        for (int u = 0; u < 8; u++) d = __fadd_rn(d, pr[u]);
+        for (int i = 0; i < ATC_KREG; i++)
+          if (i < hs) d = __fadd_rn(d, __fmul_rn(qs[i], kr[i]));
+      } else {
+        long long i = 0;
+        for (; i + 8 <= hs; i += 8) { /* eight products ahead of their adds */
+          float pr[8];
+#pragma unroll
+          for (int u = 0; u < 8; u++) pr[u] = __fmul_rn(qs[i + u], k[i + u]);
+#pragma unroll
+          for (int u = 0; u < 8; u++) d = __fadd_rn(d, pr[u]);
+        }
+        for (; i < hs; i++) d = __fadd_rn(d, __fmul_rn(qs[i], k[i]));
       }
-      for (; i < hs; i++) d = __fadd_rn(d, __fmul_rn(qs[i], k[i]));
       zs[j] = __fmul_rn(d, scale);
     }
     __syncthreads();
@@ -1057,22 +1074,48 @@ extern "C" __global__ void __launch_bounds__(128) weft_tx_attn_cached_blk(weft_t
     }
     for (long long j = n + tid; j < T; j += nt) a[j] = 0.0f;
     __syncthreads();
+    /* the output: column i's chain over the positions, by thread i (threads hs.. only load). The value rows
+     * come through shared memory in chunks of ATC_V / hs positions, loaded by the whole block (coalesced,
+     * all in flight) while the chains add the previous chunk: the chains wait on their adds, not on loads. */
     float *o = OUT + (b * Tq + r) * C + h * hs;
-    for (long long i = tid; i < hs; i += nt) {
-      float acc = 0.0f;
-      const float *v = QKV + b * T * C3 + 2 * C + h * hs + i;
-      long long j = 0;
-      for (; j + 8 <= n; j += 8) { /* eight products (their loads in flight together) ahead of their adds */
-        float pr[8];
+    const float *V = QKV + b * T * C3 + 2 * C + h * hs;
+    const long long cp = ATC_V / hs, nch = (n + cp - 1) / cp;
+    float rv[ATC_V / 128];
+    auto vload = [&](long long c) {
 #pragma unroll
-        for (int u = 0; u < 8; u++) pr[u] = __fmul_rn(zs[j + u], v[(j + u) * C3]);
-#pragma unroll
-        for (int u = 0; u < 8; u++) acc = __fadd_rn(acc, pr[u]);
+      for (int q = 0; q < ATC_V / 128; q++) {
+        const long long e = (long long)q * 128 + tid, jj = e / hs, j = c * cp + jj;
+        rv[q] = e < ATC_V && jj < cp && j < n ? V[j * C3 + e % hs] : 0.0f;
       }
-      for (; j < n; j++) acc = __fadd_rn(acc, __fmul_rn(zs[j], v[j * C3]));
-      o[i] = w_canon(acc);
+    };
+    auto vstore = [&](int buf) {
+#pragma unroll
+      for (int q = 0; q < ATC_V / 128; q++) {
+        const long long e = (long long)q * 128 + tid;
+        if (e < ATC_V) vs[buf][e] = rv[q];
+      }
+    };
+    float acc0 = 0.0f, acc1 = 0.0f; /* columns tid and tid + 128 (heads up to WEFT_TX_ATC_MAXHS = 256) */
+    vload(0);
+    vstore(0);
+    __syncthreads();
+    for (long long c = 0; c < nch; c++) {
+      if (c + 1 < nch) vload(c + 1);
+      const long long j0 = c * cp, m = n - j0 < cp ? n - j0 : cp;
+      if (tid < hs) {
+        const float *vc = vs[c & 1] + tid;
+        for (long long jj = 0; jj < m; jj++) acc0 = __fadd_rn(acc0, __fmul_rn(zs[j0 + jj], vc[jj * hs]));
+      }
+      if (tid + 128 < hs) {
+        const float *vc = vs[c & 1] + tid + 128;
+        for (long long jj = 0; jj < m; jj++) acc1 = __fadd_rn(acc1, __fmul_rn(zs[j0 + jj], vc[jj * hs]));
+      }
+      if (c + 1 < nch) vstore((int)((c + 1) & 1));
+      __syncthreads();
     }
-    __syncthreads(); /* qs, zs and st are the next row's */
+    if (tid < hs) o[tid] = w_canon(acc0);
+    if (tid + 128 < hs) o[tid + 128] = w_canon(acc1);
+    __syncthreads(); /* qs, zs, vs and st are the next row's */
   }
 }
 

@@ -318,10 +318,114 @@ static void mv(int M, int N, int K, bool tb, int batch) {
   if (M == 1) {
     char w1[64]; snprintf(w1, sizeof w1, "mv1 %dx%dx%d %s b%d", M, N, K, tb ? "nt" : "nn", batch);
     std::vector<float> c3(c.size(), 7.f); m.c = U(c3.data());
-    emu_launch(gx ? gx : 1, (unsigned)batch, WEFT_CU_MV_THREADS, [&] { if (tb) weft_mv1_nt(m); else weft_mv1_nn(m); });
+    const unsigned g1 = tb ? (unsigned)((N + WEFT_CU_MV1_OUT - 1) / WEFT_CU_MV1_OUT) : gx;
+    emu_launch(g1 ? g1 : 1, (unsigned)batch, WEFT_CU_MV_THREADS, [&] { if (tb) weft_mv1_nt(m); else weft_mv1_nn(m); });
     cmp(w1, c.data(), c3.data(), c.size());
   }
   char what[64]; snprintf(what, sizeof what, "mv %dx%dx%d %s b%d", M, N, K, tb ? "nt" : "nn", batch);
+  cmp(what, c.data(), c2.data(), c.size());
+}
+/* A fused matmul epilogue (src/lanes/fuse.h) on each kernel family: c = a.b, then c + bias (per column),
+ * c + resid, g = gelu(c), each step as the separate op rounds it; c keeps the value before GELU. kind: 0 mv1_nt,
+ * 1 mv_nt/nn (several rows), 2 mm64, 3 mm128. Which of bias, resid, gelu: bits of `parts`. */
+static void epilogue(int kind, int M, int N, int K, bool ta, bool tb, int batch, int parts) {
+  auto a = rnd((size_t)batch * M * K, -2, 2), b = rnd((size_t)K * N, -2, 2);
+  auto bias = rnd((size_t)N, -1, 1), resid = rnd((size_t)batch * M * N, -3, 3);
+  if (a.size() > 3) { a[1] = -0.0f; a[2] = 1e-40f; }
+  if (b.size() > 5) { b[4] = INFINITY; b[3] = -0.0f; }
+  if (bias.size() > 2) bias[1] = NAN;
+  if (resid.size() > 3) resid[2] = -INFINITY, resid[3] = -0.0f;
+  const bool hb = parts & 1, hr = parts & 2, hg = parts & 4;
+  std::vector<float> c((size_t)batch * M * N), g(c.size(), 5.f);
+  for (int p = 0; p < batch; p++)
+    for (int r = 0; r < M; r++)
+      for (int j = 0; j < N; j++) {
+        float acc = 0.0f;
+        for (int k = 0; k < K; k++) {
+          const float av = ta ? a[(size_t)p * M * K + (size_t)k * M + r] : a[(size_t)p * M * K + (size_t)r * K + k];
+          const float bv = tb ? b[(size_t)j * K + k] : b[(size_t)k * N + j];
+          acc = __fadd_rn(acc, __fmul_rn(av, bv));
+        }
+        c[(size_t)p * M * N + (size_t)r * N + j] = w_canon(acc);
+      }
+  /* the separate ops, as the lane would run them: add (row broadcast), add, gelu */
+  for (size_t e = 0; e < c.size(); e++) {
+    if (hb) c[e] = w_canon(__fadd_rn(c[e], bias[e % N]));
+    if (hr) c[e] = w_canon(__fadd_rn(c[e], resid[e]));
+  }
+  if (hg) weft_ref_gelu_forward(g.data(), c.data(), (int64_t)c.size());
+  std::vector<float> c2(c.size(), 7.f), g2(c.size(), 5.f);
+  weft_cu_mm_args m{}; m.a = U(a.data()); m.b = U(b.data()); m.c = U(c2.data());
+  m.bias = hb ? U(bias.data()) : 0; m.resid = hr ? U(resid.data()) : 0; m.gelu = hg ? U(g2.data()) : 0;
+  m.m = M; m.n = N; m.k = K; m.lda = ta ? M : K; m.ldb = tb ? K : N; m.ldc = N;
+  m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
+  const char *kn[] = {"mv1", "mv", "mm64", "mm128"};
+  if (kind == 0) {
+    emu_launch((unsigned)((N + WEFT_CU_MV1_OUT - 1) / WEFT_CU_MV1_OUT), (unsigned)batch, WEFT_CU_MV_THREADS, [&] { weft_mv1_nt(m); });
+  } else if (kind == 1) {
+    emu_launch((unsigned)((N + WEFT_CU_MV_OUT - 1) / WEFT_CU_MV_OUT), (unsigned)batch, WEFT_CU_MV_THREADS,
+               [&] { if (tb) weft_mv_nt(m); else weft_mv_nn(m); });
+  } else {
+    const int tile = kind == 2 ? 64 : 128;
+    m.tiles_m = (M + tile - 1) / tile; m.tiles_n = (N + tile - 1) / tile; m.group = 8;
+    const int idx = (ta ? 2 : 0) + (tb ? 1 : 0);
+    emu_launch((unsigned)(m.tiles_m * m.tiles_n), (unsigned)batch, 256, [&] {
+      if (kind == 2) { if (idx == 0) weft_mm64_nn(m); else if (idx == 1) weft_mm64_nt(m); else if (idx == 2) weft_mm64_tn(m); else weft_mm64_tt(m); }
+      else { if (idx == 0) weft_mm128_nn(m); else if (idx == 1) weft_mm128_nt(m); else if (idx == 2) weft_mm128_tn(m); else weft_mm128_tt(m); }
+    });
+  }
+  char what[80];
+  snprintf(what, sizeof what, "epi %s %dx%dx%d %s%s b%d %c%c%c", kn[kind], M, N, K, ta ? "t" : "n", tb ? "t" : "n", batch,
+           hb ? 'b' : '-', hr ? 'r' : '-', hg ? 'g' : '-');
+  cmp(what, c.data(), c2.data(), c.size());
+  if (hg) {
+    strcat(what, " g");
+    cmp(what, g.data(), g2.data(), g.size());
+  }
+}
+/* matmul_acc (accum): every sum continues from c's value, k ascending; c's -0 survives a row of -0 products and
+ * the padding past k's end. kind as in epilogue(). */
+static void accum(int kind, int M, int N, int K, bool ta, bool tb, int batch) {
+  auto a = rnd((size_t)batch * M * K, -2, 2), b = rnd((size_t)K * N, -2, 2), c0 = rnd((size_t)batch * M * N, -4, 4);
+  for (int k = 0; k < K; k++) { /* row 0 of a: -0; column 0 of b: positive: c[0][0]'s products are all -0 */
+    (ta ? a[(size_t)k * M] : a[(size_t)k]) = -0.0f;
+    (tb ? b[(size_t)k] : b[(size_t)k * N]) = 1.5f;
+  }
+  c0[0] = -0.0f;
+  if (c0.size() > 3) c0[2] = NAN, c0[3] = INFINITY;
+  std::vector<float> c(c0);
+  for (int p = 0; p < batch; p++)
+    for (int r = 0; r < M; r++)
+      for (int j = 0; j < N; j++) {
+        float acc = c0[(size_t)p * M * N + (size_t)r * N + j];
+        for (int k = 0; k < K; k++) {
+          const float av = ta ? a[(size_t)p * M * K + (size_t)k * M + r] : a[(size_t)p * M * K + (size_t)r * K + k];
+          const float bv = tb ? b[(size_t)j * K + k] : b[(size_t)k * N + j];
+          acc = __fadd_rn(acc, __fmul_rn(av, bv));
+        }
+        c[(size_t)p * M * N + (size_t)r * N + j] = w_canon(acc);
+      }
+  std::vector<float> c2(c0);
+  weft_cu_mm_args m{}; m.a = U(a.data()); m.b = U(b.data()); m.c = U(c2.data()); m.accum = 1;
+  m.m = M; m.n = N; m.k = K; m.lda = ta ? M : K; m.ldb = tb ? K : N; m.ldc = N;
+  m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
+  const char *kn[] = {"mv1", "mv", "mm64", "mm128"};
+  if (kind == 0) {
+    emu_launch((unsigned)((N + WEFT_CU_MV1_OUT - 1) / WEFT_CU_MV1_OUT), (unsigned)batch, WEFT_CU_MV_THREADS, [&] { weft_mv1_nt(m); });
+  } else if (kind == 1) {
+    emu_launch((unsigned)((N + WEFT_CU_MV_OUT - 1) / WEFT_CU_MV_OUT), (unsigned)batch, WEFT_CU_MV_THREADS,
+               [&] { if (tb) weft_mv_nt(m); else weft_mv_nn(m); });
+  } else {
+    const int tile = kind == 2 ? 64 : 128;
+    m.tiles_m = (M + tile - 1) / tile; m.tiles_n = (N + tile - 1) / tile; m.group = 8;
+    const int idx = (ta ? 2 : 0) + (tb ? 1 : 0);
+    emu_launch((unsigned)(m.tiles_m * m.tiles_n), (unsigned)batch, 256, [&] {
+      if (kind == 2) { if (idx == 0) weft_mm64_nn(m); else if (idx == 1) weft_mm64_nt(m); else if (idx == 2) weft_mm64_tn(m); else weft_mm64_tt(m); }
+      else { if (idx == 0) weft_mm128_nn(m); else if (idx == 1) weft_mm128_nt(m); else if (idx == 2) weft_mm128_tn(m); else weft_mm128_tt(m); }
+    });
+  }
+  char what[80];
+  snprintf(what, sizeof what, "acc %s %dx%dx%d %s%s b%d", kn[kind], M, N, K, ta ? "t" : "n", tb ? "t" : "n", batch);
   cmp(what, c.data(), c2.data(), c.size());
 }
 /* attention over a cache: both kernels against weft_ref_attention_cached */
@@ -339,9 +443,18 @@ static void atc(int64_t B, int64_t Tmax, int64_t C, int64_t NH, int64_t t0, int6
   cmp("atc warp out", o.data(), o2.data(), o.size()); cmp("atc warp att", at.data(), at2.data(), at.size());
 }
 int main() {
-  atc(1, 40, 64, 2, 37, 1); atc(2, 20, 48, 3, 5, 3); atc(1, 300, 32, 1, 0, 1); atc(1, 300, 32, 1, 290, 2);
+  atc(1, 40, 64, 2, 37, 1); atc(2, 20, 48, 3, 5, 3); atc(1, 160, 768, 12, 140, 1); atc(1, 200, 256, 2, 150, 1);
+  atc(1, 100, 400, 2, 90, 2); atc(1, 300, 32, 1, 0, 1); atc(1, 300, 32, 1, 290, 2);
   mv(1, 37, 130, true, 1); mv(1, 20, 600, true, 1); mv(2, 40, 513, false, 1); mv(3, 16, 64, false, 2); mv(4, 70, 200, true, 1); mv(2, 5, 0, false, 1);
   mv(1, 33, 1, false, 1); mv(1, 21, 777, false, 2); mv(1, 50, 1000, true, 1);
+  mv(1, 9, 1030, true, 3); mv(1, 17, 512, true, 1); mv(1, 8, 7, true, 1);
+  for (int parts = 0; parts < 8; parts++) epilogue(0, 1, 29, 700, false, true, 2, parts);
+  epilogue(1, 3, 40, 300, false, true, 1, 7); epilogue(1, 2, 33, 90, false, false, 2, 5);
+  epilogue(2, 70, 50, 33, false, false, 2, 7); epilogue(2, 40, 70, 20, true, true, 1, 3);
+  epilogue(2, 65, 66, 9, false, true, 1, 6); epilogue(3, 130, 20, 17, true, false, 1, 7);
+  accum(0, 1, 30, 301, false, true, 2); accum(1, 3, 20, 13, false, false, 1); accum(1, 4, 17, 0, false, true, 1);
+  accum(2, 70, 40, 13, false, false, 2); accum(2, 33, 65, 20, true, true, 1); accum(2, 20, 20, 0, false, true, 1);
+  accum(3, 129, 30, 11, true, false, 1); accum(3, 40, 131, 9, false, true, 1);
   copies();
   softmax(2, 45);
   ln(11, 77, 1); ln(1, 768, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3); ln(600, 21, 4);
