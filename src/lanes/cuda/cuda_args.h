@@ -34,6 +34,9 @@ enum {
   WEFT_CUK_MV_NN, WEFT_CUK_MV_NT, WEFT_CUK_MV1_NN, WEFT_CUK_MV1_NT, /* MV1: one row */
   /* a block per row, for a few rows (decode) */
   WEFT_CUK_TX_LN_FWD_ROW, WEFT_CUK_TX_ATTN_CACHED_BLK,
+  /* the fp32 contract's layernorm and sumsq (cuda_tx.cu) */
+  WEFT_CUK_TX_LN_FWD_F32, WEFT_CUK_TX_LN_BWD_DX_F32, WEFT_CUK_TX_LN_BWD_DGB_PART, WEFT_CUK_TX_LN_BWD_DGB_SUM,
+  WEFT_CUK_TX_SUMSQ_F32,
   WEFT_CUK_COUNT
 };
 

@@ -62,6 +62,11 @@ const char *const weft_cu_kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_MV1_NN] = "weft_mv1_nn",         [WEFT_CUK_MV1_NT] = "weft_mv1_nt",
     [WEFT_CUK_TX_LN_FWD_ROW] = "weft_tx_layernorm_fwd_row",
     [WEFT_CUK_TX_ATTN_CACHED_BLK] = "weft_tx_attn_cached_blk",
+    [WEFT_CUK_TX_LN_FWD_F32] = "weft_tx_layernorm_fwd_f32",
+    [WEFT_CUK_TX_LN_BWD_DX_F32] = "weft_tx_layernorm_bwd_dx_f32",
+    [WEFT_CUK_TX_LN_BWD_DGB_PART] = "weft_tx_layernorm_bwd_dgb_part",
+    [WEFT_CUK_TX_LN_BWD_DGB_SUM] = "weft_tx_layernorm_bwd_dgb_sum",
+    [WEFT_CUK_TX_SUMSQ_F32] = "weft_tx_sumsq_f32",
 };
 
 /* ------------------------------------------------------------------------------------------- errors */
@@ -448,7 +453,8 @@ static void lane_describe(void *self, weft_lane_desc *out) {
   out->details = l->details;
   /* cuda:N also honours tf32/bf16 for its matmuls (cuBLAS on the same tensor units cuda:N.tensor drives), so
    * work pinned to cuda:N under those contracts keeps its data in one lane's memory instead of crossing to
-   * cuda:N.tensor's through the host at every matmul; its other ops are exact whatever the contract */
+   * cuda:N.tensor's through the host at every matmul; its other ops are exact whatever the contract,
+   * but for layernorm and sumsq, which have fp32 kernels (emit_tx) */
   const weft_contract_mask tc = WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_BF16);
   out->contracts = l->tensor ? tc
                              : WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32) |

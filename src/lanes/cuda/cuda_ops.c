@@ -366,6 +366,9 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     a.x = bptr(op->in[0]), a.gamma = bptr(op->in[1]), a.beta = bptr(op->in[2]);
     a.N = ip[0], a.C = ip[1], a.eps = fp[0];
     if (a.N == 0) return WEFT_OK;
+    /* fp32: a warp per row, the row in registers (8 rows a block) */
+    if (op->contract == WEFT_CONTRACT_FP32 && a.C <= WEFT_TX_LNF_MAXC)
+      return PUSH(WEFT_CUK_TX_LN_FWD_F32, grid_rows(d, a.N), 1, 256, a);
     /* a few rows: a block each (their chains would wait on each other's loads in 32-row blocks) */
     if (a.N <= 2 * (int64_t)d->sms && a.C <= WEFT_TX_LN_ROW_MAXC)
       return PUSH(WEFT_CUK_TX_LN_FWD_ROW, (uint64_t)a.N, 1, 256, a);
@@ -379,9 +382,25 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     a.dx = bptr(op->out[0]), a.dgamma = bptr(op->out[1]), a.dbeta = bptr(op->out[2]);
     a.N = ip[0], a.C = ip[1];
     if (a.N == 0 || a.C == 0) return WEFT_OK;
+    if (op->contract == WEFT_CONTRACT_FP32 && a.C <= WEFT_TX_LNF_MAXC) {
+      /* fp32: dgamma/dbeta as partials per block of WEFT_TX_LNP_R rows (scratch), added in order after;
+       * then dx a warp per row. Blocks of rows beyond the grid's y limit take the exact kernel. */
+      const int64_t nrb = (a.N + WEFT_TX_LNP_R - 1) / WEFT_TX_LNP_R;
+      if ((a.dgamma || a.dbeta) && nrb <= 65535) {
+        if ((st = scratch(d, (size_t)(nrb * 2 * a.C) * sizeof(float), &a.part)) != WEFT_OK ||
+            (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB_PART, (uint64_t)((a.C + 31) / 32), (uint32_t)nrb, 256, a)) != WEFT_OK ||
+            (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB_SUM, ceil_div((uint64_t)a.C, 256), 1, 256, a)) != WEFT_OK)
+          return st;
+      } else if ((a.dgamma || a.dbeta) &&
+                 (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB, stride_grid(d, (uint64_t)a.C, WEFT_TX_LNG_CW, 8), 1, 256, a)) !=
+                     WEFT_OK) {
+        return st;
+      }
+      return PUSH(WEFT_CUK_TX_LN_BWD_DX_F32, grid_rows(d, a.N), 1, 256, a);
+    }
     /* dgamma/dbeta first: dx may be dy (in place), and they read dy */
     if ((a.dgamma || a.dbeta) &&
-        (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB, (uint64_t)((a.C + 31) / 32), 1, 256, a)) != WEFT_OK)
+        (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB, stride_grid(d, (uint64_t)a.C, WEFT_TX_LNG_CW, 8), 1, 256, a)) != WEFT_OK)
       return st;
     return PUSH(WEFT_CUK_TX_LN_BWD_DX, stride_grid(d, (uint64_t)a.N, 32, 6), 1, 256, a);
   }
@@ -391,8 +410,9 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     memset(&a, 0, sizeof a);
     a.out = bptr(op->out[0]), a.x = bptr(op->in[0]), a.dy = bptr(op->in[1]), a.n = ip[0];
     if (a.n == 0) return WEFT_OK;
-    return PUSH(op->kind == WEFT_OP_GELU ? WEFT_CUK_TX_GELU_FWD : WEFT_CUK_TX_GELU_BWD, grid_elems(d, a.n), 1, 256,
-                a);
+    /* 8 elements a thread (two float4s) where aligned */
+    return PUSH(op->kind == WEFT_OP_GELU ? WEFT_CUK_TX_GELU_FWD : WEFT_CUK_TX_GELU_BWD,
+                stride_grid(d, ceil_div((uint64_t)a.n, 8), 256, 16), 1, 256, a);
   }
   case WEFT_OP_CAUSAL_SOFTMAX:
   case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD: {
@@ -465,9 +485,20 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     memset(&a, 0, sizeof a);
     a.g = bptr(op->in[0]), a.ss = bptr(op->out[0]), a.n = ip[0];
     const int64_t nch = (a.n + WEFT_SUMSQ_CHUNK - 1) / WEFT_SUMSQ_CHUNK;
+    if (op->contract == WEFT_CONTRACT_FP32 && nch > 0) {
+      /* fp32: a partial per block of 256 threads (about 8192 elements a block, at most 2 blocks a SM), then
+       * the same in-order add over those partials */
+      const uint64_t nb = stride_grid(d, (uint64_t)a.n, 8192, 2);
+      a.nparts = (int32_t)nb;
+      if ((st = scratch(d, (size_t)nb * sizeof(float), &a.part)) != WEFT_OK ||
+          (st = PUSH(WEFT_CUK_TX_SUMSQ_F32, nb, 1, 256, a)) != WEFT_OK)
+        return st;
+      return PUSH(WEFT_CUK_TX_SUMSQ_ADD, 1, 1, 32, a);
+    }
     if (nch > 0) {
       if ((st = scratch(d, (size_t)nch * sizeof(float), &a.part)) != WEFT_OK) return st;
-      if ((st = PUSH(WEFT_CUK_TX_SUMSQ_CHUNKS, stride_grid(d, (uint64_t)nch, 32, 32), 1, 32, a)) != WEFT_OK) return st;
+      /* a one-warp block per 32 chunks (37 KB of shared memory: 6 a SM) */
+      if ((st = PUSH(WEFT_CUK_TX_SUMSQ_CHUNKS, stride_grid(d, (uint64_t)nch, 32, 6), 1, 32, a)) != WEFT_OK) return st;
     }
     return PUSH(WEFT_CUK_TX_SUMSQ_ADD, 1, 1, 32, a);
   }

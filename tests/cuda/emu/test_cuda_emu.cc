@@ -33,6 +33,9 @@ inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
 inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
 inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
+inline float __frsqrt_rn(float x) { return (float)(1.0 / std::sqrt((double)x)); } /* near enough for a tolerance */
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline void __syncwarp() { g_wbar[threadIdx.x / 32]->arrive_and_wait(); }
 template <class T> T shfl_from(T v, int src) {
@@ -99,6 +102,49 @@ static void cmp(const char *what, const float *a, const float *b, size_t n) {
   if (bad) { printf("   first %zu: %a vs %a\n", first, a[first], b[first]); fails++; }
 }
 #define U(p) ((uint64_t)(uintptr_t)(p))
+/* the fp32 contract's kernels: within 1e-4 of the output's largest magnitude (tests/test_cpu_tx.c's bound) */
+static void near(const char *what, const float *ref, const float *got, size_t n) {
+  float big = 0.0f;
+  for (size_t i = 0; i < n; i++) big = std::max(big, std::fabs(ref[i]));
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!(std::fabs(ref[i] - got[i]) <= 1e-4f * big)) { if (!bad) first = i; bad++; }
+  printf("%-22s %s (%zu/%zu off, tolerance %g)\n", what, bad ? "FAIL" : "ok", bad, n, 1e-4 * big);
+  if (bad) { printf("   first %zu: %a vs %a\n", first, ref[first], got[first]); fails++; }
+}
+/* layernorm forward and backward under fp32: a warp per row (float4 where C % 4 == 0), dgamma/dbeta partials */
+static void ln32(int64_t N, int64_t C, unsigned gx) {
+  auto x = rnd(N*C, -3, 3), ga = rnd(C, -1, 1), be = rnd(C, -1, 1), dy = rnd(N*C, -1, 1);
+  for (int64_t i = 0; i < N * C; i += 7) x[i] += 40.0f; /* an offset the two-pass variance must survive */
+  std::vector<float> y(N*C), m(N), rs(N), y2(N*C, 7.f), m2(N, 7.f), rs2(N, 7.f);
+  weft_ref_layernorm_forward(y.data(), m.data(), rs.data(), x.data(), ga.data(), be.data(), N, C, 1e-5f);
+  weft_tx_ln_args a{}; a.y = U(y2.data()); a.mean = U(m2.data()); a.rstd = U(rs2.data()); a.x = U(x.data()); a.gamma = U(ga.data()); a.beta = U(be.data()); a.N = N; a.C = C; a.eps = 1e-5f;
+  emu_launch(gx, 1, 64, [&] { weft_tx_layernorm_fwd_f32(a); });
+  near("ln32 y", y.data(), y2.data(), y.size()); near("ln32 mean", m.data(), m2.data(), N); near("ln32 rstd", rs.data(), rs2.data(), N);
+  auto dg = rnd(C, -1, 1), db = rnd(C, -1, 1); auto dg2 = dg, db2 = db; std::vector<float> dx(N*C), dx2(N*C, 7.f);
+  weft_ref_layernorm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), m.data(), rs.data(), ga.data(), N, C);
+  const int64_t nrb = (N + WEFT_TX_LNP_R - 1) / WEFT_TX_LNP_R;
+  std::vector<float> part(nrb * 2 * C, 7.f);
+  a.dx = U(dx2.data()); a.dgamma = U(dg2.data()); a.dbeta = U(db2.data()); a.dy = U(dy.data()); a.part = U(part.data());
+  a.mean = U(m.data()); a.rstd = U(rs.data());
+  emu_launch((unsigned)((C + 31) / 32 > 2 ? 2 : (C + 31) / 32), (unsigned)nrb, 256, [&] { weft_tx_layernorm_bwd_dgb_part(a); });
+  emu_launch(1, 1, 64, [&] { weft_tx_layernorm_bwd_dgb_sum(a); });
+  emu_launch(gx, 1, 64, [&] { weft_tx_layernorm_bwd_dx_f32(a); });
+  near("ln32 dx", dx.data(), dx2.data(), dx.size());
+  near("ln32 dgamma", dg.data(), dg2.data(), C); near("ln32 dbeta", db.data(), db2.data(), C);
+}
+static void sumsq32(int64_t n, int off, unsigned gx) {
+  auto xb = rnd(n + 4, -3, 3);
+  float *x = xb.data() + off;
+  const float acc0 = 1.5f, want = weft_ref_sumsq(x, n, acc0);
+  std::vector<float> part(gx, 7.f);
+  float ss = acc0;
+  weft_tx_clip_args a{}; a.g = U(x); a.ss = U(&ss); a.part = U(part.data()); a.n = n; a.nparts = (int32_t)gx;
+  emu_launch(gx, 1, 256, [&] { weft_tx_sumsq_f32(a); });
+  emu_launch(1, 1, 32, [&] { weft_tx_sumsq_add(a); });
+  char w[64]; snprintf(w, sizeof w, "sumsq32 n%lld+%d g%u", (long long)n, off, gx);
+  near(w, &want, &ss, 1);
+}
 static void attn(int64_t B, int64_t T, int64_t C, int64_t NH, unsigned gx) {
   auto qkv = rnd(B * T * 3 * C, -2, 2), dout = rnd(B * T * C, -1, 1);
   qkv[5] = 0.0f; qkv[7] = -0.0f;
@@ -164,10 +210,51 @@ static void ln(int64_t N, int64_t C, unsigned gx) {
   auto dg = rnd(C, -1, 1), db = rnd(C, -1, 1); auto dg2 = dg, db2 = db; std::vector<float> dx(N*C), dx2(N*C, 7.f);
   weft_ref_layernorm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), m.data(), rs.data(), ga.data(), N, C);
   a.dx = U(dx2.data()); a.dgamma = U(dg2.data()); a.dbeta = U(db2.data()); a.dy = U(dy.data());
-  emu_launch((unsigned)((C + 31) / 32), 1, 256, [&] { weft_tx_layernorm_bwd_dgb(a); });
+  auto dg3 = dg2, db3 = db2;
+  emu_launch((unsigned)((C + WEFT_TX_LNG_CW - 1) / WEFT_TX_LNG_CW), 1, 256, [&] { weft_tx_layernorm_bwd_dgb(a); });
   emu_launch(gx, 1, 256, [&] { weft_tx_layernorm_bwd_dx(a); });
   cmp("ln dx", dx.data(), dx2.data(), dx.size());
   cmp("ln dgamma", dg.data(), dg2.data(), C); cmp("ln dbeta", db.data(), db2.data(), C);
+  /* one block striding over the channel strips, and dgamma alone */
+  weft_tx_ln_args b = a; b.dgamma = U(dg3.data()); b.dbeta = 0;
+  emu_launch(1, 1, 256, [&] { weft_tx_layernorm_bwd_dgb(b); });
+  cmp("ln dgamma (1 block)", dg.data(), dg3.data(), C);
+  b.dgamma = 0; b.dbeta = U(db3.data());
+  emu_launch(2, 1, 256, [&] { weft_tx_layernorm_bwd_dgb(b); });
+  cmp("ln dbeta (2 blocks)", db.data(), db3.data(), C);
+}
+/* GELU forward and backward, on aligned arrays (the float4 path and its tail) and on arrays one float off */
+static void gelu(int64_t n, int off, unsigned gx) {
+  auto xb = rnd(n + 4, -6, 6), dyb = rnd(n + 4, -1, 1);
+  const float sp[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 1e-40f, -1e-40f, 0.7f, -0.75f, 9.99f, 10.0f, 1e-4f};
+  for (size_t i = 0; i < sizeof sp / sizeof sp[0] && i < (size_t)n; i++) xb[off + 3 * i % n] = sp[i];
+  const float *x = xb.data() + off, *dy = dyb.data() + off;
+  std::vector<float> y(n), dx(n), yb(n + 4, 7.f), dxb(n + 4, 7.f);
+  weft_ref_gelu_forward(y.data(), x, n);
+  weft_ref_gelu_backward(dx.data(), x, dy, n);
+  weft_tx_gelu_args a{U(yb.data() + off), U(x), 0, n};
+  emu_launch(gx, 1, 64, [&] { weft_tx_gelu_fwd(a); });
+  weft_tx_gelu_args b{U(dxb.data() + off), U(x), U(dy), n};
+  emu_launch(gx, 1, 64, [&] { weft_tx_gelu_bwd(b); });
+  char w[64];
+  snprintf(w, sizeof w, "gelu fwd n%lld+%d", (long long)n, off); cmp(w, y.data(), yb.data() + off, n);
+  snprintf(w, sizeof w, "gelu bwd n%lld+%d", (long long)n, off); cmp(w, dx.data(), dxb.data() + off, n);
+}
+/* SUMSQ: the chunk partials and their in-order add onto acc, against weft_ref_sumsq */
+static void sumsq(int64_t n, int off, unsigned gx) {
+  auto xb = rnd(n + 4, -3, 3);
+  float *x = xb.data() + off;
+  if (n > 5000) { x[4100] = 1e-30f; x[17] = -0.0f; x[n - 1] = 1e19f; }
+  const float acc0 = 1.5f;
+  const float want = weft_ref_sumsq(x, n, acc0);
+  const int64_t nch = (n + WEFT_TX_SUMSQ_CHUNK - 1) / WEFT_TX_SUMSQ_CHUNK;
+  std::vector<float> part(nch + 1, 7.f);
+  float ss = acc0;
+  weft_tx_clip_args a{}; a.g = U(x); a.ss = U(&ss); a.part = U(part.data()); a.n = n;
+  if (nch) emu_launch(gx, 1, 32, [&] { weft_tx_sumsq_chunks(a); });
+  emu_launch(1, 1, 32, [&] { weft_tx_sumsq_add(a); });
+  char w[64]; snprintf(w, sizeof w, "sumsq n%lld+%d g%u", (long long)n, off, gx);
+  cmp(w, &want, &ss, 1);
 }
 static void softmax(int64_t R, int64_t T) {
   auto sc = rnd(R * T * T, -4, 4), dp = rnd(R * T * T, -1, 1);
@@ -377,7 +464,12 @@ int main() {
   accum(3, 129, 30, 11, true, false, 1); accum(3, 40, 131, 9, false, true, 1);
   copies();
   softmax(2, 45);
-  ln(11, 77, 1); ln(1, 768, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3);
+  ln(11, 77, 1); ln(1, 768, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3); ln(600, 21, 4);
+  gelu(1001, 0, 3); gelu(1001, 1, 3); gelu(16, 0, 1); gelu(3, 0, 1);
+  sumsq(5, 0, 1); sumsq(4096, 0, 1); sumsq(4097, 1, 1); sumsq(3 * 4096 + 13, 0, 2); sumsq(40 * 4096 + 7, 0, 1);
+  sumsq(70 * 4096 + 2, 3, 2); sumsq(0, 0, 1); sumsq(300 * 4096 + 5, 1, 4); /* > 256 partials: the adds run ahead */
+  ln32(1, 768, 1); ln32(300, 768, 5); ln32(37, 77, 2); ln32(9, 1024, 3); ln32(5, 5, 1);
+  sumsq32(5, 0, 1); sumsq32(100003, 1, 3); sumsq32(40 * 4096, 0, 4);
   embb(2, 5, 10, 13, 5, true); embb(3, 7, 130, 4, 7, false); embb(4, 40, 9, 3000, 40, true);
   xent(4, 5000, 4); xent(5, 7, 2); xent(3, 1, 5); xent(4, 4099, 2);
   attn(1, 33, 64, 1, 2); attn(2, 70, 80, 2, 5);
