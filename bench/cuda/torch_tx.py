@@ -85,9 +85,13 @@ if lib.weft_fabric_lane_find(fab, b"cuda:0", ctypes.byref(idx)) != 0:
     print(f"torch_tx: weft's cuda:0 is absent: {why} (skipped)")
     sys.exit(0)
 PIN = W.OpDesc()
-PIN.contract = 0  # exact
+PIN.contract = W.CONTRACTS.index("exact")
 PIN.lane = idx.value
 pin = ctypes.byref(PIN)
+PIN32 = W.OpDesc()  # the same ops under the fp32 contract (any fp32 order: the lane's fp32 kernels where it has them)
+PIN32.contract = W.CONTRACTS.index("fp32")
+PIN32.lane = idx.value
+pin32 = ctypes.byref(PIN32)
 
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
@@ -172,21 +176,26 @@ def time_graph(g, reps):
 
 
 def compare(label, B, T, wcall, tcall, reps, turns):
-    time_weft(wcall, reps), time_torch(tcall, reps)  # warm-up (first scope runs direct, then graphs)
-    time_weft(wcall, reps)
+    """wcall(pin) runs weft's op pinned as `pin` says (exact: pin, fp32: pin32)."""
+    wexact = lambda: wcall(pin)  # noqa: E731
+    wfp32 = lambda: wcall(pin32)  # noqa: E731
+    time_weft(wexact, reps), time_weft(wfp32, reps), time_torch(tcall, reps)  # warm-up (first scope direct)
+    time_weft(wexact, reps), time_weft(wfp32, reps)
     g, why = torch_graph(tcall, reps)
     if g is not None:
         time_graph(g, reps)
-    ws, ts, gs = [], [], []
+    ws, fs, ts, gs = [], [], [], []
     for _ in range(turns):
-        ws.append(time_weft(wcall, reps))
+        ws.append(time_weft(wexact, reps))
+        fs.append(time_weft(wfp32, reps))
         ts.append(time_torch(tcall, reps))
         if g is not None:
             gs.append(time_graph(g, reps))
-    w, t = statistics.median(ws), statistics.median(ts)
-    gcol, gratio = (f"{statistics.median(gs) * 1e3:.3f}", f"{w / statistics.median(gs):.2f}") if gs else (
+    w, f, t = statistics.median(ws), statistics.median(fs), statistics.median(ts)
+    gcol, gratio = (f"{statistics.median(gs) * 1e3:.3f}", f"{f / statistics.median(gs):.2f}") if gs else (
         f"- ({why})", "-")
-    print(f"| {label} | {B} | {T} | {w * 1e3:.3f} | {t * 1e3:.3f} | {gcol} | {w / t:.2f} | {gratio} |", flush=True)
+    print(f"| {label} | {B} | {T} | {w * 1e3:.3f} | {f * 1e3:.3f} | {t * 1e3:.3f} | {gcol} | {w / t:.2f} | "
+          f"{f / t:.2f} | {gratio} |", flush=True)
     del g
 
 
@@ -205,14 +214,14 @@ def run(B, T, turns):
     w_out, t_out = both(np.zeros((B, T, C), np.float32))
     w_gw, t_gw = both(np.zeros((V, C), np.float32))
     w_gp, t_gp = both(np.zeros((Pn, C), np.float32))
-    compare("embedding", B, T, lambda: lib.weft_op_embedding(fab, pin, w_tok, None, w_wte, w_wpe, w_out),
+    compare("embedding", B, T, lambda pn=pin: lib.weft_op_embedding(fab, pn, w_tok, None, w_wte, w_wpe, w_out),
             lambda: torch.add(t_wte[t_tok64], t_wpe[t_pos], out=t_out.view(N, C)), reps, turns)
 
     def t_emb_bwd():
         d = t_out.view(N, C)
         t_gw.index_add_(0, t_tok64, d)
         t_gp.index_add_(0, t_pos, d)
-    compare("embedding_backward", B, T, lambda: lib.weft_op_embedding_backward(fab, pin, w_out, w_tok, None, w_gw, w_gp),
+    compare("embedding_backward", B, T, lambda pn=pin: lib.weft_op_embedding_backward(fab, pn, w_out, w_tok, None, w_gw, w_gp),
             t_emb_bwd, reps, turns)
 
     w_x, t_x = both(f32(N, C, lo=-3, hi=3))
@@ -224,18 +233,18 @@ def run(B, T, turns):
     w_dg, _ = both(np.zeros((C,), np.float32))
     w_db, _ = both(np.zeros((C,), np.float32))
     _, t_mean, t_rstd = torch.native_layer_norm(t_x, [C], t_g, t_b, 1e-5)
-    compare("layernorm", B, T, lambda: lib.weft_op_layernorm(fab, pin, w_x, w_g, w_b, F32(1e-5), w_y, w_m, w_r),
+    compare("layernorm", B, T, lambda pn=pin: lib.weft_op_layernorm(fab, pn, w_x, w_g, w_b, F32(1e-5), w_y, w_m, w_r),
             lambda: torch.native_layer_norm(t_x, [C], t_g, t_b, 1e-5), reps, turns)
     compare("layernorm_backward", B, T,
-            lambda: lib.weft_op_layernorm_backward(fab, pin, w_x, w_x, w_m, w_r, w_g, w_y, w_dg, w_db),
+            lambda pn=pin: lib.weft_op_layernorm_backward(fab, pn, w_x, w_x, w_m, w_r, w_g, w_y, w_dg, w_db),
             lambda: torch.ops.aten.native_layer_norm_backward(t_x, t_x, [C], t_mean, t_rstd, t_g, t_b,
                                                                [True, True, True]), reps, turns)
 
     w_h, t_h = both(f32(N, 4 * C, lo=-4, hi=4))
     w_h2, _ = both(np.zeros((N, 4 * C), np.float32))
-    compare("gelu", B, T, lambda: lib.weft_op_gelu(fab, pin, w_h, w_h2),
+    compare("gelu", B, T, lambda pn=pin: lib.weft_op_gelu(fab, pn, w_h, w_h2),
             lambda: Fn.gelu(t_h, approximate="tanh"), reps, turns)
-    compare("gelu_backward", B, T, lambda: lib.weft_op_gelu_backward(fab, pin, w_h, w_h, w_h2),
+    compare("gelu_backward", B, T, lambda pn=pin: lib.weft_op_gelu_backward(fab, pn, w_h, w_h, w_h2),
             lambda: torch.ops.aten.gelu_backward(t_h, t_h, approximate="tanh"), reps, turns)
 
     w_qkv, t_qkv = both(f32(B, T, 3 * C, lo=-2, hi=2))
@@ -257,7 +266,7 @@ def run(B, T, turns):
         att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
         return (att @ v).transpose(1, 2).contiguous().view(B, T, C), att
     _, t_att = t_attn()
-    compare("attention", B, T, lambda: lib.weft_op_attention(fab, pin, w_qkv, NH, w_ao, w_att, None), t_attn, reps,
+    compare("attention", B, T, lambda pn=pin: lib.weft_op_attention(fab, pn, w_qkv, NH, w_ao, w_att, None), t_attn, reps,
             turns)
     lib.weft_op_attention(fab, pin, w_qkv, NH, w_ao, w_att, None)
 
@@ -271,15 +280,15 @@ def run(B, T, turns):
         dq, dk = dpre @ k, dpre.transpose(-2, -1) @ q
         return torch.cat([x.transpose(1, 2).reshape(B, T, C) for x in (dq, dk, dv)], dim=2)
     compare("attention_backward", B, T,
-            lambda: lib.weft_op_attention_backward(fab, pin, w_dout, w_qkv, w_att, NH, w_dqkv), t_attn_bwd, reps, turns)
+            lambda pn=pin: lib.weft_op_attention_backward(fab, pn, w_dout, w_qkv, w_att, NH, w_dqkv), t_attn_bwd, reps, turns)
 
     t_s = tt(f32(B, NH, T, T, lo=-8, hi=8))
     w_s = wt(t_s.cpu().numpy())
-    compare("causal_softmax", B, T, lambda: lib.weft_op_causal_softmax(fab, pin, w_s, F32(0.125), w_att2),
+    compare("causal_softmax", B, T, lambda pn=pin: lib.weft_op_causal_softmax(fab, pn, w_s, F32(0.125), w_att2),
             lambda: torch.softmax((t_s * 0.125).masked_fill(mask, float("-inf")), dim=-1), reps, turns)
     t_p = torch.softmax((t_s * 0.125).masked_fill(mask, float("-inf")), dim=-1)
     compare("causal_softmax_backward", B, T,
-            lambda: lib.weft_op_causal_softmax_backward(fab, pin, w_att, w_att, F32(0.125), w_att2),
+            lambda pn=pin: lib.weft_op_causal_softmax_backward(fab, pn, w_att, w_att, F32(0.125), w_att2),
             lambda: torch._softmax_backward_data(t_p, t_p, -1, torch.float32) * 0.125, reps, turns)
     del t_s, t_p
 
@@ -287,7 +296,7 @@ def run(B, T, turns):
     w_l, _ = both(np.zeros((N,), np.float32))
     w_dl, t_dl = both(f32(N))
     w_dz, _ = both(np.zeros((N, V), np.float32))
-    compare("crossentropy", B, T, lambda: lib.weft_op_crossentropy(fab, pin, w_z, w_tg, w_l),
+    compare("crossentropy", B, T, lambda pn=pin: lib.weft_op_crossentropy(fab, pn, w_z, w_tg, w_l),
             lambda: Fn.cross_entropy(t_z, t_tg64, reduction="none"), reps, turns)
     ar = torch.arange(N, device=dev)
 
@@ -295,7 +304,7 @@ def run(B, T, turns):
         g = torch.softmax(t_z, dim=-1)
         g[ar, t_tg64] -= 1.0
         return g.mul_(t_dl[:, None])
-    compare("crossentropy_backward", B, T, lambda: lib.weft_op_crossentropy_backward(fab, pin, w_z, w_tg, w_dl, w_dz),
+    compare("crossentropy_backward", B, T, lambda pn=pin: lib.weft_op_crossentropy_backward(fab, pn, w_z, w_tg, w_dl, w_dz),
             t_xent_bwd, reps, turns)
     del t_z
 
@@ -313,19 +322,19 @@ def run(B, T, turns):
         vh = t_v1 / (1 - b2)
         t_p.sub_(lr * (mh / (vh.sqrt() + eps) + wd * t_p))
     compare("adamw (4C x C)", B, T,
-            lambda: lib.weft_op_adamw(fab, pin, w_p, w_gr, w_m1, w_v1, lr, b1, b2, eps, wd, 1), t_adamw, reps, turns)
+            lambda pn=pin: lib.weft_op_adamw(fab, pn, w_p, w_gr, w_m1, w_v1, lr, b1, b2, eps, wd, 1), t_adamw, reps, turns)
     w_acc, t_acc = both(np.zeros(1, np.float32))
-    compare("sumsq (4C x C)", B, T, lambda: lib.weft_op_sumsq(fab, pin, w_gr, w_acc),
+    compare("sumsq (4C x C)", B, T, lambda pn=pin: lib.weft_op_sumsq(fab, pn, w_gr, w_acc),
             lambda: t_acc.add_(t_gr.square().sum()), reps, turns)
 
     w_x4, t_x4 = both(f32(B, T, NH, hs))
     w_y4, t_y4 = both(np.zeros((B, NH, T, hs), np.float32))
     perm = (ctypes.c_int * 4)(0, 2, 1, 3)
-    compare("permute [B,T,NH,hs]", B, T, lambda: lib.weft_op_permute(fab, pin, w_x4, perm, w_y4),
+    compare("permute [B,T,NH,hs]", B, T, lambda pn=pin: lib.weft_op_permute(fab, pn, w_x4, perm, w_y4),
             lambda: t_y4.copy_(t_x4.permute(0, 2, 1, 3)), reps, turns)
     w_kv, t_kv = both(np.zeros((B, NH, 1024, hs), np.float32))
     t0 = 1024 - T
-    compare("copy_slice (kv append)", B, T, lambda: lib.weft_op_copy_slice(fab, pin, w_y4, w_kv, 2, t0),
+    compare("copy_slice (kv append)", B, T, lambda pn=pin: lib.weft_op_copy_slice(fab, pn, w_y4, w_kv, 2, t0),
             lambda: t_kv[:, :, t0:t0 + T].copy_(t_y4), reps, turns)
     for t in keep:
         lib.weft_tensor_destroy(t)
@@ -336,10 +345,12 @@ def run(B, T, turns):
 def main():
     quick = "--quick" in sys.argv
     print(f"weft {W.version} ({W.path}) against torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
-    print("weft: exact contract, pinned to cuda:0, repeated in a scope (replayed as a CUDA graph); torch: fp32,")
-    print("TF32 off, eager launches and the same calls captured in one CUDA graph (weft's scope's advantage)")
-    print("\n| op | B | T | weft ms | torch eager ms | torch graph ms | weft / eager | weft / graph |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("weft: pinned to cuda:0 under the exact contract and under fp32, repeated in a scope (replayed as a CUDA")
+    print("graph); torch: fp32, TF32 off, eager launches and the same calls captured in one CUDA graph (weft's")
+    print("scope's advantage). Ratios are weft's time over torch's: above 1 weft is slower.")
+    print("\n| op | B | T | weft exact ms | weft fp32 ms | torch eager ms | torch graph ms | exact / eager | "
+          "fp32 / eager | fp32 / graph |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for T in (64,) if quick else (64, 1024):
         run(4, T, 3 if quick else 7)
     lib.weft_fabric_close(fab)

@@ -603,9 +603,28 @@ static weft_status load_batch(weft_gpt *g, const int32_t *tok, const int32_t *tg
   return WEFT_OK;
 }
 
+/* The forward pass (or the backward, or the optimizer's steps) as one scope: a GPU lane submits it as one
+ * graph (replayed from the second step on) and fuses each matmul with its bias, residual and GELU, the same
+ * bits. Inside the caller's own scope (scopes do not nest) it runs in that one. */
+static weft_status scoped(weft_gpt *g, weft_status (*fn)(weft_gpt *, const void *), const void *arg,
+                          const char *what) {
+  weft_status st = weft_scope_begin(g->f);
+  if (st == WEFT_ERR_STATE) return fn(g, arg);
+  if (st != WEFT_OK) return fail(g, st, "open a scope for the %s: %s", what, weft_fabric_last_error(g->f));
+  st = fn(g, arg);
+  weft_status end = weft_scope_end(g->f);
+  if (st == WEFT_OK && end != WEFT_OK) return fail(g, end, "run the %s: %s", what, weft_fabric_last_error(g->f));
+  return st;
+}
+
+static weft_status forward_with_loss(weft_gpt *g, const void *unused) {
+  (void)unused;
+  return forward(g, 1);
+}
+
 weft_status weft_gpt_loss(weft_gpt *g, const int32_t *tok, const int32_t *tgt, int B, int T, float *out_loss) {
   weft_status st = load_batch(g, tok, tgt, B, T);
-  if (st == WEFT_OK) st = forward(g, 1);
+  if (st == WEFT_OK) st = scoped(g, forward_with_loss, NULL, "forward pass");
   if (st == WEFT_OK) st = mean_loss(g, out_loss);
   return st;
 }
@@ -740,6 +759,25 @@ weft_status weft_gpt_set_data_parallel(weft_gpt *g, int batch) {
   return WEFT_OK;
 }
 
+static weft_status backward_all(weft_gpt *g, const void *unused) {
+  (void)unused;
+  return backward_ops(g);
+}
+
+/* AdamW on every parameter; hp: the learning rate and the weight decay. */
+static weft_status adamw_all(weft_gpt *g, const void *hp) {
+  const float lr = ((const float *)hp)[0], weight_decay = ((const float *)hp)[1];
+  weft_op_desc d;
+  for (int p = 0; p < g->np; p++) {
+    const int matrix = p <= 1 || (p >= pidx(g, K_QKVW, 0) && p < pidx(g, K_QKVB, 0)) ||
+                       (p >= pidx(g, K_APW, 0) && p < pidx(g, K_APB, 0)) || (p >= pidx(g, K_FCW, 0) && p < pidx(g, K_FCB, 0)) ||
+                       (p >= pidx(g, K_FPW, 0) && p < pidx(g, K_FPB, 0));
+    d = D(g, g->plane[p], WEFT_OP_ADAMW);
+    RUN(weft_op_adamw(g->f, &d, g->P[p], g->G[p], g->M[p], g->Vm[p], lr, 0.9f, 0.95f, 1e-8f, matrix ? weight_decay : 0.0f, g->step), "adamw");
+  }
+  return WEFT_OK;
+}
+
 weft_status weft_gpt_train_step(weft_gpt *g, const int32_t *tok, const int32_t *tgt, int B, int T, float lr,
                                 float weight_decay, float max_norm, float *out_loss, float *out_norm) {
   /* a NaN or infinite hyperparameter would turn every weight into NaN with no word: refused before any op */
@@ -749,23 +787,18 @@ weft_status weft_gpt_train_step(weft_gpt *g, const int32_t *tok, const int32_t *
   weft_status st = load_batch(g, tok, tgt, B, T);
   if (st == WEFT_OK) st = train_state_make(g);
   if (st == WEFT_OK) st = grads_make(g);
-  if (st == WEFT_OK) st = forward(g, 1);
+  if (st == WEFT_OK) st = scoped(g, forward_with_loss, NULL, "forward pass");
   if (st == WEFT_OK && out_loss) st = mean_loss(g, out_loss);
-  if (st == WEFT_OK) st = backward(g);
+  /* data-parallel: the chained reduction reads and sends gradients as they are made, outside any scope */
+  if (st == WEFT_OK) st = g->dp_B ? backward(g) : scoped(g, backward_all, NULL, "backward pass");
   if (st != WEFT_OK) return st;
   float norm = 0;
   weft_op_desc d = D(g, g->cfg.L, WEFT_OP_SUMSQ);
   if (max_norm > 0) RUN(weft_grad_clip(g->f, &d, g->G, g->np, max_norm, &norm), "gradient clip");
   if (out_norm) *out_norm = norm;
   g->step++;
-  for (int p = 0; p < g->np; p++) {
-    const int matrix = p <= 1 || (p >= pidx(g, K_QKVW, 0) && p < pidx(g, K_QKVB, 0)) ||
-                       (p >= pidx(g, K_APW, 0) && p < pidx(g, K_APB, 0)) || (p >= pidx(g, K_FCW, 0) && p < pidx(g, K_FCB, 0)) ||
-                       (p >= pidx(g, K_FPW, 0) && p < pidx(g, K_FPB, 0));
-    d = D(g, g->plane[p], WEFT_OP_ADAMW);
-    RUN(weft_op_adamw(g->f, &d, g->P[p], g->G[p], g->M[p], g->Vm[p], lr, 0.9f, 0.95f, 1e-8f, matrix ? weight_decay : 0.0f, g->step), "adamw");
-  }
-  return WEFT_OK;
+  const float hp[2] = {lr, weight_decay};
+  return scoped(g, adamw_all, hp, "optimizer step");
 }
 
 static weft_status read_all(weft_gpt *g, weft_tensor **T, float *out, size_t count) {

@@ -12,6 +12,7 @@
  *  3. for information, each op's time on cuda:0 at GPT-2 small's shapes (B = 4, T = 64 and 1024, C = 768,
  *     V = 50,257), from scopes of repeated ops. */
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -324,6 +325,71 @@ static void run_case(const opcase *c, int inplace, int scoped) {
   clear(&RES[0]), clear(&RES[1]);
 }
 
+/* ------------------------------------------------------------------------------ the fp32 contract */
+
+/* got within 1e-4 of ref's largest magnitude, element by element (tests/test_cpu_tx.c's bound) */
+static void near(const char *what, const float *ref, const float *got, size_t n) {
+  float big = 0.0f;
+  for (size_t i = 0; i < n; i++) big = fabsf(ref[i]) > big ? fabsf(ref[i]) : big;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!(fabsf(ref[i] - got[i]) <= 1e-4f * big) && bad++ == 0) first = i;
+  TU_CHECK(bad == 0, "fp32 %s: %zu of %zu elements beyond 1e-4 of %g; first [%zu] cuda %g cpu %g", what, bad, n,
+           (double)big, first, bad ? (double)got[first] : 0.0, bad ? (double)ref[first] : 0.0);
+}
+
+/* layernorm (forward, backward) and sumsq pinned to cuda:0 under fp32 (its reordered kernels) against the cpu
+ * lane under exact; finite inputs, rows of 768 (float4 path), 77 (scalar path) and 1100 (wider than the fp32
+ * kernels take: the exact ones) */
+static void fp32_ops(void) {
+  const int64_t shapes[][2] = {{B * T, C}, {37, 77}, {5, 1100}};
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+    const int64_t N = shapes[k][0], W = shapes[k][1];
+    float *x = rnd((size_t)(N * W), -3, 3, 0), *g = rnd((size_t)W, -2, 2, 0), *b = rnd((size_t)W, -1, 1, 0);
+    float *dy = rnd((size_t)(N * W), -1, 1, 0), *dg = rnd((size_t)W, -1, 1, 0), *db = rnd((size_t)W, -1, 1, 0);
+    float *out[2][6];
+    const size_t cnt[6] = {(size_t)(N * W), (size_t)N, (size_t)N, (size_t)(N * W), (size_t)W, (size_t)W};
+    for (int lane = 0; lane < 2; lane++) {
+      const weft_op_desc pin = {lane ? WEFT_CONTRACT_FP32 : WEFT_CONTRACT_EXACT, lane ? L_CU : L_CPU};
+      weft_tensor *t[] = {tf(2, D(N, W), x), tf(1, D(W), g),  tf(1, D(W), b),     tf(2, D(N, W), NULL), tf(1, D(N), NULL),
+                          tf(1, D(N), NULL), tf(2, D(N, W), dy), tf(2, D(N, W), NULL), tf(1, D(W), dg),  tf(1, D(W), db)};
+      ok(weft_op_layernorm(F, &pin, t[0], t[1], t[2], 1e-5f, t[3], t[4], t[5]), "layernorm (fp32)");
+      ok(weft_op_layernorm_backward(F, &pin, t[6], t[0], t[4], t[5], t[1], t[7], t[8], t[9]), "layernorm_backward (fp32)");
+      weft_tensor *rd[6] = {t[3], t[4], t[5], t[7], t[8], t[9]};
+      for (int i = 0; i < 6; i++) {
+        out[lane][i] = malloc(cnt[i] * sizeof(float));
+        ok(weft_tensor_read(rd[i], out[lane][i], cnt[i]), "tensor_read");
+      }
+      destroy(t, 10);
+    }
+    static const char *names[6] = {"y", "mean", "rstd", "dx", "dgamma", "dbeta"};
+    for (int i = 0; i < 6; i++) {
+      char what[64];
+      snprintf(what, sizeof what, "layernorm %lldx%lld %s", (long long)N, (long long)W, names[i]);
+      near(what, out[0][i], out[1][i], cnt[i]);
+      free(out[0][i]), free(out[1][i]);
+    }
+    free(x), free(g), free(b), free(dy), free(dg), free(db);
+  }
+  const size_t ns[] = {5, 4099, (size_t)C * 4 * C + 1234};
+  for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+    float *v = rnd(ns[k], -1, 1, 0), acc[2] = {0.5f, 0.5f};
+    for (int lane = 0; lane < 2; lane++) {
+      const weft_op_desc pin = {lane ? WEFT_CONTRACT_FP32 : WEFT_CONTRACT_EXACT, lane ? L_CU : L_CPU};
+      weft_tensor *tv = tf(1, D((int64_t)ns[k]), v), *ta = tf(1, D(1), &acc[lane]);
+      ok(weft_op_sumsq(F, &pin, tv, ta), "sumsq (fp32)");
+      ok(weft_op_sumsq(F, &pin, tv, ta), "sumsq (fp32), continued");
+      ok(weft_tensor_read(ta, &acc[lane], 1), "tensor_read");
+      weft_tensor_destroy(tv), weft_tensor_destroy(ta);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "sumsq n=%zu (twice)", ns[k]);
+    near(what, &acc[0], &acc[1], 1);
+    free(v);
+  }
+  printf("  fp32 layernorm (+ backward), sumsq within 1e-4 of the cpu's exact results\n");
+}
+
 /* ------------------------------------------------------------------------------------------ timing */
 
 typedef struct tctx {
@@ -388,6 +454,10 @@ static void timing(int64_t Bt, int64_t Tt) {
   TIME_OP("crossentropy_backward", weft_op_crossentropy_backward(F, pn, lg, ttg, dl, dlg));
   TIME_OP("adamw (4C x C)", weft_op_adamw(F, pn, pp, gg, mm, vv, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1));
   TIME_OP("sumsq (4C x C)", weft_op_sumsq(F, pn, gg, acc));
+  const weft_op_desc pin32 = {WEFT_CONTRACT_FP32, L_CU};
+  TIME_OP("layernorm (fp32)", weft_op_layernorm(F, &pin32, x, g, bb, 1e-5f, y, mean, rstd));
+  TIME_OP("layernorm_backward (fp32)", weft_op_layernorm_backward(F, &pin32, x, x, mean, rstd, g, y, dg, db));
+  TIME_OP("sumsq (4C x C, fp32)", weft_op_sumsq(F, &pin32, gg, acc));
   TIME_OP("permute [B,T,NH,hs]", weft_op_permute(F, pn, x4, perm, y4));
   TIME_OP("copy_slice (kv append)", weft_op_copy_slice(F, pn, y4, kv, 2, 0));
   weft_tensor *all[] = {ttok, ttg, wte, wpe, x, y, g, bb, mean, rstd, dg, db, h, h2, qkv, o, att, att2,
@@ -424,8 +494,8 @@ int main(void) {
   weft_lane_info info;
   weft_fabric_lane_info(F, (size_t)L_CU, &info);
   printf("%s: %s | %s\n", lname, info.device, info.driver);
-  TU_CHECK(info.ops == (WEFT_OPS_ALL & ~WEFT_OP_BIT(WEFT_OP_MATMUL_ACC)),
-           "cuda:0 offers every op but matmul_acc (ops 0x%llx)", (unsigned long long)info.ops);
+  TU_CHECK(info.ops == WEFT_OPS_ALL, "cuda:0 offers every op, matmul_acc included (ops 0x%llx)",
+           (unsigned long long)info.ops);
   if (weft_fabric_lane_find(F, "cuda:0.tensor", &li) == WEFT_OK) {
     weft_fabric_lane_info(F, li, &info);
     TU_CHECK(!(info.ops & WEFT_OP_BIT(WEFT_OP_LAYERNORM)), "cuda:0.tensor offers no layernorm (ops 0x%llx)",
@@ -435,6 +505,7 @@ int main(void) {
   for (size_t i = 0; i < NCASES; i++)
     for (int inplace = 0; inplace <= CASES[i].has_inplace; inplace++)
       for (int scoped = 0; scoped < 2; scoped++) run_case(&CASES[i], inplace, scoped);
+  fp32_ops();
   if (!getenv("WEFT_TEST_NO_TIMING")) {
     printf("cuda:0 times at GPT-2 small shapes (C=768, NH=12, V=50257), for information:\n");
     timing(4, 64);

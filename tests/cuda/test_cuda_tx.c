@@ -328,7 +328,7 @@ static void test_layernorm(void) {
     CUdeviceptr ddg = dup_(dgam, (size_t)C * 4), ddb = dup_(dbet, (size_t)C * 4);
     a.dx = ddx, a.dgamma = ddg, a.dbeta = ddb, a.dy = ddy;
     launch("weft_tx_layernorm_bwd_dx", grid_for(N, 32), 256, &a);
-    launch("weft_tx_layernorm_bwd_dgb", grid_for(C, 32), 256, &a);
+    launch("weft_tx_layernorm_bwd_dgb", grid_for(C, WEFT_TX_LNG_CW), 256, &a);
     sync_("layernorm bwd");
     float *gdx = malloc(nc * 4), *gdg = malloc((size_t)C * 4), *gdb = malloc((size_t)C * 4);
     down(gdx, ddx, nc * 4), down(gdg, ddg, (size_t)C * 4), down(gdb, ddb, (size_t)C * 4);
@@ -634,7 +634,7 @@ static void r_ln_f(void *c) {
 static void r_ln_b(void *c) {
   tctx *x = c;
   launch("weft_tx_layernorm_bwd_dx", grid_for(x->ln.N, 32), 256, &x->ln);
-  launch("weft_tx_layernorm_bwd_dgb", grid_for(x->ln.C, 32), 256, &x->ln);
+  launch("weft_tx_layernorm_bwd_dgb", grid_for(x->ln.C, WEFT_TX_LNG_CW), 256, &x->ln);
 }
 static void r_gelu_f(void *c) {
   tctx *x = c;

@@ -34,6 +34,9 @@ enum {
   WEFT_CUK_MV_NN, WEFT_CUK_MV_NT, WEFT_CUK_MV1_NN, WEFT_CUK_MV1_NT, /* MV1: one row */
   /* a block per row, for a few rows (decode) */
   WEFT_CUK_TX_LN_FWD_ROW, WEFT_CUK_TX_ATTN_CACHED_BLK,
+  /* the fp32 contract's layernorm and sumsq (cuda_tx.cu) */
+  WEFT_CUK_TX_LN_FWD_F32, WEFT_CUK_TX_LN_BWD_DX_F32, WEFT_CUK_TX_LN_BWD_DGB_PART, WEFT_CUK_TX_LN_BWD_DGB_SUM,
+  WEFT_CUK_TX_SUMSQ_F32,
   /* the fp32 contract's attention and cross-entropy (fused multiply-adds; cross-entropy's sums as trees) */
   WEFT_CUK_TX_ATTN_FWD_F32, WEFT_CUK_TX_ATTN_BWD_DS_F32, WEFT_CUK_TX_ATTN_BWD_DQKV_F32,
   WEFT_CUK_TX_XENT_FWD_F32, WEFT_CUK_TX_XENT_BWD_F32,
@@ -46,18 +49,26 @@ enum {
  * a and b in L2. vec_* say that 16-byte (or 8-byte) vector accesses are aligned for that operand. */
 typedef struct weft_cu_mm_args {
   uint64_t a, b, c;
+  /* A fused epilogue (src/lanes/fuse.h; 0: none): per element of c, after its k sum, c = c + bias[col],
+   * then c = c + resid[the element's index], each rounded and canonical, stored into c; then
+   * gelu[the index] = gelu(c). resid and gelu have c's layout (the same offsets, ldc and sc). */
+  uint64_t bias, resid, gelu;
   int64_t sa, sb, sc; /* batch strides in elements (sb = 0: b shared) */
   int32_t m, n, k;
   int32_t lda, ldb, ldc;
   int32_t tiles_m, tiles_n, group;
   int32_t vec_a, vec_b, vec_c;
-  int32_t pad_;
+  int32_t accum; /* 1: each sum starts from c's value instead of 0 (matmul_acc, c += a.b) */
 } weft_cu_mm_args;
 
 /* The matrix-vector kernels' limits: rows of a, outputs a block of WEFT_CU_MV_THREADS owns. */
 #define WEFT_CU_MV_ROWS 4
 #define WEFT_CU_MV_OUT 16
 #define WEFT_CU_MV_THREADS 256
+/* One row against b stored [n][k] (MV1_NT, a decode step's every matmul): a block owns MV1_OUT outputs and
+ * stages MV1_K of k at a time (cuda_kernels.cu: mv1_nt). */
+#define WEFT_CU_MV1_OUT 8
+#define WEFT_CU_MV1_K 512
 
 /* The one-pass elementwise ops. */
 enum { WEFT_CU_EW_ADD, WEFT_CU_EW_RELU, WEFT_CU_EW_RELU_BACKWARD, WEFT_CU_EW_SCALE, WEFT_CU_EW_AXPY };

@@ -11,6 +11,7 @@
 #include "cuda_api.h"
 #include "cuda_args.h"
 #include "cuda_tx_args.h"
+#include "../fuse.h"
 #include "weft_lane.h"
 
 #define WEFT_CU_SLOTS 4                               /* pinned staging slots for uploads and downloads */
@@ -204,6 +205,14 @@ typedef struct weft_cu_dev {
   weft_cu_ewb_args *plan_ewb;
   size_t plan_cap;
   int wait_d2h; /* a recorded op writes the buffer being streamed back: the flush must wait for that */
+  /* fusion (src/lanes/fuse.h): inside a scope cuda:N's exact ops pass through this window before they are
+   * recorded; every flush empties it first, so whatever must see their effects (a download, an upload, a
+   * free, a sync, the scope's end, the tensor lane's next op) finds them recorded in order */
+  int fuse_on;
+  weft_fuse fuse;
+  struct weft_cu_lane *fuse_lane; /* the lane whose ops the window holds (cuda:N) */
+  int fuse_draining;              /* a flush inside the window's emit records and launches, nothing more */
+  uint64_t fused_ops;             /* ops that ran inside fused kernels (for tests and weft devices) */
   /* scratch: softmax's per-row losses, attention backward's ds [B,NH,T,T] (each op's use ends with it) */
   CUdeviceptr scratch;
   size_t scratch_bytes;
@@ -245,6 +254,17 @@ weft_status weft_cu_blas_check(weft_cu_dev *d, cublasStatus_t s, const char *wha
  * recorded list; may allocate (bf16 copies, scratch) and may execute what was recorded before when scratch
  * must be replaced. */
 weft_status weft_cu_emit(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t r1);
+/* Records what the fusion window hands out: one op as weft_cu_emit would, or a fused kernel. */
+weft_status weft_cu_emit_fused(weft_cu_lane *l, const weft_fused *f);
+/* The fusion window's emit (ctx: the lane whose ops it holds). A fused kernel that fails to record after its
+ * ops were accepted marks the device failed. */
+weft_status weft_cu_fuse_emit(void *ctx, const weft_fused *f);
+/* Records every op the fusion window holds (a no-op when it holds none). */
+weft_status weft_cu_fuse_drain(weft_cu_dev *d);
+/* matmul or matmul_acc (the ops weft_cu_emit takes a row range of) */
+static inline int weft_cu_is_matmul(const weft_op *op) {
+  return op->kind == WEFT_OP_MATMUL || op->kind == WEFT_OP_MATMUL_ACC;
+}
 /* Rows of the matmul's output as the lane sees them (batch folded into rows where it can be), and whether
  * rows may be split (one batch entry after folding). */
 int64_t weft_cu_matmul_rows(const weft_op *op, int *out_splittable);

@@ -97,9 +97,23 @@ template <> struct vecf<2> {
  * row groups and two column groups (so shared-memory reads are vector loads without bank conflicts). The k
  * loop walks tiles of 8 ascending and, inside, k ascending, so every c[i,j] is
  * acc = 0; acc = acc + a[i,k]*b[k,j] for k = 0, 1, ... with the product and the sum each rounded: the
- * canonical order. Operands past the matrix edges are loaded as zeros on both sides of a product, so the
- * padded terms are +0 * +0 = +0, and acc + (+0) == acc for every acc this sum can hold (it never holds -0:
- * it starts at +0, and a round-to-nearest sum is -0 only when both operands are). */
+ * canonical order. Past k's end a is loaded as -0 and b as +0, so each padded term is -0, and
+ * acc + (-0) == acc for every acc, -0 included (a matmul_acc sum starts from c's value, which may be -0).
+ * Elsewhere past the edges operands are zeros; those products only reach outputs that are not stored. */
+/* GELU (GPT-2's tanh form) in the exact order: weft_tx_gelu_fwd's arithmetic (cuda_tx.cu). */
+DEV float w_gelu(float x);
+
+/* A fused matmul's epilogue (weft_cu_mm_args: bias, resid, gelu; src/lanes/fuse.h): `v` is the element's
+ * finished k sum and `ci` its offset from this batch slice's c. Each step is the separate op's: rounded and
+ * canonical, in the order bias, residual, store, GELU. Returns what c holds. */
+DEV float mm_epilogue(const weft_cu_mm_args &p, long long slice, long long ci, int col, float v) {
+  v = w_canon(v);
+  if (p.bias) v = w_canon(__fadd_rn(v, reinterpret_cast<const float *>(p.bias)[col]));
+  if (p.resid) v = w_canon(__fadd_rn(v, reinterpret_cast<const float *>(p.resid)[slice + ci]));
+  if (p.gelu) reinterpret_cast<float *>(p.gelu)[slice + ci] = w_gelu(v);
+  return v;
+}
+
 template <int BM, int BN, bool TA, bool TB>
 DEV void mm_exact(const weft_cu_mm_args &p) {
   constexpr int BK = 8, PAD = 4;
@@ -162,7 +176,7 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
         vecf<LA>::get(pa, ra);
       } else {
 #pragma unroll
-        for (int q = 0; q < LA; q++) ra[q] = (a_fixed_ok && col + q < K) ? pa[q] : 0.0f;
+        for (int q = 0; q < LA; q++) ra[q] = (a_fixed_ok && col + q < K) ? pa[q] : -0.0f;
       }
     } else { /* k row k0+a_r, columns m0+a_c .. +LA */
       const int krow = k0 + a_r;
@@ -170,7 +184,7 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
         vecf<LA>::get(pa, ra);
       } else {
 #pragma unroll
-        for (int q = 0; q < LA; q++) ra[q] = (krow < K && m0 + a_c + q < M) ? pa[q] : 0.0f;
+        for (int q = 0; q < LA; q++) ra[q] = (krow < K && m0 + a_c + q < M) ? pa[q] : -0.0f;
       }
     }
     pa += a_step;
@@ -210,13 +224,24 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
     }
   };
 
+  const int tx = tid % 16, ty = tid / 16;
   float acc[TM][TN];
 #pragma unroll
   for (int i = 0; i < TM; i++)
 #pragma unroll
     for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
+  if (p.accum) { /* matmul_acc: each sum continues from c's value */
+#pragma unroll
+    for (int i = 0; i < TM; i++) {
+      const int row = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
+#pragma unroll
+      for (int j = 0; j < TN; j++) {
+        const int col = n0 + (j < HN ? tx * HN + j : BN / 2 + tx * HN + (j - HN));
+        if (row < M && col < N) acc[i][j] = C[(size_t)row * (size_t)p.ldc + col];
+      }
+    }
+  }
 
-  const int tx = tid % 16, ty = tid / 16;
   const int ktiles = (K + BK - 1) / BK;
   load_a(0);
   load_b(0);
@@ -244,13 +269,23 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
     __syncthreads();
   }
 
+  const bool epi = p.bias || p.resid || p.gelu;
+  const long long slice = (long long)blockIdx.y * p.sc;
 #pragma unroll
   for (int i = 0; i < TM; i++) {
     const int row = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
     if (row >= M) continue;
     float *crow = C + (size_t)row * (size_t)p.ldc;
+    if (epi) {
 #pragma unroll
-    for (int j = 0; j < TN; j++) acc[i][j] = w_canon(acc[i][j]);
+      for (int j = 0; j < TN; j++) {
+        const int col = n0 + (j < HN ? tx * HN + j : BN / 2 + tx * HN + (j - HN));
+        if (col < N) acc[i][j] = mm_epilogue(p, slice, (long long)row * p.ldc + col, col, acc[i][j]);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < TN; j++) acc[i][j] = w_canon(acc[i][j]);
+    }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       const int col = n0 + h * (BN / 2) + tx * HN;
@@ -321,7 +356,8 @@ template <bool TB, int R> DEV void mv_exact(const weft_cu_mm_args &p) {
   };
   float acc[R];
 #pragma unroll
-  for (int r = 0; r < R; r++) acc[r] = 0.0f;
+  for (int r = 0; r < R; r++)
+    acc[r] = p.accum && tid < MV_OUT && r < M && n0 + tid < N ? C[(long long)r * p.ldc + n0 + tid] : 0.0f;
   const int ktiles = (K + MV_K - 1) / MV_K;
   if (ktiles > 0) {
     load(0);
@@ -361,15 +397,98 @@ template <bool TB, int R> DEV void mv_exact(const weft_cu_mm_args &p) {
     __syncthreads();
   }
   if (tid < MV_OUT && n0 + tid < N) {
+    const long long slice = (long long)blockIdx.y * p.sc;
 #pragma unroll
     for (int r = 0; r < R; r++)
-      if (r < M) C[(long long)r * p.ldc + n0 + tid] = w_canon(acc[r]);
+      if (r < M) {
+        const long long ci = (long long)r * p.ldc + n0 + tid;
+        C[ci] = mm_epilogue(p, slice, ci, n0 + tid, acc[r]);
+      }
   }
+}
+
+/* One row of a against b stored [n][k] (a decode step's matmuls, the tied logits): the same chains as
+ * mv_exact, 0 + a[0]*b[j,0] + a[1]*b[j,1] + ..., k ascending, each product and sum rounded. A chain is
+ * k adds long whatever is done, so the kernel keeps every chain busy and every SM fed: a block owns only
+ * MV1_OUT outputs (768 outputs are 96 blocks), its 256 threads load MV1_K of k for all of them at once
+ * (four consecutive k a load, coalesced along b's rows), multiply by a and store the products into shared
+ * memory, and the chain threads only add: a 16-byte shared load and four adds per four k. The next tile's
+ * loads are in flight while the chains run over this one. The products are kept output-major, each row of
+ * MV1_K padded by 4 floats, so the block's 16-byte stores and the chains' 16-byte loads are conflict-free. */
+#define MV1_OUT WEFT_CU_MV1_OUT
+#define MV1_K WEFT_CU_MV1_K
+#define MV1_LD (MV1_K + 4)
+static_assert(MV1_OUT * MV1_K == 16 * MV_THREADS && MV1_K % 4 == 0, "four float4 of b a thread per tile");
+DEV void mv1_nt(const weft_cu_mm_args &p) {
+  const float *A = reinterpret_cast<const float *>(p.a) + (long long)blockIdx.y * p.sa;
+  const float *B = reinterpret_cast<const float *>(p.b) + (long long)blockIdx.y * p.sb;
+  float *C = reinterpret_cast<float *>(p.c) + (long long)blockIdx.y * p.sc;
+  __shared__ __align__(16) float Ps[2][MV1_OUT * MV1_LD];
+  const int tid = threadIdx.x, n0 = blockIdx.x * MV1_OUT, N = p.n, K = p.k;
+  /* this thread's four k (kk .. kk+3 of a tile) of rows r0, r0 + 2, r0 + 4, r0 + 6 */
+  constexpr int TPR = MV1_K / 4; /* threads per row of a tile */
+  const int kk = (tid % TPR) * 4, r0 = tid / TPR;
+  constexpr int RSTEP = MV_THREADS / TPR, NR = MV1_OUT / RSTEP;
+  float4 rw[NR], rx;
+  auto get4 = [&](const float *src, int k, bool vec) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (vec && k + 3 < K) return *reinterpret_cast<const float4 *>(src);
+    if (k < K) v.x = src[0];
+    if (k + 1 < K) v.y = src[1];
+    if (k + 2 < K) v.z = src[2];
+    if (k + 3 < K) v.w = src[3];
+    return v;
+  };
+  auto load = [&](int k0) {
+    const int k = k0 + kk;
+#pragma unroll
+    for (int q = 0; q < NR; q++) {
+      const int col = n0 + r0 + q * RSTEP;
+      rw[q] = col < N ? get4(B + (long long)col * p.ldb + k, k, p.vec_b) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    rx = get4(A + k, k, p.vec_a);
+  };
+  auto store = [&](int buf) {
+#pragma unroll
+    for (int q = 0; q < NR; q++) {
+      const float4 v = make_float4(__fmul_rn(rx.x, rw[q].x), __fmul_rn(rx.y, rw[q].y), __fmul_rn(rx.z, rw[q].z),
+                                   __fmul_rn(rx.w, rw[q].w));
+      *reinterpret_cast<float4 *>(&Ps[buf][(r0 + q * RSTEP) * MV1_LD + kk]) = v;
+    }
+  };
+  float acc = p.accum && tid < MV1_OUT && n0 + tid < N ? C[n0 + tid] : 0.0f;
+  const int ktiles = (K + MV1_K - 1) / MV1_K;
+  if (ktiles > 0) {
+    load(0);
+    store(0);
+  }
+  __syncthreads();
+  for (int t = 0; t < ktiles; t++) {
+    const int cur = t & 1, k0 = t * MV1_K;
+    if (t + 1 < ktiles) load(k0 + MV1_K);
+    if (tid < MV1_OUT) {
+      const int kn = K - k0 < MV1_K ? K - k0 : MV1_K, k4 = kn & ~3;
+      const float *pr = &Ps[cur][tid * MV1_LD];
+#pragma unroll 8
+      for (int q = 0; q < k4; q += 4) {
+        const float4 v = *reinterpret_cast<const float4 *>(pr + q);
+        acc = __fadd_rn(acc, v.x);
+        acc = __fadd_rn(acc, v.y);
+        acc = __fadd_rn(acc, v.z);
+        acc = __fadd_rn(acc, v.w);
+      }
+      for (int q = k4; q < kn; q++) acc = __fadd_rn(acc, pr[q]);
+    }
+    if (t + 1 < ktiles) store(cur ^ 1);
+    __syncthreads();
+  }
+  if (tid < MV1_OUT && n0 + tid < N)
+    C[n0 + tid] = mm_epilogue(p, (long long)blockIdx.y * p.sc, n0 + tid, n0 + tid, acc);
 }
 extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv_nn(weft_cu_mm_args p) { mv_exact<false, MV_R>(p); }
 extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv_nt(weft_cu_mm_args p) { mv_exact<true, MV_R>(p); }
 extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv1_nn(weft_cu_mm_args p) { mv_exact<false, 1>(p); }
-extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv1_nt(weft_cu_mm_args p) { mv_exact<true, 1>(p); }
+extern "C" __global__ void __launch_bounds__(MV_THREADS) weft_mv1_nt(weft_cu_mm_args p) { mv1_nt(p); }
 
 /* ------------------------------------------------------------------------------------ elementwise */
 

@@ -62,6 +62,11 @@ const char *const weft_cu_kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_MV1_NN] = "weft_mv1_nn",         [WEFT_CUK_MV1_NT] = "weft_mv1_nt",
     [WEFT_CUK_TX_LN_FWD_ROW] = "weft_tx_layernorm_fwd_row",
     [WEFT_CUK_TX_ATTN_CACHED_BLK] = "weft_tx_attn_cached_blk",
+    [WEFT_CUK_TX_LN_FWD_F32] = "weft_tx_layernorm_fwd_f32",
+    [WEFT_CUK_TX_LN_BWD_DX_F32] = "weft_tx_layernorm_bwd_dx_f32",
+    [WEFT_CUK_TX_LN_BWD_DGB_PART] = "weft_tx_layernorm_bwd_dgb_part",
+    [WEFT_CUK_TX_LN_BWD_DGB_SUM] = "weft_tx_layernorm_bwd_dgb_sum",
+    [WEFT_CUK_TX_SUMSQ_F32] = "weft_tx_sumsq_f32",
     [WEFT_CUK_TX_ATTN_FWD_F32] = "weft_tx_attn_fwd_f32",
     [WEFT_CUK_TX_ATTN_BWD_DS_F32] = "weft_tx_attn_bwd_ds_f32",
     [WEFT_CUK_TX_ATTN_BWD_DQKV_F32] = "weft_tx_attn_bwd_dqkv_f32",
@@ -454,16 +459,16 @@ static void lane_describe(void *self, weft_lane_desc *out) {
   out->details = l->details;
   /* cuda:N also honours tf32/bf16 for its matmuls (cuBLAS on the same tensor units cuda:N.tensor drives), so
    * work pinned to cuda:N under those contracts keeps its data in one lane's memory instead of crossing to
-   * cuda:N.tensor's through the host at every matmul; its other ops are exact whatever the contract, but for
-   * attention and cross-entropy, which have fp32 kernels for the contracts weaker than exact (cuda_ops.c) */
+   * cuda:N.tensor's through the host at every matmul; its other ops are exact whatever the contract,
+   * but for layernorm, sumsq, attention and cross-entropy, which have fp32 kernels (emit_tx) */
   const weft_contract_mask tc = WEFT_CONTRACT_BIT(WEFT_CONTRACT_TF32) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_BF16);
   out->contracts = l->tensor ? tc
                              : WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT) | WEFT_CONTRACT_BIT(WEFT_CONTRACT_FP32) |
                                    (l->dev->bl ? tc : 0);
   out->flags = 0;
-  /* cuda:N runs every op but matmul_acc (the transformer ops on cuda_tx.cu's kernels; no accumulating matmul
-   * kernel yet); cuda:N.tensor matmul only, which its supports() says (0: the version-1 set, as before) */
-  out->ops = l->tensor ? 0 : WEFT_OPS_ALL & ~WEFT_OP_BIT(WEFT_OP_MATMUL_ACC);
+  /* cuda:N runs every op (the transformer ops on cuda_tx.cu's kernels, matmul_acc on the exact matmul kernels
+   * continuing from c); cuda:N.tensor matmul only, which its supports() says (0: the version-1 set) */
+  out->ops = l->tensor ? 0 : WEFT_OPS_ALL;
 }
 
 /* Finished everything given so far? (Recorded launches not yet started count as unfinished.) */
@@ -869,8 +874,16 @@ static weft_status lane_run(void *self, const weft_op *op) {
       wb_drop(d, op->out[o]);
       d->wait_d2h = 1;
     }
-  if ((st = weft_cu_emit(l, op, 0, op->kind == WEFT_OP_MATMUL ? weft_cu_matmul_rows(op, NULL) : 0)) != WEFT_OK)
-    return st;
+  if (d->fuse_on && !l->tensor && d->scope_depth > 0 && !d->failed) {
+    /* held back when it may start or extend a pattern; what can no longer fuse is recorded, in order */
+    d->fuse_lane = l;
+    st = weft_fuse_run(&d->fuse, op, weft_cu_fuse_emit, l);
+  } else {
+    /* cuda:N's held ops come first (the tensor lane's op may read what they write) */
+    if ((st = weft_cu_fuse_drain(d)) != WEFT_OK) return st;
+    st = weft_cu_emit(l, op, 0, weft_cu_is_matmul(op) ? weft_cu_matmul_rows(op, NULL) : 0);
+  }
+  if (st != WEFT_OK) return st;
   consume_inputs(op);
   for (int o = 0; o < WEFT_OP_MAX_OUT; o++) {
     weft_cu_buf *b = op->out[o];
@@ -925,7 +938,7 @@ static weft_status lane_supports(void *self, const weft_op *op) {
     return weft_lane_report(l->dev->host, WEFT_ERR_UNSUPPORTED,
                             "%s runs matmul only (the tensor units); %s runs on cuda:%d or another lane", l->name,
                             weft_op_kind_str(op->kind), l->dev->ordinal);
-  if (op->kind == WEFT_OP_MATMUL) {
+  if (weft_cu_is_matmul(op)) {
     int64_t rows = weft_cu_matmul_rows(op, NULL);
     if (rows > INT_MAX || op->n > INT_MAX || op->k > INT_MAX || op->m * op->k > ((int64_t)1 << 40))
       return weft_lane_report(l->dev->host, WEFT_ERR_UNSUPPORTED,
@@ -1072,6 +1085,8 @@ weft_status weft_cuda_probe(const weft_probe_args *args, const weft_lane_sink *s
     d->refs = 1;
     d->fault_at = i == 0 ? env_long("WEFT_CUDA_FAULT", "trap:") : 0;
     d->profile = getenv("WEFT_CUDA_PROFILE") && atoi(getenv("WEFT_CUDA_PROFILE")) > 0;
+    d->fuse_on = weft_fuse_env_enabled();
+    weft_fuse_init(&d->fuse, WEFT_FUSE_MATMUL_EPILOGUE, WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT));
     char name[32], why_dev[512] = "", why_blas[768] = "";
     snprintf(name, sizeof name, "cuda:%d", i);
     if (dev_init(d, why_dev, sizeof why_dev, why_blas, sizeof why_blas) != WEFT_OK) {
@@ -1091,8 +1106,9 @@ weft_status weft_cuda_probe(const weft_probe_args *args, const weft_lane_sink *s
     simt->dev = d;
     snprintf(simt->name, sizeof simt->name, "cuda:%d", i);
     snprintf(simt->details, sizeof simt->details,
-             "sm_%d%d, %d SMs, %.0f GiB; exact: own kernels (128x128 tiles, no FMA); fp32: %s; scopes as graphs",
-             d->cc_major, d->cc_minor, d->sms, gib, d->blas ? "cuBLAS sgemm" : "the exact kernels (no cuBLAS)");
+             "sm_%d%d, %d SMs, %.0f GiB; exact: own kernels (128x128 tiles, no FMA); fp32: %s; scopes as graphs; %s",
+             d->cc_major, d->cc_minor, d->sms, gib, d->blas ? "cuBLAS sgemm" : "the exact kernels (no cuBLAS)",
+             d->fuse_on ? "fuses matmul epilogues in scopes" : "fusion off (WEFT_FUSE=0)");
     if (!tens) {
       char tname[40];
       snprintf(tname, sizeof tname, "cuda:%d.tensor", i);

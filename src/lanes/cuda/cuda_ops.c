@@ -2,6 +2,7 @@
  * tf32 and bf16 paths, the elementwise, sum_rows and softmax kernels; and running a list of launches,
  * directly or as a replayed CUDA graph. */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,7 +52,7 @@ int64_t weft_cu_matmul_rows(const weft_op *op, int *out_splittable) {
 /* The matmul as row-major pieces: pointers and leading dimensions of a sub-range of output rows. */
 typedef struct mm_view {
   int64_t batch, rows, n, k;
-  int ta, tb;
+  int ta, tb, accum; /* accum: matmul_acc */
   int64_t a_off, c_off; /* element offsets of the first row */
   int64_t lda, ldb, ldc, sa, sb, sc;
 } mm_view;
@@ -64,7 +65,7 @@ static mm_view mm_plan(const weft_op *op, int64_t r0, int64_t r1) {
   v.batch = folded ? 1 : op->batch;
   if (!split) r0 = 0, r1 = rows;
   v.rows = r1 - r0, v.n = op->n, v.k = op->k;
-  v.ta = op->trans_a, v.tb = op->trans_b;
+  v.ta = op->trans_a, v.tb = op->trans_b, v.accum = op->kind == WEFT_OP_MATMUL_ACC;
   v.lda = op->trans_a ? op->m : op->k;
   v.ldb = op->trans_b ? op->k : op->n;
   v.ldc = op->n;
@@ -82,7 +83,22 @@ static int aligned(uint64_t ptr, int64_t off, int64_t ld, int64_t stride, int64_
 
 /* The exact kernel: 128x128 tiles when they fill the device, else 64x64; batches of more than 65535 in
  * several launches (the grid's y limit). */
-static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, uint64_t b, uint64_t c) {
+/* A fused matmul's epilogue buffers (device pointers; 0: none), src/lanes/fuse.h. */
+typedef struct mm_epi {
+  uint64_t bias, resid, gelu;
+} mm_epi;
+
+/* The epilogue's pointers in a launch whose c starts `off` elements into the output: resid and gelu have c's
+ * layout, the bias is per column. */
+static void epi_args(weft_cu_mm_args *m, const mm_epi *e, int64_t off) {
+  if (!e) return;
+  m->bias = e->bias;
+  m->resid = e->resid ? e->resid + (uint64_t)(off * F4) : 0;
+  m->gelu = e->gelu ? e->gelu + (uint64_t)(off * F4) : 0;
+}
+
+static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, uint64_t b, uint64_t c,
+                                 const mm_epi *e) {
   if (v->rows <= WEFT_CU_MV_ROWS && !v->ta) {
     /* a few rows (a decode step's matrix-vector work): a thread per output and its k chain, so every SM
      * has outputs to compute where 64x64 tiles would be mostly empty */
@@ -91,16 +107,22 @@ static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, u
     m.m = (int32_t)v->rows, m.n = (int32_t)v->n, m.k = (int32_t)v->k;
     m.lda = (int32_t)v->lda, m.ldb = (int32_t)v->ldb, m.ldc = (int32_t)v->ldc;
     m.sa = v->sa, m.sb = v->sb, m.sc = v->sc;
+    m.accum = v->accum;
     for (int64_t p0 = 0; p0 < v->batch; p0 += 65535) {
       int64_t nb = v->batch - p0 < 65535 ? v->batch - p0 : 65535;
       weft_cu_item it;
       const int fn = v->rows == 1 ? (v->tb ? WEFT_CUK_MV1_NT : WEFT_CUK_MV1_NN) : (v->tb ? WEFT_CUK_MV_NT : WEFT_CUK_MV_NN);
-      item_kernel(&it, fn, ceil_div((uint64_t)v->n, WEFT_CU_MV_OUT),
-                  (uint32_t)nb, WEFT_CU_MV_THREADS);
+      const uint64_t outs = fn == WEFT_CUK_MV1_NT ? WEFT_CU_MV1_OUT : WEFT_CU_MV_OUT; /* outputs a block owns */
+      item_kernel(&it, fn, ceil_div((uint64_t)v->n, outs), (uint32_t)nb, WEFT_CU_MV_THREADS);
       it.a.mm = m;
       it.a.mm.a = a + (uint64_t)((v->a_off + p0 * v->sa) * F4);
       it.a.mm.b = b + (uint64_t)(p0 * v->sb * F4);
       it.a.mm.c = c + (uint64_t)((v->c_off + p0 * v->sc) * F4);
+      epi_args(&it.a.mm, e, v->c_off + p0 * v->sc);
+      if (fn == WEFT_CUK_MV1_NT) { /* 16-byte loads of a's row and b's rows where every start is aligned */
+        it.a.mm.vec_a = aligned(it.a.mm.a, 0, 0, v->sa, nb, 4);
+        it.a.mm.vec_b = aligned(it.a.mm.b, 0, v->ldb, v->sb, nb, 4);
+      }
       weft_status st = weft_cu_push(d, &it);
       if (st != WEFT_OK) return st;
     }
@@ -117,6 +139,7 @@ static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, u
   m.m = (int32_t)v->rows, m.n = (int32_t)v->n, m.k = (int32_t)v->k;
   m.lda = (int32_t)v->lda, m.ldb = (int32_t)v->ldb, m.ldc = (int32_t)v->ldc;
   m.sa = v->sa, m.sb = v->sb, m.sc = v->sc;
+  m.accum = v->accum;
   m.tiles_m = (int32_t)ceil_div((uint64_t)v->rows, (uint64_t)tile);
   m.tiles_n = (int32_t)ceil_div((uint64_t)v->n, (uint64_t)tile);
   m.group = 8;
@@ -131,6 +154,7 @@ static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, u
     it.a.mm.a = a + (uint64_t)((v->a_off + p0 * v->sa) * F4);
     it.a.mm.b = b + (uint64_t)(p0 * v->sb * F4);
     it.a.mm.c = c + (uint64_t)((v->c_off + p0 * v->sc) * F4);
+    epi_args(&it.a.mm, e, v->c_off + p0 * v->sc);
     weft_status st = weft_cu_push(d, &it);
     if (st != WEFT_OK) return st;
   }
@@ -177,7 +201,7 @@ static weft_status bf16_of(weft_cu_dev *d, weft_cu_buf *b, uint64_t *out) {
   return WEFT_OK;
 }
 
-static weft_status emit_matmul(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t r1) {
+static weft_status emit_matmul(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t r1, const mm_epi *e) {
   weft_cu_dev *d = l->dev;
   if (op->batch == 0) return WEFT_OK;
   weft_cu_buf *A = op->in[0], *B = op->in[1], *C = op->out[0];
@@ -185,11 +209,12 @@ static weft_status emit_matmul(weft_cu_lane *l, const weft_op *op, int64_t r0, i
   if (v.rows <= 0) return WEFT_OK;
   weft_cu_item it;
   memset(&it, 0, sizeof it);
-  switch (op->contract) {
+  /* matmul_acc runs the exact kernel under every contract: its order is valid for each of them */
+  switch (v.accum ? WEFT_CONTRACT_EXACT : op->contract) {
   case WEFT_CONTRACT_EXACT:
-    return emit_exact_mm(d, &v, A->ptr, B->ptr, C->ptr);
+    return emit_exact_mm(d, &v, A->ptr, B->ptr, C->ptr, e);
   case WEFT_CONTRACT_FP32:
-    if (!d->blas) return emit_exact_mm(d, &v, A->ptr, B->ptr, C->ptr); /* exact is a valid fp32 order */
+    if (!d->blas) return emit_exact_mm(d, &v, A->ptr, B->ptr, C->ptr, NULL); /* exact is a valid fp32 order */
     it.kind = WEFT_CU_IT_SGEMM;
     it.a.g = gemm_of(&v, A->ptr, B->ptr, C->ptr, F4);
     return weft_cu_push(d, &it);
@@ -299,8 +324,8 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
   const int64_t *ip = op->iparam;
   const float *fp = op->fparam;
   /* attention and cross-entropy have fp32 kernels, for fp32 and the weaker tf32/bf16 (which allow fp32's
-   * freedoms outside the matmuls); the other ops run their exact kernels under every contract (the exact
-   * order is an fp32 order) */
+   * freedoms outside the matmuls); layernorm and sumsq pick theirs under fp32 below; the other ops run their
+   * exact kernels under every contract (the exact order is an fp32 order) */
   const int f32 = op->contract != WEFT_CONTRACT_EXACT;
   weft_status st = WEFT_OK;
   switch (op->kind) {
@@ -357,6 +382,9 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     a.x = bptr(op->in[0]), a.gamma = bptr(op->in[1]), a.beta = bptr(op->in[2]);
     a.N = ip[0], a.C = ip[1], a.eps = fp[0];
     if (a.N == 0) return WEFT_OK;
+    /* fp32: a warp per row, the row in registers (8 rows a block) */
+    if (op->contract == WEFT_CONTRACT_FP32 && a.C <= WEFT_TX_LNF_MAXC)
+      return PUSH(WEFT_CUK_TX_LN_FWD_F32, grid_rows(d, a.N), 1, 256, a);
     /* a few rows: a block each (their chains would wait on each other's loads in 32-row blocks) */
     if (a.N <= 2 * (int64_t)d->sms && a.C <= WEFT_TX_LN_ROW_MAXC)
       return PUSH(WEFT_CUK_TX_LN_FWD_ROW, (uint64_t)a.N, 1, 256, a);
@@ -370,9 +398,25 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     a.dx = bptr(op->out[0]), a.dgamma = bptr(op->out[1]), a.dbeta = bptr(op->out[2]);
     a.N = ip[0], a.C = ip[1];
     if (a.N == 0 || a.C == 0) return WEFT_OK;
+    if (op->contract == WEFT_CONTRACT_FP32 && a.C <= WEFT_TX_LNF_MAXC) {
+      /* fp32: dgamma/dbeta as partials per block of WEFT_TX_LNP_R rows (scratch), added in order after;
+       * then dx a warp per row. Blocks of rows beyond the grid's y limit take the exact kernel. */
+      const int64_t nrb = (a.N + WEFT_TX_LNP_R - 1) / WEFT_TX_LNP_R;
+      if ((a.dgamma || a.dbeta) && nrb <= 65535) {
+        if ((st = scratch(d, (size_t)(nrb * 2 * a.C) * sizeof(float), &a.part)) != WEFT_OK ||
+            (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB_PART, (uint64_t)((a.C + 31) / 32), (uint32_t)nrb, 256, a)) != WEFT_OK ||
+            (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB_SUM, ceil_div((uint64_t)a.C, 256), 1, 256, a)) != WEFT_OK)
+          return st;
+      } else if ((a.dgamma || a.dbeta) &&
+                 (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB, stride_grid(d, (uint64_t)a.C, WEFT_TX_LNG_CW, 8), 1, 256, a)) !=
+                     WEFT_OK) {
+        return st;
+      }
+      return PUSH(WEFT_CUK_TX_LN_BWD_DX_F32, grid_rows(d, a.N), 1, 256, a);
+    }
     /* dgamma/dbeta first: dx may be dy (in place), and they read dy */
     if ((a.dgamma || a.dbeta) &&
-        (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB, (uint64_t)((a.C + 31) / 32), 1, 256, a)) != WEFT_OK)
+        (st = PUSH(WEFT_CUK_TX_LN_BWD_DGB, stride_grid(d, (uint64_t)a.C, WEFT_TX_LNG_CW, 8), 1, 256, a)) != WEFT_OK)
       return st;
     return PUSH(WEFT_CUK_TX_LN_BWD_DX, stride_grid(d, (uint64_t)a.N, 32, 6), 1, 256, a);
   }
@@ -382,8 +426,9 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     memset(&a, 0, sizeof a);
     a.out = bptr(op->out[0]), a.x = bptr(op->in[0]), a.dy = bptr(op->in[1]), a.n = ip[0];
     if (a.n == 0) return WEFT_OK;
-    return PUSH(op->kind == WEFT_OP_GELU ? WEFT_CUK_TX_GELU_FWD : WEFT_CUK_TX_GELU_BWD, grid_elems(d, a.n), 1, 256,
-                a);
+    /* 8 elements a thread (two float4s) where aligned */
+    return PUSH(op->kind == WEFT_OP_GELU ? WEFT_CUK_TX_GELU_FWD : WEFT_CUK_TX_GELU_BWD,
+                stride_grid(d, ceil_div((uint64_t)a.n, 8), 256, 16), 1, 256, a);
   }
   case WEFT_OP_CAUSAL_SOFTMAX:
   case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD: {
@@ -464,9 +509,20 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     memset(&a, 0, sizeof a);
     a.g = bptr(op->in[0]), a.ss = bptr(op->out[0]), a.n = ip[0];
     const int64_t nch = (a.n + WEFT_SUMSQ_CHUNK - 1) / WEFT_SUMSQ_CHUNK;
+    if (op->contract == WEFT_CONTRACT_FP32 && nch > 0) {
+      /* fp32: a partial per block of 256 threads (about 8192 elements a block, at most 2 blocks a SM), then
+       * the same in-order add over those partials */
+      const uint64_t nb = stride_grid(d, (uint64_t)a.n, 8192, 2);
+      a.nparts = (int32_t)nb;
+      if ((st = scratch(d, (size_t)nb * sizeof(float), &a.part)) != WEFT_OK ||
+          (st = PUSH(WEFT_CUK_TX_SUMSQ_F32, nb, 1, 256, a)) != WEFT_OK)
+        return st;
+      return PUSH(WEFT_CUK_TX_SUMSQ_ADD, 1, 1, 32, a);
+    }
     if (nch > 0) {
       if ((st = scratch(d, (size_t)nch * sizeof(float), &a.part)) != WEFT_OK) return st;
-      if ((st = PUSH(WEFT_CUK_TX_SUMSQ_CHUNKS, stride_grid(d, (uint64_t)nch, 32, 32), 1, 32, a)) != WEFT_OK) return st;
+      /* a one-warp block per 32 chunks (37 KB of shared memory: 6 a SM) */
+      if ((st = PUSH(WEFT_CUK_TX_SUMSQ_CHUNKS, stride_grid(d, (uint64_t)nch, 32, 6), 1, 32, a)) != WEFT_OK) return st;
     }
     return PUSH(WEFT_CUK_TX_SUMSQ_ADD, 1, 1, 32, a);
   }
@@ -518,7 +574,8 @@ weft_status weft_cu_emit(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t
   weft_cu_item it;
   switch (op->kind) {
   case WEFT_OP_MATMUL:
-    return emit_matmul(l, op, r0, r1);
+  case WEFT_OP_MATMUL_ACC:
+    return emit_matmul(l, op, r0, r1, NULL);
   case WEFT_OP_ADD:
   case WEFT_OP_RELU:
   case WEFT_OP_RELU_BACKWARD:
@@ -560,6 +617,54 @@ weft_status weft_cu_emit(weft_cu_lane *l, const weft_op *op, int64_t r0, int64_t
     return weft_lane_report(d->host, WEFT_ERR_UNSUPPORTED, "%s: op %s is not implemented here", l->name,
                             weft_op_kind_str(op->kind));
   }
+}
+
+weft_status weft_cu_emit_fused(weft_cu_lane *l, const weft_fused *f) {
+  const weft_op *op = &f->ops[0];
+  if (f->kind == WEFT_FUSED_SINGLE)
+    return weft_cu_emit(l, op, 0, weft_cu_is_matmul(op) ? weft_cu_matmul_rows(op, NULL) : 0);
+  if (f->kind == WEFT_FUSED_MATMUL_EPILOGUE && op->contract == WEFT_CONTRACT_EXACT) {
+    mm_epi e = {bptr(f->bias), bptr(f->residual), bptr(f->gelu_out)};
+    return emit_matmul(l, op, 0, weft_cu_matmul_rows(op, NULL), &e);
+  }
+  /* a pattern this lane has no kernel for (the window is set up with the epilogue alone): op by op */
+  for (int i = 0; i < f->nops; i++) {
+    const weft_op *o = &f->ops[i];
+    weft_status st = weft_cu_emit(l, o, 0, weft_cu_is_matmul(o) ? weft_cu_matmul_rows(o, NULL) : 0);
+    if (st != WEFT_OK) return st;
+  }
+  return WEFT_OK;
+}
+
+/* The window's emit. Ops it held were reported done to the core: if recording them fails their results would
+ * silently not exist, so the device is marked failed (the core recomputes what it held elsewhere), as when a
+ * launch fails. */
+weft_status weft_cu_fuse_emit(void *ctx, const weft_fused *f) {
+  weft_cu_lane *l = ctx;
+  weft_cu_dev *d = l->dev;
+  weft_status st = weft_cu_emit_fused(l, f);
+  if (st == WEFT_OK) {
+    if (f->kind != WEFT_FUSED_SINGLE) d->fused_ops += (uint64_t)f->nops;
+    return st;
+  }
+  if (f->held == 0 || d->failed) return st;
+  d->failed = 1;
+  snprintf(d->failure, sizeof d->failure,
+           "recording %s (%d ops held back for fusion) failed (%s); the device cannot go on without them",
+           f->kind == WEFT_FUSED_SINGLE ? "an op" : "a fused kernel", f->nops, weft_status_str(st));
+  return weft_lane_report(d->host, WEFT_ERR_LANE_FAILED, "%s: %s", l->name, d->failure);
+}
+
+weft_status weft_cu_fuse_drain(weft_cu_dev *d) {
+  if (d->fuse.n == 0 || d->fuse_draining) return WEFT_OK;
+  if (d->failed) {
+    d->fuse.n = 0; /* nothing can run any more; the device's failure says so */
+    return WEFT_OK;
+  }
+  d->fuse_draining = 1;
+  weft_status st = weft_fuse_flush(&d->fuse, weft_cu_fuse_emit, d->fuse_lane);
+  d->fuse_draining = 0;
+  return st;
 }
 
 static weft_status launch_one(weft_cu_dev *d, const weft_cu_item *it) {
@@ -801,6 +906,8 @@ static weft_status launch_graph(weft_cu_dev *d, weft_cu_graph *g) {
 }
 
 weft_status weft_cu_flush(weft_cu_dev *d) {
+  weft_status fst = weft_cu_fuse_drain(d);
+  if (fst != WEFT_OK) return fst;
   size_t n = d->nitems;
   if (n == 0) return WEFT_OK;
   d->nitems = 0;

@@ -7,7 +7,8 @@
  * divides or takes a square root except through w_recipf / w_rsqrtf / w_sqrtf (transcribed step for step
  * from src/core/wmath.c), every float stored goes through w_canon. Sums run in the reference's order: one
  * thread walks an ascending loop, or a warp loads 32 values at a time and every lane adds them one by one in
- * index order (each lane then holds the same running sum). */
+ * index order (each lane then holds the same running sum). The fp32 contract's layernorm and sumsq kernels
+ * (the last section) follow that contract's rules instead. */
 #ifndef WEFT_CUDA_KERNELS_BODY
 #error "cuda_tx.cu is built as part of cuda_kernels.cu (it is #included there)"
 #endif
@@ -132,6 +133,22 @@ DEV float w_tanhf(float x) {
     t = __fsub_rn(1.0f, __fmul_rn(2.0f, w_recipf(__fadd_rn(ex, 1.0f))));
   }
   return __fmul_rn(s, t);
+}
+
+#define TX_GELU_S 0.79788458347320556640625f
+#define TX_GELU_K 0.044715001225471496582031f
+#define TX_GELU_3K 0.13414500653743743896484f
+
+/* gelu(x) = 0.5x(1 + tanh(S(x + Kx^3))), the reference's order (declared in cuda_kernels.cu, where the
+ * matmul epilogue uses it too) */
+DEV float w_gelu(float x) {
+  float c = __fmul_rn(TX_GELU_K, x);
+  c = __fmul_rn(c, x);
+  c = __fmul_rn(c, x);
+  const float u = __fmul_rn(TX_GELU_S, __fadd_rn(x, c));
+  const float th = w_tanhf(u);
+  const float h = __fmul_rn(0.5f, x);
+  return w_canon(__fmul_rn(h, __fadd_rn(1.0f, th)));
 }
 
 /* ------------------------------------------------------------------------------------ warp helpers */
@@ -408,28 +425,45 @@ struct ln_shared {
 };
 
 /* The summands of columns [c0, c0 + LN_CH) of rows r0.. into sh.t[buf]: kind 0 x, kind 1 (x - mu)^2, kind 2
- * g = gamma * dy and g * n with n = (x - mu) * rs. Threads t0, t0 + nt, ... */
+ * g = gamma * dy and g * n with n = (x - mu) * rs. Threads t0, t0 + nt, ... Each thread's loads go out
+ * LN_FB at a time into registers before any of its shared-memory stores: a store through shared memory
+ * would otherwise order every later global load after it (the compiler cannot prove they do not alias), so
+ * the loads of one fill would run one latency after another. */
+#define LN_FB 10
+#define LN_OB 8
 DEV void ln_fill(ln_shared &sh, int buf, int kind, const weft_tx_ln_args &p, long long r0, int nr, long long c0,
                  int t0, int nt) {
   const long long C = p.C;
   const float *X = reinterpret_cast<const float *>(p.x);
   const float *DY = reinterpret_cast<const float *>(p.dy), *gamma = reinterpret_cast<const float *>(p.gamma);
   const int nc = C - c0 < LN_CH ? (int)(C - c0) : LN_CH;
-  for (int e = t0; e < LN_R * LN_CH; e += nt) {
-    const int rr = e / LN_CH, cc = e - rr * LN_CH;
-    if (rr >= nr || cc >= nc) continue;
-    const long long i = (r0 + rr) * C + c0 + cc;
-    const float x = X[i];
-    if (kind == 0) {
-      sh.t[buf][0][rr][cc] = x;
-    } else if (kind == 1) {
-      const float d = __fsub_rn(x, sh.mu[rr]);
-      sh.t[buf][0][rr][cc] = __fmul_rn(d, d);
-    } else {
-      const float n = __fmul_rn(__fsub_rn(x, sh.mu[rr]), sh.rs[rr]);
-      const float g = __fmul_rn(gamma[c0 + cc], DY[i]);
-      sh.t[buf][0][rr][cc] = g;
-      sh.t[buf][1][rr][cc] = __fmul_rn(g, n);
+  for (int e0 = t0; e0 < LN_R * LN_CH; e0 += LN_FB * nt) {
+    float xv[LN_FB], dv[LN_FB], gv[LN_FB];
+#pragma unroll
+    for (int k = 0; k < LN_FB; k++) {
+      const int e = e0 + k * nt, rr = e / LN_CH, cc = e - rr * LN_CH;
+      xv[k] = dv[k] = gv[k] = 0.0f;
+      if (e >= LN_R * LN_CH || rr >= nr || cc >= nc) continue;
+      const long long i = (r0 + rr) * C + c0 + cc;
+      xv[k] = X[i];
+      if (kind == 2) dv[k] = DY[i], gv[k] = gamma[c0 + cc];
+    }
+#pragma unroll
+    for (int k = 0; k < LN_FB; k++) {
+      const int e = e0 + k * nt, rr = e / LN_CH, cc = e - rr * LN_CH;
+      if (e >= LN_R * LN_CH || rr >= nr || cc >= nc) continue;
+      const float x = xv[k];
+      if (kind == 0) {
+        sh.t[buf][0][rr][cc] = x;
+      } else if (kind == 1) {
+        const float d = __fsub_rn(x, sh.mu[rr]);
+        sh.t[buf][0][rr][cc] = __fmul_rn(d, d);
+      } else {
+        const float n = __fmul_rn(__fsub_rn(x, sh.mu[rr]), sh.rs[rr]);
+        const float g = __fmul_rn(gv[k], dv[k]);
+        sh.t[buf][0][rr][cc] = g;
+        sh.t[buf][1][rr][cc] = __fmul_rn(g, n);
+      }
     }
   }
 }
@@ -494,37 +528,62 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd(weft_tx_
       const float mu = sh.mu[rr], rs = sh.rs[rr];
       const float *x = X + (r0 + rr) * C;
       float *y = Y + (r0 + rr) * C;
-      for (long long c = lane; c < C; c += 32) {
-        const float n = __fmul_rn(__fsub_rn(x[c], mu), rs);
-        const float o = __fmul_rn(n, gamma[c]);
-        y[c] = w_canon(__fadd_rn(o, beta[c]));
+      /* LN_OB columns' loads ahead of their stores (see ln_fill) */
+      for (long long c0 = lane; c0 < C; c0 += 32 * LN_OB) {
+        float xv[LN_OB], gv[LN_OB], bv[LN_OB];
+#pragma unroll
+        for (int k = 0; k < LN_OB; k++) {
+          const long long c = c0 + 32 * k;
+          xv[k] = c < C ? x[c] : 0.0f, gv[k] = c < C ? gamma[c] : 0.0f, bv[k] = c < C ? beta[c] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < LN_OB; k++) {
+          const long long c = c0 + 32 * k;
+          if (c >= C) continue;
+          const float n = __fmul_rn(__fsub_rn(xv[k], mu), rs);
+          const float o = __fmul_rn(n, gv[k]);
+          y[c] = w_canon(__fadd_rn(o, bv[k]));
+        }
       }
     }
     __syncthreads(); /* mu, rs and the buffers are reused by the next rows */
   }
 }
 
-/* 0 + v[0] + v[1] + ... + v[n-1], ascending, each add rounded: eight loads at a time ahead of their adds,
- * so the chain waits on its adds only. */
-DEV float seq_sum(const float *v, long long n) {
-  float s = 0.0f;
-  long long j = 0;
-  for (; j + 8 <= n; j += 8) {
+/* s + v[0] + v[stride] + ... + v[(n-1)*stride], ascending, each add rounded (v in shared memory). Software
+ * pipelined: the next eight values are loaded before this eight's adds, so the shared-memory latency (~30
+ * cycles) hides behind eight dependent adds (~32) and the chain runs at the add's latency, not at load +
+ * adds. */
+DEV float seq_add(float s, const float *v, long long stride, long long n) {
+  const long long n8 = n >> 3;
+  if (n8 > 0) {
     float b[8];
 #pragma unroll
-    for (int u = 0; u < 8; u++) b[u] = v[j + u];
+    for (int u = 0; u < 8; u++) b[u] = v[u * stride];
+    for (long long j = 0; j < n8; j++) {
+      float nb[8];
+      const long long nx = (j + 1 < n8 ? 8 * (j + 1) : 8 * j) * stride; /* the last round reloads its own */
 #pragma unroll
-    for (int u = 0; u < 8; u++) s = __fadd_rn(s, b[u]);
+      for (int u = 0; u < 8; u++) nb[u] = v[nx + u * stride];
+#pragma unroll
+      for (int u = 0; u < 8; u++) s = __fadd_rn(s, b[u]);
+#pragma unroll
+      for (int u = 0; u < 8; u++) b[u] = nb[u];
+    }
   }
-  for (; j < n; j++) s = __fadd_rn(s, v[j]);
+  for (long long j = n8 << 3; j < n; j++) s = __fadd_rn(s, v[j * stride]);
   return s;
 }
+
+/* 0 + v[0] + ... + v[n-1], ascending (seq_add from +0). */
+DEV float seq_sum(const float *v, long long n) { return seq_add(0.0f, v, 1, n); }
 
 /* Layernorm for a few rows (a decode step's one): a block per row. The row goes into shared memory in one
  * pass; thread 0 runs the reference's two chains (the sum, then the squares the block computed in parallel)
  * from there, and the block normalises. Rows up to WEFT_TX_LN_ROW_MAXC columns. */
 extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd_row(weft_tx_ln_args p) {
-  __shared__ float xs[WEFT_TX_LN_ROW_MAXC], sq[WEFT_TX_LN_ROW_MAXC];
+  __shared__ __align__(16) float xs[WEFT_TX_LN_ROW_MAXC];
+  __shared__ __align__(16) float sq[WEFT_TX_LN_ROW_MAXC];
   __shared__ float st[2];
   const int tid = threadIdx.x, nt = blockDim.x;
   const long long C = p.C;
@@ -607,102 +666,168 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_bwd_dx(weft_
       const float mu = sh.mu[rr], rs = sh.rs[rr], a = sh.a[rr], b = sh.b[rr];
       const float *x = X + (r0 + rr) * C, *dy = DY + (r0 + rr) * C;
       float *dx = DX + (r0 + rr) * C;
-      for (long long c = lane; c < C; c += 32) {
-        const float n = __fmul_rn(__fsub_rn(x[c], mu), rs);
-        const float g = __fmul_rn(gamma[c], dy[c]);
-        const float nb = __fmul_rn(n, b);
-        const float t = __fsub_rn(__fsub_rn(g, a), nb);
-        dx[c] = w_canon(__fmul_rn(t, rs));
+      for (long long c0 = lane; c0 < C; c0 += 32 * LN_OB) {
+        float xv[LN_OB], gv[LN_OB], dv[LN_OB];
+#pragma unroll
+        for (int k = 0; k < LN_OB; k++) {
+          const long long c = c0 + 32 * k;
+          xv[k] = c < C ? x[c] : 0.0f, gv[k] = c < C ? gamma[c] : 0.0f, dv[k] = c < C ? dy[c] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < LN_OB; k++) {
+          const long long c = c0 + 32 * k;
+          if (c >= C) continue;
+          const float n = __fmul_rn(__fsub_rn(xv[k], mu), rs);
+          const float g = __fmul_rn(gv[k], dv[k]);
+          const float nb = __fmul_rn(n, b);
+          const float t = __fsub_rn(__fsub_rn(g, a), nb);
+          dx[c] = w_canon(__fmul_rn(t, rs));
+        }
       }
     }
     __syncthreads();
   }
 }
 
-/* dgamma, dbeta: 32 channels a block (blockDim 256, grid ceil(C/32), channels also strided by gridDim.x).
- * All 256 threads compute n*dy and dy for a tile of LNG_ROWS rows into shared memory (elementwise: no order
- * involved), then warp 0 - one thread per channel - adds the tile's rows in ascending order. */
-#define LNG_ROWS 64
-extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_bwd_dgb(weft_tx_ln_args p) {
-  __shared__ float tn[LNG_ROWS][33], td[LNG_ROWS][33];
-  const long long C = p.C;
+/* dgamma, dbeta: each is a chain per channel down the rows (rows ascending from the accumulator's value), so
+ * the channels are the only parallelism: WEFT_TX_LNG_CW channels a block (grid ceil(C / CW), channels also
+ * strided by gridDim.x), lanes 0..CW-1 of warp 0 run dgamma's chains and lanes CW..2CW-1 dbeta's. All 256
+ * threads load a tile of LNG_R rows (LNG_PER elements each, into registers), compute n*dy (elementwise: no
+ * order involved) and store n*dy and dy to shared memory; the loads of tile k+1 are issued before warp 0
+ * adds tile k and stored after (double buffered, one barrier a tile), so the chains wait on the adds (LNG_R
+ * adds ~ LNG_R * 4 cycles a tile) and the loads' latency hides behind them. Narrow strips (32-byte row
+ * segments) give C / CW blocks: 96 for C = 768, where 32 channels a block gave 24. */
+#define LNG_CW WEFT_TX_LNG_CW
+#define LNG_R 256
+#define LNG_PER (LNG_R * LNG_CW / 256)
+#define LNG_ST (LNG_R * LNG_CW + LNG_CW) /* a summand's stride: dgamma's and dbeta's lanes on different banks */
+
+DEV void lng_load(const weft_tx_ln_args &p, long long r0, long long c0, float *xv, float *dv, float *mv, float *rv) {
   const float *X = reinterpret_cast<const float *>(p.x), *DY = reinterpret_cast<const float *>(p.dy);
   const float *M = reinterpret_cast<const float *>(p.mean), *RS = reinterpret_cast<const float *>(p.rstd);
+#pragma unroll
+  for (int k = 0; k < LNG_PER; k++) {
+    const int e = (int)threadIdx.x + 256 * k;
+    const long long r = r0 + e / LNG_CW, c = c0 + e % LNG_CW;
+    xv[k] = dv[k] = mv[k] = rv[k] = 0.0f;
+    if (r < p.N && c < p.C) xv[k] = X[r * p.C + c], dv[k] = DY[r * p.C + c], mv[k] = M[r], rv[k] = RS[r];
+  }
+}
+
+DEV void lng_store(float *t, const float *xv, const float *dv, const float *mv, const float *rv) {
+#pragma unroll
+  for (int k = 0; k < LNG_PER; k++) {
+    const int e = (int)threadIdx.x + 256 * k;
+    t[e] = __fmul_rn(__fmul_rn(__fsub_rn(xv[k], mv[k]), rv[k]), dv[k]);
+    t[LNG_ST + e] = dv[k];
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_bwd_dgb(weft_tx_ln_args p) {
+  __shared__ float t[2][2 * LNG_ST]; /* [buffer][n*dy tile | dy tile], a tile [row][channel] */
+  const long long C = p.C, N = p.N;
   float *DG = reinterpret_cast<float *>(p.dgamma), *DB = reinterpret_cast<float *>(p.dbeta);
-  if (p.N <= 0) return; /* nothing added: the accumulators keep their bits */
-  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-  for (long long c0 = (long long)blockIdx.x * 32; c0 < C; c0 += (long long)gridDim.x * 32) {
-    const long long c = c0 + tx;
-    float g = 0.0f, bb = 0.0f;
-    if (ty == 0 && c < C) g = DG ? DG[c] : 0.0f, bb = DB ? DB[c] : 0.0f;
-    for (long long r0 = 0; r0 < p.N; r0 += LNG_ROWS) {
-      for (int q = ty; q < LNG_ROWS; q += 8) {
-        const long long r = r0 + q;
-        float nd = 0.0f, dy = 0.0f;
-        if (r < p.N && c < C) {
-          dy = DY[r * C + c];
-          nd = __fmul_rn(__fmul_rn(__fsub_rn(X[r * C + c], M[r]), RS[r]), dy);
-        }
-        tn[q][tx] = nd, td[q][tx] = dy;
+  if (N <= 0) return; /* nothing added: the accumulators keep their bits */
+  const int tid = threadIdx.x, kind = tid / LNG_CW, col = tid % LNG_CW;
+  const bool adder = tid < 2 * LNG_CW;
+  const long long ntiles = (N + LNG_R - 1) / LNG_R;
+  for (long long c0 = (long long)blockIdx.x * LNG_CW; c0 < C; c0 += (long long)gridDim.x * LNG_CW) {
+    const long long c = c0 + col;
+    float *acc_out = kind == 0 ? DG : DB;
+    float acc = 0.0f;
+    if (adder && c < C && acc_out) acc = acc_out[c];
+    float xv[LNG_PER], dv[LNG_PER], mv[LNG_PER], rv[LNG_PER];
+    lng_load(p, 0, c0, xv, dv, mv, rv);
+    lng_store(t[0], xv, dv, mv, rv);
+    __syncthreads();
+    for (long long k = 0; k < ntiles; k++) {
+      const bool more = k + 1 < ntiles;
+      if (more) lng_load(p, (k + 1) * LNG_R, c0, xv, dv, mv, rv);
+      if (adder) {
+        const long long rem = N - k * LNG_R;
+        acc = seq_add(acc, t[k & 1] + kind * LNG_ST + col, LNG_CW, rem < LNG_R ? rem : LNG_R);
       }
-      __syncthreads();
-      if (ty == 0) {
-        const int n = p.N - r0 < LNG_ROWS ? (int)(p.N - r0) : LNG_ROWS;
-        for (int q = 0; q < n; q++) {
-          bb = __fadd_rn(bb, td[q][tx]);
-          g = __fadd_rn(g, tn[q][tx]);
-        }
-      }
-      __syncthreads();
+      if (more) lng_store(t[(k + 1) & 1], xv, dv, mv, rv);
+      __syncthreads(); /* tile k+1 stored; tile k's buffer free for tile k+2 */
     }
-    if (ty == 0 && c < C) {
-      if (DG) DG[c] = w_canon(g);
-      if (DB) DB[c] = w_canon(bb);
-    }
+    if (adder && c < C && acc_out) acc_out[c] = w_canon(acc);
   }
 }
 
 /* ------------------------------------------------------------------------------------------- gelu */
 
-#define TX_GELU_S 0.79788458347320556640625f
-#define TX_GELU_K 0.044715001225471496582031f
-#define TX_GELU_3K 0.13414500653743743896484f
+DEV float gelu_b(float x, float dy) {
+  float c = __fmul_rn(TX_GELU_K, x);
+  c = __fmul_rn(c, x);
+  c = __fmul_rn(c, x);
+  const float u = __fmul_rn(TX_GELU_S, __fadd_rn(x, c));
+  const float th = w_tanhf(u);
+  const float sech2 = __fsub_rn(1.0f, __fmul_rn(th, th));
+  const float l = __fmul_rn(0.5f, __fadd_rn(1.0f, th));
+  float r = __fmul_rn(0.5f, x);
+  r = __fmul_rn(r, sech2);
+  r = __fmul_rn(r, TX_GELU_S);
+  float k = __fmul_rn(TX_GELU_3K, x);
+  k = __fmul_rn(k, x);
+  r = __fmul_rn(r, __fadd_rn(1.0f, k));
+  return w_canon(__fmul_rn(__fadd_rn(l, r), dy));
+}
+
+/* GELU forward and backward, elementwise. Where every array is 16-byte aligned a thread takes GELU_U float4s
+ * (strided by the grid), all their loads issued before any store (a store would order later loads after it:
+ * the compiler cannot prove the arrays apart), then computes and stores them; the n % 4 tail and unaligned
+ * arrays go element by element. The arithmetic is per element, so the grouping changes no bits. */
+#define GELU_U 2
+DEV bool gelu_vec(const void *a, const void *b, const void *c) {
+  return ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b) |
+           reinterpret_cast<unsigned long long>(c)) & 15u) == 0;
+}
 
 extern "C" __global__ void weft_tx_gelu_fwd(weft_tx_gelu_args p) {
   const float *X = reinterpret_cast<const float *>(p.x);
   float *Y = reinterpret_cast<float *>(p.out);
-  for (long long i = GTID; i < p.n; i += GSTRIDE) {
-    const float x = X[i];
-    float c = __fmul_rn(TX_GELU_K, x);
-    c = __fmul_rn(c, x);
-    c = __fmul_rn(c, x);
-    const float u = __fmul_rn(TX_GELU_S, __fadd_rn(x, c));
-    const float th = w_tanhf(u);
-    const float h = __fmul_rn(0.5f, x);
-    Y[i] = w_canon(__fmul_rn(h, __fadd_rn(1.0f, th)));
+  long long i0 = 0;
+  if (gelu_vec(X, Y, X)) {
+    const long long n4 = p.n >> 2;
+    const float4 *X4 = reinterpret_cast<const float4 *>(X);
+    float4 *Y4 = reinterpret_cast<float4 *>(Y);
+    for (long long i = GTID; i < n4; i += GELU_U * GSTRIDE) {
+      float4 v[GELU_U];
+#pragma unroll
+      for (int u = 0; u < GELU_U; u++)
+        if (i + u * GSTRIDE < n4) v[u] = X4[i + u * GSTRIDE];
+#pragma unroll
+      for (int u = 0; u < GELU_U; u++)
+        if (i + u * GSTRIDE < n4)
+          Y4[i + u * GSTRIDE] = make_float4(w_gelu(v[u].x), w_gelu(v[u].y), w_gelu(v[u].z), w_gelu(v[u].w));
+    }
+    i0 = n4 << 2;
   }
+  for (long long i = i0 + GTID; i < p.n; i += GSTRIDE) Y[i] = w_gelu(X[i]);
 }
 
 extern "C" __global__ void weft_tx_gelu_bwd(weft_tx_gelu_args p) {
   const float *X = reinterpret_cast<const float *>(p.x), *DY = reinterpret_cast<const float *>(p.dy);
   float *DX = reinterpret_cast<float *>(p.out);
-  for (long long i = GTID; i < p.n; i += GSTRIDE) {
-    const float x = X[i];
-    float c = __fmul_rn(TX_GELU_K, x);
-    c = __fmul_rn(c, x);
-    c = __fmul_rn(c, x);
-    const float u = __fmul_rn(TX_GELU_S, __fadd_rn(x, c));
-    const float th = w_tanhf(u);
-    const float sech2 = __fsub_rn(1.0f, __fmul_rn(th, th));
-    const float l = __fmul_rn(0.5f, __fadd_rn(1.0f, th));
-    float r = __fmul_rn(0.5f, x);
-    r = __fmul_rn(r, sech2);
-    r = __fmul_rn(r, TX_GELU_S);
-    float k = __fmul_rn(TX_GELU_3K, x);
-    k = __fmul_rn(k, x);
-    r = __fmul_rn(r, __fadd_rn(1.0f, k));
-    DX[i] = w_canon(__fmul_rn(__fadd_rn(l, r), DY[i]));
+  long long i0 = 0;
+  if (gelu_vec(X, DY, DX)) {
+    const long long n4 = p.n >> 2;
+    const float4 *X4 = reinterpret_cast<const float4 *>(X), *D4 = reinterpret_cast<const float4 *>(DY);
+    float4 *O4 = reinterpret_cast<float4 *>(DX);
+    for (long long i = GTID; i < n4; i += GELU_U * GSTRIDE) {
+      float4 v[GELU_U], d[GELU_U];
+#pragma unroll
+      for (int u = 0; u < GELU_U; u++)
+        if (i + u * GSTRIDE < n4) v[u] = X4[i + u * GSTRIDE], d[u] = D4[i + u * GSTRIDE];
+#pragma unroll
+      for (int u = 0; u < GELU_U; u++)
+        if (i + u * GSTRIDE < n4)
+          O4[i + u * GSTRIDE] = make_float4(gelu_b(v[u].x, d[u].x), gelu_b(v[u].y, d[u].y), gelu_b(v[u].z, d[u].z),
+                                            gelu_b(v[u].w, d[u].w));
+    }
+    i0 = n4 << 2;
   }
+  for (long long i = i0 + GTID; i < p.n; i += GSTRIDE) DX[i] = gelu_b(X[i], DY[i]);
 }
 
 /* ---------------------------------------------------------------------------------- causal softmax */
@@ -1066,12 +1191,16 @@ extern "C" __global__ void weft_tx_attn_cached(weft_tx_attn_cached_args p) {
   }
 }
 
-/* attention_cached with a block per row (a decode step's few rows): the block computes the row's scores in
- * parallel (a thread per position, its i chain as the reference's), thread 0 the max and the sum chains over
- * shared memory, the block the exponentials and probabilities, and a thread per output column its chain over
- * the positions. For rows of at most WEFT_TX_ATC_MAXT positions and heads of at most WEFT_TX_ATC_MAXHS. */
+/* attention_cached with a block per row (a decode step's few rows), launched with 128 threads: the block
+ * computes the row's scores in parallel (a thread per position, its i chain as the reference's), thread 0
+ * the max and the sum chains over shared memory, the block the exponentials and probabilities, and a thread
+ * per output column its chain over the positions. For rows of at most WEFT_TX_ATC_MAXT positions and heads of
+ * at most WEFT_TX_ATC_MAXHS. */
+#define ATC_KREG 64  /* key rows up to this long are loaded into registers whole */
+#define ATC_V 2048   /* floats of value rows a chunk holds */
 extern "C" __global__ void __launch_bounds__(128) weft_tx_attn_cached_blk(weft_tx_attn_cached_args p) {
   __shared__ float qs[WEFT_TX_ATC_MAXHS], zs[WEFT_TX_ATC_MAXT];
+  __shared__ float vs[2][ATC_V];
   __shared__ float st[2];
   const int tid = threadIdx.x, nt = blockDim.x;
   const long long T = p.Tmax, C = p.C, NH = p.NH, hs = C / NH, C3 = 3 * C, Tq = p.Tq, t0 = p.t0;
@@ -1086,15 +1215,26 @@ extern "C" __global__ void __launch_bounds__(128) weft_tx_attn_cached_blk(weft_t
     for (long long j = tid; j < n; j += nt) {
       const float *k = QKV + (b * T + j) * C3 + C + h * hs;
       float d = 0.0f;
-      long long i = 0;
-      for (; i + 8 <= hs; i += 8) { /* eight products ahead of their adds */
-        float pr[8];
+      if (hs <= ATC_KREG) {
+        /* the whole key row's loads in flight at once (a few blocks run: registers are plentiful), then the
+         * chain */
+        float kr[ATC_KREG];
 #pragma unroll
-        for (int u = 0; u < 8; u++) pr[u] = __fmul_rn(qs[i + u], k[i + u]);
+        for (int i = 0; i < ATC_KREG; i++) kr[i] = i < hs ? k[i] : 0.0f;
 #pragma unroll
-        for (int u = 0; u < 8; u++) d = __fadd_rn(d, pr[u]);
+        for (int i = 0; i < ATC_KREG; i++)
+          if (i < hs) d = __fadd_rn(d, __fmul_rn(qs[i], kr[i]));
+      } else {
+        long long i = 0;
+        for (; i + 8 <= hs; i += 8) { /* eight products ahead of their adds */
+          float pr[8];
+#pragma unroll
+          for (int u = 0; u < 8; u++) pr[u] = __fmul_rn(qs[i + u], k[i + u]);
+#pragma unroll
+          for (int u = 0; u < 8; u++) d = __fadd_rn(d, pr[u]);
+        }
+        for (; i < hs; i++) d = __fadd_rn(d, __fmul_rn(qs[i], k[i]));
       }
-      for (; i < hs; i++) d = __fadd_rn(d, __fmul_rn(qs[i], k[i]));
       zs[j] = __fmul_rn(d, scale);
     }
     __syncthreads();
@@ -1118,22 +1258,48 @@ extern "C" __global__ void __launch_bounds__(128) weft_tx_attn_cached_blk(weft_t
     }
     for (long long j = n + tid; j < T; j += nt) a[j] = 0.0f;
     __syncthreads();
+    /* the output: column i's chain over the positions, by thread i (threads hs.. only load). The value rows
+     * come through shared memory in chunks of ATC_V / hs positions, loaded by the whole block (coalesced,
+     * all in flight) while the chains add the previous chunk: the chains wait on their adds, not on loads. */
     float *o = OUT + (b * Tq + r) * C + h * hs;
-    for (long long i = tid; i < hs; i += nt) {
-      float acc = 0.0f;
-      const float *v = QKV + b * T * C3 + 2 * C + h * hs + i;
-      long long j = 0;
-      for (; j + 8 <= n; j += 8) { /* eight products (their loads in flight together) ahead of their adds */
-        float pr[8];
+    const float *V = QKV + b * T * C3 + 2 * C + h * hs;
+    const long long cp = ATC_V / hs, nch = (n + cp - 1) / cp;
+    float rv[ATC_V / 128];
+    auto vload = [&](long long c) {
 #pragma unroll
-        for (int u = 0; u < 8; u++) pr[u] = __fmul_rn(zs[j + u], v[(j + u) * C3]);
-#pragma unroll
-        for (int u = 0; u < 8; u++) acc = __fadd_rn(acc, pr[u]);
+      for (int q = 0; q < ATC_V / 128; q++) {
+        const long long e = (long long)q * 128 + tid, jj = e / hs, j = c * cp + jj;
+        rv[q] = e < ATC_V && jj < cp && j < n ? V[j * C3 + e % hs] : 0.0f;
       }
-      for (; j < n; j++) acc = __fadd_rn(acc, __fmul_rn(zs[j], v[j * C3]));
-      o[i] = w_canon(acc);
+    };
+    auto vstore = [&](int buf) {
+#pragma unroll
+      for (int q = 0; q < ATC_V / 128; q++) {
+        const long long e = (long long)q * 128 + tid;
+        if (e < ATC_V) vs[buf][e] = rv[q];
+      }
+    };
+    float acc0 = 0.0f, acc1 = 0.0f; /* columns tid and tid + 128 (heads up to WEFT_TX_ATC_MAXHS = 256) */
+    vload(0);
+    vstore(0);
+    __syncthreads();
+    for (long long c = 0; c < nch; c++) {
+      if (c + 1 < nch) vload(c + 1);
+      const long long j0 = c * cp, m = n - j0 < cp ? n - j0 : cp;
+      if (tid < hs) {
+        const float *vc = vs[c & 1] + tid;
+        for (long long jj = 0; jj < m; jj++) acc0 = __fadd_rn(acc0, __fmul_rn(zs[j0 + jj], vc[jj * hs]));
+      }
+      if (tid + 128 < hs) {
+        const float *vc = vs[c & 1] + tid + 128;
+        for (long long jj = 0; jj < m; jj++) acc1 = __fadd_rn(acc1, __fmul_rn(zs[j0 + jj], vc[jj * hs]));
+      }
+      if (c + 1 < nch) vstore((int)((c + 1) & 1));
+      __syncthreads();
     }
-    __syncthreads(); /* qs, zs and st are the next row's */
+    if (tid < hs) o[tid] = w_canon(acc0);
+    if (tid + 128 < hs) o[tid + 128] = w_canon(acc1);
+    __syncthreads(); /* qs, zs, vs and st are the next row's */
   }
 }
 
@@ -1535,49 +1701,123 @@ extern "C" __global__ void weft_tx_adamw(weft_tx_adamw_args p) {
 
 /* ------------------------------------------------------------------------------- global-norm clip */
 
-/* Each warp takes groups of 32 chunks; lane l owns chunk 32*group + l. A round loads 32 consecutive elements
- * of each of the 32 chunks into a padded 32x33 tile (row r = chunk r, one coalesced 128-byte load per
- * row), then lane l adds its own row's 32 squares in ascending order into its own chain. Elements past a
- * chunk's end (the last chunk, or chunks past the tensor's end) read as +0: a square of +0 added to a
- * partial that starts at +0 and only ever adds squares (never -0) leaves it bit for bit unchanged. */
-#define SQ_TILE 32
-extern "C" __global__ void weft_tx_sumsq_chunks(weft_tx_clip_args p) {
-  __shared__ float tile[SQ_TILE][SQ_TILE + 1];
+#define SQ_ST 8
+#define SQ_W 32
+#define SQ_PITCH 36
+
+/* 16 bytes (4 floats) from src to shared dst, the floats past the first `valid` (0..4) zero, none of them
+ * read. On sm_80 and later an asynchronous copy (cp.async, completed by sq_wait and made visible to the warp by
+ * __syncwarp) where src is 16-byte aligned; else (and on the host) plain loads. */
+DEV void sq_copy16(float *dst, const float *src, int valid, bool async) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (async) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(src), "r"(valid * 4) : "memory");
+    return;
+  }
+#else
+  (void)async;
+#endif
+  for (int q = 0; q < 4; q++) dst[q] = q < valid ? src[q] : 0.0f;
+}
+DEV void sq_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+/* waits for all but the newest SQ_ST - 1 groups of this thread's copies */
+DEV void sq_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(SQ_ST - 1) : "memory");
+#endif
+}
+
+/* A block is one warp and takes groups of 32 chunks (strided by the grid); lane l owns chunk 32*group + l and
+ * adds its squares in ascending order into its own chain. The warp streams the 32 chunks through shared
+ * memory SQ_W elements of each at a time (a stage: 32 rows of 128 bytes, each row filled by 8 lanes' 16-byte
+ * copies, coalesced), SQ_ST stages in flight: the copies of stage st + SQ_ST - 1 are issued before the adds
+ * of stage st, so a lane's chain (4096 dependent adds a chunk, ~4 cycles each) waits on its adds and not on
+ * memory. A lane reads its row 16 bytes at a time (rows padded to 36 floats: the 8 lanes of each quarter-warp
+ * phase hit 32 different banks). Elements past the tensor's end (and rows of chunks past it) are zero-filled,
+ * never read: a square of +0 added to a partial that starts at +0 and only ever adds squares (never -0)
+ * leaves it bit for bit unchanged. Only the stages the group's longest chunk (its first) needs are run. */
+DEV void sq_issue(float (*stage)[SQ_PITCH], const float *g, long long n, long long nch, long long c0, long long j0,
+                  int lane, bool async) {
+  const long long K = WEFT_TX_SUMSQ_CHUNK;
+  const int piece = lane & 7;
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const int r = (lane >> 3) + 4 * k;
+    const long long c = c0 + r, i = c * K + j0 + 4 * piece;
+    const long long left = c < nch ? n - i : 0;
+    const int valid = left <= 0 ? 0 : left >= 4 ? 4 : (int)left;
+    sq_copy16(&stage[r][4 * piece], valid ? g + i : g, valid, async);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(32) weft_tx_sumsq_chunks(weft_tx_clip_args p) {
+  __shared__ __align__(16) float buf[SQ_ST][32][SQ_PITCH];
   const int lane = threadIdx.x & 31;
   if (threadIdx.x >= 32) return;
   const float *g = reinterpret_cast<const float *>(p.g);
   float *part = reinterpret_cast<float *>(p.part);
   const long long K = WEFT_TX_SUMSQ_CHUNK;
   const long long nch = (p.n + K - 1) / K;
-  for (long long c0 = (long long)blockIdx.x * SQ_TILE; c0 < nch; c0 += (long long)gridDim.x * SQ_TILE) {
+  const bool async = (reinterpret_cast<unsigned long long>(g) & 15u) == 0;
+  for (long long c0 = (long long)blockIdx.x * 32; c0 < nch; c0 += (long long)gridDim.x * 32) {
+    const long long len0 = p.n - c0 * K < K ? p.n - c0 * K : K;
+    const long long nst = (len0 + SQ_W - 1) / SQ_W;
+#pragma unroll
+    for (int st = 0; st < SQ_ST - 1; st++) {
+      if (st < nst) sq_issue(buf[st], g, p.n, nch, c0, (long long)st * SQ_W, lane, async);
+      sq_commit();
+    }
     float s = 0.0f;
-    for (long long j0 = 0; j0 < K; j0 += SQ_TILE) {
-      for (int r = 0; r < SQ_TILE; r++) {
-        const long long i = (c0 + r) * K + j0 + lane; /* chunk c0 + r, element j0 + lane (K % 32 == 0) */
-        tile[r][lane] = i < p.n ? g[i] : 0.0f;
+    for (long long st = 0; st < nst; st++) {
+      const long long ahead = st + SQ_ST - 1;
+      if (ahead < nst) sq_issue(buf[ahead % SQ_ST], g, p.n, nch, c0, ahead * SQ_W, lane, async);
+      sq_commit();
+      sq_wait(); /* this thread's copies of stage st are done ... */
+      __syncwarp(); /* ... and every lane's are visible */
+      const float4 *row = reinterpret_cast<const float4 *>(buf[st % SQ_ST][lane]);
+#pragma unroll
+      for (int q = 0; q < SQ_W / 4; q++) {
+        const float4 v = row[q];
+        s = __fadd_rn(s, __fmul_rn(v.x, v.x));
+        s = __fadd_rn(s, __fmul_rn(v.y, v.y));
+        s = __fadd_rn(s, __fmul_rn(v.z, v.z));
+        s = __fadd_rn(s, __fmul_rn(v.w, v.w));
       }
-      __syncwarp();
-      for (int q = 0; q < SQ_TILE; q++) {
-        const float v = tile[lane][q];
-        s = __fadd_rn(s, __fmul_rn(v, v));
-      }
-      __syncwarp();
+      __syncwarp(); /* stage st's buffer is free for stage st + SQ_ST */
     }
     if (c0 + lane < nch) part[c0 + lane] = s; /* not canonicalised: weft_tx_sumsq_add's result is */
   }
 }
 
+#define SQA_U 8
 extern "C" __global__ void weft_tx_sumsq_add(weft_tx_clip_args p) {
   const int lane = threadIdx.x & 31;
   if (threadIdx.x >= 32 || blockIdx.x != 0) return;
   const float *part = reinterpret_cast<const float *>(p.part);
   float *ssp = reinterpret_cast<float *>(p.ss);
-  const long long nch = (p.n + WEFT_TX_SUMSQ_CHUNK - 1) / WEFT_TX_SUMSQ_CHUNK;
+  const long long nch = p.nparts ? p.nparts : (p.n + WEFT_TX_SUMSQ_CHUNK - 1) / WEFT_TX_SUMSQ_CHUNK;
   float ss = *ssp;
-  for (long long base = 0; base < nch; base += 32) {
-    const long long c = base + lane;
-    const float v = c < nch ? part[c] : 0.0f;
-    ss = warp_seq_add(ss, v, nch - base < 32 ? (int)(nch - base) : 32);
+  /* SQA_U rounds of 32 partials loaded ahead of the adds of the current SQA_U (a round's shuffles and 32
+   * dependent adds take ~150 cycles; a load's latency several times that) */
+  float cur[SQA_U], nxt[SQA_U];
+#pragma unroll
+  for (int u = 0; u < SQA_U; u++) cur[u] = 32 * u + lane < nch ? part[32 * u + lane] : 0.0f;
+  for (long long base = 0; base < nch; base += 32 * SQA_U) {
+    const long long nb = base + 32 * SQA_U;
+#pragma unroll
+    for (int u = 0; u < SQA_U; u++) nxt[u] = nb + 32 * u + lane < nch ? part[nb + 32 * u + lane] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < SQA_U; u++) {
+      const long long b = base + 32 * u;
+      if (b < nch) ss = warp_seq_add(ss, cur[u], nch - b < 32 ? (int)(nch - b) : 32);
+    }
+#pragma unroll
+    for (int u = 0; u < SQA_U; u++) cur[u] = nxt[u];
   }
   if (lane == 0) *ssp = w_canon(ss);
 }
@@ -1589,6 +1829,217 @@ extern "C" __global__ void weft_tx_clip_scale(weft_tx_clip_args p) {
   const float sc = __fmul_rn(p.max_norm, w_recipf(norm));
   float *g = reinterpret_cast<float *>(p.g);
   for (long long i = GTID; i < p.n; i += GSTRIDE) g[i] = w_canon(__fmul_rn(g[i], sc));
+}
+
+/* ------------------------------------------------------------------------- the fp32 contract's kernels */
+
+/* Under the fp32 contract (docs/DESIGN.md) the reductions may be reordered: these kernels sum with per-thread
+ * partials, fused multiply-adds and warp shuffle trees, divide and take square roots in hardware (correctly
+ * rounded), and do not canonicalise NaNs. Within a few fp32 roundings of the reference, and deterministic
+ * (the same grid gives the same bits), but not the exact contract's bits. emit_tx picks them by op->contract. */
+
+DEV float warp_sum_f32(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = __fadd_rn(v, __shfl_xor_sync(TX_FULL, v, off));
+  return v;
+}
+
+/* A row of C <= WEFT_TX_LNF_MAXC columns held in a lane's registers, LNF_V values a lane: with VEC (C % 4 == 0
+ * and the arrays 16-byte aligned) value k of lane l is column 4 * (l + 32 * (k / 4)) + k % 4 (float4 loads),
+ * else column l + 32 * k. */
+#define LNF_V (WEFT_TX_LNF_MAXC / 32)
+template <bool VEC> DEV int lnf_col(int lane, int k) {
+  return VEC ? 4 * (lane + 32 * (k >> 2)) + (k & 3) : lane + 32 * k;
+}
+template <bool VEC> DEV void lnf_load(float *v, const float *row, long long C, int lane) {
+  if (VEC) {
+#pragma unroll
+    for (int k = 0; k < LNF_V; k += 4) {
+      const int c = lnf_col<true>(lane, k);
+      float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (c < C) q = *reinterpret_cast<const float4 *>(row + c);
+      v[k] = q.x, v[k + 1] = q.y, v[k + 2] = q.z, v[k + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < LNF_V; k++) {
+      const int c = lnf_col<false>(lane, k);
+      v[k] = c < C ? row[c] : 0.0f;
+    }
+  }
+}
+
+/* Forward: a warp per row (rows strided over all warps): mean = (sum x) / C, var = (sum (x - mean)^2) / C,
+ * rstd = 1 / sqrt(var + eps) correctly rounded, y = n * gamma + beta fused. */
+template <bool VEC> DEV void lnf_fwd_rows(const weft_tx_ln_args &p) {
+  const int lane = threadIdx.x & 31;
+  const long long C = p.C;
+  const float *X = reinterpret_cast<const float *>(p.x);
+  const float *gamma = reinterpret_cast<const float *>(p.gamma), *beta = reinterpret_cast<const float *>(p.beta);
+  float *Y = reinterpret_cast<float *>(p.y);
+  float *M = reinterpret_cast<float *>(p.mean), *RS = reinterpret_cast<float *>(p.rstd);
+  const float invC = __fdiv_rn(1.0f, (float)C);
+  for (long long r = WARP_ID; r < p.N; r += WARPS) {
+    float v[LNF_V];
+    lnf_load<VEC>(v, X + r * C, C, lane);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < LNF_V; k++) s = __fadd_rn(s, v[k]); /* past C: +0 */
+    const float mu = __fmul_rn(warp_sum_f32(s), invC);
+    float q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < LNF_V; k++) {
+      const float d = lnf_col<VEC>(lane, k) < C ? __fsub_rn(v[k], mu) : 0.0f;
+      q = __fmaf_rn(d, d, q);
+    }
+    const float rs = __frsqrt_rn(__fmaf_rn(warp_sum_f32(q), invC, p.eps));
+    if (lane == 0) {
+      if (M) M[r] = mu;
+      if (RS) RS[r] = rs;
+    }
+    float *y = Y + r * C;
+#pragma unroll
+    for (int k = 0; k < LNF_V; k++) {
+      const int c = lnf_col<VEC>(lane, k);
+      if (c < C) y[c] = __fmaf_rn(__fmul_rn(__fsub_rn(v[k], mu), rs), gamma[c], beta[c]);
+    }
+  }
+}
+
+DEV bool lnf_vec(long long C, const void *a, const void *b, const void *c, const void *d) {
+  return C % 4 == 0 && ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b) |
+                         reinterpret_cast<unsigned long long>(c) | reinterpret_cast<unsigned long long>(d)) & 15u) == 0;
+}
+
+extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd_f32(weft_tx_ln_args p) {
+  if (lnf_vec(p.C, reinterpret_cast<const void *>(p.x), reinterpret_cast<const void *>(p.y),
+              reinterpret_cast<const void *>(p.x), reinterpret_cast<const void *>(p.x)))
+    lnf_fwd_rows<true>(p);
+  else
+    lnf_fwd_rows<false>(p);
+}
+
+/* Backward dx: a warp per row: a = (sum g) / C, b = (sum g * n) / C with g = gamma * dy, n = (x - mean) * rstd;
+ * dx = (g - a - n * b) * rstd, fused. */
+template <bool VEC> DEV void lnf_dx_rows(const weft_tx_ln_args &p) {
+  const int lane = threadIdx.x & 31;
+  const long long C = p.C;
+  const float *X = reinterpret_cast<const float *>(p.x), *DY = reinterpret_cast<const float *>(p.dy);
+  const float *gamma = reinterpret_cast<const float *>(p.gamma);
+  const float *M = reinterpret_cast<const float *>(p.mean), *RS = reinterpret_cast<const float *>(p.rstd);
+  float *DX = reinterpret_cast<float *>(p.dx);
+  const float invC = __fdiv_rn(1.0f, (float)C);
+  for (long long r = WARP_ID; r < p.N; r += WARPS) {
+    float xv[LNF_V], gv[LNF_V];
+    lnf_load<VEC>(xv, X + r * C, C, lane);
+    lnf_load<VEC>(gv, DY + r * C, C, lane);
+    const float mu = M[r], rs = RS[r];
+    float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+    for (int k = 0; k < LNF_V; k++) {
+      const int c = lnf_col<VEC>(lane, k);
+      const float ga = c < C ? gamma[c] : 0.0f;
+      xv[k] = __fmul_rn(__fsub_rn(xv[k], mu), rs); /* n */
+      gv[k] = __fmul_rn(ga, gv[k]);                 /* g (+0 past C) */
+      sa = __fadd_rn(sa, gv[k]);
+      sb = __fmaf_rn(gv[k], xv[k], sb);
+    }
+    const float a = __fmul_rn(warp_sum_f32(sa), invC), b = __fmul_rn(warp_sum_f32(sb), invC);
+    float *dx = DX + r * C;
+#pragma unroll
+    for (int k = 0; k < LNF_V; k++) {
+      const int c = lnf_col<VEC>(lane, k);
+      if (c < C) dx[c] = __fmul_rn(__fmaf_rn(-xv[k], b, __fsub_rn(gv[k], a)), rs);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_bwd_dx_f32(weft_tx_ln_args p) {
+  if (lnf_vec(p.C, reinterpret_cast<const void *>(p.x), reinterpret_cast<const void *>(p.dy),
+              reinterpret_cast<const void *>(p.dx), reinterpret_cast<const void *>(p.x)))
+    lnf_dx_rows<true>(p);
+  else
+    lnf_dx_rows<false>(p);
+}
+
+/* Backward dgamma, dbeta in two kernels. weft_tx_layernorm_bwd_dgb_part: block (x, y) = 32 channels x
+ * WEFT_TX_LNP_R rows, thread (ty, tx) = channel tx, rows ty, ty + 8, ...: its partial sums of n * dy and dy
+ * (fused), the 8 combined through shared memory in ty order into part[y][0][c] and part[y][1][c] (part is
+ * [gridDim.y][2][C] floats of scratch). weft_tx_layernorm_bwd_dgb_sum: a thread per channel adds the row
+ * blocks' partials in order onto dgamma / dbeta. */
+extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_bwd_dgb_part(weft_tx_ln_args p) {
+  __shared__ float sg[8][33], sb[8][33];
+  const long long C = p.C;
+  const float *X = reinterpret_cast<const float *>(p.x), *DY = reinterpret_cast<const float *>(p.dy);
+  const float *M = reinterpret_cast<const float *>(p.mean), *RS = reinterpret_cast<const float *>(p.rstd);
+  float *part = reinterpret_cast<float *>(p.part);
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const long long r0 = (long long)blockIdx.y * WEFT_TX_LNP_R;
+  const long long r1 = r0 + WEFT_TX_LNP_R < p.N ? r0 + WEFT_TX_LNP_R : p.N;
+  for (long long c0 = (long long)blockIdx.x * 32; c0 < C; c0 += (long long)gridDim.x * 32) {
+    const long long c = c0 + tx;
+    float g = 0.0f, b = 0.0f;
+    if (c < C) {
+#pragma unroll 4
+      for (long long r = r0 + ty; r < r1; r += 8) {
+        const float dy = DY[r * C + c];
+        g = __fmaf_rn(__fmul_rn(__fsub_rn(X[r * C + c], M[r]), RS[r]), dy, g);
+        b = __fadd_rn(b, dy);
+      }
+    }
+    sg[ty][tx] = g, sb[ty][tx] = b;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+      float tg = sg[0][tx], tb = sb[0][tx];
+      for (int q = 1; q < 8; q++) tg = __fadd_rn(tg, sg[q][tx]), tb = __fadd_rn(tb, sb[q][tx]);
+      part[(long long)blockIdx.y * 2 * C + c] = tg;
+      part[(long long)blockIdx.y * 2 * C + C + c] = tb;
+    }
+    __syncthreads();
+  }
+}
+
+extern "C" __global__ void weft_tx_layernorm_bwd_dgb_sum(weft_tx_ln_args p) {
+  const long long C = p.C, nrb = (p.N + WEFT_TX_LNP_R - 1) / WEFT_TX_LNP_R;
+  const float *part = reinterpret_cast<const float *>(p.part);
+  float *DG = reinterpret_cast<float *>(p.dgamma), *DB = reinterpret_cast<float *>(p.dbeta);
+  for (long long c = GTID; c < C; c += GSTRIDE) {
+    float g = 0.0f, b = 0.0f;
+    for (long long q = 0; q < nrb; q++) g = __fadd_rn(g, part[q * 2 * C + c]), b = __fadd_rn(b, part[q * 2 * C + C + c]);
+    if (DG) DG[c] = __fadd_rn(DG[c], g);
+    if (DB) DB[c] = __fadd_rn(DB[c], b);
+  }
+}
+
+/* SUMSQ under fp32: block b's partial of the squares of its grid-stride share of g (float4 loads where
+ * aligned, four fused accumulators a thread, a shuffle tree, then the warps in order) into part[b];
+ * weft_tx_sumsq_add then adds the gridDim.x partials (nparts) in order onto *ss. blockDim 256. */
+extern "C" __global__ void __launch_bounds__(256) weft_tx_sumsq_f32(weft_tx_clip_args p) {
+  __shared__ float ws[8];
+  const float *g = reinterpret_cast<const float *>(p.g);
+  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+  long long i0 = 0;
+  if ((reinterpret_cast<unsigned long long>(g) & 15u) == 0) {
+    const long long n4 = p.n >> 2;
+    const float4 *g4 = reinterpret_cast<const float4 *>(g);
+#pragma unroll 4
+    for (long long i = GTID; i < n4; i += GSTRIDE) {
+      const float4 v = g4[i];
+      a0 = __fmaf_rn(v.x, v.x, a0), a1 = __fmaf_rn(v.y, v.y, a1), a2 = __fmaf_rn(v.z, v.z, a2);
+      a3 = __fmaf_rn(v.w, v.w, a3);
+    }
+    i0 = n4 << 2;
+  }
+  for (long long i = i0 + GTID; i < p.n; i += GSTRIDE) a0 = __fmaf_rn(g[i], g[i], a0);
+  const float s = warp_sum_f32(__fadd_rn(__fadd_rn(a0, a1), __fadd_rn(a2, a3)));
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  if (lane == 0) ws[w] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = ws[0];
+    for (int q = 1; q < (int)(blockDim.x >> 5); q++) t = __fadd_rn(t, ws[q]);
+    reinterpret_cast<float *>(p.part)[blockIdx.x] = t;
+  }
 }
 
 /* ------------------------------------------------------------------------------ scalar math probe */

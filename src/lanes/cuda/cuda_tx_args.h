@@ -62,13 +62,26 @@ typedef struct weft_tx_embed_bwd_args {
  *     strided by the grid): one thread per row makes its sums from shared memory, the other warps stream the
  *     rows in: y[N,C], mean[N], rstd[N] (mean/rstd may be 0) from x, gamma, beta.
  *   weft_tx_layernorm_bwd_dx: the same shape: dx[N,C] from dy, x, mean, rstd, gamma.
- *   weft_tx_layernorm_bwd_dgb: blockDim 256, grid ceil(C/32) (32 channels a block, strided by the grid):
- *     one thread per channel adds the rows ascending: dgamma[C] and dbeta[C] accumulated (either may be 0). */
+ *   weft_tx_layernorm_bwd_dgb: blockDim exactly 256, grid ceil(C / WEFT_TX_LNG_CW) (WEFT_TX_LNG_CW channels a
+ *     block, strided by the grid): one thread per channel and output adds the rows ascending: dgamma[C] and
+ *     dbeta[C] accumulated (either may be 0). */
+#define WEFT_TX_LNG_CW 8
 /* weft_tx_layernorm_fwd_row's limit on C (a block per row, the row in shared memory) */
 #define WEFT_TX_LN_ROW_MAXC 4096
+/* Under the fp32 contract (emit_tx picks by op->contract; reordered sums, FMA, hardware division and square
+ * root, not the exact bits):
+ *   weft_tx_layernorm_fwd_f32, weft_tx_layernorm_bwd_dx_f32: a warp per row, rows strided over all warps
+ *     (blockDim a multiple of 32), the row in registers: C <= WEFT_TX_LNF_MAXC (wider rows take the exact
+ *     kernels, which are a valid fp32 order).
+ *   weft_tx_layernorm_bwd_dgb_part: blockDim exactly 256, grid (any x, ceil(N / WEFT_TX_LNP_R)): the row
+ *     block y's partial sums of n * dy and dy per channel into part[y][2][C] (scratch), then
+ *   weft_tx_layernorm_bwd_dgb_sum: any grid, a thread per channel: dgamma/dbeta += the partials in order. */
+#define WEFT_TX_LNF_MAXC 1024
+#define WEFT_TX_LNP_R 128
 typedef struct weft_tx_ln_args {
   uint64_t y, mean, rstd, x, gamma, beta;   /* forward */
   uint64_t dx, dgamma, dbeta, dy;           /* backward (x, mean, rstd, gamma shared) */
+  uint64_t part;                            /* fp32 dgamma/dbeta partials (scratch) */
   int64_t N, C;
   float eps;
   int32_t pad_;
@@ -149,13 +162,15 @@ typedef struct weft_tx_adamw_args {
  *   weft_tx_sumsq_add: ONE warp (blockDim 32, grid 1): *ss = canon(*ss + part[0] + part[1] + ...) in order
  *     over the ceil(n / WEFT_TX_SUMSQ_CHUNK) partials (n = 0: *ss canonicalised). ss a device float; for
  *     the clip, zeroed before the first tensor, then chunks + add once per tensor, in order.
+ *   weft_tx_sumsq_f32 (the fp32 contract): blockDim 256, any grid: part[b] = block b's partial of the squares
+ *     (reordered, fused) of its grid-stride share; then weft_tx_sumsq_add with nparts = gridDim.x.
  *   weft_tx_clip_scale: any grid, grid-stride over n: norm = weft_sqrtf(*ss); if norm > max_norm,
  *     g[i] = g[i] * (max_norm * weft_recipf(norm)); thread 0 also writes the norm to *norm_out (if not 0). */
 typedef struct weft_tx_clip_args {
   uint64_t g, ss, norm_out, part;
   int64_t n;
   float max_norm;
-  int32_t pad_;
+  int32_t nparts; /* weft_tx_sumsq_add's partials: 0 = the chunk count; the fp32 path's block count */
 } weft_tx_clip_args;
 
 /* Bit copies of 4-byte elements (float or int32), never rounded and never canonicalised.

@@ -555,14 +555,18 @@ static weft_status run_matmul(weft_vk_lane *l, vk_batch *b, const weft_op *op, c
       for (uint64_t j0 = 0; j0 < n; j0 += nj) {
         uint64_t nc = min_u64(nj, n - j0);
         int kern = pick_matmul(mc, nc, cnt);
-        for (uint64_t k0 = 0; k0 < k; k0 += kc) {
-          uint64_t kcc = min_u64(kc, k - k0);
+        /* k = 0: one dispatch with no k steps (c = 0, or c's own value canonical for matmul_acc) */
+        const uint64_t nk = k ? ceil_div(k, kc) : 1;
+        for (uint64_t q = 0; q < nk; q++) {
+          const uint64_t k0 = q * kc, kcc = k ? min_u64(kc, k - k0) : 0;
           vk_win w[VK_NBIND];
           wins_dummy(l, w);
-          w[0] = ta ? window(l, op->in[0], p0 * sa + k0 * m + i0, (cnt - 1) * sa + (kcc - 1) * m + mc)
-                    : window(l, op->in[0], p0 * sa + i0 * k + k0, (cnt - 1) * sa + (mc - 1) * k + kcc);
-          w[1] = tb ? window(l, op->in[1], p0 * sb + j0 * k + k0, (cnt - 1) * sb + (nc - 1) * k + kcc)
-                    : window(l, op->in[1], p0 * sb + k0 * n + j0, (cnt - 1) * sb + (kcc - 1) * n + nc);
+          if (kcc) {
+            w[0] = ta ? window(l, op->in[0], p0 * sa + k0 * m + i0, (cnt - 1) * sa + (kcc - 1) * m + mc)
+                      : window(l, op->in[0], p0 * sa + i0 * k + k0, (cnt - 1) * sa + (mc - 1) * k + kcc);
+            w[1] = tb ? window(l, op->in[1], p0 * sb + j0 * k + k0, (cnt - 1) * sb + (nc - 1) * k + kcc)
+                      : window(l, op->in[1], p0 * sb + k0 * n + j0, (cnt - 1) * sb + (kcc - 1) * n + nc);
+          }
           w[2] = window(l, op->out[0], p0 * sc + i0 * n + j0, (cnt - 1) * sc + (mc - 1) * n + nc);
           w[3] = dummy_win(l);
           const uint64_t c0 = p0 * sc + i0 * n + j0, cspan = (cnt - 1) * sc + (mc - 1) * n + nc;
@@ -582,7 +586,9 @@ static weft_status run_matmul(weft_vk_lane *l, vk_batch *b, const weft_op *op, c
           pc.base_a = (uint32_t)w[0].base, pc.base_b = (uint32_t)w[1].base, pc.base_c = (uint32_t)w[2].base;
           pc.stride_a = (uint32_t)(cnt > 1 ? sa : 0), pc.stride_b = (uint32_t)(cnt > 1 ? sb : 0);
           pc.stride_c = (uint32_t)(cnt > 1 ? sc : 0);
-          pc.flags = (ta ? 1u : 0u) | (tb ? 2u : 0u) | (k0 > 0 ? 4u : 0u) | epi_flags;
+          /* 4: each sum continues from c (the k chunks after the first; every chunk of matmul_acc) */
+          const int accum = k0 > 0 || op->kind == WEFT_OP_MATMUL_ACC;
+          pc.flags = (ta ? 1u : 0u) | (tb ? 2u : 0u) | (accum ? 4u : 0u) | epi_flags;
           pc.base_bias = (uint32_t)w[3].base, pc.base_r = (uint32_t)w[4].base, pc.base_g = (uint32_t)w[5].base;
           VkPipeline pipe;
           weft_status st;
@@ -1087,9 +1093,8 @@ static weft_status run_copy_slice(weft_vk_lane *l, vk_batch *b, const weft_op *o
 }
 
 uint64_t weft_vk_ops_offered(void) {
-  /* sumsq (one ascending sum into one element) and matmul_acc (no kernel here yet) are left to the lanes
-   * that offer them. */
-  return WEFT_OPS_ALL & ~WEFT_OP_BIT(WEFT_OP_SUMSQ) & ~WEFT_OP_BIT(WEFT_OP_MATMUL_ACC);
+  /* sumsq (one ascending sum into one element) is left to the lanes that offer it */
+  return WEFT_OPS_ALL & ~WEFT_OP_BIT(WEFT_OP_SUMSQ);
 }
 
 /* What a transformer op needs bound whole (or per row / per block) that no chunking splits further. */
@@ -1207,7 +1212,8 @@ weft_status weft_vk_ops_run(weft_vk_lane *l, const weft_op *op) {
   vk_batch *b;
   if ((st = weft_vk_batch_get(l, &b)) != WEFT_OK) return st;
   switch (op->kind) {
-  case WEFT_OP_MATMUL: return run_matmul(l, b, op, NULL);
+  case WEFT_OP_MATMUL:
+  case WEFT_OP_MATMUL_ACC: return run_matmul(l, b, op, NULL);
   case WEFT_OP_SUM_ROWS: return run_sum_rows(l, b, op);
   case WEFT_OP_SOFTMAX_XENT: return run_softmax(l, b, op);
   case WEFT_OP_EMBEDDING: return run_embedding(l, b, op);

@@ -34,6 +34,8 @@ inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
 inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
+inline float __frsqrt_rn(float x) { return (float)(1.0 / std::sqrt((double)x)); } /* near enough for a tolerance */
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline void __syncwarp() { g_wbar[threadIdx.x / 32]->arrive_and_wait(); }
 template <class T> T shfl_from(T v, int src) {
@@ -100,6 +102,49 @@ static void cmp(const char *what, const float *a, const float *b, size_t n) {
   if (bad) { printf("   first %zu: %a vs %a\n", first, a[first], b[first]); fails++; }
 }
 #define U(p) ((uint64_t)(uintptr_t)(p))
+/* the fp32 contract's kernels: within 1e-4 of the output's largest magnitude (tests/test_cpu_tx.c's bound) */
+static void near(const char *what, const float *ref, const float *got, size_t n) {
+  float big = 0.0f;
+  for (size_t i = 0; i < n; i++) big = std::max(big, std::fabs(ref[i]));
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!(std::fabs(ref[i] - got[i]) <= 1e-4f * big)) { if (!bad) first = i; bad++; }
+  printf("%-22s %s (%zu/%zu off, tolerance %g)\n", what, bad ? "FAIL" : "ok", bad, n, 1e-4 * big);
+  if (bad) { printf("   first %zu: %a vs %a\n", first, ref[first], got[first]); fails++; }
+}
+/* layernorm forward and backward under fp32: a warp per row (float4 where C % 4 == 0), dgamma/dbeta partials */
+static void ln32(int64_t N, int64_t C, unsigned gx) {
+  auto x = rnd(N*C, -3, 3), ga = rnd(C, -1, 1), be = rnd(C, -1, 1), dy = rnd(N*C, -1, 1);
+  for (int64_t i = 0; i < N * C; i += 7) x[i] += 40.0f; /* an offset the two-pass variance must survive */
+  std::vector<float> y(N*C), m(N), rs(N), y2(N*C, 7.f), m2(N, 7.f), rs2(N, 7.f);
+  weft_ref_layernorm_forward(y.data(), m.data(), rs.data(), x.data(), ga.data(), be.data(), N, C, 1e-5f);
+  weft_tx_ln_args a{}; a.y = U(y2.data()); a.mean = U(m2.data()); a.rstd = U(rs2.data()); a.x = U(x.data()); a.gamma = U(ga.data()); a.beta = U(be.data()); a.N = N; a.C = C; a.eps = 1e-5f;
+  emu_launch(gx, 1, 64, [&] { weft_tx_layernorm_fwd_f32(a); });
+  near("ln32 y", y.data(), y2.data(), y.size()); near("ln32 mean", m.data(), m2.data(), N); near("ln32 rstd", rs.data(), rs2.data(), N);
+  auto dg = rnd(C, -1, 1), db = rnd(C, -1, 1); auto dg2 = dg, db2 = db; std::vector<float> dx(N*C), dx2(N*C, 7.f);
+  weft_ref_layernorm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), m.data(), rs.data(), ga.data(), N, C);
+  const int64_t nrb = (N + WEFT_TX_LNP_R - 1) / WEFT_TX_LNP_R;
+  std::vector<float> part(nrb * 2 * C, 7.f);
+  a.dx = U(dx2.data()); a.dgamma = U(dg2.data()); a.dbeta = U(db2.data()); a.dy = U(dy.data()); a.part = U(part.data());
+  a.mean = U(m.data()); a.rstd = U(rs.data());
+  emu_launch((unsigned)((C + 31) / 32 > 2 ? 2 : (C + 31) / 32), (unsigned)nrb, 256, [&] { weft_tx_layernorm_bwd_dgb_part(a); });
+  emu_launch(1, 1, 64, [&] { weft_tx_layernorm_bwd_dgb_sum(a); });
+  emu_launch(gx, 1, 64, [&] { weft_tx_layernorm_bwd_dx_f32(a); });
+  near("ln32 dx", dx.data(), dx2.data(), dx.size());
+  near("ln32 dgamma", dg.data(), dg2.data(), C); near("ln32 dbeta", db.data(), db2.data(), C);
+}
+static void sumsq32(int64_t n, int off, unsigned gx) {
+  auto xb = rnd(n + 4, -3, 3);
+  float *x = xb.data() + off;
+  const float acc0 = 1.5f, want = weft_ref_sumsq(x, n, acc0);
+  std::vector<float> part(gx, 7.f);
+  float ss = acc0;
+  weft_tx_clip_args a{}; a.g = U(x); a.ss = U(&ss); a.part = U(part.data()); a.n = n; a.nparts = (int32_t)gx;
+  emu_launch(gx, 1, 256, [&] { weft_tx_sumsq_f32(a); });
+  emu_launch(1, 1, 32, [&] { weft_tx_sumsq_add(a); });
+  char w[64]; snprintf(w, sizeof w, "sumsq32 n%lld+%d g%u", (long long)n, off, gx);
+  near(w, &want, &ss, 1);
+}
 /* The fp32 contract's comparison (as tests/test_cpu_tx.c): within 1e-4 of the reference's largest finite
  * magnitude; NaN where the reference has NaN (any payload), the same infinity where it has one. */
 static void cmp_tol(const char *what, const float *ref, const float *got, size_t n) {
@@ -222,10 +267,51 @@ static void ln(int64_t N, int64_t C, unsigned gx) {
   auto dg = rnd(C, -1, 1), db = rnd(C, -1, 1); auto dg2 = dg, db2 = db; std::vector<float> dx(N*C), dx2(N*C, 7.f);
   weft_ref_layernorm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), m.data(), rs.data(), ga.data(), N, C);
   a.dx = U(dx2.data()); a.dgamma = U(dg2.data()); a.dbeta = U(db2.data()); a.dy = U(dy.data());
-  emu_launch((unsigned)((C + 31) / 32), 1, 256, [&] { weft_tx_layernorm_bwd_dgb(a); });
+  auto dg3 = dg2, db3 = db2;
+  emu_launch((unsigned)((C + WEFT_TX_LNG_CW - 1) / WEFT_TX_LNG_CW), 1, 256, [&] { weft_tx_layernorm_bwd_dgb(a); });
   emu_launch(gx, 1, 256, [&] { weft_tx_layernorm_bwd_dx(a); });
   cmp("ln dx", dx.data(), dx2.data(), dx.size());
   cmp("ln dgamma", dg.data(), dg2.data(), C); cmp("ln dbeta", db.data(), db2.data(), C);
+  /* one block striding over the channel strips, and dgamma alone */
+  weft_tx_ln_args b = a; b.dgamma = U(dg3.data()); b.dbeta = 0;
+  emu_launch(1, 1, 256, [&] { weft_tx_layernorm_bwd_dgb(b); });
+  cmp("ln dgamma (1 block)", dg.data(), dg3.data(), C);
+  b.dgamma = 0; b.dbeta = U(db3.data());
+  emu_launch(2, 1, 256, [&] { weft_tx_layernorm_bwd_dgb(b); });
+  cmp("ln dbeta (2 blocks)", db.data(), db3.data(), C);
+}
+/* GELU forward and backward, on aligned arrays (the float4 path and its tail) and on arrays one float off */
+static void gelu(int64_t n, int off, unsigned gx) {
+  auto xb = rnd(n + 4, -6, 6), dyb = rnd(n + 4, -1, 1);
+  const float sp[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 1e-40f, -1e-40f, 0.7f, -0.75f, 9.99f, 10.0f, 1e-4f};
+  for (size_t i = 0; i < sizeof sp / sizeof sp[0] && i < (size_t)n; i++) xb[off + 3 * i % n] = sp[i];
+  const float *x = xb.data() + off, *dy = dyb.data() + off;
+  std::vector<float> y(n), dx(n), yb(n + 4, 7.f), dxb(n + 4, 7.f);
+  weft_ref_gelu_forward(y.data(), x, n);
+  weft_ref_gelu_backward(dx.data(), x, dy, n);
+  weft_tx_gelu_args a{U(yb.data() + off), U(x), 0, n};
+  emu_launch(gx, 1, 64, [&] { weft_tx_gelu_fwd(a); });
+  weft_tx_gelu_args b{U(dxb.data() + off), U(x), U(dy), n};
+  emu_launch(gx, 1, 64, [&] { weft_tx_gelu_bwd(b); });
+  char w[64];
+  snprintf(w, sizeof w, "gelu fwd n%lld+%d", (long long)n, off); cmp(w, y.data(), yb.data() + off, n);
+  snprintf(w, sizeof w, "gelu bwd n%lld+%d", (long long)n, off); cmp(w, dx.data(), dxb.data() + off, n);
+}
+/* SUMSQ: the chunk partials and their in-order add onto acc, against weft_ref_sumsq */
+static void sumsq(int64_t n, int off, unsigned gx) {
+  auto xb = rnd(n + 4, -3, 3);
+  float *x = xb.data() + off;
+  if (n > 5000) { x[4100] = 1e-30f; x[17] = -0.0f; x[n - 1] = 1e19f; }
+  const float acc0 = 1.5f;
+  const float want = weft_ref_sumsq(x, n, acc0);
+  const int64_t nch = (n + WEFT_TX_SUMSQ_CHUNK - 1) / WEFT_TX_SUMSQ_CHUNK;
+  std::vector<float> part(nch + 1, 7.f);
+  float ss = acc0;
+  weft_tx_clip_args a{}; a.g = U(x); a.ss = U(&ss); a.part = U(part.data()); a.n = n;
+  if (nch) emu_launch(gx, 1, 32, [&] { weft_tx_sumsq_chunks(a); });
+  emu_launch(1, 1, 32, [&] { weft_tx_sumsq_add(a); });
+  char w[64]; snprintf(w, sizeof w, "sumsq n%lld+%d g%u", (long long)n, off, gx);
+  cmp(w, &want, &ss, 1);
 }
 static void softmax(int64_t R, int64_t T) {
   auto sc = rnd(R * T * T, -4, 4), dp = rnd(R * T * T, -1, 1);
@@ -289,10 +375,121 @@ static void mv(int M, int N, int K, bool tb, int batch) {
   if (M == 1) {
     char w1[64]; snprintf(w1, sizeof w1, "mv1 %dx%dx%d %s b%d", M, N, K, tb ? "nt" : "nn", batch);
     std::vector<float> c3(c.size(), 7.f); m.c = U(c3.data());
-    emu_launch(gx ? gx : 1, (unsigned)batch, WEFT_CU_MV_THREADS, [&] { if (tb) weft_mv1_nt(m); else weft_mv1_nn(m); });
+    const unsigned g1 = tb ? (unsigned)((N + WEFT_CU_MV1_OUT - 1) / WEFT_CU_MV1_OUT) : gx;
+    emu_launch(g1 ? g1 : 1, (unsigned)batch, WEFT_CU_MV_THREADS, [&] { if (tb) weft_mv1_nt(m); else weft_mv1_nn(m); });
     cmp(w1, c.data(), c3.data(), c.size());
+    if (tb && K % 4 == 0) { /* the 16-byte loads (vectors' data is 16-byte aligned) */
+      std::vector<float> c4(c.size(), 7.f); m.c = U(c4.data()); m.vec_a = m.vec_b = 1;
+      emu_launch(g1 ? g1 : 1, (unsigned)batch, WEFT_CU_MV_THREADS, [&] { weft_mv1_nt(m); });
+      strcat(w1, " vec");
+      cmp(w1, c.data(), c4.data(), c.size());
+      m.vec_a = m.vec_b = 0;
+    }
   }
   char what[64]; snprintf(what, sizeof what, "mv %dx%dx%d %s b%d", M, N, K, tb ? "nt" : "nn", batch);
+  cmp(what, c.data(), c2.data(), c.size());
+}
+/* A fused matmul epilogue (src/lanes/fuse.h) on each kernel family: c = a.b, then c + bias (per column),
+ * c + resid, g = gelu(c), each step as the separate op rounds it; c keeps the value before GELU. kind: 0 mv1_nt,
+ * 1 mv_nt/nn (several rows), 2 mm64, 3 mm128. Which of bias, resid, gelu: bits of `parts`. */
+static void epilogue(int kind, int M, int N, int K, bool ta, bool tb, int batch, int parts) {
+  auto a = rnd((size_t)batch * M * K, -2, 2), b = rnd((size_t)K * N, -2, 2);
+  auto bias = rnd((size_t)N, -1, 1), resid = rnd((size_t)batch * M * N, -3, 3);
+  if (a.size() > 3) { a[1] = -0.0f; a[2] = 1e-40f; }
+  if (b.size() > 5) { b[4] = INFINITY; b[3] = -0.0f; }
+  if (bias.size() > 2) bias[1] = NAN;
+  if (resid.size() > 3) resid[2] = -INFINITY, resid[3] = -0.0f;
+  const bool hb = parts & 1, hr = parts & 2, hg = parts & 4;
+  std::vector<float> c((size_t)batch * M * N), g(c.size(), 5.f);
+  for (int p = 0; p < batch; p++)
+    for (int r = 0; r < M; r++)
+      for (int j = 0; j < N; j++) {
+        float acc = 0.0f;
+        for (int k = 0; k < K; k++) {
+          const float av = ta ? a[(size_t)p * M * K + (size_t)k * M + r] : a[(size_t)p * M * K + (size_t)r * K + k];
+          const float bv = tb ? b[(size_t)j * K + k] : b[(size_t)k * N + j];
+          acc = __fadd_rn(acc, __fmul_rn(av, bv));
+        }
+        c[(size_t)p * M * N + (size_t)r * N + j] = w_canon(acc);
+      }
+  /* the separate ops, as the lane would run them: add (row broadcast), add, gelu */
+  for (size_t e = 0; e < c.size(); e++) {
+    if (hb) c[e] = w_canon(__fadd_rn(c[e], bias[e % N]));
+    if (hr) c[e] = w_canon(__fadd_rn(c[e], resid[e]));
+  }
+  if (hg) weft_ref_gelu_forward(g.data(), c.data(), (int64_t)c.size());
+  std::vector<float> c2(c.size(), 7.f), g2(c.size(), 5.f);
+  weft_cu_mm_args m{}; m.a = U(a.data()); m.b = U(b.data()); m.c = U(c2.data());
+  m.bias = hb ? U(bias.data()) : 0; m.resid = hr ? U(resid.data()) : 0; m.gelu = hg ? U(g2.data()) : 0;
+  m.m = M; m.n = N; m.k = K; m.lda = ta ? M : K; m.ldb = tb ? K : N; m.ldc = N;
+  m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
+  const char *kn[] = {"mv1", "mv", "mm64", "mm128"};
+  if (kind == 0) {
+    emu_launch((unsigned)((N + WEFT_CU_MV1_OUT - 1) / WEFT_CU_MV1_OUT), (unsigned)batch, WEFT_CU_MV_THREADS, [&] { weft_mv1_nt(m); });
+  } else if (kind == 1) {
+    emu_launch((unsigned)((N + WEFT_CU_MV_OUT - 1) / WEFT_CU_MV_OUT), (unsigned)batch, WEFT_CU_MV_THREADS,
+               [&] { if (tb) weft_mv_nt(m); else weft_mv_nn(m); });
+  } else {
+    const int tile = kind == 2 ? 64 : 128;
+    m.tiles_m = (M + tile - 1) / tile; m.tiles_n = (N + tile - 1) / tile; m.group = 8;
+    const int idx = (ta ? 2 : 0) + (tb ? 1 : 0);
+    emu_launch((unsigned)(m.tiles_m * m.tiles_n), (unsigned)batch, 256, [&] {
+      if (kind == 2) { if (idx == 0) weft_mm64_nn(m); else if (idx == 1) weft_mm64_nt(m); else if (idx == 2) weft_mm64_tn(m); else weft_mm64_tt(m); }
+      else { if (idx == 0) weft_mm128_nn(m); else if (idx == 1) weft_mm128_nt(m); else if (idx == 2) weft_mm128_tn(m); else weft_mm128_tt(m); }
+    });
+  }
+  char what[80];
+  snprintf(what, sizeof what, "epi %s %dx%dx%d %s%s b%d %c%c%c", kn[kind], M, N, K, ta ? "t" : "n", tb ? "t" : "n", batch,
+           hb ? 'b' : '-', hr ? 'r' : '-', hg ? 'g' : '-');
+  cmp(what, c.data(), c2.data(), c.size());
+  if (hg) {
+    strcat(what, " g");
+    cmp(what, g.data(), g2.data(), g.size());
+  }
+}
+/* matmul_acc (accum): every sum continues from c's value, k ascending; c's -0 survives a row of -0 products and
+ * the padding past k's end. kind as in epilogue(). */
+static void accum(int kind, int M, int N, int K, bool ta, bool tb, int batch) {
+  auto a = rnd((size_t)batch * M * K, -2, 2), b = rnd((size_t)K * N, -2, 2), c0 = rnd((size_t)batch * M * N, -4, 4);
+  for (int k = 0; k < K; k++) { /* row 0 of a: -0; column 0 of b: positive: c[0][0]'s products are all -0 */
+    (ta ? a[(size_t)k * M] : a[(size_t)k]) = -0.0f;
+    (tb ? b[(size_t)k] : b[(size_t)k * N]) = 1.5f;
+  }
+  c0[0] = -0.0f;
+  if (c0.size() > 3) c0[2] = NAN, c0[3] = INFINITY;
+  std::vector<float> c(c0);
+  for (int p = 0; p < batch; p++)
+    for (int r = 0; r < M; r++)
+      for (int j = 0; j < N; j++) {
+        float acc = c0[(size_t)p * M * N + (size_t)r * N + j];
+        for (int k = 0; k < K; k++) {
+          const float av = ta ? a[(size_t)p * M * K + (size_t)k * M + r] : a[(size_t)p * M * K + (size_t)r * K + k];
+          const float bv = tb ? b[(size_t)j * K + k] : b[(size_t)k * N + j];
+          acc = __fadd_rn(acc, __fmul_rn(av, bv));
+        }
+        c[(size_t)p * M * N + (size_t)r * N + j] = w_canon(acc);
+      }
+  std::vector<float> c2(c0);
+  weft_cu_mm_args m{}; m.a = U(a.data()); m.b = U(b.data()); m.c = U(c2.data()); m.accum = 1;
+  m.m = M; m.n = N; m.k = K; m.lda = ta ? M : K; m.ldb = tb ? K : N; m.ldc = N;
+  m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
+  const char *kn[] = {"mv1", "mv", "mm64", "mm128"};
+  if (kind == 0) {
+    emu_launch((unsigned)((N + WEFT_CU_MV1_OUT - 1) / WEFT_CU_MV1_OUT), (unsigned)batch, WEFT_CU_MV_THREADS, [&] { weft_mv1_nt(m); });
+  } else if (kind == 1) {
+    emu_launch((unsigned)((N + WEFT_CU_MV_OUT - 1) / WEFT_CU_MV_OUT), (unsigned)batch, WEFT_CU_MV_THREADS,
+               [&] { if (tb) weft_mv_nt(m); else weft_mv_nn(m); });
+  } else {
+    const int tile = kind == 2 ? 64 : 128;
+    m.tiles_m = (M + tile - 1) / tile; m.tiles_n = (N + tile - 1) / tile; m.group = 8;
+    const int idx = (ta ? 2 : 0) + (tb ? 1 : 0);
+    emu_launch((unsigned)(m.tiles_m * m.tiles_n), (unsigned)batch, 256, [&] {
+      if (kind == 2) { if (idx == 0) weft_mm64_nn(m); else if (idx == 1) weft_mm64_nt(m); else if (idx == 2) weft_mm64_tn(m); else weft_mm64_tt(m); }
+      else { if (idx == 0) weft_mm128_nn(m); else if (idx == 1) weft_mm128_nt(m); else if (idx == 2) weft_mm128_tn(m); else weft_mm128_tt(m); }
+    });
+  }
+  char what[80];
+  snprintf(what, sizeof what, "acc %s %dx%dx%d %s%s b%d", kn[kind], M, N, K, ta ? "t" : "n", tb ? "t" : "n", batch);
   cmp(what, c.data(), c2.data(), c.size());
 }
 /* attention over a cache: both kernels against weft_ref_attention_cached */
@@ -310,12 +507,26 @@ static void atc(int64_t B, int64_t Tmax, int64_t C, int64_t NH, int64_t t0, int6
   cmp("atc warp out", o.data(), o2.data(), o.size()); cmp("atc warp att", at.data(), at2.data(), at.size());
 }
 int main() {
-  atc(1, 40, 64, 2, 37, 1); atc(2, 20, 48, 3, 5, 3); atc(1, 300, 32, 1, 0, 1); atc(1, 300, 32, 1, 290, 2);
+  atc(1, 40, 64, 2, 37, 1); atc(2, 20, 48, 3, 5, 3); atc(1, 160, 768, 12, 140, 1); atc(1, 200, 256, 2, 150, 1);
+  atc(1, 100, 400, 2, 90, 2); atc(1, 300, 32, 1, 0, 1); atc(1, 300, 32, 1, 290, 2);
   mv(1, 37, 130, true, 1); mv(1, 20, 600, true, 1); mv(2, 40, 513, false, 1); mv(3, 16, 64, false, 2); mv(4, 70, 200, true, 1); mv(2, 5, 0, false, 1);
   mv(1, 33, 1, false, 1); mv(1, 21, 777, false, 2); mv(1, 50, 1000, true, 1);
+  mv(1, 9, 1030, true, 3); mv(1, 17, 512, true, 1); mv(1, 8, 7, true, 1); mv(1, 23, 1028, true, 2); mv(1, 40, 768, true, 1);
+  for (int parts = 0; parts < 8; parts++) epilogue(0, 1, 29, 700, false, true, 2, parts);
+  epilogue(1, 3, 40, 300, false, true, 1, 7); epilogue(1, 2, 33, 90, false, false, 2, 5);
+  epilogue(2, 70, 50, 33, false, false, 2, 7); epilogue(2, 40, 70, 20, true, true, 1, 3);
+  epilogue(2, 65, 66, 9, false, true, 1, 6); epilogue(3, 130, 20, 17, true, false, 1, 7);
+  accum(0, 1, 30, 301, false, true, 2); accum(1, 3, 20, 13, false, false, 1); accum(1, 4, 17, 0, false, true, 1);
+  accum(2, 70, 40, 13, false, false, 2); accum(2, 33, 65, 20, true, true, 1); accum(2, 20, 20, 0, false, true, 1);
+  accum(3, 129, 30, 11, true, false, 1); accum(3, 40, 131, 9, false, true, 1);
   copies();
   softmax(2, 45);
-  ln(11, 77, 1); ln(1, 768, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3);
+  ln(11, 77, 1); ln(1, 768, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3); ln(600, 21, 4);
+  gelu(1001, 0, 3); gelu(1001, 1, 3); gelu(16, 0, 1); gelu(3, 0, 1);
+  sumsq(5, 0, 1); sumsq(4096, 0, 1); sumsq(4097, 1, 1); sumsq(3 * 4096 + 13, 0, 2); sumsq(40 * 4096 + 7, 0, 1);
+  sumsq(70 * 4096 + 2, 3, 2); sumsq(0, 0, 1); sumsq(300 * 4096 + 5, 1, 4); /* > 256 partials: the adds run ahead */
+  ln32(1, 768, 1); ln32(300, 768, 5); ln32(37, 77, 2); ln32(9, 1024, 3); ln32(5, 5, 1);
+  sumsq32(5, 0, 1); sumsq32(100003, 1, 3); sumsq32(40 * 4096, 0, 4);
   embb(2, 5, 10, 13, 5, true); embb(3, 7, 130, 4, 7, false); embb(4, 40, 9, 3000, 40, true); embb(2, 5, 300, 13, 5, true); embb(2, 160, 9, 50, 160, true);
   xent(4, 5000, 4); xent(5, 7, 2); xent(3, 1, 5); xent(4, 4099, 2);
   /* one tile with a partial last warp; hs 40 (a partial 64-column block) with grid-strided tiles; several
