@@ -118,14 +118,22 @@ static weft_status dispatch_at(weft_fabric *f, const weft_op_desc *desc, weft_op
 
 /* ------------------------------------------------------------------------------ the one generic path */
 
+/* What weft_tensor_check accepts, without a message: a live tensor of this fabric. */
+static int tensor_live(const weft_fabric *f, const weft_tensor *t) {
+  return t && t->magic == WEFT_TENSOR_MAGIC && t->fabric == f;
+}
+
 weft_status weft_op_run(weft_fabric *f, const weft_op_desc *desc, weft_op_kind kind, weft_tensor *const *in_arg,
                         int nin_arg, weft_tensor *const *out_arg, int nout_arg, const weft_op_params *params) {
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
   if ((unsigned)kind >= WEFT_OP_COUNT)
     return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_op_run: op kind %d is not a weft_op_kind", (int)kind);
   const weft_optable_entry *e = &weft_optable[kind];
-  char fn[64];
-  snprintf(fn, sizeof fn, "weft_op_%s", e->name);
+  /* "weft_op_<name>", for messages: built without snprintf, which would cost a good part of a tiny op */
+  char fn[64] = "weft_op_";
+  const size_t nlen = strlen(e->name);
+  memcpy(fn + 8, e->name, nlen < sizeof fn - 9 ? nlen + 1 : sizeof fn - 9);
+  fn[sizeof fn - 1] = 0;
   if (nin_arg < 0 || nin_arg > e->nin || nout_arg < 0 || nout_arg > e->nout || (nin_arg && !in_arg) ||
       (nout_arg && !out_arg))
     return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "%s: takes %d inputs and %d outputs; %d and %d given", fn, e->nin,
@@ -143,16 +151,19 @@ weft_status weft_op_run(weft_fabric *f, const weft_op_desc *desc, weft_op_kind k
   for (int o = 0; o < nout_arg; o++) out[o] = out_arg[o];
   char what[96];
   int nouts = 0;
+  /* the message names the argument; it is only formatted for a tensor that fails the check */
   for (int i = 0; i < e->nin; i++) {
-    snprintf(what, sizeof what, "%s: %s", fn, e->in_name[i]);
     if (!in[i] && ((e->in_optional >> i) & 1)) continue;
-    if ((st = weft_tensor_check(f, in[i], what)) != WEFT_OK) return st;
+    if (tensor_live(f, in[i])) continue;
+    snprintf(what, sizeof what, "%s: %s", fn, e->in_name[i]);
+    return weft_tensor_check(f, in[i], what);
   }
   for (int o = 0; o < e->nout; o++) {
-    snprintf(what, sizeof what, "%s: %s", fn, e->out_name[o]);
     if (!out[o] && ((e->out_optional >> o) & 1)) continue;
-    if ((st = weft_tensor_check(f, out[o], what)) != WEFT_OK) return st;
     nouts++;
+    if (tensor_live(f, out[o])) continue;
+    snprintf(what, sizeof what, "%s: %s", fn, e->out_name[o]);
+    return weft_tensor_check(f, out[o], what);
   }
   if (e->need_one_out && !nouts) {
     char names[96] = "";
