@@ -831,11 +831,20 @@ weft_status weft_gpt_write_moments(weft_gpt *g, const float *m, const float *v, 
 
 static int32_t sample(const float *logits, int V, float temperature, int top_k, uint64_t *rng, float *prob, int *idx) {
   if (temperature <= 0) {
-    int best = 0;
-    float bv = logits[0];
-    for (int i = 1; i < V; i++)
-      if (logits[i] > bv) bv = logits[i], best = i;
-    return best;
+    /* the first index of the largest logit (NaNs never win; a NaN first logit gives 0, as a compare chain
+     * from it would): eight running maxima without branches, then the first index that holds it */
+    if (logits[0] != logits[0]) return 0;
+    float m[8];
+    for (int j = 0; j < 8; j++) m[j] = logits[0];
+    int i = 0;
+    for (; i + 8 <= V; i += 8)
+      for (int j = 0; j < 8; j++) m[j] = logits[i + j] > m[j] ? logits[i + j] : m[j];
+    for (; i < V; i++) m[0] = logits[i] > m[0] ? logits[i] : m[0];
+    float bv = m[0];
+    for (int j = 1; j < 8; j++) bv = m[j] > bv ? m[j] : bv;
+    for (i = 0; i < V; i++)
+      if (logits[i] == bv) return i;
+    return 0;
   }
   /* the top k, largest first (ties: the lower index first), kept sorted as the logits stream past: one
    * compare for most of them, not k passes over the vocabulary */
