@@ -19,7 +19,8 @@
 #define WEFT_CU_WB_CHUNKS 8                           /* a streamed-back result comes in at most this many parts */
 #define WEFT_CU_WB_MIN ((size_t)1 << 20)              /* results smaller than this are not streamed back early */
 #define WEFT_CU_WB_MAX ((size_t)512 << 20)            /* nor larger than this (pinned memory is precious) */
-#define WEFT_CU_GRAPHS 8                              /* recorded launch sequences kept as graphs */
+#define WEFT_CU_GRAPHS 64                             /* recorded launch sequences kept as graphs */
+#define WEFT_CU_SCOPE_CHUNK 32                        /* a scope's launches go to the GPU in runs of this many */
 #define WEFT_CU_BLAS_WORKSPACE ((size_t)32 << 20)
 #define WEFT_CU_REGS 64                               /* host ranges registered (pinned in place) at once */
 #define WEFT_CU_PIN_AWAY ((size_t)32 << 20)           /* ranges larger than this are pinned off the caller's path */
@@ -208,6 +209,7 @@ typedef struct weft_cu_dev {
   /* fusion (src/lanes/fuse.h): inside a scope cuda:N's exact ops pass through this window before they are
    * recorded; every flush empties it first, so whatever must see their effects (a download, an upload, a
    * free, a sync, the scope's end, the tensor lane's next op) finds them recorded in order */
+  int scope_chunk; /* a scope's launches start in runs of this many (0: all at its end); WEFT_CUDA_SCOPE_CHUNK */
   int fuse_on;
   weft_fuse fuse;
   struct weft_cu_lane *fuse_lane; /* the lane whose ops the window holds (cuda:N) */

@@ -9,8 +9,10 @@
  * straight from the host is run in row blocks and each block's result is streamed back into pinned memory
  * while the next block computes, so the read that usually follows finds the result mostly home already.
  *
- * Scopes: launches are recorded and run at the scope's end (or when something needs their results). A
- * sequence seen before is replayed as a CUDA graph: a training step's many small kernels cost one launch.
+ * Scopes: launches are recorded and start in runs of WEFT_CU_SCOPE_CHUNK as they are recorded (so the GPU
+ * works while the caller records the rest; WEFT_CUDA_SCOPE_CHUNK=0 keeps a whole scope for its end), and at
+ * the scope's end or when something needs their results. A sequence seen before is replayed as a CUDA graph:
+ * a decode step's hundred kernels cost a few graph launches and one synchronisation.
  *
  * Failures: out of device memory is WEFT_ERR_OUT_OF_MEMORY and the lane goes on; an error that leaves the
  * context unusable (illegal address, trapped kernel, lost device) fails both lanes of the device with
@@ -889,7 +891,12 @@ static weft_status lane_run(void *self, const weft_op *op) {
     weft_cu_buf *b = op->out[o];
     if (b) b->gen++, b->from_host = 0;
   }
-  return d->scope_depth > 0 ? WEFT_OK : weft_cu_flush(d);
+  /* Inside a scope the launches start in runs of WEFT_CU_SCOPE_CHUNK (each replayed from its own graph from
+   * the second time on), so the GPU works on the first ops while the caller records the rest (a decode step
+   * records for about a quarter of its time); never in the middle of a pattern the fusion window holds. */
+  if (d->scope_depth > 0)
+    return d->scope_chunk > 0 && d->nitems >= (size_t)d->scope_chunk && d->fuse.n == 0 ? weft_cu_flush(d) : WEFT_OK;
+  return weft_cu_flush(d);
 }
 
 /* ------------------------------------------------------------------------------------------ supports */
@@ -1086,6 +1093,8 @@ weft_status weft_cuda_probe(const weft_probe_args *args, const weft_lane_sink *s
     d->fault_at = i == 0 ? env_long("WEFT_CUDA_FAULT", "trap:") : 0;
     d->profile = getenv("WEFT_CUDA_PROFILE") && atoi(getenv("WEFT_CUDA_PROFILE")) > 0;
     d->fuse_on = weft_fuse_env_enabled();
+    d->scope_chunk = WEFT_CU_SCOPE_CHUNK;
+    if (getenv("WEFT_CUDA_SCOPE_CHUNK")) d->scope_chunk = (int)env_long("WEFT_CUDA_SCOPE_CHUNK", "");
     weft_fuse_init(&d->fuse, WEFT_FUSE_MATMUL_EPILOGUE, WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT));
     char name[32], why_dev[512] = "", why_blas[768] = "";
     snprintf(name, sizeof name, "cuda:%d", i);

@@ -1207,6 +1207,11 @@ extern "C" __global__ void __launch_bounds__(128) weft_tx_attn_cached_blk(weft_t
   const float scale = w_rsqrtf((float)hs);
   const float *QKV = reinterpret_cast<const float *>(p.qkv);
   float *ATT = reinterpret_cast<float *>(p.att), *OUT = reinterpret_cast<float *>(p.out);
+  /* which value (position within a chunk, column) each of this thread's staging loads is: fixed for the
+   * launch, so the chunks' loads need no division */
+  int vj[ATC_V / 128], vi[ATC_V / 128];
+#pragma unroll
+  for (int q = 0; q < ATC_V / 128; q++) vj[q] = (q * 128 + tid) / (int)hs, vi[q] = (q * 128 + tid) % (int)hs;
   for (long long row = blockIdx.x; row < p.B * NH * Tq; row += gridDim.x) {
     const long long r = row % Tq, t = t0 + r, bh = row / Tq, h = bh % NH, b = bh / NH, n = t + 1;
     const float *q = QKV + (b * T + t) * C3 + h * hs;
@@ -1263,21 +1268,19 @@ extern "C" __global__ void __launch_bounds__(128) weft_tx_attn_cached_blk(weft_t
      * all in flight) while the chains add the previous chunk: the chains wait on their adds, not on loads. */
     float *o = OUT + (b * Tq + r) * C + h * hs;
     const float *V = QKV + b * T * C3 + 2 * C + h * hs;
-    const long long cp = ATC_V / hs, nch = (n + cp - 1) / cp;
+    const int cp = ATC_V / (int)hs;
+    const long long nch = (n + cp - 1) / cp;
     float rv[ATC_V / 128];
     auto vload = [&](long long c) {
 #pragma unroll
       for (int q = 0; q < ATC_V / 128; q++) {
-        const long long e = (long long)q * 128 + tid, jj = e / hs, j = c * cp + jj;
-        rv[q] = e < ATC_V && jj < cp && j < n ? V[j * C3 + e % hs] : 0.0f;
+        const long long j = c * cp + vj[q];
+        rv[q] = vj[q] < cp && j < n ? V[j * C3 + vi[q]] : 0.0f;
       }
     };
     auto vstore = [&](int buf) {
 #pragma unroll
-      for (int q = 0; q < ATC_V / 128; q++) {
-        const long long e = (long long)q * 128 + tid;
-        if (e < ATC_V) vs[buf][e] = rv[q];
-      }
+      for (int q = 0; q < ATC_V / 128; q++) vs[buf][q * 128 + tid] = rv[q];
     };
     float acc0 = 0.0f, acc1 = 0.0f; /* columns tid and tid + 128 (heads up to WEFT_TX_ATC_MAXHS = 256) */
     vload(0);
