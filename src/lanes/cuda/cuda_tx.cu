@@ -594,12 +594,18 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd_row(weft
   float *M = reinterpret_cast<float *>(p.mean), *RS = reinterpret_cast<float *>(p.rstd);
   for (long long r = blockIdx.x; r < p.N; r += gridDim.x) {
     const float *x = X + r * C;
+    /* the row's loads all in flight, gamma's and beta's with them (their latency hides under the chains),
+     * then the stores */
+    constexpr int MAXL = WEFT_TX_LN_ROW_MAXC / 256;
+    float ga[MAXL], be[MAXL];
     {
-      /* the row's loads all in flight, then the stores */
-      constexpr int MAXL = WEFT_TX_LN_ROW_MAXC / 256;
       float v[MAXL];
 #pragma unroll
-      for (int u = 0; u < MAXL; u++) v[u] = u * nt + tid < C ? x[u * nt + tid] : 0.0f;
+      for (int u = 0; u < MAXL; u++) {
+        const long long c = u * nt + tid;
+        v[u] = c < C ? x[c] : 0.0f;
+        ga[u] = c < C ? gamma[c] : 0.0f, be[u] = c < C ? beta[c] : 0.0f;
+      }
 #pragma unroll
       for (int u = 0; u < MAXL; u++)
         if (u * nt + tid < C) xs[u * nt + tid] = v[u];
@@ -624,13 +630,6 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd_row(weft
     const float rs = st[1];
     float *y = Y + r * C;
     {
-      constexpr int MAXL = WEFT_TX_LN_ROW_MAXC / 256;
-      float ga[MAXL], be[MAXL];
-#pragma unroll
-      for (int u = 0; u < MAXL; u++) {
-        const long long c = u * nt + tid;
-        ga[u] = c < C ? gamma[c] : 0.0f, be[u] = c < C ? beta[c] : 0.0f;
-      }
 #pragma unroll
       for (int u = 0; u < MAXL; u++) {
         const long long c = u * nt + tid;
