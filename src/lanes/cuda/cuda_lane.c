@@ -73,6 +73,8 @@ const char *const weft_cu_kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_TX_ATTN_BWD_DS_F32] = "weft_tx_attn_bwd_ds_f32",
     [WEFT_CUK_TX_ATTN_BWD_DQKV_F32] = "weft_tx_attn_bwd_dqkv_f32",
     [WEFT_CUK_TX_XENT_FWD_F32] = "weft_tx_xent_fwd_f32",
+    [WEFT_CUK_TX_GELU_FWD_F32] = "weft_tx_gelu_fwd_f32",
+    [WEFT_CUK_TX_GELU_BWD_F32] = "weft_tx_gelu_bwd_f32",
     [WEFT_CUK_TX_XENT_BWD_F32] = "weft_tx_xent_bwd_f32",
     [WEFT_CUK_TX_EMBED_BWD_ROWS] = "weft_tx_embed_bwd_rows",
 };

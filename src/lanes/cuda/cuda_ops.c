@@ -323,7 +323,7 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
   weft_cu_dev *d = l->dev;
   const int64_t *ip = op->iparam;
   const float *fp = op->fparam;
-  /* attention and cross-entropy have fp32 kernels, for fp32 and the weaker tf32/bf16 (which allow fp32's
+  /* attention, cross-entropy and GELU have fp32 kernels, for fp32 and the weaker tf32/bf16 (which allow fp32's
    * freedoms outside the matmuls); layernorm and sumsq pick theirs under fp32 below; the other ops run their
    * exact kernels under every contract (the exact order is an fp32 order) */
   const int f32 = op->contract != WEFT_CONTRACT_EXACT;
@@ -427,7 +427,8 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     a.out = bptr(op->out[0]), a.x = bptr(op->in[0]), a.dy = bptr(op->in[1]), a.n = ip[0];
     if (a.n == 0) return WEFT_OK;
     /* 8 elements a thread (two float4s) where aligned */
-    return PUSH(op->kind == WEFT_OP_GELU ? WEFT_CUK_TX_GELU_FWD : WEFT_CUK_TX_GELU_BWD,
+    return PUSH(op->kind == WEFT_OP_GELU ? (f32 ? WEFT_CUK_TX_GELU_FWD_F32 : WEFT_CUK_TX_GELU_FWD)
+                                         : (f32 ? WEFT_CUK_TX_GELU_BWD_F32 : WEFT_CUK_TX_GELU_BWD),
                 stride_grid(d, ceil_div((uint64_t)a.n, 8), 256, 16), 1, 256, a);
   }
   case WEFT_OP_CAUSAL_SOFTMAX:

@@ -782,7 +782,30 @@ DEV bool gelu_vec(const void *a, const void *b, const void *c) {
            reinterpret_cast<unsigned long long>(c)) & 15u) == 0;
 }
 
-extern "C" __global__ void weft_tx_gelu_fwd(weft_tx_gelu_args p) {
+/* The fp32 contract's GELU (forward and backward): the same formulas with fused multiply-adds, and tanh(u) as
+ * sign(u) (1 - 2 / (exp(2|u|) + 1)) with weft's exp and the hardware's division: no branch on |u|, so a warp
+ * never runs both of weft_tanhf's paths. Near u = 0 the tanh loses relative precision but not absolute:
+ * the outputs, 0.5x(1 + tanh) and its derivative, stay within a few roundings of the reference's. */
+DEV float tanh_f32(float u) {
+  const float e = w_expf(2.0f * fabsf(u));
+  return copysignf(1.0f - 2.0f / (e + 1.0f), u);
+}
+template <bool F32> DEV float gelu_f(float x) {
+  if (!F32) return w_gelu(x);
+  const float u = TX_GELU_S * fmaf(TX_GELU_K * x, x * x, x);
+  const float h = 0.5f * x;
+  return fmaf(h, tanh_f32(u), h);
+}
+template <bool F32> DEV float gelu_bf(float x, float dy) {
+  if (!F32) return gelu_b(x, dy);
+  const float u = TX_GELU_S * fmaf(TX_GELU_K * x, x * x, x);
+  const float th = tanh_f32(u);
+  const float sech2 = fmaf(-th, th, 1.0f), l = fmaf(0.5f, th, 0.5f);
+  const float r = (0.5f * TX_GELU_S) * x * sech2 * fmaf(TX_GELU_3K * x, x, 1.0f);
+  return (l + r) * dy;
+}
+
+template <bool F32> DEV void gelu_fwd_body(const weft_tx_gelu_args &p) {
   const float *X = reinterpret_cast<const float *>(p.x);
   float *Y = reinterpret_cast<float *>(p.out);
   long long i0 = 0;
@@ -798,14 +821,14 @@ extern "C" __global__ void weft_tx_gelu_fwd(weft_tx_gelu_args p) {
 #pragma unroll
       for (int u = 0; u < GELU_U; u++)
         if (i + u * GSTRIDE < n4)
-          Y4[i + u * GSTRIDE] = make_float4(w_gelu(v[u].x), w_gelu(v[u].y), w_gelu(v[u].z), w_gelu(v[u].w));
+          Y4[i + u * GSTRIDE] = make_float4(gelu_f<F32>(v[u].x), gelu_f<F32>(v[u].y), gelu_f<F32>(v[u].z), gelu_f<F32>(v[u].w));
     }
     i0 = n4 << 2;
   }
-  for (long long i = i0 + GTID; i < p.n; i += GSTRIDE) Y[i] = w_gelu(X[i]);
+  for (long long i = i0 + GTID; i < p.n; i += GSTRIDE) Y[i] = gelu_f<F32>(X[i]);
 }
 
-extern "C" __global__ void weft_tx_gelu_bwd(weft_tx_gelu_args p) {
+template <bool F32> DEV void gelu_bwd_body(const weft_tx_gelu_args &p) {
   const float *X = reinterpret_cast<const float *>(p.x), *DY = reinterpret_cast<const float *>(p.dy);
   float *DX = reinterpret_cast<float *>(p.out);
   long long i0 = 0;
@@ -821,13 +844,17 @@ extern "C" __global__ void weft_tx_gelu_bwd(weft_tx_gelu_args p) {
 #pragma unroll
       for (int u = 0; u < GELU_U; u++)
         if (i + u * GSTRIDE < n4)
-          O4[i + u * GSTRIDE] = make_float4(gelu_b(v[u].x, d[u].x), gelu_b(v[u].y, d[u].y), gelu_b(v[u].z, d[u].z),
-                                            gelu_b(v[u].w, d[u].w));
+          O4[i + u * GSTRIDE] = make_float4(gelu_bf<F32>(v[u].x, d[u].x), gelu_bf<F32>(v[u].y, d[u].y), gelu_bf<F32>(v[u].z, d[u].z),
+                                            gelu_bf<F32>(v[u].w, d[u].w));
     }
     i0 = n4 << 2;
   }
-  for (long long i = i0 + GTID; i < p.n; i += GSTRIDE) DX[i] = gelu_b(X[i], DY[i]);
+  for (long long i = i0 + GTID; i < p.n; i += GSTRIDE) DX[i] = gelu_bf<F32>(X[i], DY[i]);
 }
+extern "C" __global__ void weft_tx_gelu_fwd(weft_tx_gelu_args p) { gelu_fwd_body<false>(p); }
+extern "C" __global__ void weft_tx_gelu_bwd(weft_tx_gelu_args p) { gelu_bwd_body<false>(p); }
+extern "C" __global__ void weft_tx_gelu_fwd_f32(weft_tx_gelu_args p) { gelu_fwd_body<true>(p); }
+extern "C" __global__ void weft_tx_gelu_bwd_f32(weft_tx_gelu_args p) { gelu_bwd_body<true>(p); }
 
 /* ---------------------------------------------------------------------------------- causal softmax */
 

@@ -296,6 +296,13 @@ static void gelu(int64_t n, int off, unsigned gx) {
   char w[64];
   snprintf(w, sizeof w, "gelu fwd n%lld+%d", (long long)n, off); cmp(w, y.data(), yb.data() + off, n);
   snprintf(w, sizeof w, "gelu bwd n%lld+%d", (long long)n, off); cmp(w, dx.data(), dxb.data() + off, n);
+  /* the fp32 kernels: within the tolerance, specials included */
+  std::vector<float> yf(n + 4, 7.f), dxf(n + 4, 7.f);
+  a.out = U(yf.data() + off), b.out = U(dxf.data() + off);
+  emu_launch(gx, 1, 64, [&] { weft_tx_gelu_fwd_f32(a); });
+  emu_launch(gx, 1, 64, [&] { weft_tx_gelu_bwd_f32(b); });
+  snprintf(w, sizeof w, "gelu f32 fwd n%lld+%d", (long long)n, off); cmp_tol(w, y.data(), yf.data() + off, n);
+  snprintf(w, sizeof w, "gelu f32 bwd n%lld+%d", (long long)n, off); cmp_tol(w, dx.data(), dxf.data() + off, n);
 }
 /* SUMSQ: the chunk partials and their in-order add onto acc, against weft_ref_sumsq */
 static void sumsq(int64_t n, int off, unsigned gx) {
