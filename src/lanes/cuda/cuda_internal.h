@@ -20,7 +20,7 @@
 #define WEFT_CU_WB_MIN ((size_t)1 << 20)              /* results smaller than this are not streamed back early */
 #define WEFT_CU_WB_MAX ((size_t)512 << 20)            /* nor larger than this (pinned memory is precious) */
 #define WEFT_CU_GRAPHS 64                             /* recorded launch sequences kept as graphs */
-#define WEFT_CU_SCOPE_CHUNK 32                        /* a scope's launches go to the GPU in runs of this many */
+#define WEFT_CU_SCOPE_CHUNK 0                         /* >0: a scope's launches go to the GPU in runs of this many */
 #define WEFT_CU_BLAS_WORKSPACE ((size_t)32 << 20)
 #define WEFT_CU_REGS 64                               /* host ranges registered (pinned in place) at once */
 #define WEFT_CU_PIN_AWAY ((size_t)32 << 20)           /* ranges larger than this are pinned off the caller's path */

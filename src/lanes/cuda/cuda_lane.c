@@ -9,10 +9,11 @@
  * straight from the host is run in row blocks and each block's result is streamed back into pinned memory
  * while the next block computes, so the read that usually follows finds the result mostly home already.
  *
- * Scopes: launches are recorded and start in runs of WEFT_CU_SCOPE_CHUNK as they are recorded (so the GPU
- * works while the caller records the rest; WEFT_CUDA_SCOPE_CHUNK=0 keeps a whole scope for its end), and at
- * the scope's end or when something needs their results. A sequence seen before is replayed as a CUDA graph:
- * a decode step's hundred kernels cost a few graph launches and one synchronisation.
+ * Scopes: launches are recorded and run at the scope's end (or when something needs their results). A
+ * sequence seen before is replayed as a CUDA graph: a decode step's hundred kernels cost one graph launch
+ * and one synchronisation. WEFT_CUDA_SCOPE_CHUNK=N (a developer's switch) starts them in runs of N as they
+ * are recorded instead, so the GPU works while the caller records the rest: on the H200 a decode step ran
+ * no faster so (923-992 against 933-963 tokens/s, alternating), and one submission stays the default. */
  *
  * Failures: out of device memory is WEFT_ERR_OUT_OF_MEMORY and the lane goes on; an error that leaves the
  * context unusable (illegal address, trapped kernel, lost device) fails both lanes of the device with
@@ -893,9 +894,8 @@ static weft_status lane_run(void *self, const weft_op *op) {
     weft_cu_buf *b = op->out[o];
     if (b) b->gen++, b->from_host = 0;
   }
-  /* Inside a scope the launches start in runs of WEFT_CU_SCOPE_CHUNK (each replayed from its own graph from
-   * the second time on), so the GPU works on the first ops while the caller records the rest (a decode step
-   * records for about a quarter of its time); never in the middle of a pattern the fusion window holds. */
+  /* WEFT_CUDA_SCOPE_CHUNK: inside a scope the launches start in runs of that many (each replayed from its own
+   * graph from the second time on); never in the middle of a pattern the fusion window holds. */
   if (d->scope_depth > 0)
     return d->scope_chunk > 0 && d->nitems >= (size_t)d->scope_chunk && d->fuse.n == 0 ? weft_cu_flush(d) : WEFT_OK;
   return weft_cu_flush(d);
