@@ -13,7 +13,7 @@
  * sequence seen before is replayed as a CUDA graph: a decode step's hundred kernels cost one graph launch
  * and one synchronisation. WEFT_CUDA_SCOPE_CHUNK=N (a developer's switch) starts them in runs of N as they
  * are recorded instead, so the GPU works while the caller records the rest: on the H200 a decode step ran
- * no faster so (923-992 against 933-963 tokens/s, alternating), and one submission stays the default. */
+ * no faster so (923-992 against 933-963 tokens/s, alternating), and one submission stays the default.
  *
  * Failures: out of device memory is WEFT_ERR_OUT_OF_MEMORY and the lane goes on; an error that leaves the
  * context unusable (illegal address, trapped kernel, lost device) fails both lanes of the device with
