@@ -787,7 +787,7 @@ DEV bool gelu_vec(const void *a, const void *b, const void *c) {
  * never runs both of weft_tanhf's paths. Near u = 0 the tanh loses relative precision but not absolute:
  * the outputs, 0.5x(1 + tanh) and its derivative, stay within a few roundings of the reference's. */
 DEV float tanh_f32(float u) {
-  const float e = w_expf(2.0f * fabsf(u));
+  const float e = w_expf_f32(2.0f * fabsf(u));
   return copysignf(1.0f - 2.0f / (e + 1.0f), u);
 }
 template <bool F32> DEV float gelu_f(float x) {
@@ -1647,8 +1647,8 @@ DEV void xf_lse(float *part, const float *z, long long V, float *mx_out, float *
   j = threadIdx.x;
   for (; j + 3 * nt < V; j += 4 * nt)
 #pragma unroll
-    for (int u = 0; u < 4; u++) s[u] += w_expf(z[j + u * nt] - mx);
-  for (; j < V; j += nt) s[0] += w_expf(z[j] - mx);
+    for (int u = 0; u < 4; u++) s[u] += w_expf_f32(z[j + u * nt] - mx);
+  for (; j < V; j += nt) s[0] += w_expf_f32(z[j] - mx);
   const float sum = xf_block_sum(part, (s[0] + s[1]) + (s[2] + s[3]));
   *mx_out = mx;
   *ls_out = w_logf(sum);
@@ -1690,12 +1690,12 @@ extern "C" __global__ void __launch_bounds__(1024) weft_tx_xent_bwd_f32(weft_tx_
       for (int u = 0; u < 4; u++) zz[u] = z[j + u * nt];
 #pragma unroll
       for (int u = 0; u < 4; u++) {
-        const float pr = w_expf((zz[u] - mx) - ls);
+        const float pr = w_expf_f32((zz[u] - mx) - ls);
         g[j + u * nt] = (j + u * nt == tgt ? pr - 1.0f : pr) * dl;
       }
     }
     for (; j < p.V; j += nt) {
-      const float pr = w_expf((z[j] - mx) - ls);
+      const float pr = w_expf_f32((z[j] - mx) - ls);
       g[j] = (j == tgt ? pr - 1.0f : pr) * dl;
     }
   }
@@ -2105,7 +2105,11 @@ extern "C" __global__ void weft_tx_permute(weft_tx_permute_args p) {
     /* The last axis kept in place with a length that is a multiple of 4 (so every other input stride is a
      * multiple of 4 too) and both arrays 16-byte aligned: 4 consecutive outputs are 4 consecutive inputs,
      * copied as one 16-byte load and store. */
-    const int vec = p.rank > 0 && strides[p.rank - 1] == 1 && dims[p.rank - 1] % 4 == 0 &&
+    unsigned last_d = 1, last_s = 0; /* the last axis's, picked with constant indices (the arrays stay in registers) */
+#pragma unroll
+    for (int k = 0; k < 6; k++)
+      if (k == p.rank - 1) last_d = dims[k], last_s = strides[k];
+    const int vec = p.rank > 0 && last_s == 1 && last_d % 4 == 0 &&
                     ((reinterpret_cast<unsigned long long>(in) | reinterpret_cast<unsigned long long>(out)) & 15u) == 0;
     const long long step = vec ? 4 : 1;
     for (long long e = GTID * step; e < p.count; e += GSTRIDE * step) {
