@@ -396,6 +396,24 @@ static void mv(int M, int N, int K, bool tb, int batch) {
   char what[64]; snprintf(what, sizeof what, "mv %dx%dx%d %s b%d", M, N, K, tb ? "nt" : "nn", batch);
   cmp(what, c.data(), c2.data(), c.size());
 }
+/* One matmul launch of a kernel family, as cuda_ops.c shapes it: 0 mv1_nt, 1 mv_nt/nn, 2 mm64, 3 mm128. */
+static void mm_launch(int kind, weft_cu_mm_args &m, bool ta, bool tb, int batch) {
+  const int M = m.m, N = m.n;
+  if (kind == 0) {
+    emu_launch((unsigned)((N + WEFT_CU_MV1_OUT - 1) / WEFT_CU_MV1_OUT), (unsigned)batch, WEFT_CU_MV_THREADS, [&] { weft_mv1_nt(m); });
+  } else if (kind == 1) {
+    emu_launch((unsigned)((N + WEFT_CU_MV_OUT - 1) / WEFT_CU_MV_OUT), (unsigned)batch, WEFT_CU_MV_THREADS,
+               [&] { if (tb) weft_mv_nt(m); else weft_mv_nn(m); });
+  } else {
+    const int tile = kind == 2 ? 64 : 128;
+    m.tiles_m = (M + tile - 1) / tile; m.tiles_n = (N + tile - 1) / tile; m.group = 8;
+    const int idx = (ta ? 2 : 0) + (tb ? 1 : 0);
+    emu_launch((unsigned)(m.tiles_m * m.tiles_n), (unsigned)batch, 256, [&] {
+      if (kind == 2) { if (idx == 0) weft_mm64_nn(m); else if (idx == 1) weft_mm64_nt(m); else if (idx == 2) weft_mm64_tn(m); else weft_mm64_tt(m); }
+      else { if (idx == 0) weft_mm128_nn(m); else if (idx == 1) weft_mm128_nt(m); else if (idx == 2) weft_mm128_tn(m); else weft_mm128_tt(m); }
+    });
+  }
+}
 /* A fused matmul epilogue (src/lanes/fuse.h) on each kernel family: c = a.b, then c + bias (per column),
  * c + resid, g = gelu(c), each step as the separate op rounds it; c keeps the value before GELU. kind: 0 mv1_nt,
  * 1 mv_nt/nn (several rows), 2 mm64, 3 mm128. Which of bias, resid, gelu: bits of `parts`. */
@@ -431,20 +449,7 @@ static void epilogue(int kind, int M, int N, int K, bool ta, bool tb, int batch,
   m.m = M; m.n = N; m.k = K; m.lda = ta ? M : K; m.ldb = tb ? K : N; m.ldc = N;
   m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
   const char *kn[] = {"mv1", "mv", "mm64", "mm128"};
-  if (kind == 0) {
-    emu_launch((unsigned)((N + WEFT_CU_MV1_OUT - 1) / WEFT_CU_MV1_OUT), (unsigned)batch, WEFT_CU_MV_THREADS, [&] { weft_mv1_nt(m); });
-  } else if (kind == 1) {
-    emu_launch((unsigned)((N + WEFT_CU_MV_OUT - 1) / WEFT_CU_MV_OUT), (unsigned)batch, WEFT_CU_MV_THREADS,
-               [&] { if (tb) weft_mv_nt(m); else weft_mv_nn(m); });
-  } else {
-    const int tile = kind == 2 ? 64 : 128;
-    m.tiles_m = (M + tile - 1) / tile; m.tiles_n = (N + tile - 1) / tile; m.group = 8;
-    const int idx = (ta ? 2 : 0) + (tb ? 1 : 0);
-    emu_launch((unsigned)(m.tiles_m * m.tiles_n), (unsigned)batch, 256, [&] {
-      if (kind == 2) { if (idx == 0) weft_mm64_nn(m); else if (idx == 1) weft_mm64_nt(m); else if (idx == 2) weft_mm64_tn(m); else weft_mm64_tt(m); }
-      else { if (idx == 0) weft_mm128_nn(m); else if (idx == 1) weft_mm128_nt(m); else if (idx == 2) weft_mm128_tn(m); else weft_mm128_tt(m); }
-    });
-  }
+  mm_launch(kind, m, ta, tb, batch);
   char what[80];
   snprintf(what, sizeof what, "epi %s %dx%dx%d %s%s b%d %c%c%c", kn[kind], M, N, K, ta ? "t" : "n", tb ? "t" : "n", batch,
            hb ? 'b' : '-', hr ? 'r' : '-', hg ? 'g' : '-');
@@ -481,20 +486,7 @@ static void accum(int kind, int M, int N, int K, bool ta, bool tb, int batch) {
   m.m = M; m.n = N; m.k = K; m.lda = ta ? M : K; m.ldb = tb ? K : N; m.ldc = N;
   m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
   const char *kn[] = {"mv1", "mv", "mm64", "mm128"};
-  if (kind == 0) {
-    emu_launch((unsigned)((N + WEFT_CU_MV1_OUT - 1) / WEFT_CU_MV1_OUT), (unsigned)batch, WEFT_CU_MV_THREADS, [&] { weft_mv1_nt(m); });
-  } else if (kind == 1) {
-    emu_launch((unsigned)((N + WEFT_CU_MV_OUT - 1) / WEFT_CU_MV_OUT), (unsigned)batch, WEFT_CU_MV_THREADS,
-               [&] { if (tb) weft_mv_nt(m); else weft_mv_nn(m); });
-  } else {
-    const int tile = kind == 2 ? 64 : 128;
-    m.tiles_m = (M + tile - 1) / tile; m.tiles_n = (N + tile - 1) / tile; m.group = 8;
-    const int idx = (ta ? 2 : 0) + (tb ? 1 : 0);
-    emu_launch((unsigned)(m.tiles_m * m.tiles_n), (unsigned)batch, 256, [&] {
-      if (kind == 2) { if (idx == 0) weft_mm64_nn(m); else if (idx == 1) weft_mm64_nt(m); else if (idx == 2) weft_mm64_tn(m); else weft_mm64_tt(m); }
-      else { if (idx == 0) weft_mm128_nn(m); else if (idx == 1) weft_mm128_nt(m); else if (idx == 2) weft_mm128_tn(m); else weft_mm128_tt(m); }
-    });
-  }
+  mm_launch(kind, m, ta, tb, batch);
   char what[80];
   snprintf(what, sizeof what, "acc %s %dx%dx%d %s%s b%d", kn[kind], M, N, K, ta ? "t" : "n", tb ? "t" : "n", batch);
   cmp(what, c.data(), c2.data(), c.size());
