@@ -75,19 +75,13 @@ int weft_mpi_timeout_ms(void) {
 #define SLEEP0_NS 20000L
 #define SLEEP_MAX_NS 1000000L
 
-typedef struct waiter {
-  double t0, deadline;
-  long sleep_ns;
-} waiter;
-
-static void waiter_init(waiter *w, int timeout_ms) {
+void weft_mpi_waiter_init(weft_mpi_waiter *w, int timeout_ms) {
   w->t0 = weft_mpi_now();
   w->deadline = timeout_ms < 0 ? -1 : w->t0 + timeout_ms * 1e-3;
   w->sleep_ns = SLEEP0_NS;
 }
 
-/* 1 when time is up; otherwise spins or sleeps a little. */
-static int waiter_step(waiter *w) {
+int weft_mpi_waiter_step(weft_mpi_waiter *w) {
   double now = weft_mpi_now();
   if (w->deadline >= 0 && now >= w->deadline) return 1;
   if (now - w->t0 < SPIN_S) return 0; /* poll again at once (yielding the core here doubled a tiny op's time) */
@@ -98,8 +92,8 @@ static int waiter_step(waiter *w) {
 }
 
 int weft_mpi_wait(MPI_Request *reqs, int n, MPI_Status *st, int timeout_ms, int *err) {
-  waiter w;
-  waiter_init(&w, timeout_ms);
+  weft_mpi_waiter w;
+  weft_mpi_waiter_init(&w, timeout_ms);
   for (;;) {
     int flag = 0;
     weft_mpi_lock();
@@ -110,14 +104,14 @@ int weft_mpi_wait(MPI_Request *reqs, int n, MPI_Status *st, int timeout_ms, int 
       return -1;
     }
     if (flag) return 0;
-    if (waiter_step(&w)) return 1;
+    if (weft_mpi_waiter_step(&w)) return 1;
   }
 }
 
 int weft_mpi_probe(int source, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Status *status, int timeout_ms,
                    int *err) {
-  waiter w;
-  waiter_init(&w, timeout_ms);
+  weft_mpi_waiter w;
+  weft_mpi_waiter_init(&w, timeout_ms);
   for (;;) {
     int flag = 0;
     weft_mpi_lock();
@@ -128,7 +122,7 @@ int weft_mpi_probe(int source, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Sta
       return -1;
     }
     if (flag) return 0;
-    if (waiter_step(&w)) return 1;
+    if (weft_mpi_waiter_step(&w)) return 1;
   }
 }
 
