@@ -41,7 +41,7 @@ typedef struct weft_mpi_job {
   weft_mpi_mode mode;
   int rank, size;
   MPI_Comm lanes;       /* frames between rank 0 and the serving ranks */
-  MPI_Comm dp;          /* data-parallel traffic: running sums, broadcasts, reports */
+  MPI_Comm dp;          /* data-parallel traffic: running sums, final values, checks, reports */
   int tag_ub;
   int serialized;       /* the MPI library gave less than MPI_THREAD_MULTIPLE: every call under `lock` */
   int dead_rank;        /* a serving rank that stopped answering (0: none): the job cannot end cleanly */

@@ -5,22 +5,32 @@
  * over (b, t)). Rank r holds the samples after rank r-1's, so rank r continues rank r-1's running sum over
  * its own samples, starting from the value rank r-1 left: matmul_acc, whose every sum starts from the value
  * in its output. Rank 0 starts from zero (a plain matmul). The result on the last rank is, bit for bit, what
- * one process computes over the whole batch, whatever the number of ranks; weft_mpi_grad_end broadcasts it.
+ * one process computes over the whole batch, whatever the number of ranks.
  *
  * The chain is pipelined: a gradient's rows go in chunks (CHUNK_FLOATS), each passed on to the next rank as
  * soon as it is done while this rank computes the next chunk, and the ranks receive all of a gradient's
  * chunks as they come; and a rank passes each gradient on while it goes on with the rest of its backward
- * pass, so the ranks work at once, each a little behind the one before. The chain then costs bandwidth
- * (one gradient's worth per link, plus the broadcast) and (R-1) chunk latencies, not R whole transfers.
+ * pass, so the ranks work at once, each a little behind the one before. Each chunk the last rank finishes
+ * is final: it goes straight back down the chain (rank R-1 to R-2, ..., to 0), each rank passing it on as
+ * it comes, while later chunks still go up. Both directions of every link are busy at once, and a gradient
+ * costs one gradient's worth over each link each way and 2(R-1) chunk latencies, not R whole transfers
+ * plus a broadcast.
+ *
+ * Everything happens in each gradient's own host memory: the running sum arrives there, grows there by the
+ * fabric's matmul_acc on views of it, leaves from there, and the final value lands there. No copy of a
+ * gradient is made, and none is allocated per step. Until weft_mpi_grad_end the memory belongs to MPI.
  *
  * A gradient that several ops of a step accumulate into (GPT-2's tied token table: the head's matmul and
  * the embedding's backward) is passed along once per op (weft_mpi_grad_passes): between passes the last
  * rank hands its running sum back to rank 0.
  *
  * fp32 contract: each rank sums its own samples (any order); weft_mpi_grad_end adds the ranks' sums with
- * MPI_Allreduce, whose order depends on the number of ranks (not bit-stable across job sizes).
+ * MPI_Allreduce, in place, whose order depends on the number of ranks (not bit-stable across job sizes).
  *
- * Every wait is bounded (weft_mpi_timeout_ms); a rank that died or hangs is named in the error. */
+ * Every wait is bounded (weft_mpi_timeout_ms). A rank that hears nothing from the rank it waits for within
+ * the timeout checks whether that rank is alive; one that does not answer within another timeout is named
+ * in the error, and the rank that names it tells every other rank, so that a rank waiting on a live rank
+ * (which waits on the dead one) names the dead one too. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

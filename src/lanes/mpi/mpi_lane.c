@@ -2,8 +2,8 @@
  * lane a serving rank offers, named mpi:<rank>/<lane>, one session (connection) each. The protocol's client
  * is src/net/client.c, as for remote and browser lanes: the same frames, handles, caps and checks; the lane
  * glue over it (the vtable, the probe of a rank's list, the check on revive) is src/net/peer_lane.c, as for
- * remote lanes. This file is its MPI transport (src/net/mpi.h says how a frame travels), a session's opening
- * and closing, and revive. A rank that does not answer within WEFT_MPI_TIMEOUT_MS makes the lane fail
+ * remote lanes. This file is its MPI transport (src/net/mpi.h says how a frame travels; large transfers keep
+ * several frames in flight, mpi_bulk), a session's opening and closing, and revive. A rank that does not answer within WEFT_MPI_TIMEOUT_MS makes the lane fail
  * (WEFT_ERR_LANE_FAILED), so the core takes it out and re-routes the op; a rank that stopped answering is
  * not asked again (MPI ranks do not come back). */
 #include <stdio.h>
