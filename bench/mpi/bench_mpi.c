@@ -266,6 +266,22 @@ static int bench_reduce(long long floats) {
     }
   }
   if (!ok) fprintf(stderr, "bench_mpi: rank %d: %s %s\n", rank, weft_fabric_last_error(f), weft_mpi_last_error());
+  /* the chain's result, on every rank: each row is 0 + x_0 + x_1 + ... in rank order, each add rounded */
+  if (ok && weft_tensor_read(tc, buf, (size_t)(m * n)) == WEFT_OK) {
+    int64_t bad = -1;
+    for (int64_t j = 0; j < n; j++) {
+      float acc = 0;
+      for (int r = 0; r < size; r++) acc = acc + (float)(r + 1) * 0.001f * (float)(j % 97);
+      x[j] = acc;
+    }
+    for (int64_t e = 0; e < m * n && bad < 0; e++)
+      if (memcmp(&buf[e], &x[e % n], sizeof(float)) != 0) bad = e;
+    if (bad >= 0) {
+      fprintf(stderr, "bench_mpi: rank %d: the chained sum is wrong at element %lld\n", rank, (long long)bad);
+      ok = 0;
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   const double c = median(tch, 3), a = median(tar, 3);
   if (rank == 0 && ok)
     printf("reduction of %lld floats (%.0f MB) over %d ranks: chained exact %.3f s, MPI_Allreduce %.3f s: "
