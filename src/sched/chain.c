@@ -314,7 +314,7 @@ static weft_status answer(weft_mpi_grad *g, int peer, int *alive) {
 static weft_status drive_until(weft_mpi_grad *g, MPI_Request *reqs, int n, int peer, const char *what) {
   weft_mpi_waiter w;
   weft_mpi_waiter_init(&w, g->timeout_ms);
-  int pinged = 0, checks = 0, rc = 0;
+  int pinged = 0, checks = 0, rc = 0, polls = 0;
   for (;;) {
     int moved = 0, done;
     weft_status st = progress(g, &moved);
@@ -329,8 +329,8 @@ static weft_status drive_until(weft_mpi_grad *g, MPI_Request *reqs, int n, int p
     }
     if (done < 0) return mpi_error(g, rc, what);
     if (done) return WEFT_OK;
-    int alive = 0;
-    if ((st = answer(g, pinged ? peer : -1, &alive)) != WEFT_OK) return st;
+    int alive = 0; /* (checks are not looked for in a short wait: it costs the polls of the wait itself) */
+    if (++polls > 64 && (st = answer(g, pinged ? peer : -1, &alive)) != WEFT_OK) return st;
     if ((n < 0 && moved) || alive) { /* things move, or the peer is there: a new timeout */
       weft_mpi_waiter_init(&w, g->timeout_ms);
       pinged = 0;
