@@ -74,6 +74,9 @@ struct weft_mpi_grad {
   size_t *order, norder, order_cap;
   size_t post_o, take_o;
   int post_j, take_j;
+  /* At the end: the entries and chunks whose sends are known to be done. */
+  size_t done_e;
+  int done_j;
 };
 
 static weft_status fail(weft_mpi_grad *g, weft_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -231,15 +234,15 @@ static int step_done(weft_mpi_grad *g, int *peer, const char **what, int *rc) {
     *what = posted ? "waiting for the final values" : "passing a running sum on";
     return 0;
   }
-  for (size_t i = 0; i < g->ne; i++) {
-    grad_entry *e = g->e[i];
-    for (int j = 0; j < e->nch; j++) {
-      int k = tested(&e->sends[j], rc);
+  for (; g->done_e < g->ne; g->done_e++, g->done_j = 0) {
+    grad_entry *e = g->e[g->done_e];
+    for (; g->done_j < e->nch; g->done_j++) {
+      int k = tested(&e->sends[g->done_j], rc);
       if (k <= 0) {
         *peer = e->sends_to, *what = e->sends_to < g->rank ? "passing the final values on" : "passing a running sum on";
         return k;
       }
-      if ((k = tested(&e->fwd[j], rc)) <= 0) {
+      if ((k = tested(&e->fwd[g->done_j], rc)) <= 0) {
         *peer = g->rank - 1, *what = "passing the final values on";
         return k;
       }
