@@ -39,9 +39,11 @@
 #include "core/internal.h"
 #include "net/mpi.h"
 
-/* Floats per message of a running sum: 256 KiB, a size at which MPI's bandwidth is near its peak while a
- * chunk still passes in tens of microseconds on shared memory. */
-#define CHUNK_FLOATS ((size_t)1 << 16)
+/* Floats per message of a running sum or a final value: 1 MiB. Every chunk costs a message each way, an op
+ * and the waits of both ranks: GPT-2 124M's gradient on 4 ranks on 2 cores took 1.25 s in 16 Ki-float
+ * chunks, 0.34-0.50 s in 64 Ki, 0.28-0.33 s in 256 Ki and 0.31 s in 1 Mi (bench/mpi/README.md); and a chunk
+ * still passes in a few hundred microseconds, so the chain fills quickly. */
+#define CHUNK_FLOATS ((size_t)1 << 18)
 /* Checks of a peer that answers but sends nothing, before it is named anyway (drive_until). */
 #define MAX_CHECKS 3
 
