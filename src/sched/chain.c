@@ -7,7 +7,7 @@
  * in its output. Rank 0 starts from zero (a plain matmul). The result on the last rank is, bit for bit, what
  * one process computes over the whole batch, whatever the number of ranks.
  *
- * The chain is pipelined: a gradient's rows go in chunks (CHUNK_FLOATS), each passed on to the next rank as
+ * The chain is pipelined: a gradient's rows go in chunks (chunk_floats), each passed on to the next rank as
  * soon as it is done while this rank computes the next chunk, and the ranks receive all of a gradient's
  * chunks as they come; and a rank passes each gradient on while it goes on with the rest of its backward
  * pass, so the ranks work at once, each a little behind the one before. Each chunk the last rank finishes
@@ -44,6 +44,16 @@
  * chunks, 0.34-0.50 s in 64 Ki, 0.28-0.33 s in 256 Ki and 0.31 s in 1 Mi (bench/mpi/README.md); and a chunk
  * still passes in a few hundred microseconds, so the chain fills quickly. */
 #define CHUNK_FLOATS ((size_t)1 << 18)
+
+/* The chunk for a job of `size` ranks: CHUNK_FLOATS up to 64 ranks, then halved for each doubling of the job
+ * (down to 16 Ki floats), since the chain's fill and drain take 2(R-1) chunks: in bench/mpi/chain_model.py
+ * (a 100 Gb/s network) GPT-2's gradient in 1 MiB chunks takes 1.57x a ring all-reduce at 512 ranks and
+ * 2.59x at 1024; in these, 0.74x and 0.83x (the best chunk for each size: 0.73x and 0.83x). */
+static size_t chunk_floats(int size) {
+  size_t c = CHUNK_FLOATS;
+  for (int r = 64; r < size && c > ((size_t)1 << 14); r *= 2) c /= 2;
+  return c;
+}
 /* Checks of a peer that answers but sends nothing, before it is named anyway (drive_until). */
 #define MAX_CHECKS 3
 
@@ -371,7 +381,8 @@ static weft_status pass_begin(weft_mpi_grad *g, grad_entry *e, int64_t cols, int
   if (st) return st;
   if (cols < 1) cols = 1;
   const int64_t rows = (int64_t)(e->n / (size_t)cols);
-  const int64_t per = (int64_t)(CHUNK_FLOATS / (size_t)cols) > 0 ? (int64_t)(CHUNK_FLOATS / (size_t)cols) : 1;
+  const size_t chunk = chunk_floats(g->size);
+  const int64_t per = (int64_t)(chunk / (size_t)cols) > 0 ? (int64_t)(chunk / (size_t)cols) : 1;
   const int nch = (int)((rows + per - 1) / per);
   if (nch > e->cap) {
     MPI_Request *s = realloc(e->sends, (size_t)nch * sizeof *s);
