@@ -59,7 +59,7 @@ const char *weft_mpi_strerror(int code, char *buf, size_t len);
 
 /* The waiting policy of every wait below, for loops that poll something else (src/sched/chain.c): step
  * returns 1 once timeout_ms (< 0: none) has passed since init, else polls at once for the first 200 us and
- * then sleeps between polls, from 20 us doubling up to 1 ms. */
+ * then sleeps between polls, from 20 us doubling, up to 80 us for the first 10 ms and 1 ms after. */
 typedef struct weft_mpi_waiter {
   double t0, deadline;
   long sleep_ns;
