@@ -741,15 +741,18 @@ WEFT_API int weft_mpi_timeout_ms(void);
  *
  * Under the exact contract the reduction is chained, not an all-reduce: a weight gradient is a sum over the
  * batch's samples in ascending order, so rank r continues rank r-1's running sum over its own samples
- * (matmul_acc, which continues from the value in its output), passes it on to rank r+1 in chunks of rows
- * as each is done (the chain costs bandwidth, not latency), and the last rank broadcasts the results at
- * weft_mpi_grad_end: every rank then holds, bit for bit, the gradient one process computes over the whole
- * batch, whatever the number of ranks. Under fp32 each rank sums its own samples and weft_mpi_grad_end
- * adds the ranks' sums with MPI_Allreduce, whose order depends on the number of ranks: the weights then
- * differ in their last bits between jobs of different sizes (and from one process).
+ * (matmul_acc, which continues from the value in its output) and passes it on to rank r+1 in chunks of
+ * rows as each is done (the chain costs bandwidth, not latency); each chunk the last rank finishes goes
+ * straight back down the chain to every rank. After weft_mpi_grad_end every rank holds, bit for bit, the
+ * gradient one process computes over the whole batch, whatever the number of ranks; until then a gradient's
+ * host memory is the chain's (the running sum and the final value travel in it: read it only after the
+ * end). Under fp32 each rank sums its own samples and weft_mpi_grad_end adds the ranks' sums with
+ * MPI_Allreduce, whose order depends on the number of ranks: the weights then differ in their last bits
+ * between jobs of different sizes (and from one process).
  *
- * Every wait is bounded by weft_mpi_timeout_ms(): a rank that died or hangs is reported (naming it), never
- * waited on forever; the caller then ends the job (weft_mpi_abort). */
+ * Every wait is bounded: a rank that hears nothing from another within weft_mpi_timeout_ms() checks whether
+ * it is alive, and one that does not answer within another timeout is reported (naming it), never waited on
+ * forever; the caller then ends the job (weft_mpi_abort). */
 typedef struct weft_mpi_grad weft_mpi_grad;
 /* Starts a step's reduction over the fabric's ops under `contract` (exact or fp32). */
 WEFT_API weft_status weft_mpi_grad_begin(weft_fabric *fabric, weft_contract contract, weft_mpi_grad **out_grad);

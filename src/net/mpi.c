@@ -69,37 +69,41 @@ int weft_mpi_timeout_ms(void) {
 
 /* The waiting policy: poll without sleeping for the first SPIN_S (replies to small requests come within
  * microseconds: measured on 2 loaded cores, a tiny op's round trip was 1.7 us polling and 3.2-4.1 us with a
- * sched_yield between polls); then sleep, from SLEEP0_NS doubling up to SLEEP_MAX_NS between polls, so a
- * rank waiting long (an op of its peer's, or nothing to serve) does not burn a core. */
+ * sched_yield between polls); then sleep between polls, from SLEEP0_NS doubling, so a rank waiting long (an
+ * op of its peer's, or nothing to serve) does not burn a core. For the first NEAR_S of a wait the sleeps stay
+ * under SLEEP_NEAR_NS, shorter than the spin (with the kernel's timer slack): a rank that slept through the
+ * other's message then answers within the other's spin, and a ping-pong that slipped out of step gets back
+ * in at the next exchange. With sleeps up to 1 ms at once, two ranks that had both waited past the spin
+ * (after a long op) stayed out of step: each saw the other's message up to a sleep late, so the other was
+ * asleep again, and 300 tiny ops on mpi:1/cpu took 1.88 ms each instead of microseconds. After NEAR_S the
+ * sleeps grow to SLEEP_MAX_NS. */
 #define SPIN_S 200e-6
 #define SLEEP0_NS 20000L
+#define SLEEP_NEAR_NS 80000L
+#define NEAR_S 10e-3
 #define SLEEP_MAX_NS 1000000L
 
-typedef struct waiter {
-  double t0, deadline;
-  long sleep_ns;
-} waiter;
-
-static void waiter_init(waiter *w, int timeout_ms) {
+void weft_mpi_waiter_init(weft_mpi_waiter *w, int timeout_ms) {
   w->t0 = weft_mpi_now();
   w->deadline = timeout_ms < 0 ? -1 : w->t0 + timeout_ms * 1e-3;
   w->sleep_ns = SLEEP0_NS;
 }
 
-/* 1 when time is up; otherwise spins or sleeps a little. */
-static int waiter_step(waiter *w) {
+int weft_mpi_waiter_step(weft_mpi_waiter *w) {
   double now = weft_mpi_now();
   if (w->deadline >= 0 && now >= w->deadline) return 1;
   if (now - w->t0 < SPIN_S) return 0; /* poll again at once (yielding the core here doubled a tiny op's time) */
+  const long cap = now - w->t0 < NEAR_S ? SLEEP_NEAR_NS : SLEEP_MAX_NS;
+  if (w->sleep_ns > cap) w->sleep_ns = cap;
   struct timespec ts = {0, w->sleep_ns};
   nanosleep(&ts, NULL);
-  if (w->sleep_ns < SLEEP_MAX_NS) w->sleep_ns *= 2;
+  w->sleep_ns *= 2;
   return 0;
 }
 
 int weft_mpi_wait(MPI_Request *reqs, int n, MPI_Status *st, int timeout_ms, int *err) {
-  waiter w;
-  waiter_init(&w, timeout_ms);
+  weft_mpi_waiter w;
+  weft_mpi_waiter_init(&w, timeout_ms);
   for (;;) {
     int flag = 0;
     weft_mpi_lock();
@@ -110,14 +114,14 @@ int weft_mpi_wait(MPI_Request *reqs, int n, MPI_Status *st, int timeout_ms, int 
       return -1;
     }
     if (flag) return 0;
-    if (waiter_step(&w)) return 1;
+    if (weft_mpi_waiter_step(&w)) return 1;
   }
 }
 
 int weft_mpi_probe(int source, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Status *status, int timeout_ms,
                    int *err) {
-  waiter w;
-  waiter_init(&w, timeout_ms);
+  weft_mpi_waiter w;
+  weft_mpi_waiter_init(&w, timeout_ms);
   for (;;) {
     int flag = 0;
     weft_mpi_lock();
@@ -128,7 +132,7 @@ int weft_mpi_probe(int source, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Sta
       return -1;
     }
     if (flag) return 0;
-    if (waiter_step(&w)) return 1;
+    if (weft_mpi_waiter_step(&w)) return 1;
   }
 }
 

@@ -22,7 +22,13 @@
 #include "weft.h"
 
 #define WEFT_MPI_TAG_CTL 1
-#define WEFT_MPI_TAG_CHAIN 2      /* data-parallel running sums (their own communicator) */
+/* Data-parallel traffic (on its own communicator, src/sched/chain.c): running sums up the chain, final
+ * values back down it, and the checks of a rank that waits too long (is a rank alive; what went wrong). */
+#define WEFT_MPI_TAG_CHAIN 2
+#define WEFT_MPI_TAG_FINAL 3
+#define WEFT_MPI_TAG_PING 4
+#define WEFT_MPI_TAG_PONG 5
+#define WEFT_MPI_TAG_NOTICE 6
 #define WEFT_MPI_TAG_SESSION0 16
 #define WEFT_MPI_SPLIT_BYTES (64u << 10)
 #define WEFT_MPI_HEAD_PAYLOAD 24u /* a WRITE's handle, offset and count */
@@ -35,7 +41,7 @@ typedef struct weft_mpi_job {
   weft_mpi_mode mode;
   int rank, size;
   MPI_Comm lanes;       /* frames between rank 0 and the serving ranks */
-  MPI_Comm dp;          /* data-parallel traffic: running sums, broadcasts, reports */
+  MPI_Comm dp;          /* data-parallel traffic: running sums, final values, checks, reports */
   int tag_ub;
   int serialized;       /* the MPI library gave less than MPI_THREAD_MULTIPLE: every call under `lock` */
   int dead_rank;        /* a serving rank that stopped answering (0: none): the job cannot end cleanly */
@@ -50,6 +56,16 @@ void weft_mpi_unlock(void);
 weft_status weft_mpi_fail(weft_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* An MPI error code in words. */
 const char *weft_mpi_strerror(int code, char *buf, size_t len);
+
+/* The waiting policy of every wait below, for loops that poll something else (src/sched/chain.c): step
+ * returns 1 once timeout_ms (< 0: none) has passed since init, else polls at once for the first 200 us and
+ * then sleeps between polls, from 20 us doubling, up to 80 us for the first 10 ms and 1 ms after. */
+typedef struct weft_mpi_waiter {
+  double t0, deadline;
+  long sleep_ns;
+} weft_mpi_waiter;
+void weft_mpi_waiter_init(weft_mpi_waiter *w, int timeout_ms);
+int weft_mpi_waiter_step(weft_mpi_waiter *w);
 
 /* Waits for n requests. Spins briefly (a reply is usually due soon), then sleeps with backoff so an idle
  * wait does not burn a core. 0 all done (statuses in st, may be NULL), 1 timed out (the requests are left

@@ -2,8 +2,8 @@
  * decoder, the same handles, caps and validation, every op through weft_op_run) fed by MPI messages instead
  * of a socket (the transport of src/net/mpi.h). One session per session tag; frames are served in the order
  * they arrive, one at a time, so an op of one lane waits for the op of another lane of this rank that came
- * first (a rank is one thread). Idle, the loop polls rarely (it sleeps up to 1 ms between polls after the
- * first 200 us), so a rank that serves nothing does not burn a core. */
+ * first (a rank is one thread). Idle, the loop polls rarely (it sleeps up to 1 ms between polls once it has
+ * waited 10 ms; mpi.h), so a rank that serves nothing does not burn a core. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,8 +2,8 @@
  * lane a serving rank offers, named mpi:<rank>/<lane>, one session (connection) each. The protocol's client
  * is src/net/client.c, as for remote and browser lanes: the same frames, handles, caps and checks; the lane
  * glue over it (the vtable, the probe of a rank's list, the check on revive) is src/net/peer_lane.c, as for
- * remote lanes. This file is its MPI transport (src/net/mpi.h says how a frame travels), a session's opening
- * and closing, and revive. A rank that does not answer within WEFT_MPI_TIMEOUT_MS makes the lane fail
+ * remote lanes. This file is its MPI transport (src/net/mpi.h says how a frame travels; large transfers keep
+ * several frames in flight, mpi_bulk), a session's opening and closing, and revive. A rank that does not answer within WEFT_MPI_TIMEOUT_MS makes the lane fail
  * (WEFT_ERR_LANE_FAILED), so the core takes it out and re-routes the op; a rank that stopped answering is
  * not asked again (MPI ranks do not come back). */
 #include <stdio.h>
@@ -140,7 +140,115 @@ static void mpi_drop(void *ctx, const char *why) {
   session_close(ctx);
 }
 
-static const weft_net_transport MPI_TRANSPORT = {mpi_send, mpi_recv, mpi_drop, NULL}; /* no bulk: MPI moves large messages itself */
+/* Chunks of a bulk transfer in flight at once (their requests sent, their replies not yet read). */
+#define BULK_WINDOW 8
+
+/* The lane's rank stopped taking or answering: it is not asked again. */
+static weft_status rank_lost(mpi_lane *l, const char *doing, char *why, size_t whylen) {
+  l->dead = 1, weft_mpi_job_get()->dead_rank = l->rank;
+  snprintf(why, whylen, "rank %d %s within %d ms (it died or hangs; WEFT_MPI_TIMEOUT_MS)", l->rank, doing,
+           l->timeout_ms);
+  return WEFT_ERR_LANE_FAILED;
+}
+
+/* A large WRITE or READ as a stream of frames with up to BULK_WINDOW of them in flight, so that the serving
+ * rank goes from one chunk to the next without waiting for this rank to read a reply and send the next
+ * request (each round trip would otherwise leave the link idle while both ranks wake up). A WRITE chunk is
+ * a split frame (mpi.h): its elements are sent from the caller's memory and received straight into the
+ * tensor. A READ chunk's reply is one message, copied into the caller's buffer. The chunks are of equal
+ * size (so none is small enough to go unsplit), at most job->max_chunk elements. */
+static weft_status mpi_bulk(void *ctx, const weft_net_bulk *job, uint32_t *next_id, char *why, size_t whylen) {
+  mpi_lane *l = ctx;
+  if (!l->open || l->dead) {
+    snprintf(why, whylen, "%s", l->dead ? "its rank stopped answering" : "the session is closed");
+    return WEFT_ERR_LANE_FAILED;
+  }
+  const uint64_t cap = job->max_chunk ? job->max_chunk : 1, nch = job->count ? (job->count + cap - 1) / cap : 0;
+  const uint64_t per = nch ? (job->count + nch - 1) / nch : 0;
+  const uint16_t type = (uint16_t)(job->write ? WEFT_NET_WRITE : WEFT_NET_READ);
+  uint8_t head[BULK_WINDOW][WEFT_NET_HEADER_BYTES + WEFT_MPI_HEAD_PAYLOAD];
+  MPI_Request req[BULK_WINDOW][2];
+  uint32_t ids[BULK_WINDOW];
+  weft_status refused = WEFT_OK;
+  uint64_t sent = 0, got = 0;
+  while (got < sent || (!refused && sent < nch)) {
+    /* 1. requests, up to the window (none more once one was refused) */
+    for (; !refused && sent < nch && sent - got < BULK_WINDOW; sent++) {
+      const int w = (int)(sent % BULK_WINDOW);
+      const uint64_t e0 = sent * per, n = job->count - e0 < per ? job->count - e0 : per;
+      ids[w] = (*next_id)++;
+      weft_net_header h = {WEFT_NET_MAGIC, type, 0, ids[w], (uint32_t)(WEFT_MPI_HEAD_PAYLOAD + (job->write ? n * 4 : 0))};
+      weft_net_header_encode(&h, head[w]);
+      weft_net_put64(head[w] + WEFT_NET_HEADER_BYTES, job->handle);
+      weft_net_put64(head[w] + WEFT_NET_HEADER_BYTES + 8, job->first + e0);
+      weft_net_put64(head[w] + WEFT_NET_HEADER_BYTES + 16, n);
+      req[w][0] = req[w][1] = MPI_REQUEST_NULL;
+      weft_mpi_lock();
+      int rc = MPI_Isend(head[w], (int)sizeof head[w], MPI_BYTE, l->rank, tag_of(l), weft_mpi_job_get()->lanes,
+                         &req[w][0]);
+      if (rc == MPI_SUCCESS && job->write)
+        rc = MPI_Isend(job->data + e0 * 4, (int)(n * 4), MPI_BYTE, l->rank, tag_of(l), weft_mpi_job_get()->lanes,
+                       &req[w][1]);
+      weft_mpi_unlock();
+      if (rc != MPI_SUCCESS) {
+        char e[200];
+        snprintf(why, whylen, "MPI_Isend to rank %d: %s", l->rank, weft_mpi_strerror(rc, e, sizeof e));
+        return WEFT_ERR_LANE_FAILED;
+      }
+    }
+    /* 2. the oldest chunk's reply (in order, as the serving rank answers them) */
+    const int w = (int)(got % BULK_WINDOW);
+    const uint64_t e0 = got * per, n = job->count - e0 < per ? job->count - e0 : per;
+    const uint8_t *frame = NULL;
+    size_t len = 0;
+    l->peer.max_reply = WEFT_NET_HEADER_BYTES + (job->write ? WEFT_NET_MAX_MESSAGE : 8 + n * 4 + WEFT_NET_MAX_MESSAGE);
+    weft_status st = mpi_recv(l, &frame, &len, why, whylen);
+    if (st) return st;
+    /* the reply means the rank took the request; its sends are done, or end at once */
+    int err = 0, k = weft_mpi_wait(req[w], 2, NULL, l->timeout_ms, &err);
+    if (k == 1) return rank_lost(l, "took no message", why, whylen);
+    if (k < 0) {
+      char e[200];
+      snprintf(why, whylen, "MPI_Isend to rank %d: %s", l->rank, weft_mpi_strerror(err, e, sizeof e));
+      return WEFT_ERR_LANE_FAILED;
+    }
+    got++;
+    weft_net_header h = {0, 0, 0, 0, 0};
+    if (len >= WEFT_NET_HEADER_BYTES)
+      h = (weft_net_header){weft_net_get32(frame), weft_net_get16(frame + 4), weft_net_get16(frame + 6),
+                            weft_net_get32(frame + 8), weft_net_get32(frame + 12)};
+    if (len < WEFT_NET_HEADER_BYTES || h.magic != WEFT_NET_MAGIC || h.type != (uint16_t)(type | WEFT_NET_REPLY) ||
+        h.request_id != ids[w] || len != WEFT_NET_HEADER_BYTES + (size_t)h.length) {
+      snprintf(why, whylen, "a malformed reply to a bulk %s (%zu bytes, wanted the reply to request %u)",
+               job->write ? "write" : "read", len, (unsigned)ids[w]);
+      return WEFT_ERR_LANE_FAILED;
+    }
+    if (h.status) {
+      /* refused: the replies to the chunks still in flight are read too, so the session stays in step */
+      if (refused == WEFT_OK) {
+        size_t m = h.length < WEFT_NET_MAX_MESSAGE ? h.length : WEFT_NET_MAX_MESSAGE;
+        char msg[WEFT_NET_MAX_MESSAGE + 1];
+        memcpy(msg, frame + WEFT_NET_HEADER_BYTES, m);
+        for (size_t i = 0; i < m; i++)
+          if ((uint8_t)msg[i] < 0x20 || msg[i] == 0x7f) msg[i] = '?';
+        msg[m] = 0;
+        snprintf(why, whylen, "%s", msg);
+        refused = h.status < 64 ? (weft_status)h.status : WEFT_ERR_INTERNAL;
+      }
+      continue;
+    }
+    if (refused != WEFT_OK) continue;
+    if (job->write ? h.length != 0 : (h.length != 8 + n * 4 || weft_net_get64(frame + WEFT_NET_HEADER_BYTES) != n)) {
+      snprintf(why, whylen, "a %s reply of %u bytes for %llu elements", job->write ? "write" : "read",
+               (unsigned)h.length, (unsigned long long)n);
+      return WEFT_ERR_LANE_FAILED;
+    }
+    if (!job->write) memcpy(job->data + e0 * 4, frame + WEFT_NET_HEADER_BYTES + 8, (size_t)n * 4);
+  }
+  return refused;
+}
+
+static const weft_net_transport MPI_TRANSPORT = {mpi_send, mpi_recv, mpi_drop, mpi_bulk};
 
 /* A new session with the rank: hello (no secret: MPI has no authentication, see mpi.h). */
 static weft_status session_open(mpi_lane *l, char *why, size_t whylen) {
