@@ -11,7 +11,10 @@ graph and replayed, which is what weft's scope gets (ops whose calls cannot be c
 results are exact (the canonical order, the CPU lane's bits); torch's are fp32 in cuBLAS's and its kernels'
 orders.
 
-Usage: python3 bench/cuda/torch_tx.py [--quick]   (--quick: T = 64 only, fewer turns)
+Usage: python3 bench/cuda/torch_tx.py [--quick] [--ops=NAME,...] [--kernels]
+  --quick: T = 64 only, fewer turns; --ops: only the ops whose names start so; --kernels: after each op's
+  turns, one more of weft fp32 (eager) and of torch under torch.profiler, printing the GPU kernels each ran
+  and their time per call (lines starting '#').
 Without torch, without a GPU, or without weft's cuda:0 it says so and exits 0.
 """
 import ctypes
@@ -137,6 +140,16 @@ def time_weft(call, reps):
     return (time.perf_counter() - t0) / reps
 
 
+def time_weft_eager(call, reps):
+    """weft's ops one by one outside a scope: each launches as it is called and the host goes on (PyTorch
+    eager's way), one wait for the device at the end."""
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        ok(call(), "op")
+    ok(lib.weft_fabric_sync(fab), "sync")
+    return (time.perf_counter() - t0) / reps
+
+
 def time_torch(call, reps):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -175,34 +188,65 @@ def time_graph(g, reps):
     return (time.perf_counter() - t0) / reps
 
 
+KERNELS = "--kernels" in sys.argv  # one more turn of each side under torch.profiler: its GPU kernels
+ONLY = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--ops=")), None)
+
+
+def kernel_table(label, side, call, reps):
+    """The GPU kernels one turn of `call` ran (CUPTI sees weft's driver-API launches as well as torch's)."""
+    from torch.profiler import profile, ProfilerActivity
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call(reps)
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        dt = getattr(e, "device_time_total", None)
+        if dt is None:
+            dt = getattr(e, "cuda_time_total", 0)
+        if dt and e.count:
+            rows.append((dt / reps, e.count // reps if e.count >= reps else e.count, e.key))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    print(f"#   kernels {label} [{side}]: {total:.1f} us per call: " +
+          "; ".join(f"{k[:48]} x{c} {t:.1f}" for t, c, k in rows[:5]), flush=True)
+
+
 def compare(label, B, T, wcall, tcall, reps, turns):
-    """wcall(pin) runs weft's op pinned as `pin` says (exact: pin, fp32: pin32)."""
+    """wcall(pin) runs weft's op pinned as `pin` says (exact: pin, fp32: pin32). Each turn times, in this order:
+    weft exact in a scope, weft fp32 in a scope, weft fp32 eager (no scope), torch eager, torch's CUDA graph."""
+    if ONLY and not any(label.startswith(o) for o in ONLY):
+        return
     wexact = lambda: wcall(pin)  # noqa: E731
     wfp32 = lambda: wcall(pin32)  # noqa: E731
-    time_weft(wexact, reps), time_weft(wfp32, reps), time_torch(tcall, reps)  # warm-up (first scope direct)
+    time_weft(wexact, reps), time_weft(wfp32, reps), time_weft_eager(wfp32, reps), time_torch(tcall, reps)  # warm-up
     time_weft(wexact, reps), time_weft(wfp32, reps)
     g, why = torch_graph(tcall, reps)
     if g is not None:
         time_graph(g, reps)
-    ws, fs, ts, gs = [], [], [], []
+    ws, fs, es, ts, gs = [], [], [], [], []
     for _ in range(turns):
         ws.append(time_weft(wexact, reps))
         fs.append(time_weft(wfp32, reps))
+        es.append(time_weft_eager(wfp32, reps))
         ts.append(time_torch(tcall, reps))
         if g is not None:
             gs.append(time_graph(g, reps))
-    w, f, t = statistics.median(ws), statistics.median(fs), statistics.median(ts)
+    w, f, e, t = statistics.median(ws), statistics.median(fs), statistics.median(es), statistics.median(ts)
     gcol, gratio = (f"{statistics.median(gs) * 1e3:.3f}", f"{f / statistics.median(gs):.2f}") if gs else (
         f"- ({why})", "-")
-    print(f"| {label} | {B} | {T} | {w * 1e3:.3f} | {f * 1e3:.3f} | {t * 1e3:.3f} | {gcol} | {w / t:.2f} | "
-          f"{f / t:.2f} | {gratio} |", flush=True)
+    print(f"| {label} | {B} | {T} | {w * 1e3:.3f} | {f * 1e3:.3f} | {e * 1e3:.3f} | {t * 1e3:.3f} | {gcol} | "
+          f"{w / t:.2f} | {f / t:.2f} | {e / t:.2f} | {min(e, f) / t:.2f} | {gratio} |", flush=True)
+    if KERNELS:
+        kernel_table(label, "weft fp32", lambda r: time_weft_eager(wfp32, r), reps)
+        kernel_table(label, "torch", lambda r: time_torch(tcall, r), reps)
     del g
 
 
 def run(B, T, turns):
     C, NH, V, Pn = 768, 12, 50257, 1024
     hs, N = C // NH, B * T
-    reps = 5 if T >= 1024 else 20
+    reps = 20  # enough calls per turn that one sync and a scope's launch are a small part of each
     tok = rng.integers(0, V, size=(B, T), dtype=np.int32)
     tg = rng.integers(0, V, size=(N,), dtype=np.int32)
     w_tok, t_tok = both(tok)
@@ -346,11 +390,12 @@ def main():
     quick = "--quick" in sys.argv
     print(f"weft {W.version} ({W.path}) against torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
     print("weft: pinned to cuda:0 under the exact contract and under fp32, repeated in a scope (replayed as a CUDA")
-    print("graph); torch: fp32, TF32 off, eager launches and the same calls captured in one CUDA graph (weft's")
-    print("scope's advantage). Ratios are weft's time over torch's: above 1 weft is slower.")
-    print("\n| op | B | T | weft exact ms | weft fp32 ms | torch eager ms | torch graph ms | exact / eager | "
-          "fp32 / eager | fp32 / graph |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("graph), and under fp32 eagerly (each op launched as it is called, one wait at the end); torch: fp32, TF32")
+    print("off, eager launches and the same calls captured in one CUDA graph. Ratios are weft's time over torch's:")
+    print("above 1 weft is slower. 'best fp32 / eager' takes weft's faster way (scope or eager) against torch eager.")
+    print("\n| op | B | T | weft exact ms | weft fp32 ms | weft fp32 eager ms | torch eager ms | torch graph ms | "
+          "exact / eager | fp32 / eager | fp32 eager / eager | best fp32 / eager | fp32 / graph |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for T in (64,) if quick else (64, 1024):
         run(4, T, 3 if quick else 7)
     lib.weft_fabric_close(fab)
