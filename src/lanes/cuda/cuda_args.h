@@ -41,6 +41,7 @@ enum {
   WEFT_CUK_TX_ATTN_FWD_F32, WEFT_CUK_TX_ATTN_BWD_DS_F32, WEFT_CUK_TX_ATTN_BWD_DQKV_F32,
   WEFT_CUK_TX_XENT_FWD_F32, WEFT_CUK_TX_XENT_BWD_F32,
   WEFT_CUK_TX_EMBED_BWD_ROWS, /* embedding backward in one kernel, up to WEFT_TX_EB_ROWS_MAXBT positions */
+  WEFT_CUK_TX_EMBED_BWD_POS,  /* the position table's backward, positions implicit (bt % T) */
   WEFT_CUK_TX_GELU_FWD_F32, WEFT_CUK_TX_GELU_BWD_F32, /* the fp32 contract's GELU (no branch in its tanh) */
   WEFT_CUK_COUNT
 };

@@ -78,6 +78,7 @@ const char *const weft_cu_kernel_names[WEFT_CUK_COUNT] = {
     [WEFT_CUK_TX_GELU_BWD_F32] = "weft_tx_gelu_bwd_f32",
     [WEFT_CUK_TX_XENT_BWD_F32] = "weft_tx_xent_bwd_f32",
     [WEFT_CUK_TX_EMBED_BWD_ROWS] = "weft_tx_embed_bwd_rows",
+    [WEFT_CUK_TX_EMBED_BWD_POS] = "weft_tx_embed_bwd_pos",
 };
 
 /* ------------------------------------------------------------------------------------------- errors */

@@ -341,8 +341,16 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
   case WEFT_OP_EMBEDDING_BACKWARD: {
     const int64_t BT = ip[0] * ip[1], T = ip[1], C = ip[2];
     if (BT == 0 || C == 0) return WEFT_OK;
+    /* the position table with positions bt % T: a kernel of its own (no scan), after the token table's */
+    const int pos_implicit = op->out[1] && !op->in[2];
+    weft_tx_embed_bwd_args pa;
+    memset(&pa, 0, sizeof pa);
+    pa.table = bptr(op->out[1]), pa.dout = bptr(op->in[0]);
+    pa.BT = BT, pa.T = T, pa.C = C, pa.nrows = ip[4];
+    const uint64_t pgrid = grid_elems(d, (T < ip[4] ? T : ip[4]) * C);
+    if (pos_implicit && !op->out[0]) return PUSH(WEFT_CUK_TX_EMBED_BWD_POS, pgrid, 1, 256, pa);
     if (BT <= WEFT_TX_EB_ROWS_MAXBT) { /* one launch per table, no scratch */
-      for (int tab = 0; tab < 2; tab++) {
+      for (int tab = 0; tab < 2 - pos_implicit; tab++) {
         if (!op->out[tab]) continue;
         weft_tx_embed_bwd_args a;
         memset(&a, 0, sizeof a);
@@ -351,14 +359,14 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
         if ((st = PUSH(WEFT_CUK_TX_EMBED_BWD_ROWS, stride_grid(d, (uint64_t)BT, 1, 8), 1, 256, a)) != WEFT_OK)
           return st;
       }
-      return WEFT_OK;
+      return pos_implicit ? PUSH(WEFT_CUK_TX_EMBED_BWD_POS, pgrid, 1, 256, pa) : WEFT_OK;
     }
     int64_t rows = 0;
     if (op->out[0] && ip[3] > rows) rows = ip[3];
-    if (op->out[1] && ip[4] > rows) rows = ip[4];
+    if (op->out[1] && !pos_implicit && ip[4] > rows) rows = ip[4];
     uint64_t cnt = 0, start = 0, list = 0;
     if ((st = eb_scratch(d, rows, BT, &cnt, &start, &list)) != WEFT_OK) return st;
-    for (int tab = 0; tab < 2; tab++) {
+    for (int tab = 0; tab < 2 - pos_implicit; tab++) {
       if (!op->out[tab]) continue;
       weft_tx_embed_bwd_args a;
       memset(&a, 0, sizeof a);
@@ -373,7 +381,7 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
           (st = PUSH(WEFT_CUK_TX_EMBED_BWD_ACCUM, (uint64_t)((C + 127) / 128), gy, 128, a)) != WEFT_OK)
         return st;
     }
-    return WEFT_OK;
+    return pos_implicit ? PUSH(WEFT_CUK_TX_EMBED_BWD_POS, pgrid, 1, 256, pa) : WEFT_OK;
   }
   case WEFT_OP_LAYERNORM: {
     weft_tx_ln_args a;

@@ -409,6 +409,23 @@ extern "C" __global__ void __launch_bounds__(256) weft_tx_embed_bwd_rows(weft_tx
   }
 }
 
+/* The position table's backward when the positions are implicit (idx[bt] = bt % T): row r's positions are
+ * r, T + r, 2T + r, ... ascending, so a thread per (r, c) adds them in that order onto table[r, c] - the
+ * reference's order, with no scan of the positions. Rows r < min(T, nrows); grid-stride over them. */
+extern "C" __global__ void weft_tx_embed_bwd_pos(weft_tx_embed_bwd_args p) {
+  const float *dout = reinterpret_cast<const float *>(p.dout);
+  float *table = reinterpret_cast<float *>(p.table);
+  const long long C = p.C, T = p.T, B = p.BT / p.T, R = p.T < p.nrows ? p.T : p.nrows;
+  for (long long i = GTID; i < R * C; i += GSTRIDE) {
+    const long long r = i / C, c = i - r * C;
+    const float *d = dout + r * C + c;
+    float acc = table[i];
+#pragma unroll 4
+    for (long long b = 0; b < B; b++) acc = __fadd_rn(acc, d[b * T * C]);
+    table[i] = w_canon(acc); /* a NaN stays NaN through the adds */
+  }
+}
+
 /* -------------------------------------------------------------------------------------- layernorm */
 
 /* Layernorm: a block of 256 threads takes 32 rows (rows strided by the grid) and thread r of warp 0 makes
@@ -1927,10 +1944,23 @@ template <bool VEC> DEV void lnf_fwd_rows(const weft_tx_ln_args &p) {
       if (RS) RS[r] = rs;
     }
     float *y = Y + r * C;
+    if (VEC) { /* gamma, beta and y four columns at a time, as x came in */
 #pragma unroll
-    for (int k = 0; k < LNF_V; k++) {
-      const int c = lnf_col<VEC>(lane, k);
-      if (c < C) y[c] = __fmaf_rn(__fmul_rn(__fsub_rn(v[k], mu), rs), gamma[c], beta[c]);
+      for (int k = 0; k < LNF_V; k += 4) {
+        const int c = lnf_col<VEC>(lane, k);
+        if (c >= C) continue;
+        const float4 g = *reinterpret_cast<const float4 *>(gamma + c), b = *reinterpret_cast<const float4 *>(beta + c);
+        *reinterpret_cast<float4 *>(y + c) = make_float4(__fmaf_rn(__fmul_rn(__fsub_rn(v[k], mu), rs), g.x, b.x),
+                                                         __fmaf_rn(__fmul_rn(__fsub_rn(v[k + 1], mu), rs), g.y, b.y),
+                                                         __fmaf_rn(__fmul_rn(__fsub_rn(v[k + 2], mu), rs), g.z, b.z),
+                                                         __fmaf_rn(__fmul_rn(__fsub_rn(v[k + 3], mu), rs), g.w, b.w));
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < LNF_V; k++) {
+        const int c = lnf_col<VEC>(lane, k);
+        if (c < C) y[c] = __fmaf_rn(__fmul_rn(__fsub_rn(v[k], mu), rs), gamma[c], beta[c]);
+      }
     }
   }
 }
@@ -1942,7 +1972,7 @@ DEV bool lnf_vec(long long C, const void *a, const void *b, const void *c, const
 
 extern "C" __global__ void __launch_bounds__(256) weft_tx_layernorm_fwd_f32(weft_tx_ln_args p) {
   if (lnf_vec(p.C, reinterpret_cast<const void *>(p.x), reinterpret_cast<const void *>(p.y),
-              reinterpret_cast<const void *>(p.x), reinterpret_cast<const void *>(p.x)))
+              reinterpret_cast<const void *>(p.gamma), reinterpret_cast<const void *>(p.beta)))
     lnf_fwd_rows<true>(p);
   else
     lnf_fwd_rows<false>(p);
@@ -1975,10 +2005,22 @@ template <bool VEC> DEV void lnf_dx_rows(const weft_tx_ln_args &p) {
     }
     const float a = __fmul_rn(warp_sum_f32(sa), invC), b = __fmul_rn(warp_sum_f32(sb), invC);
     float *dx = DX + r * C;
+    if (VEC) {
 #pragma unroll
-    for (int k = 0; k < LNF_V; k++) {
-      const int c = lnf_col<VEC>(lane, k);
-      if (c < C) dx[c] = __fmul_rn(__fmaf_rn(-xv[k], b, __fsub_rn(gv[k], a)), rs);
+      for (int k = 0; k < LNF_V; k += 4) {
+        const int c = lnf_col<VEC>(lane, k);
+        if (c < C)
+          *reinterpret_cast<float4 *>(dx + c) = make_float4(__fmul_rn(__fmaf_rn(-xv[k], b, __fsub_rn(gv[k], a)), rs),
+                                                            __fmul_rn(__fmaf_rn(-xv[k + 1], b, __fsub_rn(gv[k + 1], a)), rs),
+                                                            __fmul_rn(__fmaf_rn(-xv[k + 2], b, __fsub_rn(gv[k + 2], a)), rs),
+                                                            __fmul_rn(__fmaf_rn(-xv[k + 3], b, __fsub_rn(gv[k + 3], a)), rs));
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < LNF_V; k++) {
+        const int c = lnf_col<VEC>(lane, k);
+        if (c < C) dx[c] = __fmul_rn(__fmaf_rn(-xv[k], b, __fsub_rn(gv[k], a)), rs);
+      }
     }
   }
 }

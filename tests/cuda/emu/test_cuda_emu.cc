@@ -251,6 +251,15 @@ static void embb(int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, bool wit
     }
     cmp("embed rows dwte", wt4.data(), wt5.data(), wt4.size()); cmp("embed rows dwpe", wp4.data(), wp5.data(), wp4.size());
   }
+  if (!withpos) { /* implicit positions: the position table's own kernel, a thread per (row, column) */
+    for (unsigned gx : {1u, 3u, (unsigned)((T * C + 255) / 256)}) {
+      std::vector<float> wt4 = rnd(V*C, -1, 1), wp4 = rnd(P*C, -1, 1), wp5 = wp4;
+      weft_ref_embedding_backward(wt4.data(), wp4.data(), dout.data(), tok.data(), nullptr, B, T, C, V, P);
+      weft_tx_embed_bwd_args a{U(wp5.data()), U(dout.data()), 0, 0, 0, 0, B*T, T, C, P};
+      emu_launch(gx, 1, 256, [&] { weft_tx_embed_bwd_pos(a); });
+      cmp("embed pos dwpe", wp4.data(), wp5.data(), wp4.size());
+    }
+  }
 }
 static void ln(int64_t N, int64_t C, unsigned gx) {
   auto x = rnd(N*C, -3, 3), ga = rnd(C, -1, 1), be = rnd(C, -1, 1), dy = rnd(N*C, -1, 1);
@@ -526,7 +535,7 @@ int main() {
   sumsq(70 * 4096 + 2, 3, 2); sumsq(0, 0, 1); sumsq(300 * 4096 + 5, 1, 4); /* > 256 partials: the adds run ahead */
   ln32(1, 768, 1); ln32(300, 768, 5); ln32(37, 77, 2); ln32(9, 1024, 3); ln32(5, 5, 1);
   sumsq32(5, 0, 1); sumsq32(100003, 1, 3); sumsq32(40 * 4096, 0, 4);
-  embb(2, 5, 10, 13, 5, true); embb(3, 7, 130, 4, 7, false); embb(4, 40, 9, 3000, 40, true); embb(2, 5, 300, 13, 5, true); embb(2, 160, 9, 50, 160, true);
+  embb(2, 5, 10, 13, 5, true); embb(3, 7, 130, 4, 7, false); embb(2, 160, 9, 50, 200, false); embb(4, 40, 9, 3000, 40, true); embb(2, 5, 300, 13, 5, true); embb(2, 160, 9, 50, 160, true);
   xent(4, 5000, 4); xent(5, 7, 2); xent(3, 1, 5); xent(4, 4099, 2);
   /* one tile with a partial last warp; hs 40 (a partial 64-column block) with grid-strided tiles; several
    * 64-row tiles with partial stages and rows (T = 150), strided; hs 96 (two column blocks, the second partial);
