@@ -793,7 +793,7 @@ DEV float gelu_b(float x, float dy) {
  * (strided by the grid), all their loads issued before any store (a store would order later loads after it:
  * the compiler cannot prove the arrays apart), then computes and stores them; the n % 4 tail and unaligned
  * arrays go element by element. The arithmetic is per element, so the grouping changes no bits. */
-#define GELU_U 2
+#define GELU_U 4
 DEV bool gelu_vec(const void *a, const void *b, const void *c) {
   return ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b) |
            reinterpret_cast<unsigned long long>(c)) & 15u) == 0;
@@ -1612,67 +1612,68 @@ extern "C" __global__ void __launch_bounds__(512) weft_tx_xent_bwd(weft_tx_xent_
 }
 
 /* Cross-entropy under the fp32 contract (docs/DESIGN.md): one row per block (blockDim a multiple of 32 from 64
- * to 1024; 512 is launched), the max and the sum of the exponentials each spread over the whole block (four
- * accumulators a thread, then a warp butterfly, then the warps' partials added by every thread in warp
- * order, so every thread holds the same bits); weft's own expf and logf. Both results are in every thread. */
-DEV float xf_block_max(float *part, float v) {
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float o = __shfl_xor_sync(TX_FULL, v, off);
-    v = o > v ? o : v;
+ * to 1024; 512 is launched), the row's log-sum-exp in one pass spread over the whole block (xf_lse); weft's
+ * own expf and logf. The results are in every thread. */
+/* A running log-sum-exp: m the largest value seen, s the sum of expf(v - m) over the values seen. Merging
+ * rescales the smaller side's sum. A NaN value or max reaches s (NaN), as it reaches the reference's sum. */
+DEV void xf_merge(float &m, float &s, float m2, float s2) {
+  const float mm = m2 > m ? m2 : m;
+  s = s * w_expf_f32(m - mm) + s2 * w_expf_f32(m2 - mm);
+  m = mm;
+}
+DEV void xf_add(float &m, float &s, float v) {
+  if (v > m) {
+    s = s * w_expf_f32(m - v) + 1.0f;
+    m = v;
+  } else {
+    s += w_expf_f32(v - m);
   }
-  if (lane == 0) part[w] = v;
-  __syncthreads();
-  v = part[0];
-  for (int q = 1; q < nw; q++) v = part[q] > v ? part[q] : v;
-  __syncthreads(); /* part is free again */
-  return v;
 }
 
-DEV float xf_block_sum(float *part, float v) {
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(TX_FULL, v, off);
-  if (lane == 0) part[w] = v;
-  __syncthreads();
-  v = part[0];
-  for (int q = 1; q < nw; q++) v += part[q];
-  __syncthreads();
-  return v;
-}
-
-/* mx: the largest value (z[0] when it is NaN, as the reference: a NaN elsewhere reaches the sum instead);
- * ls = logf(sum of expf(z - mx)) */
+/* mx: the row's largest value; ls = logf(sum of expf(z - mx)). One pass over the row: each thread keeps four
+ * running (max, sum) pairs over its columns (8 loads in flight), merged in the thread, over the warp
+ * (butterfly) and over the warps in warp order by every thread, so every thread holds the same bits. */
 DEV void xf_lse(float *part, const float *z, long long V, float *mx_out, float *ls_out) {
   const long long nt = blockDim.x;
   const float z0 = z[0];
-  float m[4] = {z0, z0, z0, z0};
+  float m[4] = {z0, z0, z0, z0}, s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   long long j = threadIdx.x;
-  for (; j + 3 * nt < V; j += 4 * nt)
+  for (; j + 7 * nt < V; j += 8 * nt) {
+    float v[8];
 #pragma unroll
-    for (int u = 0; u < 4; u++) {
-      const float v = z[j + u * nt];
-      m[u] = v > m[u] ? v : m[u];
+    for (int u = 0; u < 8; u++) v[u] = z[j + u * nt];
+#pragma unroll
+    for (int u = 0; u < 8; u++) xf_add(m[u & 3], s[u & 3], v[u]);
+  }
+  for (; j < V; j += nt) xf_add(m[0], s[0], z[j]);
+  xf_merge(m[0], s[0], m[1], s[1]);
+  xf_merge(m[2], s[2], m[3], s[3]);
+  xf_merge(m[0], s[0], m[2], s[2]);
+  float mx = m[0], sm = s[0];
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float m2 = __shfl_xor_sync(TX_FULL, mx, off), s2 = __shfl_xor_sync(TX_FULL, sm, off);
+    /* both lanes of a pair merge the same two values in the same order (lower lane's first) */
+    if (lane & off) {
+      float mo = m2, so = s2;
+      xf_merge(mo, so, mx, sm);
+      mx = mo, sm = so;
+    } else {
+      xf_merge(mx, sm, m2, s2);
     }
-  for (; j < V; j += nt) m[0] = z[j] > m[0] ? z[j] : m[0];
-  float mx = m[0];
-#pragma unroll
-  for (int u = 1; u < 4; u++) mx = m[u] > mx ? m[u] : mx;
-  mx = xf_block_max(part, mx);
-  float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  j = threadIdx.x;
-  for (; j + 3 * nt < V; j += 4 * nt)
-#pragma unroll
-    for (int u = 0; u < 4; u++) s[u] += w_expf_f32(z[j + u * nt] - mx);
-  for (; j < V; j += nt) s[0] += w_expf_f32(z[j] - mx);
-  const float sum = xf_block_sum(part, (s[0] + s[1]) + (s[2] + s[3]));
+  }
+  if (lane == 0) part[w] = mx, part[32 + w] = sm;
+  __syncthreads();
+  mx = part[0], sm = part[32];
+  for (int q = 1; q < nw; q++) xf_merge(mx, sm, part[q], part[32 + q]);
+  __syncthreads(); /* part is free again */
   *mx_out = mx;
-  *ls_out = w_logf(sum);
+  *ls_out = w_logf(sm);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) weft_tx_xent_fwd_f32(weft_tx_xent_args p) {
-  __shared__ float part[32];
+  __shared__ float part[64];
   const float *Z = reinterpret_cast<const float *>(p.logits);
   const int *tg = reinterpret_cast<const int *>(p.targets);
   float *L = reinterpret_cast<float *>(p.losses);
@@ -1687,7 +1688,7 @@ extern "C" __global__ void __launch_bounds__(1024) weft_tx_xent_fwd_f32(weft_tx_
 }
 
 extern "C" __global__ void __launch_bounds__(1024) weft_tx_xent_bwd_f32(weft_tx_xent_args p) {
-  __shared__ float part[32];
+  __shared__ float part[64];
   const float *Z = reinterpret_cast<const float *>(p.logits), *DL = reinterpret_cast<const float *>(p.dloss);
   const int *tg = reinterpret_cast<const int *>(p.targets);
   float *G = reinterpret_cast<float *>(p.dlogits);
