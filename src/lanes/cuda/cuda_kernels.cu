@@ -43,11 +43,14 @@ DEV float w_expf(float x) {
 }
 
 /* The fp32 contract's exp: weft_expf's range reduction and polynomial, each multiply-add fused (within a
- * rounding or two of w_expf, in about half the instructions). */
+ * rounding or two of w_expf, in about half the instructions), and without branches, since it runs per
+ * element in GELU, softmax and cross-entropy: x is clamped to [-104.5, 89] (a NaN passes the comparisons and
+ * comes out NaN; beyond the clamps the result is 0 or inf as before, but for x in (-104.5, -103.97] it may be
+ * the smallest subnormal instead of 0), and 2^e is applied as two exact halves, 2^(e>>1) then the rest, so
+ * one rounding happens, as with w_expf's three cases. */
 DEV float w_expf_f32(float x) {
-  if (x != x) return x;
-  if (x > 88.72283935546875f) return __int_as_float(0x7f800000);
-  if (x < -103.97208404541015625f) return 0.0f;
+  x = x > 89.0f ? 89.0f : x;
+  x = x < -104.5f ? -104.5f : x;
   const float n = floorf(fmaf(x, 1.44269502925872802734375f, 0.5f));
   float r = fmaf(-n, 0.693145751953125f, x);
   r = fmaf(-n, 1.428606765330187045e-06f, r);
@@ -59,10 +62,8 @@ DEV float w_expf_f32(float x) {
   p = fmaf(p, r, 0.5f);
   p = fmaf(p, r, 1.0f);
   p = fmaf(p, r, 1.0f);
-  const int e = (int)n;
-  if (e > 127) return p * w_pow2i(127) * w_pow2i(e - 127);
-  if (e < -126) return p * w_pow2i(e + 64) * w_pow2i(-64);
-  return p * w_pow2i(e);
+  const int e = n == n ? (int)n : 0, e1 = e >> 1; /* e in [-151, 129]: both halves are normal powers of two */
+  return p * w_pow2i(e1) * w_pow2i(e - e1);
 }
 
 __constant__ float W_LOG_C[14] = {

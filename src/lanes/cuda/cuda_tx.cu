@@ -868,10 +868,10 @@ template <bool F32> DEV void gelu_bwd_body(const weft_tx_gelu_args &p) {
   }
   for (long long i = i0 + GTID; i < p.n; i += GSTRIDE) DX[i] = gelu_bf<F32>(X[i], DY[i]);
 }
-extern "C" __global__ void weft_tx_gelu_fwd(weft_tx_gelu_args p) { gelu_fwd_body<false>(p); }
-extern "C" __global__ void weft_tx_gelu_bwd(weft_tx_gelu_args p) { gelu_bwd_body<false>(p); }
-extern "C" __global__ void weft_tx_gelu_fwd_f32(weft_tx_gelu_args p) { gelu_fwd_body<true>(p); }
-extern "C" __global__ void weft_tx_gelu_bwd_f32(weft_tx_gelu_args p) { gelu_bwd_body<true>(p); }
+extern "C" __global__ void __launch_bounds__(256, 4) weft_tx_gelu_fwd(weft_tx_gelu_args p) { gelu_fwd_body<false>(p); }
+extern "C" __global__ void __launch_bounds__(256, 4) weft_tx_gelu_bwd(weft_tx_gelu_args p) { gelu_bwd_body<false>(p); }
+extern "C" __global__ void __launch_bounds__(256, 4) weft_tx_gelu_fwd_f32(weft_tx_gelu_args p) { gelu_fwd_body<true>(p); }
+extern "C" __global__ void __launch_bounds__(256, 4) weft_tx_gelu_bwd_f32(weft_tx_gelu_args p) { gelu_bwd_body<true>(p); }
 
 /* ---------------------------------------------------------------------------------- causal softmax */
 
