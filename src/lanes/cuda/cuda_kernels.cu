@@ -338,8 +338,10 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
   }
 }
 
-/* The instances (cuda_mm_tiles.h: their shapes and the cost model that picks one). minblocks bounds registers
- * so that many blocks stay resident: 128 a thread for 8x8 (ptxas: no spills), 64 for 4x4. */
+/* The instances (cuda_mm_tiles.h: their shapes and the cost model that picks one; its `resident` is the
+ * minblocks here). minblocks bounds the registers: ptxas (sm_90) gives mm64t8 168 a thread and mm32 at most 87,
+ * neither spilling; mm128 (128) and mm64 (64) spill a few bytes, as they did before the shapes were
+ * generalised. */
 #define WEFT_MM(name, bm, bn, tm, tn, minblocks, ta, tb)                                                         \
   extern "C" __global__ void __launch_bounds__((bm / tm) * (bn / tn), minblocks) name(weft_cu_mm_args p) {        \
     mm_exact<bm, bn, tm, tn, ta, tb>(p);                                                                          \
@@ -350,9 +352,9 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
   WEFT_MM(prefix##_tn, bm, bn, tm, tn, minblocks, true, false)                                                    \
   WEFT_MM(prefix##_tt, bm, bn, tm, tn, minblocks, true, true)
 WEFT_MM4(weft_mm128, 128, 128, 8, 8, 2) /* 256 threads */
-WEFT_MM4(weft_mm64t8, 64, 64, 8, 8, 8)  /* 64 threads */
+WEFT_MM4(weft_mm64t8, 64, 64, 8, 8, 6)  /* 64 threads */
 WEFT_MM4(weft_mm64, 64, 64, 4, 4, 4)    /* 256 threads */
-WEFT_MM4(weft_mm32, 32, 32, 4, 4, 16)   /* 64 threads */
+WEFT_MM4(weft_mm32, 32, 32, 4, 4, 10)   /* 64 threads */
 
 /* The exact matmul for a few rows of a (decode's matrix-vector work): a block owns MV_OUT outputs of each
  * row, and one thread per output runs that output's whole k chain - 0 + a[r,0]*b[0,j] + a[r,1]*b[1,j] + ...,

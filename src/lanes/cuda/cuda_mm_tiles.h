@@ -28,9 +28,9 @@ enum { WEFT_CU_MM_TILE_COUNT = 4 };
 static inline const weft_cu_mm_tile *weft_cu_mm_tile_at(int i) {
   static const weft_cu_mm_tile tiles[WEFT_CU_MM_TILE_COUNT] = {
       {128, 128, 8, 8, 256, 2, 1000, WEFT_CUK_MM128_NN, "mm128"},
-      {64, 64, 8, 8, 64, 8, 1100, WEFT_CUK_MM64T8_NN, "mm64t8"},
+      {64, 64, 8, 8, 64, 6, 1100, WEFT_CUK_MM64T8_NN, "mm64t8"},
       {64, 64, 4, 4, 256, 4, 1250, WEFT_CUK_MM64_NN, "mm64"},
-      {32, 32, 4, 4, 64, 16, 1480, WEFT_CUK_MM32_NN, "mm32"},
+      {32, 32, 4, 4, 64, 10, 1480, WEFT_CUK_MM32_NN, "mm32"},
   };
   return i >= 0 && i < WEFT_CU_MM_TILE_COUNT ? &tiles[i] : &tiles[0];
 }
