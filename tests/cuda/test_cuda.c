@@ -218,6 +218,9 @@ static void test_exact_large(weft_fabric *f) {
       {1, 300, 200, 129, 1, 0, 0},  {1, 300, 200, 129, 0, 1, 0},    {1, 300, 200, 129, 1, 1, 0},
       {4, 100, 130, 257, 0, 0, 0},  {3, 65, 66, 33, 0, 0, 1},       {3, 65, 66, 33, 1, 1, 1},
       {2, 640, 512, 96, 1, 0, 0},   {1, 1, 4099, 7, 0, 0, 0},       {1, 4099, 1, 5, 0, 1, 0},
+      /* with the ones above, every tile shape of cuda_mm_tiles.h on 132 SMs (an H200): 128x128, 64x64 at 8x8
+       * (c = 768x3072 as a weight gradient, a transposed), 64x64 at 4x4, 32x32 */
+      {1, 2048, 2048, 72, 1, 1, 0}, {1, 768, 3072, 200, 1, 0, 0},  {1, 1536, 1536, 40, 0, 1, 0},
   };
   for (int contract = WEFT_CONTRACT_EXACT; contract <= WEFT_CONTRACT_FP32; contract++)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

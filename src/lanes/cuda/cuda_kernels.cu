@@ -108,6 +108,16 @@ template <> struct vecf<4> {
   }
   static DEV void put(float *p, const float *v) { *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]); }
 };
+template <> struct vecf<8> { /* two 16-byte accesses: needs only 16-byte alignment */
+  static DEV void get(const float *p, float *v) {
+    vecf<4>::get(p, v);
+    vecf<4>::get(p + 4, v + 4);
+  }
+  static DEV void put(float *p, const float *v) {
+    vecf<4>::put(p, v);
+    vecf<4>::put(p + 4, v + 4);
+  }
+};
 template <> struct vecf<2> {
   typedef float2 t;
   static DEV void get(const float *p, float *v) {
@@ -117,8 +127,9 @@ template <> struct vecf<2> {
   static DEV void put(float *p, const float *v) { *reinterpret_cast<float2 *>(p) = make_float2(v[0], v[1]); }
 };
 
-/* One block of 256 threads computes a BM x BN tile of c; each thread a (BM/16) x (BN/16) sub-tile made of two
- * row groups and two column groups (so shared-memory reads are vector loads without bank conflicts). The k
+/* One block of THREADS = (BM/TM) * (BN/TN) threads computes a BM x BN tile of c; each thread a TM x TN
+ * sub-tile made of two row groups and two column groups half a tile apart (so shared-memory reads are vector
+ * loads without bank conflicts). The shapes built, and which one a matmul gets: cuda_mm_tiles.h. The k
  * loop walks tiles of 8 ascending and, inside, k ascending, so every c[i,j] is
  * acc = 0; acc = acc + a[i,k]*b[k,j] for k = 0, 1, ... with the product and the sum each rounded: the
  * canonical order. Past k's end a is loaded as -0 and b as +0, so each padded term is -0, and
@@ -138,12 +149,16 @@ DEV float mm_epilogue(const weft_cu_mm_args &p, long long slice, long long ci, i
   return v;
 }
 
-template <int BM, int BN, bool TA, bool TB>
+template <int BM, int BN, int TM, int TN, bool TA, bool TB> /* TM x TN outputs a thread */
 DEV void mm_exact(const weft_cu_mm_args &p) {
   constexpr int BK = 8, PAD = 4;
-  constexpr int TM = BM / 16, TN = BN / 16; /* outputs per thread along m and n */
-  constexpr int HM = TM / 2, HN = TN / 2;   /* each split into two groups half a tile apart */
-  constexpr int LA = BM * BK / 256, LB = BN * BK / 256; /* elements each thread loads per k tile */
+  constexpr int NX = BN / TN, NY = BM / TM, THREADS = NX * NY; /* threads along n and m */
+  constexpr int HM = TM / 2, HN = TN / 2; /* each thread's outputs split into two groups half a tile apart */
+  constexpr int LA = BM * BK / THREADS, LB = BN * BK / THREADS; /* elements each thread loads per k tile */
+  static_assert(BM % TM == 0 && BN % TN == 0 && (HM == 2 || HM == 4) && (HN == 2 || HN == 4), "sub-tile shape");
+  static_assert((LA == 2 || LA == 4 || LA == 8) && (LB == 2 || LB == 4 || LB == 8), "loader widths");
+  static_assert(LA * THREADS == BM * BK && LB * THREADS == BN * BK && BM % LA == 0 && BN % LB == 0, "loads");
+  static_assert((BM + PAD) % 4 == 0 && (BN + PAD) % 4 == 0, "16-byte aligned shared rows");
   __shared__ __align__(16) float As[2][BK][BM + PAD];
   __shared__ __align__(16) float Bs[2][BK][BN + PAD];
 
@@ -248,7 +263,7 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
     }
   };
 
-  const int tx = tid % 16, ty = tid / 16;
+  const int tx = tid % NX, ty = tid / NX;
   float acc[TM][TN];
 #pragma unroll
   for (int i = 0; i < TM; i++)
@@ -324,16 +339,23 @@ DEV void mm_exact(const weft_cu_mm_args &p) {
   }
 }
 
-#define WEFT_MM(name, bm, minblocks, ta, tb)                                                                        \
-  extern "C" __global__ void __launch_bounds__(256, minblocks) name(weft_cu_mm_args p) { mm_exact<bm, bm, ta, tb>(p); }
-WEFT_MM(weft_mm128_nn, 128, 2, false, false)
-WEFT_MM(weft_mm128_nt, 128, 2, false, true)
-WEFT_MM(weft_mm128_tn, 128, 2, true, false)
-WEFT_MM(weft_mm128_tt, 128, 2, true, true)
-WEFT_MM(weft_mm64_nn, 64, 4, false, false)
-WEFT_MM(weft_mm64_nt, 64, 4, false, true)
-WEFT_MM(weft_mm64_tn, 64, 4, true, false)
-WEFT_MM(weft_mm64_tt, 64, 4, true, true)
+/* The instances (cuda_mm_tiles.h: their shapes and the cost model that picks one; its `resident` is the
+ * minblocks here). minblocks bounds the registers: ptxas (sm_90) gives mm64t8 168 a thread and mm32 at most 87,
+ * neither spilling; mm128 (128) and mm64 (64) spill a few bytes, as they did before the shapes were
+ * generalised. */
+#define WEFT_MM(name, bm, bn, tm, tn, minblocks, ta, tb)                                                         \
+  extern "C" __global__ void __launch_bounds__((bm / tm) * (bn / tn), minblocks) name(weft_cu_mm_args p) {        \
+    mm_exact<bm, bn, tm, tn, ta, tb>(p);                                                                          \
+  }
+#define WEFT_MM4(prefix, bm, bn, tm, tn, minblocks)                                                               \
+  WEFT_MM(prefix##_nn, bm, bn, tm, tn, minblocks, false, false)                                                   \
+  WEFT_MM(prefix##_nt, bm, bn, tm, tn, minblocks, false, true)                                                    \
+  WEFT_MM(prefix##_tn, bm, bn, tm, tn, minblocks, true, false)                                                    \
+  WEFT_MM(prefix##_tt, bm, bn, tm, tn, minblocks, true, true)
+WEFT_MM4(weft_mm128, 128, 128, 8, 8, 2) /* 256 threads */
+WEFT_MM4(weft_mm64t8, 64, 64, 8, 8, 6)  /* 64 threads */
+WEFT_MM4(weft_mm64, 64, 64, 4, 4, 4)    /* 256 threads */
+WEFT_MM4(weft_mm32, 32, 32, 4, 4, 10)   /* 64 threads */
 
 /* The exact matmul for a few rows of a (decode's matrix-vector work): a block owns MV_OUT outputs of each
  * row, and one thread per output runs that output's whole k chain - 0 + a[r,0]*b[0,j] + a[r,1]*b[1,j] + ...,

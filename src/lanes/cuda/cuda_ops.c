@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cuda_mm_tiles.h"
 
 _Static_assert(WEFT_TX_SUMSQ_CHUNK == WEFT_SUMSQ_CHUNK, "the CUDA sumsq kernels cut chunks where weft_lane.h does");
 
@@ -81,8 +82,6 @@ static int aligned(uint64_t ptr, int64_t off, int64_t ld, int64_t stride, int64_
   return ((ptr + (uint64_t)(off * F4)) % (uint64_t)(w * F4)) == 0 && ld % w == 0 && (batch <= 1 || stride % w == 0);
 }
 
-/* The exact kernel: 128x128 tiles when they fill the device, else 64x64; batches of more than 65535 in
- * several launches (the grid's y limit). */
 /* A fused matmul's epilogue buffers (device pointers; 0: none), src/lanes/fuse.h. */
 typedef struct mm_epi {
   uint64_t bias, resid, gelu;
@@ -97,6 +96,14 @@ static void epi_args(weft_cu_mm_args *m, const mm_epi *e, int64_t off) {
   m->gelu = e->gelu ? e->gelu + (uint64_t)(off * F4) : 0;
 }
 
+/* The exact kernels. A few rows of a (decode) get the matrix-vector kernels. Otherwise the tiled kernel
+ * whose tile shape has the least estimated time (cuda_mm_tiles.h: weft_cu_mm_pick): the time of the busiest
+ * SM, ceil(blocks / SMs) blocks, times the tile's outputs and its cost per output (smaller tiles and 4x4 a
+ * thread cost more), times a penalty when an SM would hold fewer than 8 warps. On an H200 (132 SMs) that
+ * keeps large matmuls on 128x128 (about 26 TFLOP/s there) and moves those with few tiles, which waves of
+ * 128x128 blocks fill badly (GPT-2's weight gradients, c = 768x3072 in 144 blocks: 55%), to 64x64 tiles of
+ * 64 threads (576 blocks: an estimated 79%). Every shape runs the same chains, so the bits never depend on
+ * the pick. Batches of more than 65535 go in several launches (the grid's y limit). */
 static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, uint64_t b, uint64_t c,
                                  const mm_epi *e) {
   if (v->rows <= WEFT_CU_MV_ROWS && !v->ta) {
@@ -128,28 +135,26 @@ static weft_status emit_exact_mm(weft_cu_dev *d, const mm_view *v, uint64_t a, u
     }
     return WEFT_OK;
   }
-  uint64_t t128 = ceil_div((uint64_t)v->rows, 128) * ceil_div((uint64_t)v->n, 128) * (uint64_t)v->batch;
-  int big = t128 >= (uint64_t)d->sms;
-  int tile = big ? 128 : 64;
-  int idx = (v->ta ? 2 : 0) + (v->tb ? 1 : 0);
-  int fn = big ? WEFT_CUK_MM128_NN + idx : WEFT_CUK_MM64_NN + idx;
-  int la = tile * 8 / 256, hn = tile / 32;
+  const weft_cu_mm_tile *t = weft_cu_mm_tile_at(weft_cu_mm_pick(v->rows, v->n, v->batch, d->sms));
+  const int fn = t->fn + (v->ta ? 2 : 0) + (v->tb ? 1 : 0);
+  int wa, wb, wc;
+  weft_cu_mm_tile_widths(t, &wa, &wb, &wc);
   weft_cu_mm_args m;
   memset(&m, 0, sizeof m);
   m.m = (int32_t)v->rows, m.n = (int32_t)v->n, m.k = (int32_t)v->k;
   m.lda = (int32_t)v->lda, m.ldb = (int32_t)v->ldb, m.ldc = (int32_t)v->ldc;
   m.sa = v->sa, m.sb = v->sb, m.sc = v->sc;
   m.accum = v->accum;
-  m.tiles_m = (int32_t)ceil_div((uint64_t)v->rows, (uint64_t)tile);
-  m.tiles_n = (int32_t)ceil_div((uint64_t)v->n, (uint64_t)tile);
+  m.tiles_m = (int32_t)ceil_div((uint64_t)v->rows, (uint64_t)t->bm);
+  m.tiles_n = (int32_t)ceil_div((uint64_t)v->n, (uint64_t)t->bn);
   m.group = 8;
-  m.vec_a = aligned(a, v->a_off, v->lda, v->sa, v->batch, la);
-  m.vec_b = aligned(b, 0, v->ldb, v->sb, v->batch, la);
-  m.vec_c = aligned(c, v->c_off, v->ldc, v->sc, v->batch, hn);
+  m.vec_a = aligned(a, v->a_off, v->lda, v->sa, v->batch, wa);
+  m.vec_b = aligned(b, 0, v->ldb, v->sb, v->batch, wb);
+  m.vec_c = aligned(c, v->c_off, v->ldc, v->sc, v->batch, wc);
   for (int64_t p0 = 0; p0 < v->batch; p0 += 65535) {
     int64_t nb = v->batch - p0 < 65535 ? v->batch - p0 : 65535;
     weft_cu_item it;
-    item_kernel(&it, fn, (uint64_t)m.tiles_m * (uint64_t)m.tiles_n, (uint32_t)nb, 256);
+    item_kernel(&it, fn, (uint64_t)m.tiles_m * (uint64_t)m.tiles_n, (uint32_t)nb, (uint32_t)t->threads);
     it.a.mm = m;
     it.a.mm.a = a + (uint64_t)((v->a_off + p0 * v->sa) * F4);
     it.a.mm.b = b + (uint64_t)(p0 * v->sb * F4);

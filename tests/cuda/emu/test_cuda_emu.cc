@@ -87,6 +87,7 @@ void emu_launch(unsigned gx, unsigned gy, unsigned bd, std::function<void()> bod
 #include <cstdlib>
 #include <random>
 #include "cuda_tx_args.h"
+#include "cuda_mm_tiles.h"
 extern "C" {
 #include "weft.h"
 #include "reference_tx.h"
@@ -405,8 +406,31 @@ static void mv(int M, int N, int K, bool tb, int batch) {
   char what[64]; snprintf(what, sizeof what, "mv %dx%dx%d %s b%d", M, N, K, tb ? "nt" : "nn", batch);
   cmp(what, c.data(), c2.data(), c.size());
 }
-/* One matmul launch of a kernel family, as cuda_ops.c shapes it: 0 mv1_nt, 1 mv_nt/nn, 2 mm64, 3 mm128. */
-static void mm_launch(int kind, weft_cu_mm_args &m, bool ta, bool tb, int batch) {
+/* The matmul kernel families: 0 mv1_nt, 1 mv_nt/nn, then 2 + i for tile shape i of cuda_mm_tiles.h (2 mm128,
+ * 3 mm64t8, 4 mm64, 5 mm32). */
+enum { MM_KINDS = 2 + WEFT_CU_MM_TILE_COUNT };
+static const char *kind_name(int kind) { return kind == 0 ? "mv1" : kind == 1 ? "mv" : weft_cu_mm_tile_at(kind - 2)->name; }
+/* The tiled kernels by WEFT_CUK_MM* index (the _nn, _nt, _tn, _tt of each shape are consecutive). */
+static void mm_kernel(int fn, weft_cu_mm_args m) {
+  switch (fn) {
+  case WEFT_CUK_MM128_NN: weft_mm128_nn(m); break; case WEFT_CUK_MM128_NT: weft_mm128_nt(m); break;
+  case WEFT_CUK_MM128_TN: weft_mm128_tn(m); break; case WEFT_CUK_MM128_TT: weft_mm128_tt(m); break;
+  case WEFT_CUK_MM64_NN: weft_mm64_nn(m); break; case WEFT_CUK_MM64_NT: weft_mm64_nt(m); break;
+  case WEFT_CUK_MM64_TN: weft_mm64_tn(m); break; case WEFT_CUK_MM64_TT: weft_mm64_tt(m); break;
+  case WEFT_CUK_MM64T8_NN: weft_mm64t8_nn(m); break; case WEFT_CUK_MM64T8_NT: weft_mm64t8_nt(m); break;
+  case WEFT_CUK_MM64T8_TN: weft_mm64t8_tn(m); break; case WEFT_CUK_MM64T8_TT: weft_mm64t8_tt(m); break;
+  case WEFT_CUK_MM32_NN: weft_mm32_nn(m); break; case WEFT_CUK_MM32_NT: weft_mm32_nt(m); break;
+  case WEFT_CUK_MM32_TN: weft_mm32_tn(m); break; case WEFT_CUK_MM32_TT: weft_mm32_tt(m); break;
+  default: printf("no kernel %d\n", fn); fails++; break;
+  }
+}
+/* cuda_ops.c's alignment test for vector accesses of width w */
+static int mm_aligned(uint64_t ptr, int64_t ld, int64_t stride, int64_t batch, int w) {
+  return ptr % (uint64_t)(w * 4) == 0 && ld % w == 0 && (batch <= 1 || stride % w == 0);
+}
+/* One matmul launch of a kernel family, as cuda_ops.c shapes it. vec: the vector accesses where cuda_ops.c
+ * would allow them (else none). */
+static void mm_launch(int kind, weft_cu_mm_args &m, bool ta, bool tb, int batch, bool vec = false) {
   const int M = m.m, N = m.n;
   if (kind == 0) {
     emu_launch((unsigned)((N + WEFT_CU_MV1_OUT - 1) / WEFT_CU_MV1_OUT), (unsigned)batch, WEFT_CU_MV_THREADS, [&] { weft_mv1_nt(m); });
@@ -414,18 +438,23 @@ static void mm_launch(int kind, weft_cu_mm_args &m, bool ta, bool tb, int batch)
     emu_launch((unsigned)((N + WEFT_CU_MV_OUT - 1) / WEFT_CU_MV_OUT), (unsigned)batch, WEFT_CU_MV_THREADS,
                [&] { if (tb) weft_mv_nt(m); else weft_mv_nn(m); });
   } else {
-    const int tile = kind == 2 ? 64 : 128;
-    m.tiles_m = (M + tile - 1) / tile; m.tiles_n = (N + tile - 1) / tile; m.group = 8;
-    const int idx = (ta ? 2 : 0) + (tb ? 1 : 0);
-    emu_launch((unsigned)(m.tiles_m * m.tiles_n), (unsigned)batch, 256, [&] {
-      if (kind == 2) { if (idx == 0) weft_mm64_nn(m); else if (idx == 1) weft_mm64_nt(m); else if (idx == 2) weft_mm64_tn(m); else weft_mm64_tt(m); }
-      else { if (idx == 0) weft_mm128_nn(m); else if (idx == 1) weft_mm128_nt(m); else if (idx == 2) weft_mm128_tn(m); else weft_mm128_tt(m); }
-    });
+    const weft_cu_mm_tile *t = weft_cu_mm_tile_at(kind - 2);
+    m.tiles_m = (M + t->bm - 1) / t->bm; m.tiles_n = (N + t->bn - 1) / t->bn; m.group = 8;
+    m.vec_a = m.vec_b = m.vec_c = 0;
+    if (vec) {
+      int wa, wb, wc;
+      weft_cu_mm_tile_widths(t, &wa, &wb, &wc);
+      m.vec_a = mm_aligned(m.a, m.lda, m.sa, batch, wa);
+      m.vec_b = mm_aligned(m.b, m.ldb, m.sb, batch, wb);
+      m.vec_c = mm_aligned(m.c, m.ldc, m.sc, batch, wc);
+    }
+    const int fn = t->fn + (ta ? 2 : 0) + (tb ? 1 : 0);
+    emu_launch((unsigned)(m.tiles_m * m.tiles_n), (unsigned)batch, (unsigned)t->threads, [&] { mm_kernel(fn, m); });
   }
 }
 /* A fused matmul epilogue (src/lanes/fuse.h) on each kernel family: c = a.b, then c + bias (per column),
- * c + resid, g = gelu(c), each step as the separate op rounds it; c keeps the value before GELU. kind: 0 mv1_nt,
- * 1 mv_nt/nn (several rows), 2 mm64, 3 mm128. Which of bias, resid, gelu: bits of `parts`. */
+ * c + resid, g = gelu(c), each step as the separate op rounds it; c keeps the value before GELU. kind: as
+ * mm_launch's. Which of bias, resid, gelu: bits of `parts`. */
 static void epilogue(int kind, int M, int N, int K, bool ta, bool tb, int batch, int parts) {
   auto a = rnd((size_t)batch * M * K, -2, 2), b = rnd((size_t)K * N, -2, 2);
   auto bias = rnd((size_t)N, -1, 1), resid = rnd((size_t)batch * M * N, -3, 3);
@@ -452,20 +481,22 @@ static void epilogue(int kind, int M, int N, int K, bool ta, bool tb, int batch,
     if (hr) c[e] = w_canon(__fadd_rn(c[e], resid[e]));
   }
   if (hg) weft_ref_gelu_forward(g.data(), c.data(), (int64_t)c.size());
-  std::vector<float> c2(c.size(), 7.f), g2(c.size(), 5.f);
-  weft_cu_mm_args m{}; m.a = U(a.data()); m.b = U(b.data()); m.c = U(c2.data());
-  m.bias = hb ? U(bias.data()) : 0; m.resid = hr ? U(resid.data()) : 0; m.gelu = hg ? U(g2.data()) : 0;
-  m.m = M; m.n = N; m.k = K; m.lda = ta ? M : K; m.ldb = tb ? K : N; m.ldc = N;
-  m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
-  const char *kn[] = {"mv1", "mv", "mm64", "mm128"};
-  mm_launch(kind, m, ta, tb, batch);
-  char what[80];
-  snprintf(what, sizeof what, "epi %s %dx%dx%d %s%s b%d %c%c%c", kn[kind], M, N, K, ta ? "t" : "n", tb ? "t" : "n", batch,
-           hb ? 'b' : '-', hr ? 'r' : '-', hg ? 'g' : '-');
-  cmp(what, c.data(), c2.data(), c.size());
-  if (hg) {
-    strcat(what, " g");
-    cmp(what, g.data(), g2.data(), g.size());
+  for (int vec = 0; vec < (kind >= 2 ? 2 : 1); vec++) {
+    std::vector<float> c2(c.size(), 7.f), g2(c.size(), 5.f);
+    weft_cu_mm_args m{}; m.a = U(a.data()); m.b = U(b.data()); m.c = U(c2.data());
+    m.bias = hb ? U(bias.data()) : 0; m.resid = hr ? U(resid.data()) : 0; m.gelu = hg ? U(g2.data()) : 0;
+    m.m = M; m.n = N; m.k = K; m.lda = ta ? M : K; m.ldb = tb ? K : N; m.ldc = N;
+    m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
+    mm_launch(kind, m, ta, tb, batch, vec);
+    char what[96];
+    snprintf(what, sizeof what, "epi %s %dx%dx%d %s%s b%d %c%c%c%s", kind_name(kind), M, N, K, ta ? "t" : "n",
+             tb ? "t" : "n", batch, hb ? 'b' : '-', hr ? 'r' : '-', hg ? 'g' : '-',
+             !vec ? "" : m.vec_a || m.vec_b || m.vec_c ? " vec" : " vec(none)");
+    cmp(what, c.data(), c2.data(), c.size());
+    if (hg) {
+      strcat(what, " g");
+      cmp(what, g.data(), g2.data(), g.size());
+    }
   }
 }
 /* matmul_acc (accum): every sum continues from c's value, k ascending; c's -0 survives a row of -0 products and
@@ -490,15 +521,63 @@ static void accum(int kind, int M, int N, int K, bool ta, bool tb, int batch) {
         }
         c[(size_t)p * M * N + (size_t)r * N + j] = w_canon(acc);
       }
-  std::vector<float> c2(c0);
-  weft_cu_mm_args m{}; m.a = U(a.data()); m.b = U(b.data()); m.c = U(c2.data()); m.accum = 1;
-  m.m = M; m.n = N; m.k = K; m.lda = ta ? M : K; m.ldb = tb ? K : N; m.ldc = N;
-  m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
-  const char *kn[] = {"mv1", "mv", "mm64", "mm128"};
-  mm_launch(kind, m, ta, tb, batch);
-  char what[80];
-  snprintf(what, sizeof what, "acc %s %dx%dx%d %s%s b%d", kn[kind], M, N, K, ta ? "t" : "n", tb ? "t" : "n", batch);
-  cmp(what, c.data(), c2.data(), c.size());
+  for (int vec = 0; vec < (kind >= 2 ? 2 : 1); vec++) {
+    std::vector<float> c2(c0);
+    weft_cu_mm_args m{}; m.a = U(a.data()); m.b = U(b.data()); m.c = U(c2.data()); m.accum = 1;
+    m.m = M; m.n = N; m.k = K; m.lda = ta ? M : K; m.ldb = tb ? K : N; m.ldc = N;
+    m.sa = (int64_t)M * K; m.sb = 0; m.sc = (int64_t)M * N;
+    mm_launch(kind, m, ta, tb, batch, vec);
+    char what[96];
+    snprintf(what, sizeof what, "acc %s %dx%dx%d %s%s b%d%s", kind_name(kind), M, N, K, ta ? "t" : "n", tb ? "t" : "n",
+             batch, !vec ? "" : m.vec_a || m.vec_b || m.vec_c ? " vec" : " vec(none)");
+    cmp(what, c.data(), c2.data(), c.size());
+  }
+}
+/* Every tile shape of cuda_mm_tiles.h with all four transposes: partial tiles in m, n and k, k = 1, k = 0
+ * with accum, -0 in c with accum (accum()), batches sharing b, every epilogue part, and the vector paths
+ * (aligned shapes, and shapes aligned for vectors but not multiples of the tile or of 8 in k). */
+static void mm_tiles() {
+  for (int i = 0; i < WEFT_CU_MM_TILE_COUNT; i++) {
+    const weft_cu_mm_tile *t = weft_cu_mm_tile_at(i);
+    const int kind = 2 + i, bm = t->bm, bn = t->bn;
+    for (int x = 0; x < 4; x++) {
+      const bool ta = x & 2, tb = x & 1;
+      epilogue(kind, bm + 3, 2 * bn - 5, 17, ta, tb, 2, 7 - x);
+      epilogue(kind, 2 * bm, bn + 8, 24, ta, tb, 1, x);
+      epilogue(kind, bm + 12, bn + 20, 20, ta, tb, 2, 7);
+      epilogue(kind, bm - 1, bn / 2 + 1, 1, ta, tb, 1, 0);
+      epilogue(kind, 5, 3, 0, ta, tb, 1, 3);
+      accum(kind, bm + 5, bn - 3, 13, ta, tb, 2);
+      accum(kind, 2 * bm, 2 * bn, 16, ta, tb, 1);
+      accum(kind, 7, 9, 0, ta, tb, 1);
+    }
+  }
+}
+/* The tile shapes weft_cu_mm_pick gives GPT-2 124M's matmuls (B = 8, T = 1024: 8192 rows, C = 768) on an
+ * H200's 132 SMs, against the rule before it (128x128 when those tiles fill the SMs, else 64x64 at 4x4).
+ * Efficiency: the model's time of perfectly balanced 128x128 work over its estimate for the shape. The
+ * weight gradients (k = 8192, few outputs) must leave the 144 blocks of 128x128 (12 SMs doing twice the
+ * work); the large ones must stay on 128x128. */
+static void mm_picks() {
+  const int sms = 132;
+  const struct { int64_t m, n, k; int big; } sh[] = {
+      {8192, 768, 768, 1},   {8192, 2304, 768, 1}, {8192, 3072, 768, 1}, {8192, 768, 3072, 1},
+      {768, 768, 8192, 0},   {768, 2304, 8192, 0}, {768, 3072, 8192, 0}, {3072, 768, 8192, 0},
+      {8192, 50257, 768, 1}, {50257, 768, 8192, 1}};
+  for (const auto &s : sh) {
+    const int pick = weft_cu_mm_pick(s.m, s.n, 1, sms);
+    const int old = ((s.m + 127) / 128) * ((s.n + 127) / 128) >= sms ? 0 : 2;
+    const weft_cu_mm_tile *t = weft_cu_mm_tile_at(pick), *o = weft_cu_mm_tile_at(old);
+    const double ideal = (double)s.m * (double)s.n / sms * 1000.0;
+    const int64_t blocks = ((s.m + t->bm - 1) / t->bm) * ((s.n + t->bn - 1) / t->bn);
+    const int64_t oblocks = ((s.m + o->bm - 1) / o->bm) * ((s.n + o->bn - 1) / o->bn);
+    const double eff = ideal / weft_cu_mm_tile_cost(t, s.m, s.n, 1, sms), oeff = ideal / weft_cu_mm_tile_cost(o, s.m, s.n, 1, sms);
+    const bool ok = s.big ? pick == 0 : blocks != 144 && eff > oeff;
+    printf("pick %5lldx%5lldx%5lld %-7s %6lld blocks est %3.0f%% (was %-6s %6lld blocks %3.0f%%) %s\n", (long long)s.m,
+           (long long)s.n, (long long)s.k, t->name, (long long)blocks, 100 * eff, o->name, (long long)oblocks, 100 * oeff,
+           ok ? "ok" : "FAIL");
+    if (!ok) fails++;
+  }
 }
 /* attention over a cache: both kernels against weft_ref_attention_cached */
 static void atc(int64_t B, int64_t Tmax, int64_t C, int64_t NH, int64_t t0, int64_t Tq) {
@@ -522,11 +601,9 @@ int main() {
   mv(1, 9, 1030, true, 3); mv(1, 17, 512, true, 1); mv(1, 8, 7, true, 1); mv(1, 23, 1028, true, 2); mv(1, 40, 768, true, 1);
   for (int parts = 0; parts < 8; parts++) epilogue(0, 1, 29, 700, false, true, 2, parts);
   epilogue(1, 3, 40, 300, false, true, 1, 7); epilogue(1, 2, 33, 90, false, false, 2, 5);
-  epilogue(2, 70, 50, 33, false, false, 2, 7); epilogue(2, 40, 70, 20, true, true, 1, 3);
-  epilogue(2, 65, 66, 9, false, true, 1, 6); epilogue(3, 130, 20, 17, true, false, 1, 7);
   accum(0, 1, 30, 301, false, true, 2); accum(1, 3, 20, 13, false, false, 1); accum(1, 4, 17, 0, false, true, 1);
-  accum(2, 70, 40, 13, false, false, 2); accum(2, 33, 65, 20, true, true, 1); accum(2, 20, 20, 0, false, true, 1);
-  accum(3, 129, 30, 11, true, false, 1); accum(3, 40, 131, 9, false, true, 1);
+  mm_tiles();
+  mm_picks();
   copies();
   softmax(2, 45);
   ln(11, 77, 1); ln(1, 768, 1); ln(3, 64, 2); ln(70, 200, 2); ln(40, 5, 3); ln(600, 21, 4);
