@@ -360,6 +360,15 @@ static void test_gelu(void) {
     sync_("gelu bwd");
     down(g, dout, n * 4);
     compare(&b, "dx", g, wdx, n);
+    /* the fp32 contract's kernels (the logistic form, fast reciprocal): within the tolerance */
+    launch("weft_tx_gelu_fwd_f32", grid_for((int64_t)n, 256), 256, &a);
+    sync_("gelu fwd (fp32)");
+    down(g, dout, n * 4);
+    compare_tol(&f, "y", g, wy, n);
+    launch("weft_tx_gelu_bwd_f32", grid_for((int64_t)n, 256), 256, &a);
+    sync_("gelu bwd (fp32)");
+    down(g, dout, n * 4);
+    compare_tol(&b, "dx", g, wdx, n);
     f.cases++, b.cases++;
     dfree(dx), dfree(ddy), dfree(dout);
     free(x), free(dy), free(wy), free(wdx), free(g);
