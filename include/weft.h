@@ -194,7 +194,10 @@ WEFT_API weft_status weft_tensor_create(weft_fabric *fabric, int ndim, const int
  * home from a device lane, straight into `data`). After changing `data` yourself, call weft_tensor_write(t,
  * data, n) so the lanes' copies are dropped; after an op on any lane, `data` is current only once
  * weft_tensor_read(t, data, n) (or weft_fabric_sync) has returned. `data` must stay valid until the tensor is destroyed, which does not
- * free it. The same shape rules as weft_tensor_create apply. */
+ * free it. The same shape rules as weft_tensor_create apply. Where `data` spans at least 4 MiB, weft advises
+ * the kernel to back it with huge pages (madvise MADV_HUGEPAGE on its 2 MiB-aligned inside; pages already
+ * there stay as they are), as for its own host copies: results then land in fresh memory without a page
+ * fault every 4 KiB. */
 WEFT_API weft_status weft_tensor_wrap(weft_fabric *fabric, int ndim, const int64_t *dims, float *data,
                                       weft_tensor **out_tensor);
 /* Creates an fp32 tensor over memory of lane `lane` that the caller owns, with no copy: another library's
@@ -223,7 +226,8 @@ WEFT_API weft_status weft_tensor_write(weft_tensor *tensor, const float *data, s
 /* Copies the tensor into host memory; `count` must equal the element count. Waits for pending work and
  * flushes an open scope on the lane that holds the data; the tensor's host copy is current afterwards. A
  * large result still streaming home is copied on in pieces as they land; should the lane fail part way and
- * the value not be computed again, the error is returned and `out_data` may hold part of the value. */
+ * the value not be computed again, the error is returned and `out_data` may hold part of the value. An
+ * `out_data` of at least 4 MiB is advised huge pages first, as weft_tensor_wrap's memory is. */
 WEFT_API weft_status weft_tensor_read(weft_tensor *tensor, float *out_data, size_t count);
 /* Rank and dimensions (out_dims needs WEFT_MAX_DIMS entries; unused ones are set to 1). */
 WEFT_API weft_status weft_tensor_shape(const weft_tensor *tensor, int *out_ndim, int64_t *out_dims);

@@ -8,6 +8,7 @@
  * A write on a device lane leaves a recipe (the op and its inputs' versions, below); a value lost with its
  * lane is computed again from it by the scheduler (sched/recover.c), which the core asks through the
  * fabric's recover hooks: running ops is above the core. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,25 @@ static float *host_alloc(size_t bytes, size_t *out_mapped) {
     }
   }
   return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+}
+
+/* The caller's memory that weft is about to fill whole (a read's destination, a wrapped array): the kernel is
+ * advised to back its 2 MiB-aligned inside with huge pages, as weft's own host copies are (and as numpy's large
+ * arrays are). A fresh malloc'ed 64 MiB array otherwise takes 16,384 page faults on the first write, which
+ * on the H200 machine cost a read into it 30 ms; pages already there stay as they are. Advice only: a range
+ * the kernel refuses (THP off, not anonymous memory) changes nothing, and errno is left as it was. */
+static void host_advise(const void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+  if (bytes < WEFT_HOST_HUGE_MIN) return;
+  const uintptr_t a = ((uintptr_t)p + WEFT_HUGE - 1) & ~(uintptr_t)(WEFT_HUGE - 1);
+  const uintptr_t e = ((uintptr_t)p + bytes) & ~(uintptr_t)(WEFT_HUGE - 1);
+  if (e <= a) return;
+  const int saved = errno;
+  madvise((void *)a, (size_t)(e - a), MADV_HUGEPAGE);
+  errno = saved;
+#else
+  (void)p, (void)bytes;
+#endif
 }
 
 static void host_free(float *p, size_t mapped) {
@@ -136,7 +156,7 @@ static weft_status tensor_new(weft_fabric *f, weft_dtype dtype, int ndim, const 
     return weft_fail(f, WEFT_ERR_OUT_OF_MEMORY, "weft_tensor_create: out of host memory for %zu floats", numel);
   }
   if (wrap) {
-    /* the caller's memory is the value */
+    host_advise(wrap, numel * sizeof(float)); /* the caller's memory is the value (results land in it) */
   } else if (data) weft_host_copy(f, t->host, data, numel * 4);
   else if (!t->mapped) memset(t->host, 0, t->bytes); /* mapped pages are zero until written */
   t->magic = WEFT_TENSOR_MAGIC;
@@ -489,6 +509,7 @@ static weft_status tensor_read(weft_tensor *t, weft_dtype dtype, void *out_data,
     return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_read: room for %zu floats given, the tensor holds %zu", count,
                      t->numel);
   int sunk = 0;
+  if (out_data != (void *)t->host) host_advise(out_data, count * 4);
   if (!t->host_valid && !t->lost) {
     /* a value made on a device lane: its failure, if any, is known before anything reaches out_data */
     if ((st = weft_tensor_wait_writer(t)) != WEFT_OK) return st;
