@@ -439,11 +439,11 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
     memset(&a, 0, sizeof a);
     a.out = bptr(op->out[0]), a.x = bptr(op->in[0]), a.dy = bptr(op->in[1]), a.n = ip[0];
     if (a.n == 0) return WEFT_OK;
-    /* 16 elements a thread (four float4s, all loads issued first) where aligned: one pass over GPT-2's
-     * activations (B*T x 3072) without the grid striding, up to 32 blocks an SM */
+    /* WEFT_TX_GELU_U float4s a thread (all loads issued first) where aligned: one pass over GPT-2's
+     * activations (B*T x 3072) without the grid striding, up to 48 blocks an SM */
     return PUSH(op->kind == WEFT_OP_GELU ? (f32 ? WEFT_CUK_TX_GELU_FWD_F32 : WEFT_CUK_TX_GELU_FWD)
                                          : (f32 ? WEFT_CUK_TX_GELU_BWD_F32 : WEFT_CUK_TX_GELU_BWD),
-                stride_grid(d, ceil_div((uint64_t)a.n, 16), 256, 32), 1, 256, a);
+                stride_grid(d, ceil_div((uint64_t)a.n, 4 * WEFT_TX_GELU_U), 256, 48), 1, 256, a);
   }
   case WEFT_OP_CAUSAL_SOFTMAX:
   case WEFT_OP_CAUSAL_SOFTMAX_BACKWARD: {

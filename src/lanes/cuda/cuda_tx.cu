@@ -793,7 +793,7 @@ DEV float gelu_b(float x, float dy) {
  * (strided by the grid), all their loads issued before any store (a store would order later loads after it:
  * the compiler cannot prove the arrays apart), then computes and stores them; the n % 4 tail and unaligned
  * arrays go element by element. The arithmetic is per element, so the grouping changes no bits. */
-#define GELU_U 4
+#define GELU_U WEFT_TX_GELU_U
 DEV bool gelu_vec(const void *a, const void *b, const void *c) {
   return ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b) |
            reinterpret_cast<unsigned long long>(c)) & 15u) == 0;
@@ -867,10 +867,10 @@ template <bool F32> DEV void gelu_bwd_body(const weft_tx_gelu_args &p) {
   }
   for (long long i = i0 + GTID; i < p.n; i += GSTRIDE) DX[i] = gelu_bf<F32>(X[i], DY[i]);
 }
-extern "C" __global__ void __launch_bounds__(256, 4) weft_tx_gelu_fwd(weft_tx_gelu_args p) { gelu_fwd_body<false>(p); }
-extern "C" __global__ void __launch_bounds__(256, 4) weft_tx_gelu_bwd(weft_tx_gelu_args p) { gelu_bwd_body<false>(p); }
-extern "C" __global__ void __launch_bounds__(256, 4) weft_tx_gelu_fwd_f32(weft_tx_gelu_args p) { gelu_fwd_body<true>(p); }
-extern "C" __global__ void __launch_bounds__(256, 4) weft_tx_gelu_bwd_f32(weft_tx_gelu_args p) { gelu_bwd_body<true>(p); }
+extern "C" __global__ void __launch_bounds__(256, WEFT_TX_GELU_MINB) weft_tx_gelu_fwd(weft_tx_gelu_args p) { gelu_fwd_body<false>(p); }
+extern "C" __global__ void __launch_bounds__(256, WEFT_TX_GELU_MINB) weft_tx_gelu_bwd(weft_tx_gelu_args p) { gelu_bwd_body<false>(p); }
+extern "C" __global__ void __launch_bounds__(256, WEFT_TX_GELU_MINB) weft_tx_gelu_fwd_f32(weft_tx_gelu_args p) { gelu_fwd_body<true>(p); }
+extern "C" __global__ void __launch_bounds__(256, WEFT_TX_GELU_MINB) weft_tx_gelu_bwd_f32(weft_tx_gelu_args p) { gelu_bwd_body<true>(p); }
 
 /* ---------------------------------------------------------------------------------- causal softmax */
 

@@ -90,6 +90,10 @@ typedef struct weft_tx_ln_args {
 /* GELU (tanh form). weft_tx_gelu_fwd: y = gelu(x); weft_tx_gelu_bwd: dx = gelu'(x) * dy. Any grid,
  * grid-stride over n. Also weft_tx_wmath_probe (tests only): out[6i..6i+5] = recip, rsqrt, sqrt, tanh, exp,
  * log of x[i]. */
+/* GELU: float4s a thread (all loaded before any store; the grid covers the array in one pass where it can)
+ * and the kernels' blocks an SM (__launch_bounds__' minimum, which caps their registers) */
+#define WEFT_TX_GELU_U 4
+#define WEFT_TX_GELU_MINB 4
 typedef struct weft_tx_gelu_args {
   uint64_t out, x, dy; /* out is y (forward) or dx (backward) */
   int64_t n;
