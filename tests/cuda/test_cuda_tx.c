@@ -341,6 +341,13 @@ static void test_layernorm(void) {
   report(&f), report(&b);
 }
 
+/* One elementwise GELU kernel over n elements, its result into g. */
+static void gelu_run(const char *kernel, weft_tx_gelu_args *a, float *g, size_t n) {
+  launch(kernel, grid_for((int64_t)n, 256), 256, a);
+  sync_(kernel);
+  down(g, a->out, n * 4);
+}
+
 static void test_gelu(void) {
   tally f = {"gelu_fwd", 0, 0, 0}, b = {"gelu_bwd", 0, 0, 0};
   static const double ranges[][2] = {{-12, 12}, {-0.01, 0.01}, {-1e-30, 1e-30}, {-1e20, 1e20}};
@@ -352,22 +359,14 @@ static void test_gelu(void) {
     weft_ref_gelu_backward(wdx, x, dy, (int64_t)n);
     CUdeviceptr dx = dup_(x, n * 4), ddy = dup_(dy, n * 4), dout = dalloc(n * 4);
     weft_tx_gelu_args a = {dout, dx, ddy, (int64_t)n};
-    launch("weft_tx_gelu_fwd", grid_for((int64_t)n, 256), 256, &a);
-    sync_("gelu fwd");
-    down(g, dout, n * 4);
+    gelu_run("weft_tx_gelu_fwd", &a, g, n);
     compare(&f, "y", g, wy, n);
-    launch("weft_tx_gelu_bwd", grid_for((int64_t)n, 256), 256, &a);
-    sync_("gelu bwd");
-    down(g, dout, n * 4);
+    gelu_run("weft_tx_gelu_bwd", &a, g, n);
     compare(&b, "dx", g, wdx, n);
     /* the fp32 contract's kernels (the logistic form, fast reciprocal): within the tolerance */
-    launch("weft_tx_gelu_fwd_f32", grid_for((int64_t)n, 256), 256, &a);
-    sync_("gelu fwd (fp32)");
-    down(g, dout, n * 4);
+    gelu_run("weft_tx_gelu_fwd_f32", &a, g, n);
     compare_tol(&f, "y", g, wy, n);
-    launch("weft_tx_gelu_bwd_f32", grid_for((int64_t)n, 256), 256, &a);
-    sync_("gelu bwd (fp32)");
-    down(g, dout, n * 4);
+    gelu_run("weft_tx_gelu_bwd_f32", &a, g, n);
     /* Left out: where dy is infinite, dx is inf or NaN by whether the derivative rounds to 0 (the reference's
      * 1 - tanh^2 does for |x| past about 5.5, the logistic form only past about 9); and where |dy| is near
      * the largest float, dy times a derivative a rounding above 1 overflows (the reference's tanh rounds the

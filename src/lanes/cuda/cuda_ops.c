@@ -346,38 +346,30 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
   case WEFT_OP_EMBEDDING_BACKWARD: {
     const int64_t BT = ip[0] * ip[1], T = ip[1], C = ip[2];
     if (BT == 0 || C == 0) return WEFT_OK;
-    /* the position table with positions bt % T: a kernel of its own (no scan), after the token table's */
+    /* the position table with positions bt % T gets a kernel of its own (no scan), after the token table's;
+     * the tables given positions by index are scanned, in one kernel each up to WEFT_TX_EB_ROWS_MAXBT
+     * positions (no scratch), else counted, sorted and added */
     const int pos_implicit = op->out[1] && !op->in[2];
-    weft_tx_embed_bwd_args pa;
-    memset(&pa, 0, sizeof pa);
-    pa.table = bptr(op->out[1]), pa.dout = bptr(op->in[0]);
-    pa.BT = BT, pa.T = T, pa.C = C, pa.nrows = ip[4];
-    const uint64_t pgrid = grid_elems(d, (T < ip[4] ? T : ip[4]) * C);
-    if (pos_implicit && !op->out[0]) return PUSH(WEFT_CUK_TX_EMBED_BWD_POS, pgrid, 1, 256, pa);
-    if (BT <= WEFT_TX_EB_ROWS_MAXBT) { /* one launch per table, no scratch */
-      for (int tab = 0; tab < 2 - pos_implicit; tab++) {
-        if (!op->out[tab]) continue;
-        weft_tx_embed_bwd_args a;
-        memset(&a, 0, sizeof a);
-        a.table = bptr(op->out[tab]), a.dout = bptr(op->in[0]), a.idx = bptr(op->in[tab ? 2 : 1]);
-        a.BT = BT, a.T = T, a.C = C, a.nrows = tab ? ip[4] : ip[3];
-        if ((st = PUSH(WEFT_CUK_TX_EMBED_BWD_ROWS, stride_grid(d, (uint64_t)BT, 1, 8), 1, 256, a)) != WEFT_OK)
-          return st;
-      }
-      return pos_implicit ? PUSH(WEFT_CUK_TX_EMBED_BWD_POS, pgrid, 1, 256, pa) : WEFT_OK;
-    }
+    const int ntab = 2 - pos_implicit;
     int64_t rows = 0;
     if (op->out[0] && ip[3] > rows) rows = ip[3];
     if (op->out[1] && !pos_implicit && ip[4] > rows) rows = ip[4];
+    const int rows_kernel = BT <= WEFT_TX_EB_ROWS_MAXBT;
     uint64_t cnt = 0, start = 0, list = 0;
-    if ((st = eb_scratch(d, rows, BT, &cnt, &start, &list)) != WEFT_OK) return st;
-    for (int tab = 0; tab < 2 - pos_implicit; tab++) {
+    const int scanned = op->out[0] || (op->out[1] && !pos_implicit);
+    if (!rows_kernel && scanned && (st = eb_scratch(d, rows, BT, &cnt, &start, &list)) != WEFT_OK) return st;
+    for (int tab = 0; tab < ntab; tab++) {
       if (!op->out[tab]) continue;
       weft_tx_embed_bwd_args a;
       memset(&a, 0, sizeof a);
       a.table = bptr(op->out[tab]), a.dout = bptr(op->in[0]), a.idx = bptr(op->in[tab ? 2 : 1]);
       a.count = cnt, a.start = start, a.list = list;
       a.BT = BT, a.T = T, a.C = C, a.nrows = tab ? ip[4] : ip[3];
+      if (rows_kernel) {
+        if ((st = PUSH(WEFT_CUK_TX_EMBED_BWD_ROWS, stride_grid(d, (uint64_t)BT, 1, 8), 1, 256, a)) != WEFT_OK)
+          return st;
+        continue;
+      }
       uint32_t gy = BT < 65535 ? (uint32_t)BT : 65535; /* list positions; only the rows that occur */
       if ((st = PUSH(WEFT_CUK_TX_EMBED_BWD_COUNT, grid_elems(d, BT), 1, 256, a)) != WEFT_OK ||
           (st = PUSH(WEFT_CUK_TX_EMBED_BWD_SCAN, 1, 1, 1024, a)) != WEFT_OK ||
@@ -386,7 +378,12 @@ static weft_status emit_tx(weft_cu_lane *l, const weft_op *op) {
           (st = PUSH(WEFT_CUK_TX_EMBED_BWD_ACCUM, (uint64_t)((C + 127) / 128), gy, 128, a)) != WEFT_OK)
         return st;
     }
-    return pos_implicit ? PUSH(WEFT_CUK_TX_EMBED_BWD_POS, pgrid, 1, 256, pa) : WEFT_OK;
+    if (!pos_implicit) return WEFT_OK;
+    weft_tx_embed_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.table = bptr(op->out[1]), a.dout = bptr(op->in[0]);
+    a.BT = BT, a.T = T, a.C = C, a.nrows = ip[4];
+    return PUSH(WEFT_CUK_TX_EMBED_BWD_POS, grid_elems(d, (T < ip[4] ? T : ip[4]) * C), 1, 256, a);
   }
   case WEFT_OP_LAYERNORM: {
     weft_tx_ln_args a;
