@@ -196,6 +196,11 @@ int main(void) {
   TU_STATUS(st, WEFT_ERR_LANE_FAILED, "reading a value that cannot be computed again");
   TU_CHECK(tu_contains(weft_fabric_last_error(f), "overwritten since"), "the message says why: %s",
            weft_fabric_last_error(f));
+  TU_CHECK(tu_contains(weft_fabric_last_error(f), "it was on lane fake:0, which is down"),
+           "and names the lane it went down with: %s", weft_fabric_last_error(f));
+  TU_STATUS(weft_tensor_read(c, got, M * N), WEFT_ERR_LANE_FAILED, "reading it again");
+  TU_CHECK(tu_contains(weft_fabric_last_error(f), "it was on lane fake:0"), "names the lane again: %s",
+           weft_fabric_last_error(f));
   TU_STATUS(weft_op_relu(f, NULL, a, a), WEFT_OK, "the fabric goes on");
   weft_fabric_close(f);
 

@@ -323,7 +323,7 @@ void weft_lane_mark_failed(weft_fabric *f, int lane) {
       if (lane < 63) t->where &= ~((uint64_t)1 << (lane + 1));
       int elsewhere = t->host_valid;
       for (size_t i = 0; i < f->nlanes; i++) elsewhere |= t->valid[i];
-      if (!elsewhere) t->lost = f->lost = 1;
+      if (!elsewhere) t->lost = f->lost = 1, t->lost_lane = lane;
     }
   }
   weft_route_forget(f);

@@ -205,6 +205,7 @@ struct weft_tensor {
   uint64_t id, version, host_version;
   struct weft_recipe *recipe;
   int lost;            /* its only current copy went down with a lane */
+  int lost_lane;       /* that lane (its index), named in the errors of a value that cannot come back */
   /* The last jobs of the host queue (hostq.c) that read and that write the host memory: touching that
    * memory from outside the queue waits for them. 0: none. */
   uint64_t q_read, q_write;

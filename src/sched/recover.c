@@ -5,6 +5,7 @@
  * is the scheduler's, so this sits above the core, which calls it through the fabric's recover hooks (set
  * by weft_fabric_open, open.c) when it reads a lost value or is about to change what one was made from. */
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,26 +34,30 @@ static weft_status replay(weft_fabric *f, const weft_recipe *r, weft_tensor **x,
   return st;
 }
 
-/* A lost value that cannot be computed again stays lost: later attempts answer at once. */
+/* A lost value that cannot be computed again stays lost: later attempts answer at once. The error names
+ * the lane the value went down with and what that lane said, since that is the cause a person acts on. */
 static weft_status gone(weft_tensor *t, const char *fmt, ...) {
+  weft_fabric *f = t->fabric;
+  char what[320];
   va_list args;
   va_start(args, fmt);
-  weft_status st = weft_vfail(t->fabric, WEFT_ERR_LANE_FAILED, fmt, args);
+  vsnprintf(what, sizeof what, fmt, args);
   va_end(args);
   t->lost = 2;
-  return st;
+  const weft_lane_slot *s = t->lost_lane >= 0 && (size_t)t->lost_lane < f->nlanes ? &f->lanes[t->lost_lane] : NULL;
+  if (!s) return weft_fail(f, WEFT_ERR_LANE_FAILED, "%s", what);
+  return weft_fail(f, WEFT_ERR_LANE_FAILED, "%s; it was on lane %s, which %s", what, s->desc.name,
+                   s->failed ? (s->down_why[0] ? s->down_why : "is down") : "went down (it is up again now)");
 }
 
 static weft_status recover_at(weft_tensor *t, int depth) {
   weft_fabric *f = t->fabric;
   if (!t->lost) return WEFT_OK;
   if (t->lost == 2)
-    return weft_fail(f, WEFT_ERR_LANE_FAILED,
-                     "a tensor's only copy was on a lane that went down, and it cannot be computed again (what made "
-                     "it is not on record, or has changed since)");
+    return gone(t, "a tensor's only copy was on a lane that went down, and it cannot be computed again (what made "
+                   "it is not on record, or has changed since)");
   if (!t->recipe)
-    return gone(t,
-                     "a tensor's only copy was on a lane that went down, and no op that made it is on record");
+    return gone(t, "a tensor's only copy was on a lane that went down, and no op that made it is on record");
   if (depth > 64)
     return gone(t, "a lost tensor is more than 64 ops from a value still held anywhere");
   /* a copy: recomputing an input may run ops that record recipes of their own */
@@ -63,23 +68,20 @@ static weft_status recover_at(weft_tensor *t, int depth) {
     if (!r->in_id[i]) continue; /* an optional input left out */
     x[i] = tensor_by_id(f, r->in_id[i]);
     if (!x[i])
-      return gone(t,
-                       "a tensor's only copy was on a lane that went down, and an input of the %s that made it has "
+      return gone(t, "a tensor's only copy was on a lane that went down, and an input of the %s that made it has "
                        "been destroyed since, so it cannot be computed again",
                        weft_op_kind_str(r->kind));
     if (x[i] == t) {
       /* an in-place op: the host memory may still hold the value it started from */
       if (t->host_version != r->in_version[i])
-        return gone(t,
-                         "a tensor's only copy was on a lane that went down, and the value the in-place %s started "
+        return gone(t, "a tensor's only copy was on a lane that went down, and the value the in-place %s started "
                          "from is held nowhere, so it cannot be computed again",
                          weft_op_kind_str(r->kind));
       self_input = i;
       continue;
     }
     if (x[i]->version != r->in_version[i])
-      return gone(t,
-                       "a tensor's only copy was on a lane that went down, and an input of the %s that made it has "
+      return gone(t, "a tensor's only copy was on a lane that went down, and an input of the %s that made it has "
                        "been overwritten since, so it cannot be computed again",
                        weft_op_kind_str(r->kind));
     weft_status st = recover_at(x[i], depth + 1);

@@ -21,12 +21,31 @@ typedef struct mpi_lane {
   int session;             /* the session's tag is WEFT_MPI_TAG_SESSION0 + session */
   int open;                /* the session exists on the serving rank (a close is due when it ends) */
   int dead;                /* the rank stopped answering: never asked again */
+  char dead_why[160];      /* how it was found out (every later error of the lane says it again) */
   int timeout_ms;
   uint8_t *sendbuf; /* a frame gathered into one message */
   size_t sendbuf_cap;
 } mpi_lane;
 
 static int tag_of(const mpi_lane *l) { return WEFT_MPI_TAG_SESSION0 + l->session; }
+
+/* The lane's rank stopped taking or answering: it is not asked again, and what showed it is kept, so that a
+ * later error of the lane (an op routed to it, a revive) still names the cause and not only the symptom.
+ * why: where the error goes (NULL: nowhere). */
+static weft_status rank_lost(mpi_lane *l, const char *doing, char *why, size_t whylen) {
+  l->dead = 1, weft_mpi_job_get()->dead_rank = l->rank;
+  snprintf(l->dead_why, sizeof l->dead_why, "rank %d %s within %d ms (it died or hangs; WEFT_MPI_TIMEOUT_MS)",
+           l->rank, doing, l->timeout_ms);
+  if (why) snprintf(why, whylen, "%s", l->dead_why);
+  return WEFT_ERR_LANE_FAILED;
+}
+
+/* The answer of a lane that is closed, or whose rank was found dead before. */
+static weft_status not_open(const mpi_lane *l, char *why, size_t whylen) {
+  if (l->dead) snprintf(why, whylen, "its rank stopped answering: %s", l->dead_why);
+  else snprintf(why, whylen, "the session is closed");
+  return WEFT_ERR_LANE_FAILED;
+}
 
 /* Sends one message and waits until MPI is done with its buffer (bounded by the lane's timeout). */
 static weft_status send_msg(mpi_lane *l, const void *p, size_t n, char *why, size_t whylen) {
@@ -40,14 +59,12 @@ static weft_status send_msg(mpi_lane *l, const void *p, size_t n, char *why, siz
   if (w == 0) return WEFT_OK;
   char e[200];
   if (w == 1) {
-    l->dead = 1, weft_mpi_job_get()->dead_rank = l->rank;
     /* The send is still pending: MPI may read its buffer if the rank wakes up. The lane's own buffer is left
      * to it (never freed or reused: the lane is dead); a caller's memory (a large payload) cannot be. */
     if (p == l->sendbuf) l->sendbuf = NULL, l->sendbuf_cap = 0;
-    snprintf(why, whylen, "rank %d took no message for %d ms (it died or hangs)", l->rank, l->timeout_ms);
-  } else {
-    snprintf(why, whylen, "MPI_Isend to rank %d: %s", l->rank, weft_mpi_strerror(rc != MPI_SUCCESS ? rc : err, e, sizeof e));
+    return rank_lost(l, "took no message", why, whylen);
   }
+  snprintf(why, whylen, "MPI_Isend to rank %d: %s", l->rank, weft_mpi_strerror(rc != MPI_SUCCESS ? rc : err, e, sizeof e));
   return WEFT_ERR_LANE_FAILED;
 }
 
@@ -55,10 +72,7 @@ static weft_status mpi_send(void *ctx, const uint8_t *const piece[3], const size
                             size_t whylen) {
   mpi_lane *l = ctx;
   l->peer.max_reply = max_reply;
-  if (!l->open || l->dead) {
-    snprintf(why, whylen, "%s", l->dead ? "its rank stopped answering" : "the session is closed");
-    return WEFT_ERR_LANE_FAILED;
-  }
+  if (!l->open || l->dead) return not_open(l, why, whylen);
   const size_t total = len[0] + len[1] + len[2];
   /* A large payload goes as two messages: the header with the payload's first bytes, then the rest sent
    * from the caller's memory (no copy) and received where it belongs (a WRITE's floats into the tensor). */
@@ -81,21 +95,13 @@ static weft_status mpi_send(void *ctx, const uint8_t *const piece[3], const size
 static weft_status mpi_recv(void *ctx, const uint8_t **out_frame, size_t *out_len, char *why, size_t whylen) {
   mpi_lane *l = ctx;
   weft_mpi_job *job = weft_mpi_job_get();
-  if (!l->open || l->dead) {
-    snprintf(why, whylen, "%s", l->dead ? "its rank stopped answering" : "the session is closed");
-    return WEFT_ERR_LANE_FAILED;
-  }
+  if (!l->open || l->dead) return not_open(l, why, whylen);
   MPI_Message msg;
   MPI_Status status;
   int err = 0, count = 0;
   char e[200];
   int w = weft_mpi_probe(l->rank, tag_of(l), job->lanes, &msg, &status, l->timeout_ms, &err);
-  if (w == 1) {
-    l->dead = 1, weft_mpi_job_get()->dead_rank = l->rank;
-    snprintf(why, whylen, "rank %d did not answer within %d ms (it died or hangs; WEFT_MPI_TIMEOUT_MS)", l->rank,
-             l->timeout_ms);
-    return WEFT_ERR_LANE_FAILED;
-  }
+  if (w == 1) return rank_lost(l, "did not answer", why, whylen);
   if (w < 0) {
     snprintf(why, whylen, "MPI_Improbe from rank %d: %s", l->rank, weft_mpi_strerror(err, e, sizeof e));
     return WEFT_ERR_LANE_FAILED;
@@ -129,10 +135,8 @@ static void session_close(mpi_lane *l) {
   weft_mpi_lock();
   int rc = MPI_Isend(ctl, 2, MPI_UINT32_T, l->rank, WEFT_MPI_TAG_CTL, job->lanes, &req);
   weft_mpi_unlock();
-  if (rc == MPI_SUCCESS && weft_mpi_wait(&req, 1, NULL, l->timeout_ms, NULL) == 1) {
-    l->dead = 1;
-    job->dead_rank = l->rank;
-  }
+  if (rc == MPI_SUCCESS && weft_mpi_wait(&req, 1, NULL, l->timeout_ms, NULL) == 1)
+    rank_lost(l, "took no close of its session", NULL, 0);
 }
 
 static void mpi_drop(void *ctx, const char *why) {
@@ -143,14 +147,6 @@ static void mpi_drop(void *ctx, const char *why) {
 /* Chunks of a bulk transfer in flight at once (their requests sent, their replies not yet read). */
 #define BULK_WINDOW 8
 
-/* The lane's rank stopped taking or answering: it is not asked again. */
-static weft_status rank_lost(mpi_lane *l, const char *doing, char *why, size_t whylen) {
-  l->dead = 1, weft_mpi_job_get()->dead_rank = l->rank;
-  snprintf(why, whylen, "rank %d %s within %d ms (it died or hangs; WEFT_MPI_TIMEOUT_MS)", l->rank, doing,
-           l->timeout_ms);
-  return WEFT_ERR_LANE_FAILED;
-}
-
 /* A large WRITE or READ as a stream of frames with up to BULK_WINDOW of them in flight, so that the serving
  * rank goes from one chunk to the next without waiting for this rank to read a reply and send the next
  * request (each round trip would otherwise leave the link idle while both ranks wake up). A WRITE chunk is
@@ -159,10 +155,7 @@ static weft_status rank_lost(mpi_lane *l, const char *doing, char *why, size_t w
  * size (so none is small enough to go unsplit), at most job->max_chunk elements. */
 static weft_status mpi_bulk(void *ctx, const weft_net_bulk *job, uint32_t *next_id, char *why, size_t whylen) {
   mpi_lane *l = ctx;
-  if (!l->open || l->dead) {
-    snprintf(why, whylen, "%s", l->dead ? "its rank stopped answering" : "the session is closed");
-    return WEFT_ERR_LANE_FAILED;
-  }
+  if (!l->open || l->dead) return not_open(l, why, whylen);
   const uint64_t cap = job->max_chunk ? job->max_chunk : 1, nch = job->count ? (job->count + cap - 1) / cap : 0;
   const uint64_t per = nch ? (job->count + nch - 1) / nch : 0;
   const uint16_t type = (uint16_t)(job->write ? WEFT_NET_WRITE : WEFT_NET_READ);
@@ -277,8 +270,7 @@ static weft_status mpi_revive(weft_net_peer_lane *self) {
   mpi_lane *l = (mpi_lane *)self;
   if (l->dead)
     return weft_lane_report(l->peer.client.host, WEFT_ERR_LANE_FAILED,
-                            "%s: rank %d stopped answering; a rank of an MPI job does not come back", l->peer.name,
-                            l->rank);
+                            "%s: %s; a rank of an MPI job does not come back", l->peer.name, l->dead_why);
   char why[512] = "";
   if (session_open(l, why, sizeof why) != WEFT_OK)
     return weft_lane_report(l->peer.client.host, WEFT_ERR_LANE_FAILED, "%s: %s", l->peer.name, why);
