@@ -268,7 +268,8 @@ PyObject *wp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs
   int64_t d[WEFT_MAX_DIMS], n = 1;
   for (int i = 0; i < nd; i++) d[i] = dl->shape[i], n *= d[i];
   if (n == 0) {
-    wp_raise(WEFT_ERR_SHAPE, "from_dlpack: the array %s is empty; a weft tensor holds at least one element",
+    wp_raise(WEFT_ERR_SHAPE, "from_dlpack: the array %s is empty; weft shares memory of at least one element "
+             "(fabric.tensor copies an empty array, where a tensor can hold its shape)",
              wp_fmt_shape(sb, sizeof sb, nd, d));
     goto done;
   }

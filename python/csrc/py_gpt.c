@@ -406,26 +406,34 @@ static PyObject *GPT_get_fabric(GPTObject *self, void *c) {
   return Py_NewRef(self->fab ? (PyObject *)self->fab : Py_None);
 }
 
+WP_NAMED_KW(GPTObject, GPT_train_step, "train_step")
+WP_NAMED_1(GPTObject, GPT_loss, "loss")
+WP_NAMED_1(GPTObject, GPT_logits, "logits")
+WP_NAMED_KW(GPTObject, GPT_generate, "generate")
+WP_NAMED_1(GPTObject, GPT_params, "params")
+WP_NAMED_1(GPTObject, GPT_save, "save")
+WP_NAMED_1(GPTObject, GPT_close, "close")
+
 static PyMethodDef GPT_methods[] = {
-    {"train_step", (PyCFunction)(void (*)(void))GPT_train_step, METH_VARARGS | METH_KEYWORDS,
+    {"train_step", (PyCFunction)(void (*)(void))GPT_train_step_named, METH_VARARGS | METH_KEYWORDS,
      "train_step(tokens, targets, lr=3e-4, weight_decay=0.0, max_norm=1.0)\n--\n\n"
      "One training step on token ids [B, T] and their targets [B, T] (int arrays): forward, backward,\n"
      "global-norm clip to max_norm (<= 0: none), AdamW. Returns (loss, gradient norm). A NaN or infinite\n"
      "lr or weight_decay, or a NaN max_norm, raises InvalidArgumentError and changes nothing."},
-    {"loss", (PyCFunction)GPT_loss, METH_VARARGS,
+    {"loss", (PyCFunction)GPT_loss_named, METH_VARARGS,
      "loss(tokens, targets)\n--\n\nThe mean cross-entropy of targets given tokens ([B, T] or [T]); forward only."},
-    {"logits", (PyCFunction)GPT_logits, METH_O,
+    {"logits", (PyCFunction)GPT_logits_named, METH_O,
      "logits(tokens)\n--\n\nThe logits of every position: [B, T, V] float32 for tokens [B, T] ([T, V] for [T])."},
-    {"generate", (PyCFunction)(void (*)(void))GPT_generate, METH_VARARGS | METH_KEYWORDS,
+    {"generate", (PyCFunction)(void (*)(void))GPT_generate_named, METH_VARARGS | METH_KEYWORDS,
      "generate(prompt, n, temperature=0.0, top_k=0, seed=0)\n--\n\n"
      "n tokens after prompt ([T] token ids): the prompt in batched ops, then one token at a time with a\n"
      "KV cache. temperature <= 0 is greedy (NaN or infinite: InvalidArgumentError); top_k <= 0 samples\n"
      "the whole vocabulary. An int32 array."},
-    {"params", (PyCFunction)GPT_params, METH_NOARGS,
+    {"params", (PyCFunction)GPT_params_named, METH_NOARGS,
      "params()\n--\n\nThe parameters as one float32 array in llm.c's order (see weft.GPT)."},
-    {"save", (PyCFunction)GPT_save, METH_VARARGS,
+    {"save", (PyCFunction)GPT_save_named, METH_VARARGS,
      "save(path, rng_state=0)\n--\n\nWrites a weft checkpoint: configuration, step, parameters, AdamW's moments, a checksum."},
-    {"close", (PyCFunction)GPT_close, METH_NOARGS, "close()\n--\n\nFrees the model's tensors now."},
+    {"close", (PyCFunction)GPT_close_named, METH_NOARGS, "close()\n--\n\nFrees the model's tensors now."},
     {"_load", (PyCFunction)(void (*)(void))GPT_load, METH_VARARGS | METH_KEYWORDS | METH_CLASS, NULL},
     {NULL, NULL, 0, NULL},
 };

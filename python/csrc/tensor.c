@@ -112,12 +112,23 @@ PyObject *wp_tensor_numpy(TensorObject *t, PyObject *out) {
   /* the base's shape: a view is its base's value with two axes swapped */
   for (int i = 0; i < o->ndim; i++) d[i] = (npy_intp)o->dims[i];
   if (out && out != Py_None) {
-    if (t->base) return PyErr_Format(PyExc_TypeError, "numpy(out=...): not for a view (.T); use numpy() and copy");
     if (!PyArray_Check(out) || PyArray_TYPE((PyArrayObject *)out) != NPY_FLOAT32 ||
         !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)out) || !PyArray_ISWRITEABLE((PyArrayObject *)out) ||
         !PyArray_ISNOTSWAPPED((PyArrayObject *)out) || !PyArray_ISALIGNED((PyArrayObject *)out))
       return PyErr_Format(PyExc_TypeError, "numpy(out=...): out must be a writable, aligned C-contiguous float32 "
                           "ndarray in native byte order");
+    if (t->trans) { /* a .T view: its value is the base's with two axes swapped, read, swapped, then copied in */
+      PyObject *v = wp_tensor_numpy(t, NULL);
+      if (!v) return NULL;
+      if (PyArray_SIZE((PyArrayObject *)v) != PyArray_SIZE((PyArrayObject *)out)) {
+        Py_ssize_t have = PyArray_SIZE((PyArrayObject *)out), want = PyArray_SIZE((PyArrayObject *)v);
+        Py_DECREF(v);
+        return wp_raise(WEFT_ERR_SHAPE, "numpy(out=...): out holds %zd floats, the tensor %zd", have, want);
+      }
+      memcpy(PyArray_DATA((PyArrayObject *)out), PyArray_DATA((PyArrayObject *)v), (size_t)PyArray_NBYTES((PyArrayObject *)v));
+      Py_DECREF(v);
+      return Py_NewRef(out);
+    }
     Py_INCREF(out);
     arr = (PyArrayObject *)out;
   } else {
@@ -563,31 +574,39 @@ static PyObject *Tensor_new_refused(PyTypeObject *type, PyObject *args, PyObject
   return NULL;
 }
 
+WP_NAMED_FAST(TensorObject, Tensor_numpy, "numpy")
+WP_NAMED_FAST(TensorObject, Tensor_array, "__array__")
+WP_NAMED_FAST(TensorObject, Tensor_write, "write")
+WP_NAMED_1(TensorObject, Tensor_close, "close")
+WP_NAMED_1(TensorObject, Tensor_with_contract, "with_contract")
+WP_NAMED_FAST(TensorObject, wp_tensor_dlpack, "__dlpack__")
+WP_NAMED_1(TensorObject, wp_tensor_dlpack_device, "__dlpack_device__")
+
 #define FAST (METH_FASTCALL | METH_KEYWORDS)
 static PyMethodDef Tensor_methods[] = {
-    {"numpy", (PyCFunction)(void (*)(void))Tensor_numpy, FAST,
+    {"numpy", (PyCFunction)(void (*)(void))Tensor_numpy_named, FAST,
      "numpy(out=None)\n--\n\nThe value as a new float32 ndarray (or written into `out`, a writable C-contiguous\n"
      "float32 array of as many elements). Waits for pending work, and flushes an open scope on the lane\n"
      "that holds the value."},
-    {"__array__", (PyCFunction)(void (*)(void))Tensor_array, FAST,
+    {"__array__", (PyCFunction)(void (*)(void))Tensor_array_named, FAST,
      "__array__(dtype=None, copy=None)\n--\n\nnumpy.asarray(t): the value as an ndarray (a copy; see numpy.from_dlpack "
      "for shared memory)."},
-    {"write", (PyCFunction)(void (*)(void))Tensor_write, FAST,
+    {"write", (PyCFunction)(void (*)(void))Tensor_write_named, FAST,
      "write(data, dtype=None)\n--\n\nReplaces the value with `data` (float32, as many elements; dtype=numpy.float32\n"
      "converts other real dtypes). Returns the tensor."},
-    {"close", (PyCFunction)Tensor_close, METH_NOARGS,
+    {"close", (PyCFunction)Tensor_close_named, METH_NOARGS,
      "close()\n--\n\nDestroys the tensor and its copies on every lane now (otherwise that happens when it is\n"
      "collected). Views of it close with it."},
-    {"with_contract", (PyCFunction)Tensor_with_contract, METH_O,
+    {"with_contract", (PyCFunction)Tensor_with_contract_named, METH_O,
      "with_contract(contract)\n--\n\nThe same tensor (a view sharing its value) whose operators run under another\n"
      "contract: t.with_contract('fp32') @ u."},
-    {"__dlpack__", (PyCFunction)(void (*)(void))wp_tensor_dlpack, FAST,
+    {"__dlpack__", (PyCFunction)(void (*)(void))wp_tensor_dlpack_named, FAST,
      "__dlpack__(stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
      "The DLPack capsule of this tensor's host memory (numpy.from_dlpack, torch.from_dlpack): shared, not\n"
      "copied. From the first export on, the memory is the value whenever Python runs: ops that write\n"
      "the tensor bring their result home before they return, and ops that read it see what was written\n"
      "through the other side."},
-    {"__dlpack_device__", (PyCFunction)wp_tensor_dlpack_device, METH_NOARGS,
+    {"__dlpack_device__", (PyCFunction)wp_tensor_dlpack_device_named, METH_NOARGS,
      "__dlpack_device__()\n--\n\n(device type, device id) of the memory __dlpack__ hands out: (2, N) for a value that\n"
      "lives on cuda:N alone (or came from CUDA memory), else (1, 0), the host."},
     {NULL, NULL, 0, NULL},

@@ -81,6 +81,49 @@ PyObject *wp_raise(weft_status st, const char *fmt, ...) {
   return wp_raise_status(st, buf);
 }
 
+void wp_name_error(const char *fn) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  if (!type) return;
+  PyErr_NormalizeException(&type, &value, &tb);
+  int weft = wp_base_error && value && PyObject_IsInstance(value, wp_base_error) == 1;
+  int builtin = type == PyExc_TypeError || type == PyExc_ValueError || type == PyExc_OverflowError ||
+                type == PyExc_BufferError;
+  PyObject *msg = (weft || builtin) && value ? PyObject_Str(value) : NULL;
+  const char *m = msg ? PyUnicode_AsUTF8(msg) : NULL;
+  size_t n = strlen(fn);
+  if (!m || (strncmp(m, fn, n) == 0 && (m[n] == ':' || m[n] == '('))) {
+    PyErr_Clear(); /* a message that cannot be read stays as it was */
+    Py_XDECREF(msg);
+    PyErr_Restore(type, value, tb);
+    return;
+  }
+  /* the library's own words for the call ("train step: ...") give way to its Python name */
+  size_t k = 0;
+  while (k < n && m[k] && (m[k] == fn[k] || (m[k] == ' ' && fn[k] == '_'))) k++;
+  if (k == n && m[n] == ':') m += n + (m[n + 1] == ' ' ? 2 : 1);
+  PyObject *named = PyUnicode_FromFormat("%s: %s", fn, m);
+  PyObject *e = named ? PyObject_CallFunctionObjArgs(type, named, NULL) : NULL;
+  if (e && weft) { /* WeftError itself carries its status on the instance */
+    PyObject *st = PyObject_GetAttrString(value, "status");
+    if (!st || PyObject_SetAttrString(e, "status", st) < 0) Py_CLEAR(e);
+    Py_XDECREF(st);
+  }
+  Py_XDECREF(named);
+  Py_DECREF(msg);
+  if (!e) { /* keep the original error */
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    return;
+  }
+  if (tb) PyException_SetTraceback(e, tb);
+  Py_XDECREF(tb);
+  Py_XDECREF(value);
+  PyErr_SetObject(type, e);
+  Py_DECREF(type);
+  Py_DECREF(e);
+}
+
 int wp_check_open(FabricObject *fo) {
   if (fo->f) return 0;
   wp_raise(WEFT_ERR_STATE, "this fabric is closed");
@@ -1254,8 +1297,12 @@ int wp_is_complex(PyObject *o) {
 
 int wp_as_float(PyObject *o, const char *fn, const char *name, float *out) {
   /* numpy's complex scalars convert to float by dropping the imaginary part (a warning, not an error) */
-  double d = wp_is_complex(o) ? -1.0 : PyFloat_AsDouble(o);
-  if (wp_is_complex(o) || (d == -1.0 && PyErr_Occurred())) {
+  /* bools, timedeltas and datetimes convert too, but are not real numbers (the Tensor operators refuse them) */
+  int not_real = wp_is_complex(o) || PyBool_Check(o) || PyArray_IsScalar(o, Bool) ||
+                 PyArray_IsScalar(o, Timedelta) || PyArray_IsScalar(o, Datetime) ||
+                 (PyArray_Check(o) && !strchr("iuf", PyArray_DESCR((PyArrayObject *)o)->kind));
+  double d = not_real ? -1.0 : PyFloat_AsDouble(o);
+  if (not_real || (d == -1.0 && PyErr_Occurred())) {
     if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_OverflowError)) return -1; /* an int too large for C */
     PyErr_Clear();
     PyErr_Format(PyExc_TypeError, "%s: %s must be a real number, not %s", fn, name, Py_TYPE(o)->tp_name);
@@ -1435,7 +1482,8 @@ done:
 /* ------------------------------------------------------------------------------------------ tensors */
 
 static int shape_arg(PyObject *o, const char *fn, int *nd, int64_t *d) {
-  if (PyIndex_Check(o)) { /* an int, or numpy's integer scalars, as numpy.zeros takes them */
+  if (PyIndex_Check(o) && !(PyArray_Check(o) && PyArray_NDIM((PyArrayObject *)o) > 0)) {
+    /* an int, or numpy's integer scalars, as numpy.zeros takes them (an array of ints is a sequence) */
     *nd = 1;
     d[0] = PyLong_AsLongLong(o);
     return PyErr_Occurred() ? -1 : 0;
@@ -1443,9 +1491,9 @@ static int shape_arg(PyObject *o, const char *fn, int *nd, int64_t *d) {
   PyObject *seq = PySequence_Fast(o, "shape must be an int or a sequence of ints");
   if (!seq) return -1;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  if (n < 1 || n > WEFT_MAX_DIMS) {
+  if (n > WEFT_MAX_DIMS) {
     Py_DECREF(seq);
-    wp_raise(WEFT_ERR_SHAPE, "%s: a weft tensor has 1 to %d dimensions; shape has %zd", fn, WEFT_MAX_DIMS, n);
+    wp_raise(WEFT_ERR_SHAPE, "%s: a weft tensor has 0 to %d dimensions; shape has %zd", fn, WEFT_MAX_DIMS, n);
     return -1;
   }
   for (Py_ssize_t i = 0; i < n; i++) {
@@ -1471,7 +1519,8 @@ static PyObject *Fabric_zeros(FabricObject *fo, PyObject *const *args, Py_ssize_
   PyObject *ret = NULL;
   if (!wp_check_open(fo)) {
     weft_tensor *h = NULL;
-    weft_status st = weft_tensor_create(fo->f, nd, d, NULL, &h);
+    const int64_t one = 1; /* a 0-d tensor is one element in the library, as fabric.tensor makes it */
+    weft_status st = weft_tensor_create(fo->f, nd ? nd : 1, nd ? d : &one, NULL, &h);
     if (st) { /* the library's reason, said by the call the caller made (not "tensor: ...") */
       const char *m = weft_fabric_last_error(fo->f), *colon = m ? strstr(m, ": ") : NULL;
       wp_raise(st, "zeros: %s", colon ? colon + 2 : weft_status_str(st));
@@ -1993,11 +2042,27 @@ static PyObject *Fabric_bench_c(FabricObject *fo, PyObject *args) {
 
 /* --------------------------------------------------------------------------------------------- the type */
 
+WP_NAMED_FAST(FabricObject, Fabric_matmul, "matmul")
+WP_NAMED_FAST(FabricObject, Fabric_add, "add")
+WP_NAMED_FAST(FabricObject, Fabric_relu, "relu")
+WP_NAMED_FAST(FabricObject, Fabric_relu_backward, "relu_backward")
+WP_NAMED_FAST(FabricObject, Fabric_scale, "scale")
+WP_NAMED_FAST(FabricObject, Fabric_axpy, "axpy")
+WP_NAMED_FAST(FabricObject, Fabric_sum_rows, "sum_rows")
+WP_NAMED_FAST(FabricObject, Fabric_softmax_xent, "softmax_xent")
+WP_NAMED_FAST(FabricObject, Fabric_tensor, "tensor")
+WP_NAMED_FAST(FabricObject, Fabric_zeros, "zeros")
+WP_NAMED_1(FabricObject, Fabric_sync, "sync")
+WP_NAMED_1(FabricObject, Fabric_calibrate, "calibrate")
+WP_NAMED_1(FabricObject, Fabric_calibration_wait, "calibration_wait")
+WP_NAMED_1(FabricObject, Fabric_revive, "revive")
+WP_NAMED_1(FabricObject, Fabric_lane_index_m, "lane_index")
+WP_NAMED_FAST(PyObject, wp_from_dlpack, "from_dlpack")
 #define FAST (METH_FASTCALL | METH_KEYWORDS)
 static PyMethodDef Fabric_methods[] = {
     {"close", (PyCFunction)Fabric_close, METH_NOARGS,
      "close()\n--\n\nCloses the fabric and every tensor on it. Calling it again does nothing."},
-    {"matmul", (PyCFunction)(void (*)(void))Fabric_matmul, FAST,
+    {"matmul", (PyCFunction)(void (*)(void))Fabric_matmul_named, FAST,
      "matmul(a, b, contract='exact', trans_a=False, trans_b=False, lane=None, out=None, dtype=None, copy=None)\n--\n\n"
      "The matrix product as numpy.matmul computes it, on the lane the router chooses (or `lane`).\n\n"
      "a and b are float32 arrays (any array-like) or Tensors of this fabric. 1-D operands are promoted\n"
@@ -2012,47 +2077,47 @@ static PyMethodDef Fabric_methods[] = {
      "(no copy); other strided views are copied, counted in Fabric.copies, or refused with copy=False\n"
      "(as is a dtype= conversion). out: a Tensor or a writable C-contiguous float32 ndarray of the result's\n"
      "shape; it may overlap a or b (the result then goes to weft's memory first, a counted copy)."},
-    {"add", (PyCFunction)(void (*)(void))Fabric_add, FAST,
+    {"add", (PyCFunction)(void (*)(void))Fabric_add_named, FAST,
      "add(x, y, contract='exact', lane=None, out=None, dtype=None)\n--\n\n"
      "x + y, where y has x's shape or is one row ([n] or [1, n]) added to every row of x (a bias)."},
-    {"relu", (PyCFunction)(void (*)(void))Fabric_relu, FAST,
+    {"relu", (PyCFunction)(void (*)(void))Fabric_relu_named, FAST,
      "relu(x, contract='exact', lane=None, out=None, dtype=None)\n--\n\nmax(x, 0) elementwise; a NaN stays NaN."},
-    {"relu_backward", (PyCFunction)(void (*)(void))Fabric_relu_backward, FAST,
+    {"relu_backward", (PyCFunction)(void (*)(void))Fabric_relu_backward_named, FAST,
      "relu_backward(grad, x, contract='exact', lane=None, out=None, dtype=None)\n--\n\n"
      "grad where x > 0, else 0: the gradient through relu given the relu's input x."},
-    {"scale", (PyCFunction)(void (*)(void))Fabric_scale, FAST,
+    {"scale", (PyCFunction)(void (*)(void))Fabric_scale_named, FAST,
      "scale(alpha, x, contract='exact', lane=None, out=None, dtype=None)\n--\n\nalpha * x (alpha rounded to float32)."},
-    {"axpy", (PyCFunction)(void (*)(void))Fabric_axpy, FAST,
+    {"axpy", (PyCFunction)(void (*)(void))Fabric_axpy_named, FAST,
      "axpy(alpha, x, y, contract='exact', lane=None, dtype=None)\n--\n\n"
      "y = alpha * x + y in place (the product rounded, then the sum); returns y. y is a Tensor or a\n"
      "writable C-contiguous float32 ndarray."},
-    {"sum_rows", (PyCFunction)(void (*)(void))Fabric_sum_rows, FAST,
+    {"sum_rows", (PyCFunction)(void (*)(void))Fabric_sum_rows_named, FAST,
      "sum_rows(x, contract='exact', lane=None, out=None, dtype=None)\n--\n\n"
      "The sum over rows (every leading dimension) of each column, rows ascending: shape (n,)."},
-    {"softmax_xent", (PyCFunction)(void (*)(void))Fabric_softmax_xent, FAST,
+    {"softmax_xent", (PyCFunction)(void (*)(void))Fabric_softmax_xent_named, FAST,
      "softmax_xent(logits, targets, contract='exact', lane=None, loss=True, grad=True, out_loss=None, "
      "out_grad=None, dtype=None)\n--\n\n"
      "Softmax cross-entropy of logits [r, c] against target probabilities [r, c]: (loss, grad) with\n"
      "loss = mean over rows of -sum_j t*log_softmax(z) and grad = (softmax(z) - t) / r. With array\n"
      "operands loss is a numpy float32 and grad an ndarray; with a Tensor operand both are Tensors\n"
      "(loss of shape (1,)). loss=False or grad=False skips one (it comes back as None)."},
-    {"tensor", (PyCFunction)(void (*)(void))Fabric_tensor, FAST,
+    {"tensor", (PyCFunction)(void (*)(void))Fabric_tensor_named, FAST,
      "tensor(data, contract='exact', dtype=None)\n--\n\n"
      "A Tensor of this fabric holding a copy of `data` (float32; dtype=numpy.float32 converts other real\n"
      "dtypes). Its operators (@ + - *) run under `contract`. For memory shared with numpy or PyTorch,\n"
      "see weft.from_dlpack."},
-    {"zeros", (PyCFunction)(void (*)(void))Fabric_zeros, FAST,
-     "zeros(shape, contract='exact')\n--\n\nA Tensor of zeros of this shape (1 to 4 dimensions)."},
+    {"zeros", (PyCFunction)(void (*)(void))Fabric_zeros_named, FAST,
+     "zeros(shape, contract='exact')\n--\n\nA Tensor of zeros of this shape (0 to 4 dimensions; () is a scalar)."},
     {"_scope_begin", (PyCFunction)Fabric_scope_begin, METH_NOARGS, NULL},
     {"_scope_end", (PyCFunction)Fabric_scope_end, METH_NOARGS, NULL},
-    {"sync", (PyCFunction)Fabric_sync, METH_NOARGS, "sync()\n--\n\nWaits for every lane to finish what it was given."},
-    {"calibrate", (PyCFunction)Fabric_calibrate, METH_NOARGS,
+    {"sync", (PyCFunction)Fabric_sync_named, METH_NOARGS, "sync()\n--\n\nWaits for every lane to finish what it was given."},
+    {"calibrate", (PyCFunction)Fabric_calibrate_named, METH_NOARGS,
      "calibrate()\n--\n\nMeasures every live lane now and writes the cache (unless calibration is 'off')."},
-    {"calibration_wait", (PyCFunction)Fabric_calibration_wait, METH_NOARGS,
+    {"calibration_wait", (PyCFunction)Fabric_calibration_wait_named, METH_NOARGS,
      "calibration_wait()\n--\n\nWaits for the lanes being measured in the background (calibration 'auto': the first\n"
      "time routing chooses between lanes with no model) and measures any still without one, so routing from\n"
      "here on uses measured lines. Returns at once when every lane has one or calibration is 'off'."},
-    {"revive", (PyCFunction)Fabric_revive, METH_NOARGS,
+    {"revive", (PyCFunction)Fabric_revive_named, METH_NOARGS,
      "revive()\n--\n\nAsks every down lane that can come back whether it is up now; returns the number of lanes up."},
     {"_lane_infos", (PyCFunction)Fabric_lane_infos, METH_NOARGS, NULL},
     {"_absent", (PyCFunction)Fabric_absent, METH_NOARGS, NULL},
@@ -2061,14 +2126,14 @@ static PyMethodDef Fabric_methods[] = {
     {"_cost_model", (PyCFunction)Fabric_cost_model_raw, METH_VARARGS, NULL},
     {"_set_cost_model", (PyCFunction)Fabric_set_cost_model_raw, METH_VARARGS, NULL},
     {"_bench_c", (PyCFunction)Fabric_bench_c, METH_VARARGS, NULL},
-    {"from_dlpack", (PyCFunction)(void (*)(void))wp_from_dlpack, FAST,
+    {"from_dlpack", (PyCFunction)(void (*)(void))wp_from_dlpack_named, FAST,
      "from_dlpack(x, contract='exact')\n--\n\n"
      "A Tensor of this fabric over the memory of `x` (anything with __dlpack__: a numpy array, a PyTorch\n"
      "tensor), with no copy: writes through either are seen by the other. float32 only; row-major (or\n"
      "a matrix's transpose, which comes in as a .T view). The memory must outlive nothing: the tensor\n"
      "keeps the producer's buffer alive. A Tensor of this fabric is returned as it is (a view of it if\n"
      "`contract` differs); one of another fabric is shared like any producer's memory."},
-    {"lane_index", (PyCFunction)Fabric_lane_index_m, METH_O,
+    {"lane_index", (PyCFunction)Fabric_lane_index_m_named, METH_O,
      "lane_index(lane)\n--\n\nThe index of a lane given by name ('cpu') or index; NotFoundError (with the names\n"
      "there are) if there is none."},
     {NULL, NULL, 0, NULL},
@@ -2158,12 +2223,15 @@ static PyObject *mod_op_names(PyObject *self, PyObject *u) {
   return t;
 }
 
+WP_NAMED_1(PyObject, mod_expf, "expf")
+WP_NAMED_1(PyObject, mod_logf, "logf")
+
 static PyMethodDef module_methods[] = {
     {"op_names", mod_op_names, METH_NOARGS, "op_names()\n--\n\nThe names of weft's ops, by op number."},
     {"_set_errors", mod_set_errors, METH_VARARGS, NULL},
     {"status_str", mod_status_str, METH_O, "status_str(status)\n--\n\nweft_status_str: a status code's short description."},
-    {"expf", mod_expf, METH_O, "expf(x)\n--\n\nweft's exp (weft_expf): the same bits on every exact lane. x is rounded to float32 first."},
-    {"logf", mod_logf, METH_O, "logf(x)\n--\n\nweft's log (weft_logf): the same bits on every exact lane."},
+    {"expf", mod_expf_named, METH_O, "expf(x)\n--\n\nweft's exp (weft_expf): the same bits on every exact lane. x is rounded to float32 first."},
+    {"logf", mod_logf_named, METH_O, "logf(x)\n--\n\nweft's log (weft_logf): the same bits on every exact lane."},
     {"cost_cache_path", mod_cost_cache_path, METH_NOARGS, "cost_cache_path()\n--\n\nThe calibration cache file weft reads and writes."},
     {"library_path", mod_library_path, METH_NOARGS, "library_path()\n--\n\nThe file of the weft library this module runs on."},
     {NULL, NULL, 0, NULL},

@@ -107,6 +107,30 @@ PyObject *wp_raise_status(weft_status st, const char *message);
 PyObject *wp_raise_fabric(FabricObject *fo, weft_status st);
 PyObject *wp_raise(weft_status st, const char *fmt, ...);
 int wp_check_open(FabricObject *fo);
+/* Makes the exception being raised name the Python call `fn` ("add: ...") when its message does not already:
+ * weft's errors and the TypeError, ValueError, OverflowError and BufferError of argument checks. */
+void wp_name_error(const char *fn);
+
+/* Wrappers of the public methods: an error that leaves one names the call (wp_name_error). Only the failing path
+ * pays for it. */
+#define WP_NAMED_FAST(T, impl, fn)                                                                              \
+  static PyObject *impl##_named(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {        \
+    PyObject *r = impl((T *)self, args, nargs, kw);                                                             \
+    if (!r) wp_name_error(fn);                                                                                  \
+    return r;                                                                                                   \
+  }
+#define WP_NAMED_1(T, impl, fn) /* METH_NOARGS, METH_O, METH_VARARGS */                                          \
+  static PyObject *impl##_named(PyObject *self, PyObject *arg) {                                                \
+    PyObject *r = impl((T *)self, arg);                                                                         \
+    if (!r) wp_name_error(fn);                                                                                  \
+    return r;                                                                                                   \
+  }
+#define WP_NAMED_KW(T, impl, fn) /* METH_VARARGS | METH_KEYWORDS */                                              \
+  static PyObject *impl##_named(PyObject *self, PyObject *args, PyObject *kw) {                                 \
+    PyObject *r = impl((T *)self, args, kw);                                                                    \
+    if (!r) wp_name_error(fn);                                                                                  \
+    return r;                                                                                                   \
+  }
 
 /* ---- argument parsing: positional then keywords by name, borrowed references, NULL when not given */
 int wp_parse(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *const *names,

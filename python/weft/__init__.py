@@ -89,6 +89,8 @@ def set_default_fabric(fabric):
     """Makes `fabric` the one the module-level functions use (None: open a fresh default on next use).
     The previous default is closed if this module opened it."""
     global _default
+    if fabric is not None and not isinstance(fabric, Fabric):
+        raise TypeError(f"set_default_fabric: fabric must be a weft.Fabric (or None), not {type(fabric).__name__}")
     old = _default
     if old is not None and old is not fabric and getattr(old, "_weft_owned_default", True):
         old.close()

@@ -32,20 +32,34 @@ COST_CLASSES = ("matmul", "elementwise", "upload", "download")
 COST_SOURCES = ("prior", "measured", "cached", "set")
 
 
-def _contract_index(contract):
+def _contract_index(contract, fn):
     if isinstance(contract, str) and contract in CONTRACTS:
         return CONTRACTS.index(contract)
     if isinstance(contract, int) and not isinstance(contract, bool) and 0 <= contract < len(CONTRACTS):
         return contract
-    raise InvalidArgumentError(f"unknown contract {contract!r}; weft knows {', '.join(CONTRACTS)}")
+    raise InvalidArgumentError(f"{fn}: unknown contract {contract!r}; weft knows {', '.join(CONTRACTS)}")
 
 
-def _enum_index(value, names, what):
+def _enum_index(value, names, what, fn):
     if isinstance(value, str) and value in names:
         return names.index(value)
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
         return value
-    raise InvalidArgumentError(f"unknown {what} {value!r}; weft knows {', '.join(names)}")
+    raise InvalidArgumentError(f"{fn}: unknown {what} {value!r}; weft knows {', '.join(names)}")
+
+
+def _named(fn, call, *args):
+    """call(*args), an error of weft's that leaves it naming the Python call `fn` (as the native ones do)."""
+    try:
+        return call(*args)
+    except WeftError as e:
+        msg = str(e)
+        if msg.startswith(fn + ":"):
+            raise
+        named = type(e)(f"{fn}: {msg}")
+        if type(e) is WeftError:
+            named.status = e.status
+        raise named.with_traceback(e.__traceback__) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,12 +216,12 @@ class _Scope:
         self._fabric = fabric
 
     def __enter__(self):
-        self._fabric._scope_begin()
+        _named("scope", self._fabric._scope_begin)
         return self._fabric
 
     def __exit__(self, exc_type, exc, tb):
         try:
-            self._fabric._scope_end()
+            _named("scope", self._fabric._scope_end)
         except WeftError:
             if exc_type is None:
                 raise  # otherwise the error that left the block is the one to see
@@ -255,11 +269,11 @@ class Fabric(_weft.Fabric):
     def devices(self):
         """The lanes of the fabric and, apart from them, the lanes looked for and absent: a Devices."""
         lanes = []
-        for (name, kind, device, driver, details, cmask, failed, revivable, omask) in self._lane_infos():
+        for (name, kind, device, driver, details, cmask, failed, revivable, omask) in _named("devices", self._lane_infos):
             lanes.append(Lane(name, kind, device, driver, details,
                               tuple(c for i, c in enumerate(CONTRACTS) if cmask & (1 << i)),
                               tuple(o for i, o in enumerate(OPS) if omask & (1 << i)), bool(failed), bool(revivable)))
-        return Devices(lanes, [AbsentLane(n, r) for (n, r) in self._absent()])
+        return Devices(lanes, [AbsentLane(n, r) for (n, r) in _named("devices", self._absent)])
 
     def route_explain(self, op, *shapes, contract="exact", trans_a=False, trans_b=False, batch=None, m=None,
                       n=None, k=None, rows=None, cols=None):
@@ -268,8 +282,8 @@ class Fabric(_weft.Fabric):
         Shapes are those of the operands (tuples, ndarrays or Tensors): route_explain("matmul", (m, k), (k, n))
         or with a batch ((b, m, k), (k, n)); route_explain("add", (rows, cols)). Keywords give the numbers
         directly instead: m, n, k and batch for matmul; rows and cols for the other ops."""
-        opname = OPS[_enum_index(op, OPS, "op")]
-        ci = _contract_index(contract)
+        opname = OPS[_enum_index(op, OPS, "op", "route_explain")]
+        ci = _contract_index(contract, "route_explain")
         # whole numbers only: int() would make (2.7, 3) the shape (2, 3) without a word
         try:
             dims = [tuple(operator.index(v) for v in (s.shape if hasattr(s, "shape") else s)) for s in shapes]
@@ -309,30 +323,31 @@ class Fabric(_weft.Fabric):
                              f"n {qn}, k {qk}")
         if opname != "matmul" and min(qr, qc) < 1:
             raise ShapeError(f"route_explain: {opname} needs rows and cols >= 1; got rows {qr}, cols {qc}")
-        return _explanation(self._route_explain(opname, ci, qb, qm, qn, qk, qr, qc))
+        return _explanation(_named("route_explain", self._route_explain, opname, ci, qb, qm, qn, qk, qr, qc))
 
     def route_last(self):
         """The router's reasoning for the last op it routed (not those pinned with lane=): a RouteExplanation.
         StateError before any op was routed."""
-        return _explanation(self._route_last())
+        return _explanation(_named("route_last", self._route_last))
 
     def cost_model(self, lane, cls="matmul", contract="exact"):
         """A lane's cost line for an op class ("matmul", "elementwise", "upload", "download"): a CostLine.
         Matmul lines are kept per contract; the other classes ignore it."""
-        ci = _enum_index(cls, COST_CLASSES, "cost class")
-        k = _contract_index(contract)
-        i = self.lane_index(lane)
-        alpha, beta, refine, source, points = self._cost_model(i, ci, k)
+        ci = _enum_index(cls, COST_CLASSES, "cost class", "cost_model")
+        k = _contract_index(contract, "cost_model")
+        i = _named("cost_model", self.lane_index, lane)
+        alpha, beta, refine, source, points = _named("cost_model", self._cost_model, i, ci, k)
         src = COST_SOURCES[source] if 0 <= source < len(COST_SOURCES) else str(source)
         return CostLine(self.lanes[i], COST_CLASSES[ci], CONTRACTS[k], alpha, beta, refine, src, points)
 
     def set_cost_model(self, lane, cls, alpha, beta, contract="exact"):
         """Replaces a cost line: alpha in seconds, beta in work per second (0 = free)."""
-        ci = _enum_index(cls, COST_CLASSES, "cost class")
+        ci = _enum_index(cls, COST_CLASSES, "cost class", "set_cost_model")
         for name, v in (("alpha", alpha), ("beta", beta)):
             if not isinstance(v, numbers.Real):
                 raise TypeError(f"set_cost_model: {name} must be a real number, not {type(v).__name__}")
-        self._set_cost_model(self.lane_index(lane), ci, _contract_index(contract), float(alpha), float(beta))
+        _named("set_cost_model", self._set_cost_model, _named("set_cost_model", self.lane_index, lane), ci,
+               _contract_index(contract, "set_cost_model"), float(alpha), float(beta))
 
     def gpt(self, **kwargs):
         """A GPT-2 model on this fabric: weft.GPT(fabric=self, ...)."""

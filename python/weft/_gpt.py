@@ -1,6 +1,7 @@
 """weft.GPT: GPT-2 (after llm.c) resident on a fabric, driven with numpy arrays."""
 
 from ._errors import StateError
+from ._fabric import _named
 from ._native import load
 
 _weft = load()
@@ -32,7 +33,7 @@ class GPT(_weft.GPT):
             from . import default_fabric
 
             fabric = default_fabric()
-        super().__init__(fabric, L, C, NH, V, maxT, params, seed, place, lane, contract)
+        _named("GPT", super().__init__, fabric, L, C, NH, V, maxT, params, seed, place, lane, contract)
 
     @classmethod
     def from_weights(cls, path, fabric=None, place="auto", lane=None, contract="exact"):
@@ -42,7 +43,7 @@ class GPT(_weft.GPT):
             from . import default_fabric
 
             fabric = default_fabric()
-        model, _ = cls._load(fabric, path, "weights", place, lane, contract)
+        model, _ = _named("GPT.from_weights", cls._load, fabric, path, "weights", place, lane, contract)
         return model
 
     @classmethod
@@ -53,7 +54,7 @@ class GPT(_weft.GPT):
             from . import default_fabric
 
             fabric = default_fabric()
-        return cls._load(fabric, path, "checkpoint", place, lane, contract)
+        return _named("GPT.load", cls._load, fabric, path, "checkpoint", place, lane, contract)
 
     def __repr__(self):
         try:
