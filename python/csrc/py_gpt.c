@@ -79,13 +79,31 @@ static int gpt_make(GPTObject *self, FabricObject *fo, const weft_gpt_config *cf
   return 0;
 }
 
+/* A seed or rng_state (O& converter): a whole number from 0 to 2**64 - 1; "K" would wrap -1 or 2**70 silently,
+ * so that load() gave back another number than save() was given. */
+static int u64_arg(PyObject *o, void *out) {
+  PyObject *i = PyNumber_Index(o);
+  if (!i) return 0;
+  unsigned long long v = PyLong_AsUnsignedLongLong(i);
+  Py_DECREF(i);
+  if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+    if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+      PyErr_Clear();
+      PyErr_SetString(PyExc_OverflowError, "seeds and rng_state are whole numbers from 0 to 2**64 - 1");
+    }
+    return 0;
+  }
+  *(unsigned long long *)out = v;
+  return 1;
+}
+
 static int GPT_init(GPTObject *self, PyObject *args, PyObject *kw) {
   static char *names[] = {"fabric", "L", "C", "NH", "V", "maxT", "params", "seed", "place", "lane", "contract", NULL};
   PyObject *fab, *params = NULL, *place = NULL, *lane = NULL, *contract = NULL;
   weft_gpt_config cfg;
   unsigned long long seed = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!iiiii|OKOOO:GPT", names, &WP_FabricType, &fab, &cfg.L, &cfg.C, &cfg.NH,
-                                   &cfg.V, &cfg.maxT, &params, &seed, &place, &lane, &contract))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!iiiii|OO&OOO:GPT", names, &WP_FabricType, &fab, &cfg.L, &cfg.C, &cfg.NH,
+                                   &cfg.V, &cfg.maxT, &params, u64_arg, &seed, &place, &lane, &contract))
     return -1;
   if (self->g) return PyErr_SetString(PyExc_RuntimeError, "GPT.__init__: already made"), -1;
   FabricObject *fo = (FabricObject *)fab;
@@ -100,16 +118,27 @@ static int GPT_init(GPTObject *self, PyObject *args, PyObject *kw) {
       return wp_raise(WEFT_ERR_INVALID_ARGUMENT, "GPT: %s", err), -1;
     }
     size_t count = weft_gpt_param_count(&cfg);
-    if ((size_t)PyArray_SIZE(a) != count || !PyArray_IS_C_CONTIGUOUS(a)) {
+    if ((size_t)PyArray_SIZE(a) != count) {
       Py_DECREF(a);
-      return wp_raise(WEFT_ERR_SHAPE, "GPT: params holds %zd floats; this configuration has %zu (llm.c's order, "
-                      "C-contiguous)", PyArray_SIZE(a), count), -1;
+      return wp_raise(WEFT_ERR_SHAPE, "GPT: params holds %zd floats; this configuration has %zu (llm.c's order)",
+                      PyArray_SIZE(a), count), -1;
+    }
+    if (!PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a)) { /* read in C order, as numpy.ravel would */
+      PyArrayObject *c = (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER);
+      Py_DECREF(a);
+      if (!(a = c)) return -1;
     }
     int rc = gpt_make(self, fo, &cfg, (const float *)PyArray_DATA(a), 0, pl, ln, ct);
     Py_DECREF(a);
     return rc;
   }
   return gpt_make(self, fo, &cfg, NULL, seed, pl, ln, ct);
+}
+
+static int GPT_init_named(PyObject *self, PyObject *args, PyObject *kw) {
+  int rc = GPT_init((GPTObject *)self, args, kw);
+  if (rc < 0) wp_name_error("GPT");
+  return rc;
 }
 
 static void GPT_dealloc(GPTObject *self) {
@@ -249,7 +278,7 @@ static PyObject *GPT_generate(GPTObject *self, PyObject *args, PyObject *kw) {
   int n, top_k = 0;
   float temp = 0.0f;
   unsigned long long seed = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi|OiK:generate", names, &po, &n, &tempo, &top_k, &seed)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi|OiO&:generate", names, &po, &n, &tempo, &top_k, u64_arg, &seed)) return NULL;
   if (tempo && wp_as_float(tempo, "generate", "temperature", &temp)) return NULL;
   if (gpt_live(self)) return NULL;
   int B, T;
@@ -315,7 +344,7 @@ static PyObject *GPT_params(GPTObject *self, PyObject *u) {
 static PyObject *GPT_save(GPTObject *self, PyObject *args) {
   PyObject *path;
   unsigned long long rng = 0;
-  if (!PyArg_ParseTuple(args, "O&|K:save", PyUnicode_FSConverter, &path, &rng)) return NULL;
+  if (!PyArg_ParseTuple(args, "O&|O&:save", PyUnicode_FSConverter, &path, u64_arg, &rng)) return NULL;
   if (gpt_live(self)) return Py_DECREF(path), NULL;
   char err[512] = "";
   weft_status st;
@@ -451,7 +480,7 @@ PyTypeObject WP_GPTType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "GPT-2 resident on a fabric (see weft.GPT).",
     .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)GPT_init,
+    .tp_init = GPT_init_named,
     .tp_dealloc = (destructor)GPT_dealloc,
     .tp_methods = GPT_methods,
     .tp_getset = GPT_getset,

@@ -186,8 +186,12 @@ int wp_contract(PyObject *o, int *out) {
     PyErr_Clear();
   }
   PyObject *r = PyObject_Repr(o); /* said as repr() would: 'fast' */
-  wp_raise(WEFT_ERR_INVALID_ARGUMENT, "unknown contract %s; weft knows exact, fp32, tf32, bf16",
-           r ? PyUnicode_AsUTF8(r) : "?");
+  if (!PyUnicode_Check(o) && !(PyLong_Check(o) && !PyBool_Check(o))) /* of the wrong type: a TypeError */
+    PyErr_Format(PyExc_TypeError, "contract must be a contract's name (exact, fp32, tf32, bf16) or index, not %s",
+                 r ? PyUnicode_AsUTF8(r) : "?");
+  else
+    wp_raise(WEFT_ERR_INVALID_ARGUMENT, "unknown contract %s; weft knows exact, fp32, tf32, bf16",
+             r ? PyUnicode_AsUTF8(r) : "?");
   Py_XDECREF(r);
   return -1;
 }
@@ -229,7 +233,7 @@ int wp_lane(FabricObject *fo, PyObject *o, int *out) {
     return 0;
   }
   PyObject *r = PyObject_Repr(o);
-  wp_raise(WEFT_ERR_INVALID_ARGUMENT, "lane must be a lane name or index, not %s", r ? PyUnicode_AsUTF8(r) : "?");
+  PyErr_Format(PyExc_TypeError, "lane must be a lane name (str) or index (int), not %s", r ? PyUnicode_AsUTF8(r) : "?");
   Py_XDECREF(r);
   return -1;
 }
@@ -2149,13 +2153,19 @@ static PyGetSetDef Fabric_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static int Fabric_init_named(PyObject *self, PyObject *args, PyObject *kw) {
+  int rc = Fabric_init((FabricObject *)self, args, kw);
+  if (rc < 0) wp_name_error("Fabric");
+  return rc;
+}
+
 PyTypeObject WP_FabricType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "weft._weft.Fabric",
     .tp_basicsize = sizeof(FabricObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "The native fabric: weft.Fabric is this type with the slower conveniences added in Python.",
     .tp_new = Fabric_new,
-    .tp_init = (initproc)Fabric_init,
+    .tp_init = Fabric_init_named,
     .tp_dealloc = (destructor)Fabric_dealloc,
     .tp_traverse = (traverseproc)Fabric_traverse,
     .tp_clear = (inquiry)Fabric_clear,

@@ -696,3 +696,49 @@ def test_the_stubs_match_the_signatures():
                 continue
             compare(obj, node, f"{cname}.{mname}", True)
     assert checked >= 40
+
+
+@pytest.mark.parametrize("call", [
+    lambda f: f.relu(np.ones(2, f32), lane=True), lambda f: f.relu(np.ones(2, f32), lane=1.5),
+    lambda f: f.relu(np.ones(2, f32), lane=[0]), lambda f: f.relu(np.ones(2, f32), contract=1.5),
+    lambda f: f.tensor(np.ones(2, f32), contract=b"exact"), lambda f: f.lane_index(None),
+    lambda f: f.cost_model(1.5), lambda f: f.cost_model("cpu", cls=None), lambda f: f.route_explain(None),
+    lambda f: f.route_explain("matmul", m="2", n=2, k=2), lambda f: f.route_explain("add", rows=1.5, cols=2),
+    lambda f: f.set_cost_model("cpu", "matmul", True, 1e9), lambda f: weft.GPT(f, L="2"),
+    lambda f: weft.GPT.load("x.ckpt", fabric=5), lambda f: weft.Fabric(lanes="cpu", calibration="off", cpu_threads="2"),
+])
+def test_an_argument_of_the_wrong_python_type_is_a_type_error_naming_the_call(fabric, call):
+    # "an argument of the wrong Python type is TypeError"
+    with pytest.raises(TypeError) as info:
+        call(fabric)
+    assert not isinstance(info.value, weft.WeftError)
+    assert str(info.value).split(":")[0] in ("relu", "tensor", "lane_index", "cost_model", "route_explain",
+                                              "set_cost_model", "GPT", "GPT.load", "Fabric"), str(info.value)
+
+
+def test_seeds_and_rng_state_round_trip_or_are_refused(fabric, tmp_path):
+    # GPT.load: "Returns (model, rng_state) with the rng_state given to save()"; an int that does not fit is an
+    # OverflowError, never wrapped
+    g = weft.GPT(fabric, L=1, C=16, NH=2, V=16, maxT=8)
+    path = str(tmp_path / "m.ckpt")
+    for rng in (0, 12345, 2 ** 64 - 1):
+        g.save(path, rng)
+        model, back = weft.GPT.load(path, fabric=fabric)
+        assert back == rng and same(model.params(), g.params())
+        model.close()
+    for bad in (-1, 2 ** 64, 2 ** 70):
+        with pytest.raises(OverflowError, match="^save: "):
+            g.save(path, bad)
+        with pytest.raises(OverflowError, match="^generate: "):
+            g.generate(np.zeros(2, np.int32), 1, seed=bad)
+        with pytest.raises(OverflowError, match="^GPT: "):
+            weft.GPT(fabric, L=1, C=16, NH=2, V=16, maxT=8, seed=bad)
+    # params: "a float32 array of every parameter in llm.c's order", whatever its layout
+    p = g.params()
+    strided = np.repeat(p, 2)[::2]
+    h = weft.GPT(fabric, L=1, C=16, NH=2, V=16, maxT=8, params=strided)
+    assert same(h.params(), p)
+    with pytest.raises(weft.ShapeError, match="^GPT: params holds 5 floats"):
+        weft.GPT(fabric, L=1, C=16, NH=2, V=16, maxT=8, params=np.zeros(5, f32))
+    g.close()
+    h.close()

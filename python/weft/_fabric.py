@@ -37,6 +37,8 @@ def _contract_index(contract, fn):
         return CONTRACTS.index(contract)
     if isinstance(contract, int) and not isinstance(contract, bool) and 0 <= contract < len(CONTRACTS):
         return contract
+    if not isinstance(contract, (str, int)) or isinstance(contract, bool):
+        raise TypeError(f"{fn}: contract must be a contract's name ({', '.join(CONTRACTS)}) or index, not {contract!r}")
     raise InvalidArgumentError(f"{fn}: unknown contract {contract!r}; weft knows {', '.join(CONTRACTS)}")
 
 
@@ -45,17 +47,23 @@ def _enum_index(value, names, what, fn):
         return names.index(value)
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
         return value
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise TypeError(f"{fn}: {what} must be a name ({', '.join(names)}) or index, not {value!r}")
     raise InvalidArgumentError(f"{fn}: unknown {what} {value!r}; weft knows {', '.join(names)}")
 
 
 def _named(fn, call, *args):
-    """call(*args), an error of weft's that leaves it naming the Python call `fn` (as the native ones do)."""
+    """call(*args), an error of weft's (or a TypeError) that leaves it naming the Python call `fn`, as the native
+    methods' errors do; a native method's own name in front ("lane_index: ...") gives way to it."""
     try:
         return call(*args)
-    except WeftError as e:
+    except (WeftError, TypeError, OverflowError) as e:
         msg = str(e)
-        if msg.startswith(fn + ":"):
+        if msg.startswith(fn + ":") or (not isinstance(e, WeftError) and type(e) not in (TypeError, OverflowError)):
             raise
+        inner = getattr(call, "__name__", "").lstrip("_")
+        if inner and msg.startswith(inner + ": "):
+            msg = msg[len(inner) + 2:]
         named = type(e)(f"{fn}: {msg}")
         if type(e) is WeftError:
             named.status = e.status
@@ -282,6 +290,11 @@ class Fabric(_weft.Fabric):
         Shapes are those of the operands (tuples, ndarrays or Tensors): route_explain("matmul", (m, k), (k, n))
         or with a batch ((b, m, k), (k, n)); route_explain("add", (rows, cols)). Keywords give the numbers
         directly instead: m, n, k and batch for matmul; rows and cols for the other ops."""
+        def _whole(name, v):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise TypeError(f"route_explain: {name} must be a whole number, not {v!r}")
+            return operator.index(v)
+
         opname = OPS[_enum_index(op, OPS, "op", "route_explain")]
         ci = _contract_index(contract, "route_explain")
         # whole numbers only: int() would make (2.7, 3) the shape (2, 3) without a word
@@ -306,8 +319,9 @@ class Fabric(_weft.Fabric):
                 kb = sb[-1] if trans_b else sb[-2]
                 if kb != qk:
                     raise ShapeError(f"route_explain: the inner dimensions differ: a {sa} and b {sb} (k {qk} and {kb})")
-            qb = batch if batch is not None else (qb or 1)
-            qm, qn, qk = (m if m is not None else qm), (n if n is not None else qn), (k if k is not None else qk)
+            qb = _whole("batch", batch) if batch is not None else (qb or 1)
+            qm, qn, qk = (_whole("m", m) if m is not None else qm), (_whole("n", n) if n is not None else qn), \
+                (_whole("k", k) if k is not None else qk)
         else:
             if dims:
                 s = dims[0]
@@ -317,7 +331,7 @@ class Fabric(_weft.Fabric):
                 for v in s[:-1]:
                     qr *= v
                 qc = s[-1]
-            qr, qc = (rows if rows is not None else qr), (cols if cols is not None else qc)
+            qr, qc = (_whole("rows", rows) if rows is not None else qr), (_whole("cols", cols) if cols is not None else qc)
         if opname == "matmul" and (qb < 0 or min(qm, qn, qk) < 1):
             raise ShapeError(f"route_explain: matmul needs batch >= 0 and m, n, k >= 1; got batch {qb}, m {qm}, "
                              f"n {qn}, k {qk}")
@@ -344,7 +358,7 @@ class Fabric(_weft.Fabric):
         """Replaces a cost line: alpha in seconds, beta in work per second (0 = free)."""
         ci = _enum_index(cls, COST_CLASSES, "cost class", "set_cost_model")
         for name, v in (("alpha", alpha), ("beta", beta)):
-            if not isinstance(v, numbers.Real):
+            if not isinstance(v, numbers.Real) or isinstance(v, bool):
                 raise TypeError(f"set_cost_model: {name} must be a real number, not {type(v).__name__}")
         _named("set_cost_model", self._set_cost_model, _named("set_cost_model", self.lane_index, lane), ci,
                _contract_index(contract, "set_cost_model"), float(alpha), float(beta))

@@ -7,6 +7,16 @@ from ._native import load
 _weft = load()
 
 
+def _fabric_arg(fabric, fn):
+    if fabric is None:
+        from . import default_fabric
+
+        return default_fabric()
+    if not isinstance(fabric, _weft.Fabric):
+        raise TypeError(f"{fn}: fabric must be a weft.Fabric (or None: the default), not {type(fabric).__name__}")
+    return fabric
+
+
 class GPT(_weft.GPT):
     """GPT-2 on a fabric: its parameters, activations and AdamW state live as weft tensors on the lanes, and
     numpy arrays of token ids go in.
@@ -29,20 +39,14 @@ class GPT(_weft.GPT):
 
     def __init__(self, fabric=None, L=2, C=64, NH=4, V=256, maxT=64, params=None, seed=0, place="auto",
                  lane=None, contract="exact"):
-        if fabric is None:
-            from . import default_fabric
-
-            fabric = default_fabric()
+        fabric = _fabric_arg(fabric, "GPT")
         _named("GPT", super().__init__, fabric, L, C, NH, V, maxT, params, seed, place, lane, contract)
 
     @classmethod
     def from_weights(cls, path, fabric=None, place="auto", lane=None, contract="exact"):
         """GPT-2's weights from a file: Hugging Face `model.safetensors` (the `gpt2` repository's tensor names)
         or llm.c's `gpt2_124M.bin`. Every size in the file is checked before anything is read."""
-        if fabric is None:
-            from . import default_fabric
-
-            fabric = default_fabric()
+        fabric = _fabric_arg(fabric, "GPT.from_weights")
         model, _ = _named("GPT.from_weights", cls._load, fabric, path, "weights", place, lane, contract)
         return model
 
@@ -50,10 +54,7 @@ class GPT(_weft.GPT):
     def load(cls, path, fabric=None, place="auto", lane=None, contract="exact"):
         """A model from a checkpoint written by save(): parameters, AdamW's moments and the step, so training
         resumes where it stopped. Returns (model, rng_state) with the rng_state given to save()."""
-        if fabric is None:
-            from . import default_fabric
-
-            fabric = default_fabric()
+        fabric = _fabric_arg(fabric, "GPT.load")
         return _named("GPT.load", cls._load, fabric, path, "checkpoint", place, lane, contract)
 
     def __repr__(self):
