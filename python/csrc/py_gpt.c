@@ -127,6 +127,7 @@ static int GPT_init(GPTObject *self, PyObject *args, PyObject *kw) {
       PyArrayObject *c = (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER);
       Py_DECREF(a);
       if (!(a = c)) return -1;
+      fo->copies++;
     }
     int rc = gpt_make(self, fo, &cfg, (const float *)PyArray_DATA(a), 0, pl, ln, ct);
     Py_DECREF(a);

@@ -232,6 +232,7 @@ static PyObject *Tensor_write(TensorObject *t, PyObject *const *args, Py_ssize_t
     PyArrayObject *c = (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER);
     Py_DECREF(a);
     if (!(a = c)) return NULL;
+    t->fab->copies++; /* counted, as every copy weft makes */
   }
   FabricObject *fo = t->fab;
   wp_lock(fo);

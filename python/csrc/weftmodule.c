@@ -494,10 +494,13 @@ static int opnd_take(FabricObject *fo, PyObject *x, const char *fn, const char *
   if (PyArray_SIZE(a) == 0) return 0;
   if (!copy_ok) {
     char sb[128];
+    int aligned = PyArray_ISALIGNED(a); /* contiguous but misaligned memory is copied too */
     wp_raise(WEFT_ERR_INVALID_ARGUMENT,
-                 "%s: %s (shape %s) is not contiguous in memory, so weft would have to copy it, and copy=False "
-                 "forbids that: pass numpy.ascontiguousarray(%s), or leave copy unset",
-                 fn, name, fmt_npshape(sb, sizeof sb, o->nd, PyArray_DIMS(a)), name);
+                 "%s: %s (shape %s) is %s in memory, so weft would have to copy it, and copy=False "
+                 "forbids that: pass %s%s%s, or leave copy unset",
+                 fn, name, fmt_npshape(sb, sizeof sb, o->nd, PyArray_DIMS(a)),
+                 aligned ? "not contiguous" : "not aligned for float32", aligned ? "numpy.ascontiguousarray(" : "",
+                 name, aligned ? ")" : ".copy()");
     return -1;
   }
   PyArrayObject *c = (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER);
@@ -1543,12 +1546,13 @@ static PyObject *Fabric_tensor(FabricObject *fo, PyObject *const *args, Py_ssize
     return NULL;
   if (WP_IS_TENSOR(v[0]))
     return PyErr_Format(PyExc_TypeError, "tensor: data is already a weft Tensor (use it as it is, or numpy() it)");
-  PyArrayObject *a = wp_as_f32(NULL, v[0], "tensor", "data", cv);
+  PyArrayObject *a = wp_as_f32(fo, v[0], "tensor", "data", cv); /* a conversion is a copy, counted */
   if (!a) return NULL;
-  if (!PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a)) {
+  if (!PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a)) { /* so is a layout's, before the tensor's own */
     PyArrayObject *cpy = (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER);
     Py_DECREF(a);
     if (!(a = cpy)) return NULL;
+    fo->copies++;
   }
   int nd = PyArray_NDIM(a);
   int64_t d[NPY_MAXDIMS];
@@ -2079,8 +2083,8 @@ static PyMethodDef Fabric_methods[] = {
      "dtype=numpy.float32 converts other real dtypes (float64 rounds to nearest); without it such an\n"
      "input raises TypeError. Fortran-ordered and transposed operands are read where they are\n"
      "(no copy); other strided views are copied, counted in Fabric.copies, or refused with copy=False\n"
-     "(as is a dtype= conversion). out: a Tensor or a writable C-contiguous float32 ndarray of the result's\n"
-     "shape; it may overlap a or b (the result then goes to weft's memory first, a counted copy)."},
+     "(as is a dtype= conversion). out: a Tensor (not a .T view) or a writable C-contiguous float32 ndarray of\n"
+     "the result's shape; it may overlap a or b (the result then goes to weft's memory first, a counted copy)."},
     {"add", (PyCFunction)(void (*)(void))Fabric_add_named, FAST,
      "add(x, y, contract='exact', lane=None, out=None, dtype=None)\n--\n\n"
      "x + y, where y has x's shape or is one row ([n] or [1, n]) added to every row of x (a bias)."},

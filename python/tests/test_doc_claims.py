@@ -742,3 +742,25 @@ def test_seeds_and_rng_state_round_trip_or_are_refused(fabric, tmp_path):
         weft.GPT(fabric, L=1, C=16, NH=2, V=16, maxT=8, params=np.zeros(5, f32))
     g.close()
     h.close()
+
+
+def test_copies_counts_every_copy_weft_makes(fabric):
+    # "Fabric.copies counts every copy weft makes": those for an op's operands, and those tensor(), write() and
+    # GPT(params=) make before the tensor's own copy
+    strided = ints(52, 4, 6)[::2, ::2]
+    cases = [lambda: fabric.relu(strided), lambda: fabric.tensor(strided), lambda: fabric.tensor(strided.T),
+             lambda: fabric.tensor(np.ones((2, 2)), dtype=f32), lambda: fabric.tensor(np.ones((2, 2), ">f4")),
+             lambda: fabric.tensor(np.zeros((2, 3), f32)).write(strided),
+             lambda: fabric.tensor(np.zeros((2, 3), f32)).write(np.ones((2, 3)), dtype=f32),
+             lambda: fabric.relu(misaligned((2, 3))), lambda: fabric.relu(np.ones(3), dtype=f32)]
+    for make in cases:
+        copies = fabric.copies
+        make()
+        assert fabric.copies == copies + 1
+    for none in (lambda: fabric.tensor(ints(53, 2, 3)), lambda: fabric.relu(ints(53, 2, 3)),
+                 lambda: fabric.matmul(ints(53, 2, 3).T, ints(54, 2, 3))):
+        copies = fabric.copies
+        none()
+        assert fabric.copies == copies
+    with pytest.raises(weft.InvalidArgumentError, match=r"not aligned .*pass a\.copy\(\)"):
+        fabric.matmul(misaligned((2, 3)), np.ones((3, 2), f32), copy=False)

@@ -11,7 +11,8 @@ with copy=False (matmul).
 
 Results out: an op whose operands are all arrays returns a new ndarray; an op with at least one Tensor operand
 returns a new Tensor (the result stays where it was computed); `out=` names where the result goes (a Tensor
-of this fabric, or a float32 C-contiguous ndarray filled in place) and is what the op returns.
+of this fabric, not a .T view, or a writable, aligned float32 C-contiguous ndarray filled in place) and is what
+the op returns.
 
 A fabric is safe to share between threads: each call holds the fabric's lock (the library wants one thread at
 a time per fabric), and calls that wait (reads, large ops, sync) let other Python threads run meanwhile.

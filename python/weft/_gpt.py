@@ -27,7 +27,8 @@ class GPT(_weft.GPT):
     L layers, C channels, NH heads (dividing C), V tokens, maxT positions. params: a float32 array of every
     parameter in llm.c's order (wte[V,C] wpe[maxT,C] ln1w[L,C] ln1b[L,C] qkvw[L,3C,C] qkvb[L,3C]
     attprojw[L,C,C] attprojb[L,C] ln2w[L,C] ln2b[L,C] fcw[L,4C,C] fcb[L,4C] fcprojw[L,C,4C] fcprojb[L,C]
-    lnfw[C] lnfb[C]); None initialises them as GPT-2 does, from `seed`, the same bits everywhere.
+    lnfw[C] lnfb[C]; any layout, read in C order); None initialises them as GPT-2 does, from `seed` (0 to
+    2**64 - 1), the same bits everywhere.
     place: "auto" (the router places every op), "layers" (a pipeline: each layer on one lane), "pinned"
     (every op on `lane`), "rr" (ops round robin over the lanes: a placement test). contract: the matmuls'
     (the transformer ops run exact under "exact" and fp32 under the others).
