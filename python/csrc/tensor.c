@@ -305,6 +305,7 @@ static PyObject *Tensor_get_location(TensorObject *t, void *c) {
   weft_tensor *h = wp_tensor_handle(t);
   PyObject *r = h ? PyUnicode_FromString(weft_tensor_location(h)) : NULL;
   wp_unlock(t->fab);
+  if (!r) wp_name_error("location");
   return r;
 }
 
@@ -454,8 +455,8 @@ static PyObject *Tensor_matmul(PyObject *a, PyObject *b) {
                         "the right operand", 0, 0);
 }
 
-PyObject *wp_scale_tensor(TensorObject *t, double alpha) {
-  return wp_ew_op(t->fab, EW_SCALE, "*", (PyObject *)t, "the tensor", NULL, NULL, (float)alpha, t->contract,
+PyObject *wp_scale_tensor(TensorObject *t, double alpha, const char *op) {
+  return wp_ew_op(t->fab, EW_SCALE, op, (PyObject *)t, "the tensor", NULL, NULL, (float)alpha, t->contract,
                   WEFT_LANE_AUTO, NULL, -1);
 }
 
@@ -493,7 +494,7 @@ static PyObject *add_impl(PyObject *x, PyObject *y, int negate_y, const char *op
   if (!WP_IS_TENSOR(x) && !WP_IS_TENSOR(y)) Py_RETURN_NOTIMPLEMENTED;
   if (is_scalar(y)) return add_scalar((TensorObject *)x, y, negate_y);
   if (is_scalar(x)) {
-    PyObject *ny = negate_y ? wp_scale_tensor((TensorObject *)y, -1.0) : Py_NewRef(y);
+    PyObject *ny = negate_y ? wp_scale_tensor((TensorObject *)y, -1.0, op) : Py_NewRef(y);
     if (!ny) return NULL;
     PyObject *r = add_scalar((TensorObject *)ny, x, 0);
     Py_DECREF(ny);
@@ -505,7 +506,7 @@ static PyObject *add_impl(PyObject *x, PyObject *y, int negate_y, const char *op
   PyObject *yy = Py_NewRef(y);
   if (negate_y) {
     Py_DECREF(yy);
-    if (WP_IS_TENSOR(y)) yy = wp_scale_tensor((TensorObject *)y, -1.0);
+    if (WP_IS_TENSOR(y)) yy = wp_scale_tensor((TensorObject *)y, -1.0, op);
     else yy = wp_ew_op(fo, EW_SCALE, op, y, "the right operand", NULL, NULL, -1.0f, c, WEFT_LANE_AUTO, NULL, -1);
     if (!yy) return NULL;
   }
@@ -525,14 +526,14 @@ static PyObject *Tensor_add(PyObject *x, PyObject *y) { return add_impl(x, y, 0,
 static PyObject *Tensor_sub(PyObject *x, PyObject *y) {
   if (!WP_IS_TENSOR(x) && !WP_IS_TENSOR(y)) Py_RETURN_NOTIMPLEMENTED;
   if (!WP_IS_TENSOR(x) && is_scalar(x)) { /* s - t = (-t) + s */
-    PyObject *nt = wp_scale_tensor((TensorObject *)y, -1.0);
+    PyObject *nt = wp_scale_tensor((TensorObject *)y, -1.0, "-");
     if (!nt) return NULL;
     PyObject *r = add_scalar((TensorObject *)nt, x, 0);
     Py_DECREF(nt);
     return r;
   }
   if (!WP_IS_TENSOR(x)) { /* array - tensor */
-    PyObject *nt = wp_scale_tensor((TensorObject *)y, -1.0);
+    PyObject *nt = wp_scale_tensor((TensorObject *)y, -1.0, "-");
     if (!nt) return NULL;
     PyObject *r = add_impl(x, nt, 0, "-");
     Py_DECREF(nt);
@@ -551,19 +552,36 @@ static PyObject *Tensor_mul(PyObject *x, PyObject *y) {
   }
   double v = PyFloat_AsDouble(s);
   if (v == -1.0 && PyErr_Occurred()) return NULL;
-  return wp_scale_tensor((TensorObject *)t, v);
+  return wp_scale_tensor((TensorObject *)t, v, "*");
 }
 
-static PyObject *Tensor_neg(PyObject *x) { return wp_scale_tensor((TensorObject *)x, -1.0); }
+static PyObject *Tensor_neg(PyObject *x) { return wp_scale_tensor((TensorObject *)x, -1.0, "-"); }
 static PyObject *Tensor_pos(PyObject *x) { return Py_NewRef(x); }
 
+/* the operators' errors name the operator ("+: ..."), those of a conversion (an int too large) too */
+#define WP_NAMED_BINARY(impl, op)                                                                               \
+  static PyObject *impl##_named(PyObject *x, PyObject *y) {                                                     \
+    PyObject *r = impl(x, y);                                                                                   \
+    if (!r) wp_name_error(op);                                                                                  \
+    return r;                                                                                                   \
+  }
+WP_NAMED_BINARY(Tensor_add, "+")
+WP_NAMED_BINARY(Tensor_sub, "-")
+WP_NAMED_BINARY(Tensor_mul, "*")
+WP_NAMED_BINARY(Tensor_matmul, "@")
+static PyObject *Tensor_neg_named(PyObject *x) {
+  PyObject *r = Tensor_neg(x);
+  if (!r) wp_name_error("-");
+  return r;
+}
+
 static PyNumberMethods Tensor_as_number = {
-    .nb_add = Tensor_add,
-    .nb_subtract = Tensor_sub,
-    .nb_multiply = Tensor_mul,
-    .nb_negative = Tensor_neg,
+    .nb_add = Tensor_add_named,
+    .nb_subtract = Tensor_sub_named,
+    .nb_multiply = Tensor_mul_named,
+    .nb_negative = Tensor_neg_named,
     .nb_positive = Tensor_pos,
-    .nb_matrix_multiply = Tensor_matmul,
+    .nb_matrix_multiply = Tensor_matmul_named,
 };
 
 static PyMappingMethods Tensor_as_mapping = {.mp_length = (lenfunc)Tensor_len};

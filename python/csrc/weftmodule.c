@@ -1954,7 +1954,7 @@ static PyObject *Fabric_get_closed(FabricObject *fo, void *c) {
 
 static PyObject *Fabric_get_last_lane(FabricObject *fo, void *c) {
   (void)c;
-  if (wp_check_open(fo)) return NULL;
+  if (!fo->f) return wp_raise(WEFT_ERR_STATE, "last_lane: this fabric is closed");
   int i = weft_fabric_last_lane(fo->f);
   if (i < 0 || i >= PyTuple_GET_SIZE(fo->lane_names)) Py_RETURN_NONE;
   return Py_NewRef(PyTuple_GET_ITEM(fo->lane_names, i));

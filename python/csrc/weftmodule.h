@@ -162,7 +162,7 @@ PyObject *wp_ew_op(FabricObject *fo, int kind, const char *fn, PyObject *x, cons
                    const char *ny, float alpha, int contract, int lane, PyObject *out, int convert);
 /* convert: 1 converts other real dtypes to float32, 0 refuses them naming dtype=, -1 refuses them (operators) */
 PyArrayObject *wp_as_f32(FabricObject *fo, PyObject *x, const char *fn, const char *name, int convert);
-PyObject *wp_scale_tensor(TensorObject *t, double alpha);
+PyObject *wp_scale_tensor(TensorObject *t, double alpha, const char *op);
 
 /* ---- DLPack */
 PyObject *wp_tensor_dlpack(TensorObject *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);

@@ -764,3 +764,26 @@ def test_copies_counts_every_copy_weft_makes(fabric):
         assert fabric.copies == copies
     with pytest.raises(weft.InvalidArgumentError, match=r"not aligned .*pass a\.copy\(\)"):
         fabric.matmul(misaligned((2, 3)), np.ones((3, 2), f32), copy=False)
+
+
+def test_operators_getters_and_bench_name_themselves_in_errors(fabric):
+    t = fabric.tensor(np.ones((2, 2), f32))
+    t.close()
+    for op, call in (("+", lambda: t + 1), ("-", lambda: -t), ("-", lambda: 1 - t), ("*", lambda: t * 2),
+                     ("@", lambda: t @ t), ("location", lambda: t.location)):
+        with pytest.raises(weft.StateError) as info:
+            call()
+        assert str(info.value).startswith(op + ": "), str(info.value)
+    with weft.Fabric(lanes="cpu", calibration="off") as g:
+        u = g.tensor(np.ones((2, 2), f32))
+    with pytest.raises(weft.StateError, match=r"^\+: this fabric is closed"):
+        u + 1
+    with pytest.raises(weft.StateError, match="^last_lane: "):
+        g.last_lane
+    with pytest.raises(OverflowError, match=r"^\+: "):
+        fabric.tensor(np.ones(2, f32)) + 10 ** 400
+    # bench: "contract" is one of weft's (an unknown one timed nothing and returned []), fabric a Fabric
+    with pytest.raises(weft.InvalidArgumentError, match="^bench: unknown contract"):
+        weft.bench(sizes=[8], fabric=fabric, contract="fast")
+    with pytest.raises(TypeError, match="^bench: fabric must be"):
+        weft.bench(sizes=[8], fabric=5)
