@@ -220,6 +220,9 @@ PyObject *wp_from_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs
   if (!dev) {
     if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
       PyErr_Clear();
+      if (PyObject_HasAttrString(x, "__dlpack__"))
+        return PyErr_Format(PyExc_TypeError, "from_dlpack: %s has __dlpack__ but no __dlpack_device__, which DLPack "
+                            "producers have (numpy arrays and PyTorch tensors do)", Py_TYPE(x)->tp_name);
       return PyErr_Format(PyExc_TypeError, "from_dlpack: %s has no __dlpack__ (numpy arrays and PyTorch tensors do)",
                           Py_TYPE(x)->tp_name);
     }

@@ -787,3 +787,20 @@ def test_operators_getters_and_bench_name_themselves_in_errors(fabric):
         weft.bench(sizes=[8], fabric=fabric, contract="fast")
     with pytest.raises(TypeError, match="^bench: fabric must be"):
         weft.bench(sizes=[8], fabric=5)
+
+
+def test_from_dlpack_says_what_a_producer_lacks(fabric):
+    class NoDevice:
+        def __dlpack__(self, **kw):
+            return np.ones(3, f32).__dlpack__()
+
+    with pytest.raises(TypeError, match="has __dlpack__ but no __dlpack_device__"):
+        fabric.from_dlpack(NoDevice())
+    with pytest.raises(TypeError, match="has no __dlpack__"):
+        fabric.from_dlpack([1.0])
+    t = fabric.tensor(np.ones(3, f32))
+    # __dlpack__: "shared, not copied": a copy asked for, or another device, is refused rather than faked
+    with pytest.raises(BufferError, match="^__dlpack__: copy=True"):
+        t.__dlpack__(copy=True)
+    with pytest.raises(BufferError, match="^__dlpack__: dl_device"):
+        t.__dlpack__(dl_device=(2, 0))
