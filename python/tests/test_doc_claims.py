@@ -804,3 +804,26 @@ def test_from_dlpack_says_what_a_producer_lacks(fabric):
         t.__dlpack__(copy=True)
     with pytest.raises(BufferError, match="^__dlpack__: dl_device"):
         t.__dlpack__(dl_device=(2, 0))
+
+
+def test_shared_memory_is_the_value_on_every_lane(fabric, lane):
+    # DLPack: "ops reading the tensor are told it may have changed (device lanes upload it again), ops writing it
+    # bring the result home before they return", inside a scope too
+    x = np.ones((4, 4), f32)
+    t = weft.from_dlpack(x, fabric=fabric)
+    assert fabric.relu(t, lane=lane).numpy()[0, 0] == 1
+    x[...] = 5
+    assert same(fabric.relu(t, lane=lane).numpy(), x)
+    fabric.scale(3.0, t, lane=lane, out=t)
+    assert (x == 15).all()
+    u = fabric.tensor(np.ones((4, 4), f32))
+    v = np.from_dlpack(u)
+    fabric.scale(2.0, u, lane=lane, out=u)
+    assert (v == 2).all()
+    with fabric.scope():
+        fabric.scale(2.0, u, lane=lane, out=u)
+        assert (v == 4).all()
+    torch = pytest.importorskip("torch")
+    w = torch.from_dlpack(u)
+    w += 1
+    assert same(fabric.relu(u, lane=lane).numpy(), np.full((4, 4), 5, f32))
