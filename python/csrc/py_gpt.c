@@ -448,7 +448,8 @@ static PyMethodDef GPT_methods[] = {
     {"train_step", (PyCFunction)(void (*)(void))GPT_train_step_named, METH_VARARGS | METH_KEYWORDS,
      "train_step(tokens, targets, lr=3e-4, weight_decay=0.0, max_norm=1.0)\n--\n\n"
      "One training step on token ids [B, T] and their targets [B, T] (int arrays): forward, backward,\n"
-     "global-norm clip to max_norm (<= 0: none), AdamW. Returns (loss, gradient norm). A NaN or infinite\n"
+     "global-norm clip to max_norm (<= 0: none), AdamW. Returns (loss, gradient norm before the clip; 0.0\n"
+     "with max_norm <= 0, where no norm is computed). A NaN or infinite\n"
      "lr or weight_decay, or a NaN max_norm, raises InvalidArgumentError and changes nothing."},
     {"loss", (PyCFunction)GPT_loss_named, METH_VARARGS,
      "loss(tokens, targets)\n--\n\nThe mean cross-entropy of targets given tokens ([B, T] or [T]); forward only."},

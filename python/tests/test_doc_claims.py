@@ -827,3 +827,28 @@ def test_shared_memory_is_the_value_on_every_lane(fabric, lane):
     w = torch.from_dlpack(u)
     w += 1
     assert same(fabric.relu(u, lane=lane).numpy(), np.full((4, 4), 5, f32))
+
+
+def test_gpt_training_resumes_from_a_checkpoint_and_reports_the_norm_it_clips_by(fabric, tmp_path):
+    # save: "configuration, step, parameters, AdamW's moments"; load: "training resumes where it stopped"
+    g = weft.GPT(fabric, L=1, C=16, NH=2, V=16, maxT=8)
+    tok = np.arange(8, dtype=np.int32).reshape(2, 4)
+    g.train_step(tok, tok)
+    g.save(str(tmp_path / "r.ckpt"), 42)
+    h, rng = weft.GPT.load(str(tmp_path / "r.ckpt"), fabric=fabric)
+    assert rng == 42 and h.step == 1
+    assert g.train_step(tok, tok) == h.train_step(tok, tok) and same(g.params(), h.params())
+    # train_step: "Returns (loss, gradient norm before the clip; 0.0 with max_norm <= 0 ...)"
+    loss, norm = g.train_step(tok, tok, max_norm=1e30)
+    assert norm > 0
+    loss, norm = g.train_step(tok, tok, max_norm=0)
+    assert norm == 0.0
+    # generate: "temperature <= 0 is greedy (NaN or infinite: InvalidArgumentError)"; one prompt at a time
+    assert same(g.generate(tok[0], 3, temperature=-1), g.generate(tok[0], 3))
+    for bad in (float("inf"), float("-inf")):
+        with pytest.raises(weft.InvalidArgumentError, match="^generate: temperature"):
+            g.generate(tok[0], 2, temperature=bad)
+    with pytest.raises(weft.ShapeError, match="^generate: "):
+        g.generate(tok, 2)
+    g.close()
+    h.close()
