@@ -852,3 +852,18 @@ def test_gpt_training_resumes_from_a_checkpoint_and_reports_the_norm_it_clips_by
         g.generate(tok, 2)
     g.close()
     h.close()
+
+
+def test_axpy_rounds_the_product_then_sums_and_sum_rows_adds_rows_in_order(fabric, lane):
+    # axpy: "y = alpha * x + y in place (the product rounded, then the sum)": no fused multiply-add, whose single
+    # rounding would leave 2**-24 here
+    e = f32(2.0 ** -12)
+    x = np.full(8, 1 + e, f32)
+    y = np.full(8, -(1 + 2 * e), f32)
+    assert fabric.axpy(float(1 + e), x, y, lane=lane) is y
+    assert (y == 0).all() and not np.signbit(y).any()
+    assert same(fabric.scale(float(1 + e), x, lane=lane), np.full(8, 1 + 2 * e, f32))
+    # sum_rows: "The sum over rows (every leading dimension) of each column, rows ascending"
+    col = np.array([[1e8], [1], [-1e8]], f32)
+    assert same(fabric.sum_rows(col, lane=lane), np.array([0], f32))  # (1e8 + 1) rounds to 1e8 first
+    assert same(fabric.sum_rows(col[[0, 2, 1]], lane=lane), np.array([1], f32))  # 1e8 - 1e8 first, then 1
