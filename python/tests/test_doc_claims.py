@@ -867,3 +867,19 @@ def test_axpy_rounds_the_product_then_sums_and_sum_rows_adds_rows_in_order(fabri
     col = np.array([[1e8], [1], [-1e8]], f32)
     assert same(fabric.sum_rows(col, lane=lane), np.array([0], f32))  # (1e8 + 1) rounds to 1e8 first
     assert same(fabric.sum_rows(col[[0, 2, 1]], lane=lane), np.array([1], f32))  # 1e8 - 1e8 first, then 1
+
+
+def test_route_last_follows_routed_ops_only():
+    # route_last: "the last op it routed"; pinned ops are not routed; last_lane: "the lane the last successful op
+    # ran on"
+    with weft.Fabric(lanes="cpu", calibration="off") as g:
+        a = np.ones((8, 8), f32)
+        g.relu(a)
+        assert g.route_last().op == "relu"
+        g.matmul(a, a)
+        assert g.route_last().op == "matmul" and g.route_last().chosen == g.last_lane == "cpu"
+        g.add(a, a, lane="cpu")
+        assert g.route_last().op == "matmul"
+        with pytest.raises(weft.ShapeError):
+            g.matmul(a, np.ones((3, 3), f32))
+        assert g.last_lane == "cpu"

@@ -199,7 +199,7 @@ def route_explain(op, *shapes, **kwargs):
 
 
 def route_last():
-    """The router's reasoning for the default fabric's last routed op (see Fabric.route_last)."""
+    """The router's reasoning for the default fabric's last routed op (see Fabric.route_last for which are)."""
     return _f().route_last()
 
 

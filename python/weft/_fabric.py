@@ -341,7 +341,9 @@ class Fabric(_weft.Fabric):
         return _explanation(_named("route_explain", self._route_explain, opname, ci, qb, qm, qn, qk, qr, qc))
 
     def route_last(self):
-        """The router's reasoning for the last op it routed (not those pinned with lane=): a RouteExplanation.
+        """The router's reasoning for the last op it routed: a RouteExplanation. Not every op is routed: those
+        pinned with lane= are not, nor, on a fabric of several lanes, a matmul on host data that runs where weft
+        measured that shape fastest or is shared out across lanes (last_lane says where the last op ran).
         StateError before any op was routed."""
         return _explanation(_named("route_last", self._route_last))
 
