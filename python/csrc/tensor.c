@@ -204,6 +204,8 @@ static PyObject *Tensor_array(TensorObject *t, PyObject *const *args, Py_ssize_t
   return r;
 }
 
+static int64_t numel(TensorObject *t);
+
 static PyObject *Tensor_write(TensorObject *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
   static const char *const names[] = {"data", "dtype"};
   PyObject *v[2];
@@ -218,11 +220,20 @@ static PyObject *Tensor_write(TensorObject *t, PyObject *const *args, Py_ssize_t
   }
   PyArrayObject *a = wp_as_f32(t->fab, v[0], "write", "data", convert);
   if (!a) return NULL;
-  if (t->trans) { /* writing a view: the base gets the transpose */
-    if (PyArray_NDIM(a) < 2) {
+  if (t->trans) { /* writing a view: the data, in the view's shape (as many elements, read in C order, as for any
+                   * tensor), goes to the base transposed */
+    if ((int64_t)PyArray_SIZE(a) != numel(t)) {
+      Py_ssize_t have = PyArray_SIZE(a);
       Py_DECREF(a);
-      return wp_raise(WEFT_ERR_SHAPE, "write: a .T view takes data of its own shape");
+      return wp_raise(WEFT_ERR_SHAPE, "write: %zd floats given, the tensor holds %lld", have, (long long)numel(t));
     }
+    npy_intp vd[WEFT_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++) vd[i] = (npy_intp)t->dims[i];
+    PyArray_Dims shape = {vd, t->ndim};
+    PyObject *r = PyArray_Newshape(a, &shape, NPY_CORDER);
+    Py_DECREF(a);
+    if (!r) return NULL;
+    a = (PyArrayObject *)r;
     PyObject *s = PyArray_SwapAxes(a, PyArray_NDIM(a) - 2, PyArray_NDIM(a) - 1);
     Py_DECREF(a);
     if (!s) return NULL;

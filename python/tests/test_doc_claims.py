@@ -883,3 +883,20 @@ def test_route_last_follows_routed_ops_only():
         with pytest.raises(weft.ShapeError):
             g.matmul(a, np.ones((3, 3), f32))
         assert g.last_lane == "cpu"
+
+
+def test_write_takes_as_many_elements_into_a_view_too(fabric):
+    # write: "Replaces the value with data (float32, as many elements ...)": read in C order into the tensor's
+    # own shape, for a .T/.mT view as for any tensor
+    d = np.arange(6, dtype=f32) + 10
+    for data in (d, d.reshape(3, 2), d.reshape(2, 3), d.reshape(1, 6)):
+        t = fabric.tensor(np.zeros((2, 3), f32))
+        assert t.T.write(data).shape == (3, 2)
+        assert same(t.T.numpy(), d.reshape(3, 2)) and same(t.numpy(), d.reshape(3, 2).T)
+        u = fabric.tensor(np.zeros((2, 3), f32))
+        assert same(u.write(data).numpy(), d.reshape(2, 3))
+    w = fabric.tensor(np.zeros((2, 3, 4), f32))
+    w.mT.write(np.arange(24, dtype=f32))
+    assert same(w.mT.numpy(), np.arange(24, dtype=f32).reshape(2, 4, 3))
+    with pytest.raises(weft.ShapeError, match="^write: 5 floats given"):
+        fabric.tensor(np.zeros((2, 3), f32)).T.write(np.ones(5, f32))
