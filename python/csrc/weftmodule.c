@@ -1418,8 +1418,9 @@ static PyObject *Fabric_softmax_xent(FabricObject *fo, PyObject *const *args, Py
   int want_grad = want_loss < 0 ? 0 : as_bool(v[5], 1, "softmax_xent", "grad");
   if (want_loss < 0 || want_grad < 0) return NULL;
   PyObject *ol = v[6] == Py_None ? NULL : v[6], *og = v[7] == Py_None ? NULL : v[7];
-  want_loss = want_loss || ol;
-  want_grad = want_grad || og;
+  if ((!want_loss && ol) || (!want_grad && og)) /* skipped, and yet given somewhere to go: which is meant? */
+    return wp_raise(WEFT_ERR_INVALID_ARGUMENT, "softmax_xent: %s=False skips what %s would hold; give one or the other",
+                    !want_loss && ol ? "loss" : "grad", !want_loss && ol ? "out_loss" : "out_grad");
   if (!want_loss && !want_grad)
     return wp_raise(WEFT_ERR_INVALID_ARGUMENT, "softmax_xent: loss=False and grad=False leave nothing to compute");
   opnd Z, T;
@@ -2108,7 +2109,8 @@ static PyMethodDef Fabric_methods[] = {
      "Softmax cross-entropy of logits [r, c] against target probabilities [r, c]: (loss, grad) with\n"
      "loss = mean over rows of -sum_j t*log_softmax(z) and grad = (softmax(z) - t) / r. With array\n"
      "operands loss is a numpy float32 and grad an ndarray; with a Tensor operand both are Tensors\n"
-     "(loss of shape (1,)). loss=False or grad=False skips one (it comes back as None)."},
+     "(loss of shape (1,)). loss=False or grad=False skips one (it comes back as None; not with out_loss or\n"
+     "out_grad given for it: InvalidArgumentError)."},
     {"tensor", (PyCFunction)(void (*)(void))Fabric_tensor_named, FAST,
      "tensor(data, contract='exact', dtype=None)\n--\n\n"
      "A Tensor of this fabric holding a copy of `data` (float32; dtype=numpy.float32 converts other real\n"

@@ -900,3 +900,16 @@ def test_write_takes_as_many_elements_into_a_view_too(fabric):
     assert same(w.mT.numpy(), np.arange(24, dtype=f32).reshape(2, 4, 3))
     with pytest.raises(weft.ShapeError, match="^write: 5 floats given"):
         fabric.tensor(np.zeros((2, 3), f32)).T.write(np.ones(5, f32))
+
+
+def test_softmax_xent_does_not_take_a_skipped_output_somewhere(fabric):
+    # "loss=False or grad=False skips one (it comes back as None ...)": given out_loss/out_grad for the one
+    # skipped, which is meant is unclear, and it is refused rather than one picked
+    z, tgt = ints(55, 2, 3), np.full((2, 3), 1 / 3, f32)
+    with pytest.raises(weft.InvalidArgumentError, match="^softmax_xent: loss=False"):
+        fabric.softmax_xent(z, tgt, loss=False, out_loss=np.zeros(1, f32))
+    with pytest.raises(weft.InvalidArgumentError, match="^softmax_xent: grad=False"):
+        fabric.softmax_xent(z, tgt, grad=False, out_grad=np.zeros((2, 3), f32))
+    ol = np.zeros(1, f32)
+    loss, grad = fabric.softmax_xent(z, tgt, out_loss=ol)
+    assert loss is ol and isinstance(grad, np.ndarray)
