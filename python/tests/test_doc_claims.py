@@ -263,6 +263,9 @@ def test_every_error_names_the_python_call(fabric):
         ("GPT", lambda: weft.GPT(fabric, place="nowhere")),
         ("GPT.load", lambda: weft.GPT.load("/nonexistent-dir/x.ckpt", fabric=fabric)),
         ("scope", lambda: closed.scope().__enter__()),
+        ("devices", lambda: weft.devices("no-such-lane-kind")),
+        ("bench", lambda: weft.bench(sizes=[8], lanes="no-such-lane-kind")),
+        ("bench", lambda: weft.bench(sizes=[8], lanes="cpu", cpu_threads=-1)),
     ]
     for fn, call in cases:
         with pytest.raises(weft.WeftError) as info:

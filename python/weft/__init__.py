@@ -111,7 +111,9 @@ def devices(lanes=None):
     """The lanes of this machine and, kept apart, those looked for and absent with the reason: a Devices
     (iterate it for the lanes there are; .absent for the others; print it for a table). Opens a fabric with
     calibration off (nothing measured, nothing written) and closes it."""
-    with Fabric(lanes=lanes, calibration="off") as f:
+    from ._fabric import _named
+
+    with _named("devices", Fabric, lanes, 0, "off") as f:
         return f.devices()
 
 

@@ -79,14 +79,14 @@ def bench(sizes=DEFAULT_SIZES, contract="exact", lanes=None, repeats=5, max_seco
     if not (0 < budget < float("inf")):
         raise InvalidArgumentError(f"bench: max_seconds must be a number of seconds above 0; got {max_seconds!r}")
 
-    from ._fabric import CONTRACTS, _contract_index
+    from ._fabric import CONTRACTS, _contract_index, _named
 
     contract = CONTRACTS[_contract_index(contract, "bench")]  # an unknown one ran nothing and returned []
     if fabric is not None and not isinstance(fabric, Fabric):
         raise TypeError(f"bench: fabric must be a weft.Fabric (or None: one is opened), not {type(fabric).__name__}")
     own = fabric is None
     if own:
-        fabric = Fabric(lanes=lanes, cpu_threads=cpu_threads, calibration="off")
+        fabric = _named("bench", Fabric, lanes, cpu_threads, "off")
     try:
         exact = contract == "exact"
         lanes_to_run = []
