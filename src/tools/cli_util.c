@@ -78,6 +78,43 @@ int weft_cli_option_error(const char *cmd, int ret, char **argv) {
   return weft_cli_usage_error(cmd, "unknown option '%s'", arg);
 }
 
+int weft_cli_check_long_options(const char *cmd, int argc, char **argv, const struct option *longopts) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--") == 0) break; /* the rest are arguments */
+    if (a[0] != '-' || a[1] != '-') continue;
+    const char *name = a + 2;
+    const size_t len = strcspn(name, "=");
+    const struct option *hit = NULL;
+    for (const struct option *o = longopts; o->name; o++)
+      if (strlen(o->name) == len && strncmp(o->name, name, len) == 0) hit = o;
+    if (!hit) {
+      /* not getopt's unique-prefix match: an abbreviation (or a typo) is named, with the option it may mean */
+      const char *names[64];
+      size_t n = 0;
+      char word[64];
+      for (const struct option *o = longopts; o->name && n < 64; o++) names[n++] = o->name;
+      snprintf(word, sizeof word, "%.*s", (int)(len < sizeof word - 1 ? len : sizeof word - 1), name);
+      const char *guess = weft_cli_suggest(word, names, n);
+      for (size_t k = 0; !guess && len && k < n; k++)
+        if (strncmp(names[k], name, len) == 0) guess = names[k];
+      if (guess) return weft_cli_usage_error(cmd, "unknown option '--%s'; did you mean '--%s'?", word, guess);
+      return weft_cli_usage_error(cmd, "unknown option '--%s'", word);
+    }
+    if (hit->has_arg == no_argument && name[len] == '=')
+      return weft_cli_usage_error(cmd, "option '--%s' takes no value, got '%s'", hit->name, a);
+    if (hit->has_arg == required_argument && name[len] != '=') i++; /* its value, whatever it looks like */
+  }
+  return WEFT_CLI_OK;
+}
+
+int weft_cli_parse_lanes(const char *cmd, const char *opt, const char *s, const char **out) {
+  if (strspn(s, ", \t") == strlen(s))
+    return weft_cli_usage_error(cmd, "%s wants lane kinds or names, comma-separated (cpu,vulkan:0), got '%s'", opt, s);
+  *out = s;
+  return WEFT_CLI_OK;
+}
+
 int weft_cli_parse_long(const char *cmd, const char *opt, const char *s, long min, long max, long *out) {
   char *end;
   errno = 0;
