@@ -151,6 +151,12 @@ for v in "" abc -1 0 nan inf 1e999; do
   usage "--lr wants a learning rate above 0" mlp --lr "$v"
   usage "--lr wants a number" gpt train --lr "$v"
 done
+for o in --clip --temperature --min-lr --weight-decay; do
+  for v in nan inf -inf; do
+    case $o in --temperature) sub=generate ;; *) sub=train ;; esac
+    usage "$o wants a number" gpt $sub $o $v
+  done
+done
 usage "--lr wants a learning rate above 0 and at most 1e6" mlp --lr 1e30
 usage "--sizes wants sizes" bench --sizes 8,,16
 usage "--sizes wants sizes from 1 to 16384" bench --sizes 16385
@@ -201,7 +207,7 @@ usage "--encoder and --vocab-bpe go together" gpt generate --encoder e
 
 # --- files written where the docs say -------------------------------------------------------------------
 i=0
-while [ $i -lt 60 ]; do echo "every lane weaves the same text, line $i."; i=$((i + 1)); done >"$tmp/text.txt"
+while [ $i -lt 300 ]; do echo "every lane weaves the same text, line $i."; i=$((i + 1)); done >"$tmp/text.txt"
 shape="--layers 1 --channels 16 --heads 2 --context 16"
 small="--data $tmp/text.txt $shape --seq 8 --batch 2 --lanes cpu"
 mkdir "$tmp/run"
@@ -231,6 +237,9 @@ usage "--context 32, but the checkpoint .* has 16" gpt train $small --context 32
 # shellcheck disable=SC2086
 expect 0 gpt generate --checkpoint "$tmp/run/gpt.ckpt" $shape --tokens 3 --temperature 0 --lanes cpu &&
   has "$out" "^tokens:( [0-9]+){3}$" "gpt generate with the checkpoint's own shape"
+# a batch whose activations cannot fit this machine is refused with its size (it once ran on, allocating)
+expect 1 gpt train --data "$tmp/text.txt" $shape --context 1024 --seq 1024 --batch 65536 --steps 1 --lanes cpu \
+  --checkpoint "$tmp/big.ckpt" && has "$err" "a batch of 65536 x 1024 tokens .* needs about [0-9.]+ GiB of activations" "gpt: a batch too large"
 # a checkpoint that cannot be written is a failure that says which
 # shellcheck disable=SC2086
 expect 1 gpt train $small --steps 1 --checkpoint "$tmp/no/such/dir/c.ckpt" && has "$err" "cannot write the checkpoint" "gpt: unwritable checkpoint"

@@ -476,6 +476,25 @@ static int model_fits(const char *cmd, const weft_gpt_config *cfg, size_t np, do
   return 0;
 }
 
+/* A training batch's activations and their gradients (acts_make and grads_make in src/gpt/gpt.c: per token,
+ * the residual stream per layer and its norms, qkv, attention rows of T, the MLP's 4C twice, the logits and
+ * their gradient) with the parameters, their gradients and AdamW's moments: a batch that cannot fit this
+ * machine's memory is refused with its size before anything is allocated. */
+static int batch_fits(const weft_gpt_config *cfg, size_t np, int B, int T) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 1;
+  const double C = cfg->C, L = cfg->L, V = cfg->V, NH = cfg->NH;
+  const double per_token = (L + 1) * C + L * (15 * C + 4 + NH * T) + C + 5 + 2 * V + 13 * C + 1;
+  const double acts = (double)B * T * per_token * sizeof(float), need = acts + (double)np * sizeof(float) * 4;
+  const double have = (double)pages * (double)page;
+  if (need <= have) return 1;
+  fprintf(stderr,
+          "weft gpt train: a batch of %d x %d tokens on this model needs about %.1f GiB of activations and their "
+          "gradients (%.1f GiB in all); this machine has %.1f GiB: give a smaller --batch or --seq\n",
+          B, T, acts / 1073741824.0, need / 1073741824.0, have / 1073741824.0);
+  return 0;
+}
+
 /* --explain: one line per op, the lane it ran on and why */
 typedef struct explainer {
   weft_fabric *f;
@@ -660,11 +679,12 @@ static int train(gopts *o) {
     return WEFT_CLI_FAILED;
   }
   const size_t np = weft_gpt_param_count(&cfg);
+  /* the model's own size first (it says which flags to change), then the batch's */
+  if ((!P && !model_fits("train", &cfg, np, 7)) || !batch_fits(&cfg, np, B, T)) {
+    free(tokens), weft_bpe_free(bpe), free(P), free(M), free(V);
+    return WEFT_CLI_FAILED;
+  }
   if (!P) {
-    if (!model_fits("train", &cfg, np, 7)) {
-      free(tokens), weft_bpe_free(bpe);
-      return WEFT_CLI_FAILED;
-    }
     P = malloc(np * sizeof(float));
     if (!P) {
       fprintf(stderr, "weft gpt train: out of memory for %zu parameters\n", np);
