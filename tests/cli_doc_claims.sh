@@ -177,6 +177,14 @@ usage "--tls-cert and --tls-key go together" serve --tls-cert x.pem
 usage "--tls needs --secret-file" worker --tls
 # lanes that match nothing: the command ran and failed (1), and it says which lanes there are
 expect 1 devices --lanes nosuch && has "$err" "the lanes here are: cpu" "devices --lanes nosuch lists the lanes"
+# ... and so does one word of several (it was dropped without a word while the rest opened)
+for c in devices "route matmul 64" "bench --sizes 8 --repeats 1 --no-route" "worker --listen 127.0.0.1:0"; do
+  # shellcheck disable=SC2086
+  expect 1 $c --lanes cpu,vulcan && has "$err" "--lanes names 'vulcan', which is no lane kind or name here" "weft $c --lanes cpu,vulcan" &&
+    has "$err" "'vulcan': did you mean 'vulkan'" "weft $c --lanes cpu,vulcan: the likely lane"
+done
+# a documented kind this machine or build lacks is no typo: it is listed as absent
+expect 0 devices --lanes cpu,cuda:7,opencl && has "$out" "^cpu$" "devices --lanes cpu,cuda:7,opencl opens the cpu"
 
 # --- files that cannot be read ------------------------------------------------------------------------
 printf 'short\n' >"$tmp/short.key"

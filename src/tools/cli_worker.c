@@ -138,6 +138,16 @@ int weft_cli_worker(int argc, char **argv) {
     }
   }
   if (optind < argc) return weft_cli_usage_error("worker", "unexpected argument '%s'", argv[optind]);
+  if (d.lanes) {
+    /* --lanes as for weft devices: a word that names no lane kind or name fails, listing the lanes (the
+     * worker's own open would drop it without a word while the rest of the filter opens) */
+    weft_fabric_desc check = WEFT_FABRIC_DESC_INIT;
+    check.lanes = d.lanes;
+    check.calibration = WEFT_CALIBRATION_OFF;
+    weft_fabric *f = weft_cli_open("worker", &check);
+    if (!f) return WEFT_CLI_FAILED;
+    weft_fabric_close(f);
+  }
   static uint8_t secret[4096];
   size_t secret_len = 0;
   char err[512] = "";
