@@ -274,6 +274,10 @@ WEFT_REMOTE=127.0.0.1:1 WEFT_REMOTE_TIMEOUT_MS=-5 expect 0 devices --lanes cpu,r
   has "$out" "WEFT_REMOTE_TIMEOUT_MS is '-5'" "a negative WEFT_REMOTE_TIMEOUT_MS is said"
 WEFT_BROWSER_SLOTS=0 expect 1 serve --port 0 && has "$err" "WEFT_BROWSER_SLOTS is '0'; use 1 to 64" "a zero WEFT_BROWSER_SLOTS is said"
 WEFT_PLUGIN_PATH="$tmp/garbage" expect 0 devices && has "$out" "^  plugin:garbage +[^ ]" "a garbage plugin is absent with the reason"
+for v in abc 0 -5 86401 12s; do
+  WEFT_PLUGIN_TIMEOUT=$v WEFT_PLUGIN_PATH="$tmp/garbage" expect 0 devices &&
+    has "$out" "WEFT_PLUGIN_TIMEOUT is '$v'; it takes a whole number of seconds from 1 to 86400" "WEFT_PLUGIN_TIMEOUT=$v is said"
+done
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures of $checks CLI documentation check(s) failed"
