@@ -42,7 +42,7 @@ void weft_cli_gpt_help(FILE *out) {
           "(--checkpoint) every --checkpoint-every steps and at the end; Ctrl-C stops after the current step and\n"
           "writes one. Ends with where the ops ran and a fingerprint of the weights.\n"
           "  --data PATH         a text file or a directory of them (repeatable; default %s,\n"
-          "                      Debian package fortunes)\n"
+          "                      Debian package fortunes); at most 2 GiB in all, the rest left out (said)\n"
           "  --steps N           train until step N (default 50)\n"
           "  --batch B           windows per step (default 4)\n"
           "  --seq T             tokens per window (default 64; at most --context)\n"
@@ -269,9 +269,11 @@ typedef struct text {
   unsigned char *b;
   size_t n, cap;
   int files;
+  int full; /* MAX_DATA_BYTES reached: later files are left out (said once) */
 } text;
 
 static int add_file(text *t, const char *path) {
+  if (t->full) return 1;
   FILE *fh = fopen(path, "rb");
   if (!fh) {
     fprintf(stderr, "weft gpt: cannot open '%s': %s\n", path, strerror(errno));
@@ -280,7 +282,12 @@ static int add_file(text *t, const char *path) {
   unsigned char chunk[65536];
   size_t got;
   while ((got = fread(chunk, 1, sizeof chunk, fh)) > 0) {
-    if (t->n + got > MAX_DATA_BYTES) break;
+    if (t->n + got > MAX_DATA_BYTES) {
+      fprintf(stderr, "weft gpt: the data stops at %zu bytes (2 GiB): the rest of '%s' and any later file are left out\n",
+              t->n, path);
+      t->full = 1;
+      break;
+    }
     if (t->n + got > t->cap) {
       size_t cap = t->cap ? t->cap * 2 : 1 << 20;
       while (cap < t->n + got) cap *= 2;
@@ -327,7 +334,8 @@ static int add_path(text *t, const char *path) {
     char **nn = realloc(names, (n + 1) * sizeof *names);
     if (!nn) break;
     names = nn;
-    names[n++] = strdup(e->d_name);
+    if (!(names[n] = strdup(e->d_name))) break;
+    n++;
   }
   closedir(d);
   qsort(names, n, sizeof *names, cmp_str);
