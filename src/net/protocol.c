@@ -372,10 +372,12 @@ weft_status weft_net_read_secret(const char *path, uint8_t *out, size_t cap, siz
                                  size_t errlen) {
   *out_len = 0;
   FILE *fp = fopen(path, "rb");
-  if (!fp) return fail(err, errlen, WEFT_ERR_IO, "cannot open the secret file '%s'", path);
+  if (!fp) return fail(err, errlen, WEFT_ERR_IO, "cannot open the secret file '%s': %s", path, strerror(errno));
   size_t n = fread(out, 1, cap, fp);
   int more = fgetc(fp) != EOF;
+  const int bad = ferror(fp), why = errno; /* a directory opens, then fails to read (EISDIR) */
   fclose(fp);
+  if (bad) return fail(err, errlen, WEFT_ERR_IO, "cannot read the secret file '%s': %s", path, strerror(why));
   if (more) return fail(err, errlen, WEFT_ERR_INVALID_ARGUMENT, "the secret file '%s' is over %zu bytes", path, cap);
   while (n && (out[n - 1] == '\n' || out[n - 1] == '\r')) n--;
   if (n < 16)

@@ -55,6 +55,13 @@ int weft_cli_usage_error(const char *cmd, const char *fmt, ...)
 /* Turns a getopt_long error return ('?' unknown option, ':' missing value) into a usage error. `argv` and
  * the global optind/optopt are getopt's. */
 int weft_cli_option_error(const char *cmd, int ret, char **argv);
+/* Before getopt_long: every "--name" or "--name=value" in argv must name one of `longopts` exactly (getopt
+ * alone takes any unique prefix, so "--lane" or "--js" would pass as another option), and one that takes
+ * no value must not be given one. A usage error naming the option (and the one it likely meant) otherwise. */
+struct option;
+int weft_cli_check_long_options(const char *cmd, int argc, char **argv, const struct option *longopts);
+/* A --lanes value: at least one lane kind or name (an empty list would open every lane). */
+int weft_cli_parse_lanes(const char *cmd, const char *opt, const char *s, const char **out);
 /* The candidate a mistyped word most likely meant (one or two edits away), or NULL. */
 const char *weft_cli_suggest(const char *word, const char *const *candidates, size_t count);
 /* Parses a whole number in [min, max]; on failure prints a usage error naming `opt` and returns
@@ -104,12 +111,6 @@ typedef struct weft_cli_point {
  * left in `out_c` (m*n floats). On failure returns the status; the message is in weft_fabric_last_error. */
 weft_status weft_cli_measure_matmul(weft_fabric *f, const weft_cli_point_desc *desc, const float *a, const float *b,
                                     float *out_c, weft_cli_point *out_point);
-
-/* Measures the point `desc` and the same op pinned to `other_lane` in alternating runs, so load from the
- * rest of the machine falls on both alike: the fair way to compare the router's pick with the best lane.
- * out_c holds desc's result. */
-weft_status weft_cli_measure_matmul_pair(weft_fabric *f, const weft_cli_point_desc *desc, int other_lane, const float *a,
-                                         const float *b, float *out_c, weft_cli_point *out, weft_cli_point *out_other);
 
 /* Measures the point `desc` and the same op pinned to `other_lane` in alternating runs, so load from the
  * rest of the machine falls on both alike: the fair way to compare the router's pick with the best lane.

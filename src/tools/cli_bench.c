@@ -467,6 +467,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
   optind = 0; /* glibc: 0 restarts getopt from scratch */
   opterr = 0;
   int c;
+  if (weft_cli_check_long_options("bench", argc, argv, longopts)) return WEFT_CLI_USAGE;
   while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
     int rc = WEFT_CLI_OK;
     switch (c) {
@@ -475,7 +476,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       rc = weft_cli_parse_sizes("bench", "--sizes", optarg, MAX_SIZE, &o->sizes, &o->nsizes);
       break;
     case 'c': rc = weft_cli_parse_contract("bench", "--contract", optarg, &o->contract); break;
-    case 'l': o->lanes = optarg; break;
+    case 'l': rc = weft_cli_parse_lanes("bench", "--lanes", optarg, &o->lanes); break;
     case 'r':
       if (!(rc = weft_cli_parse_long("bench", "--repeats", optarg, 1, WEFT_CLI_MAX_REPEATS, &v))) o->repeats = (int)v;
       break;

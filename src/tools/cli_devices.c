@@ -221,10 +221,13 @@ int weft_cli_devices(int argc, char **argv) {
   optind = 0; /* glibc: 0 restarts getopt from scratch */
   opterr = 0;
   int c;
+  if (weft_cli_check_long_options("devices", argc, argv, longopts)) return WEFT_CLI_USAGE;
   while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
     switch (c) {
     case 'j': json = 1; break;
-    case 'l': lanes = optarg; break;
+    case 'l':
+      if (weft_cli_parse_lanes("devices", "--lanes", optarg, &lanes)) return WEFT_CLI_USAGE;
+      break;
     case 't':
       if (weft_cli_parse_long("devices", "--cpu-threads", optarg, 1, 4096, &threads)) return WEFT_CLI_USAGE;
       break;

@@ -26,6 +26,8 @@ void weft_cli_gpt_help(FILE *out) {
   fprintf(out,
           "Usage: weft gpt train [options]\n"
           "       weft gpt generate [options]\n"
+          "(the options under train: are train's, those under generate: generate's; either one given to the\n"
+          "other subcommand is a usage error)\n"
           "\n"
           "GPT-2 on the fabric: learned token and position embeddings, pre-norm blocks of causal multi-head\n"
           "attention and a GELU MLP, a final layernorm, logits tied to the token table. Tokens are bytes (a\n"
@@ -40,7 +42,7 @@ void weft_cli_gpt_help(FILE *out) {
           "(--checkpoint) every --checkpoint-every steps and at the end; Ctrl-C stops after the current step and\n"
           "writes one. Ends with where the ops ran and a fingerprint of the weights.\n"
           "  --data PATH         a text file or a directory of them (repeatable; default %s,\n"
-          "                      Debian package fortunes)\n"
+          "                      Debian package fortunes); at most 2 GiB in all, the rest left out (said)\n"
           "  --steps N           train until step N (default 50)\n"
           "  --batch B           windows per step (default 4)\n"
           "  --seq T             tokens per window (default 64; at most --context)\n"
@@ -51,7 +53,8 @@ void weft_cli_gpt_help(FILE *out) {
           "  --val-every N       validation loss every N steps and at the end (default 10; 0: only at the end)\n"
           "  --checkpoint FILE   where checkpoints go (default gpt.ckpt)\n"
           "  --checkpoint-every N  (default 0: only at the end)\n"
-          "  --resume FILE       continue from a checkpoint (its model shape and generator state)\n"
+          "  --resume FILE       continue from a checkpoint (its model shape and generator state; a --layers,\n"
+          "                      --channels, --context or --heads that differs from it is a usage error)\n"
           "  --stop-at N         stop after step N, as if interrupted (the schedule still plans --steps)\n"
           "  --init-from FILE    start from GPT-2 weights: a Hugging Face model.safetensors (a config.json beside\n"
           "                      it gives the heads) or an llm.c .bin, the format read from the file\n"
@@ -65,7 +68,8 @@ void weft_cli_gpt_help(FILE *out) {
           "decode step recorded in one scope (one submission per token on GPU lanes; vulkan:N and cuda:N fuse\n"
           "each matmul with its bias, residual and GELU there, the same bits, WEFT_FUSE=0 to compare); prints the text,\n"
           "tokens/s and where the ops ran.\n"
-          "  --checkpoint FILE   the model, a weft checkpoint (default: random weights from --seed)\n"
+          "  --checkpoint FILE   the model, a weft checkpoint (default: random weights from --seed); its shape\n"
+          "                      counts, as for --resume\n"
           "  --weights FILE      the model from GPT-2 weights: model.safetensors or an llm.c .bin (as --init-from)\n"
           "  --prompt TEXT       the prompt (default \"\\n\"), tokenized as the model's tokens are\n"
           "  --tokens N          tokens to generate (default 64; prompt + N must fit the context)\n"
@@ -82,8 +86,9 @@ void weft_cli_gpt_help(FILE *out) {
           "  --explain           for one step (train: the first; generate: the prefill and the first decode\n"
           "                      step), one line per op: where it ran and why, the router's predicted total\n"
           "                      (wait + transfer + alpha + compute) for the chosen lane and the runner-up\n"
-          "  --explain-step N    generate: explain decode step N instead (1 = the first; the models and where\n"
-          "                      the data lives have settled by later steps)\n"
+          "  --explain-step N    generate: explain decode step N instead (1 = the first, at most --tokens - 1:\n"
+          "                      the first token comes from the prefill; the models and where the data\n"
+          "                      lives have settled by later steps)\n"
           "  --seed N            the initial weights, the batches, the sampler (default 1)\n"
           "  --lanes LIST        open only these lanes (cpu, vulkan, vulkan:0, ...)\n"
           "  --place P           auto (default): the router picks each op's lane; layers: layer i on the i-th\n"
@@ -113,6 +118,7 @@ typedef struct gopts {
   weft_gpt_config cfg;
   weft_contract contract;
   int cpu_threads, json, ckpt_given, heads_given, shape_given, explain;
+  int layers_given, channels_given, context_given; /* which of the shape flags were given */
   long explain_step;
   int mpi; /* --mpi: data-parallel over the ranks of the MPI job */
 } gopts;
@@ -158,6 +164,7 @@ static int parse_opts(int argc, char **argv, gopts *o) {
   long v;
   optind = 0;
   opterr = 0;
+  if (weft_cli_check_long_options("gpt", argc, argv, longopts)) return WEFT_CLI_USAGE;
   while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
     int rc = WEFT_CLI_OK;
     switch (c) {
@@ -181,10 +188,10 @@ static int parse_opts(int argc, char **argv, gopts *o) {
     case O_TOK: rc = weft_cli_parse_long("gpt", "--tokens", optarg, 1, 1 << 20, &o->tokens); break;
     case O_TEMP: rc = parse_double("--temperature", optarg, 0, 100, &o->temperature); break;
     case O_TOPK: rc = weft_cli_parse_long("gpt", "--top-k", optarg, 0, 1 << 24, &o->top_k); break;
-    case O_LAYERS: if (!(rc = weft_cli_parse_long("gpt", "--layers", optarg, 1, 1024, &v))) o->cfg.L = (int)v, o->shape_given = 1; break;
-    case O_CH: if (!(rc = weft_cli_parse_long("gpt", "--channels", optarg, 1, 65536, &v))) o->cfg.C = (int)v, o->shape_given = 1; break;
+    case O_LAYERS: if (!(rc = weft_cli_parse_long("gpt", "--layers", optarg, 1, 1024, &v))) o->cfg.L = (int)v, o->shape_given = o->layers_given = 1; break;
+    case O_CH: if (!(rc = weft_cli_parse_long("gpt", "--channels", optarg, 1, 65536, &v))) o->cfg.C = (int)v, o->shape_given = o->channels_given = 1; break;
     case O_HEADS: if (!(rc = weft_cli_parse_long("gpt", "--heads", optarg, 1, 65536, &v))) o->cfg.NH = (int)v, o->heads_given = 1; break;
-    case O_CTX: if (!(rc = weft_cli_parse_long("gpt", "--context", optarg, 1, 1 << 20, &v))) o->cfg.maxT = (int)v, o->shape_given = 1; break;
+    case O_CTX: if (!(rc = weft_cli_parse_long("gpt", "--context", optarg, 1, 1 << 20, &v))) o->cfg.maxT = (int)v, o->shape_given = o->context_given = 1; break;
     case O_WEIGHTS:
       if (o->train) rc = weft_cli_usage_error("gpt", "--weights is for generate; train starts from weights with --init-from");
       else o->weights = optarg;
@@ -201,7 +208,7 @@ static int parse_opts(int argc, char **argv, gopts *o) {
       if (!(rc = weft_cli_parse_long("gpt", "--explain-step", optarg, 1, 1L << 30, &v))) o->explain_step = v, o->explain = 1;
       break;
     case O_SEED: rc = weft_cli_parse_long("gpt", "--seed", optarg, 0, 2147483647L, &o->seed); break;
-    case O_LANES: o->lanes = optarg; break;
+    case O_LANES: rc = weft_cli_parse_lanes("gpt", "--lanes", optarg, &o->lanes); break;
     case O_PLACE: o->place = optarg; break;
     case O_CON: rc = weft_cli_parse_contract("gpt", "--contract", optarg, &o->contract); break;
     case O_THR: if (!(rc = weft_cli_parse_long("gpt", "--cpu-threads", optarg, 1, 4096, &v))) o->cpu_threads = (int)v; break;
@@ -212,6 +219,17 @@ static int parse_opts(int argc, char **argv, gopts *o) {
     default: return weft_cli_option_error("gpt", c, argv);
     }
     if (rc) return rc;
+    /* an option of the other subcommand would be ignored: say so instead */
+    const int train_only = c == O_DATA || c == O_STEPS || c == O_BATCH || c == O_SEQ || c == O_LR || c == O_WARM ||
+                           c == O_MINLR || c == O_WD || c == O_CLIP || c == O_VAL || c == O_CKE || c == O_RES || c == O_STOP;
+    const int generate_only = c == O_PROMPT || c == O_TOK || c == O_TEMP || c == O_TOPK || c == O_EXPLAIN_STEP;
+    if ((train_only && !o->train) || (generate_only && o->train)) {
+      const char *name = "?";
+      for (const struct option *lo = longopts; lo->name; lo++)
+        if (lo->val == c) name = lo->name;
+      return weft_cli_usage_error("gpt", "--%s is for 'gpt %s', not 'gpt %s'", name, o->train ? "generate" : "train",
+                                  o->train ? "train" : "generate");
+    }
   }
   if (optind < argc) return weft_cli_usage_error("gpt", "takes no arguments after the options, got '%s'", argv[optind]);
   if (o->bpe_dir && (o->encoder || o->vocab_bpe))
@@ -225,6 +243,11 @@ static int parse_opts(int argc, char **argv, gopts *o) {
   char err[256];
   if (!weft_gpt_config_ok(&o->cfg, err, sizeof err)) return weft_cli_usage_error("gpt", "%s", err);
   if (o->warmup < 0) o->warmup = o->steps / 10;
+  if (!o->train && o->explain_step > 0 && o->explain_step > o->tokens - 1)
+    return weft_cli_usage_error("gpt", "--explain-step %ld: --tokens %ld makes %ld decode step%s (the first token comes "
+                                       "from the prefill); give --tokens %ld or more",
+                                o->explain_step, o->tokens, o->tokens - 1, o->tokens - 1 == 1 ? "" : "s",
+                                o->explain_step + 1);
   if (o->mpi && !o->train) return weft_cli_usage_error("gpt", "--mpi is for train");
   if (o->mpi && !weft_mpi_built()) return weft_cli_usage_error("gpt", "--mpi: %s", weft_mpi_last_error());
   if (o->mpi && weft_mpi_size() == 1 && !weft_mpi_launched())
@@ -246,9 +269,11 @@ typedef struct text {
   unsigned char *b;
   size_t n, cap;
   int files;
+  int full; /* MAX_DATA_BYTES reached: later files are left out (said once) */
 } text;
 
 static int add_file(text *t, const char *path) {
+  if (t->full) return 1;
   FILE *fh = fopen(path, "rb");
   if (!fh) {
     fprintf(stderr, "weft gpt: cannot open '%s': %s\n", path, strerror(errno));
@@ -257,7 +282,12 @@ static int add_file(text *t, const char *path) {
   unsigned char chunk[65536];
   size_t got;
   while ((got = fread(chunk, 1, sizeof chunk, fh)) > 0) {
-    if (t->n + got > MAX_DATA_BYTES) break;
+    if (t->n + got > MAX_DATA_BYTES) {
+      fprintf(stderr, "weft gpt: the data stops at %zu bytes (2 GiB): the rest of '%s' and any later file are left out\n",
+              t->n, path);
+      t->full = 1;
+      break;
+    }
     if (t->n + got > t->cap) {
       size_t cap = t->cap ? t->cap * 2 : 1 << 20;
       while (cap < t->n + got) cap *= 2;
@@ -304,7 +334,8 @@ static int add_path(text *t, const char *path) {
     char **nn = realloc(names, (n + 1) * sizeof *names);
     if (!nn) break;
     names = nn;
-    names[n++] = strdup(e->d_name);
+    if (!(names[n] = strdup(e->d_name))) break;
+    n++;
   }
   closedir(d);
   qsort(names, n, sizeof *names, cmp_str);
@@ -320,6 +351,24 @@ static int add_path(text *t, const char *path) {
 }
 
 /* ------------------------------------------------------------------------------------------ shared */
+
+/* A checkpoint has its own shape: a --layers, --channels, --context or --heads that differs from it would be
+ * ignored, so it is a usage error that says so (one that agrees changes nothing). */
+static int shape_conflict(const gopts *o, const weft_gpt_config *file, const char *path) {
+  const struct {
+    int given, asked, has;
+    const char *opt;
+  } f[] = {{o->layers_given, o->cfg.L, file->L, "--layers"},
+           {o->channels_given, o->cfg.C, file->C, "--channels"},
+           {o->context_given, o->cfg.maxT, file->maxT, "--context"},
+           {o->heads_given, o->cfg.NH, file->NH, "--heads"}};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (f[i].given && f[i].asked != f[i].has)
+      return weft_cli_usage_error("gpt", "%s %d, but the checkpoint '%s' has %d: a checkpoint's shape is its own "
+                                         "(leave %s out)",
+                                  f[i].opt, f[i].asked, path, f[i].has, f[i].opt);
+  return WEFT_CLI_OK;
+}
 
 static weft_fabric *open_fabric(const gopts *o) {
   weft_fabric_desc d = WEFT_FABRIC_DESC_INIT;
@@ -432,6 +481,25 @@ static int model_fits(const char *cmd, const weft_gpt_config *cfg, size_t np, do
           "weft gpt %s: a model of %d layers and %d channels (vocabulary %d, context %d) has %zu parameters and needs "
           "about %.1f GiB of memory; this machine has %.1f GiB: give fewer --layers or --channels\n",
           cmd, cfg->L, cfg->C, cfg->V, cfg->maxT, np, need / 1073741824.0, have / 1073741824.0);
+  return 0;
+}
+
+/* A training batch's activations and their gradients (acts_make and grads_make in src/gpt/gpt.c: per token,
+ * the residual stream per layer and its norms, qkv, attention rows of T, the MLP's 4C twice, the logits and
+ * their gradient) with the parameters, their gradients and AdamW's moments: a batch that cannot fit this
+ * machine's memory is refused with its size before anything is allocated. */
+static int batch_fits(const weft_gpt_config *cfg, size_t np, int B, int T) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 1;
+  const double C = cfg->C, L = cfg->L, V = cfg->V, NH = cfg->NH;
+  const double per_token = (L + 1) * C + L * (15 * C + 4 + NH * T) + C + 5 + 2 * V + 13 * C + 1;
+  const double acts = (double)B * T * per_token * sizeof(float), need = acts + (double)np * sizeof(float) * 4;
+  const double have = (double)pages * (double)page;
+  if (need <= have) return 1;
+  fprintf(stderr,
+          "weft gpt train: a batch of %d x %d tokens on this model needs about %.1f GiB of activations and their "
+          "gradients (%.1f GiB in all); this machine has %.1f GiB: give a smaller --batch or --seq\n",
+          B, T, acts / 1073741824.0, need / 1073741824.0, have / 1073741824.0);
   return 0;
 }
 
@@ -594,6 +662,11 @@ static int train(gopts *o) {
       free(tokens), weft_bpe_free(bpe), free(P), free(M), free(V);
       return WEFT_CLI_FAILED;
     }
+    const int bad = shape_conflict(o, &cfg, o->resume);
+    if (bad) {
+      free(tokens), weft_bpe_free(bpe), free(P), free(M), free(V);
+      return bad;
+    }
   } else if (o->weights) {
     if (!load_weights("train", o, &cfg, &P) || !vocab_fits("train", &cfg, bpe, "the weights file")) {
       free(tokens), weft_bpe_free(bpe), free(P);
@@ -614,11 +687,12 @@ static int train(gopts *o) {
     return WEFT_CLI_FAILED;
   }
   const size_t np = weft_gpt_param_count(&cfg);
+  /* the model's own size first (it says which flags to change), then the batch's */
+  if ((!P && !model_fits("train", &cfg, np, 7)) || !batch_fits(&cfg, np, B, T)) {
+    free(tokens), weft_bpe_free(bpe), free(P), free(M), free(V);
+    return WEFT_CLI_FAILED;
+  }
   if (!P) {
-    if (!model_fits("train", &cfg, np, 7)) {
-      free(tokens), weft_bpe_free(bpe);
-      return WEFT_CLI_FAILED;
-    }
     P = malloc(np * sizeof(float));
     if (!P) {
       fprintf(stderr, "weft gpt train: out of memory for %zu parameters\n", np);
@@ -824,6 +898,11 @@ static int generate(gopts *o) {
       return WEFT_CLI_FAILED;
     }
     free(M), free(V);
+    const int bad = shape_conflict(o, &cfg, o->ckpt);
+    if (bad) {
+      free(P), weft_bpe_free(bpe);
+      return bad;
+    }
   } else if (o->weights && !load_weights("generate", o, &cfg, &P)) {
     weft_bpe_free(bpe);
     return WEFT_CLI_FAILED;

@@ -585,7 +585,7 @@ static int parse_lr(const char *s, double *out) {
   errno = 0;
   double v = strtod(s, &end);
   if (errno || end == s || *end || !isfinite(v) || v <= 0 || v > 1e6)
-    return weft_cli_usage_error("mlp", "--lr wants a learning rate above 0 (such as 0.1), got '%s'", s);
+    return weft_cli_usage_error("mlp", "--lr wants a learning rate above 0 and at most 1e6 (such as 0.1), got '%s'", s);
   *out = v;
   return WEFT_CLI_OK;
 }
@@ -609,6 +609,7 @@ static int parse_opts(int argc, char **argv, mlp_opts *o) {
   long v;
   optind = 0;
   opterr = 0;
+  if (weft_cli_check_long_options("mlp", argc, argv, longopts)) return WEFT_CLI_USAGE;
   while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
     int rc = WEFT_CLI_OK;
     switch (c) {
@@ -634,7 +635,7 @@ static int parse_opts(int argc, char **argv, mlp_opts *o) {
                                          "only), got '%s'",
                                   optarg);
       break;
-    case 'l': o->lanes = optarg; break;
+    case 'l': rc = weft_cli_parse_lanes("mlp", "--lanes", optarg, &o->lanes); break;
     case 'p':
       o->round_robin = o->layers = o->layers_rr = 0;
       if (strcmp(optarg, "auto") == 0) {

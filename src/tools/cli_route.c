@@ -208,12 +208,13 @@ int weft_cli_route(int argc, char **argv) {
   memset(&q, 0, sizeof q);
   optind = 0;
   opterr = 0;
+  if (weft_cli_check_long_options("route", argc, argv, longopts)) return WEFT_CLI_USAGE;
   while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
     int rc = WEFT_CLI_OK;
     switch (c) {
     case 'e': explain = 1; break;
     case 'c': rc = weft_cli_parse_contract("route", "--contract", optarg, &q.contract); break;
-    case 'l': desc.lanes = optarg; break;
+    case 'l': rc = weft_cli_parse_lanes("route", "--lanes", optarg, &desc.lanes); break;
     case 't':
       if (!(rc = weft_cli_parse_long("route", "--cpu-threads", optarg, 1, 4096, &v))) desc.cpu_threads = (int)v;
       break;
@@ -307,10 +308,11 @@ int weft_cli_calibrate(int argc, char **argv) {
   weft_fabric_desc desc = WEFT_FABRIC_DESC_INIT;
   optind = 0;
   opterr = 0;
+  if (weft_cli_check_long_options("calibrate", argc, argv, longopts)) return WEFT_CLI_USAGE;
   while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
     int rc = WEFT_CLI_OK;
     switch (c) {
-    case 'l': desc.lanes = optarg; break;
+    case 'l': rc = weft_cli_parse_lanes("calibrate", "--lanes", optarg, &desc.lanes); break;
     case 't':
       if (!(rc = weft_cli_parse_long("calibrate", "--cpu-threads", optarg, 1, 4096, &v))) desc.cpu_threads = (int)v;
       break;

@@ -189,6 +189,7 @@ int weft_cli_serve(int argc, char **argv) {
   optind = 1;
   opterr = 0;
   int c;
+  if (weft_cli_check_long_options("serve", argc, argv, opts)) return WEFT_CLI_USAGE;
   while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (c) {
     case 'p':

@@ -78,6 +78,43 @@ int weft_cli_option_error(const char *cmd, int ret, char **argv) {
   return weft_cli_usage_error(cmd, "unknown option '%s'", arg);
 }
 
+int weft_cli_check_long_options(const char *cmd, int argc, char **argv, const struct option *longopts) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--") == 0) break; /* the rest are arguments */
+    if (a[0] != '-' || a[1] != '-') continue;
+    const char *name = a + 2;
+    const size_t len = strcspn(name, "=");
+    const struct option *hit = NULL;
+    for (const struct option *o = longopts; o->name; o++)
+      if (strlen(o->name) == len && strncmp(o->name, name, len) == 0) hit = o;
+    if (!hit) {
+      /* not getopt's unique-prefix match: an abbreviation (or a typo) is named, with the option it may mean */
+      const char *names[64];
+      size_t n = 0;
+      char word[64];
+      for (const struct option *o = longopts; o->name && n < 64; o++) names[n++] = o->name;
+      snprintf(word, sizeof word, "%.*s", (int)(len < sizeof word - 1 ? len : sizeof word - 1), name);
+      const char *guess = weft_cli_suggest(word, names, n);
+      for (size_t k = 0; !guess && len && k < n; k++)
+        if (strncmp(names[k], name, len) == 0) guess = names[k];
+      if (guess) return weft_cli_usage_error(cmd, "unknown option '--%s'; did you mean '--%s'?", word, guess);
+      return weft_cli_usage_error(cmd, "unknown option '--%s'", word);
+    }
+    if (hit->has_arg == no_argument && name[len] == '=')
+      return weft_cli_usage_error(cmd, "option '--%s' takes no value, got '%s'", hit->name, a);
+    if (hit->has_arg == required_argument && name[len] != '=') i++; /* its value, whatever it looks like */
+  }
+  return WEFT_CLI_OK;
+}
+
+int weft_cli_parse_lanes(const char *cmd, const char *opt, const char *s, const char **out) {
+  if (strspn(s, ", \t") == strlen(s))
+    return weft_cli_usage_error(cmd, "%s wants lane kinds or names, comma-separated (cpu,vulkan:0), got '%s'", opt, s);
+  *out = s;
+  return WEFT_CLI_OK;
+}
+
 int weft_cli_parse_long(const char *cmd, const char *opt, const char *s, long min, long max, long *out) {
   char *end;
   errno = 0;
@@ -190,6 +227,28 @@ static void person_notes(void *ctx, const char *line) {
   if (strncmp(line, "weft: ", 6) == 0) fprintf(stderr, "%s\n", line);
 }
 
+/* 1 when `word` of a lane filter names something: a lane of the fabric (its name or kind), a lane looked for
+ * and absent (a kind this build or machine lacks: 'weft devices' says why), or a lane of a documented kind
+ * ("cuda:1" where there is one GPU, "opencl" without the plugin). A word that is none of those (a typo) would
+ * otherwise be dropped without a word while the rest of the filter opens. */
+static int filter_word_known(weft_fabric *f, const char *word) {
+  static const char *const kinds[] = {"cpu", "vulkan", "cuda", "opencl", "remote", "browser", "mpi", "npu", "plugin"};
+  const size_t kl = strcspn(word, ":");
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strlen(kinds[i]) == kl && strncmp(kinds[i], word, kl) == 0) return 1;
+  for (size_t i = 0; i < weft_fabric_lane_count(f); i++) {
+    weft_lane_info li;
+    if (weft_fabric_lane_info(f, i, &li) == WEFT_OK && (strcmp(li.name, word) == 0 || strcmp(li.kind, word) == 0))
+      return 1;
+  }
+  for (size_t i = 0; i < weft_fabric_absent_count(f); i++) {
+    const char *name, *reason;
+    if (weft_fabric_absent_info(f, i, &name, &reason) == WEFT_OK && strlen(name) == kl && strncmp(name, word, kl) == 0)
+      return 1;
+  }
+  return 0;
+}
+
 weft_fabric *weft_cli_open(const char *cmd, const weft_fabric_desc *asked) {
   weft_fabric *f = NULL;
   weft_fabric_desc d = *asked;
@@ -201,6 +260,19 @@ weft_fabric *weft_cli_open(const char *cmd, const weft_fabric_desc *asked) {
     fprintf(stderr, "weft %s: cannot open the fabric: %s%s%s\n", cmd, weft_status_str(st), *why ? ": " : "", why);
     if (st == WEFT_ERR_NOT_FOUND && desc && desc->lanes && *desc->lanes) list_lanes(cmd, desc);
     return NULL;
+  }
+  for (const char *p = desc->lanes; p && *p;) {
+    const size_t len = strcspn(p, ",");
+    char word[256];
+    snprintf(word, sizeof word, "%.*s", (int)(len < sizeof word - 1 ? len : sizeof word - 1), p);
+    if (len && !filter_word_known(f, word)) {
+      fprintf(stderr, "weft %s: --lanes names '%s', which is no lane kind or name here\n", cmd, word);
+      list_lanes(cmd, desc);
+      weft_fabric_close(f);
+      return NULL;
+    }
+    p += len;
+    if (*p) p++;
   }
   return f;
 }

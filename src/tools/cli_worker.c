@@ -46,8 +46,9 @@ void weft_cli_worker_help(FILE *out) {
           "                         (default 3600; 0 = never)\n"
           "  --max-streams N        connections one client may stripe a large write or read over (its own\n"
           "                         included; each joins its session with a proof bound to it and counts\n"
-          "                         against --max-clients); default: this machine's cores, 1 to 8; 1 = none.\n"
-          "                         Clients ask with WEFT_REMOTE_STREAMS (default: their cores, 1 to 8)\n"
+          "                         against --max-clients); 1 to 64 (1 = none), default this machine's\n"
+          "                         cores, at most 8.\n"
+          "                         Clients ask with WEFT_REMOTE_STREAMS (default: their cores, at most 8)\n"
           "\n"
           "Prints 'weft worker: listening on HOST:PORT' once bound (the port actually bound).\n");
 }
@@ -91,10 +92,13 @@ int weft_cli_worker(int argc, char **argv) {
   optind = 1;
   opterr = 0;
   int c;
+  if (weft_cli_check_long_options("worker", argc, argv, opts)) return WEFT_CLI_USAGE;
   while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (c) {
     case 'l': d.listen = optarg; break;
-    case 'L': d.lanes = optarg; break;
+    case 'L':
+      if (weft_cli_parse_lanes("worker", "--lanes", optarg, &d.lanes)) return WEFT_CLI_USAGE;
+      break;
     case 's': secret_file = optarg; break;
     case 't': d.tls = 1; break;
     case 'i':
@@ -134,6 +138,16 @@ int weft_cli_worker(int argc, char **argv) {
     }
   }
   if (optind < argc) return weft_cli_usage_error("worker", "unexpected argument '%s'", argv[optind]);
+  if (d.lanes) {
+    /* --lanes as for weft devices: a word that names no lane kind or name fails, listing the lanes (the
+     * worker's own open would drop it without a word while the rest of the filter opens) */
+    weft_fabric_desc check = WEFT_FABRIC_DESC_INIT;
+    check.lanes = d.lanes;
+    check.calibration = WEFT_CALIBRATION_OFF;
+    weft_fabric *f = weft_cli_open("worker", &check);
+    if (!f) return WEFT_CLI_FAILED;
+    weft_fabric_close(f);
+  }
   static uint8_t secret[4096];
   size_t secret_len = 0;
   char err[512] = "";

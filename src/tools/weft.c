@@ -82,10 +82,10 @@ static int help_command(int argc, char **argv) {
     main_help(stdout);
     return WEFT_CLI_OK;
   }
-  if (argc > 2) return weft_cli_usage_error("help", "takes at most one command name, got %d", argc - 1);
+  if (argc > 2) return weft_cli_usage_error(NULL, "help takes at most one command name, got %d", argc - 1);
   const weft_cli_command *c = find_command(argv[1]);
   if (!c) {
-    if (strcmp(argv[1], "help") == 0) {
+    if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
       main_help(stdout);
       return WEFT_CLI_OK;
     }
@@ -163,11 +163,12 @@ int main(int argc, char **argv) {
     return WEFT_CLI_USAGE;
   }
   const char *cmd = argv[1];
-  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-    main_help(stdout);
-    return WEFT_CLI_OK;
+  /* `weft --help CMD` is `weft help CMD`; anything more is a usage error, as for `help` */
+  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) return help_command(argc - 1, argv + 1);
+  if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) {
+    if (argc > 2) return weft_cli_usage_error(NULL, "%s takes no arguments, got '%s'", cmd, argv[2]);
+    return print_version();
   }
-  if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) return print_version();
   if (strcmp(cmd, "help") == 0) return help_command(argc - 1, argv + 1);
   if (cmd[0] == '-') return weft_cli_usage_error(NULL, "unknown option '%s' (options go after the command)", cmd);
   const weft_cli_command *c = find_command(cmd);

@@ -37,6 +37,7 @@
 #include <openssl/evp.h>
 #endif
 
+#include "core/envnum.h"
 #include "selftest.h"
 #include "weft_plugin.h"
 
@@ -311,6 +312,13 @@ static void admit(int fd, const char *path, const weft_fabric_desc *fdesc, char 
                   size_t rlen) {
   text[0] = '\0';
   refuse[0] = '\0';
+  long timeout_s = ADMIT_TIMEOUT_S;
+  if (weft_env_long("WEFT_PLUGIN_TIMEOUT", 1, 86400, &timeout_s) < 0) {
+    /* a mistake said, never the default in silence (envnum.h) */
+    snprintf(refuse, rlen, "WEFT_PLUGIN_TIMEOUT is '%.60s'; it takes a whole number of seconds from 1 to 86400 "
+             "(default %d)", getenv("WEFT_PLUGIN_TIMEOUT"), ADMIT_TIMEOUT_S);
+    return;
+  }
   char helper[PATH_MAX + 32];
   if (!find_helper(helper, sizeof helper, refuse, rlen)) return;
   int fds[2];
@@ -353,9 +361,6 @@ static void admit(int fd, const char *path, const weft_fabric_desc *fdesc, char 
     free(raw);
     return;
   }
-  int timeout_s = ADMIT_TIMEOUT_S;
-  const char *env = getenv("WEFT_PLUGIN_TIMEOUT");
-  if (env && atoi(env) > 0) timeout_s = atoi(env);
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   size_t used = 0;
@@ -390,7 +395,7 @@ static void admit(int fd, const char *path, const weft_fabric_desc *fdesc, char 
   char hello[80];
   snprintf(hello, sizeof hello, "weft-plugin-check\t%d\t%d\n", WEFT_PLUGIN_ABI_VERSION, WEFT_LANE_ABI_VERSION);
   if (timed_out)
-    snprintf(refuse, rlen, "its self-test did not finish within %d s and was killed (WEFT_PLUGIN_TIMEOUT sets the limit)",
+    snprintf(refuse, rlen, "its self-test did not finish within %ld s and was killed (WEFT_PLUGIN_TIMEOUT sets the limit)",
              timeout_s);
   else if (WIFSIGNALED(status))
     snprintf(refuse, rlen, "its self-test crashed (signal %d, %s); the plugin is not loaded", WTERMSIG(status),
