@@ -538,7 +538,9 @@ weft_status weft_tensor_read_i32(weft_tensor *t, int32_t *out_data, size_t count
 
 weft_status weft_tensor_shape(const weft_tensor *t, int *out_ndim, int64_t *out_dims) {
   if (out_ndim) *out_ndim = 0;
-  if (!t || t->magic != WEFT_TENSOR_MAGIC || !out_ndim || !out_dims) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!t || t->magic != WEFT_TENSOR_MAGIC) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!out_ndim || !out_dims)
+    return weft_fail(t->fabric, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_shape: out_ndim or out_dims is NULL");
   *out_ndim = t->ndim;
   memcpy(out_dims, t->dims, sizeof t->dims);
   return WEFT_OK;

@@ -355,7 +355,8 @@ weft_status weft_grad_clip(weft_fabric *f, const weft_op_desc *desc, weft_tensor
                            float *out_norm) {
   if (out_norm) *out_norm = 0;
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  if (n < 0 || (n && !grads)) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_grad_clip: %d gradients at %p", n, (const void *)grads);
+  if (n < 0) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_grad_clip: n is %d; it counts the gradients", n);
+  if (n && !grads) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_grad_clip: grads is NULL with n = %d", n);
   if (!(max_norm >= 0.0f)) /* a negative limit would flip every gradient's sign; NaN would never clip */
     return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_grad_clip: max_norm is %g; it must be 0 or more", (double)max_norm);
   weft_status st;
