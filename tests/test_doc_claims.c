@@ -338,7 +338,7 @@ static void test_create_rules(void) {
   t = (weft_tensor *)&t;
   weft_fabric_sync(F);
   weft_status st = weft_tensor_wrap_lane(F, 999, 2, d2, mem, &t);
-  TU_CHECK(st == WEFT_ERR_NOT_FOUND || st == WEFT_ERR_INVALID_ARGUMENT, "wrap_lane(lane 999): %s", weft_status_str(st));
+  TU_CHECK(st == WEFT_ERR_NOT_FOUND, "wrap_lane(lane 999): %s", weft_status_str(st));
   TU_CHECK(t == NULL, "wrap_lane(lane 999) left *out_tensor set");
   TU_CHECK(weft_fabric_last_error(F)[0] != 0, "wrap_lane(lane 999) left no message");
   t = (weft_tensor *)&t;
@@ -432,7 +432,7 @@ static void test_lanes(void) {
   addr = (void *)&addr;
   weft_fabric_sync(F);
   weft_status st = weft_tensor_lane_address(K, n, &addr);
-  TU_CHECK(st == WEFT_ERR_INVALID_ARGUMENT || st == WEFT_ERR_NOT_FOUND, "lane_address(lane = count): %s",
+  TU_CHECK(st == WEFT_ERR_NOT_FOUND, "lane_address(lane = count): %s",
            weft_status_str(st));
   TU_CHECK(addr == NULL, "lane_address(bad lane) left *out_address set");
   REFUSED(weft_tensor_lane_address(K, 0, NULL), WEFT_ERR_INVALID_ARGUMENT, "lane_address(out NULL)", "out_address");
@@ -463,10 +463,47 @@ static void test_lanes(void) {
   memset(&s, 0x5a, sizeof s);
   weft_fabric_sync(F);
   weft_status st2 = weft_fabric_lane_stats(F, n, &s);
-  TU_CHECK(st2 == WEFT_ERR_NOT_FOUND || st2 == WEFT_ERR_INVALID_ARGUMENT, "lane_stats(lane = count): %s",
+  TU_CHECK(st2 == WEFT_ERR_NOT_FOUND, "lane_stats(lane = count): %s",
            weft_status_str(st2));
   TU_CHECK(weft_fabric_last_error(F)[0] != 0, "lane_stats(bad lane) left no message");
   REFUSED(weft_fabric_lane_stats(F, 0, NULL), WEFT_ERR_INVALID_ARGUMENT, "lane_stats(out NULL)", NULL);
+}
+
+/* ------------------------------------------------------------------------------------------ exact math */
+
+static void test_math(void) {
+  const uint32_t QNAN = 0x7fc00000u;
+  TU_CHECK(tu_bits(weft_recipf(0.0f)) == tu_bits(INFINITY), "recip(+0) is not +inf");
+  TU_CHECK(tu_bits(weft_recipf(-0.0f)) == tu_bits(-INFINITY), "recip(-0) is not -inf");
+  TU_CHECK(tu_bits(weft_recipf(INFINITY)) == tu_bits(0.0f), "recip(+inf) is not +0");
+  TU_CHECK(tu_bits(weft_recipf(-INFINITY)) == tu_bits(-0.0f), "recip(-inf) is not -0");
+  TU_CHECK(tu_bits(weft_recipf(NAN)) == QNAN, "recip(NaN) is not the canonical NaN");
+  TU_CHECK(tu_bits(weft_sqrtf(-0.0f)) == tu_bits(-0.0f), "sqrt(-0) is not -0");
+  TU_CHECK(tu_bits(weft_sqrtf(0.0f)) == tu_bits(0.0f), "sqrt(+0) is not +0");
+  TU_CHECK(tu_bits(weft_sqrtf(-1.0f)) == QNAN, "sqrt(-1) is not the canonical NaN: %08x", tu_bits(weft_sqrtf(-1.0f)));
+  TU_CHECK(tu_bits(weft_sqrtf(-INFINITY)) == QNAN, "sqrt(-inf) is not the canonical NaN");
+  TU_CHECK(tu_bits(weft_sqrtf(-NAN)) == QNAN, "sqrt(-NaN) is not the canonical NaN");
+  TU_CHECK(weft_sqrtf(4.0f) == 2.0f && weft_sqrtf(INFINITY) == INFINITY, "sqrt(4), sqrt(inf)");
+  TU_CHECK(tu_bits(weft_rsqrtf(0.0f)) == tu_bits(INFINITY), "rsqrt(+0) is not +inf");
+  TU_CHECK(tu_bits(weft_rsqrtf(-0.0f)) == tu_bits(-INFINITY), "rsqrt(-0) is not -inf");
+  TU_CHECK(tu_bits(weft_rsqrtf(-4.0f)) == QNAN, "rsqrt(-4) is not the canonical NaN");
+  TU_CHECK(weft_rsqrtf(4.0f) == 0.5f && weft_rsqrtf(INFINITY) == 0.0f, "rsqrt(4), rsqrt(inf)");
+  TU_CHECK(tu_bits(weft_tanhf(-0.0f)) == tu_bits(-0.0f), "tanh(-0) is not -0");
+  TU_CHECK(weft_tanhf(INFINITY) == 1.0f && weft_tanhf(-INFINITY) == -1.0f, "tanh(+-inf) is not +-1");
+  TU_CHECK(tu_bits(weft_tanhf(NAN)) == QNAN, "tanh(NaN) is not the canonical NaN");
+  tu_rng r = {tu_seed()};
+  for (int i = 0; i < 2000; i++) {
+    float x = tu_rng_float(&r, -20, 20);
+    TU_CHECK(tu_bits(weft_tanhf(-x)) == (tu_bits(weft_tanhf(x)) ^ 0x80000000u), "tanh is not odd at %a", (double)x);
+    if (tu_failures) break;
+  }
+  TU_CHECK(tu_bits(weft_expf(NAN)) == QNAN && tu_bits(weft_logf(-1.0f)) == QNAN, "exp/log NaN results canonical");
+  /* bias correction: step 0 or less gives 0; INT64_MAX returns. */
+  TU_CHECK(weft_adamw_bias_correction(0.9f, 0) == 0.0f && weft_adamw_bias_correction(0.9f, -5) == 0.0f &&
+               weft_adamw_bias_correction(0.9f, INT64_MIN) == 0.0f,
+           "bias_correction(step <= 0) is not 0");
+  TU_CHECK(weft_adamw_bias_correction(0.5f, 1) == 0.5f && weft_adamw_bias_correction(0.5f, 2) == 0.75f,
+           "bias_correction(0.5, 1..2)");
 }
 
 /* ---------------------------------------------------------------------------------------------- npu */
@@ -481,6 +518,65 @@ static void test_npu(void) {
   TU_CHECK(count == total, "npu_probe counts differ with cap: %zu vs %zu", count, total);
   TU_STATUS(weft_npu_probe(NULL, 4, &count), WEFT_ERR_INVALID_ARGUMENT, "npu_probe(out NULL, cap 4)");
   TU_STATUS(weft_npu_probe(info, 2, NULL), WEFT_ERR_INVALID_ARGUMENT, "npu_probe(out_count NULL)");
+  /* A moved /sys (WEFT_SYSFS_ROOT) with three accelerators, one of them driven by ivpu: cap 2 fills two and
+   * counts three; a root without an accel class is 0 devices, not an error. */
+  char root[] = "/tmp/weft-doc-claims-XXXXXX";
+  if (!mkdtemp(root)) {
+    TU_CHECK(0, "mkdtemp");
+    return;
+  }
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "mkdir -p %s/class/accel/accel0/device %s/class/accel/accel1 %s/class/accel/accel2 %s/drv/ivpu && "
+           "ln -s %s/drv/ivpu %s/class/accel/accel0/device/driver",
+           root, root, root, root, root, root);
+  TU_CHECK(system(cmd) == 0, "making the fake sysfs");
+  const char *old = getenv("WEFT_SYSFS_ROOT");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("WEFT_SYSFS_ROOT", root, 1);
+  memset(info, 0x41, sizeof info);
+  TU_STATUS(weft_npu_probe(info, 2, &count), WEFT_OK, "npu_probe(fake sysfs)");
+  TU_CHECK(count == 3, "npu_probe counted %zu accelerators of 3 (cap 2)", count);
+  TU_CHECK(strcmp(info[0].device, "accel0") == 0 && strcmp(info[0].driver, "ivpu") == 0 && info[0].reach[0],
+           "npu_probe accel0: '%.64s' '%.64s' '%.160s'", info[0].device, info[0].driver, info[0].reach);
+  TU_CHECK(strcmp(info[1].device, "accel1") == 0 && info[1].driver[0] == 0, "npu_probe accel1: '%.64s' '%.64s'",
+           info[1].device, info[1].driver);
+  snprintf(cmd, sizeof cmd, "%s/nothing-here", root);
+  setenv("WEFT_SYSFS_ROOT", cmd, 1);
+  count = 9;
+  TU_STATUS(weft_npu_probe(info, 2, &count), WEFT_OK, "npu_probe(no accel class)");
+  TU_CHECK(count == 0, "no accel class is 0 devices, got %zu", count);
+  if (saved) setenv("WEFT_SYSFS_ROOT", saved, 1);
+  else unsetenv("WEFT_SYSFS_ROOT");
+  free(saved);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+  TU_CHECK(system(cmd) == 0, "removing the fake sysfs");
+}
+
+/* ------------------------------------------------------------------------------------- the cache path */
+
+static void test_cache_path(void) {
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  char *sx = xdg ? strdup(xdg) : NULL, *sh = home ? strdup(home) : NULL;
+  char p[512];
+  setenv("XDG_CACHE_HOME", "/nonexistent-cache", 1);
+  TU_STATUS(weft_cost_cache_path(p, sizeof p), WEFT_OK, "cost_cache_path(XDG_CACHE_HOME set)");
+  TU_CHECK(strcmp(p, "/nonexistent-cache/weft/calibration.json") == 0, "cache path under XDG_CACHE_HOME: '%s'", p);
+  /* exactly the room it needs, and one byte less */
+  size_t need = strlen("/nonexistent-cache/weft/calibration.json") + 1;
+  TU_STATUS(weft_cost_cache_path(p, need), WEFT_OK, "cost_cache_path(exactly long enough)");
+  TU_STATUS(weft_cost_cache_path(p, need - 1), WEFT_ERR_IO, "cost_cache_path(one byte short)");
+  TU_CHECK(p[0] == 0, "a path that did not fit was left cut: '%s'", p);
+  unsetenv("XDG_CACHE_HOME");
+  setenv("HOME", "/nonexistent-home", 1);
+  TU_STATUS(weft_cost_cache_path(p, sizeof p), WEFT_OK, "cost_cache_path(HOME only)");
+  TU_CHECK(strcmp(p, "/nonexistent-home/.cache/weft/calibration.json") == 0, "cache path under HOME: '%s'", p);
+  unsetenv("HOME");
+  TU_STATUS(weft_cost_cache_path(p, sizeof p), WEFT_ERR_IO, "cost_cache_path(no HOME, no XDG)");
+  TU_CHECK(p[0] == 0, "cost_cache_path(no HOME) left '%s'", p);
+  if (sx) setenv("XDG_CACHE_HOME", sx, 1);
+  if (sh) setenv("HOME", sh, 1);
+  free(sx), free(sh);
 }
 
 /* -------------------------------------------------------------------------------------------- scopes */
@@ -502,7 +598,7 @@ static void test_cost_route(void) {
   memset(&line, 0x5a, sizeof line);
   weft_fabric_sync(F);
   weft_status st = weft_fabric_cost_model(F, n, WEFT_COST_MATMUL, WEFT_CONTRACT_EXACT, &line);
-  TU_CHECK(st == WEFT_ERR_NOT_FOUND || st == WEFT_ERR_INVALID_ARGUMENT, "cost_model(lane = count): %s",
+  TU_CHECK(st == WEFT_ERR_NOT_FOUND, "cost_model(lane = count): %s",
            weft_status_str(st));
   TU_CHECK(weft_fabric_last_error(F)[0] != 0, "cost_model(bad lane) left no message");
   intact("cost_model(bad lane)");
@@ -591,11 +687,11 @@ static void test_ops(void) {
   d = (weft_op_desc)WEFT_OP_DESC_INIT;
   d.lane = -2;
   weft_status st = weft_op_relu(F, &d, a, x);
-  TU_CHECK(st == WEFT_ERR_INVALID_ARGUMENT || st == WEFT_ERR_NOT_FOUND, "relu(lane -2): %s", weft_status_str(st));
+  TU_CHECK(st == WEFT_ERR_NOT_FOUND, "relu(lane -2): %s", weft_status_str(st));
   intact("relu(lane -2)");
   d.lane = INT_MAX;
   st = weft_op_relu(F, &d, a, x);
-  TU_CHECK(st == WEFT_ERR_INVALID_ARGUMENT || st == WEFT_ERR_NOT_FOUND, "relu(lane INT_MAX): %s", weft_status_str(st));
+  TU_CHECK(st == WEFT_ERR_NOT_FOUND, "relu(lane INT_MAX): %s", weft_status_str(st));
   /* The tensor of another fabric: WRONG_FABRIC, on every op family. */
   REFUSED(weft_op_gelu(F, NULL, o, x), WEFT_ERR_WRONG_FABRIC, "gelu(x of F2)", "fabric");
   REFUSED(weft_op_gelu(F, NULL, a, o), WEFT_ERR_WRONG_FABRIC, "gelu(y of F2)", "fabric");
@@ -619,6 +715,26 @@ static void test_ops(void) {
   TU_STATUS(weft_grad_clip(F, NULL, NULL, 0, 1.0f, &norm), WEFT_OK, "grad_clip(n 0)");
   TU_CHECK(norm == 0.0f, "grad_clip(n 0) norm %g", (double)norm);
   TU_STATUS(weft_grad_clip(F, NULL, gl, 1, 0.0f, NULL), WEFT_OK, "grad_clip(max_norm 0, out_norm NULL)");
+  /* grad_clip: a gradient named twice (it would count twice and be scaled twice), or two wraps of one buffer. */
+  weft_tensor *gd[2] = {a, a};
+  float araw[6];
+  TU_STATUS(weft_tensor_read(a, araw, 6), WEFT_OK, "read a");
+  REFUSED(weft_grad_clip(F, NULL, gd, 2, 0.0f, &norm), WEFT_ERR_INVALID_ARGUMENT, "grad_clip(one gradient twice)",
+          "grads[1]");
+  float wbuf[6] = {3, 4, 0, 0, 0, 0}, wcopy[6];
+  weft_tensor *w1 = NULL, *w2 = NULL;
+  const int64_t d6w[1] = {6}, d3w[1] = {3};
+  TU_STATUS(weft_tensor_wrap(F, 1, d6w, wbuf, &w1), WEFT_OK, "wrap w1");
+  TU_STATUS(weft_tensor_wrap(F, 1, d3w, wbuf + 3, &w2), WEFT_OK, "wrap w2 (inside w1)");
+  weft_tensor *gw[2] = {w1, w2};
+  REFUSED(weft_grad_clip(F, NULL, gw, 2, 0.0f, &norm), WEFT_ERR_INVALID_ARGUMENT, "grad_clip(overlapping wraps)",
+          "overlap");
+  TU_STATUS(weft_tensor_read(w1, wcopy, 6), WEFT_OK, "read w1");
+  TU_CHECK(wcopy[0] == 3 && wcopy[1] == 4, "a refused grad_clip scaled a gradient");
+  TU_STATUS(weft_grad_clip(F, NULL, gw, 1, 10.0f, &norm), WEFT_OK, "grad_clip(w1 alone)");
+  TU_CHECK(norm == 5.0f, "grad_clip norm of (3,4,0..) is %g", (double)norm);
+  weft_tensor_destroy(w2);
+  weft_tensor_destroy(w1);
   /* grad_clip with an i32 tensor: refused, not read as floats. */
   weft_tensor *ti = mk1i(F, 4);
   weft_tensor *gi[1] = {ti};
@@ -704,14 +820,14 @@ static void test_ops(void) {
     char what[64];
     snprintf(what, sizeof what, "attention(n_head %lld)", (long long)heads[i]);
     st = weft_op_attention(F, NULL, qkv, heads[i], ao, att, NULL);
-    TU_CHECK(st == WEFT_ERR_SHAPE || st == WEFT_ERR_INVALID_ARGUMENT, "%s: %s", what, weft_status_str(st));
+    TU_CHECK(st == WEFT_ERR_SHAPE, "%s: %s", what, weft_status_str(st));
     intact(what);
     snprintf(what, sizeof what, "attention_cached(n_head %lld)", (long long)heads[i]);
     st = weft_op_attention_cached(F, NULL, qkv, heads[i], 0, ao1, NULL);
-    TU_CHECK(st == WEFT_ERR_SHAPE || st == WEFT_ERR_INVALID_ARGUMENT, "%s: %s", what, weft_status_str(st));
+    TU_CHECK(st == WEFT_ERR_SHAPE, "%s: %s", what, weft_status_str(st));
     snprintf(what, sizeof what, "attention_backward(n_head %lld)", (long long)heads[i]);
     st = weft_op_attention_backward(F, NULL, ao, qkv, att, heads[i], qkv);
-    TU_CHECK(st == WEFT_ERR_SHAPE || st == WEFT_ERR_INVALID_ARGUMENT, "%s: %s", what, weft_status_str(st));
+    TU_CHECK(st == WEFT_ERR_SHAPE, "%s: %s", what, weft_status_str(st));
   }
   REFUSED(weft_op_attention_cached(F, NULL, qkv, 2, -1, ao1, NULL), WEFT_ERR_SHAPE, "attention_cached(t0 -1)", "t0");
   REFUSED(weft_op_attention_cached(F, NULL, qkv, 2, 2, ao1, NULL), WEFT_ERR_SHAPE, "attention_cached(t0+Tq > Tmax)",
@@ -913,19 +1029,23 @@ static void test_mpi_uninit(void) {
   TU_CHECK(weft_mpi_last_error() != NULL, "weft_mpi_last_error is NULL");
   TU_STATUS(weft_mpi_finalize(), WEFT_OK, "mpi_finalize without init");
   double v[2] = {1, 2};
+  /* Without MPI every call says so (UNSUPPORTED); with it, a call before weft_mpi_init is STATE. */
+  const weft_status early = weft_mpi_built() ? WEFT_ERR_STATE : WEFT_ERR_UNSUPPORTED;
   weft_status st = weft_mpi_sum_ordered(v, 2);
-  TU_CHECK(st == WEFT_OK || st == WEFT_ERR_STATE || st == WEFT_ERR_UNSUPPORTED, "mpi_sum_ordered before init: %s",
-           weft_status_str(st));
+  TU_STATUS(st, early, "mpi_sum_ordered before init");
+  TU_CHECK(weft_mpi_last_error()[0] != 0, "mpi_sum_ordered failed without a weft_mpi_last_error");
+  TU_STATUS(weft_mpi_init((weft_mpi_mode)7, NULL, NULL),
+            weft_mpi_built() ? WEFT_ERR_INVALID_ARGUMENT : WEFT_ERR_UNSUPPORTED, "mpi_init(mode 7)");
+  if (weft_mpi_built())
+    TU_CHECK(tu_contains(weft_mpi_last_error(), "mode"), "mpi_init(mode 7): '%s' does not name the mode",
+             weft_mpi_last_error());
   TU_CHECK(v[0] == 1 && v[1] == 2, "mpi_sum_ordered of one process changed the values");
   TU_CHECK(weft_mpi_timeout_ms() > 0, "mpi_timeout_ms");
   weft_mpi_grad *g = (weft_mpi_grad *)&g;
-  st = weft_mpi_grad_begin(F, WEFT_CONTRACT_EXACT, &g);
-  if (st == WEFT_OK) {
-    TU_STATUS(weft_mpi_grad_end(g), WEFT_OK, "mpi_grad_end");
-  } else {
-    TU_CHECK(g == NULL, "a failed mpi_grad_begin left *out_grad set");
-    TU_CHECK(weft_fabric_last_error(F)[0] != 0, "mpi_grad_begin failed without a message");
-  }
+  weft_fabric_sync(F);
+  TU_STATUS(weft_mpi_grad_begin(F, WEFT_CONTRACT_EXACT, &g), early, "mpi_grad_begin outside a data-parallel job");
+  TU_CHECK(g == NULL, "a failed mpi_grad_begin left *out_grad set");
+  TU_CHECK(weft_fabric_last_error(F)[0] != 0, "mpi_grad_begin failed without a message");
   g = (weft_mpi_grad *)&g;
   st = weft_mpi_grad_begin(F, WEFT_CONTRACT_TF32, &g);
   TU_CHECK(st != WEFT_OK, "mpi_grad_begin(tf32) succeeded: only exact or fp32");
@@ -947,7 +1067,9 @@ int main(void) {
   test_null_tensor();
   test_create_rules();
   test_lanes();
+  test_math();
   test_npu();
+  test_cache_path();
   test_scopes();
   test_cost_route();
   test_ops();

@@ -366,6 +366,11 @@ weft_status weft_grad_clip(weft_fabric *f, const weft_op_desc *desc, weft_tensor
     if ((st = weft_tensor_check(f, grads[k], what)) != WEFT_OK) return st;
     if (grads[k]->dtype != WEFT_DTYPE_F32)
       return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_grad_clip: grads[%d] is an i32 tensor; gradients are f32", k);
+    /* one gradient named twice would count twice in the norm and be scaled twice */
+    for (int j = 0; j < k; j++)
+      if (grads[j] == grads[k] || overlaps(grads[j], grads[k]))
+        return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_grad_clip: grads[%d] and grads[%d] are %s; name each "
+                         "gradient once", j, k, grads[j] == grads[k] ? "one tensor" : "over overlapping memory");
   }
   const int64_t one = 1;
   weft_tensor *acc = NULL;
