@@ -393,6 +393,7 @@ WEFT_API weft_status weft_op_sum_rows(weft_fabric *fabric, const weft_op_desc *d
 /* Softmax cross-entropy of logits [r,c] against target probabilities [r,c] (one-hot labels or soft ones):
  * loss (1 element) = mean over rows of -sum_j t[i,j] * log_softmax(z)[i,j];
  * grad [r,c] = (softmax(z) - t) / r, the gradient of that mean loss. Either output may be NULL, not both.
+ * Logits of no rows (an empty batch) are WEFT_ERR_SHAPE: a mean over nothing.
  * exp and log are weft's own (weft_expf, weft_logf: multiplies and adds only), so every exact lane agrees. */
 WEFT_API weft_status weft_op_softmax_xent(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *logits,
                                           weft_tensor *targets, weft_tensor *out_loss, weft_tensor *out_grad);

@@ -986,6 +986,86 @@ static void test_transformer_aliasing(void) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) weft_tensor_destroy(all[i]);
 }
 
+/* ------------------------------------------------------------------------------------- empty batches */
+
+/* A batch dimension may be 0: ops over such tensors succeed and write nothing; a sum over no rows is 0; a
+ * mean over no rows (softmax_xent's loss) is a shape error, not a NaN. */
+static void test_empty_batch(void) {
+  const int64_t e[3] = {0, 2, 3}, e2[3] = {0, 3, 2}, eo[3] = {0, 2, 2}, r3[1] = {3}, q[3] = {0, 2, 9},
+                ab[4] = {0, 1, 2, 2}, one[1] = {1};
+  weft_tensor *x = NULL, *y = NULL, *o = NULL, *b = NULL, *c = NULL, *g = NULL, *bb = NULL, *qkv = NULL, *ao = NULL,
+              *att = NULL, *loss = NULL;
+  TU_STATUS(weft_tensor_create(F, 3, e, NULL, &x), WEFT_OK, "x");
+  TU_STATUS(weft_tensor_create(F, 3, e, NULL, &y), WEFT_OK, "y");
+  TU_STATUS(weft_tensor_create(F, 3, e, NULL, &o), WEFT_OK, "o");
+  TU_STATUS(weft_tensor_create(F, 3, e2, NULL, &b), WEFT_OK, "b");
+  TU_STATUS(weft_tensor_create(F, 3, eo, NULL, &c), WEFT_OK, "c");
+  const float g0[3] = {7, 8, 9};
+  TU_STATUS(weft_tensor_create(F, 1, r3, g0, &g), WEFT_OK, "g");
+  TU_STATUS(weft_tensor_create(F, 1, r3, NULL, &bb), WEFT_OK, "bb");
+  TU_STATUS(weft_tensor_create(F, 3, q, NULL, &qkv), WEFT_OK, "qkv");
+  TU_STATUS(weft_tensor_create(F, 3, e, NULL, &ao), WEFT_OK, "ao");
+  TU_STATUS(weft_tensor_create(F, 4, ab, NULL, &att), WEFT_OK, "att");
+  TU_STATUS(weft_tensor_create(F, 1, one, NULL, &loss), WEFT_OK, "loss");
+  TU_STATUS(weft_op_relu(F, NULL, x, o), WEFT_OK, "relu of an empty batch");
+  TU_STATUS(weft_op_add(F, NULL, x, g, o), WEFT_OK, "add (bias) of an empty batch");
+  TU_STATUS(weft_op_matmul(F, NULL, x, 0, b, 0, c), WEFT_OK, "matmul of an empty batch");
+  TU_STATUS(weft_op_gelu(F, NULL, x, o), WEFT_OK, "gelu of an empty batch");
+  TU_STATUS(weft_op_layernorm(F, NULL, x, g, bb, 1e-5f, o, NULL, NULL), WEFT_OK, "layernorm of an empty batch");
+  TU_STATUS(weft_op_attention(F, NULL, qkv, 1, ao, att, NULL), WEFT_OK, "attention of an empty batch");
+  TU_STATUS(weft_op_sum_rows(F, NULL, x, g), WEFT_OK, "sum_rows of an empty batch");
+  float gv[3] = {-1, -1, -1};
+  TU_STATUS(weft_tensor_read(g, gv, 3), WEFT_OK, "read sum_rows");
+  TU_CHECK(gv[0] == 0 && gv[1] == 0 && gv[2] == 0, "a sum over no rows is %g %g %g, not 0", (double)gv[0],
+           (double)gv[1], (double)gv[2]);
+  REFUSED(weft_op_softmax_xent(F, NULL, x, y, loss, NULL), WEFT_ERR_SHAPE, "softmax_xent of no rows", "no rows");
+  float nv = 0;
+  TU_STATUS(weft_tensor_read(x, &nv, 0), WEFT_OK, "read of an empty tensor");
+  TU_STATUS(weft_fabric_sync(F), WEFT_OK, "sync after empty ops");
+  weft_tensor *all[] = {x, y, o, b, c, g, bb, qkv, ao, att, loss};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) weft_tensor_destroy(all[i]);
+}
+
+/* ------------------------------------------------------------------------- one fabric per thread */
+
+/* "A fabric is used from one thread at a time": fabrics of their own in two threads at once compute what
+ * one thread computes alone. */
+typedef struct thread_work {
+  float out[16 * 16];
+  weft_status st;
+} thread_work;
+
+static void *fabric_thread(void *arg) {
+  thread_work *w = arg;
+  weft_fabric *f = NULL;
+  w->st = tu_open("cpu", &f);
+  if (w->st != WEFT_OK) return NULL;
+  const int64_t d[2] = {16, 16};
+  float v[256];
+  tu_rng r = {42};
+  for (int i = 0; i < 256; i++) v[i] = tu_rng_float(&r, -1, 1);
+  weft_tensor *a = NULL, *c = NULL;
+  if ((w->st = weft_tensor_create(f, 2, d, v, &a)) == WEFT_OK && (w->st = weft_tensor_create(f, 2, d, NULL, &c)) == WEFT_OK)
+    for (int it = 0; it < 200 && w->st == WEFT_OK; it++) {
+      w->st = weft_op_matmul(f, NULL, a, 0, a, 1, c);
+      if (w->st == WEFT_OK) w->st = weft_op_scale(f, NULL, 0.5f, c, a);
+    }
+  if (w->st == WEFT_OK) w->st = weft_tensor_read(a, w->out, 256);
+  weft_fabric_close(f);
+  return NULL;
+}
+
+static void test_threads(void) {
+  static thread_work w[3];
+  fabric_thread(&w[0]);
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) TU_CHECK(pthread_create(&th[i], NULL, fabric_thread, &w[i + 1]) == 0, "pthread_create");
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 3; i++) TU_STATUS(w[i].st, WEFT_OK, "a fabric of its own in a thread");
+  TU_CHECK(memcmp(w[0].out, w[1].out, sizeof w[0].out) == 0 && memcmp(w[0].out, w[2].out, sizeof w[0].out) == 0,
+           "fabrics in two threads at once computed other bits than one alone");
+}
+
 /* ------------------------------------------------------------------------------ fresh fabric, stats */
 
 static void test_fresh_fabric(void) {
@@ -1075,6 +1155,8 @@ int main(void) {
   test_ops();
   test_transformer_aliasing();
   test_fresh_fabric();
+  test_empty_batch();
+  test_threads();
   test_mpi_uninit();
   intact("the end");
   weft_fabric_close(F2);
