@@ -696,8 +696,8 @@ typedef struct weft_route_explanation {
 
 /* Explains where an op of this shape would run, with inputs on the host, and why. A query: it measures no
  * lane and writes no cache; a lane never measured is explained from its built-in prior (its cost line's
- * source, weft_fabric_cost_model, is WEFT_COST_PRIOR). A size below 1 (batch below 0) is WEFT_ERR_SHAPE; an
- * operand no tensor could hold (more than 2^40 elements, as weft_tensor_create) is WEFT_ERR_OVERFLOW. */
+ * source, weft_fabric_cost_model, is WEFT_COST_PRIOR). A size below 1 (a batch below 0) is WEFT_ERR_SHAPE; a
+ * shape larger than any tensor can be is still explained (costs are worked out in doubles: what it would take). */
 WEFT_API weft_status weft_route_explain(weft_fabric *fabric, const weft_route_query *query,
                                         weft_route_explanation *out_explanation);
 /* The same for operands whose host memory is registered with the lanes, as a tensor's is once it has crossed

@@ -233,8 +233,8 @@ weft_status weft_fabric_set_cost_model(weft_fabric *f, size_t lane, weft_cost_cl
   if (st != WEFT_OK) return st;
   if (!(alpha >= 0) || !(beta >= 0) || alpha > 1e6 || beta > 1e30)
     return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT,
-                     "weft_fabric_set_cost_model: alpha %g s and beta %g per s must be >= 0, alpha at most 1e6 s and "
-                     "beta at most 1e30 per s", alpha, beta);
+                     "weft_fabric_set_cost_model: alpha %g s and beta %g per s must be finite and >= 0 (alpha at "
+                     "most 1e6 s, beta at most 1e30 per s)", alpha, beta);
   weft_cost_state *c = weft_cost_state_of(&f->lanes[lane], cls, contract);
   memset(c, 0, sizeof *c);
   c->line.alpha = alpha; /* memset above: no measured points, the line alone */

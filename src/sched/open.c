@@ -94,15 +94,6 @@ weft_status weft_route_explain_registered(weft_fabric *f, const weft_route_query
   return explain(f, q, out, WEFT_XFER_PINNED);
 }
 
-/* 1 when a * b * c elements (0 counted as 1, as a tensor's empty batch is) fit a tensor: at most 2^40. */
-static int describable(int64_t a, int64_t b, int64_t c) {
-  uint64_t n = 1;
-  const int64_t d[3] = {a, b, c};
-  for (int i = 0; i < 3; i++)
-    if (__builtin_mul_overflow(n, d[i] > 0 ? (uint64_t)d[i] : 1u, &n) || n > ((uint64_t)1 << 40)) return 0;
-  return 1;
-}
-
 static weft_status explain(weft_fabric *f, const weft_route_query *q, weft_route_explanation *out, int xfer) {
   if (out) memset(out, 0, sizeof *out);
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
@@ -117,17 +108,10 @@ static weft_status explain(weft_fabric *f, const weft_route_query *q, weft_route
   if (q->op == WEFT_OP_MATMUL || q->op == WEFT_OP_MATMUL_ACC) {
     if (q->batch < 0 || q->m < 1 || q->n < 1 || q->k < 1)
       return weft_fail(f, WEFT_ERR_SHAPE, "weft_route_explain: matmul needs batch >= 0 and m, n, k >= 1");
-    if (!describable(q->batch, q->m, q->k) || !describable(q->batch, q->k, q->n) || !describable(q->batch, q->m, q->n))
-      return weft_fail(f, WEFT_ERR_OVERFLOW, "weft_route_explain: an operand of batch %lld, m %lld, n %lld, k %lld "
-                       "would hold more than 2^40 elements, more than a tensor can", (long long)q->batch,
-                       (long long)q->m, (long long)q->n, (long long)q->k);
     op.batch = q->batch, op.m = q->m, op.n = q->n, op.k = q->k;
   } else {
     if (q->rows < 1 || q->cols < 1)
       return weft_fail(f, WEFT_ERR_SHAPE, "weft_route_explain: %s needs rows and cols >= 1", weft_op_kind_str(q->op));
-    if (!describable(q->rows, q->cols, 1))
-      return weft_fail(f, WEFT_ERR_OVERFLOW, "weft_route_explain: rows %lld by cols %lld is more than the 2^40 elements "
-                       "a tensor can hold", (long long)q->rows, (long long)q->cols);
     op.rows = q->rows, op.cols = q->cols;
     op.inv_rows = weft_fpenv_recip(q->rows);
   }
