@@ -193,7 +193,8 @@ WEFT_API weft_status weft_tensor_create(weft_fabric *fabric, int ndim, const int
  * shape holds) becomes the tensor's host copy. Ops on host lanes (the CPU) read and write it in place
  * (possibly after the op call has returned: see "Ops are asynchronous" below);
  * weft_tensor_write and weft_tensor_read given this same pointer copy nothing (a read still brings the value
- * home from a device lane, straight into `data`). After changing `data` yourself, call weft_tensor_write(t,
+ * home from a device lane, straight into `data`); given memory that overlaps `data` at another address they
+ * are WEFT_ERR_INVALID_ARGUMENT and move nothing. After changing `data` yourself, call weft_tensor_write(t,
  * data, n) so the lanes' copies are dropped; after an op on any lane, `data` is current only once
  * weft_tensor_read(t, data, n) (or weft_fabric_sync) has returned. `data` must stay valid until the tensor is destroyed, which does not
  * free it. The same shape rules as weft_tensor_create apply. Where `data` spans at least 4 MiB, weft advises

@@ -349,6 +349,19 @@ static void test_create_rules(void) {
   TU_CHECK(t == NULL, "wrap(bad shape) left *out_tensor set");
   t = (weft_tensor *)&t;
   REFUSED(weft_tensor_wrap(F, 5, d2, mem, &t), WEFT_ERR_SHAPE, "wrap(rank 5)", "rank");
+  /* Reading or writing a wrapped tensor through memory that overlaps its own at another address: refused,
+   * nothing moved (a copy between them would read what it had overwritten); the same pointer is fine. */
+  float ov[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  const int64_t d6o[1] = {6};
+  weft_tensor *tw = NULL;
+  TU_STATUS(weft_tensor_wrap(F, 1, d6o, ov, &tw), WEFT_OK, "wrap ov[0..6)");
+  REFUSED(weft_tensor_write(tw, ov + 2, 6), WEFT_ERR_INVALID_ARGUMENT, "write from ov+2 into a wrap of ov", "overlap");
+  REFUSED(weft_tensor_read(tw, ov + 1, 6), WEFT_ERR_INVALID_ARGUMENT, "read into ov+1 from a wrap of ov", "overlap");
+  for (int i = 0; i < 8; i++) TU_CHECK(ov[i] == (float)i, "a refused overlapping copy moved data (ov[%d] = %g)", i, (double)ov[i]);
+  TU_STATUS(weft_tensor_write(tw, ov, 6), WEFT_OK, "write from the wrapped pointer itself");
+  TU_STATUS(weft_tensor_read(tw, ov, 6), WEFT_OK, "read into the wrapped pointer itself");
+  weft_tensor_destroy(tw);
+  TU_CHECK(ov[7] == 7.0f, "destroying a wrap touched the caller's memory");
   /* An empty batch wraps too (the shape rules of create). */
   const int64_t e3[3] = {0, 2, 3};
   t = NULL;
