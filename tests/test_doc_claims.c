@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/reference.h"
+#include "core/testing.h"
 #include "tutil.h"
 #include "weft_lane.h"
 
@@ -1152,6 +1154,102 @@ static void test_fresh_fabric(void) {
   weft_fabric_close(f);
 }
 
+/* ------------------------------------------------------------------------- a device lane that is down */
+
+/* A fake device lane (memory behind upload/download), one that starts down and never comes back, and one that
+ * is up: prefetch, pinned ops, wrap_lane and lane_address against them. */
+typedef struct dev_lane {
+  const char *name;
+  int down;
+} dev_lane;
+static void dv_describe(void *self, weft_lane_desc *out) {
+  const dev_lane *l = self;
+  memset(out, 0, sizeof *out);
+  out->name = l->name;
+  out->kind = "fake";
+  out->device = "fake device";
+  out->driver = "";
+  out->details = "test lane";
+  out->contracts = WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT);
+  out->flags = l->down ? WEFT_LANE_STARTS_DOWN : 0;
+}
+static void dv_destroy(void *self) { (void)self; }
+static weft_status dv_run(void *self, const weft_op *op) {
+  (void)self;
+  weft_reference_run(op);
+  return WEFT_OK;
+}
+static weft_status dv_revive(void *self) {
+  (void)self;
+  return WEFT_ERR_LANE_FAILED;
+}
+
+static void test_device_lanes(void) {
+  weft_fabric *f = NULL;
+  TU_STATUS(tu_open("cpu", &f), WEFT_OK, "open");
+  if (!f) return;
+  static dev_lane up = {"fake-up", 0}, down = {"fake-down", 1};
+  weft_lane_vtable vt;
+  memset(&vt, 0, sizeof vt);
+  vt.abi_version = WEFT_LANE_ABI_VERSION;
+  vt.size = sizeof vt;
+  vt.describe = dv_describe, vt.destroy = dv_destroy, vt.buffer_alloc = tu_fake_alloc, vt.buffer_free = tu_fake_free;
+  vt.upload = tu_fake_upload, vt.download = tu_fake_download, vt.run = dv_run, vt.revive = dv_revive;
+  TU_STATUS(weft_testing_add_lane(f, &vt, &up), WEFT_OK, "add fake-up");
+  TU_STATUS(weft_testing_add_lane(f, &vt, &down), WEFT_OK, "add fake-down");
+  size_t iu = 0, id = 0, n_up = 0;
+  TU_STATUS(weft_fabric_lane_find(f, "fake-up", &iu), WEFT_OK, "find fake-up");
+  TU_STATUS(weft_fabric_lane_find(f, "fake-down", &id), WEFT_OK, "find fake-down");
+  weft_lane_info li;
+  TU_STATUS(weft_fabric_lane_info(f, id, &li), WEFT_OK, "lane_info fake-down");
+  TU_CHECK(li.failed == 1 && li.revivable == 1, "a lane that starts down: failed %d revivable %d", li.failed,
+           li.revivable);
+  TU_CHECK(li.ops == WEFT_OPS_V1, "a lane that says nothing offers the version-1 ops: %llx",
+           (unsigned long long)li.ops);
+  TU_STATUS(weft_fabric_revive(f, &n_up), WEFT_OK, "revive");
+  TU_CHECK(n_up == 2, "revive counts %zu lanes up, want 2 (cpu, fake-up)", n_up);
+  const float v[6] = {1, -2, 3, -4, 5, -6};
+  const int64_t d[2] = {2, 3};
+  weft_tensor *t = NULL, *o = NULL;
+  TU_STATUS(weft_tensor_create(f, 2, d, v, &t), WEFT_OK, "t");
+  TU_STATUS(weft_tensor_create(f, 2, d, NULL, &o), WEFT_OK, "o");
+  /* prefetch: onto a lane that is up, the value is resident there too; onto one that is down, LANE_FAILED. */
+  TU_STATUS(weft_tensor_prefetch(t, iu), WEFT_OK, "prefetch onto fake-up");
+  TU_CHECK(strcmp(weft_tensor_location(t), "host,fake-up") == 0, "after prefetch: location '%s', want 'host,fake-up'",
+           weft_tensor_location(t));
+  TU_STATUS(weft_tensor_prefetch(t, iu), WEFT_OK, "prefetch again: nothing moves");
+  weft_fabric_sync(f);
+  TU_STATUS(weft_tensor_prefetch(t, id), WEFT_ERR_LANE_FAILED, "prefetch onto a lane that is down");
+  TU_CHECK(tu_contains(weft_fabric_last_error(f), "fake-down"), "prefetch onto a down lane: '%s' does not name it",
+           weft_fabric_last_error(f));
+  /* an op pinned to the down lane: LANE_FAILED, nothing written; to the up lane: runs there */
+  weft_op_desc dd = WEFT_OP_DESC_INIT;
+  dd.lane = (int)id;
+  weft_fabric_sync(f);
+  TU_STATUS(weft_op_relu(f, &dd, t, o), WEFT_ERR_LANE_FAILED, "relu pinned to a down lane");
+  TU_CHECK(tu_contains(weft_fabric_last_error(f), "fake-down"), "pinned to a down lane: '%s'", weft_fabric_last_error(f));
+  float got[6] = {9, 9, 9, 9, 9, 9};
+  TU_STATUS(weft_tensor_read(o, got, 6), WEFT_OK, "read o");
+  TU_CHECK(got[0] == 0 && got[5] == 0, "a refused op wrote its output");
+  dd.lane = (int)iu;
+  TU_STATUS(weft_op_relu(f, &dd, t, o), WEFT_OK, "relu pinned to fake-up");
+  TU_CHECK(weft_fabric_last_lane(f) == (int)iu, "last_lane %d, want fake-up's %zu", weft_fabric_last_lane(f), iu);
+  TU_STATUS(weft_tensor_read(o, got, 6), WEFT_OK, "read relu");
+  TU_CHECK(got[0] == 1 && got[1] == 0 && got[4] == 5 && got[5] == 0, "relu on fake-up wrong");
+  /* a device lane without buffer_wrap / buffer_address: UNSUPPORTED, naming it */
+  void *addr = (void *)&addr;
+  weft_fabric_sync(f);
+  TU_STATUS(weft_tensor_lane_address(t, iu, &addr), WEFT_ERR_UNSUPPORTED, "lane_address on a lane without it");
+  TU_CHECK(addr == NULL && tu_contains(weft_fabric_last_error(f), "fake-up"), "lane_address refusal: '%s'",
+           weft_fabric_last_error(f));
+  weft_tensor *w = (weft_tensor *)&w;
+  float mem[6];
+  TU_STATUS(weft_tensor_wrap_lane(f, iu, 2, d, mem, &w), WEFT_ERR_UNSUPPORTED, "wrap_lane on a lane without it");
+  TU_CHECK(w == NULL && tu_contains(weft_fabric_last_error(f), "fake-up"), "wrap_lane refusal: '%s'",
+           weft_fabric_last_error(f));
+  weft_fabric_close(f); /* t and o destroyed with it, copies on fake-up freed */
+}
+
 /* ---------------------------------------------------------------------------------------------- mpi */
 
 static void test_mpi_uninit(void) {
@@ -1209,6 +1307,7 @@ int main(void) {
   test_fresh_fabric();
   test_empty_batch();
   test_threads();
+  test_device_lanes();
   test_mpi_uninit();
   intact("the end");
   weft_fabric_close(F2);
