@@ -912,6 +912,27 @@ static void test_ops(void) {
   weft_tensor *sin[2] = {a, x}, *sout[1] = {loss};
   TU_STATUS(weft_op_run(F, NULL, WEFT_OP_SOFTMAX_XENT, sin, 2, sout, 1, NULL), WEFT_OK,
             "op_run(softmax_xent, grad left off the end)");
+  /* op_run's params, hostile: a permutation entry of INT64_MAX, an axis of INT64_MIN, a mean over -5 rows, and
+   * attention with params NULL (zero heads). */
+  weft_op_params pp;
+  memset(&pp, 0, sizeof pp);
+  pp.i[0] = INT64_MAX;
+  weft_tensor *pin[1] = {a}, *pout[1] = {y32};
+  REFUSED(weft_op_run(F, NULL, WEFT_OP_PERMUTE, pin, 1, pout, 1, &pp), WEFT_ERR_INVALID_ARGUMENT,
+          "op_run(permute, perm[0] INT64_MAX)", "perm");
+  memset(&pp, 0, sizeof pp);
+  pp.i[0] = INT64_MIN;
+  weft_tensor *cin[1] = {src}, *cout[1] = {dst};
+  REFUSED(weft_op_run(F, NULL, WEFT_OP_COPY_SLICE, cin, 1, cout, 1, &pp), WEFT_ERR_INVALID_ARGUMENT,
+          "op_run(copy_slice, axis INT64_MIN)", "axis");
+  memset(&pp, 0, sizeof pp);
+  pp.i[0] = -5;
+  weft_tensor *xin[2] = {a, x}, *xout[1] = {loss};
+  REFUSED(weft_op_run(F, NULL, WEFT_OP_SOFTMAX_XENT, xin, 2, xout, 1, &pp), WEFT_ERR_INVALID_ARGUMENT,
+          "op_run(softmax_xent, mean over -5 rows)", "i[0]");
+  weft_tensor *ain[1] = {qkv}, *aout[2] = {ao, att};
+  REFUSED(weft_op_run(F, NULL, WEFT_OP_ATTENTION, ain, 1, aout, 2, NULL), WEFT_ERR_SHAPE,
+          "op_run(attention, params NULL: 0 heads)", "heads");
   /* matmul_acc: c must not be a or b. */
   weft_tensor *sq = mk2(F, 2, 2);
   REFUSED(weft_op_matmul_acc(F, NULL, sq, 0, c, 0, sq), WEFT_ERR_INVALID_ARGUMENT, "matmul_acc(c = a)", NULL);
