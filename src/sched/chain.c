@@ -651,17 +651,11 @@ static weft_status grad_op(weft_mpi_grad *g, const weft_op_desc *desc, weft_op_k
   return st;
 }
 
-/* A call after one of this step's calls failed: the step is abandoned. */
-static weft_status broken(weft_mpi_grad *g) {
-  return fail(g, WEFT_ERR_STATE, "a call of this step failed already; the step is abandoned: end it with "
-              "weft_mpi_grad_end");
-}
-
 /* The public calls: a failure abandons the step (its messages may be out of step with the other ranks'). */
 weft_status weft_mpi_grad_matmul(weft_mpi_grad *g, const weft_op_desc *desc, weft_tensor *a, int trans_a,
                                  weft_tensor *b, int trans_b, weft_tensor *c) {
   if (!g) return WEFT_ERR_INVALID_ARGUMENT;
-  if (g->broken) return broken(g);
+  if (g->broken) return WEFT_ERR_STATE; /* the failure that abandoned the step stays the message: its cause */
   weft_status st = grad_matmul(g, desc, a, trans_a, b, trans_b, c);
   if (st != WEFT_OK) g->broken = 1;
   return st;
@@ -669,7 +663,7 @@ weft_status weft_mpi_grad_matmul(weft_mpi_grad *g, const weft_op_desc *desc, wef
 
 weft_status weft_mpi_grad_sum_rows(weft_mpi_grad *g, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out) {
   if (!g) return WEFT_ERR_INVALID_ARGUMENT;
-  if (g->broken) return broken(g);
+  if (g->broken) return WEFT_ERR_STATE; /* the failure that abandoned the step stays the message: its cause */
   weft_status st = grad_sum_rows(g, desc, x, out);
   if (st != WEFT_OK) g->broken = 1;
   return st;
@@ -679,7 +673,7 @@ weft_status weft_mpi_grad_op(weft_mpi_grad *g, const weft_op_desc *desc, weft_op
                              int nin, weft_tensor *const *out, int nout, const weft_op_params *params,
                              uint32_t chained) {
   if (!g) return WEFT_ERR_INVALID_ARGUMENT;
-  if (g->broken) return broken(g);
+  if (g->broken) return WEFT_ERR_STATE; /* the failure that abandoned the step stays the message: its cause */
   weft_status st = grad_op(g, desc, kind, in, nin, out, nout, params, chained);
   if (st != WEFT_OK) g->broken = 1;
   return st;
