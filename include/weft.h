@@ -183,7 +183,9 @@ WEFT_API weft_status weft_npu_probe(weft_npu_info *out, size_t cap, size_t *out_
 #define WEFT_MAX_DIMS 4
 
 /* Creates an fp32 tensor of `ndim` (1..4) dimensions. Every dimension must be >= 1, except batch
- * dimensions (all but the last two of a tensor of rank 3 or 4), which may be 0: an empty batch.
+ * dimensions (all but the last two of a tensor of rank 3 or 4), which may be 0: an empty batch. A tensor holds
+ * at most 2^40 elements (empty batch dimensions counted as 1): a shape past that, or whose product overflows,
+ * is WEFT_ERR_OVERFLOW; a rank outside 1..4 or a dimension out of range is WEFT_ERR_SHAPE.
  * `data` (row-major, dims[0] slowest) is copied in; NULL gives zeros. The tensor starts on the host. */
 WEFT_API weft_status weft_tensor_create(weft_fabric *fabric, int ndim, const int64_t *dims, const float *data,
                                         weft_tensor **out_tensor);
@@ -191,7 +193,8 @@ WEFT_API weft_status weft_tensor_create(weft_fabric *fabric, int ndim, const int
  * shape holds) becomes the tensor's host copy. Ops on host lanes (the CPU) read and write it in place
  * (possibly after the op call has returned: see "Ops are asynchronous" below);
  * weft_tensor_write and weft_tensor_read given this same pointer copy nothing (a read still brings the value
- * home from a device lane, straight into `data`). After changing `data` yourself, call weft_tensor_write(t,
+ * home from a device lane, straight into `data`); given memory that overlaps `data` at another address they
+ * are WEFT_ERR_INVALID_ARGUMENT and move nothing. After changing `data` yourself, call weft_tensor_write(t,
  * data, n) so the lanes' copies are dropped; after an op on any lane, `data` is current only once
  * weft_tensor_read(t, data, n) (or weft_fabric_sync) has returned. `data` must stay valid until the tensor is destroyed, which does not
  * free it. The same shape rules as weft_tensor_create apply. Where `data` spans at least 4 MiB, weft advises
@@ -391,6 +394,7 @@ WEFT_API weft_status weft_op_sum_rows(weft_fabric *fabric, const weft_op_desc *d
 /* Softmax cross-entropy of logits [r,c] against target probabilities [r,c] (one-hot labels or soft ones):
  * loss (1 element) = mean over rows of -sum_j t[i,j] * log_softmax(z)[i,j];
  * grad [r,c] = (softmax(z) - t) / r, the gradient of that mean loss. Either output may be NULL, not both.
+ * Logits of no rows (an empty batch) are WEFT_ERR_SHAPE: a mean over nothing.
  * exp and log are weft's own (weft_expf, weft_logf: multiplies and adds only), so every exact lane agrees. */
 WEFT_API weft_status weft_op_softmax_xent(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *logits,
                                           weft_tensor *targets, weft_tensor *out_loss, weft_tensor *out_grad);
@@ -514,7 +518,8 @@ WEFT_API weft_status weft_op_sumsq(weft_fabric *fabric, const weft_op_desc *desc
  * square (weft_op_sumsq of each tensor in order into one accumulator from 0: the chunk partials of every
  * tensor in parameter order, added left to right), and when
  * norm > max_norm every gradient is scaled in place by max_norm / norm (weft_op_scale). A negative or NaN
- * max_norm is WEFT_ERR_INVALID_ARGUMENT (0 is allowed: every gradient is clipped to 0). n = 0 is a norm of 0. A host-side helper:
+ * max_norm is WEFT_ERR_INVALID_ARGUMENT (0 is allowed: every gradient is clipped to 0), and so is a gradient
+ * named twice (or two over overlapping memory): it would count twice. n = 0 is a norm of 0. A host-side helper:
  * it waits for the sum (the decision is the host's). *out_norm (may be NULL) receives the norm. The bits are
  * those of reference_tx's weft_ref_grad_clip. */
 WEFT_API weft_status weft_grad_clip(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *const *grads,
@@ -526,7 +531,8 @@ WEFT_API weft_status weft_op_permute(weft_fabric *fabric, const weft_op_desc *de
                                      const int *perm, weft_tensor *y);
 /* Writes src into dst at `offset` along `axis`: dst[.., offset + i, ..] = src[.., i, ..]; the rest of dst
  * is kept (a KV-cache append). src and dst have one rank and dtype and agree on every other axis;
- * offset + src's extent must not pass dst's. */
+ * offset + src's extent must not pass dst's. An axis that is not one of theirs is WEFT_ERR_INVALID_ARGUMENT;
+ * ranks, extents or an offset that do not fit are WEFT_ERR_SHAPE. */
 WEFT_API weft_status weft_op_copy_slice(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *src,
                                         weft_tensor *dst, int axis, int64_t offset);
 
@@ -636,7 +642,9 @@ typedef struct weft_cost_line {
 WEFT_API weft_status weft_fabric_cost_model(const weft_fabric *fabric, size_t lane, weft_cost_class cls,
                                             weft_contract contract, weft_cost_line *out_line);
 /* Replaces a cost line (alpha in seconds, beta in work per second; beta 0 = free). Marks it WEFT_COST_SET.
- * For the non-matmul classes `contract` is ignored. */
+ * For the non-matmul classes `contract` is ignored. An alpha outside 0 .. 1e6, a beta outside 0 .. 1e30 or a
+ * NaN is WEFT_ERR_INVALID_ARGUMENT; a lane index out of range is WEFT_ERR_NOT_FOUND (here and in
+ * weft_fabric_cost_model). */
 WEFT_API weft_status weft_fabric_set_cost_model(weft_fabric *fabric, size_t lane, weft_cost_class cls,
                                                 weft_contract contract, double alpha, double beta);
 /* Measures every live lane now (a short sweep per lane and class, medians of repeats) and writes the cache
@@ -654,7 +662,7 @@ WEFT_API weft_status weft_fabric_calibrate(weft_fabric *fabric);
 WEFT_API weft_status weft_fabric_calibration_wait(weft_fabric *fabric);
 /* The cache file weft reads and writes ("$XDG_CACHE_HOME/weft/calibration.json" or "~/.cache/weft/...").
  * Written into out (len bytes); WEFT_ERR_IO when no home or cache directory is known or the path does not fit
- * in len bytes; WEFT_ERR_INVALID_ARGUMENT for out NULL or len 0. */
+ * in len bytes (out is then ""); WEFT_ERR_INVALID_ARGUMENT for out NULL or len 0. */
 WEFT_API weft_status weft_cost_cache_path(char *out, size_t len);
 
 /* An op described by its shape, to ask the router about it without running it. */
@@ -689,7 +697,8 @@ typedef struct weft_route_explanation {
 
 /* Explains where an op of this shape would run, with inputs on the host, and why. A query: it measures no
  * lane and writes no cache; a lane never measured is explained from its built-in prior (its cost line's
- * source, weft_fabric_cost_model, is WEFT_COST_PRIOR). */
+ * source, weft_fabric_cost_model, is WEFT_COST_PRIOR). A size below 1 (a batch below 0) is WEFT_ERR_SHAPE; a
+ * shape larger than any tensor can be is still explained (costs are worked out in doubles: what it would take). */
 WEFT_API weft_status weft_route_explain(weft_fabric *fabric, const weft_route_query *query,
                                         weft_route_explanation *out_explanation);
 /* The same for operands whose host memory is registered with the lanes, as a tensor's is once it has crossed

@@ -208,9 +208,11 @@ static weft_status cost_args(const weft_fabric *f, size_t lane, weft_cost_class 
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
   if (lane >= f->nlanes)
     return weft_fail((weft_fabric *)f, WEFT_ERR_NOT_FOUND, "lane index %zu: the fabric has %zu lanes", lane, f->nlanes);
-  if ((unsigned)cls >= WEFT_COST_CLASS_COUNT || (unsigned)contract >= WEFT_CONTRACT_COUNT)
-    return weft_fail((weft_fabric *)f, WEFT_ERR_INVALID_ARGUMENT, "cost class %d or contract %d out of range", (int)cls,
-                     (int)contract);
+  if ((unsigned)cls >= WEFT_COST_CLASS_COUNT)
+    return weft_fail((weft_fabric *)f, WEFT_ERR_INVALID_ARGUMENT, "cost class %d is not a weft_cost_class", (int)cls);
+  /* only matmul lines are kept per contract; the other classes ignore it, whatever its value */
+  if (cls == WEFT_COST_MATMUL && (unsigned)contract >= WEFT_CONTRACT_COUNT)
+    return weft_fail((weft_fabric *)f, WEFT_ERR_INVALID_ARGUMENT, "contract %d is not a weft_contract", (int)contract);
   return WEFT_OK;
 }
 
@@ -218,7 +220,9 @@ weft_status weft_fabric_cost_model(const weft_fabric *f, size_t lane, weft_cost_
                                    weft_cost_line *out_line) {
   if (out_line) memset(out_line, 0, sizeof *out_line);
   weft_status st = cost_args(f, lane, cls, contract);
-  if (st != WEFT_OK || !out_line) return st != WEFT_OK ? st : WEFT_ERR_INVALID_ARGUMENT;
+  if (st != WEFT_OK) return st;
+  if (!out_line)
+    return weft_fail((weft_fabric *)f, WEFT_ERR_INVALID_ARGUMENT, "weft_fabric_cost_model: out_line is NULL");
   *out_line = weft_cost_state_of(&f->lanes[lane], cls, contract)->line;
   return WEFT_OK;
 }
@@ -229,7 +233,8 @@ weft_status weft_fabric_set_cost_model(weft_fabric *f, size_t lane, weft_cost_cl
   if (st != WEFT_OK) return st;
   if (!(alpha >= 0) || !(beta >= 0) || alpha > 1e6 || beta > 1e30)
     return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT,
-                     "weft_fabric_set_cost_model: alpha %g s and beta %g per s must be finite and >= 0", alpha, beta);
+                     "weft_fabric_set_cost_model: alpha %g s and beta %g per s must be finite and >= 0 (alpha at "
+                     "most 1e6 s, beta at most 1e30 per s)", alpha, beta);
   weft_cost_state *c = weft_cost_state_of(&f->lanes[lane], cls, contract);
   memset(c, 0, sizeof *c);
   c->line.alpha = alpha; /* memset above: no measured points, the line alone */
@@ -247,7 +252,8 @@ size_t weft_fabric_lane_count(const weft_fabric *f) { return f ? f->nlanes : 0; 
 
 weft_status weft_fabric_lane_info(const weft_fabric *f, size_t index, weft_lane_info *out_info) {
   if (out_info) memset(out_info, 0, sizeof *out_info);
-  if (!f || !out_info) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!out_info) return weft_fail((weft_fabric *)f, WEFT_ERR_INVALID_ARGUMENT, "weft_fabric_lane_info: out_info is NULL");
   if (index >= f->nlanes)
     return weft_fail((weft_fabric *)f, WEFT_ERR_NOT_FOUND, "lane index %zu: the fabric has %zu lanes", index,
                      f->nlanes);
@@ -285,8 +291,12 @@ weft_status weft_fabric_absent_info(const weft_fabric *f, size_t index, const ch
                                     const char **out_reason) {
   if (out_name) *out_name = NULL;
   if (out_reason) *out_reason = NULL;
-  if (!f || !out_name || !out_reason) return WEFT_ERR_INVALID_ARGUMENT;
-  if (index >= f->nabsent) return WEFT_ERR_NOT_FOUND;
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!out_name || !out_reason)
+    return weft_fail((weft_fabric *)f, WEFT_ERR_INVALID_ARGUMENT, "weft_fabric_absent_info: out_name or out_reason is NULL");
+  if (index >= f->nabsent)
+    return weft_fail((weft_fabric *)f, WEFT_ERR_NOT_FOUND, "absent lane index %zu: the fabric has %zu absent lanes",
+                     index, f->nabsent);
   *out_name = f->absent[index].name;
   *out_reason = f->absent[index].reason;
   return WEFT_OK;
@@ -475,7 +485,8 @@ void weft_testing_set_clock(weft_fabric *f, double (*clock)(void *ctx), void *ct
 
 weft_status weft_fabric_lane_stats(const weft_fabric *f, size_t lane, weft_lane_stats *out) {
   if (out) memset(out, 0, sizeof *out);
-  if (!f || !out) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!out) return weft_fail((weft_fabric *)f, WEFT_ERR_INVALID_ARGUMENT, "weft_fabric_lane_stats: out_stats is NULL");
   if (lane >= f->nlanes)
     return weft_fail((weft_fabric *)f, WEFT_ERR_NOT_FOUND, "lane index %zu: the fabric has %zu lanes", lane, f->nlanes);
   *out = f->lanes[lane].stats;

@@ -466,6 +466,13 @@ static int write_through(weft_tensor *t, const void *data, int lane) {
   return st == WEFT_OK;
 }
 
+/* 1 when the caller's count floats at p overlap the tensor's host memory without being it (a wrapped tensor's
+ * buffer seen from another offset): a copy between them would read what it has already overwritten. */
+static int overlaps_host(const weft_tensor *t, const void *p, size_t count) {
+  const uintptr_t a = (uintptr_t)p, h = (uintptr_t)t->host;
+  return count && p != (const void *)t->host && a < h + count * 4 && h < a + count * 4;
+}
+
 static weft_status tensor_write(weft_tensor *t, weft_dtype dtype, const void *data, size_t count) {
   weft_status st = weft_tensor_check(NULL, t, "tensor");
   if (st != WEFT_OK) return st;
@@ -477,6 +484,9 @@ static weft_status tensor_write(weft_tensor *t, weft_dtype dtype, const void *da
   if (!data) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_write: data is NULL");
   if (count != t->numel)
     return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_write: %zu floats given, the tensor holds %zu", count, t->numel);
+  if (overlaps_host(t, data, count))
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_write: data overlaps the tensor's own (wrapped) memory "
+                     "at another address; pass that same pointer, or memory apart from it");
   if (f->lost) weft_fabric_recover_all(f); /* a lost value may have been made from the old one */
   if ((st = weft_tensor_wait_users(t)) != WEFT_OK) return st;
   if ((st = weft_tensor_wait_dma(t)) != WEFT_OK) return st;
@@ -508,6 +518,9 @@ static weft_status tensor_read(weft_tensor *t, weft_dtype dtype, void *out_data,
   if (count != t->numel)
     return weft_fail(f, WEFT_ERR_SHAPE, "weft_tensor_read: room for %zu floats given, the tensor holds %zu", count,
                      t->numel);
+  if (overlaps_host(t, out_data, count))
+    return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_read: out_data overlaps the tensor's own (wrapped) "
+                     "memory at another address; pass that same pointer, or memory apart from it");
   int sunk = 0;
   if (out_data != (void *)t->host) host_advise(out_data, count * 4);
   if (!t->host_valid && !t->lost) {
@@ -538,7 +551,9 @@ weft_status weft_tensor_read_i32(weft_tensor *t, int32_t *out_data, size_t count
 
 weft_status weft_tensor_shape(const weft_tensor *t, int *out_ndim, int64_t *out_dims) {
   if (out_ndim) *out_ndim = 0;
-  if (!t || t->magic != WEFT_TENSOR_MAGIC || !out_ndim || !out_dims) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!t || t->magic != WEFT_TENSOR_MAGIC) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!out_ndim || !out_dims)
+    return weft_fail(t->fabric, WEFT_ERR_INVALID_ARGUMENT, "weft_tensor_shape: out_ndim or out_dims is NULL");
   *out_ndim = t->ndim;
   memcpy(out_dims, t->dims, sizeof t->dims);
   return WEFT_OK;

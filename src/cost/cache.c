@@ -30,7 +30,9 @@ weft_status weft_cost_cache_path(char *out, size_t len) {
     out[0] = '\0';
     return WEFT_ERR_IO;
   }
-  return n > 0 && (size_t)n < len ? WEFT_OK : WEFT_ERR_IO;
+  if (n > 0 && (size_t)n < len) return WEFT_OK;
+  out[0] = '\0'; /* a cut path is no path: the caller gets none */
+  return WEFT_ERR_IO;
 }
 
 static void lane_key(const weft_lane_slot *s, char *out, size_t len) {

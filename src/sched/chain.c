@@ -109,7 +109,8 @@ static weft_status mpi_error(weft_mpi_grad *g, int code, const char *what) {
 
 weft_status weft_mpi_grad_begin(weft_fabric *f, weft_contract contract, weft_mpi_grad **out) {
   if (out) *out = NULL;
-  if (!f || !out) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!out) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_mpi_grad_begin: out_grad is NULL");
   weft_mpi_job *job = weft_mpi_job_get();
   if (!job->inited || job->mode != WEFT_MPI_DATA_PARALLEL)
     return weft_fail(f, WEFT_ERR_STATE,
@@ -151,7 +152,8 @@ static grad_entry *entry_of(weft_mpi_grad *g, weft_tensor *t) {
 }
 
 weft_status weft_mpi_grad_passes(weft_mpi_grad *g, weft_tensor *c, int passes) {
-  if (!g || !c) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!g) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!c) return fail(g, WEFT_ERR_INVALID_ARGUMENT, "weft_mpi_grad_passes: c is NULL");
   if (passes < 1 || passes > 64)
     return fail(g, WEFT_ERR_INVALID_ARGUMENT, "weft_mpi_grad_passes: %d passes; 1 to 64", passes);
   grad_entry *e = entry_of(g, c);
@@ -534,7 +536,8 @@ static weft_status dims2(weft_mpi_grad *g, weft_tensor *t, const char *what, int
 
 static weft_status grad_matmul(weft_mpi_grad *g, const weft_op_desc *desc, weft_tensor *a, int trans_a,
                                  weft_tensor *b, int trans_b, weft_tensor *c) {
-  if (!g || !a || !b || !c) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!g) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!a || !b || !c) return fail(g, WEFT_ERR_INVALID_ARGUMENT, "weft_mpi_grad_matmul: a, b or c is NULL");
   grad_entry *e = entry_of(g, c);
   if (!e) return fail(g, WEFT_ERR_OUT_OF_MEMORY, "weft_mpi_grad_matmul: out of host memory");
   if (!g->chained) {
@@ -569,7 +572,8 @@ static weft_status grad_matmul(weft_mpi_grad *g, const weft_op_desc *desc, weft_
 }
 
 static weft_status grad_sum_rows(weft_mpi_grad *g, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out) {
-  if (!g || !x || !out) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!g) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!x || !out) return fail(g, WEFT_ERR_INVALID_ARGUMENT, "weft_mpi_grad_sum_rows: x or out is NULL");
   grad_entry *e = entry_of(g, out);
   if (!e) return fail(g, WEFT_ERR_OUT_OF_MEMORY, "weft_mpi_grad_sum_rows: out of host memory");
   if (!g->chained) {
@@ -601,7 +605,10 @@ static weft_status grad_sum_rows(weft_mpi_grad *g, const weft_op_desc *desc, wef
 
 static weft_status grad_op(weft_mpi_grad *g, const weft_op_desc *desc, weft_op_kind kind, weft_tensor *const *in,
                            int nin, weft_tensor *const *out, int nout, const weft_op_params *params, uint32_t chained) {
-  if (!g || nout < 0 || nout > WEFT_OP_MAX_OUT || (!out && nout)) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!g) return WEFT_ERR_INVALID_ARGUMENT;
+  if (nout < 0 || nout > WEFT_OP_MAX_OUT || (!out && nout))
+    return fail(g, WEFT_ERR_INVALID_ARGUMENT, "weft_mpi_grad_op: %d outputs at %p; 0 to %d, not NULL when any", nout,
+                (const void *)out, WEFT_OP_MAX_OUT);
   grad_entry *ent[WEFT_OP_MAX_OUT] = {0};
   for (int o = 0; o < nout; o++)
     if (((chained >> o) & 1u) && out[o] && !(ent[o] = entry_of(g, out[o])))
@@ -648,7 +655,7 @@ static weft_status grad_op(weft_mpi_grad *g, const weft_op_desc *desc, weft_op_k
 weft_status weft_mpi_grad_matmul(weft_mpi_grad *g, const weft_op_desc *desc, weft_tensor *a, int trans_a,
                                  weft_tensor *b, int trans_b, weft_tensor *c) {
   if (!g) return WEFT_ERR_INVALID_ARGUMENT;
-  if (g->broken) return WEFT_ERR_STATE;
+  if (g->broken) return WEFT_ERR_STATE; /* the failure that abandoned the step stays the message: its cause */
   weft_status st = grad_matmul(g, desc, a, trans_a, b, trans_b, c);
   if (st != WEFT_OK) g->broken = 1;
   return st;
@@ -656,7 +663,7 @@ weft_status weft_mpi_grad_matmul(weft_mpi_grad *g, const weft_op_desc *desc, wef
 
 weft_status weft_mpi_grad_sum_rows(weft_mpi_grad *g, const weft_op_desc *desc, weft_tensor *x, weft_tensor *out) {
   if (!g) return WEFT_ERR_INVALID_ARGUMENT;
-  if (g->broken) return WEFT_ERR_STATE;
+  if (g->broken) return WEFT_ERR_STATE; /* the failure that abandoned the step stays the message: its cause */
   weft_status st = grad_sum_rows(g, desc, x, out);
   if (st != WEFT_OK) g->broken = 1;
   return st;
@@ -666,7 +673,7 @@ weft_status weft_mpi_grad_op(weft_mpi_grad *g, const weft_op_desc *desc, weft_op
                              int nin, weft_tensor *const *out, int nout, const weft_op_params *params,
                              uint32_t chained) {
   if (!g) return WEFT_ERR_INVALID_ARGUMENT;
-  if (g->broken) return WEFT_ERR_STATE;
+  if (g->broken) return WEFT_ERR_STATE; /* the failure that abandoned the step stays the message: its cause */
   weft_status st = grad_op(g, desc, kind, in, nin, out, nout, params, chained);
   if (st != WEFT_OK) g->broken = 1;
   return st;

@@ -129,7 +129,8 @@ static weft_status explain(weft_fabric *f, const weft_route_query *q, weft_route
 
 weft_status weft_route_last(weft_fabric *f, weft_route_explanation *out) {
   if (out) memset(out, 0, sizeof *out);
-  if (!f || !out) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!out) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_route_last: out_explanation is NULL");
   if (!f->last_route.lanes) return weft_fail(f, WEFT_ERR_STATE, "weft_route_last: no op has been routed yet");
   *out = f->last_route;
   return WEFT_OK;

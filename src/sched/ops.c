@@ -355,7 +355,8 @@ weft_status weft_grad_clip(weft_fabric *f, const weft_op_desc *desc, weft_tensor
                            float *out_norm) {
   if (out_norm) *out_norm = 0;
   if (!f) return WEFT_ERR_INVALID_ARGUMENT;
-  if (n < 0 || (n && !grads)) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_grad_clip: %d gradients at %p", n, (const void *)grads);
+  if (n < 0) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_grad_clip: n is %d; it counts the gradients", n);
+  if (n && !grads) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_grad_clip: grads is NULL with n = %d", n);
   if (!(max_norm >= 0.0f)) /* a negative limit would flip every gradient's sign; NaN would never clip */
     return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_grad_clip: max_norm is %g; it must be 0 or more", (double)max_norm);
   weft_status st;
@@ -365,6 +366,11 @@ weft_status weft_grad_clip(weft_fabric *f, const weft_op_desc *desc, weft_tensor
     if ((st = weft_tensor_check(f, grads[k], what)) != WEFT_OK) return st;
     if (grads[k]->dtype != WEFT_DTYPE_F32)
       return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_grad_clip: grads[%d] is an i32 tensor; gradients are f32", k);
+    /* one gradient named twice would count twice in the norm and be scaled twice */
+    for (int j = 0; j < k; j++)
+      if (grads[j] == grads[k] || overlaps(grads[j], grads[k]))
+        return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_grad_clip: grads[%d] and grads[%d] are %s; name each "
+                         "gradient once", j, k, grads[j] == grads[k] ? "one tensor" : "over overlapping memory");
   }
   const int64_t one = 1;
   weft_tensor *acc = NULL;

@@ -45,7 +45,8 @@ void weft_split_free(weft_fabric *f) {
 
 weft_status weft_split_last(weft_fabric *f, weft_split_report *out) {
   if (out) memset(out, 0, sizeof *out);
-  if (!f || !out) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!f) return WEFT_ERR_INVALID_ARGUMENT;
+  if (!out) return weft_fail(f, WEFT_ERR_INVALID_ARGUMENT, "weft_split_last: out_report is NULL");
   if (f->split.batch == 0) return weft_fail(f, WEFT_ERR_STATE, "weft_split_last: no batched matmul was routed yet");
   *out = f->split;
   return WEFT_OK;

@@ -191,7 +191,9 @@ static weft_status embedding_shapes(weft_fabric *f, weft_op *op, const char *fn,
   if (st != WEFT_OK) return st;
   if (pos && !same_shape(pos, tok)) return weft_fail(f, WEFT_ERR_SHAPE, "%s: pos %s must have tok's shape %s", fn, SH(pos), SH(tok));
   C = act->dims[act->ndim - 1];
-  if ((int64_t)act->numel != B * T * C || (act->ndim == 3 && (act->dims[0] != B || act->dims[1] != T)))
+  int64_t btc = 0; /* B*T and C come from different tensors: their product may not fit */
+  if (__builtin_mul_overflow(B * T, C, &btc) || (int64_t)act->numel != btc ||
+      (act->ndim == 3 && (act->dims[0] != B || act->dims[1] != T)))
     return weft_fail(f, WEFT_ERR_SHAPE, "%s: %s %s must be [B,T,C] = [%lld,%lld,C] for tok %s", fn, act_name, SH(act),
                      (long long)B, (long long)T, SH(tok));
   /* a table not given bounds nothing: its rows are taken as the largest an int32 index can name */
