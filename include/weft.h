@@ -706,7 +706,11 @@ WEFT_API weft_status weft_route_explain(weft_fabric *fabric, const weft_route_qu
  * tensor's first use). `weft bench` predicts its steady-state points with it. */
 WEFT_API weft_status weft_route_explain_registered(weft_fabric *fabric, const weft_route_query *query,
                                                    weft_route_explanation *out_explanation);
-/* Explains the last op the fabric routed (WEFT_LANE_AUTO): every lane's predicted cost and the choice. */
+/* Explains the last op the fabric routed (WEFT_LANE_AUTO): every lane's predicted cost and the choice. Not
+ * every op goes through the router: one pinned to a lane does not, nor, on a fabric of several lanes, a matmul
+ * on host data that runs where weft measured that shape fastest or is shared out across lanes
+ * (weft_fabric_last_lane says where the last op ran; weft_split_last explains a split). WEFT_ERR_STATE
+ * before any op was routed. */
 WEFT_API weft_status weft_route_last(weft_fabric *fabric, weft_route_explanation *out_explanation);
 
 /* ---------------------------------------------------------------------------------------------- MPI */
