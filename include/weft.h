@@ -716,8 +716,9 @@ WEFT_API weft_status weft_route_last(weft_fabric *fabric, weft_route_explanation
 /* ---------------------------------------------------------------------------------------------- MPI */
 
 /* Beyond one machine on MPI (built with -DWEFT_MPI=AUTO|ON and an MPI library such as Debian's OpenMPI;
- * without it weft_mpi_built() is 0 and the calls below return WEFT_ERR_UNSUPPORTED). Two ways to use a job
- * that mpirun started:
+ * without it weft_mpi_built() is 0, weft_mpi_init, weft_mpi_sum_ordered and the weft_mpi_grad_* calls return
+ * WEFT_ERR_UNSUPPORTED, weft_mpi_last_error says what to install, and weft_mpi_finalize and weft_mpi_grad_end,
+ * with nothing to end, return WEFT_OK). Two ways to use a job that mpirun started:
  *   WEFT_MPI_LANES          rank 0 runs the program; every other rank serves its lanes (weft_cli: `weft`
  *                           does it by itself) and rank 0's fabrics get them as mpi:<rank>/<lane>, carried
  *                           by the wire protocol's frames (docs/PROTOCOL.md) over MPI point-to-point
@@ -739,7 +740,8 @@ WEFT_API weft_status weft_mpi_init(weft_mpi_mode mode, int *argc, char ***argv);
 /* This process's rank and the job's size (0 and 1 before weft_mpi_init or without MPI). */
 WEFT_API int weft_mpi_rank(void);
 WEFT_API int weft_mpi_size(void);
-/* The last MPI failure in words (a rank that stopped answering, a message out of step); "" if none. */
+/* The last MPI failure in words (a rank that stopped answering, a message out of step); "" if none (in a
+ * build without MPI: what to install). */
 WEFT_API const char *weft_mpi_last_error(void);
 /* WEFT_MPI_LANES, rank 0: tells the serving ranks to stop. Then MPI_Finalize. NULL-safe to call when
  * weft_mpi_init was not. */
