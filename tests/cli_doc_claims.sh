@@ -242,6 +242,10 @@ usage "--layers 2, but the checkpoint .* has 1" gpt generate --checkpoint "$tmp/
 usage "--heads 4, but the checkpoint .* has 2" gpt generate --checkpoint "$tmp/run/gpt.ckpt" --heads 4 --tokens 2 --lanes cpu
 # shellcheck disable=SC2086
 usage "--context 32, but the checkpoint .* has 16" gpt train $small --context 32 --steps 3 --resume "$tmp/run/gpt.ckpt" --checkpoint "$tmp/r.ckpt"
+# resuming a checkpoint already at --steps trains nothing, and says so
+# shellcheck disable=SC2086
+expect 0 gpt train $small --steps 2 --resume "$tmp/run/gpt.ckpt" --checkpoint "$tmp/r.ckpt" &&
+  has "$err" "checkpoint is at step 2, already at --steps 2: nothing to train" "gpt train --resume at --steps"
 # shellcheck disable=SC2086
 expect 0 gpt generate --checkpoint "$tmp/run/gpt.ckpt" $shape --tokens 3 --temperature 0 --lanes cpu &&
   has "$out" "^tokens:( [0-9]+){3}$" "gpt generate with the checkpoint's own shape"

@@ -769,6 +769,10 @@ static int train(gopts *o) {
   }
   const double t_start = weft_cli_now();
   const int64_t last = o->stop_at && o->stop_at < o->steps ? o->stop_at : o->steps;
+  if (weft_gpt_step(g) >= last && rank == 0)
+    fprintf(stderr, "weft gpt train: the checkpoint is at step %lld, already at %s %lld: nothing to train (give a "
+                    "larger --steps to go on)\n", (long long)weft_gpt_step(g), last == o->steps ? "--steps" : "--stop-at",
+            (long long)last);
   while (weft_gpt_step(g) < last && !interrupted) {
     const int64_t s = weft_gpt_step(g);
     windows(tokens, ntrain, B, T, &rng, tok, tgt);
