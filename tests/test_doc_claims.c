@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/reference.h"
+#include "core/reference_tx.h"
 #include "core/testing.h"
 #include "tutil.h"
 #include "weft_lane.h"
@@ -1182,6 +1183,8 @@ static void test_fresh_fabric(void) {
 typedef struct dev_lane {
   const char *name;
   int down;
+  int scales_left; /* >= 0: the scale after this many more runs out of device memory (-1: never) */
+  uint64_t ops;    /* what it offers (0: says nothing, so the version-1 ops) */
 } dev_lane;
 static void dv_describe(void *self, weft_lane_desc *out) {
   const dev_lane *l = self;
@@ -1193,10 +1196,17 @@ static void dv_describe(void *self, weft_lane_desc *out) {
   out->details = "test lane";
   out->contracts = WEFT_CONTRACT_BIT(WEFT_CONTRACT_EXACT);
   out->flags = l->down ? WEFT_LANE_STARTS_DOWN : 0;
+  out->ops = l->ops;
 }
 static void dv_destroy(void *self) { (void)self; }
 static weft_status dv_run(void *self, const weft_op *op) {
-  (void)self;
+  dev_lane *l = self;
+  if (op->kind == WEFT_OP_SCALE && l->scales_left >= 0 && l->scales_left-- == 0) return WEFT_ERR_OUT_OF_MEMORY;
+  if (op->kind == WEFT_OP_SUMSQ) { /* acc (rw) += x's chunk partials */
+    float *acc = op->out[0];
+    acc[0] = weft_ref_sumsq(op->in[0], op->iparam[0], acc[0]);
+    return WEFT_OK;
+  }
   weft_reference_run(op);
   return WEFT_OK;
 }
@@ -1209,7 +1219,7 @@ static void test_device_lanes(void) {
   weft_fabric *f = NULL;
   TU_STATUS(tu_open("cpu", &f), WEFT_OK, "open");
   if (!f) return;
-  static dev_lane up = {"fake-up", 0}, down = {"fake-down", 1};
+  static dev_lane up = {"fake-up", 0, -1, WEFT_OPS_V1 | WEFT_OP_BIT(WEFT_OP_SUMSQ)}, down = {"fake-down", 1, -1, 0};
   weft_lane_vtable vt;
   memset(&vt, 0, sizeof vt);
   vt.abi_version = WEFT_LANE_ABI_VERSION;
@@ -1268,6 +1278,23 @@ static void test_device_lanes(void) {
   TU_STATUS(weft_tensor_wrap_lane(f, iu, 2, d, mem, &w), WEFT_ERR_UNSUPPORTED, "wrap_lane on a lane without it");
   TU_CHECK(w == NULL && tu_contains(weft_fabric_last_error(f), "fake-up"), "wrap_lane refusal: '%s'",
            weft_fabric_last_error(f));
+  /* grad_clip whose second scale fails: the error names it and says the first is scaled already */
+  const float g0[2] = {3, 4}, g1[2] = {0, 0};
+  const int64_t two = 2;
+  weft_tensor *gs[2] = {NULL, NULL};
+  TU_STATUS(weft_tensor_create(f, 1, &two, g0, &gs[0]), WEFT_OK, "g0");
+  TU_STATUS(weft_tensor_create(f, 1, &two, g1, &gs[1]), WEFT_OK, "g1");
+  up.scales_left = 1;
+  float norm = -1;
+  TU_STATUS(weft_grad_clip(f, &dd, gs, 2, 1.0f, &norm), WEFT_ERR_OUT_OF_MEMORY, "grad_clip whose second scale fails");
+  TU_CHECK(tu_contains(weft_fabric_last_error(f), "scaling grads[1]") &&
+               tu_contains(weft_fabric_last_error(f), "grads[0] is scaled already"),
+           "grad_clip's partial scale: '%s'", weft_fabric_last_error(f));
+  TU_CHECK(norm == 0.0f, "a failed grad_clip left a norm: %g", (double)norm);
+  up.scales_left = -1;
+  float gg[2] = {0, 0};
+  TU_STATUS(weft_tensor_read(gs[0], gg, 2), WEFT_OK, "read g0");
+  TU_CHECK(gg[0] == 0.6f && gg[1] == 0.8f, "grads[0] scaled to norm 1: %g %g", (double)gg[0], (double)gg[1]);
   weft_fabric_close(f); /* t and o destroyed with it, copies on fake-up freed */
 }
 

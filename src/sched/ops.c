@@ -387,8 +387,15 @@ weft_status weft_grad_clip(weft_fabric *f, const weft_op_desc *desc, weft_tensor
   const float sc = max_norm * weft_recipf(norm);
   weft_fpenv_leave(&env);
   if (norm > max_norm) {
-    for (int k = 0; k < n && st == WEFT_OK; k++) st = weft_op_scale(f, desc, sc, grads[k], grads[k]);
-    if (st != WEFT_OK) return st;
+    for (int k = 0; k < n; k++)
+      if ((st = weft_op_scale(f, desc, sc, grads[k], grads[k])) != WEFT_OK) {
+        /* the ones before it are scaled already: say so, so the caller does not clip them twice */
+        char why[WEFT_ERR_LEN], done[48] = "none is scaled";
+        snprintf(why, sizeof why, "%s", f->err);
+        if (k == 1) snprintf(done, sizeof done, "grads[0] is scaled already");
+        if (k > 1) snprintf(done, sizeof done, "grads[0..%d] are scaled already", k - 1);
+        return weft_fail(f, st, "weft_grad_clip: scaling grads[%d] by %g (%s): %.900s", k, (double)sc, done, why);
+      }
   }
   if (out_norm) *out_norm = norm;
   return WEFT_OK;
