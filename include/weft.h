@@ -516,13 +516,13 @@ WEFT_API weft_status weft_op_adamw(weft_fabric *fabric, const weft_op_desc *desc
 WEFT_API weft_status weft_op_sumsq(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *x, weft_tensor *acc);
 /* Global-norm gradient clip over grads[0 .. n-1], in that order: norm = sqrt of the sum of every element's
  * square (weft_op_sumsq of each tensor in order into one accumulator from 0: the chunk partials of every
- * tensor in parameter order, added left to right), and when
- * norm > max_norm every gradient is scaled in place by max_norm / norm (weft_op_scale). A negative or NaN
- * max_norm is WEFT_ERR_INVALID_ARGUMENT (0 is allowed: every gradient is clipped to 0), and so is a gradient
- * named twice (or two over overlapping memory): it would count twice. n = 0 is a norm of 0. A host-side helper:
- * it waits for the sum (the decision is the host's). *out_norm (may be NULL) receives the norm (0 on failure). The bits are
- * those of reference_tx's weft_ref_grad_clip. When a scale fails (a lane it is pinned to is down), the
- * gradients before it stay scaled and the message names the one that failed. */
+ * tensor in parameter order, added left to right), and when norm > max_norm every gradient is scaled in
+ * place by max_norm / norm (weft_op_scale). A negative or NaN max_norm is WEFT_ERR_INVALID_ARGUMENT (0 is
+ * allowed: every gradient is clipped to 0), and so is a gradient named twice (or two over overlapping memory):
+ * it would count twice. n = 0 is a norm of 0. A host-side helper: it waits for the sum (the decision is the
+ * host's). *out_norm (may be NULL) receives the norm (0 on failure). The bits are those of reference_tx's
+ * weft_ref_grad_clip. When a scale fails (a lane it is pinned to is down), the gradients before it stay scaled
+ * and the message names the one that failed. */
 WEFT_API weft_status weft_grad_clip(weft_fabric *fabric, const weft_op_desc *desc, weft_tensor *const *grads,
                                     int n, float max_norm, float *out_norm);
 /* y = x with its axes permuted: y's axis a is x's axis perm[a] (rank 1..4, perm a permutation of 0..rank-1;
